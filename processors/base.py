@@ -1,0 +1,107 @@
+"""The preprocessor contract: what every preprocessor returns and the protocol it implements.
+
+A preprocessor turns one data item (chat messages + images) into a :class:`PreparedPrompt`,
+which carries everything both sides of RL need: the engine's request fields (``input_ids``,
+``image_data``, ``vision_msg_vllm``) and the trainer's tensors (``multi_modal_input``), built from
+the same pixels by construction, plus the geometry rewards need to convert coordinates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class ImageGeometry:
+    """Size of one image before and after the processor resized it.
+
+    Attributes:
+        original_width: Width in pixels of the decoded image (after EXIF orientation).
+        original_height: Height in pixels of the decoded image.
+        model_width: Width in pixels of the image the model saw (e.g. after ``smart_resize``).
+        model_height: Height in pixels of the image the model saw.
+
+    >>> g = ImageGeometry(640, 480, 644, 476)
+    >>> round(g.scale_x, 4)
+    1.0063
+    """
+
+    original_width: int
+    original_height: int
+    model_width: int
+    model_height: int
+
+    @property
+    def scale_x(self) -> float:
+        """Model-frame pixels per original pixel along x."""
+        return self.model_width / self.original_width
+
+    @property
+    def scale_y(self) -> float:
+        """Model-frame pixels per original pixel along y."""
+        return self.model_height / self.original_height
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "original_width": self.original_width,
+            "original_height": self.original_height,
+            "model_width": self.model_width,
+            "model_height": self.model_height,
+        }
+
+
+@dataclass
+class PreparedPrompt:
+    """A data item ready for the engine and the trainer.
+
+    Attributes:
+        input_ids: Prompt token ids with image placeholders already expanded by the processor.
+        prompt_text: The chat-templated prompt text (before placeholder expansion).
+        image_data: One base64 string per image for the engine (SGLang's ``image_data``).
+        multi_modal_input: Tensors the model's forward needs for the images, e.g.
+            ``pixel_values`` (float32, ``[num_patches, patch_dim]`` for Qwen2-VL) and
+            ``image_grid_thw`` (int64, ``[num_images, 3]``). Empty for text-only items.
+        mm_token_type_ids: Per-token modality ids (0 text, 1 image) where the processor returns
+            them (transformers >= 5 for Qwen-VL families); ``None`` otherwise.
+        geometry: One :class:`ImageGeometry` per image, in prompt order.
+        vision_msg_vllm: OpenAI-style messages with ``data:`` URLs, which AReaL's vLLM client needs
+            to send images at all; ``None`` for text-only items.
+        image_token_id: The placeholder token id the processor expands, if the family has one.
+    """
+
+    input_ids: list[int]
+    prompt_text: str
+    image_data: list[str] = field(default_factory=list)
+    multi_modal_input: dict[str, torch.Tensor] = field(default_factory=dict)
+    mm_token_type_ids: list[int] | None = None
+    geometry: list[ImageGeometry] = field(default_factory=list)
+    vision_msg_vllm: list[dict[str, Any]] | None = None
+    image_token_id: int | None = None
+
+    @property
+    def num_images(self) -> int:
+        return len(self.geometry)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+
+@runtime_checkable
+class Preprocessor(Protocol):
+    """Turns a data item into a :class:`PreparedPrompt`.
+
+    ``data`` is the dataset row: ``messages`` (OpenAI-style) and ``images`` (paths, bytes, base64,
+    ``data:`` URLs or PIL images), plus task fields the preprocessor ignores. Implementations raise
+    :class:`vlrollout.processors.errors.PreprocessError` (naming the item and the reason) for bad input.
+
+    ``tokenizer`` and ``processor`` are what the engine's ``ModelRequest`` carries.
+    """
+
+    tokenizer: Any
+    processor: Any
+
+    def prepare(self, data: dict[str, Any]) -> PreparedPrompt: ...
