@@ -21,6 +21,8 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
+from vlrollout.tiny.synthetic import task_corpus
+
 PAD_TOKEN = "<|endoftext|>"
 EOS_TOKEN = "<|im_end|>"
 QWEN2VL_SPECIAL_TOKENS = [
@@ -63,6 +65,9 @@ DEFAULT_CORPUS = [
     "Answer with a number. Answer with a box. Describe the image in one sentence.",
     "Your answer is either wrong or not parsable to the reward function. Please try again.",
     '{"bbox_2d": [12, 34, 56, 78], "label": "square"} (1,2),(3,4) [x1, y1, x2, y2]',
+    # The synthetic tasks' prompts, colours, shapes and caption phrases (vlrollout.tiny.synthetic),
+    # so the tiny model's sequences are a few tokens per word.
+    *task_corpus(),
 ]
 
 
@@ -75,14 +80,22 @@ def build_bpe_tokenizer(
     """Train a byte-level BPE tokenizer on ``corpus`` with Qwen2-VL's special tokens.
 
     Byte-level BPE round-trips any text exactly (decode(encode(s)) == s), which multi-turn
-    packing relies on. Training is deterministic for a fixed corpus.
+    packing relies on. Training is deterministic for a fixed corpus. Digits are split into single
+    tokens before BPE, as Qwen2's tokenizer does (its pre-tokenizer regex matches ``\\p{N}`` one digit
+    at a time; Qwen/Qwen2-VL-2B-Instruct ``tokenizer.json``), so every 0–1000 box coordinate is
+    spelled the same way.
 
     >>> tok = build_bpe_tokenizer()
     >>> tok.decode(tok.encode("How many shapes?"))
     'How many shapes?'
     """
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
     bpe.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(

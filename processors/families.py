@@ -1,0 +1,176 @@
+"""Small per-family adapters: placeholder string, resize kwargs, geometry, modality ids.
+
+Everything else (chat template, placeholder expansion, pixel processing) is the transformers
+processor's own code; an adapter only answers what differs between families. The family is detected
+from the processor's class (and its base classes), so subclasses inherit their parent's adapter.
+
+Sources for the conventions:
+
+- Qwen2-VL / Qwen2.5-VL / Qwen3-VL: ``Qwen2VLImageProcessor`` ``smart_resize`` with
+  ``size={"shortest_edge": min_pixels, "longest_edge": max_pixels}``; the model sees
+  ``grid_w * patch_size`` × ``grid_h * patch_size`` pixels (patch 14 for Qwen2/2.5-VL, 16 for Qwen3-VL,
+  read from the image processor, never hard-coded). ``processing_qwen2_vl.py`` in transformers 5.3.
+- LLaVA-1.5: CLIP resize + centre crop to ``crop_size`` (``processing_llava.py``).
+- LLaVA-OneVision: anyres; the canvas is ``select_best_resolution`` over ``image_grid_pinpoints``
+  (``image_processing_llava_onevision.py``).
+- Gemma 3: fixed ``size`` square; placeholder ``boi_token``; modality ids come back as
+  ``token_type_ids`` (``processing_gemma3.py``).
+- Idefics3 / SmolVLM: resized to multiples of ``max_image_size`` and split into rows × cols tiles plus a
+  global tile; the rows/cols are read back from the ``<row_r_col_c>`` tokens in ``input_ids``
+  (``processing_idefics3.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .base import ImageGeometry
+
+GeometryFn = Callable[[Any, Sequence[tuple[int, int]], dict[str, Any]], list[ImageGeometry]]
+
+
+def _size_hw(size: Any) -> tuple[int, int] | None:
+    """(height, width) from an image processor ``size``/``crop_size`` (dict or SizeDict)."""
+    if size is None:
+        return None
+    get = size.get if isinstance(size, dict) else lambda k, d=None: getattr(size, k, d)
+    h, w = get("height"), get("width")
+    if h and w:
+        return int(h), int(w)
+    return None
+
+
+def _geom(orig: tuple[int, int], model_w: int, model_h: int) -> ImageGeometry:
+    return ImageGeometry(orig[0], orig[1], int(model_w), int(model_h))
+
+
+def qwen_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    patch = int(processor.image_processor.patch_size)
+    grid = outputs["image_grid_thw"].tolist()
+    return [_geom(o, g[2] * patch, g[1] * patch) for o, g in zip(sizes, grid, strict=True)]
+
+
+def fixed_size_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    ip = processor.image_processor
+    hw = None
+    if getattr(ip, "do_center_crop", False):
+        hw = _size_hw(getattr(ip, "crop_size", None))
+    hw = hw or _size_hw(getattr(ip, "size", None))
+    if hw is None:
+        return generic_geometry(processor, sizes, outputs)
+    return [_geom(o, hw[1], hw[0]) for o in sizes]
+
+
+def llava_onevision_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    from transformers.image_processing_utils import select_best_resolution
+
+    ip = processor.image_processor
+    if len(sizes) > 1:  # several images in one prompt: one base tile each, no anyres
+        return fixed_size_geometry(processor, sizes, outputs)
+    out = []
+    for w, h in sizes:
+        best_h, best_w = select_best_resolution((h, w), ip.image_grid_pinpoints)
+        out.append(_geom((w, h), best_w, best_h))
+    return out
+
+
+def idefics3_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    tok = processor.tokenizer
+    tile = int(processor.image_processor.max_image_size["longest_edge"])
+    global_id = tok.convert_tokens_to_ids("<global-img>")
+    row_col = {
+        tok.convert_tokens_to_ids(f"<row_{r}_col_{c}>"): (r, c)
+        for r in range(1, 7)
+        for c in range(1, 7)
+    }
+    grids: list[tuple[int, int]] = []
+    rows = cols = 0
+    for tid in outputs["input_ids"].reshape(-1).tolist():
+        if tid in row_col:
+            r, c = row_col[tid]
+            rows, cols = max(rows, r), max(cols, c)
+        elif tid == global_id:
+            grids.append((rows, cols))
+            rows = cols = 0
+    if len(grids) != len(sizes):
+        return generic_geometry(processor, sizes, outputs)
+    return [
+        _geom(o, c * tile if c else tile, r * tile if r else tile)
+        for o, (r, c) in zip(sizes, grids, strict=True)
+    ]
+
+
+def generic_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    """``pixel_values`` of shape ``[num_images, C, H, W]`` gives H×W; else the original size."""
+    pv = outputs.get("pixel_values")
+    if isinstance(pv, torch.Tensor) and pv.ndim == 4 and pv.shape[0] == len(sizes):
+        return [_geom(o, pv.shape[3], pv.shape[2]) for o in sizes]
+    return [_geom(o, o[0], o[1]) for o in sizes]
+
+
+def qwen_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | None) -> dict:
+    """Both bounds as ``size``: the fast processor ignores a lone ``min_pixels``/``max_pixels``."""
+    if min_pixels is None and max_pixels is None:
+        return {}
+    size = processor.image_processor.size
+    get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+    lo = min_pixels if min_pixels is not None else get("shortest_edge")
+    hi = max_pixels if max_pixels is not None else get("longest_edge")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"min_pixels={lo} exceeds max_pixels={hi}; swap or fix them")
+    return {"size": {"shortest_edge": int(lo), "longest_edge": int(hi)}}
+
+
+@dataclass(frozen=True)
+class FamilyAdapter:
+    """What differs between model families, for :class:`AutoProcessorPreprocessor`.
+
+    Attributes:
+        name: Family name (``"qwen2_vl"``, ``"llava"``, ..., ``"generic"``).
+        geometry: ``(processor, original_sizes, outputs) -> list[ImageGeometry]``.
+        resize_kwargs: ``(processor, min_pixels, max_pixels) -> images_kwargs``; ``None`` when the
+            family has no pixel-budget resize (setting min/max pixels is then an error).
+        placeholder_attr: Processor attribute holding the text placeholder for one image.
+        mm_type_key: Output key holding per-token modality ids.
+    """
+
+    name: str
+    geometry: GeometryFn = generic_geometry
+    resize_kwargs: Callable[[Any, int | None, int | None], dict] | None = None
+    placeholder_attr: str = "image_token"
+    mm_type_key: str = "mm_token_type_ids"
+
+    def placeholder(self, processor) -> str | None:
+        value = getattr(processor, self.placeholder_attr, None)
+        return value if isinstance(value, str) and value else None
+
+
+_QWEN = dict(geometry=qwen_geometry, resize_kwargs=qwen_resize_kwargs)
+ADAPTERS: dict[str, FamilyAdapter] = {
+    "Qwen2VLProcessor": FamilyAdapter("qwen2_vl", **_QWEN),
+    "Qwen2_5_VLProcessor": FamilyAdapter("qwen2_5_vl", **_QWEN),
+    "Qwen3VLProcessor": FamilyAdapter("qwen3_vl", **_QWEN),
+    "LlavaProcessor": FamilyAdapter("llava", geometry=fixed_size_geometry),
+    "LlavaOnevisionProcessor": FamilyAdapter("llava_onevision", geometry=llava_onevision_geometry),
+    "Gemma3Processor": FamilyAdapter(
+        "gemma3",
+        geometry=fixed_size_geometry,
+        placeholder_attr="boi_token",
+        mm_type_key="token_type_ids",
+    ),
+    "Idefics3Processor": FamilyAdapter("idefics3", geometry=idefics3_geometry),
+    "SmolVLMProcessor": FamilyAdapter("smolvlm", geometry=idefics3_geometry),
+}
+GENERIC = FamilyAdapter("generic")
+
+
+def adapter_for(processor: Any) -> FamilyAdapter:
+    """The adapter for ``processor``'s class or its nearest known base class; else generic."""
+    for cls in type(processor).__mro__:
+        if cls.__name__ in ADAPTERS:
+            return ADAPTERS[cls.__name__]
+    return GENERIC

@@ -1,0 +1,285 @@
+"""Load one image from any supported source into an oriented RGB PIL image, with limits.
+
+Sources: a file path (``str`` or :class:`pathlib.Path`, also ``file://`` URLs), raw ``bytes``, a
+base64 string, a ``data:`` URL, or a PIL image. ``http(s)://`` URLs are refused: rollouts must not
+depend on the network.
+
+Steps (each a small function, composed by :func:`load_image`):
+
+1. read the source into encoded bytes (or take the PIL image), refusing more than ``max_bytes``;
+2. open lazily and check ``width * height`` against ``max_pixels`` *before* decoding the pixels,
+   so a decompression bomb never allocates (PIL's own ``DecompressionBombError`` maps to the same
+   ``image_too_large`` reason); zero-size images are refused (``image_empty``);
+3. take the first frame (animated GIF/WebP/APNG, multi-page TIFF) and decode it fully, so truncated
+   or corrupt data fails here (``image_decode``) rather than inside the processor;
+4. apply the EXIF orientation (``PIL.ImageOps.exif_transpose``);
+5. convert to RGB by :func:`vlrollout.processors.image_mode.to_rgb` (alpha composited on white).
+
+**What the engine receives** (:meth:`LoadedImage.to_base64`): the engine and the trainer must see
+the same pixels. The original encoded bytes are passed through unchanged only when an engine that
+decodes them with PIL and ``convert("RGB")`` (SGLang, vLLM) gets exactly our pixels: the input was
+encoded, its format is PNG, JPEG or WebP (what AReaL's ``detect_image_mime`` recognises), it decodes
+to ``RGB`` directly, has a single frame and no EXIF rotation. Otherwise (PIL input, rotation, any
+mode conversion, first-frame extraction, other formats) the RGB pixels are re-encoded as lossless
+PNG, which decodes to exactly the trainer's pixels.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
+
+from .errors import PreprocessError
+from .image_mode import to_rgb
+
+DEFAULT_MAX_PIXELS = 64 * 1024 * 1024
+"""Largest decoded image accepted (width × height), below PIL's own 89.5 M bomb warning."""
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""Largest encoded image accepted, in bytes."""
+PASSTHROUGH_FORMATS = frozenset({"PNG", "JPEG", "WEBP"})
+_MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """One decoded image and what the engine should receive for it.
+
+    Attributes:
+        image: The oriented RGB image the processor (and so the trainer) sees.
+        original_size: ``(width, height)`` of ``image`` (after EXIF orientation).
+        source_kind: ``"path"``, ``"bytes"``, ``"base64"``, ``"data_url"`` or ``"pil"``.
+        format: The encoded format PIL detected (``"JPEG"``, ``"PNG"``, ...); ``None`` for PIL input.
+        encoded: The original encoded bytes when they can be passed through (see the module
+            docstring); ``None`` when the engine must get a re-encoded PNG.
+        notes: Why the image was changed (``"exif_transpose"``, ``"mode P->RGB"``, ``"frame 0 of 3"``).
+    """
+
+    image: Image.Image
+    original_size: tuple[int, int]
+    source_kind: str
+    format: str | None = None
+    encoded: bytes | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def passthrough(self) -> bool:
+        """Whether :meth:`to_base64` returns the original bytes unchanged."""
+        return self.encoded is not None
+
+    @property
+    def mime(self) -> str:
+        return _MIME[self.format] if self.passthrough and self.format in _MIME else "image/png"
+
+    def engine_bytes(self) -> bytes:
+        """Encoded bytes for the engine: the original ones, or a lossless PNG of ``image``."""
+        if self.encoded is not None:
+            return self.encoded
+        buf = io.BytesIO()
+        self.image.save(buf, format="PNG")
+        return buf.getvalue()
+
+    def to_base64(self) -> str:
+        """Base64 (no ``data:`` prefix) of :meth:`engine_bytes`, for SGLang's ``image_data``."""
+        return base64.b64encode(self.engine_bytes()).decode("ascii")
+
+    def to_data_url(self) -> str:
+        """``data:<mime>;base64,...`` of :meth:`engine_bytes`, for OpenAI-style messages."""
+        return f"data:{self.mime};base64,{self.to_base64()}"
+
+
+def _decode_b64(text: str, item: str, what: str) -> bytes:
+    try:
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise PreprocessError(item, "image_source", f"invalid base64 in {what}: {e}") from None
+
+
+def read_source(source: Any, item: str, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, Any]:
+    """Classify ``source`` and return ``(kind, bytes_or_pil_image)``.
+
+    Strings are tried in this order: ``data:`` URL, ``file://`` URL, an existing file path, base64.
+    A string that is none of these is reported as a missing file (``image_not_found``).
+
+    >>> read_source(b"abc", "item 0, image 1")
+    ('bytes', b'abc')
+    """
+    if isinstance(source, Image.Image):
+        return "pil", source
+    if isinstance(source, bytearray | memoryview):
+        source = bytes(source)
+    if isinstance(source, bytes):
+        kind, raw = "bytes", source
+    elif isinstance(source, os.PathLike):
+        kind, raw = "path", _read_file(Path(source), item, max_bytes)
+    elif isinstance(source, str):
+        kind, raw = _read_string(source, item, max_bytes)
+    elif isinstance(source, dict) and ("bytes" in source or "path" in source):
+        # HF ``datasets`` Image feature rows: {"bytes": ..., "path": ...}
+        src = source.get("bytes") or source.get("path")
+        return read_source(src, item, max_bytes)
+    else:
+        raise PreprocessError(
+            item,
+            "image_source",
+            f"unsupported image source of type {type(source).__name__}; use a path, bytes, "
+            "base64 string, data: URL or PIL image",
+        )
+    if len(raw) > max_bytes:
+        raise PreprocessError(
+            item, "image_too_large", f"{len(raw)} encoded bytes exceed max_bytes={max_bytes}"
+        )
+    return kind, raw
+
+
+def _read_file(path: Path, item: str, max_bytes: int) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise PreprocessError(
+                item, "image_too_large", f"{path} has {size} bytes, above max_bytes={max_bytes}"
+            )
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise PreprocessError(item, "image_not_found", f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise PreprocessError(item, "image_not_found", f"{path} is a directory") from None
+
+
+def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
+    if text.startswith("data:"):
+        header, sep, payload = text.partition(",")
+        if not sep or not header.endswith(";base64"):
+            raise PreprocessError(
+                item, "image_source", f"data URL must be base64-encoded: {text[:40]!r}..."
+            )
+        return "data_url", _decode_b64(payload, item, "data URL")
+    if text.startswith(("http://", "https://")):
+        raise PreprocessError(
+            item,
+            "image_source",
+            f"remote URL {text[:80]!r} not fetched (no network in rollouts); download it first",
+        )
+    if text.startswith("file://"):
+        return "path", _read_file(Path(text[len("file://") :]), item, max_bytes)
+    looks_like_path = len(text) < 4096 and ("/" in text[:256] or "\\" in text or "." in text[-6:])
+    if looks_like_path and Path(text).is_file():
+        return "path", _read_file(Path(text), item, max_bytes)
+    try:
+        return "base64", base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise PreprocessError(
+            item, "image_not_found", f"not a file, data: URL or base64 string: {text[:120]!r}"
+        ) from None
+
+
+def open_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """Open encoded bytes, enforce the size limits, and decode the first frame fully.
+
+    Raises:
+        PreprocessError: ``image_too_large`` (over ``max_pixels`` or a PIL decompression bomb),
+            ``image_empty`` (zero width or height) or ``image_decode`` (corrupt or truncated data).
+    """
+    try:
+        image = Image.open(io.BytesIO(raw))
+    except Image.DecompressionBombError as e:
+        raise PreprocessError(item, "image_too_large", f"decompression bomb: {e}") from None
+    except UnidentifiedImageError:
+        raise PreprocessError(
+            item, "image_decode", f"cannot identify image data ({len(raw)} bytes)"
+        ) from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise PreprocessError(item, "image_decode", f"cannot open image: {e}") from None
+    check_size(image.size, item, max_pixels)
+    try:
+        image.seek(0)
+        image.load()
+    except (OSError, SyntaxError, ValueError, EOFError) as e:
+        raise PreprocessError(item, "image_decode", f"corrupt or truncated image: {e}") from None
+    return image
+
+
+def check_size(size: tuple[int, int], item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+    """Refuse zero-size images and images over ``max_pixels`` (width × height)."""
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise PreprocessError(item, "image_empty", f"image has zero size {width}x{height}")
+    if width * height > max_pixels:
+        raise PreprocessError(
+            item,
+            "image_too_large",
+            f"{width}x{height} = {width * height} pixels exceed max_pixels={max_pixels}; "
+            "downscale the dataset images or raise the limit",
+        )
+
+
+def exif_orientation(image: Image.Image) -> int:
+    """The EXIF orientation tag (1 = upright; 2–8 need a flip/rotation)."""
+    try:
+        return int(image.getexif().get(ExifTags.Base.Orientation, 1) or 1)
+    except Exception:  # malformed EXIF is treated as upright, like exif_transpose does
+        return 1
+
+
+def load_image(
+    source: Any,
+    item: str = "image",
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> LoadedImage:
+    """Load, orient and convert one image; see the module docstring for the rules.
+
+    Args:
+        source: Path, bytes, base64 string, ``data:`` URL or PIL image.
+        item: How errors name the image, e.g. ``"item 17, image 2"``.
+        max_pixels: Largest accepted ``width * height`` of the decoded image.
+        max_bytes: Largest accepted encoded size.
+
+    Returns:
+        A :class:`LoadedImage` whose ``image`` is RGB and upright.
+
+    Raises:
+        PreprocessError: With reason ``image_source``, ``image_not_found``, ``image_too_large``,
+            ``image_empty`` or ``image_decode``.
+
+    >>> from PIL import Image
+    >>> loaded = load_image(Image.new("RGBA", (4, 2)), "item 0, image 1")
+    >>> loaded.image.mode, loaded.original_size, loaded.passthrough
+    ('RGB', (4, 2), False)
+    """
+    kind, raw = read_source(source, item, max_bytes)
+    if kind == "pil":
+        image = raw
+        check_size(image.size, item, max_pixels)
+        fmt = None
+    else:
+        image = open_image(raw, item, max_pixels)
+        fmt = image.format
+    notes: list[str] = []
+    n_frames = getattr(image, "n_frames", 1)
+    if n_frames > 1:
+        notes.append(f"frame 0 of {n_frames}")
+    if exif_orientation(image) != 1:
+        image = ImageOps.exif_transpose(image)
+        notes.append("exif_transpose")
+    if image.mode != "RGB":
+        notes.append(f"mode {image.mode}->RGB")
+    rgb = to_rgb(image)
+    if rgb is image and kind != "pil":
+        rgb = image.copy() if n_frames > 1 else image  # detach from the multi-frame file
+    passthrough = kind != "pil" and not notes and fmt in PASSTHROUGH_FORMATS
+    return LoadedImage(
+        image=rgb,
+        original_size=rgb.size,
+        source_kind=kind,
+        format=fmt,
+        encoded=raw if passthrough else None,
+        notes=tuple(notes),
+    )

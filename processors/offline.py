@@ -1,0 +1,266 @@
+"""Build real transformers processors for each supported family entirely in code (no hub).
+
+Each builder trains the tiny byte-level BPE tokenizer from :mod:`vlrollout.tiny.tokenizer` with the
+family's special tokens and wraps it, with a small image processor, in the family's *real*
+``ProcessorMixin`` class. Sizes are tiny so tests run in milliseconds on a CPU; the processing code
+paths (resize, placeholder expansion, ``mm_token_type_ids``) are the same as for the full models.
+
+Chat templates are reduced versions of each model's hub template (cited per builder): same role
+markers and image placeholder, no default system prompt.
+
+>>> from vlrollout.processors.offline import build_offline_processor
+>>> proc = build_offline_processor("qwen2_vl")
+>>> type(proc).__name__
+'Qwen2VLProcessor'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from vlrollout.tiny.tokenizer import (
+    EOS_TOKEN,
+    PAD_TOKEN,
+    QWEN2VL_CHAT_TEMPLATE,
+    QWEN2VL_SPECIAL_TOKENS,
+    build_bpe_tokenizer,
+    build_qwen2vl_processor,
+)
+
+# LLaVA-1.5 (llava-hf/llava-1.5-7b-hf chat_template.json): "USER: <image>\n... ASSISTANT:".
+LLAVA_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}USER: {% elif message['role'] == 'assistant' %}ASSISTANT: "
+    "{% else %}{{ message['role'] | upper }}: {% endif %}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<image>\n{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %} "
+    "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+)
+
+# LLaVA-OneVision (llava-hf/llava-onevision-qwen2-0.5b-ov-hf): Qwen2 chat markup, "<image>\n" first.
+LLAVA_OV_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<image>\n{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Gemma 3 (google/gemma-3-4b-it tokenizer_config.json): "<start_of_turn>user\n...<end_of_turn>\n",
+# assistant role is "model", images are "<start_of_image>" (the processor expands it).
+GEMMA3_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<start_of_image>{% elif part['type'] == 'text' %}"
+    "{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+# Idefics3 (HuggingFaceM4/Idefics3-8B-Llama3 chat_template.json): "User:<image>...<end_of_utterance>\n".
+IDEFICS3_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] | capitalize }}:"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<image>{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}<end_of_utterance>\n"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def _tokenizer(extra_special: list[str], chat_template: str, **extra_attrs: str):
+    """The tiny BPE tokenizer with ``extra_special`` tokens; ``extra_attrs`` become attributes.
+
+    transformers 5 exposes ``extra_special_tokens={"image_token": "<x>"}`` as ``tok.image_token`` and
+    ``tok.image_token_id``, which is what Gemma 3's processor reads.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    specials = list(QWEN2VL_SPECIAL_TOKENS) + [t for t in extra_special if t not in QWEN2VL_SPECIAL_TOKENS]
+    tok = build_bpe_tokenizer(special_tokens=specials, chat_template=chat_template)
+    if not extra_attrs:
+        return tok
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok.backend_tokenizer,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        extra_special_tokens=dict(extra_attrs),
+        chat_template=chat_template,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_qwen2_vl(min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
+    """Qwen2-VL (patch 14, merge 2): the tiny model's processor from :mod:`vlrollout.tiny`."""
+    return build_qwen2vl_processor(build_bpe_tokenizer(), min_pixels=min_pixels, max_pixels=max_pixels)
+
+
+def build_qwen2_5_vl(min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
+    """Qwen2.5-VL: same image processor as Qwen2-VL (patch 14), ``Qwen2_5_VLProcessor``."""
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+
+    tok = _tokenizer([], QWEN2VL_CHAT_TEMPLATE)
+    ip = Qwen2VLImageProcessor(min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14)
+    return Qwen2_5_VLProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=QWEN2VL_CHAT_TEMPLATE,
+    )
+
+
+def build_qwen3_vl(min_pixels: int = 64 * 64, max_pixels: int = 128 * 128):
+    """Qwen3-VL: patch 16, merge 2 (factor 32) per Qwen/Qwen3-VL-2B-Instruct preprocessor_config."""
+    from transformers import Qwen2VLImageProcessorFast, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    tok = _tokenizer([], QWEN2VL_CHAT_TEMPLATE)
+    ip = Qwen2VLImageProcessorFast(
+        size={"shortest_edge": min_pixels, "longest_edge": max_pixels},
+        patch_size=16,
+        merge_size=2,
+        temporal_patch_size=2,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    vp = Qwen3VLVideoProcessor(patch_size=16)
+    return Qwen3VLProcessor(
+        image_processor=ip, tokenizer=tok, video_processor=vp, chat_template=QWEN2VL_CHAT_TEMPLATE
+    )
+
+
+def build_llava(image_size: int = 28, patch_size: int = 14):
+    """LLaVA-1.5: CLIP resize + centre crop to ``image_size``; (size/patch)^2 tokens per image."""
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
+    tok = _tokenizer(["<image>"], LLAVA_CHAT_TEMPLATE)
+    ip = CLIPImageProcessor(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    return LlavaProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        patch_size=patch_size,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # CLIP's CLS token, dropped by the "default" strategy
+        chat_template=LLAVA_CHAT_TEMPLATE,
+    )
+
+
+def build_llava_onevision(tile: int = 28, patch_size: int = 14):
+    """LLaVA-OneVision: anyres tiling over a small grid of pinpoints (multiples of ``tile``)."""
+    from transformers import (
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    tok = _tokenizer(["<image>", "<video>"], LLAVA_OV_CHAT_TEMPLATE)
+    pinpoints = [[tile * i, tile * j] for i in (1, 2) for j in (1, 2)]
+    ip = LlavaOnevisionImageProcessor(
+        size={"height": tile, "width": tile}, image_grid_pinpoints=pinpoints
+    )
+    return LlavaOnevisionProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        video_processor=LlavaOnevisionVideoProcessor(size={"height": tile, "width": tile}),
+        num_image_tokens=(tile // patch_size) ** 2,
+        vision_feature_select_strategy="full",
+        chat_template=LLAVA_OV_CHAT_TEMPLATE,
+        vision_aspect_ratio="anyres_max_9",
+    )
+
+
+def build_gemma3(image_size: int = 56, image_seq_length: int = 4):
+    """Gemma 3: fixed square resize; ``<start_of_image>`` expands to ``image_seq_length`` soft tokens.
+
+    Gemma3Processor reads ``image_token``, ``image_token_id``, ``boi_token`` and ``eoi_token`` from
+    the tokenizer, so they are set as ``extra_special_tokens``.
+    """
+    from transformers import Gemma3ImageProcessor, Gemma3Processor
+
+    specials = ["<start_of_image>", "<end_of_image>", "<image_soft_token>", "<start_of_turn>", "<end_of_turn>"]
+    tok = _tokenizer(
+        specials,
+        GEMMA3_CHAT_TEMPLATE,
+        image_token="<image_soft_token>",
+        boi_token="<start_of_image>",
+        eoi_token="<end_of_image>",
+    )
+    ip = Gemma3ImageProcessor(size={"height": image_size, "width": image_size})
+    return Gemma3Processor(
+        image_processor=ip,
+        tokenizer=tok,
+        image_seq_length=image_seq_length,
+        chat_template=GEMMA3_CHAT_TEMPLATE,
+    )
+
+
+def build_idefics3(tile: int = 28, longest_edge: int = 56, image_seq_len: int = 4):
+    """Idefics3: resize to ``longest_edge``, split into ``tile``² crops plus one global image."""
+    from transformers import Idefics3ImageProcessor, Idefics3Processor
+
+    specials = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"]
+    specials += [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    tok = _tokenizer(specials, IDEFICS3_CHAT_TEMPLATE)
+    ip = Idefics3ImageProcessor(
+        size={"longest_edge": longest_edge}, max_image_size={"longest_edge": tile}
+    )
+    return Idefics3Processor(
+        image_processor=ip,
+        tokenizer=tok,
+        image_seq_len=image_seq_len,
+        chat_template=IDEFICS3_CHAT_TEMPLATE,
+    )
+
+
+def build_smolvlm(tile: int = 28, longest_edge: int = 56, image_seq_len: int = 4):
+    """SmolVLM: Idefics3-style tiling. Its processor imports ``num2words`` at construction."""
+    from transformers import SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
+
+    specials = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"]
+    specials += [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    tok = _tokenizer(specials, IDEFICS3_CHAT_TEMPLATE)
+    ip = SmolVLMImageProcessor(
+        size={"longest_edge": longest_edge}, max_image_size={"longest_edge": tile}
+    )
+    return SmolVLMProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        video_processor=SmolVLMVideoProcessor(),
+        image_seq_len=image_seq_len,
+        chat_template=IDEFICS3_CHAT_TEMPLATE,
+    )
+
+
+OFFLINE_BUILDERS: dict[str, Callable[..., Any]] = {
+    "qwen2_vl": build_qwen2_vl,
+    "qwen2_5_vl": build_qwen2_5_vl,
+    "qwen3_vl": build_qwen3_vl,
+    "llava": build_llava,
+    "llava_onevision": build_llava_onevision,
+    "gemma3": build_gemma3,
+    "idefics3": build_idefics3,
+    "smolvlm": build_smolvlm,
+}
+
+
+@lru_cache(maxsize=None)
+def build_offline_processor(family: str):
+    """A cached default-sized offline processor for ``family`` (a key of ``OFFLINE_BUILDERS``).
+
+    The result is shared between callers: do not mutate it. Call the ``build_*`` function directly
+    for a private instance or other sizes.
+    """
+    try:
+        builder = OFFLINE_BUILDERS[family]
+    except KeyError:
+        raise ValueError(
+            f"no offline builder for family {family!r}; known: {sorted(OFFLINE_BUILDERS)}"
+        ) from None
+    return builder()

@@ -1,0 +1,91 @@
+"""The value a reward returns plus why, and the base class every reward here derives from.
+
+The rule "no silent zeros": when a rule rather than the metric decided a value (no box in the
+output, unparseable number, malformed format), :meth:`Reward.score` returns a
+:class:`RewardResult` whose ``reason`` says which rule fired. ``__call__`` returns only the float,
+because that is AReaL's reward contract, so logging code that wants reasons calls ``score``
+(:class:`~vlrollout.rewards.combine.WeightedSum` does, per component).
+
+Missing or invalid *dataset* fields (no ``captions`` in ``task_data``, a label box that is not four
+numbers) are configuration bugs, not model mistakes: they raise ``KeyError``/``ValueError`` naming
+the field instead of returning a value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    """A reward value and, when a rule decided it, the reason.
+
+    Attributes:
+        value: The reward (a finite float).
+        reason: ``None`` when the metric computed the value from a well-formed output; otherwise a
+            short machine-greppable reason such as ``"no_box"`` or ``"unparseable_number"``.
+        details: Extra numbers or notes for logging (e.g. ``{"num_boxes": 3}``).
+
+    >>> RewardResult(0.0, "no_box").failed
+    True
+    """
+
+    value: float
+    reason: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.value):
+            raise ValueError(f"RewardResult.value must be finite, got {self.value!r}")
+
+    @property
+    def failed(self) -> bool:
+        """True when a rule (not the metric) decided the value."""
+        return self.reason is not None
+
+
+class Reward:
+    """Base class: AReaL's per-sample reward signature on top of :meth:`score`.
+
+    Subclasses implement ``score(prompt, completions, prompt_ids, completion_ids, **task_data)``
+    returning a :class:`RewardResult`; ``__call__`` returns its float value. Subclasses keep only
+    picklable state so they run in ``areal.api.AsyncRewardWrapper``'s process pool.
+    """
+
+    name: str = "reward"
+
+    def score(
+        self,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> RewardResult:
+        raise NotImplementedError
+
+    def __call__(
+        self,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> float:
+        return float(self.score(prompt, completions, prompt_ids, completion_ids, **task_data).value)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+def require_field(task_data: dict[str, Any], key: str, reward_name: str) -> Any:
+    """Return ``task_data[key]`` or raise a ``KeyError`` that names the reward and the fields present."""
+    if key not in task_data or task_data[key] is None:
+        raise KeyError(
+            f"{reward_name} needs task_data[{key!r}] (a field of the dataset row), but the row has "
+            f"fields {sorted(task_data)}. Add {key!r} to the dataset or choose another reward."
+        )
+    return task_data[key]

@@ -1,0 +1,17 @@
+"""Shared fixtures: an offline tokenizer and Qwen2-VL processor built in code (no hub)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlrollout.tiny.tokenizer import build_bpe_tokenizer, build_qwen2vl_processor
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_bpe_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def qwen2vl_processor(tokenizer):
+    return build_qwen2vl_processor(tokenizer)

@@ -1,0 +1,70 @@
+"""A decode batch: rows of sequences sharing one left-padded KV cache.
+
+Each sequence is prefilled on its own (batch 1, no padding, so its prompt logits are exactly
+those of an unpadded forward), then its cache joins the running batch: all rows are left-padded
+to a common length and the padding is masked out through ``attention_mask``. A decode step
+feeds one token per row with explicit per-row position ids. Finished rows leave with
+``batch_select_indices`` and columns that every remaining row masks are trimmed.
+
+Only full-attention ``DynamicLayer`` caches can be merged this way; models with sliding-window
+layers run one sequence at a time (``can_merge`` says which).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+
+def can_merge(cache: DynamicCache) -> bool:
+    """Whether ``cache`` holds only plain full-attention layers (no sliding window)."""
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def _left_pad(t: torch.Tensor, length: int) -> torch.Tensor:
+    pad = length - t.shape[-2]
+    if pad == 0:
+        return t
+    zeros = t.new_zeros(*t.shape[:-2], pad, t.shape[-1])
+    return torch.cat([zeros, t], dim=-2)
+
+
+def merge_caches(
+    a: DynamicCache, mask_a: torch.Tensor, b: DynamicCache, mask_b: torch.Tensor
+) -> tuple[DynamicCache, torch.Tensor]:
+    """Stack two caches along the batch dimension, left-padding the shorter one.
+
+    Args:
+        a, b: Caches with ``[B, heads, L, head_dim]`` keys/values per layer.
+        mask_a, mask_b: ``[B, L]`` int64 attention masks (1 = real token) for the cached columns.
+
+    Returns:
+        The merged cache and its ``[Ba + Bb, max(La, Lb)]`` mask.
+    """
+    length = max(mask_a.shape[1], mask_b.shape[1])
+    layers = []
+    for la, lb in zip(a.layers, b.layers, strict=True):
+        keys = torch.cat([_left_pad(la.keys, length), _left_pad(lb.keys, length)], dim=0)
+        values = torch.cat([_left_pad(la.values, length), _left_pad(lb.values, length)], dim=0)
+        layers.append((keys, values))
+    mask = torch.cat(
+        [
+            torch.nn.functional.pad(mask_a, (length - mask_a.shape[1], 0)),
+            torch.nn.functional.pad(mask_b, (length - mask_b.shape[1], 0)),
+        ]
+    )
+    return DynamicCache(layers), mask
+
+
+def select_rows(
+    cache: DynamicCache, mask: torch.Tensor, keep: list[int]
+) -> tuple[DynamicCache, torch.Tensor]:
+    """Keep rows ``keep`` and drop the leading columns that all kept rows mask out."""
+    index = torch.tensor(keep, device=mask.device)
+    mask = mask[index]
+    used = mask.any(dim=0).nonzero()
+    start = int(used[0]) if used.numel() else mask.shape[1]
+    layers = [
+        (layer.keys[index, :, start:], layer.values[index, :, start:]) for layer in cache.layers
+    ]
+    return DynamicCache(layers), mask[:, start:]

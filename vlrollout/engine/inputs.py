@@ -1,0 +1,267 @@
+"""Turn a ``ModelRequest`` into the tensors the model's prefill needs, and check them.
+
+The images come from ``req.metadata["multi_modal_input"]`` when present (the tensors the trainer
+also gets, see DESIGN.md "How the prepared prompt reaches each engine"), otherwise from
+``req.image_data`` (base64 strings, as SGLang receives them) run through the processor's image
+processor. Either way the image placeholders already expanded in ``req.input_ids`` must agree
+with the number of images and the tokens ``image_grid_thw`` implies; a mismatch raises
+:class:`PlaceholderMismatchError` naming both numbers (the failure behind verl #3469 and
+TRL #4488).
+
+Position ids are computed here, per request, instead of through the model's stateful
+``rope_deltas`` attribute (Qwen2-VL's ``compute_3d_position_ids`` caches the delta on the
+module, which concurrent requests would overwrite). For Qwen-VL families the prompt's 3-D
+positions come from ``model.model.get_rope_index`` (transformers 5.3,
+``models/qwen2_vl/modeling_qwen2_vl.py``), the function AReaL's ``FSDPEngine._prepare_mb_list``
+reaches through ``compute_3d_position_ids``; every later text token at index ``i`` sits at
+``i + rope_delta`` on all three axes.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# Keys of a processor output that are not model inputs for the images.
+_NOT_VISION_KEYS = {"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"}
+# Placeholder strings of common VLM families; any present in the tokenizer is never sampled.
+_PLACEHOLDER_TOKENS = (
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<image>",
+    "<video>",
+)
+_PLACEHOLDER_ATTRS = (
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+    "image_token_index",
+    "video_token_index",
+)
+
+
+class PlaceholderMismatchError(ValueError):
+    """The image placeholders in ``input_ids`` disagree with the images sent."""
+
+
+@dataclass
+class PreparedInputs:
+    """One request, ready for prefill.
+
+    Attributes:
+        input_ids: Prompt token ids (placeholders expanded).
+        vision: Tensors for the prefill forward only (``pixel_values`` float, ``image_grid_thw``
+            int64 ``[num_images, 3]``, ...), on the engine's device; empty for text-only.
+        mm_token_type_ids: ``[1, L]`` int64 (0 text, 1 image, 2 video), or ``None`` when the
+            request has no images.
+    """
+
+    input_ids: list[int]
+    vision: dict[str, torch.Tensor] = field(default_factory=dict)
+    mm_token_type_ids: torch.Tensor | None = None
+
+
+def placeholder_token_ids(model_config: Any, processor: Any, tokenizer: Any) -> set[int]:
+    """Ids of vision placeholder tokens (image/video pads, vision start/end) to never sample."""
+    ids: set[int] = set()
+    for obj in (model_config, getattr(model_config, "text_config", None), processor):
+        for attr in _PLACEHOLDER_ATTRS:
+            value = getattr(obj, attr, None) if obj is not None else None
+            if isinstance(value, int) and value >= 0:
+                ids.add(value)
+    if tokenizer is not None:
+        vocab = tokenizer.get_vocab()
+        ids.update(vocab[t] for t in _PLACEHOLDER_TOKENS if t in vocab)
+    return ids
+
+
+def decode_image(data: Any):
+    """A PIL image from a base64 string, a ``data:`` URL or a PIL image (SGLang's inputs)."""
+    from PIL import Image
+
+    if isinstance(data, Image.Image):
+        return data
+    if not isinstance(data, str):
+        raise TypeError(f"image_data entries must be base64 strings, got {type(data).__name__}.")
+    if data.startswith("data:"):
+        data = data.split(",", 1)[1]
+    try:
+        image = Image.open(io.BytesIO(base64.b64decode(data, validate=False)))
+        image.load()
+    except Exception as e:  # PIL raises several types for undecodable bytes
+        raise ValueError(f"Cannot decode an image from image_data: {e}") from e
+    return image.convert("RGB")
+
+
+def _as_vision_dict(mm: Any) -> dict[str, torch.Tensor]:
+    if isinstance(mm, list | tuple):  # the trajectory form: a list of per-sample dicts
+        dicts = [d for d in mm if d]
+        keys = {k for d in dicts for k in d}
+        return {k: torch.cat([torch.as_tensor(d[k]) for d in dicts if k in d]) for k in keys}
+    if not isinstance(mm, dict):
+        raise TypeError(
+            f'metadata["multi_modal_input"] must be a dict of tensors, got {type(mm).__name__}.'
+        )
+    return {k: torch.as_tensor(v) for k, v in mm.items()}
+
+
+def _count_runs(ids: torch.Tensor, token_id: int) -> int:
+    hit = ids == token_id
+    return int((hit[1:] & ~hit[:-1]).sum() + hit[:1].sum())
+
+
+def check_placeholders(
+    input_ids: list[int],
+    vision: dict[str, torch.Tensor],
+    image_token_id: int | None,
+    video_token_id: int | None,
+    merge_size: int,
+) -> None:
+    """Raise :class:`PlaceholderMismatchError` unless placeholders match the grids.
+
+    Each image ``i`` needs ``prod(image_grid_thw[i]) // merge_size**2`` consecutive
+    ``image_token_id`` tokens; videos likewise with ``video_grid_thw``.
+
+    >>> check_placeholders([7, 5, 5, 8], {"image_grid_thw": torch.tensor([[1, 2, 4]])}, 5, None, 2)
+    >>> check_placeholders([7, 5, 8], {"image_grid_thw": torch.tensor([[1, 2, 4]])}, 5, None, 2)
+    Traceback (most recent call last):
+    ...
+    vlrollout.engine.inputs.PlaceholderMismatchError: input_ids hold 1 image placeholder tokens in 1 run(s), but image_grid_thw implies 2 tokens for 1 image(s) (merge size 2). Build input_ids and the images with the same processor settings (min/max pixels, patch and merge size).
+    """
+    ids = torch.tensor(input_ids)
+    for kind, token_id, grid_key, data_key in (
+        ("image", image_token_id, "image_grid_thw", "pixel_values"),
+        ("video", video_token_id, "video_grid_thw", "pixel_values_videos"),
+    ):
+        grid = vision.get(grid_key)
+        n_tokens = int((ids == token_id).sum()) if token_id is not None else 0
+        n_runs = _count_runs(ids, token_id) if token_id is not None else 0
+        if grid is None:
+            if data_key in vision:
+                raise PlaceholderMismatchError(f"{data_key} was given without {grid_key}.")
+            if n_tokens:
+                raise PlaceholderMismatchError(
+                    f"input_ids hold {n_tokens} {kind} placeholder tokens but the request has no "
+                    f"{kind}s: send them in metadata['multi_modal_input'] or image_data."
+                )
+            continue
+        expected = int(grid.prod(-1).sum()) // merge_size**2
+        if n_tokens != expected or n_runs != grid.shape[0]:
+            raise PlaceholderMismatchError(
+                f"input_ids hold {n_tokens} {kind} placeholder tokens in {n_runs} run(s), but "
+                f"{grid_key} implies {expected} tokens for {grid.shape[0]} {kind}(s) "
+                f"(merge size {merge_size}). Build input_ids and the {kind}s with the same "
+                "processor settings (min/max pixels, patch and merge size)."
+            )
+
+
+def prepare_inputs(
+    req: Any,
+    processor: Any,
+    model_config: Any,
+    device: torch.device | str,
+    dtype: torch.dtype,
+) -> PreparedInputs:
+    """Build :class:`PreparedInputs` for ``req`` and validate its placeholders.
+
+    Args:
+        req: An AReaL ``ModelRequest``.
+        processor: Used for ``req.image_data`` when ``req.processor`` is ``None``.
+        model_config: The model's config (placeholder ids, merge size).
+        device: Where the vision tensors go.
+        dtype: Floating tensors (``pixel_values``) are cast to this, the model's dtype.
+    """
+    input_ids = [int(t) for t in req.input_ids]
+    if not input_ids:
+        raise ValueError("req.input_ids is empty: the engine needs a prompt.")
+    metadata = req.metadata or {}
+    if metadata.get("multi_modal_input"):
+        vision = _as_vision_dict(metadata["multi_modal_input"])
+    elif req.image_data:
+        proc = req.processor or processor
+        image_processor = getattr(proc, "image_processor", None)
+        if image_processor is None:
+            raise ValueError(
+                "req.image_data was given but neither req.processor nor the engine has an "
+                "image processor; pass processor=... to the engine or send "
+                "metadata['multi_modal_input']."
+            )
+        images = [decode_image(d) for d in req.image_data]
+        out = image_processor(images=images, return_tensors="pt")
+        vision = {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+    else:
+        vision = {}
+    mm_types = vision.pop("mm_token_type_ids", None)
+    vision = {k: v for k, v in vision.items() if k not in _NOT_VISION_KEYS}
+
+    image_id = getattr(model_config, "image_token_id", None)
+    video_id = getattr(model_config, "video_token_id", None)
+    vision_cfg = getattr(model_config, "vision_config", None)
+    merge = getattr(vision_cfg, "spatial_merge_size", None) or 1
+    check_placeholders(input_ids, vision, image_id, video_id, merge)
+
+    if not vision:
+        return PreparedInputs(input_ids=input_ids)
+    if mm_types is None:
+        mm_types = metadata.get("mm_token_type_ids")
+    if mm_types is None:
+        ids = torch.tensor(input_ids)
+        mm_types = torch.zeros_like(ids)
+        if image_id is not None:
+            mm_types[ids == image_id] = 1
+        if video_id is not None:
+            mm_types[ids == video_id] = 2
+    mm_types = torch.as_tensor(mm_types, dtype=torch.long).reshape(1, -1)
+    if mm_types.shape[1] != len(input_ids):
+        raise ValueError(
+            f"mm_token_type_ids has {mm_types.shape[1]} entries for {len(input_ids)} input_ids."
+        )
+    vision = {
+        k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
+        for k, v in vision.items()
+    }
+    return PreparedInputs(input_ids=input_ids, vision=vision, mm_token_type_ids=mm_types.to(device))
+
+
+def uses_mrope(model: Any) -> bool:
+    """Whether the model takes 3-D (M-RoPE) position ids: the Qwen-VL families."""
+    return hasattr(getattr(model, "model", None), "get_rope_index")
+
+
+def prompt_positions(
+    model: Any,
+    ids: torch.Tensor,
+    mm_token_type_ids: torch.Tensor | None,
+    vision: dict[str, torch.Tensor],
+) -> tuple[torch.Tensor, int]:
+    """Position ids for a prefill of ``ids`` (``[1, L]``) and the offset of later tokens.
+
+    Returns:
+        ``(position_ids, rope_delta)``: ``[3, 1, L]`` for M-RoPE models, else ``[1, L]``
+        (int64); a text token at index ``i >= L`` has position ``i + rope_delta``.
+    """
+    length = ids.shape[1]
+    if not uses_mrope(model):
+        return torch.arange(length, device=ids.device).unsqueeze(0), 0
+    if mm_token_type_ids is None or not vision:
+        pos = torch.arange(length, device=ids.device).view(1, 1, -1).expand(3, 1, -1)
+        return pos, 0
+    types = mm_token_type_ids
+    if types.shape[1] < length:  # re-prefill after generated (text) tokens
+        pad = torch.zeros(1, length - types.shape[1], dtype=types.dtype, device=types.device)
+        types = torch.cat([types, pad], dim=1)
+    grids = {
+        k: vision[k]
+        for k in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
+        if k in vision
+    }
+    pos, delta = model.model.get_rope_index(ids, mm_token_type_ids=types, **grids)
+    return pos, int(delta.reshape(-1)[0])

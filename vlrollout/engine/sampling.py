@@ -1,0 +1,221 @@
+"""Sampling parameters and the per-token sampling step of the local engine.
+
+The convention for the reported log-probability follows AReaL's trainer, so that the rollout's
+``logprobs`` and the actor's recomputed ``logprobs`` agree on the generated tokens:
+
+    logprob(token) = log_softmax(raw_logits.float() / temperature)[token]
+
+checked in ``areal/utils/functional/vocab_parallel.py`` (``_gather_logprobs``, reached through
+``gather_logprobs``), which ``FSDPEngine._compute_logprobs`` in ``areal/engine/fsdp_engine.py``
+calls with ``temperature=self.config.temperature`` (areal 1.0.4). The logits are the model's raw
+logits: no top-p / top-k filtering, no placeholder mask, no ``min_new_tokens`` mask and no
+frequency penalty, because the trainer's recompute applies none of them. Those only shape the
+distribution the engine *samples* from. The consequence: a token that the sampling mask forbids
+would never be sampled, so the reported logprob of a sampled token is the unmasked one, which is
+what the trainer will compute for it.
+
+With ``greedy=True`` the token is the argmax of the (masked) logits and its reported logprob
+still uses ``gconfig.temperature``: AReaL configs set ``actor.temperature`` equal to
+``gconfig.temperature``, and that is the temperature the recompute uses. A temperature of 0 means
+greedy (as in SGLang) and logprobs at temperature 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# A top_k at least this large means "no top-k" (AReaL's default is int(1e8)).
+_NO_TOP_K = 1 << 30
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What the engine needs from ``GenerationHyperparameters`` for one request.
+
+    Attributes:
+        max_new_tokens: Tokens to generate at most (already capped by ``max_tokens``).
+        min_new_tokens: Stop tokens and stop strings are ignored before this many tokens.
+        greedy: Take the argmax instead of sampling.
+        temperature: Sampling temperature; also the temperature of the reported logprobs.
+        top_p: Nucleus threshold in (0, 1].
+        top_k: Keep this many most likely tokens; ``>= vocab`` disables it.
+        stop_token_ids: Generation stops after sampling one of these (it is kept in the output).
+        stop: Stop strings: generation stops once the decoded completion contains one.
+        frequency_penalty: Subtracted from a token's sampling logit per earlier occurrence in the
+            completion (OpenAI semantics); does not change the reported logprob.
+        seed: Seeds a per-request generator, for reproducible sampling; ``None`` uses the
+            engine's generator.
+    """
+
+    max_new_tokens: int
+    min_new_tokens: int = 0
+    greedy: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = _NO_TOP_K
+    stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    stop: tuple[str, ...] = ()
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.max_new_tokens <= 0:
+            raise ValueError(
+                f"max_new_tokens must be positive, got {self.max_new_tokens}; raise "
+                "gconfig.max_new_tokens or gconfig.max_tokens (which caps prompt + completion)."
+            )
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.top_k <= 0:
+            raise ValueError(f"top_k must be positive, got {self.top_k}.")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.greedy or self.temperature == 0.0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature of the reported logprobs (1.0 when ``temperature`` is 0)."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+    @classmethod
+    def from_gconfig(
+        cls,
+        gconfig: Any,
+        prompt_len: int,
+        eos_token_ids: Iterable[int] = (),
+        seed: int | None = None,
+    ) -> SamplingParams:
+        """Translate AReaL's ``GenerationHyperparameters`` for a prompt of ``prompt_len`` tokens.
+
+        ``max_new_tokens`` becomes ``min(max_new_tokens, max_tokens - prompt_len)`` as in
+        ``RemoteInfEngine.agenerate``; ``eos_token_ids`` join ``stop_token_ids`` unless
+        ``ignore_eos``.
+
+        >>> from areal.api.cli_args import GenerationHyperparameters
+        >>> g = GenerationHyperparameters(max_new_tokens=8, stop_token_ids=[5])
+        >>> sorted(SamplingParams.from_gconfig(g, prompt_len=4, eos_token_ids=[2]).stop_token_ids)
+        [2, 5]
+        """
+        if gconfig.n_samples != 1:
+            raise ValueError(
+                f"n_samples={gconfig.n_samples}: an engine request generates one sequence. Call "
+                "agenerate n times (as AReaL's workflows do) or use GroupedRolloutWorkflow."
+            )
+        if gconfig.use_beam_search:
+            raise NotImplementedError("Beam search is not supported by the local engine.")
+        max_new = min(gconfig.max_new_tokens, gconfig.max_tokens - prompt_len)
+        if max_new <= 0:
+            raise ValueError(
+                f"No room to generate: max_new_tokens={gconfig.max_new_tokens}, "
+                f"max_tokens={gconfig.max_tokens}, prompt_len={prompt_len}."
+            )
+        stop_ids = set(gconfig.stop_token_ids or [])
+        if not gconfig.ignore_eos:
+            stop_ids.update(int(t) for t in eos_token_ids if t is not None)
+        return cls(
+            max_new_tokens=max_new,
+            min_new_tokens=gconfig.min_new_tokens,
+            greedy=gconfig.greedy,
+            temperature=float(gconfig.temperature),
+            top_p=float(gconfig.top_p),
+            top_k=int(gconfig.top_k),
+            stop_token_ids=frozenset(stop_ids),
+            stop=tuple(gconfig.stop or ()),
+            frequency_penalty=float(gconfig.frequency_penalty),
+            seed=seed,
+        )
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """AReaL's logprob convention: ``log_softmax(logits.float() / T)`` gathered at ``tokens``.
+
+    Args:
+        logits: ``[..., vocab]`` raw logits, any float dtype.
+        tokens: ``[...]`` int64 token ids.
+        temperature: Positive temperature.
+
+    Returns:
+        ``[...]`` float32 log-probabilities.
+
+    >>> token_logprobs(torch.zeros(1, 4), torch.tensor([2]), 1.0).exp()
+    tensor([0.2500])
+    """
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def filter_top_k_top_p(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Zero out tokens outside the top-k and the top-p nucleus, then renormalise.
+
+    Top-k first, then top-p on what is left, as SGLang's sampler does. The most likely token
+    always survives.
+
+    Args:
+        probs: ``[vocab]`` probabilities (after temperature).
+        top_k: Tokens to keep; ``>= vocab`` keeps all.
+        top_p: Nucleus mass in (0, 1].
+
+    >>> filter_top_k_top_p(torch.tensor([0.5, 0.3, 0.2]), top_k=3, top_p=0.6)
+    tensor([0.6250, 0.3750, 0.0000])
+    """
+    sorted_p, order = probs.sort(descending=True)
+    keep = torch.ones_like(sorted_p, dtype=torch.bool)
+    if top_k < sorted_p.numel():
+        keep[top_k:] = False
+    if top_p < 1.0:
+        kept = sorted_p * keep
+        kept = kept / kept.sum()
+        # Drop a token when the mass strictly before it already reaches top_p.
+        keep &= (kept.cumsum(0) - kept) < top_p
+    keep[0] = True
+    out = torch.zeros_like(probs)
+    out[order[keep]] = sorted_p[keep]
+    return out / out.sum()
+
+
+def sample_token(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    banned: torch.Tensor | None,
+    n_generated: int,
+    counts: dict[int, int] | None = None,
+    generator: torch.Generator | None = None,
+) -> int:
+    """Pick the next token for one sequence.
+
+    Args:
+        logits: ``[vocab]`` float32 raw logits of the last position.
+        params: The request's sampling parameters.
+        banned: int64 ids that are never sampled (vision placeholders), or ``None``.
+        n_generated: Tokens generated so far; stop tokens are banned while it is below
+            ``params.min_new_tokens``.
+        counts: Occurrences of each token in the completion, for ``frequency_penalty``.
+        generator: Random generator on ``logits.device``.
+
+    Returns:
+        The token id.
+    """
+    scores = logits.float().clone()
+    if banned is not None and banned.numel():
+        scores[banned] = float("-inf")
+    if n_generated < params.min_new_tokens and params.stop_token_ids:
+        stop = torch.tensor(sorted(params.stop_token_ids), device=scores.device)
+        scores[stop[stop < scores.numel()]] = float("-inf")
+    if params.frequency_penalty and counts:
+        ids = torch.tensor(list(counts), device=scores.device)
+        n = torch.tensor(list(counts.values()), device=scores.device, dtype=scores.dtype)
+        scores[ids] -= params.frequency_penalty * n
+    if not torch.isfinite(scores).any():
+        raise RuntimeError("Every token is masked; nothing can be sampled.")
+    if params.is_greedy:
+        return int(scores.argmax())
+    probs = torch.softmax(scores / params.temperature, dim=-1)
+    probs = filter_top_k_top_p(probs, params.top_k, params.top_p)
+    return int(torch.multinomial(probs, 1, generator=generator))

@@ -1,0 +1,83 @@
+"""The tiny Qwen2-VL-architecture model: its config, built from the tiny tokenizer's ids.
+
+The model is a real ``transformers.Qwen2VLForConditionalGeneration`` (the architecture SGLang and
+vLLM serve as ``Qwen2VLForConditionalGeneration``), only small: a 4-layer, 128-wide text decoder and
+a depth-4, 128-wide ViT with patch 14 and a 2×2 merger. Field names follow transformers 5.3's
+``Qwen2VLConfig`` (``text_config`` / ``vision_config`` sub-configs; ``vision_config.hidden_size`` is
+the merger's output width and must equal the text width; ``rope_parameters["mrope_section"]`` splits
+half the head dimension into temporal/height/width parts, [16, 24, 24] for 128-dim heads in
+Qwen/Qwen2-VL-2B-Instruct's ``config.json``, here scaled to 32-dim heads).
+
+>>> from vlrollout.tiny.tokenizer import build_bpe_tokenizer
+>>> cfg = tiny_qwen2vl_config(build_bpe_tokenizer())
+>>> cfg.text_config.hidden_size, cfg.vision_config.patch_size
+(128, 14)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase, Qwen2VLConfig
+
+TEXT_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]},
+}
+VISION_DEFAULTS: dict[str, Any] = {
+    "depth": 4,
+    "embed_dim": 128,
+    "num_heads": 4,
+    "mlp_ratio": 4,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+}
+
+
+def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
+    tid = tokenizer.convert_tokens_to_ids(token)
+    if tid is None or tid == tokenizer.unk_token_id:
+        raise ValueError(f"tokenizer has no {token!r} token; build it with QWEN2VL_SPECIAL_TOKENS")
+    return int(tid)
+
+
+def tiny_qwen2vl_config(
+    tokenizer: PreTrainedTokenizerBase,
+    text: dict[str, Any] | None = None,
+    vision: dict[str, Any] | None = None,
+) -> Qwen2VLConfig:
+    """A small ``Qwen2VLConfig`` whose vocabulary and special-token ids match ``tokenizer``.
+
+    Args:
+        tokenizer: The tiny BPE tokenizer (``vlrollout.tiny.tokenizer.build_bpe_tokenizer``).
+        text: Overrides for the text sub-config (defaults ``TEXT_DEFAULTS``).
+        vision: Overrides for the vision sub-config (defaults ``VISION_DEFAULTS``).
+    """
+    text_cfg = {**TEXT_DEFAULTS, **(text or {})}
+    vision_cfg = {**VISION_DEFAULTS, **(vision or {})}
+    head_dim = text_cfg["hidden_size"] // text_cfg["num_attention_heads"]
+    section = text_cfg["rope_parameters"]["mrope_section"]
+    if sum(section) * 2 != head_dim:
+        raise ValueError(
+            f"mrope_section {section} sums to {sum(section)} but must be head_dim/2 = {head_dim // 2}"
+        )
+    vision_cfg["hidden_size"] = text_cfg["hidden_size"]  # merger output feeds the decoder
+    eos = _token_id(tokenizer, tokenizer.eos_token)
+    pad = _token_id(tokenizer, tokenizer.pad_token)
+    text_cfg.update(vocab_size=len(tokenizer), bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
+    return Qwen2VLConfig(
+        text_config=text_cfg,
+        vision_config=vision_cfg,
+        image_token_id=_token_id(tokenizer, "<|image_pad|>"),
+        video_token_id=_token_id(tokenizer, "<|video_pad|>"),
+        vision_start_token_id=_token_id(tokenizer, "<|vision_start|>"),
+        vision_end_token_id=_token_id(tokenizer, "<|vision_end|>"),
+        tie_word_embeddings=False,
+    )

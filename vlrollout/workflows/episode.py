@@ -1,0 +1,123 @@
+"""What every workflow does around its episode: prepare the prompt, record the outcome.
+
+``EpisodeContext`` holds the parts a workflow is configured with (tokenizer, processor,
+preprocessor, generation config, reward caller, ledger); workflows hold one instead of inheriting
+from each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from areal import workflow_context
+from areal.api.cli_args import GenerationHyperparameters
+from areal.utils import stats_tracker
+
+from vlrollout.ledger import EpisodeLedger
+from vlrollout.packaging import PackingError
+from vlrollout.processors.base import PreparedPrompt, Preprocessor
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.text import item_label
+from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
+
+
+def load_tokenizer(tokenizer: Any) -> Any:
+    """A tokenizer object, or one loaded from a local path (AReaL configs pass paths)."""
+    if isinstance(tokenizer, str):
+        from areal.utils.hf_utils import load_hf_tokenizer
+
+        return load_hf_tokenizer(tokenizer)
+    return tokenizer
+
+
+def load_processor(processor: Any) -> Any:
+    """A processor object, or one loaded from a local path with ``AutoProcessor``."""
+    if isinstance(processor, str):
+        from transformers import AutoProcessor
+
+        return AutoProcessor.from_pretrained(processor)
+    return processor
+
+
+@dataclass
+class EpisodeContext:
+    """The configured parts of a workflow.
+
+    Args:
+        tokenizer: The tokenizer (decodes completions, gives stop/pad ids).
+        preprocessor: Turns a data item into a :class:`PreparedPrompt`.
+        gconfig: Generation settings; stop and pad token ids are added from the tokenizer.
+        reward: The reward caller.
+        processor: The multimodal processor passed along in requests (``None`` for text).
+        max_prompt_tokens: Reject prompts longer than this (``prompt_too_long``) instead of letting
+            the engine fail on them; ``None`` disables the check.
+    """
+
+    tokenizer: Any
+    preprocessor: Preprocessor
+    gconfig: GenerationHyperparameters
+    reward: RewardCaller
+    processor: Any = None
+    max_prompt_tokens: int | None = None
+    ledger: EpisodeLedger = field(default_factory=EpisodeLedger)
+
+    def __post_init__(self) -> None:
+        self.gconfig = self.gconfig.new_with_stop_and_pad_token_ids(self.tokenizer)
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
+            raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
+
+    async def prepare(self, data: dict[str, Any]) -> PreparedPrompt:
+        """Prepare the prompt off the event loop (decoding and resizing images is CPU work)."""
+        aprepare = getattr(self.preprocessor, "aprepare", None)
+        if aprepare is not None:
+            prepared = await aprepare(data)
+        else:
+            prepared = await asyncio.to_thread(self.preprocessor.prepare, data)
+        if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
+            raise EpisodeRejected(
+                "prompt_too_long",
+                f"prompt has {prepared.prompt_len} tokens, more than max_prompt_tokens="
+                f"{self.max_prompt_tokens}",
+            )
+        return prepared
+
+    def decode_completion(self, token_ids: Sequence[int]) -> str:
+        """Completion text for rewards: trailing stop tokens dropped, other special tokens kept.
+
+        Special tokens stay because some families write boxes with them
+        (Qwen2-VL's ``<|box_start|>``); the stop token is scaffolding, not answer.
+        """
+        stop = set(self.gconfig.stop_token_ids)
+        end = len(token_ids)
+        while end > 0 and token_ids[end - 1] in stop:
+            end -= 1
+        return self.tokenizer.decode(list(token_ids[:end]), skip_special_tokens=False)
+
+    async def run_recorded(
+        self, data: dict[str, Any], episode: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any] | None:
+        """Run an episode; a bad item or a failed step becomes ``None`` plus a ledger record.
+
+        Bugs (``PackingError``, anything unexpected) still raise: they are not bad data.
+        """
+        label = item_label(data) if isinstance(data, dict) else "item"
+        try:
+            trajectory = await episode()
+        except PreprocessError as e:
+            self.ledger.reject(e.item or label, e.reason, e.detail)
+            return None
+        except EpisodeRejected as e:
+            self.ledger.reject(label, e.reason, e.detail)
+            return None
+        except PackingError:
+            raise
+        self.ledger.accept()
+        return trajectory
+
+
+def log_reward(**scalars: float) -> None:
+    """Report episode scalars to AReaL's stats tracker in the current rollout scope."""
+    stats_tracker.get(workflow_context.stat_scope()).scalar(**scalars)

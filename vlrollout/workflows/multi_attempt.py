@@ -1,0 +1,190 @@
+"""Multi-attempt workflows: retry with a feedback message until the reward is positive.
+
+The whole conversation is one trajectory: the prompt, each attempt (loss on), and each feedback
+message (loss off). The final reward is the last attempt's reward times ``turn_discount`` per
+extra attempt, as in AReaL's ``MultiTurnWorkflow``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from areal.api import InferenceEngine, RolloutWorkflow
+from areal.api.cli_args import GenerationHyperparameters
+from areal.utils.hf_utils import apply_chat_template
+from areal.utils.perf_tracer import session_context
+
+from vlrollout.packaging import TrajectoryBuilder
+from vlrollout.processors.base import Preprocessor
+from vlrollout.processors.text import TextPreprocessor
+from vlrollout.workflows.episode import EpisodeContext, load_processor, load_tokenizer, log_reward
+from vlrollout.workflows.steps import RewardCaller, build_request, generate
+from vlrollout.workflows.vision import build_vision_preprocessor
+
+DEFAULT_FEEDBACK = (
+    "Your answer is either wrong or not parsable to the reward function. "
+    "Please carefully read the question, check your previous answer, and try again."
+)
+
+
+def feedback_token_ids(tokenizer: Any, feedback: str) -> list[int]:
+    """Tokens that follow an assistant turn's end-of-turn token up to the next generation prompt.
+
+    Derived from the chat template itself (render a conversation with and without the feedback
+    turn and take the difference after the assistant's end token), so the packed sequence is
+    exactly what the template would produce for the whole conversation — including the newline
+    after ``<|im_end|>`` that AReaL's ``MultiTurnWorkflow`` drops.
+    """
+    eos = tokenizer.eos_token_id
+    first = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    s1 = apply_chat_template(tokenizer, first, tokenize=True)
+    s2 = apply_chat_template(
+        tokenizer,
+        first + [{"role": "user", "content": feedback}],
+        tokenize=True,
+        add_generation_prompt=True,
+    )
+    if eos not in s1:
+        raise ValueError(
+            "the chat template does not end an assistant turn with the tokenizer's eos token; "
+            "pass feedback_ids explicitly"
+        )
+    end = len(s1) - 1 - s1[::-1].index(eos)  # last eos of the assistant turn
+    if s2[: end + 1] != s1[: end + 1]:
+        raise ValueError("the chat template renders the first turns differently with feedback")
+    return s2[end + 1 :]
+
+
+class MultiAttemptWorkflow(RolloutWorkflow):
+    """Retry until reward > 0 or ``max_turns`` attempts; pack all attempts in one trajectory.
+
+    Args:
+        reward_fn: AReaL-style reward or its import path.
+        gconfig: Generation settings.
+        tokenizer: Tokenizer or a local path.
+        max_turns: Maximum number of attempts (>= 1).
+        turn_discount: Reward factor per extra attempt, in (0, 1].
+        preprocessor: Builds the prompt; defaults to the chat template (text).
+        processor: Multimodal processor sent with requests (``None`` for text).
+        feedback: The message appended after a failed attempt.
+        reward_timeout_s, max_prompt_tokens: As in :class:`SingleTurnWorkflow`.
+    """
+
+    def __init__(
+        self,
+        reward_fn: Callable[..., float] | str,
+        gconfig: GenerationHyperparameters,
+        tokenizer: Any,
+        max_turns: int,
+        turn_discount: float,
+        preprocessor: Preprocessor | None = None,
+        processor: Any = None,
+        feedback: str = DEFAULT_FEEDBACK,
+        enable_thinking: bool = False,
+        reward_timeout_s: float = 15.0,
+        max_prompt_tokens: int | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        if not 0.0 < turn_discount <= 1.0:
+            raise ValueError(f"turn_discount must be in (0, 1], got {turn_discount}")
+        tokenizer = load_tokenizer(tokenizer)
+        self.max_turns = max_turns
+        self.turn_discount = turn_discount
+        self.feedback_ids = feedback_token_ids(tokenizer, feedback)
+        self.ctx = EpisodeContext(
+            tokenizer=tokenizer,
+            preprocessor=preprocessor or TextPreprocessor(tokenizer, enable_thinking),
+            gconfig=gconfig,
+            reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
+            processor=processor,
+            max_prompt_tokens=max_prompt_tokens,
+        )
+
+    @property
+    def ledger(self):
+        return self.ctx.ledger
+
+    async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict | None:
+        return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
+
+    def _between_turns(self, output_tokens: Sequence[int]) -> list[int]:
+        """Observation tokens after a failed attempt: eos if the attempt was cut off, then feedback."""
+        eos = self.ctx.tokenizer.eos_token_id
+        closing = [] if output_tokens and output_tokens[-1] == eos else [eos]
+        return closing + self.feedback_ids
+
+    @session_context()
+    async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
+        ctx = self.ctx
+        prepared = await ctx.prepare(data)
+        builder = TrajectoryBuilder(
+            prompt_ids=prepared.input_ids,
+            multi_modal_input=prepared.multi_modal_input,
+            mm_token_type_ids=prepared.mm_token_type_ids,
+        )
+        geometry = [g.to_dict() for g in prepared.geometry]
+        reward, discount = 0.0, 1.0
+        for turn in range(self.max_turns):
+            if turn > 0:
+                discount *= self.turn_discount
+            req = build_request(prepared, ctx.gconfig, ctx.tokenizer, ctx.processor, builder.token_ids)
+            resp = await generate(engine, req)
+            builder.add_generated(resp)
+            reward = await ctx.reward(
+                ctx.tokenizer.decode(resp.input_tokens, skip_special_tokens=False),
+                ctx.decode_completion(resp.output_tokens),
+                resp.input_tokens,
+                resp.output_tokens,
+                data,
+                geometry=geometry,
+            )
+            if reward > 0 or turn == self.max_turns - 1:
+                break
+            builder.add_observation(self._between_turns(resp.output_tokens))
+        final = float(reward * discount)
+        log_reward(reward=final, num_turns=builder.num_generated_turns)
+        return builder.build(final)
+
+
+class VisionMultiAttemptWorkflow(MultiAttemptWorkflow):
+    """Multi-attempt workflow whose prompt carries images (built by a multimodal processor).
+
+    The images stay in the prompt; feedback turns are text. Arguments as in
+    :class:`MultiAttemptWorkflow` plus ``processor``, ``preprocessor`` (object, name or import
+    path) and the resize limits of :class:`~vlrollout.workflows.VisionRLVRWorkflow`.
+    """
+
+    def __init__(
+        self,
+        reward_fn: Callable[..., float] | str,
+        gconfig: GenerationHyperparameters,
+        tokenizer: Any,
+        processor: Any,
+        max_turns: int,
+        turn_discount: float,
+        preprocessor: Preprocessor | str | None = None,
+        enable_thinking: bool = False,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        processor = load_processor(processor)
+        preprocessor = build_vision_preprocessor(
+            processor,
+            preprocessor,
+            enable_thinking=enable_thinking,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+        )
+        super().__init__(
+            reward_fn,
+            gconfig,
+            tokenizer,
+            max_turns,
+            turn_discount,
+            preprocessor=preprocessor,
+            processor=processor,
+            **kwargs,
+        )

@@ -1,0 +1,161 @@
+"""Steps every workflow shares: prepare, request, generate, score, and turning failures into reasons.
+
+Workflows compose these functions instead of inheriting copies of them (AReaL's
+``VisionRLVRWorkflow`` re-implements ``RLVRWorkflow``'s methods and the copies already disagree).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from areal.api import AsyncRewardWrapper, InferenceEngine, ModelRequest, ModelResponse
+from areal.api.cli_args import GenerationHyperparameters
+from areal.utils.dynamic_import import import_from_string
+from areal.utils.perf_tracer import atrace_session_phase, trace_session
+
+from vlrollout.packaging import merge_multi_modal_inputs
+from vlrollout.processors.base import PreparedPrompt
+
+# Keys of a data item that never reach the reward function: raw images are heavy to pickle into
+# the reward process pool, and rewards get each image's geometry instead.
+_NOT_FOR_REWARD = ("images",)
+
+
+class EpisodeRejected(Exception):
+    """Raised inside an episode to reject it with a reason; the workflow records it and returns None."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}")
+
+
+def resolve_callable(fn: Callable[..., Any] | str, what: str) -> Callable[..., Any]:
+    """Accept a callable or an import path (``pkg.mod.attr``), as AReaL configs name hooks."""
+    if callable(fn):
+        return fn
+    if isinstance(fn, str):
+        try:
+            return import_from_string(fn)
+        except Exception as e:  # noqa: BLE001 - re-raised with the path named
+            raise ValueError(f"cannot import {what} {fn!r}: {e}") from e
+    raise TypeError(f"{what} must be a callable or an import path, got {type(fn).__name__}")
+
+
+def build_request(
+    prepared: PreparedPrompt,
+    gconfig: GenerationHyperparameters,
+    tokenizer: Any,
+    processor: Any = None,
+    input_ids: Sequence[int] | None = None,
+    multi_modal_inputs: Sequence[Mapping[str, torch.Tensor]] = (),
+    image_data: Sequence[str] | None = None,
+) -> ModelRequest:
+    """A ``ModelRequest`` that every engine can serve.
+
+    Remote engines get ``image_data`` (SGLang) and ``vision_msg_vllm`` (vLLM); our local engine
+    gets the exact training tensors in ``metadata["multi_modal_input"]``, so the engine and the
+    trainer see the same pixels by construction. ``input_ids``/``multi_modal_inputs``/
+    ``image_data`` override the prompt's for later turns of a multi-turn episode.
+    """
+    metadata: dict[str, Any] = {}
+    parts = list(multi_modal_inputs) or ([prepared.multi_modal_input] if prepared.multi_modal_input else [])
+    if parts:
+        metadata["multi_modal_input"] = merge_multi_modal_inputs(parts)
+    return ModelRequest(
+        rid=uuid.uuid4().hex,
+        input_ids=list(input_ids if input_ids is not None else prepared.input_ids),
+        gconfig=gconfig.new(n_samples=1),
+        tokenizer=tokenizer,
+        processor=processor,
+        image_data=list(image_data if image_data is not None else prepared.image_data),
+        vision_msg_vllm=[prepared.vision_msg_vllm] if prepared.vision_msg_vllm else None,
+        metadata=metadata,
+    )
+
+
+async def generate(engine: InferenceEngine, req: ModelRequest) -> ModelResponse:
+    """Call the engine, turning engine failures into rejections with a reason.
+
+    Decided per case (see the reliability table in the README): an engine exception or an
+    ``abort`` rejects the episode (``engine_error`` / ``engine_abort``); an empty completion
+    rejects it (``empty_output``) because it carries nothing to train on.
+    """
+    async with atrace_session_phase("generate"):
+        try:
+            resp = await engine.agenerate(req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded as the rejection reason
+            raise EpisodeRejected("engine_error", f"{type(e).__name__}: {e}") from e
+    if resp.stop_reason == "abort":
+        raise EpisodeRejected("engine_abort", f"engine aborted request {req.rid}")
+    if resp.output_len == 0:
+        raise EpisodeRejected("empty_output", f"engine returned no tokens for request {req.rid}")
+    return resp
+
+
+class RewardCaller:
+    """Runs a synchronous reward function in AReaL's ``AsyncRewardWrapper`` process pool.
+
+    AReaL's wrapper returns 0 after a timeout, indistinguishable from a wrong answer; here the
+    timeout is enforced outside it, so a timeout rejects the episode with reason
+    ``reward_timeout``, and an exception rejects it with ``reward_error`` — never an unexplained 0.
+    A crashed worker process is recovered by the wrapper (it recreates the pool and retries once).
+
+    Args:
+        reward_fn: ``(prompt, completions, prompt_ids, completion_ids, **task_data) -> float``,
+            or its import path. Must be picklable.
+        timeout_s: Seconds before the episode is rejected with ``reward_timeout``.
+    """
+
+    def __init__(self, reward_fn: Callable[..., float] | str, timeout_s: float = 15.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"reward timeout must be positive, got {timeout_s}")
+        self.reward_fn = resolve_callable(reward_fn, "reward function")
+        self.timeout_s = timeout_s
+        # Inner timeout is longer than ours so ours always fires first; one retry covers a
+        # broken process pool.
+        self._wrapper = AsyncRewardWrapper(
+            self.reward_fn, timeout_seconds=2 * timeout_s + 1, max_retries=1
+        )
+
+    @trace_session("reward")
+    async def __call__(
+        self,
+        prompt: str,
+        completion: str,
+        prompt_ids: Sequence[int],
+        completion_ids: Sequence[int],
+        task_data: Mapping[str, Any],
+        geometry: Sequence[Mapping[str, int]] = (),
+    ) -> float:
+        kwargs = {k: v for k, v in task_data.items() if k not in _NOT_FOR_REWARD}
+        if geometry:
+            kwargs["geometry"] = [dict(g) for g in geometry]
+        try:
+            value = await asyncio.wait_for(
+                self._wrapper(prompt, completion, list(prompt_ids), list(completion_ids), **kwargs),
+                timeout=self.timeout_s,
+            )
+        except TimeoutError as e:
+            raise EpisodeRejected(
+                "reward_timeout", f"reward function took longer than {self.timeout_s}s"
+            ) from e
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded as the rejection reason
+            raise EpisodeRejected("reward_error", f"{type(e).__name__}: {e}") from e
+        try:
+            value = float(value)
+        except (TypeError, ValueError) as e:
+            raise EpisodeRejected(
+                "reward_error", f"reward function returned {value!r}, not a number"
+            ) from e
+        if value != value:  # NaN
+            raise EpisodeRejected("reward_error", "reward function returned NaN")
+        return value
