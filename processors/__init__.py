@@ -1,0 +1,74 @@
+"""Turn data items (messages + images) into prompts for the engine and tensors for the trainer.
+
+Public API (heavy modules are imported on first attribute access, so ``import vlrollout.processors``
+stays cheap)::
+
+    from vlrollout.processors import AutoProcessorPreprocessor, PreparedPromptCache
+    from vlrollout.processors.offline import build_offline_processor
+
+    pre = AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"), max_pixels=112 * 112)
+    prepared = pre.prepare({"messages": [{"role": "user", "content": "<image>What colour?"}],
+                            "images": ["/data/img.png"]})
+    cache = PreparedPromptCache(pre, maxsize=1024)
+    prepared = await cache.aprepare(data)        # once per group, off the event loop
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from .base import ImageGeometry, PreparedPrompt, Preprocessor
+from .errors import PreprocessError
+
+_LAZY = {
+    "AutoProcessorPreprocessor": ".auto",
+    "item_label": ".auto",
+    "FamilyAdapter": ".families",
+    "adapter_for": ".families",
+    "LoadedImage": ".image_loading",
+    "load_image": ".image_loading",
+    "DEFAULT_MAX_PIXELS": ".image_loading",
+    "DEFAULT_MAX_BYTES": ".image_loading",
+    "to_rgb": ".image_mode",
+    "normalize_messages": ".messages",
+    "PreparedPromptCache": ".cache",
+    "item_key": ".cache",
+    "register_preprocessor": ".registry",
+    "unregister_preprocessor": ".registry",
+    "get_preprocessor": ".registry",
+    "resolve_preprocessor": ".registry",
+    "available_preprocessors": ".registry",
+    "build_offline_processor": ".offline",
+}
+
+__all__ = ["ImageGeometry", "PreparedPrompt", "Preprocessor", "PreprocessError", *_LAZY]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .auto import AutoProcessorPreprocessor, item_label
+    from .cache import PreparedPromptCache, item_key
+    from .families import FamilyAdapter, adapter_for
+    from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
+    from .image_mode import to_rgb
+    from .messages import normalize_messages
+    from .offline import build_offline_processor
+    from .registry import (
+        available_preprocessors,
+        get_preprocessor,
+        register_preprocessor,
+        resolve_preprocessor,
+        unregister_preprocessor,
+    )
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -165,6 +165,8 @@ def filter_top_k_top_p(probs: torch.Tensor, top_k: int, top_p: float) -> torch.T
     >>> filter_top_k_top_p(torch.tensor([0.5, 0.3, 0.2]), top_k=3, top_p=0.6)
     tensor([0.6250, 0.3750, 0.0000])
     """
+    if top_k >= probs.numel() and top_p >= 1.0:
+        return probs
     sorted_p, order = probs.sort(descending=True)
     keep = torch.ones_like(sorted_p, dtype=torch.bool)
     if top_k < sorted_p.numel():

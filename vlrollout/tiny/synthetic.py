@@ -58,6 +58,8 @@ IMAGE_GRIDS: dict[tuple[int, int], tuple[int, int]] = {
     (168, 126): (4, 3),
 }
 MAX_SHAPES = 4
+# Seeds: training items, held-out evaluation items, the committed assets/samples.
+TRAIN_SEED, EVAL_SEED, SAMPLES_SEED = 0, 1, 2
 COUNT_WORDS = ("zero", "one", "two", "three", "four")
 
 PROMPTS = {
@@ -258,3 +260,22 @@ def read_dataset(path: str | Path, load_images: bool = True) -> list[dict[str, A
             item["images"] = paths
         items.append(item)
     return items
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Write a mixed sample set: ``python -m vlrollout.tiny.synthetic --out assets/samples``."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="Write synthetic task items as JSONL + PNG files.")
+    p.add_argument("--out", default="assets/samples")
+    p.add_argument("--task", default="mix", choices=[*TASKS, "mix"])
+    p.add_argument("-n", type=int, default=12)
+    p.add_argument("--seed", type=int, default=SAMPLES_SEED)
+    args = p.parse_args(argv)
+    path = write_dataset(generate_items(args.task, args.n, args.seed), args.out)
+    print(path)
+    return path
+
+
+if __name__ == "__main__":
+    main()

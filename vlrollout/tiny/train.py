@@ -39,12 +39,8 @@ from vlrollout.tiny.evaluate import (
     evaluate,
 )
 from vlrollout.tiny.model import tiny_qwen2vl_config
-from vlrollout.tiny.synthetic import TASKS, make_item
+from vlrollout.tiny.synthetic import EVAL_SEED, TASKS, TRAIN_SEED, make_item
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer, build_qwen2vl_processor
-
-TRAIN_SEED = 0  # items for training
-EVAL_SEED = 1  # held-out items for evaluation (TRAINING.json metrics)
-SAMPLES_SEED = 2  # the committed assets/samples (held out from both)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,0 +1,38 @@
+# One place for set-up and the checks users run. The README and .ci/run call these targets.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.vlrollout-installed
+
+.PHONY: setup demo test test-all lint bench lock
+
+# Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
+# pyproject.toml or the lock changes.
+setup: $(STAMP)
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[test]'
+	touch $(STAMP)
+
+# The main job: rollouts of the tiny model on the sample images -> runs/demo/
+demo: setup
+	$(BIN)/vlrollout run --config examples/demo.yaml
+
+# Unit + integration tests (slow ones excluded); `make test-all` runs everything.
+test: setup
+	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+
+test-all: setup
+	$(BIN)/python -m pytest -q -m "not gpu"
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: setup
+	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# Re-record resolved versions after changing dependencies (review the diff).
+lock: setup
+	$(BIN)/pip freeze --exclude-editable | grep -v '^vlrollout' > requirements.lock

@@ -1,0 +1,393 @@
+"""Parse boxes and points from model output, per model family, into a declared frame.
+
+Every parser takes the completion text and returns a :class:`ParsedOutput` whose coordinates are
+in ``ParsedOutput.frame`` (see :mod:`.frames`). Parsers never raise on model output: anything they
+cannot read is skipped and named in ``issues``; non-finite numbers (``NaN`` in JSON) are passed
+through for the scorer to reject with a reason.
+
+Conventions and their sources (cited per parser below):
+
+==============  ===============================================  =========  ================
+family          text                                             values     frame returned
+==============  ===============================================  =========  ================
+qwen2_vl        ``<|box_start|>(x1,y1),(x2,y2)<|box_end|>``      0..1000    ``norm1000``
+qwen2_5_vl      JSON ``{"bbox_2d": [x1,y1,x2,y2]}``/``point_2d``  pixels     ``model``
+qwen3_vl        JSON ``bbox_2d`` / ``point_2d``                  0..1000    ``norm1000``
+internvl        ``<ref>o</ref><box>[[x1, y1, x2, y2]]</box>``    0..1000    ``norm1000``
+paligemma       ``<locY1><locX1><locY2><locX2> label`` (y first)  0..1023    ``norm1`` (v/1023)
+florence2       ``label<loc_x1><loc_y1><loc_x2><loc_y2>``        0..999     ``norm1`` ((v+.5)/1000)
+molmo           ``<point x="" y="">``, ``<points x1= y1= ...>``  percent    ``norm1`` (v/100)
+plain           ``[x1, y1, x2, y2]``                             any        declared by caller
+==============  ===============================================  =========  ================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from .frames import Box, Frame, Point
+
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)"
+_NUM_RE = re.compile(_NUM, re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ParsedOutput:
+    """Boxes and points read from one completion.
+
+    Attributes:
+        boxes: ``(x1, y1, x2, y2)`` tuples in ``frame``, in output order (floats, may be NaN).
+        points: ``(x, y)`` tuples in ``frame``.
+        box_labels: One label (or ``None``) per box.
+        point_labels: One label (or ``None``) per point.
+        frame: The frame all coordinates are in.
+        issues: Fragments that looked like boxes/points but could not be read (e.g.
+            ``"bbox_2d has 3 numbers"``).
+    """
+
+    boxes: list[Box] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    box_labels: list[str | None] = field(default_factory=list)
+    point_labels: list[str | None] = field(default_factory=list)
+    frame: Frame = Frame.NORM1000
+    issues: list[str] = field(default_factory=list)
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(m) for m in _NUM_RE.findall(text)]
+
+
+def _scaled(values: list[float], scale: float) -> list[float]:
+    return [v * scale for v in values]
+
+
+def _group4(values: list[float], what: str, issues: list[str]) -> list[Box]:
+    if len(values) % 4:
+        issues.append(f"{what} has {len(values)} numbers (not a multiple of 4)")
+        return []
+    return [tuple(values[i : i + 4]) for i in range(0, len(values), 4)]  # type: ignore[misc]
+
+
+_QWEN2_BOX = re.compile(
+    r"(?:<\|object_ref_start\|>(.*?)<\|object_ref_end\|>\s*)?<\|box_start\|>(.*?)<\|box_end\|>",
+    re.DOTALL,
+)
+_QWEN_VL_BOX = re.compile(r"(?:<ref>(.*?)</ref>\s*)?<box>\s*(\(.*?)</box>", re.DOTALL)
+_PAIR_BOX = re.compile(
+    rf"\(\s*({_NUM})\s*,\s*({_NUM})\s*\)\s*,\s*\(\s*({_NUM})\s*,\s*({_NUM})\s*\)", re.IGNORECASE
+)
+
+
+def parse_qwen2_vl(text: str) -> ParsedOutput:
+    """Qwen2-VL (and Qwen-VL): ``<|box_start|>(x1,y1),(x2,y2)<|box_end|>``, 0..1000.
+
+    Source: Qwen2-VL technical report (arXiv:2409.12191, "Visual Grounding": coordinates
+    normalised to [0, 1000), ``<|box_start|>``/``<|box_end|>`` and ``<|object_ref_start|>``
+    special tokens) and the ``Qwen/Qwen2-VL-7B-Instruct`` tokenizer's added tokens. Qwen-VL's
+    ``<ref>..</ref><box>(x1,y1),(x2,y2)</box>`` (arXiv:2308.12966) uses the same range and is
+    accepted too. When the special tokens were stripped by ``skip_special_tokens=True`` decoding,
+    bare ``(x1,y1),(x2,y2)`` pairs are read instead.
+
+    >>> parse_qwen2_vl("<|object_ref_start|>dog<|object_ref_end|><|box_start|>(10,20),(30,40)"
+    ...                "<|box_end|>").boxes
+    [(10.0, 20.0, 30.0, 40.0)]
+    """
+    text = str(text)
+    boxes: list[Box] = []
+    labels: list[str | None] = []
+    issues: list[str] = []
+    found = list(_QWEN2_BOX.finditer(text)) or list(_QWEN_VL_BOX.finditer(text))
+    for m in found:
+        got = _group4(_numbers(m.group(2)), "box", issues)
+        boxes += got
+        labels += [m.group(1).strip() if m.group(1) else None] * len(got)
+    if not found:
+        for m in _PAIR_BOX.finditer(text):
+            boxes.append(tuple(float(g) for g in m.groups()))  # type: ignore[arg-type]
+            labels.append(None)
+    return ParsedOutput(boxes=boxes, box_labels=labels, frame=Frame.NORM1000, issues=issues)
+
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.DOTALL)
+_KEY_LIST = re.compile(r'"(bbox_2d|point_2d)"\s*:\s*\[([^\]]*)\]')
+
+
+def _walk_dicts(obj: Any, out: list[dict[str, Any]]) -> None:
+    if isinstance(obj, dict):
+        out.append(obj)
+        for v in obj.values():
+            if isinstance(v, (dict, list)):
+                _walk_dicts(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _walk_dicts(v, out)
+
+
+def _json_values(text: str) -> list[Any]:
+    """Decode every top-level JSON value in ``text`` (fenced blocks first, then raw scanning)."""
+    chunks = [m.group(1) for m in _FENCE.finditer(text)] or [text]
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    for chunk in chunks:
+        chunk = chunk.strip()
+        try:
+            values.append(json.loads(chunk))
+            continue
+        except ValueError:
+            pass
+        i = 0
+        while i < len(chunk):
+            if chunk[i] in "[{":
+                try:
+                    value, end = decoder.raw_decode(chunk, i)
+                except ValueError:
+                    i += 1
+                    continue
+                values.append(value)
+                i = end
+            else:
+                i += 1
+    return values
+
+
+def _as_floats(value: Any) -> list[float] | None:
+    if not isinstance(value, (list, tuple)):
+        return None
+    out = []
+    for v in value:
+        if isinstance(v, bool):
+            return None
+        try:
+            out.append(float(v))
+        except (TypeError, ValueError):
+            return None
+    return out
+
+
+def _parse_qwen_json(text: str, frame: Frame) -> ParsedOutput:
+    text = str(text)
+    result = ParsedOutput(frame=frame)
+    dicts: list[dict[str, Any]] = []
+    for value in _json_values(text):
+        _walk_dicts(value, dicts)
+    found_key = False
+    for d in dicts:
+        label = d.get("label")
+        label = str(label) if label is not None else None
+        if "bbox_2d" in d:
+            found_key = True
+            nums = _as_floats(d["bbox_2d"])
+            if nums is None or len(nums) != 4:
+                result.issues.append(f"bbox_2d is not 4 numbers: {d['bbox_2d']!r}"[:120])
+            else:
+                result.boxes.append(tuple(nums))  # type: ignore[arg-type]
+                result.box_labels.append(label)
+        if "point_2d" in d:
+            found_key = True
+            nums = _as_floats(d["point_2d"])
+            if nums is None or len(nums) != 2:
+                result.issues.append(f"point_2d is not 2 numbers: {d['point_2d']!r}"[:120])
+            else:
+                result.points.append((nums[0], nums[1]))
+                result.point_labels.append(label)
+    if not found_key:
+        # Truncated or otherwise invalid JSON: read the key/value pairs directly.
+        for key, inner in _KEY_LIST.findall(text):
+            nums = _numbers(inner)
+            if key == "bbox_2d" and len(nums) == 4:
+                result.boxes.append(tuple(nums))  # type: ignore[arg-type]
+                result.box_labels.append(None)
+            elif key == "point_2d" and len(nums) == 2:
+                result.points.append((nums[0], nums[1]))
+                result.point_labels.append(None)
+            else:
+                result.issues.append(f"{key} has {len(nums)} numbers")
+    return result
+
+
+def parse_qwen2_5_vl(text: str) -> ParsedOutput:
+    """Qwen2.5-VL: JSON ``bbox_2d``/``point_2d`` in absolute pixels of the *resized* image.
+
+    Source: Qwen2.5-VL technical report (arXiv:2502.13923, §2.1: "we directly use the actual
+    dimensions of the input images to represent bounding boxes, points", i.e. coordinates on the
+    image after ``smart_resize``) and the official cookbook
+    ``QwenLM/Qwen2.5-VL/cookbooks/spatial_understanding.ipynb``, which rescales predictions from the
+    processor's ``input_width``/``input_height`` to the original size. Accepts ```` ```json ````
+    fences, a single object, a list, or truncated JSON (read by key).
+
+    >>> parse_qwen2_5_vl('```json\\n[{"bbox_2d": [161, 119, 483, 357], "label": "cat"}]\\n```').boxes
+    [(161.0, 119.0, 483.0, 357.0)]
+    """
+    return _parse_qwen_json(text, Frame.MODEL)
+
+
+def parse_qwen3_vl(text: str) -> ParsedOutput:
+    """Qwen3-VL: the same JSON as Qwen2.5-VL but relative coordinates in 0..1000.
+
+    Source: Qwen3-VL cookbook ``QwenLM/Qwen3-VL/cookbooks/2d_grounding.ipynb`` (boxes and points
+    are relative coordinates scaled to 0..1000, converted with ``x / 1000 * width``).
+
+    >>> parse_qwen3_vl('{"point_2d": [500, 250]}').points
+    [(500.0, 250.0)]
+    """
+    return _parse_qwen_json(text, Frame.NORM1000)
+
+
+_INTERNVL_BOX = re.compile(r"(?:<ref>(.*?)</ref>\s*)?<box>(.*?)</box>", re.DOTALL)
+
+
+def parse_internvl(text: str) -> ParsedOutput:
+    """InternVL 2/2.5: ``<ref>obj</ref><box>[[x1, y1, x2, y2], ...]</box>``, 0..1000.
+
+    Source: InternVL documentation, "InternVL2 series -> grounding" (internvl.readthedocs.io):
+    box coordinates are normalised to [0, 1000] and written as ``<box>[[x1, y1, x2, y2]]</box>``;
+    the InternVL2 model card (``OpenGVLab/InternVL2-8B``) shows the same format.
+
+    >>> parse_internvl("<ref>cat</ref><box>[[1, 2, 3, 4], [5, 6, 7, 8]]</box>").box_labels
+    ['cat', 'cat']
+    """
+    text = str(text)
+    result = ParsedOutput(frame=Frame.NORM1000)
+    for m in _INTERNVL_BOX.finditer(text):
+        got = _group4(_numbers(m.group(2)), "box", result.issues)
+        result.boxes.extend(got)
+        result.box_labels.extend([m.group(1).strip() if m.group(1) else None] * len(got))
+    return result
+
+
+_PALI = re.compile(r"<loc(\d{4})><loc(\d{4})><loc(\d{4})><loc(\d{4})>\s*([^<;]*)")
+
+
+def parse_paligemma(text: str) -> ParsedOutput:
+    """PaliGemma: ``<locYMIN><locXMIN><locYMAX><locXMAX> label``, 1024 bins, **y first**.
+
+    A coordinate v in [0, 1] is written as ``round(v * 1023)``; we decode ``v = token / 1023``.
+    Source: PaliGemma model card (``google/paligemma-3b-mix-224``, "detect": four ``<locXXXX>``
+    tokens for y_min, x_min, y_max, x_max normalised to 1024 bins), the 1024 ``<loc0000>`` ..
+    ``<loc1023>`` tokens in ``transformers/models/paligemma/processing_paligemma.py``, and the
+    project's field notes for the ``round(v * 1023)`` encoding (some third-party decoders divide by
+    1024 instead; the difference is below 0.1% of the image size).
+
+    >>> parse_paligemma("<loc0000><loc0000><loc1023><loc0511> cat").boxes
+    [(0.0, 0.0, 0.4995112414467253, 1.0)]
+    """
+    text = str(text)
+    result = ParsedOutput(frame=Frame.NORM1)
+    for m in _PALI.finditer(text):
+        y1, x1, y2, x2 = (int(g) / 1023 for g in m.groups()[:4])
+        result.boxes.append((x1, y1, x2, y2))
+        label = m.group(5).strip()
+        result.box_labels.append(label or None)
+    return result
+
+
+_FLORENCE = re.compile(r"([^<]*)<loc_(\d+)><loc_(\d+)><loc_(\d+)><loc_(\d+)>")
+
+
+def parse_florence2(text: str) -> ParsedOutput:
+    """Florence-2: ``label<loc_x1><loc_y1><loc_x2><loc_y2>``, 1000 bins, x first, bin centres.
+
+    Source: ``transformers/models/florence2/processing_florence2.py``
+    (``quantize_bins = (1000, 1000)``; ``dequantize`` returns ``(bin + 0.5) * size / 1000``), so a
+    token ``N`` is the normalised coordinate ``(N + 0.5) / 1000``.
+
+    >>> parse_florence2("car<loc_0><loc_499><loc_999><loc_999>").boxes
+    [(0.0005, 0.4995, 0.9995, 0.9995)]
+    """
+    text = str(text)
+    result = ParsedOutput(frame=Frame.NORM1)
+    for m in _FLORENCE.finditer(text):
+        x1, y1, x2, y2 = ((int(g) + 0.5) / 1000 for g in m.groups()[1:])
+        result.boxes.append((x1, y1, x2, y2))
+        label = m.group(1).strip()
+        result.box_labels.append(label or None)
+    return result
+
+
+_MOLMO_TAG = re.compile(r"<(points?)\b([^>]*)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+_ATTR = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+
+
+def parse_molmo(text: str) -> ParsedOutput:
+    """Molmo: ``<point x="61.5" y="40.6" alt="cup">cup</point>`` and
+    ``<points x1="..." y1="..." x2="..." y2="..." alt="...">...</points>``, percent (0..100).
+
+    Source: Molmo model card (``allenai/Molmo-7B-D-0924``, pointing example) and the Molmo paper
+    (arXiv:2409.17146, §"Pointing": points as plain-text coordinates normalised to 0..100).
+
+    >>> parse_molmo('<points x1="10" y1="20" x2="30.5" y2="40" alt="cups">cups</points>').points
+    [(0.1, 0.2), (0.305, 0.4)]
+    """
+    text = str(text)
+    result = ParsedOutput(frame=Frame.NORM1)
+    for m in _MOLMO_TAG.finditer(text):
+        attrs = {k.lower(): v for k, v in _ATTR.findall(m.group(2))}
+        label = attrs.get("alt") or (m.group(3).strip() or None)
+        keys = [("x", "y")] if "x" in attrs else []
+        i = 1
+        while f"x{i}" in attrs:
+            keys.append((f"x{i}", f"y{i}"))
+            i += 1
+        if not keys:
+            result.issues.append(f"<{m.group(1)}> without x/y attributes")
+        for kx, ky in keys:
+            try:
+                x, y = float(attrs[kx]) / 100, float(attrs[ky]) / 100
+            except (KeyError, ValueError):
+                result.issues.append(f"<{m.group(1)}> has unreadable {kx}/{ky}")
+                continue
+            result.points.append((x, y))
+            result.point_labels.append(label)
+    return result
+
+
+_PLAIN = re.compile(rf"\[\s*({_NUM})\s*,\s*({_NUM})\s*,\s*({_NUM})\s*,\s*({_NUM})\s*\]", re.I)
+
+
+def parse_plain(text: str, frame: Frame | str = Frame.ORIGINAL) -> ParsedOutput:
+    """Plain ``[x1, y1, x2, y2]`` lists (e.g. CogVLM-style ``[[...]]``, GLM inside its box tokens).
+
+    The text carries no frame, so the caller declares it (default: original pixels).
+
+    >>> parse_plain("the box is [1, 2.5, 3, 4]", "norm1").boxes
+    [(1.0, 2.5, 3.0, 4.0)]
+    """
+    text = str(text)
+    result = ParsedOutput(frame=Frame(frame))
+    for m in _PLAIN.finditer(text):
+        result.boxes.append(tuple(float(g) for g in m.groups()))  # type: ignore[arg-type]
+        result.box_labels.append(None)
+    return result
+
+
+PARSERS: dict[str, Callable[[str], ParsedOutput]] = {
+    "qwen2_vl": parse_qwen2_vl,
+    "qwen_vl": parse_qwen2_vl,
+    "qwen2_5_vl": parse_qwen2_5_vl,
+    "qwen3_vl": parse_qwen3_vl,
+    "internvl": parse_internvl,
+    "paligemma": parse_paligemma,
+    "florence2": parse_florence2,
+    "molmo": parse_molmo,
+    "plain": parse_plain,
+}
+
+
+def get_parser(family: str, plain_frame: Frame | str = Frame.ORIGINAL) -> Callable[[str], ParsedOutput]:
+    """The parser for ``family`` (a key of :data:`PARSERS`); ``plain_frame`` applies to ``plain``."""
+    key = family.lower().replace("-", "_").replace(".", "_")
+    if key not in PARSERS:
+        raise ValueError(f"unknown box family {family!r}; known: {sorted(PARSERS)}")
+    if key == "plain":
+        return partial(parse_plain, frame=Frame(plain_frame))
+    return PARSERS[key]
+
+
+def is_finite_box(box: Box) -> bool:
+    return all(math.isfinite(v) for v in box)

@@ -1,0 +1,149 @@
+"""Box and point scores: IoU, GIoU, Acc@tau, point-in-box, and one-to-one multi-box matching.
+
+Boxes are ``(x1, y1, x2, y2)`` with ``x1 <= x2`` and ``y1 <= y2``, all in the same frame (IoU and
+GIoU do not depend on which frame, as long as both boxes share it). IoU/GIoU use
+``torchvision.ops.box_iou`` / ``generalized_box_iou`` in float64; the 0/0 of two zero-area boxes is
+defined as IoU 0 and GIoU -1 (those functions return NaN there). Matching uses
+``scipy.optimize.linear_sum_assignment``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .frames import Box, Point
+
+
+def _as_tensor(boxes: Sequence[Sequence[float]]):
+    import torch
+
+    t = torch.as_tensor([list(map(float, b)) for b in boxes], dtype=torch.float64)
+    return t.reshape(-1, 4)
+
+
+def pairwise_iou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
+    """IoU matrix, float64 ``[len(pred), len(gt)]``, via ``torchvision.ops.box_iou``."""
+    if len(pred) == 0 or len(gt) == 0:
+        return np.zeros((len(pred), len(gt)))
+    from torchvision.ops import box_iou
+
+    out = box_iou(_as_tensor(pred), _as_tensor(gt)).numpy()
+    return np.nan_to_num(out, nan=0.0)
+
+
+def pairwise_giou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
+    """GIoU matrix, float64 ``[len(pred), len(gt)]`` in [-1, 1], via ``generalized_box_iou``."""
+    if len(pred) == 0 or len(gt) == 0:
+        return np.zeros((len(pred), len(gt)))
+    from torchvision.ops import generalized_box_iou
+
+    out = generalized_box_iou(_as_tensor(pred), _as_tensor(gt)).numpy()
+    return np.clip(np.nan_to_num(out, nan=-1.0), -1.0, 1.0)
+
+
+def iou(a: Box, b: Box) -> float:
+    """IoU of two boxes.
+
+    >>> iou((0, 0, 2, 2), (1, 0, 3, 2))  # overlap 2, union 6
+    0.3333333333333333
+    """
+    return float(pairwise_iou([a], [b])[0, 0])
+
+
+def giou(a: Box, b: Box) -> float:
+    """Generalized IoU (Rezatofighi et al. 2019): IoU - (enclosure - union) / enclosure.
+
+    >>> giou((0, 0, 1, 1), (2, 0, 3, 1))  # IoU 0, union 2, enclosure 3
+    -0.33333333333333337
+    """
+    return float(pairwise_giou([a], [b])[0, 0])
+
+
+def acc_at(iou_value: float, tau: float = 0.5) -> float:
+    """1.0 when ``iou_value >= tau`` (the usual "Acc@0.5" of referring expression grounding)."""
+    return 1.0 if iou_value >= tau else 0.0
+
+
+def point_in_box(point: Point, box: Box) -> bool:
+    """Whether ``point`` lies in ``box`` (edges included)."""
+    x, y = point
+    return box[0] <= x <= box[2] and box[1] <= y <= box[3]
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """One-to-one matching of predictions to ground truth.
+
+    Attributes:
+        precision: true positives / predictions (1.0 when both are empty).
+        recall: true positives / ground-truth items (1.0 when both are empty).
+        f1: harmonic mean of precision and recall (0 when both are 0).
+        mean_iou: mean IoU over true-positive pairs (0 when there are none; 1.0 for points).
+        matches: ``(pred_index, gt_index, iou)`` for every true-positive pair.
+    """
+
+    precision: float
+    recall: float
+    f1: float
+    mean_iou: float
+    matches: list[tuple[int, int, float]] = field(default_factory=list)
+
+
+def _f1(p: float, r: float) -> float:
+    return 0.0 if p + r == 0 else 2 * p * r / (p + r)
+
+
+def _match(hit: np.ndarray, quality: np.ndarray, n_pred: int, n_gt: int) -> MatchResult:
+    if n_pred == 0 and n_gt == 0:
+        return MatchResult(1.0, 1.0, 1.0, 1.0)
+    if n_pred == 0 or n_gt == 0:
+        return MatchResult(0.0, 0.0, 0.0, 0.0)
+    from scipy.optimize import linear_sum_assignment
+
+    # Lexicographic objective: first the number of hits, then total quality. quality <= 1 per
+    # pair and at most min(P, G) pairs, so the tie-break term stays below one hit.
+    weight = hit.astype(np.float64) + quality / (min(n_pred, n_gt) + 1)
+    rows, cols = linear_sum_assignment(weight, maximize=True)
+    matches = [(int(r), int(c), float(quality[r, c])) for r, c in zip(rows, cols) if hit[r, c]]
+    tp = len(matches)
+    precision, recall = tp / n_pred, tp / n_gt
+    mean_iou = sum(m[2] for m in matches) / tp if tp else 0.0
+    return MatchResult(precision, recall, _f1(precision, recall), mean_iou, matches)
+
+
+def match_boxes(pred: Sequence[Box], gt: Sequence[Box], iou_threshold: float = 0.5) -> MatchResult:
+    """Hungarian matching of predicted to ground-truth boxes; a pair counts when IoU >= threshold.
+
+    The assignment maximises the number of pairs above the threshold, then their total IoU, so
+    one ground-truth box can never reward two predictions (VLM-R1 #261 matched only one box).
+
+    >>> r = match_boxes([(0, 0, 1, 1), (5, 5, 6, 6), (9, 9, 10, 10)], [(0, 0, 1, 1), (5, 5, 6, 7)])
+    >>> (round(r.precision, 4), r.recall, round(r.f1, 4), r.mean_iou)
+    (0.6667, 1.0, 0.8, 0.75)
+    """
+    ious = pairwise_iou(pred, gt)
+    return _match(ious >= iou_threshold, ious, len(pred), len(gt))
+
+
+def match_points(points: Sequence[Point], boxes: Sequence[Box]) -> MatchResult:
+    """One-to-one matching of points to boxes; a pair counts when the point is inside the box.
+
+    >>> match_points([(0.5, 0.5), (0.6, 0.6)], [(0, 0, 1, 1)]).precision
+    0.5
+    """
+    hit = np.array(
+        [[point_in_box(p, b) for b in boxes] for p in points], dtype=bool
+    ).reshape(len(points), len(boxes))
+    return _match(hit, hit.astype(np.float64), len(points), len(boxes))
+
+
+def box_area(box: Box) -> float:
+    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+
+
+def is_finite(values: Sequence[float]) -> bool:
+    return all(math.isfinite(v) for v in values)

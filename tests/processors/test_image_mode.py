@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+from PIL import Image
+
+from vlrollout.processors.image_mode import has_alpha, to_rgb
+
+
+def px(image):
+    return to_rgb(image).getpixel((0, 0))
+
+
+def test_rgb_is_returned_unchanged():
+    image = Image.new("RGB", (2, 2), (1, 2, 3))
+    assert to_rgb(image) is image
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        (Image.new("L", (1, 1), 77), (77, 77, 77)),
+        (Image.new("1", (1, 1), 1), (255, 255, 255)),
+        (Image.new("CMYK", (1, 1), (0, 255, 255, 0)), (255, 0, 0)),
+        # alpha composited on white: fully transparent -> white, half-transparent black -> grey
+        (Image.new("RGBA", (1, 1), (0, 0, 0, 0)), (255, 255, 255)),
+        (Image.new("RGBA", (1, 1), (0, 0, 0, 128)), (127, 127, 127)),
+        (Image.new("RGBA", (1, 1), (10, 20, 30, 255)), (10, 20, 30)),
+        (Image.new("LA", (1, 1), (0, 0)), (255, 255, 255)),
+        (Image.new("LA", (1, 1), (40, 255)), (40, 40, 40)),
+    ],
+    ids=["L", "1", "CMYK", "RGBA-clear", "RGBA-half", "RGBA-opaque", "LA-clear", "LA-opaque"],
+)
+def test_mode_rule(image, expected):
+    out = to_rgb(image)
+    assert out.mode == "RGB" and out.size == image.size
+    assert out.getpixel((0, 0)) == expected
+
+
+def test_palette_with_transparency_composites_on_white():
+    image = Image.new("P", (2, 1), 0)
+    image.putpalette([0, 0, 0, 200, 0, 0] + [0] * 762)
+    image.putpixel((1, 0), 1)
+    image.info["transparency"] = 0  # index 0 (black) is transparent
+    assert has_alpha(image)
+    out = to_rgb(image)
+    assert out.getpixel((0, 0)) == (255, 255, 255)
+    assert out.getpixel((1, 0)) == (200, 0, 0)
+
+
+def test_palette_without_transparency_is_a_lookup():
+    image = Image.new("P", (1, 1), 1)
+    image.putpalette([0, 0, 0, 5, 6, 7] + [0] * 762)
+    assert px(image) == (5, 6, 7)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(0, 0), (65535, 255), (32896, 128), (257, 1)])
+def test_sixteen_bit_scaled_by_full_range(value, expected):
+    image = Image.new("I;16", (1, 1), value)
+    assert px(image) == (expected,) * 3
+
+
+def test_int32_clipped_then_scaled_like_sixteen_bit():
+    values = np.array([[-5, 65535, 100000, 32896]], dtype=np.int32)
+    out = to_rgb(Image.fromarray(values, mode="I"))
+    assert [out.getpixel((x, 0))[0] for x in range(4)] == [0, 255, 255, 128]
+
+
+def test_float_in_unit_range_is_normalised():
+    values = np.array([[0.0, 0.5, 1.0]], dtype=np.float32)
+    out = to_rgb(Image.fromarray(values, mode="F"))
+    assert [out.getpixel((x, 0)) for x in range(3)] == [(0,) * 3, (128,) * 3, (255,) * 3]
+
+
+def test_float_outside_unit_range_is_clipped():
+    values = np.array([[-3.0, 2.0, 300.0, 100.4]], dtype=np.float32)
+    out = to_rgb(Image.fromarray(values, mode="F"))
+    assert [out.getpixel((x, 0))[0] for x in range(4)] == [0, 2, 255, 100]
+
+
+def test_custom_background():
+    assert to_rgb(Image.new("RGBA", (1, 1), (0, 0, 0, 0)), (0, 0, 0)).getpixel((0, 0)) == (0, 0, 0)

@@ -1,0 +1,81 @@
+import pytest
+
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.messages import count_images, normalize_messages, to_openai_messages
+
+
+def test_string_placeholders_become_parts_in_order():
+    msgs, sources = normalize_messages(
+        [{"role": "user", "content": "A <image> then <image>."}], ["a", "b"], "item 0"
+    )
+    assert msgs[0]["content"] == [
+        {"type": "text", "text": "A "},
+        {"type": "image"},
+        {"type": "text", "text": " then "},
+        {"type": "image"},
+        {"type": "text", "text": "."},
+    ]
+    assert sources == ["a", "b"]
+
+
+def test_text_only_string_stays_a_string():
+    msgs, sources = normalize_messages([{"role": "user", "content": "hi"}], None, "item 0")
+    assert msgs == [{"role": "user", "content": "hi"}] and sources == []
+
+
+def test_openai_parts_and_inline_sources_keep_prompt_order():
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:inline1"}},
+                {"type": "text", "text": "and"},
+                {"type": "image"},
+                {"type": "image", "image": "inline2"},
+            ],
+        },
+    ]
+    msgs, sources = normalize_messages(messages, ["from_images"], "item 0")
+    assert sources == ["data:inline1", "from_images", "inline2"]
+    assert count_images(msgs) == 3
+    assert msgs[0] == {"role": "system", "content": "Be brief."}
+
+
+@pytest.mark.parametrize(
+    ("content", "images", "n_slots"),
+    [("<image><image>", ["a"], 2), ("no image", ["a"], 0), ([{"type": "image"}], [], 1)],
+)
+def test_placeholder_mismatch_states_both_numbers(content, images, n_slots):
+    with pytest.raises(PreprocessError) as info:
+        normalize_messages([{"role": "user", "content": content}], images, "item 9")
+    err = info.value
+    assert err.reason == "placeholder_mismatch" and err.item == "item 9"
+    assert f"{n_slots} image placeholder" in err.detail and f"{len(images)} image(s)" in err.detail
+
+
+def test_inline_images_do_not_consume_data_images():
+    content = [{"type": "image_url", "image_url": {"url": "x"}}]
+    with pytest.raises(PreprocessError, match="0 image placeholder.*1 image"):
+        normalize_messages([{"role": "user", "content": content}], ["extra"], "item 0")
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [[], [{"content": "no role"}], [{"role": "user", "content": [{"type": "audio"}]}]],
+)
+def test_bad_messages(messages):
+    with pytest.raises(PreprocessError) as info:
+        normalize_messages(messages, None, "item 0")
+    assert info.value.reason == "bad_message"
+
+
+def test_openai_messages_get_data_urls():
+    msgs, _ = normalize_messages([{"role": "user", "content": "<image>Q"}], ["a"], "item 0")
+    out = to_openai_messages(msgs, ["data:image/png;base64,AAA"])
+    assert out[0]["content"][0] == {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,AAA"},
+    }
+    assert out[0]["content"][1] == {"type": "text", "text": "Q"}
+    assert msgs[0]["content"][0] == {"type": "image"}  # input not mutated

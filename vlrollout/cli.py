@@ -1,0 +1,116 @@
+"""The ``vlrollout`` command line: ``run``, ``make-samples``, ``train-tiny``, ``snapshot``, ``check``.
+
+Subcommands import their heavy dependencies only when they run, so ``vlrollout --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a workflow over a data file and write trajectories, a summary and a report",
+        description="Run rollouts. Settings come from --config (YAML) and are overridden by flags.",
+    )
+    p.add_argument("--config", help="YAML file with RunConfig fields (see vlrollout/run_config.py)")
+    p.add_argument("--data", help="JSONL or parquet data file")
+    p.add_argument("--output", help="output folder (resumes if it has finished items)")
+    p.add_argument("--workflow", help="text | vision | multi_attempt | vision_multi_attempt | import path")
+    p.add_argument("--reward", help="reward name (vlrollout.rewards registry) or import path")
+    p.add_argument("--preprocessor", help="preprocessor name or import path")
+    p.add_argument("--group-size", type=int, dest="group_size")
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--limit", type=int, help="only the first N items")
+    p.add_argument("--max-turns", type=int, dest="max_turns")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--max-new-tokens", type=int, dest="gconfig.max_new_tokens")
+    p.add_argument("--temperature", type=float, dest="gconfig.temperature")
+    p.add_argument("--greedy", action="store_const", const=True, dest="gconfig.greedy")
+    p.add_argument("--engine", choices=["local", "sglang", "vllm"], dest="engine.kind")
+    p.add_argument("--model", dest="engine.model", help="local model folder")
+    p.add_argument("--device", dest="engine.device", help="cpu | cuda | cuda:N")
+    p.add_argument(
+        "--address", action="append", dest="engine.addresses", help="server host:port (repeat)"
+    )
+    p.add_argument("--fail-fast", action="store_const", const=True, dest="fail_fast")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from vlrollout.run_main import run_from_config
+    from vlrollout.run_config import RunConfig
+
+    overrides = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("config", "func", "command", "no_progress")
+    }
+    cfg = RunConfig.load(args.config, **overrides)
+    summary = run_from_config(cfg, progress=not args.no_progress)
+    brief = {k: summary[k] for k in ("items", "episodes", "reward", "tokens_per_s", "wall_s")}
+    print(json.dumps(brief, indent=1))
+    for r in summary["rejections"][:20]:
+        print(f"rejected item {r['id']}: {r['reason']}: {r['detail']}")
+    print(f"wrote {cfg.output}/summary.json and {cfg.output}/report.html")
+    return 1 if "stopped_early" in summary else 0
+
+
+def _add_make_samples(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("make-samples", help="generate the synthetic sample set (images + JSONL)")
+    p.add_argument("--output", default="assets/samples")
+    p.add_argument("--n", type=int, default=12)
+    p.add_argument("--seed", type=int, default=12345)
+    p.set_defaults(func=_cmd_make_samples)
+
+
+def _cmd_make_samples(args: argparse.Namespace) -> int:
+    from vlrollout.tiny import synthetic
+
+    path = synthetic.write_sample_set(args.output, n=args.n, seed=args.seed)
+    print(f"wrote {path}")
+    return 0
+
+
+def _add_train_tiny(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train-tiny",
+        help="train the tiny Qwen2-VL model shipped in assets/ (arguments go to the trainer)",
+        add_help=False,
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_train_tiny)
+
+
+def _cmd_train_tiny(args: argparse.Namespace) -> int:
+    from vlrollout.tiny import train
+
+    return int(train.main(args.rest) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vlrollout",
+        description="Vision-language RL rollouts on AReaL: run workflows, build the tiny model, "
+        "and keep processor regression snapshots.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    _add_make_samples(sub)
+    _add_train_tiny(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,670 @@
+"""An AReaL ``InferenceEngine`` that generates with a transformers model in this process.
+
+``LocalInferenceEngine`` serves ``agenerate(ModelRequest) -> ModelResponse`` on CPU or one GPU,
+for tests, demos and small-scale RL without an SGLang/vLLM server. Images reach the model from
+``req.metadata["multi_modal_input"]`` (the trainer's tensors, so engine and trainer see the same
+pixels) or, failing that, from ``req.image_data`` through the processor (see
+:mod:`vlrollout.engine.inputs`). Sampling and the logprob convention are in
+:mod:`vlrollout.engine.sampling`.
+
+Concurrency: one worker thread owns the model. ``agenerate`` (from any event loop, including
+the background loop of AReaL's ``WorkflowExecutor``) puts the request in a thread-safe queue and
+awaits a ``concurrent.futures.Future``, so the event loop never runs model code. The worker
+batches up to ``max_batch_size`` sequences: each is prefilled alone, then joins a left-padded
+decode batch (:mod:`vlrollout.engine.batch`); new requests join between decode steps and
+finished ones leave (continuous batching). ``max_batch_size=1`` serialises requests.
+
+Weight updates, offload and onload run on the worker between decode steps. After new weights
+the in-flight sequences are prefilled again (prompt + tokens so far) with the new weights, like
+SGLang's abort-and-resubmit, so later tokens come from the new weights and carry the version
+set by ``set_version``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicCache
+from areal.api.engine_api import InferenceEngine
+from areal.api.io_struct import ModelRequest, ModelResponse, WeightUpdateMeta
+
+from vlrollout.engine.batch import can_merge, merge_caches, select_rows
+from vlrollout.engine.inputs import (
+    PreparedInputs,
+    placeholder_token_ids,
+    prepare_inputs,
+    prompt_positions,
+    uses_mrope,
+)
+from vlrollout.engine.sampling import SamplingParams, sample_token, token_logprobs
+
+logger = logging.getLogger(__name__)
+
+_STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
+
+
+@dataclass(eq=False)
+class _Sequence:
+    inputs: PreparedInputs
+    params: SamplingParams
+    future: concurrent.futures.Future
+    tokenizer: Any
+    generator: torch.Generator | None = None
+    rope_delta: int = 0
+    out_tokens: list[int] = field(default_factory=list)
+    out_logprobs: list[float] = field(default_factory=list)
+    out_versions: list[int] = field(default_factory=list)
+    counts: collections.Counter = field(default_factory=collections.Counter)
+    stop_reason: str | None = None
+    t_start: float = field(default_factory=time.perf_counter)
+    t_first: float | None = None
+    t_last: float | None = None
+    itl: list[float] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return len(self.inputs.input_ids) + len(self.out_tokens)
+
+
+def _split_processor(obj: Any) -> tuple[Any, Any]:
+    """``(processor, tokenizer)`` from a processor or a bare tokenizer."""
+    if obj is None:
+        return None, None
+    if hasattr(obj, "image_processor") and hasattr(obj, "tokenizer"):
+        return obj, obj.tokenizer
+    return None, obj
+
+
+class LocalInferenceEngine(InferenceEngine):
+    """Generate with a transformers (vision-)language model in-process.
+
+    Args:
+        model: A causal LM or image-text-to-text model (e.g. ``Qwen2VLForConditionalGeneration``).
+            It is moved to ``device`` and put in eval mode.
+        processor_or_tokenizer: The processor (used for ``req.image_data`` and placeholder ids)
+            or a tokenizer (text-only); requests may carry their own.
+        device: ``"cpu"`` or one GPU, e.g. ``"cuda:0"``.
+        max_batch_size: Sequences decoded together; 1 serialises requests.
+        seed: Seed of the engine's sampling generator (requests may pass ``metadata["seed"]``).
+        banned_token_ids: Extra token ids never to sample, besides the vision placeholders.
+
+    >>> import asyncio
+    >>> from areal.api.io_struct import ModelRequest
+    >>> from areal.api.cli_args import GenerationHyperparameters
+    >>> from vlrollout.engine.testing import tiny_qwen2vl
+    >>> model, processor = tiny_qwen2vl()
+    >>> with LocalInferenceEngine(model, processor) as engine:
+    ...     req = ModelRequest(input_ids=[1, 100, 101], gconfig=GenerationHyperparameters(
+    ...         max_new_tokens=4, min_new_tokens=4, greedy=True))
+    ...     resp = asyncio.run(engine.agenerate(req))
+    >>> len(resp.output_tokens), resp.stop_reason, resp.output_versions
+    (4, 'length', [0, 0, 0, 0])
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        processor_or_tokenizer: Any = None,
+        device: str | torch.device = "cpu",
+        *,
+        max_batch_size: int = 8,
+        seed: int = 0,
+        banned_token_ids: tuple[int, ...] | list[int] = (),
+    ):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}.")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.processor, self.tokenizer = _split_processor(processor_or_tokenizer)
+        if max_batch_size > 1 and not can_merge(DynamicCache(config=model.config)):
+            logger.warning(
+                "%s has sliding-window attention layers, whose caches cannot be merged into a "
+                "decode batch: requests run one at a time (max_batch_size=1).",
+                type(model).__name__,
+            )
+            max_batch_size = 1
+        self.max_batch_size = max_batch_size
+        self._dtype = next(model.parameters()).dtype
+        self._mrope = uses_mrope(model)
+
+        banned = placeholder_token_ids(model.config, self.processor, self.tokenizer)
+        banned.update(int(t) for t in banned_token_ids)
+        vocab = model.get_output_embeddings().weight.shape[0]
+        self.banned_token_ids = frozenset(t for t in banned if 0 <= t < vocab)
+        self._banned = torch.tensor(sorted(self.banned_token_ids), device=self.device)
+
+        eos: set[int] = set()
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos.update([gen_eos] if isinstance(gen_eos, int) else (gen_eos or []))
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            eos.add(self.tokenizer.eos_token_id)
+        self.eos_token_ids = frozenset(eos)
+
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._version = 0
+        self._version_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._step_lock = threading.Lock()  # held by the worker while it computes
+        self._pending: collections.deque[_Sequence] = collections.deque()
+        self._controls: collections.deque[tuple[Callable[[], Any], bool, Any]] = (
+            collections.deque()
+        )
+        self._paused = False
+        self._offloaded = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._workflow_executor = None
+        # Worker-owned decode batch.
+        self._active: list[_Sequence] = []
+        self._cache = None
+        self._mask: torch.Tensor | None = None
+        self._stats = collections.Counter()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | str = "auto",
+        **kwargs: Any,
+    ) -> LocalInferenceEngine:
+        """Load a model and its processor (or tokenizer) from a local directory.
+
+        Models with a ``vision_config`` load with ``AutoModelForImageTextToText``, others with
+        ``AutoModelForCausalLM``; nothing is downloaded (``local_files_only=True``). ``kwargs``
+        go to the constructor.
+        """
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForImageTextToText,
+            AutoProcessor,
+            AutoTokenizer,
+        )
+
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        auto = (
+            AutoModelForImageTextToText
+            if hasattr(config, "vision_config")
+            else AutoModelForCausalLM
+        )
+        model = auto.from_pretrained(path, dtype=dtype, local_files_only=True)
+        try:
+            proc = AutoProcessor.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError, TypeError):
+            proc = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return cls(model, proc, device=device, **kwargs)
+
+    # ------------------------------------------------------------------ lifecycle
+    def initialize(self, config: Any = None, train_data_parallel_size: int | None = None):
+        """Start the worker thread; with an ``InferenceEngineConfig``, also AReaL's
+        ``WorkflowExecutor`` so ``submit``/``wait``/``rollout_batch``/``prepare_batch`` work.
+        """
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(
+                target=self._worker, name="LocalInferenceEngine", daemon=True
+            )
+            self._thread.start()
+        if config is not None and self._workflow_executor is None:
+            from areal.infra.workflow_executor import WorkflowExecutor
+            from areal.utils import logging
+
+            self._workflow_executor = WorkflowExecutor(config=config, inference_engine=self)
+            self._workflow_executor.initialize(
+                logger=logging.getLogger("LocalInferenceEngine"),
+                train_data_parallel_size=train_data_parallel_size,
+            )
+        return self
+
+    def destroy(self):
+        """Stop the worker; requests still queued or running fail with ``RuntimeError``."""
+        if self._workflow_executor is not None:
+            self._workflow_executor.destroy()
+            self._workflow_executor = None
+        if self._thread is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._thread = None
+        error = RuntimeError("LocalInferenceEngine was destroyed before the request finished.")
+        for seq in [*self._pending, *self._active]:
+            self._fail(seq, error)
+        for _, _, fut in self._controls:
+            fut.set_exception(error)
+        self._pending.clear()
+        self._controls.clear()
+        self._reset_batch()
+
+    def __enter__(self) -> LocalInferenceEngine:
+        return self.initialize()
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    @property
+    def initialized(self) -> bool:
+        return self._thread is not None
+
+    def set_version(self, version: int) -> None:
+        with self._version_lock:
+            self._version = version
+
+    def get_version(self) -> int:
+        with self._version_lock:
+            return self._version
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ``prefills``, ``decode_steps``, ``decode_rows`` (rows summed over steps),
+        ``tokens``; ``decode_rows / decode_steps`` is the mean decode batch size."""
+        return dict(self._stats)
+
+    # ------------------------------------------------------------------ generation
+    async def agenerate(self, req: ModelRequest) -> ModelResponse:
+        """Generate one completion for ``req``; see the class docstring for the data path.
+
+        Raises:
+            RuntimeError: The engine is not initialized.
+            PlaceholderMismatchError: Image placeholders in ``req.input_ids`` disagree with the
+                images (a ``ValueError``).
+            ValueError: Bad generation settings (``n_samples != 1``, no room for new tokens).
+        """
+        if not self.initialized:
+            raise RuntimeError("Call LocalInferenceEngine.initialize() before agenerate().")
+        start = time.perf_counter()
+        args = (req, self.processor, self.model.config, self.device, self._dtype)
+        if req.image_data and not (req.metadata or {}).get("multi_modal_input"):
+            inputs = await asyncio.to_thread(prepare_inputs, *args)  # decode + resize images
+        else:
+            inputs = prepare_inputs(*args)
+        seed = (req.metadata or {}).get("seed")
+        params = SamplingParams.from_gconfig(
+            req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
+        )
+        seq = _Sequence(
+            inputs=inputs,
+            params=params,
+            future=concurrent.futures.Future(),
+            tokenizer=req.tokenizer or self.tokenizer,
+            generator=(
+                torch.Generator(device=self.device).manual_seed(int(seed))
+                if seed is not None
+                else None
+            ),
+            t_start=start,
+        )
+        with self._cond:
+            self._pending.append(seq)
+            self._cond.notify_all()
+        await asyncio.wrap_future(seq.future)
+        end = time.perf_counter()
+        return ModelResponse(
+            input_tokens=list(req.input_ids),
+            output_tokens=seq.out_tokens,
+            output_logprobs=seq.out_logprobs,
+            output_versions=seq.out_versions,
+            stop_reason=seq.stop_reason,
+            tokenizer=req.tokenizer or self.tokenizer,
+            input_images=list(req.image_data or []),
+            processor=req.processor or self.processor,
+            latency=end - start,
+            ttft=(seq.t_first or end) - start,
+            itl=seq.itl,
+        )
+
+    # ------------------------------------------------------------------ weights and control
+    def pause_generation(self):
+        """Stop decoding between steps; returns once the worker is idle."""
+        with self._cond:
+            self._paused = True
+        with self._step_lock:
+            pass
+
+    def continue_generation(self):
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def update_weights_from_state_dict(
+        self, state_dict: dict[str, torch.Tensor], version: int | None = None
+    ) -> concurrent.futures.Future:
+        """Load (part of) a state dict between decode steps; optionally set the version.
+
+        Keys must be the model's own parameter names; unknown keys raise ``KeyError``.
+        In-flight sequences are prefilled again with the new weights.
+        """
+
+        def load():
+            result = self.model.load_state_dict(state_dict, strict=False)
+            if result.unexpected_keys:
+                raise KeyError(
+                    f"{len(result.unexpected_keys)} keys are not parameters of the model, "
+                    f"e.g. {result.unexpected_keys[:3]}."
+                )
+            if version is not None:
+                self.set_version(version)
+
+        return self._control(load, invalidates=True)
+
+    def update_weights_from_disk(self, meta: WeightUpdateMeta) -> concurrent.futures.Future:
+        """Load weights saved with ``save_pretrained`` at ``meta.path`` (type ``"disk"``)."""
+        if meta.type != "disk" or not meta.path:
+            raise ValueError(
+                f"update_weights_from_disk needs WeightUpdateMeta(type='disk', path=...), got "
+                f"type={meta.type!r}, path={meta.path!r}."
+            )
+
+        def load():
+            new = type(self.model).from_pretrained(
+                meta.path, dtype=self._dtype, local_files_only=True
+            )
+            self.model.load_state_dict(new.state_dict(), strict=True)
+
+        return self._control(load, invalidates=True)
+
+    def init_weights_update_group(self, meta, rank_ids=None):
+        raise NotImplementedError(
+            "LocalInferenceEngine has no distributed weight-update group; use "
+            "update_weights_from_state_dict() in-process or update_weights_from_disk()."
+        )
+
+    def update_weights_from_distributed(self, meta, param_specs):
+        raise NotImplementedError(
+            "LocalInferenceEngine does not receive weights over NCCL; use "
+            "update_weights_from_state_dict() in-process or update_weights_from_disk()."
+        )
+
+    def offload(self):
+        """Move the model to CPU between steps; generation waits until :meth:`onload`."""
+
+        def move():
+            self.model.to("cpu")
+            self._offloaded = True
+
+        self._control(move, invalidates=True).result()
+
+    def onload(self, tags: list[str] | None = None):
+        def move():
+            self.model.to(self.device)
+            self._offloaded = False
+
+        self._control(move, invalidates=False).result()
+
+    def _control(self, fn: Callable[[], Any], invalidates: bool) -> concurrent.futures.Future:
+        if not self.initialized:
+            raise RuntimeError("Call LocalInferenceEngine.initialize() first.")
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            self._controls.append((fn, invalidates, fut))
+            self._cond.notify_all()
+        return fut
+
+    # ------------------------------------------------------------------ AReaL rollout API
+    @property
+    def workflow_executor(self):
+        if self._workflow_executor is None:
+            raise RuntimeError(
+                "No WorkflowExecutor: call initialize(config=InferenceEngineConfig(...)) to use "
+                "submit/wait/rollout_batch/prepare_batch."
+            )
+        return self._workflow_executor
+
+    def _resolve_workflow(self, workflow, workflow_kwargs, group_size):
+        from areal.api.workflow_api import RolloutWorkflow
+        from areal.utils.dynamic_import import import_from_string
+
+        if isinstance(workflow, str):
+            workflow = import_from_string(workflow)
+        if isinstance(workflow, type) and issubclass(workflow, RolloutWorkflow):
+            workflow = workflow(**(workflow_kwargs or {}))
+        if not isinstance(workflow, RolloutWorkflow):
+            raise NotImplementedError(
+                f"LocalInferenceEngine runs RolloutWorkflow instances, classes or import paths; "
+                f"got {workflow!r}. Agent workflows need AReaL's OpenAI proxy (RemoteInfEngine)."
+            )
+        if group_size > 1:
+            from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
+
+            workflow = GroupedRolloutWorkflow(workflow, group_size, self.workflow_executor.logger)
+        return workflow
+
+    def submit(
+        self,
+        data,
+        workflow,
+        workflow_kwargs=None,
+        should_accept_fn=None,
+        group_size: int = 1,
+        task_id: int | None = None,
+        is_eval: bool = False,
+    ) -> int:
+        if isinstance(should_accept_fn, str):
+            from areal.utils.dynamic_import import import_from_string
+
+            should_accept_fn = import_from_string(should_accept_fn)
+        return self.workflow_executor.submit(
+            data,
+            workflow=self._resolve_workflow(workflow, workflow_kwargs, group_size),
+            should_accept_fn=should_accept_fn,
+            task_id=task_id,
+            is_eval=is_eval,
+        )
+
+    def wait(self, count: int, timeout: float | None = None, raise_timeout: bool = True):
+        return self.workflow_executor.wait(count, timeout=timeout, raise_timeout=raise_timeout)
+
+    def wait_for_task(self, task_id: int, timeout=None, raise_timeout: bool = True):
+        return self.workflow_executor.wait_for_task(task_id, timeout, raise_timeout)
+
+    def rollout_batch(self, data, workflow, workflow_kwargs=None, group_size: int = 1):
+        return self.workflow_executor.rollout_batch(
+            data=data, workflow=self._resolve_workflow(workflow, workflow_kwargs, group_size)
+        )
+
+    def prepare_batch(
+        self,
+        dataloader,
+        workflow,
+        workflow_kwargs=None,
+        should_accept_fn=None,
+        group_size: int = 1,
+        dynamic_bs: bool = False,
+    ):
+        return self.workflow_executor.prepare_batch(
+            dataloader=dataloader,
+            workflow=self._resolve_workflow(workflow, workflow_kwargs, group_size),
+            should_accept_fn=should_accept_fn,
+            dynamic_bs=dynamic_bs,
+        )
+
+    def pause(self):
+        return self.workflow_executor.pause()
+
+    def resume(self):
+        return self.workflow_executor.resume()
+
+    # ------------------------------------------------------------------ worker thread
+    def _worker(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._controls and not self._has_work():
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                controls = list(self._controls)
+                self._controls.clear()
+            with self._step_lock:
+                if controls:
+                    self._run_controls(controls)
+                    continue
+                self._admit()
+                if self._active:
+                    self._decode_step()
+
+    def _has_work(self) -> bool:
+        if self._paused or self._offloaded:
+            return False
+        return bool(self._pending or self._active)
+
+    def _run_controls(self, controls) -> None:
+        for fn, invalidates, fut in controls:
+            try:
+                if invalidates and self._active:
+                    with self._cond:  # prefill them again, first, with the new weights
+                        self._pending.extendleft(reversed(self._active))
+                    self._reset_batch()
+                with torch.no_grad():
+                    fut.set_result(fn())
+            except Exception as e:  # reported to whoever waits on the future
+                fut.set_exception(e)
+
+    def _reset_batch(self) -> None:
+        self._active, self._cache, self._mask = [], None, None
+
+    def _admit(self) -> None:
+        while len(self._active) < self.max_batch_size:
+            with self._cond:
+                if not self._pending:
+                    return
+                seq = self._pending.popleft()
+            if seq.future.cancelled():
+                continue
+            try:
+                self._prefill(seq)
+            except Exception as e:  # this request's inputs; the batch is unaffected
+                self._fail(seq, e)
+
+    @torch.no_grad()
+    def _prefill(self, seq: _Sequence) -> None:
+        ids = torch.tensor([seq.inputs.input_ids + seq.out_tokens], device=self.device)
+        positions, seq.rope_delta = prompt_positions(
+            self.model, ids, seq.inputs.mm_token_type_ids, seq.inputs.vision
+        )
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **seq.inputs.vision,
+        )
+        self._stats["prefills"] += 1
+        if self._emit(seq, out.logits[0, -1]):
+            self._finish(seq)
+            return
+        cache, mask = out.past_key_values, torch.ones_like(ids)
+        if self._cache is None:
+            self._active, self._cache, self._mask = [seq], cache, mask
+        else:
+            self._cache, self._mask = merge_caches(self._cache, self._mask, cache, mask)
+            self._active.append(seq)
+
+    @torch.no_grad()
+    def _decode_step(self) -> None:
+        rows = len(self._active)
+        try:
+            last = torch.tensor([[s.out_tokens[-1]] for s in self._active], device=self.device)
+            pos = torch.tensor(
+                [[s.length - 1 + s.rope_delta] for s in self._active], device=self.device
+            )
+            if self._mrope:
+                pos = pos.view(1, rows, 1).expand(3, rows, 1)
+            mask = torch.cat([self._mask, self._mask.new_ones(rows, 1)], dim=1)
+            out = self.model(
+                input_ids=last,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=self._cache,
+                use_cache=True,
+            )
+            self._cache, self._mask = out.past_key_values, mask
+            self._stats["decode_steps"] += 1
+            self._stats["decode_rows"] += rows
+            keep = []
+            for i, seq in enumerate(self._active):
+                if seq.future.cancelled():
+                    continue
+                if self._emit(seq, out.logits[i, -1]):
+                    self._finish(seq)
+                else:
+                    keep.append(i)
+        except Exception as e:  # a model failure fails every sequence in the batch
+            for seq in self._active:
+                self._fail(seq, e)
+            self._reset_batch()
+            return
+        if not keep:
+            self._reset_batch()
+        elif len(keep) < rows:
+            self._cache, self._mask = select_rows(self._cache, self._mask, keep)
+            self._active = [self._active[i] for i in keep]
+
+    def _emit(self, seq: _Sequence, logits: torch.Tensor) -> bool:
+        """Sample the next token of ``seq`` from ``[vocab]`` logits; True when it is done."""
+        p = seq.params
+        logits = logits.float()
+        token = sample_token(
+            logits,
+            p,
+            self._banned,
+            len(seq.out_tokens),
+            seq.counts if p.frequency_penalty else None,
+            seq.generator or self._generator,
+        )
+        logprob = token_logprobs(logits, torch.tensor(token, device=logits.device), p.logprob_temperature)
+        now = time.perf_counter()
+        if seq.t_first is None:
+            seq.t_first = now
+        else:
+            seq.itl.append(now - seq.t_last)
+        seq.t_last = now
+        seq.out_tokens.append(token)
+        seq.out_logprobs.append(float(logprob))
+        seq.out_versions.append(self.get_version())
+        seq.counts[token] += 1
+        self._stats["tokens"] += 1
+        n = len(seq.out_tokens)
+        if n >= p.min_new_tokens:
+            if token in p.stop_token_ids or self._hit_stop_string(seq):
+                seq.stop_reason = "stop"
+                return True
+        if n >= p.max_new_tokens:
+            seq.stop_reason = "length"
+            return True
+        return False
+
+    def _hit_stop_string(self, seq: _Sequence) -> bool:
+        if not seq.params.stop or seq.tokenizer is None:
+            return False
+        tail = seq.out_tokens[-_STOP_TEXT_WINDOW:]
+        text, before = seq.tokenizer.decode(tail), seq.tokenizer.decode(tail[:-1])
+        # Only a stop string the newest token completes counts (earlier ones fell before
+        # min_new_tokens).
+        return any(s and s in text and s not in before for s in seq.params.stop)
+
+    @staticmethod
+    def _finish(seq: _Sequence) -> None:
+        if not seq.future.done():
+            try:
+                seq.future.set_result(None)
+            except concurrent.futures.InvalidStateError:  # cancelled meanwhile
+                pass
+
+    @staticmethod
+    def _fail(seq: _Sequence, error: BaseException) -> None:
+        if not seq.future.done():
+            try:
+                seq.future.set_exception(error)
+            except concurrent.futures.InvalidStateError:
+                pass

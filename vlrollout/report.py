@@ -1,0 +1,138 @@
+"""The visual report of a run: one self-contained HTML page.
+
+Each item shows its image with the ground-truth boxes (green) and every episode's predicted boxes
+(red, converted from the model's frame to the image's pixels), the prompt, each completion and
+its reward, and any rejection with its reason. Images are embedded as data URLs so the page can
+be mailed or attached to an issue.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from vlrollout.runner import _safe_name, atomic_write_bytes
+
+THUMB = 224
+
+
+def _load_image(image: Any) -> Image.Image | None:
+    from vlrollout.processors.image_loading import load_image
+
+    try:
+        return load_image(image).image
+    except Exception:  # noqa: BLE001 - the report shows "image unavailable" instead
+        return None
+
+
+def predicted_boxes(text: str, width: int, height: int, family: str = "qwen2_vl") -> list[tuple]:
+    """Boxes in ``text`` (in ``family``'s format) converted to pixels of a ``width``×``height`` image.
+
+    Frames that need the processor's resized size (Qwen2.5-VL) are drawn as if the model saw the
+    original size; the report is for looking, the rewards use the recorded geometry.
+    """
+    from vlrollout.rewards.box_parsing import get_parser, is_finite_box
+    from vlrollout.rewards.frames import Frame, convert_boxes
+
+    parsed = get_parser(family)(text)
+    geometry = {
+        "original_width": width,
+        "original_height": height,
+        "model_width": width,
+        "model_height": height,
+    }
+    boxes = [b for b in parsed.boxes if is_finite_box(b)]
+    return convert_boxes(boxes, parsed.frame, Frame.ORIGINAL, geometry)
+
+
+def _draw(image: Image.Image, gt: Sequence, preds: Sequence) -> str:
+    image = image.convert("RGB")
+    scale = THUMB / max(image.size)
+    shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
+    draw = ImageDraw.Draw(shown)
+    for boxes, colour in ((gt, (0, 200, 0)), (preds, (230, 0, 0))):
+        for b in boxes:
+            draw.rectangle([v * scale for v in b], outline=colour, width=2)
+    buf = io.BytesIO()
+    shown.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _prompt_text(item: dict[str, Any]) -> str:
+    parts = []
+    for message in item.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [p.get("text", "") for p in content if isinstance(p, dict)]
+    return " ".join(p for p in parts if p)
+
+
+def render_item(item: dict[str, Any], outcome: dict[str, Any], family: str) -> str:
+    image = _load_image(item["images"][0]) if item.get("images") else None
+    gt = item.get("boxes") or []
+    rows = []
+    all_preds: list[tuple] = []
+    for i, episode in enumerate(outcome.get("episodes", [])):
+        text = "\n---\n".join(episode["turns"])
+        if image is not None:
+            all_preds += predicted_boxes(episode["turns"][-1], image.width, image.height, family)
+        rows.append(
+            f"<tr><td>{i}</td><td><pre>{html.escape(text)}</pre></td>"
+            f"<td class=r>{episode['reward']:.3f}</td></tr>"
+        )
+    for r in outcome.get("rejections", []):
+        rows.append(
+            f"<tr class=rej><td>✗</td><td>{html.escape(r['reason'])}: {html.escape(r['detail'])}"
+            "</td><td></td></tr>"
+        )
+    picture = (
+        f"<img src='{_draw(image, gt, all_preds)}'>" if image is not None else "<i>no image</i>"
+    )
+    answer = item.get("answer", item.get("captions", item.get("boxes", "")))
+    return (
+        f"<section><h3>{html.escape(str(item['id']))} "
+        f"<small>{html.escape(str(item.get('task', '')))}</small></h3>"
+        f"<div class=item>{picture}<div><p><b>prompt</b> {html.escape(_prompt_text(item))}</p>"
+        f"<p><b>expected</b> {html.escape(json.dumps(answer))}</p>"
+        f"<table><tr><th>#</th><th>completion</th><th>reward</th></tr>{''.join(rows)}</table>"
+        "</div></div></section>"
+    )
+
+
+STYLE = """
+body{font-family:sans-serif;margin:2em;max-width:1100px}
+.item{display:flex;gap:1.5em;align-items:flex-start}
+img{border:1px solid #ccc;image-rendering:pixelated;width:224px}
+pre{margin:0;white-space:pre-wrap}
+table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8px;vertical-align:top}
+.r{text-align:right}.rej{color:#b00}
+"""
+
+
+def write_report(
+    output: Path, items: Sequence[dict[str, Any]], summary: dict[str, Any], family: str = "qwen2_vl"
+) -> Path:
+    """Write ``output/report.html`` for every finished item; returns its path."""
+    sections = []
+    for item in items:
+        path = output / "items" / f"{_safe_name(item['id'])}.json"
+        if path.exists():
+            sections.append(render_item(item, json.loads(path.read_text()), family))
+    head = {k: summary.get(k) for k in ("items", "episodes", "reward", "reward_by_task")}
+    page = (
+        f"<!doctype html><meta charset=utf-8><title>vlrollout report</title><style>{STYLE}</style>"
+        f"<h1>vlrollout run</h1><p>green: ground truth, red: predicted</p>"
+        f"<pre>{html.escape(json.dumps(head, indent=1))}</pre>{''.join(sections)}"
+    )
+    report = output / "report.html"
+    atomic_write_bytes(report, page.encode())
+    return report

@@ -1,0 +1,89 @@
+"""Wiring ``vlrollout run``: config → tokenizer, processor, engine, reward, workflow → Runner."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from areal.api import RolloutWorkflow
+from areal.api.cli_args import GenerationHyperparameters
+
+from vlrollout.datasets import load_items
+from vlrollout.run_config import RunConfig
+from vlrollout.workflows.steps import resolve_callable
+
+
+def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
+    """A reward by registry name or import path; ``items`` give corpus statistics (CIDEr-D df)."""
+    from vlrollout.rewards.registry import get_reward
+
+    if name == "tiny_task":
+        from vlrollout.tiny.task_reward import TinyTaskReward
+
+        return TinyTaskReward.from_items(items)
+    return get_reward(name)
+
+
+def build_workflow(
+    cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any
+) -> RolloutWorkflow:
+    """The workflow named by ``cfg.workflow`` (a built-in name or an import path)."""
+    from vlrollout import workflows
+
+    gconfig = GenerationHyperparameters(**cfg.gconfig)
+    common = {"reward_timeout_s": cfg.reward_timeout_s}
+    vision = {
+        "processor": processor,
+        "preprocessor": cfg.preprocessor,
+        "min_pixels": cfg.min_pixels,
+        "max_pixels": cfg.max_pixels,
+    }
+    multi = {"max_turns": cfg.max_turns, "turn_discount": cfg.turn_discount}
+    if cfg.workflow == "text":
+        return workflows.RLVRWorkflow(reward, gconfig, tokenizer, **common)
+    if cfg.workflow == "vision":
+        return workflows.VisionRLVRWorkflow(reward, gconfig, tokenizer, **vision, **common)
+    if cfg.workflow == "multi_attempt":
+        return workflows.MultiAttemptWorkflow(reward, gconfig, tokenizer, **multi, **common)
+    if cfg.workflow == "vision_multi_attempt":
+        return workflows.VisionMultiAttemptWorkflow(
+            reward, gconfig, tokenizer, **vision, **multi, **common
+        )
+    cls = resolve_callable(cfg.workflow, "workflow")
+    return cls(reward_fn=reward, gconfig=gconfig, tokenizer=tokenizer, processor=processor)
+
+
+def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
+    """Run ``cfg`` end to end; returns the summary. Writes the report next to the summary."""
+    from vlrollout.engines import make_engine
+    from vlrollout.report import write_report
+    from vlrollout.runner import Runner
+
+    items = load_items(cfg.data, limit=cfg.limit)
+    engine = make_engine(cfg.engine, seed=cfg.seed, max_concurrent_rollouts=cfg.concurrency)
+    try:
+        processor = getattr(engine, "processor", None)
+        tokenizer = getattr(engine, "tokenizer", None)
+        if tokenizer is None:
+            from transformers import AutoProcessor, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(cfg.engine.model, local_files_only=True)
+            processor = AutoProcessor.from_pretrained(cfg.engine.model, local_files_only=True)
+        reward = load_reward(cfg.reward, items)
+        workflow = build_workflow(cfg, tokenizer, processor, reward)
+        runner = Runner(
+            workflow,
+            engine,
+            tokenizer,
+            cfg.output,
+            group_size=cfg.group_size,
+            concurrency=cfg.concurrency,
+            fail_fast=cfg.fail_fast,
+        )
+        summary = asyncio.run(runner.run(items, progress=progress))
+    finally:
+        engine.destroy()
+    summary["config"] = cfg.to_dict()
+    write_report(Path(cfg.output), items, summary)
+    return summary

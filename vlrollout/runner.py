@@ -1,0 +1,260 @@
+"""``vlrollout run``: a workflow over a data file, with resumable output and a summary.
+
+Output folder layout (every file written atomically: temp file, then ``os.replace``):
+
+- ``trajectories/<id>.pt`` — the item's group, concatenated by AReaL's ``GroupedRolloutWorkflow``
+  (``torch.load(path, weights_only=False)`` gives the trajectory dict a trainer consumes);
+- ``items/<id>.json`` — the item's outcome: completions, rewards, rejections. Its presence marks the
+  item done, so a killed run resumes where it stopped without repeating or losing items;
+- ``summary.json`` and ``report.html`` at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from areal.api import InferenceEngine, RolloutWorkflow
+from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
+
+from vlrollout.ledger import EpisodeLedger
+
+logger = logging.getLogger("vlrollout.run")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=1, default=str).encode())
+
+
+def atomic_torch_save(path: Path, obj: Any) -> None:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _safe_name(item_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in item_id)
+
+
+def generated_segments(traj: dict[str, Any], row: int) -> list[list[int]]:
+    """Token ids of each generated turn of one row (contiguous runs of ``loss_mask == 1``)."""
+    ids = traj["input_ids"][row].tolist()
+    mask = traj["loss_mask"][row].tolist()
+    segments: list[list[int]] = []
+    previous = 0
+    for token, m in zip(ids, mask, strict=True):
+        if m and not previous:
+            segments.append([])
+        if m:
+            segments[-1].append(token)
+        previous = m
+    return segments
+
+
+@dataclass
+class ItemOutcome:
+    """What happened to one item, as saved in ``items/<id>.json``."""
+
+    id: str
+    status: str  # "accepted" (at least one episode kept) or "rejected"
+    episodes: list[dict[str, Any]]
+    rejections: list[dict[str, str]]
+    generated_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class Runner:
+    """Runs ``workflow`` over ``items`` with groups, bounded concurrency and resumable output.
+
+    Args:
+        workflow: A vlrollout workflow (it must have a ``ledger``: rejections are read from it).
+        engine: Any AReaL ``InferenceEngine``.
+        tokenizer: Decodes completions for the item files and the report.
+        output: Output folder.
+        group_size: Episodes per item.
+        concurrency: Items in flight at once.
+        fail_fast: Stop at the first item with a rejected episode.
+    """
+
+    def __init__(
+        self,
+        workflow: RolloutWorkflow,
+        engine: InferenceEngine,
+        tokenizer: Any,
+        output: str | Path,
+        group_size: int = 1,
+        concurrency: int = 4,
+        fail_fast: bool = False,
+    ) -> None:
+        self.workflow = workflow
+        self.ledger: EpisodeLedger = workflow.ledger
+        self.group = GroupedRolloutWorkflow(workflow, group_size, logger)
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.output = Path(output)
+        self.group_size = group_size
+        self.concurrency = concurrency
+        self.fail_fast = fail_fast
+
+    def item_path(self, item_id: str) -> Path:
+        return self.output / "items" / f"{_safe_name(item_id)}.json"
+
+    def trajectory_path(self, item_id: str) -> Path:
+        return self.output / "trajectories" / f"{_safe_name(item_id)}.pt"
+
+    def pending(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Items without a finished outcome file (what a resumed run still has to do)."""
+        return [item for item in items if not self.item_path(item["id"]).exists()]
+
+    async def run_item(self, item: dict[str, Any]) -> ItemOutcome:
+        label = f"item {item['id']}"
+        before = sum(1 for r in self.ledger.records if r.item == label)
+        traj = await self.group.arun_episode(self.engine, item)
+        rejections = [r.to_dict() for r in self.ledger.records if r.item == label][before:]
+        episodes, tokens = [], 0
+        if traj is not None:
+            atomic_torch_save(self.trajectory_path(item["id"]), traj)
+            for row in range(traj["input_ids"].shape[0]):
+                turns = generated_segments(traj, row)
+                tokens += sum(len(t) for t in turns)
+                episodes.append(
+                    {
+                        "reward": float(traj["rewards"][row]),
+                        "turns": [self.tokenizer.decode(t, skip_special_tokens=False) for t in turns],
+                    }
+                )
+        outcome = ItemOutcome(
+            id=item["id"],
+            status="accepted" if traj is not None else "rejected",
+            episodes=episodes,
+            rejections=rejections,
+            generated_tokens=tokens,
+        )
+        atomic_write_json(self.item_path(item["id"]), outcome.to_dict())
+        return outcome
+
+    async def run(self, items: Sequence[dict[str, Any]], progress: bool = True) -> dict[str, Any]:
+        """Run every pending item; returns the summary (also written to ``summary.json``)."""
+        self.output.mkdir(parents=True, exist_ok=True)
+        todo = self.pending(items)
+        start = time.perf_counter()
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="item")
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        for item in todo:
+            queue.put_nowait(item)
+        rewards: list[float] = []
+        stop = asyncio.Event()
+        failure: list[ItemOutcome] = []
+
+        async def worker() -> None:
+            while not stop.is_set():
+                try:
+                    item = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                outcome = await self.run_item(item)
+                rewards.extend(e["reward"] for e in outcome.episodes)
+                if bar is not None:
+                    bar.update(1)
+                    if rewards:
+                        bar.set_postfix(mean_reward=f"{statistics.fmean(rewards):.3f}")
+                if self.fail_fast and outcome.rejections:
+                    failure.append(outcome)
+                    stop.set()
+
+        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+        if bar is not None:
+            bar.close()
+        wall = time.perf_counter() - start
+        summary = summarize(self.output, items, wall_s=wall)
+        summary["this_run"] = {"items_run": len(todo) - queue.qsize(), "wall_s": round(wall, 3)}
+        if failure:
+            summary["stopped_early"] = {
+                "item": failure[0].id,
+                "rejections": failure[0].rejections,
+            }
+        atomic_write_json(self.output / "summary.json", summary)
+        return summary
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "std": statistics.pstdev(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def summarize(output: Path, items: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """Summary over every finished item in ``output`` (including those of earlier, resumed runs)."""
+    outcomes = []
+    for item in items:
+        path = output / "items" / f"{_safe_name(item['id'])}.json"
+        if path.exists():
+            outcomes.append((item, json.loads(path.read_text())))
+    rewards = [e["reward"] for _, o in outcomes for e in o["episodes"]]
+    by_task: dict[str, list[float]] = {}
+    for item, o in outcomes:
+        by_task.setdefault(str(item.get("task", "all")), []).extend(e["reward"] for e in o["episodes"])
+    rejections = [dict(r, id=o["id"]) for _, o in outcomes for r in o["rejections"]]
+    by_reason: dict[str, int] = {}
+    for r in rejections:
+        by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + 1
+    tokens = sum(o["generated_tokens"] for _, o in outcomes)
+    episodes_kept = len(rewards)
+    return {
+        "items": {
+            "total": len(items),
+            "done": len(outcomes),
+            "accepted": sum(o["status"] == "accepted" for _, o in outcomes),
+            "rejected": sum(o["status"] == "rejected" for _, o in outcomes),
+        },
+        "episodes": {
+            "accepted": episodes_kept,
+            "rejected": len(rejections),
+            "rejected_by_reason": by_reason,
+        },
+        "rejections": rejections,
+        "reward": _stats(rewards),
+        "reward_by_task": {k: _stats(v) for k, v in sorted(by_task.items())},
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / wall_s if wall_s > 0 else None,
+        "wall_s": wall_s,
+    }
