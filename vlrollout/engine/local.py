@@ -23,56 +23,23 @@ set by ``set_version``.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicCache
 from areal.api.engine_api import InferenceEngine
 from areal.api.io_struct import ModelRequest, ModelResponse, WeightUpdateMeta
+from transformers.cache_utils import DynamicCache
 
-from vlrollout.engine.batch import can_merge, merge_caches, select_rows
-from vlrollout.engine.inputs import (
-    PreparedInputs,
-    placeholder_token_ids,
-    prepare_inputs,
-    prompt_positions,
-    uses_mrope,
-)
-from vlrollout.engine.sampling import SamplingParams, sample_token, token_logprobs
+from vlrollout.engine.batch import can_merge
+from vlrollout.engine.inputs import placeholder_token_ids, prepare_inputs
+from vlrollout.engine.sampling import SamplingParams
+from vlrollout.engine.worker import DecodeWorker, GenerationTask
 
 logger = logging.getLogger(__name__)
-
-_STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
-
-
-@dataclass(eq=False)
-class _Sequence:
-    inputs: PreparedInputs
-    params: SamplingParams
-    future: concurrent.futures.Future
-    tokenizer: Any
-    generator: torch.Generator | None = None
-    rope_delta: int = 0
-    out_tokens: list[int] = field(default_factory=list)
-    out_logprobs: list[float] = field(default_factory=list)
-    out_versions: list[int] = field(default_factory=list)
-    counts: collections.Counter = field(default_factory=collections.Counter)
-    stop_reason: str | None = None
-    t_start: float = field(default_factory=time.perf_counter)
-    t_first: float | None = None
-    t_last: float | None = None
-    itl: list[float] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return len(self.inputs.input_ids) + len(self.out_tokens)
 
 
 def _split_processor(obj: Any) -> tuple[Any, Any]:
@@ -134,13 +101,11 @@ class LocalInferenceEngine(InferenceEngine):
             max_batch_size = 1
         self.max_batch_size = max_batch_size
         self._dtype = next(model.parameters()).dtype
-        self._mrope = uses_mrope(model)
 
         banned = placeholder_token_ids(model.config, self.processor, self.tokenizer)
         banned.update(int(t) for t in banned_token_ids)
         vocab = model.get_output_embeddings().weight.shape[0]
         self.banned_token_ids = frozenset(t for t in banned if 0 <= t < vocab)
-        self._banned = torch.tensor(sorted(self.banned_token_ids), device=self.device)
 
         eos: set[int] = set()
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -149,25 +114,17 @@ class LocalInferenceEngine(InferenceEngine):
             eos.add(self.tokenizer.eos_token_id)
         self.eos_token_ids = frozenset(eos)
 
-        self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._version = 0
         self._version_lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._step_lock = threading.Lock()  # held by the worker while it computes
-        self._pending: collections.deque[_Sequence] = collections.deque()
-        self._controls: collections.deque[tuple[Callable[[], Any], bool, Any]] = (
-            collections.deque()
-        )
-        self._paused = False
-        self._offloaded = False
-        self._stopping = False
-        self._thread: threading.Thread | None = None
         self._workflow_executor = None
-        # Worker-owned decode batch.
-        self._active: list[_Sequence] = []
-        self._cache = None
-        self._mask: torch.Tensor | None = None
-        self._stats = collections.Counter()
+        self._worker = DecodeWorker(
+            self.model,
+            self.device,
+            max_batch_size,
+            banned=torch.tensor(sorted(self.banned_token_ids), device=self.device),
+            generator=torch.Generator(device=self.device).manual_seed(seed),
+            version=self.get_version,
+        )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -210,12 +167,7 @@ class LocalInferenceEngine(InferenceEngine):
         """Start the worker thread; with an ``InferenceEngineConfig``, also AReaL's
         ``WorkflowExecutor`` so ``submit``/``wait``/``rollout_batch``/``prepare_batch`` work.
         """
-        if self._thread is None:
-            self._stopping = False
-            self._thread = threading.Thread(
-                target=self._worker, name="LocalInferenceEngine", daemon=True
-            )
-            self._thread.start()
+        self._worker.start()
         if config is not None and self._workflow_executor is None:
             from areal.infra.workflow_executor import WorkflowExecutor
             from areal.utils import logging
@@ -232,21 +184,7 @@ class LocalInferenceEngine(InferenceEngine):
         if self._workflow_executor is not None:
             self._workflow_executor.destroy()
             self._workflow_executor = None
-        if self._thread is None:
-            return
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        self._thread.join()
-        self._thread = None
-        error = RuntimeError("LocalInferenceEngine was destroyed before the request finished.")
-        for seq in [*self._pending, *self._active]:
-            self._fail(seq, error)
-        for _, _, fut in self._controls:
-            fut.set_exception(error)
-        self._pending.clear()
-        self._controls.clear()
-        self._reset_batch()
+        self._worker.stop()
 
     def __enter__(self) -> LocalInferenceEngine:
         return self.initialize()
@@ -256,7 +194,7 @@ class LocalInferenceEngine(InferenceEngine):
 
     @property
     def initialized(self) -> bool:
-        return self._thread is not None
+        return self._worker.running
 
     def set_version(self, version: int) -> None:
         with self._version_lock:
@@ -269,7 +207,7 @@ class LocalInferenceEngine(InferenceEngine):
     def stats(self) -> dict[str, int]:
         """Counters: ``prefills``, ``decode_steps``, ``decode_rows`` (rows summed over steps),
         ``tokens``; ``decode_rows / decode_steps`` is the mean decode batch size."""
-        return dict(self._stats)
+        return dict(self._worker.stats)
 
     # ------------------------------------------------------------------ generation
     async def agenerate(self, req: ModelRequest) -> ModelResponse:
@@ -293,49 +231,43 @@ class LocalInferenceEngine(InferenceEngine):
         params = SamplingParams.from_gconfig(
             req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
         )
-        seq = _Sequence(
+        task = GenerationTask(
             inputs=inputs,
             params=params,
-            future=concurrent.futures.Future(),
             tokenizer=req.tokenizer or self.tokenizer,
             generator=(
                 torch.Generator(device=self.device).manual_seed(int(seed))
                 if seed is not None
                 else None
             ),
-            t_start=start,
         )
-        with self._cond:
-            self._pending.append(seq)
-            self._cond.notify_all()
-        await asyncio.wrap_future(seq.future)
+        await asyncio.wrap_future(self._worker.submit(task))
         end = time.perf_counter()
         return ModelResponse(
             input_tokens=list(req.input_ids),
-            output_tokens=seq.out_tokens,
-            output_logprobs=seq.out_logprobs,
-            output_versions=seq.out_versions,
-            stop_reason=seq.stop_reason,
+            output_tokens=task.out_tokens,
+            output_logprobs=task.out_logprobs,
+            output_versions=task.out_versions,
+            stop_reason=task.stop_reason,
             tokenizer=req.tokenizer or self.tokenizer,
             input_images=list(req.image_data or []),
             processor=req.processor or self.processor,
             latency=end - start,
-            ttft=(seq.t_first or end) - start,
-            itl=seq.itl,
+            ttft=(task.t_first or end) - start,
+            itl=task.itl,
         )
 
     # ------------------------------------------------------------------ weights and control
     def pause_generation(self):
-        """Stop decoding between steps; returns once the worker is idle."""
-        with self._cond:
-            self._paused = True
-        with self._step_lock:
-            pass
+        """Stop decoding between steps; returns once the worker is idle.
+
+        Weight updates still run while paused; running requests resume after
+        :meth:`continue_generation`.
+        """
+        self._worker.pause()
 
     def continue_generation(self):
-        with self._cond:
-            self._paused = False
-            self._cond.notify_all()
+        self._worker.resume()
 
     def update_weights_from_state_dict(
         self, state_dict: dict[str, torch.Tensor], version: int | None = None
@@ -389,27 +321,16 @@ class LocalInferenceEngine(InferenceEngine):
     def offload(self):
         """Move the model to CPU between steps; generation waits until :meth:`onload`."""
 
-        def move():
-            self.model.to("cpu")
-            self._offloaded = True
-
-        self._control(move, invalidates=True).result()
+        self._control(lambda: self.model.to("cpu"), invalidates=True, halt=True).result()
 
     def onload(self, tags: list[str] | None = None):
-        def move():
-            self.model.to(self.device)
-            self._offloaded = False
+        """Move the model back to the engine's device and resume generating."""
+        self._control(lambda: self.model.to(self.device), invalidates=True, halt=False).result()
 
-        self._control(move, invalidates=False).result()
-
-    def _control(self, fn: Callable[[], Any], invalidates: bool) -> concurrent.futures.Future:
+    def _control(self, fn, invalidates: bool, halt: bool | None = None):
         if not self.initialized:
             raise RuntimeError("Call LocalInferenceEngine.initialize() first.")
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        with self._cond:
-            self._controls.append((fn, invalidates, fut))
-            self._cond.notify_all()
-        return fut
+        return self._worker.control(fn, invalidates, halt)
 
     # ------------------------------------------------------------------ AReaL rollout API
     @property
@@ -494,177 +415,3 @@ class LocalInferenceEngine(InferenceEngine):
 
     def resume(self):
         return self.workflow_executor.resume()
-
-    # ------------------------------------------------------------------ worker thread
-    def _worker(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopping and not self._controls and not self._has_work():
-                    self._cond.wait()
-                if self._stopping:
-                    return
-                controls = list(self._controls)
-                self._controls.clear()
-            with self._step_lock:
-                if controls:
-                    self._run_controls(controls)
-                    continue
-                self._admit()
-                if self._active:
-                    self._decode_step()
-
-    def _has_work(self) -> bool:
-        if self._paused or self._offloaded:
-            return False
-        return bool(self._pending or self._active)
-
-    def _run_controls(self, controls) -> None:
-        for fn, invalidates, fut in controls:
-            try:
-                if invalidates and self._active:
-                    with self._cond:  # prefill them again, first, with the new weights
-                        self._pending.extendleft(reversed(self._active))
-                    self._reset_batch()
-                with torch.no_grad():
-                    fut.set_result(fn())
-            except Exception as e:  # reported to whoever waits on the future
-                fut.set_exception(e)
-
-    def _reset_batch(self) -> None:
-        self._active, self._cache, self._mask = [], None, None
-
-    def _admit(self) -> None:
-        while len(self._active) < self.max_batch_size:
-            with self._cond:
-                if not self._pending:
-                    return
-                seq = self._pending.popleft()
-            if seq.future.cancelled():
-                continue
-            try:
-                self._prefill(seq)
-            except Exception as e:  # this request's inputs; the batch is unaffected
-                self._fail(seq, e)
-
-    @torch.no_grad()
-    def _prefill(self, seq: _Sequence) -> None:
-        ids = torch.tensor([seq.inputs.input_ids + seq.out_tokens], device=self.device)
-        positions, seq.rope_delta = prompt_positions(
-            self.model, ids, seq.inputs.mm_token_type_ids, seq.inputs.vision
-        )
-        out = self.model(
-            input_ids=ids,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **seq.inputs.vision,
-        )
-        self._stats["prefills"] += 1
-        if self._emit(seq, out.logits[0, -1]):
-            self._finish(seq)
-            return
-        cache, mask = out.past_key_values, torch.ones_like(ids)
-        if self._cache is None:
-            self._active, self._cache, self._mask = [seq], cache, mask
-        else:
-            self._cache, self._mask = merge_caches(self._cache, self._mask, cache, mask)
-            self._active.append(seq)
-
-    @torch.no_grad()
-    def _decode_step(self) -> None:
-        rows = len(self._active)
-        try:
-            last = torch.tensor([[s.out_tokens[-1]] for s in self._active], device=self.device)
-            pos = torch.tensor(
-                [[s.length - 1 + s.rope_delta] for s in self._active], device=self.device
-            )
-            if self._mrope:
-                pos = pos.view(1, rows, 1).expand(3, rows, 1)
-            mask = torch.cat([self._mask, self._mask.new_ones(rows, 1)], dim=1)
-            out = self.model(
-                input_ids=last,
-                attention_mask=mask,
-                position_ids=pos,
-                past_key_values=self._cache,
-                use_cache=True,
-            )
-            self._cache, self._mask = out.past_key_values, mask
-            self._stats["decode_steps"] += 1
-            self._stats["decode_rows"] += rows
-            keep = []
-            for i, seq in enumerate(self._active):
-                if seq.future.cancelled():
-                    continue
-                if self._emit(seq, out.logits[i, -1]):
-                    self._finish(seq)
-                else:
-                    keep.append(i)
-        except Exception as e:  # a model failure fails every sequence in the batch
-            for seq in self._active:
-                self._fail(seq, e)
-            self._reset_batch()
-            return
-        if not keep:
-            self._reset_batch()
-        elif len(keep) < rows:
-            self._cache, self._mask = select_rows(self._cache, self._mask, keep)
-            self._active = [self._active[i] for i in keep]
-
-    def _emit(self, seq: _Sequence, logits: torch.Tensor) -> bool:
-        """Sample the next token of ``seq`` from ``[vocab]`` logits; True when it is done."""
-        p = seq.params
-        logits = logits.float()
-        token = sample_token(
-            logits,
-            p,
-            self._banned,
-            len(seq.out_tokens),
-            seq.counts if p.frequency_penalty else None,
-            seq.generator or self._generator,
-        )
-        logprob = token_logprobs(logits, torch.tensor(token, device=logits.device), p.logprob_temperature)
-        now = time.perf_counter()
-        if seq.t_first is None:
-            seq.t_first = now
-        else:
-            seq.itl.append(now - seq.t_last)
-        seq.t_last = now
-        seq.out_tokens.append(token)
-        seq.out_logprobs.append(float(logprob))
-        seq.out_versions.append(self.get_version())
-        seq.counts[token] += 1
-        self._stats["tokens"] += 1
-        n = len(seq.out_tokens)
-        if n >= p.min_new_tokens:
-            if token in p.stop_token_ids or self._hit_stop_string(seq):
-                seq.stop_reason = "stop"
-                return True
-        if n >= p.max_new_tokens:
-            seq.stop_reason = "length"
-            return True
-        return False
-
-    def _hit_stop_string(self, seq: _Sequence) -> bool:
-        if not seq.params.stop or seq.tokenizer is None:
-            return False
-        tail = seq.out_tokens[-_STOP_TEXT_WINDOW:]
-        text, before = seq.tokenizer.decode(tail), seq.tokenizer.decode(tail[:-1])
-        # Only a stop string the newest token completes counts (earlier ones fell before
-        # min_new_tokens).
-        return any(s and s in text and s not in before for s in seq.params.stop)
-
-    @staticmethod
-    def _finish(seq: _Sequence) -> None:
-        if not seq.future.done():
-            try:
-                seq.future.set_result(None)
-            except concurrent.futures.InvalidStateError:  # cancelled meanwhile
-                pass
-
-    @staticmethod
-    def _fail(seq: _Sequence, error: BaseException) -> None:
-        if not seq.future.done():
-            try:
-                seq.future.set_exception(error)
-            except concurrent.futures.InvalidStateError:
-                pass

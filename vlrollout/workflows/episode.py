@@ -7,7 +7,6 @@ from each other.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from areal.utils import stats_tracker
 from vlrollout.ledger import EpisodeLedger
 from vlrollout.packaging import PackingError
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
+from vlrollout.processors.cache import PreparedPromptCache
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.text import item_label
 from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
@@ -62,20 +62,20 @@ class EpisodeContext:
     reward: RewardCaller
     processor: Any = None
     max_prompt_tokens: int | None = None
+    cache_size: int = 1024
     ledger: EpisodeLedger = field(default_factory=EpisodeLedger)
 
     def __post_init__(self) -> None:
         self.gconfig = self.gconfig.new_with_stop_and_pad_token_ids(self.tokenizer)
+        # AReaL's GroupedRolloutWorkflow calls arun_episode group_size times with the same item:
+        # the cache prepares it once (concurrent callers share the in-flight preparation).
+        self.prompts = PreparedPromptCache(self.preprocessor, maxsize=self.cache_size)
         if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
             raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
 
     async def prepare(self, data: dict[str, Any]) -> PreparedPrompt:
         """Prepare the prompt off the event loop (decoding and resizing images is CPU work)."""
-        aprepare = getattr(self.preprocessor, "aprepare", None)
-        if aprepare is not None:
-            prepared = await aprepare(data)
-        else:
-            prepared = await asyncio.to_thread(self.preprocessor.prepare, data)
+        prepared = await self.prompts.aprepare(data)
         if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
             raise EpisodeRejected(
                 "prompt_too_long",

@@ -16,14 +16,14 @@ def build_vision_preprocessor(
     max_pixels: int | None = None,
 ) -> Preprocessor:
     """The given preprocessor (object, registered name or import path), or the default one for
-    ``processor``, wrapped in the prepare-once cache so a GRPO group prepares its prompt once."""
+    ``processor``. (Workflows wrap it in the prepare-once cache.)"""
     from vlrollout.processors import registry
 
     if preprocessor is None or isinstance(preprocessor, str):
         preprocessor = registry.get_preprocessor(
             preprocessor or "auto",
             processor=processor,
-            enable_thinking=enable_thinking,
+            chat_template_kwargs={"enable_thinking": enable_thinking},
             min_pixels=min_pixels,
             max_pixels=max_pixels,
         )

@@ -1,0 +1,270 @@
+"""Grounding rewards: parse the model's boxes/points, convert frames, score against labels.
+
+``task_data`` fields read:
+
+- ``boxes`` (name configurable): the label box ``[x1, y1, x2, y2]`` or a list of them, in
+  ``label_frame`` (default: original pixels);
+- ``geometry``: the preprocessor's per-image geometry, a list of
+  ``{"original_width", "original_height", "model_width", "model_height"}`` dicts (or one dict);
+  needed whenever the prediction or label frame is ``original``/``model``.
+
+Failure rules (each returns the metric's failure value, 0 or -1 for GIoU, with the reason):
+
+==========================  =================================================================
+reason                      when
+==========================  =================================================================
+``no_box``                  the parser found no box (``no_box:points_only`` if it found points)
+``multiple_boxes``          several boxes for a single-box metric and ``on_multiple="zero"``
+``non_finite_box``          a coordinate is NaN or infinite
+``inverted_box``            ``x2 < x1`` or ``y2 < y1`` (not silently swapped: the convention is
+                            part of what is learned)
+``box_outside_image``       nothing of the box is left after clipping to the image
+``degenerate_box``          zero width or height after clipping
+==========================  =================================================================
+
+A box partly outside the image is clipped and scored (``details["clipped"] = True``). With several
+boxes and ``on_multiple="first"`` (default) the first box is scored (``details["num_boxes"]``).
+With several label boxes, single-box metrics score the best-matching label. Multi-box metrics
+(``box_f1``, ``mean_iou``) count invalid predicted boxes as unmatched predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .box_parsing import ParsedOutput, get_parser
+from .box_scores import acc_at, box_area, match_boxes, match_points, pairwise_giou, pairwise_iou
+from .frames import Box, Frame, convert_boxes, convert_points, frame_size
+from .result import Reward, RewardResult, require_field
+from .text_extract import answer_region
+
+BOX_METRICS = ("iou", "giou", "acc", "box_f1", "mean_iou")
+
+
+def label_boxes(value: Any, field_name: str = "boxes") -> list[Box]:
+    """Read label boxes from a dataset field: one ``[x1, y1, x2, y2]`` or a list of them.
+
+    Raises ``ValueError`` naming the field for anything else (a data bug, not a model mistake).
+    """
+    try:
+        items = list(value)
+        if items and not isinstance(items[0], (list, tuple)):
+            items = [items]
+        boxes = [tuple(float(v) for v in b) for b in items]
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"task_data[{field_name!r}] must be [x1, y1, x2, y2] or a list of them") from e
+    for b in boxes:
+        if len(b) != 4 or not all(math.isfinite(v) for v in b) or b[2] < b[0] or b[3] < b[1]:
+            raise ValueError(
+                f"task_data[{field_name!r}] has an invalid box {b}: need 4 finite numbers with "
+                f"x1 <= x2 and y1 <= y2"
+            )
+    return boxes  # type: ignore[return-value]
+
+
+def image_geometry(task_data: dict[str, Any], image_index: int) -> Any:
+    """The geometry of image ``image_index`` from ``task_data["geometry"]`` (list or dict)."""
+    geo = task_data.get("geometry")
+    if isinstance(geo, (list, tuple)):
+        if not geo:
+            return None
+        if image_index >= len(geo):
+            raise ValueError(
+                f"image_index={image_index} but task_data['geometry'] has {len(geo)} entries"
+            )
+        return geo[image_index]
+    return geo
+
+
+def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str | None, bool]:
+    """Validate and clip one box already in the label frame: (box, reason, clipped)."""
+    if not all(math.isfinite(v) for v in box):
+        return None, "non_finite_box", False
+    x1, y1, x2, y2 = box
+    if x2 < x1 or y2 < y1:
+        return None, "inverted_box", False
+    clipped_box = (min(max(x1, 0.0), width), min(max(y1, 0.0), height),
+                   min(max(x2, 0.0), width), min(max(y2, 0.0), height))  # fmt: skip
+    clipped = clipped_box != (x1, y1, x2, y2)
+    if box_area(clipped_box) == 0.0:
+        outside = x1 >= width or y1 >= height or x2 <= 0 or y2 <= 0
+        return None, "box_outside_image" if outside else "degenerate_box", clipped
+    return clipped_box, None, clipped
+
+
+class GroundingReward(Reward):
+    """Box reward for one model family's output format.
+
+    Args:
+        family: Output format, a key of ``box_parsing.PARSERS`` (``qwen2_vl``, ``qwen2_5_vl``,
+            ``qwen3_vl``, ``internvl``, ``paligemma``, ``florence2``, ``plain``).
+        metric: ``iou``, ``giou``, ``acc`` (Acc@``iou_threshold``), ``box_f1`` or ``mean_iou``
+            (Hungarian matching; ``mean_iou`` is the mean IoU over matched pairs times recall, so
+            missing boxes cost).
+        label_frame: Frame of the label boxes in ``task_data``.
+        plain_frame: Frame of the model's boxes when ``family="plain"``.
+        boxes_key: ``task_data`` field holding the label boxes.
+        image_index: Which image's geometry to use.
+        iou_threshold: Threshold for ``acc`` and for a match in ``box_f1``/``mean_iou``.
+        on_multiple: ``"first"`` scores the first of several boxes for single-box metrics;
+            ``"zero"`` returns the failure value with reason ``multiple_boxes``.
+        use_answer_tag: Parse only ``<answer>...</answer>`` when present.
+        failure_value: Value for parse failures; default the metric's minimum (-1 for GIoU).
+
+    >>> geo = [{"original_width": 640, "original_height": 480, "model_width": 644,
+    ...         "model_height": 476}]
+    >>> r = GroundingReward("qwen2_5_vl", "iou")
+    >>> r("p", '{"bbox_2d": [161, 119, 483, 357]}', [], [], boxes=[160, 120, 480, 360],
+    ...   geometry=geo)
+    1.0
+    """
+
+    def __init__(
+        self,
+        family: str = "qwen2_5_vl",
+        metric: str = "iou",
+        *,
+        label_frame: Frame | str = Frame.ORIGINAL,
+        plain_frame: Frame | str = Frame.ORIGINAL,
+        boxes_key: str = "boxes",
+        image_index: int = 0,
+        iou_threshold: float = 0.5,
+        on_multiple: str = "first",
+        use_answer_tag: bool = True,
+        failure_value: float | None = None,
+    ) -> None:
+        if metric not in BOX_METRICS:
+            raise ValueError(f"metric must be one of {BOX_METRICS}, got {metric!r}")
+        if on_multiple not in ("first", "zero"):
+            raise ValueError(f"on_multiple must be 'first' or 'zero', got {on_multiple!r}")
+        if not 0.0 < iou_threshold <= 1.0:
+            raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
+        get_parser(family, plain_frame)  # validates the family now, not at the first call
+        self.family = family
+        self.metric = metric
+        self.label_frame = Frame(label_frame)
+        self.plain_frame = Frame(plain_frame)
+        self.boxes_key = boxes_key
+        self.image_index = image_index
+        self.iou_threshold = iou_threshold
+        self.on_multiple = on_multiple
+        self.use_answer_tag = use_answer_tag
+        self.failure_value = (
+            float(failure_value) if failure_value is not None else (-1.0 if metric == "giou" else 0.0)
+        )
+        self.name = f"{metric}"
+
+    def parse(self, completions: str) -> ParsedOutput:
+        parser = get_parser(self.family, self.plain_frame)
+        return parser(answer_region(completions, self.use_answer_tag))
+
+    def _fail(self, reason: str, **details: Any) -> RewardResult:
+        return RewardResult(self.failure_value, reason, details)
+
+    def score(
+        self,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> RewardResult:
+        gt = label_boxes(require_field(task_data, self.boxes_key, type(self).__name__), self.boxes_key)
+        geometry = image_geometry(task_data, self.image_index)
+        parsed = self.parse(completions)
+        details: dict[str, Any] = {"num_boxes": len(parsed.boxes)}
+        if parsed.issues:
+            details["issues"] = parsed.issues
+        if not parsed.boxes:
+            return self._fail("no_box:points_only" if parsed.points else "no_box", **details)
+        multi = self.metric in ("box_f1", "mean_iou")
+        pred = parsed.boxes if multi else parsed.boxes[:1]
+        if not multi and len(parsed.boxes) > 1 and self.on_multiple == "zero":
+            return self._fail("multiple_boxes", **details)
+        width, height = frame_size(self.label_frame, geometry)
+        valid: list[Box] = []
+        first_reason = None
+        for box in pred:
+            converted = (
+                convert_boxes([box], parsed.frame, self.label_frame, geometry)[0]
+                if all(math.isfinite(v) for v in box)
+                else box
+            )
+            checked, reason, clipped = _check_box(converted, width, height)
+            details["clipped"] = details.get("clipped", False) or clipped
+            if checked is None:
+                first_reason = first_reason or reason
+            else:
+                valid.append(checked)
+        if not valid:
+            return self._fail(first_reason or "no_box", **details)
+        if multi:
+            m = match_boxes(valid, gt, self.iou_threshold)
+            tp = len(m.matches)
+            precision = tp / len(pred)
+            f1 = 0.0 if tp == 0 else 2 * precision * m.recall / (precision + m.recall)
+            details.update(precision=precision, recall=m.recall, mean_matched_iou=m.mean_iou)
+            value = f1 if self.metric == "box_f1" else m.mean_iou * m.recall
+            return RewardResult(value, None, details)
+        if self.metric == "giou":
+            return RewardResult(float(pairwise_giou(valid, gt).max()), None, details)
+        best = float(pairwise_iou(valid, gt).max())
+        if self.metric == "acc":
+            details["iou"] = best
+            return RewardResult(acc_at(best, self.iou_threshold), None, details)
+        return RewardResult(best, None, details)
+
+
+class PointInBoxReward(Reward):
+    """Point reward: F1 of a one-to-one matching of predicted points to label boxes.
+
+    A single point and a single label box give 1.0 when the point is inside (edges included),
+    else 0.0. Reasons: ``no_point`` (nothing parsed), ``non_finite_point`` (all points NaN/inf).
+
+    Args:
+        family: ``molmo``, ``qwen2_5_vl`` or ``qwen3_vl`` (``point_2d``).
+        label_frame, boxes_key, image_index, use_answer_tag: as :class:`GroundingReward`.
+    """
+
+    def __init__(
+        self,
+        family: str = "molmo",
+        *,
+        label_frame: Frame | str = Frame.ORIGINAL,
+        boxes_key: str = "boxes",
+        image_index: int = 0,
+        use_answer_tag: bool = True,
+    ) -> None:
+        get_parser(family)
+        self.family = family
+        self.label_frame = Frame(label_frame)
+        self.boxes_key = boxes_key
+        self.image_index = image_index
+        self.use_answer_tag = use_answer_tag
+        self.name = "point_in_box"
+
+    def score(
+        self,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> RewardResult:
+        gt = label_boxes(require_field(task_data, self.boxes_key, type(self).__name__), self.boxes_key)
+        geometry = image_geometry(task_data, self.image_index)
+        parsed = get_parser(self.family)(answer_region(completions, self.use_answer_tag))
+        details: dict[str, Any] = {"num_points": len(parsed.points)}
+        if not parsed.points:
+            return RewardResult(0.0, "no_point", details)
+        finite = [p for p in parsed.points if all(math.isfinite(v) for v in p)]
+        if not finite:
+            return RewardResult(0.0, "non_finite_point", details)
+        points = convert_points(finite, parsed.frame, self.label_frame, geometry)
+        m = match_points(points, gt)
+        tp = len(m.matches)
+        precision = tp / len(parsed.points)
+        f1 = 0.0 if tp == 0 else 2 * precision * m.recall / (precision + m.recall)
+        details.update(precision=precision, recall=m.recall)
+        return RewardResult(f1, None, details)

@@ -1,0 +1,342 @@
+"""The thread that owns the model: queues, continuous batching, prefill and decode steps.
+
+Requests arrive from any thread or event loop through :meth:`DecodeWorker.submit`, which takes a
+:class:`GenerationTask` whose ``future`` (a ``concurrent.futures.Future``) resolves when the
+task is done. The worker admits pending tasks up to ``max_batch_size``, prefills each alone
+(batch 1, no padding), merges its KV cache into the running left-padded decode batch
+(:mod:`vlrollout.engine.batch`) and decodes one token per row per step. Control operations
+(weight updates, offload) run between steps; those that change weights send the running tasks
+back to the queue, to be prefilled again (prompt + tokens so far) with the new weights.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vlrollout.engine.batch import merge_caches, select_rows
+from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
+from vlrollout.engine.sampling import SamplingParams, sample_token, token_logprobs
+
+_STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
+
+
+@dataclass(eq=False)
+class GenerationTask:
+    """One request in flight, and its growing completion.
+
+    ``out_tokens``/``out_logprobs``/``out_versions`` grow by one entry per sampled token;
+    ``stop_reason`` is set when the task finishes. Timings are ``time.perf_counter()`` values.
+    """
+
+    inputs: PreparedInputs
+    params: SamplingParams
+    tokenizer: Any = None
+    generator: torch.Generator | None = None
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    rope_delta: int = 0
+    out_tokens: list[int] = field(default_factory=list)
+    out_logprobs: list[float] = field(default_factory=list)
+    out_versions: list[int] = field(default_factory=list)
+    counts: collections.Counter = field(default_factory=collections.Counter)
+    stop_reason: str | None = None
+    t_first: float | None = None
+    t_last: float | None = None
+    itl: list[float] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return len(self.inputs.input_ids) + len(self.out_tokens)
+
+
+def _resolve(
+    fut: concurrent.futures.Future, result: Any = None, error: BaseException | None = None
+):
+    if fut.done():
+        return
+    try:
+        if error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
+    except concurrent.futures.InvalidStateError:  # cancelled meanwhile
+        pass
+
+
+class DecodeWorker:
+    """Runs generation for :class:`GenerationTask` objects on one background thread.
+
+    Args:
+        model: The model, already on ``device`` and in eval mode.
+        device: Where inputs are built.
+        max_batch_size: Rows decoded together.
+        banned: int64 token ids never sampled.
+        generator: Sampling generator for tasks without their own.
+        version: Returns the weight version stamped on each sampled token.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        max_batch_size: int,
+        banned: torch.Tensor,
+        generator: torch.Generator,
+        version: Callable[[], int],
+    ):
+        self.model = model
+        self.device = device
+        self.max_batch_size = max_batch_size
+        self.banned = banned
+        self.generator = generator
+        self.version = version
+        self.stats: collections.Counter = collections.Counter()
+        self._mrope = uses_mrope(model)
+        self._cond = threading.Condition()
+        self._step_lock = threading.Lock()  # held while computing
+        self._pending: collections.deque[GenerationTask] = collections.deque()
+        self._controls: collections.deque = collections.deque()
+        self._paused = False
+        self._halted = False  # offloaded: wait for onload
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._active: list[GenerationTask] = []
+        self._cache = None
+        self._mask: torch.Tensor | None = None
+
+    # ---------------------------------------------------------------- called from other threads
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._loop, name="DecodeWorker", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread; queued and running tasks fail with ``RuntimeError``."""
+        if self._thread is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._thread = None
+        error = RuntimeError("The engine was destroyed before the request finished.")
+        for task in [*self._pending, *self._active]:
+            _resolve(task.future, error=error)
+        for _, _, fut in self._controls:
+            _resolve(fut, error=error)
+        self._pending.clear()
+        self._controls.clear()
+        self._reset_batch()
+
+    def submit(self, task: GenerationTask) -> concurrent.futures.Future:
+        with self._cond:
+            self._pending.append(task)
+            self._cond.notify_all()
+        return task.future
+
+    def control(
+        self, fn: Callable[[], Any], invalidates: bool, halt: bool | None = None
+    ) -> concurrent.futures.Future:
+        """Run ``fn`` on the worker between steps.
+
+        Args:
+            fn: The operation; its return value resolves the future.
+            invalidates: ``fn`` changes the weights or moves the model, so running tasks must
+                be prefilled again.
+            halt: If not ``None``, afterwards stop (``True``) or resume (``False``) generating.
+        """
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run():
+            result = fn()
+            if halt is not None:
+                self._halted = halt
+            return result
+
+        with self._cond:
+            self._controls.append((run, invalidates, fut))
+            self._cond.notify_all()
+        return fut
+
+    def pause(self) -> None:
+        """Stop between decode steps; returns once the worker is idle."""
+        with self._cond:
+            self._paused = True
+        with self._step_lock:
+            pass
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    # ---------------------------------------------------------------- worker thread
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._controls or self._has_work()):
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                controls = list(self._controls)
+                self._controls.clear()
+            with self._step_lock:
+                if controls:
+                    self._run_controls(controls)
+                    continue
+                self._admit()
+                if self._active:
+                    self._decode_step()
+
+    def _has_work(self) -> bool:
+        return not (self._paused or self._halted) and bool(self._pending or self._active)
+
+    def _run_controls(self, controls) -> None:
+        for fn, invalidates, fut in controls:
+            if invalidates and self._active:
+                with self._cond:
+                    self._pending.extendleft(reversed(self._active))
+                self._reset_batch()
+            try:
+                with torch.no_grad():
+                    _resolve(fut, fn())
+            except Exception as e:  # reported to whoever waits on the future
+                _resolve(fut, error=e)
+
+    def _reset_batch(self) -> None:
+        self._active, self._cache, self._mask = [], None, None
+
+    def _admit(self) -> None:
+        while len(self._active) < self.max_batch_size:
+            with self._cond:
+                if not self._pending:
+                    return
+                task = self._pending.popleft()
+            if task.future.cancelled():
+                continue
+            try:
+                self._prefill(task)
+            except Exception as e:  # this request's inputs; the batch is unaffected
+                _resolve(task.future, error=e)
+
+    @torch.no_grad()
+    def _prefill(self, task: GenerationTask) -> None:
+        ids = torch.tensor([task.inputs.input_ids + task.out_tokens], device=self.device)
+        positions, task.rope_delta = prompt_positions(
+            self.model, ids, task.inputs.mm_token_type_ids, task.inputs.vision
+        )
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **task.inputs.vision,
+        )
+        self.stats["prefills"] += 1
+        if self._emit(task, out.logits[0, -1]):
+            return
+        mask = torch.ones_like(ids)
+        if self._cache is None:
+            self._active, self._cache, self._mask = [task], out.past_key_values, mask
+        else:
+            self._cache, self._mask = merge_caches(
+                self._cache, self._mask, out.past_key_values, mask
+            )
+            self._active.append(task)
+
+    @torch.no_grad()
+    def _decode_step(self) -> None:
+        rows = len(self._active)
+        try:
+            last = torch.tensor([[t.out_tokens[-1]] for t in self._active], device=self.device)
+            # The fed token sits at index length - 1; later text positions are shifted by the
+            # M-RoPE delta of the prompt's images.
+            pos = torch.tensor(
+                [[t.length - 1 + t.rope_delta] for t in self._active], device=self.device
+            )
+            if self._mrope:
+                pos = pos.view(1, rows, 1).expand(3, rows, 1)
+            mask = torch.cat([self._mask, self._mask.new_ones(rows, 1)], dim=1)
+            out = self.model(
+                input_ids=last,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=self._cache,
+                use_cache=True,
+            )
+            self._cache, self._mask = out.past_key_values, mask
+            self.stats["decode_steps"] += 1
+            self.stats["decode_rows"] += rows
+            keep = [
+                i
+                for i, task in enumerate(self._active)
+                if not task.future.cancelled() and not self._emit(task, out.logits[i, -1])
+            ]
+        except Exception as e:  # a model failure fails every task in the batch
+            for task in self._active:
+                _resolve(task.future, error=e)
+            self._reset_batch()
+            return
+        if not keep:
+            self._reset_batch()
+        elif len(keep) < rows:
+            self._cache, self._mask = select_rows(self._cache, self._mask, keep)
+            self._active = [self._active[i] for i in keep]
+
+    def _emit(self, task: GenerationTask, logits: torch.Tensor) -> bool:
+        """Sample the next token of ``task`` from ``[vocab]`` logits; True when it finished."""
+        p = task.params
+        logits = logits.float()
+        token = sample_token(
+            logits,
+            p,
+            self.banned,
+            len(task.out_tokens),
+            task.counts if p.frequency_penalty else None,
+            task.generator or self.generator,
+        )
+        logprob = token_logprobs(
+            logits, torch.tensor(token, device=logits.device), p.logprob_temperature
+        )
+        now = time.perf_counter()
+        if task.t_first is None:
+            task.t_first = now
+        else:
+            task.itl.append(now - task.t_last)
+        task.t_last = now
+        task.out_tokens.append(token)
+        task.out_logprobs.append(float(logprob))
+        task.out_versions.append(self.version())
+        task.counts[token] += 1
+        self.stats["tokens"] += 1
+        n = len(task.out_tokens)
+        if n >= p.min_new_tokens and (token in p.stop_token_ids or self._hit_stop_string(task)):
+            task.stop_reason = "stop"
+        elif n >= p.max_new_tokens:
+            task.stop_reason = "length"
+        else:
+            return False
+        _resolve(task.future)
+        return True
+
+    @staticmethod
+    def _hit_stop_string(task: GenerationTask) -> bool:
+        if not task.params.stop or task.tokenizer is None:
+            return False
+        tail = task.out_tokens[-_STOP_TEXT_WINDOW:]
+        text, before = task.tokenizer.decode(tail), task.tokenizer.decode(tail[:-1])
+        # Only a stop string completed by the newest token counts (an earlier one fell before
+        # min_new_tokens).
+        return any(s and s in text and s not in before for s in task.params.stop)
