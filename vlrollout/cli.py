@@ -93,6 +93,77 @@ def _cmd_train_tiny(args: argparse.Namespace) -> int:
     return int(train.main(args.rest) or 0)
 
 
+def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--processor",
+        required=True,
+        help="local processor folder, or offline:FAMILY for a processor built in code "
+        "(families: see vlrollout.processors.offline)",
+    )
+    p.add_argument("--preprocessor", default="auto", help="preprocessor name or import path")
+    p.add_argument("--data", default="assets/samples/data.jsonl", help="items to prepare")
+    p.add_argument("--min-pixels", type=int, dest="min_pixels")
+    p.add_argument("--max-pixels", type=int, dest="max_pixels")
+
+
+def _snapshot_inputs(args: argparse.Namespace):
+    from vlrollout.datasets import load_items
+    from vlrollout.processors.registry import get_preprocessor
+
+    if args.processor.startswith("offline:"):
+        from vlrollout.processors.offline import build_offline_processor
+
+        processor = build_offline_processor(args.processor.split(":", 1)[1])
+    else:
+        from transformers import AutoProcessor
+
+        processor = AutoProcessor.from_pretrained(args.processor, local_files_only=True)
+    limits = {k: getattr(args, k) for k in ("min_pixels", "max_pixels") if getattr(args, k)}
+    preprocessor = get_preprocessor(args.preprocessor, processor=processor, **limits)
+    items = [i for i in load_items(args.data) if i.get("images")]
+    return preprocessor, items
+
+
+def _add_snapshot(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "snapshot", help="record a processor regression snapshot (review the diff before committing)"
+    )
+    _add_snapshot_args(p)
+    p.add_argument("--out", required=True, help="snapshot JSON to write")
+    p.set_defaults(func=_cmd_snapshot)
+
+
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    from vlrollout.snapshots import save_snapshot, take_snapshot
+
+    preprocessor, items = _snapshot_inputs(args)
+    save_snapshot(take_snapshot(preprocessor, items), args.out)
+    print(f"wrote {args.out} ({len(items)} items)")
+    return 0
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check", help="compare a fresh processor run with a snapshot")
+    _add_snapshot_args(p)
+    p.add_argument("--snapshot", required=True, help="snapshot JSON to compare with")
+    p.set_defaults(func=_cmd_check)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from vlrollout.snapshots import compare, format_report, load_snapshot, take_snapshot
+
+    preprocessor, items = _snapshot_inputs(args)
+    expected = load_snapshot(args.snapshot)
+    actual = take_snapshot(preprocessor, items)
+    diffs = compare(expected, actual)
+    if diffs:
+        print(f"{len(diffs)} difference(s) from {args.snapshot}:")
+        print(format_report(diffs, expected, actual))
+        return 1
+    print(f"{args.snapshot}: {len(actual['items'])} items match")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vlrollout",
@@ -103,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_make_samples(sub)
     _add_train_tiny(sub)
+    _add_snapshot(sub)
+    _add_check(sub)
     return parser
 
 

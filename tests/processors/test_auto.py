@@ -104,15 +104,15 @@ def test_inline_image_url_part(qwen, rgb_png):
 def test_max_pixels_goes_through_the_processor(offline):
     processor = offline("qwen2_vl")
     big = Image.new("RGB", (300, 300), "white")
-    small = AutoProcessorPreprocessor(processor, max_pixels=56 * 56).prepare(item("<image>", [big]))
+    small = AutoProcessorPreprocessor(processor, max_pixels=60 * 60).prepare(item("<image>", [big]))
     default = AutoProcessorPreprocessor(processor).prepare(item("<image>", [big]))
     assert small.multi_modal_input["image_grid_thw"].tolist() == [[1, 4, 4]]
-    assert default.multi_modal_input["image_grid_thw"].tolist() == [[1, 8, 8]]  # 112*112 default
+    assert default.multi_modal_input["image_grid_thw"].tolist() == [[1, 6, 6]]  # 112*112 budget, floored
     assert (small.geometry[0].model_width, small.geometry[0].model_height) == (56, 56)
     ref = processor(
         text=[small.prompt_text],
         images=[[big]],
-        size={"shortest_edge": 56 * 56, "longest_edge": 56 * 56},
+        size={"shortest_edge": 56 * 56, "longest_edge": 60 * 60},
         return_tensors="pt",
     )
     assert torch.equal(ref["pixel_values"], small.multi_modal_input["pixel_values"])

@@ -49,8 +49,12 @@ def tiny_qwen2vl_config(tokenizer: Any, **text_overrides: Any):
     )
 
 
-def tiny_qwen2vl(seed: int = 0, dtype: torch.dtype = torch.float32):
+def tiny_qwen2vl(seed: int = 0, dtype: torch.dtype = torch.float32, lm_head_std: float = 0.3):
     """``(model, processor)``: a randomly initialised tiny Qwen2-VL and a real processor.
+
+    ``lm_head_std`` re-initialises the output layer so the next-token distribution is far from
+    uniform (logit std ≈ ``lm_head_std * 8``); the default init (0.02) gives nearly uniform
+    logits, under which sampling bugs hide.
 
     >>> model, processor = tiny_qwen2vl()
     >>> model.config.image_token_id == processor.image_token_id
@@ -63,5 +67,7 @@ def tiny_qwen2vl(seed: int = 0, dtype: torch.dtype = torch.float32):
     tokenizer = build_bpe_tokenizer()
     processor = build_qwen2vl_processor(tokenizer)
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(tiny_qwen2vl_config(tokenizer)).to(dtype).eval()
+    model = Qwen2VLForConditionalGeneration(tiny_qwen2vl_config(tokenizer))
+    torch.nn.init.normal_(model.lm_head.weight, std=lm_head_std)
+    model = model.to(dtype).eval()
     return model, processor

@@ -5,19 +5,13 @@ Metrics, each against a baseline that needs no image understanding:
 * ``count``: accuracy of the first integer in the completion; chance is 1/4 (answers 1–4, uniform).
 * ``ground``: mean IoU in original pixels of the first ``(x1,y1),(x2,y2)`` box (0–1000 frame);
   baseline: the box of the training boxes' mean normalised size centred in the image.
-* ``caption``: CIDEr-D (``cider_d``, below) against the item's references; baseline: the most
-  frequent training caption for every image.
-
-``cider_d`` is a minimal eval-only re-implementation of CIDEr-D as in ``pycocoevalcap``
-(n = 1..4, σ = 6, clipped tf-idf n-gram similarity with a Gaussian length penalty, ×10, document
-frequencies from the references being scored), used because ``vlrollout.rewards`` had no CIDEr-D
-scorer when this was written. Whitespace tokenisation, lower-cased; tests compare it with
-``pycocoevalcap``.
+* ``caption``: CIDEr-D (0–10) against the item's references with ``vlrollout.rewards.caption.CiderD``,
+  document frequencies from the evaluated items' references (the usual evaluation "corpus mode",
+  as ``pycocoevalcap``); baseline: the most frequent training caption for every image.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -25,6 +19,7 @@ from typing import Any
 
 import torch
 
+from vlrollout.rewards.caption import CiderD
 from vlrollout.tiny.synthetic import generate_items, parse_qwen2vl_box
 
 IGNORE_INDEX = -100
@@ -103,53 +98,6 @@ def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
     return inter / area if area > 0 else 0.0
 
 
-def _ngrams(words: list[str], n: int) -> Counter:
-    return Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
-
-
-def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]], sigma: float = 6.0):
-    """Corpus CIDEr-D: per-candidate scores (0–10) and their mean, as ``pycocoevalcap``'s Cider.
-
-    Document frequencies come from ``references`` (one document per item).
-
-    >>> scores, mean = cider_d(["a red circle", "a blue square"],
-    ...                        [["a red circle"], ["a green triangle"]])
-    >>> round(scores[0], 3) > round(scores[1], 3)
-    True
-    """
-    if len(candidates) != len(references):
-        raise ValueError(f"{len(candidates)} candidates but {len(references)} reference lists")
-    n_max = 4
-    toks = [[r.lower().split() for r in refs] for refs in references]
-    df: Counter = Counter()
-    for refs in toks:
-        df.update({g for r in refs for n in range(1, n_max + 1) for g in _ngrams(r, n)})
-    log_n = math.log(float(len(references)))
-
-    def vec(words):
-        counts = [_ngrams(words, n) for n in range(1, n_max + 1)]
-        vecs, norms = [], []
-        for c in counts:
-            v = {g: tf * (log_n - math.log(max(1.0, df[g]))) for g, tf in c.items()}
-            vecs.append(v)
-            norms.append(math.sqrt(sum(x * x for x in v.values())))
-        return vecs, norms, len(words)
-
-    scores = []
-    for cand, refs in zip(candidates, toks, strict=True):
-        cv, cn, cl = vec(cand.lower().split())
-        total = [0.0] * n_max
-        for ref in refs:
-            rv, rn, rl = vec(ref)
-            for n in range(n_max):
-                val = sum(min(x, rv[n].get(g, 0.0)) * rv[n].get(g, 0.0) for g, x in cv[n].items())
-                if cn[n] != 0 and rn[n] != 0:
-                    val /= cn[n] * rn[n]
-                total[n] += val * math.exp(-((cl - rl) ** 2) / (2 * sigma**2))
-        scores.append(sum(total) / n_max / len(refs) * 10.0)
-    return scores, sum(scores) / max(1, len(scores))
-
-
 def first_int(text: str) -> int | None:
     m = _INT_RE.search(text)
     return int(m.group()) if m else None
@@ -197,8 +145,9 @@ def evaluate(model, processor, items: Sequence[dict[str, Any]], baselines: dict[
     if "caption" in by_task:
         pairs = by_task["caption"]
         refs = [it["captions"] for it, _ in pairs]
-        _, score = cider_d([c for _, c in pairs], refs)
-        _, const = cider_d([baselines["constant_caption"]] * len(pairs), refs)
+        cider = CiderD.from_references(refs)
+        score = sum(cider.score(c, r) for (_, c), r in zip(pairs, refs, strict=True)) / len(pairs)
+        const = sum(cider.score(baselines["constant_caption"], r) for r in refs) / len(pairs)
         exact = sum(c in it["captions"] for it, c in pairs) / len(pairs)
         res["caption"] = {
             "n": len(pairs),

@@ -15,6 +15,7 @@ from areal import workflow_context
 from areal.api.cli_args import GenerationHyperparameters
 from areal.utils import stats_tracker
 
+from vlrollout.checks import check_processor_parity
 from vlrollout.ledger import EpisodeLedger
 from vlrollout.packaging import PackingError
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
@@ -65,6 +66,8 @@ class EpisodeContext:
     cache_size: int = 1024
     ledger: EpisodeLedger = field(default_factory=EpisodeLedger)
 
+    parity_checked: bool = field(default=False, init=False)
+
     def __post_init__(self) -> None:
         self.gconfig = self.gconfig.new_with_stop_and_pad_token_ids(self.tokenizer)
         # AReaL's GroupedRolloutWorkflow calls arun_episode group_size times with the same item:
@@ -72,6 +75,21 @@ class EpisodeContext:
         self.prompts = PreparedPromptCache(self.preprocessor, maxsize=self.cache_size)
         if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
             raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
+
+    def check_parity_once(self, engine: Any) -> None:
+        """Compare the engine's processor with ours once, before the first episode.
+
+        Engines without a ``processor`` attribute (AReaL's remote engines) are skipped: check
+        those with :func:`vlrollout.checks.check_processor_parity` against the processor the
+        server serves.
+        """
+        if self.parity_checked:
+            return
+        self.parity_checked = True
+        engine_processor = getattr(engine, "processor", None)
+        if self.processor is None or engine_processor is None:
+            return
+        check_processor_parity(engine_processor, self.preprocessor)
 
     async def prepare(self, data: dict[str, Any]) -> PreparedPrompt:
         """Prepare the prompt off the event loop (decoding and resizing images is CPU work)."""

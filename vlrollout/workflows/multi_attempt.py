@@ -107,6 +107,7 @@ class MultiAttemptWorkflow(RolloutWorkflow):
         return self.ctx.ledger
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict | None:
+        self.ctx.check_parity_once(engine)
         return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
 
     def _between_turns(self, output_tokens: Sequence[int]) -> list[int]:

@@ -62,6 +62,7 @@ class SingleTurnWorkflow(RolloutWorkflow):
         return self.ctx.ledger
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict | None:
+        self.ctx.check_parity_once(engine)
         return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
 
     @session_context()

@@ -17,6 +17,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.dynamic_import import import_from_string
 from areal.utils.perf_tracer import atrace_session_phase, trace_session
 
+from vlrollout.checks import check_request_images
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
 
@@ -61,12 +62,16 @@ def build_request(
     gets the exact training tensors in ``metadata["multi_modal_input"]``, so the engine and the
     trainer see the same pixels by construction. ``input_ids``/``multi_modal_inputs``/
     ``image_data`` override the prompt's for later turns of a multi-turn episode.
+
+    Raises:
+        ImagesMissingError: the request's placeholders and images disagree (a bug upstream:
+            the model would answer blind).
     """
     metadata: dict[str, Any] = {}
     parts = list(multi_modal_inputs) or ([prepared.multi_modal_input] if prepared.multi_modal_input else [])
     if parts:
         metadata["multi_modal_input"] = merge_multi_modal_inputs(parts)
-    return ModelRequest(
+    req = ModelRequest(
         rid=uuid.uuid4().hex,
         input_ids=list(input_ids if input_ids is not None else prepared.input_ids),
         gconfig=gconfig.new(n_samples=1),
@@ -76,6 +81,8 @@ def build_request(
         vision_msg_vllm=[prepared.vision_msg_vllm] if prepared.vision_msg_vllm else None,
         metadata=metadata,
     )
+    check_request_images(req, prepared.image_token_id)
+    return req
 
 
 async def generate(engine: InferenceEngine, req: ModelRequest) -> ModelResponse:

@@ -1,0 +1,268 @@
+"""Answer rewards: counting, multiple choice, numeric tolerance, math equivalence.
+
+Each reads the gold answer from ``task_data["answer"]`` (key configurable) and, by default, only the
+``<answer>...</answer>`` content when the completion has one. An answer that cannot be read scores
+0 with a reason (``no_number``, ``no_choice``, ``ambiguous_choice``, ``no_boxed``,
+``unparseable_answer``); a gold answer that cannot be read raises ``ValueError`` (a data bug).
+
+The CLEVR-count and Geometry3K rewards fix weaknesses of AReaL 1.0.4's versions
+(``areal/reward/clevr_count_70k.py``, ``areal/reward/geometry3k.py``):
+
+- CLEVR count: AReaL accepts only ``[n]`` and compares strings (``"3.0" != "3"``); ours accepts
+  ``[n]``, digits and number words ("three") and compares integers.
+- Geometry3K: AReaL's prompt asks for ``\\boxed{}`` but its reward reads the last ``[...]`` (so
+  ``\\sqrt[3]{2}`` or a cited ``[1]`` is taken as the answer) and turns every exception into a silent
+  0. Ours reads the last ``\\boxed{}`` and verifies with ``math_verify.verify(gold, target)``, gold
+  first: the function is not symmetric (gold ``x \\le 1`` accepts ``(-\\infty, 1]`` but not the
+  reverse).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from typing import Any
+
+from .result import Reward, RewardResult, require_field
+from .text_extract import answer_region, last_boxed
+
+WORD_NUMBERS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+_BRACKET_INT = re.compile(r"\[\s*(\d+)(?:\.0*)?\s*\]")
+_INT_OR_WORD = re.compile(
+    r"(?<![\w.])(\d+)(?:\.0+)?(?![\w.]*\d)|\b(" + "|".join(WORD_NUMBERS) + r")\b", re.IGNORECASE
+)
+
+
+def parse_count(text: str) -> int | None:
+    """Read a count: the last ``[n]`` if any, else the last integer or number word (0-20).
+
+    >>> parse_count("I see [3] objects"), parse_count("there are three cubes"), parse_count("7.0")
+    (3, 3, 7)
+    """
+    text = str(text)
+    brackets = _BRACKET_INT.findall(text)
+    if brackets:
+        return int(brackets[-1])
+    found = _INT_OR_WORD.findall(text)
+    if not found:
+        return None
+    digits, word = found[-1]
+    return int(digits) if digits else WORD_NUMBERS[word.lower()]
+
+
+_NUMBER = re.compile(
+    r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
+)
+
+
+def parse_number(text: str) -> float | None:
+    """The last number in ``text``: integers, decimals, ``1,234``, ``1e-3``, fractions ``3/4``.
+
+    >>> parse_number("about 1,234.5 m"), parse_number("x = -3/4"), parse_number("none")
+    (1234.5, -0.75, None)
+    """
+    best = None
+    for m in _NUMBER.finditer(str(text)):
+        token = m.group(0).replace(",", "").replace(" ", "")
+        if not any(c.isdigit() for c in token):
+            continue
+        try:
+            if "/" in token:
+                num, den = token.split("/")
+                value = float(num) / float(den) if float(den) != 0 else None
+            else:
+                value = float(token)
+        except ValueError:
+            continue
+        if value is not None and math.isfinite(value):
+            best = value
+    return best
+
+
+def _gold(task_data: dict[str, Any], key: str, who: str) -> Any:
+    return require_field(task_data, key, who)
+
+
+class CountReward(Reward):
+    """1.0 when the predicted count is within ``tolerance`` of the gold count, else 0.0.
+
+    >>> CountReward()("p", "<answer>three</answer>", [], [], answer="3")
+    1.0
+    """
+
+    def __init__(self, tolerance: int = 0, *, answer_key: str = "answer", use_answer_tag: bool = True):
+        if tolerance < 0:
+            raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+        self.tolerance = tolerance
+        self.answer_key = answer_key
+        self.use_answer_tag = use_answer_tag
+        self.name = "count"
+
+    def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
+        raw = _gold(task_data, self.answer_key, type(self).__name__)
+        gold = raw if isinstance(raw, int) else parse_count(str(raw))
+        if gold is None:
+            raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not a count")
+        pred = parse_count(answer_region(completions, self.use_answer_tag))
+        if pred is None:
+            return RewardResult(0.0, "no_number")
+        return RewardResult(1.0 if abs(pred - gold) <= self.tolerance else 0.0, None, {"pred": pred})
+
+
+_LETTER_PATTERNS = [
+    r"^\s*\(?([A-Z])\)?\s*[.:)]?\s*$",  # the whole answer is a letter: "B", "(B)", "B."
+    r"answer\s*(?:is|:)?\s*[:\-]?\s*\(?([A-Z])\b\)?",  # "the answer is (B)", "Answer: B"
+    r"\(([A-Z])\)",  # "(B)" anywhere
+    r"^\s*([A-Z])[.):]\s",  # "B. because ..."
+]
+
+
+class ChoiceReward(Reward):
+    """Multiple choice by letter. Gold: a letter, a 0-based index, or option text in ``choices``.
+
+    Letters are limited to the number of ``task_data["choices"]`` when present (else A-Z).
+    Several different letters in ``(X)`` form give ``ambiguous_choice``.
+
+    >>> ChoiceReward()("p", "The answer is (B).", [], [], answer="B")
+    1.0
+    """
+
+    def __init__(self, *, answer_key: str = "answer", use_answer_tag: bool = True):
+        self.answer_key = answer_key
+        self.use_answer_tag = use_answer_tag
+        self.name = "choice"
+
+    def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
+        raw = _gold(task_data, self.answer_key, type(self).__name__)
+        choices = task_data.get("choices")
+        n = len(choices) if choices else 26
+        valid = {chr(ord("A") + i) for i in range(min(n, 26))}
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            gold = chr(ord("A") + raw)
+        elif isinstance(raw, str) and raw.strip().strip("().").upper() in valid:
+            gold = raw.strip().strip("().").upper()
+        elif choices and raw in choices:
+            gold = chr(ord("A") + list(choices).index(raw))
+        else:
+            raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not a choice letter/index")
+        text = answer_region(completions, self.use_answer_tag)
+        for i, pattern in enumerate(_LETTER_PATTERNS):
+            flags = re.IGNORECASE if i == 1 else 0
+            letters = [x.upper() for x in re.findall(pattern, text, flags) if x.upper() in valid]
+            if not letters:
+                continue
+            if len(set(letters)) > 1:
+                return RewardResult(0.0, "ambiguous_choice", {"letters": sorted(set(letters))})
+            return RewardResult(1.0 if letters[0] == gold else 0.0, None, {"pred": letters[0]})
+        return RewardResult(0.0, "no_choice")
+
+
+class NumericReward(Reward):
+    """1.0 when the last number in the answer is within tolerance of the gold number.
+
+    ``math.isclose(pred, gold, rel_tol=rel_tol, abs_tol=abs_tol)``.
+
+    >>> NumericReward(rel_tol=0.01)("p", "<answer>about 99.5</answer>", [], [], answer="100")
+    1.0
+    """
+
+    def __init__(
+        self,
+        rel_tol: float = 1e-6,
+        abs_tol: float = 0.0,
+        *,
+        answer_key: str = "answer",
+        use_answer_tag: bool = True,
+    ):
+        if rel_tol < 0 or abs_tol < 0:
+            raise ValueError(f"tolerances must be >= 0, got rel_tol={rel_tol}, abs_tol={abs_tol}")
+        self.rel_tol, self.abs_tol = rel_tol, abs_tol
+        self.answer_key = answer_key
+        self.use_answer_tag = use_answer_tag
+        self.name = "numeric"
+
+    def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
+        raw = _gold(task_data, self.answer_key, type(self).__name__)
+        gold = float(raw) if isinstance(raw, (int, float)) else parse_number(str(raw))
+        if gold is None:
+            raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not a number")
+        pred = parse_number(answer_region(completions, self.use_answer_tag))
+        if pred is None:
+            return RewardResult(0.0, "no_number")
+        ok = math.isclose(pred, gold, rel_tol=self.rel_tol, abs_tol=self.abs_tol)
+        return RewardResult(1.0 if ok else 0.0, None, {"pred": pred})
+
+
+def _latex(text: str) -> str:
+    text = text.strip()
+    return text if "$" in text or "\\boxed" in text or "\\(" in text else f"${text}$"
+
+
+class MathReward(Reward):
+    """Math equivalence with ``math_verify``: ``verify(parse(gold), parse(prediction))``.
+
+    The prediction is the last ``\\boxed{}`` when present (required if ``require_boxed``), else the
+    ``<answer>`` content, else the whole completion. ``math_verify``'s signal-based timeouts only
+    work in a main thread, so they are disabled elsewhere.
+
+    >>> MathReward()("p", r"so \\boxed{\\frac{1}{2}}", [], [], answer="0.5")
+    1.0
+    """
+
+    def __init__(
+        self,
+        *,
+        require_boxed: bool = False,
+        answer_key: str = "answer",
+        use_answer_tag: bool = True,
+        timeout_seconds: int = 5,
+    ):
+        self.require_boxed = require_boxed
+        self.answer_key = answer_key
+        self.use_answer_tag = use_answer_tag
+        self.timeout_seconds = timeout_seconds
+        self.name = "math"
+
+    def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
+        from math_verify import parse, verify
+
+        raw = str(_gold(task_data, self.answer_key, type(self).__name__))
+        timeout = (
+            self.timeout_seconds if threading.current_thread() is threading.main_thread() else None
+        )
+        gold = parse(_latex(last_boxed(raw) or raw), parsing_timeout=timeout)
+        if not gold:
+            raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not parseable math")
+        boxed = last_boxed(str(completions))
+        if boxed is None:
+            if self.require_boxed:
+                return RewardResult(0.0, "no_boxed")
+            target_text = answer_region(completions, self.use_answer_tag)
+        else:
+            target_text = boxed
+        target = parse(_latex(target_text), parsing_timeout=timeout)
+        if not target:
+            return RewardResult(0.0, "unparseable_answer")
+        ok = verify(gold, target, timeout_seconds=timeout)
+        return RewardResult(1.0 if ok else 0.0, None, {"pred": str(target[-1])})
+
+
+_CLEVR = CountReward(tolerance=0)
+_GEOMETRY3K = MathReward(require_boxed=True)
+
+
+def clevr_count_reward(prompt, completions, prompt_ids, completion_ids, **task_data) -> float:
+    """CLEVR-count reward (AReaL signature): exact integer count, ``[n]``/digits/words."""
+    return _CLEVR(prompt, completions, prompt_ids, completion_ids, **task_data)
+
+
+def geometry3k_reward(prompt, completions, prompt_ids, completion_ids, **task_data) -> float:
+    """Geometry3K reward (AReaL signature): last ``\\boxed{}`` verified against the gold answer."""
+    return _GEOMETRY3K(prompt, completions, prompt_ids, completion_ids, **task_data)

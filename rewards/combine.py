@@ -1,0 +1,93 @@
+"""Weighted sums of rewards that report each component for logging."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .result import Reward, RewardResult
+
+
+def reward_name(reward: Callable[..., Any]) -> str:
+    """A readable name: ``reward.name``, else the function's ``__name__``, else the class name."""
+    return (
+        getattr(reward, "name", None)
+        or getattr(reward, "__name__", None)
+        or type(reward).__name__
+    )
+
+
+def score_any(reward: Callable[..., Any], *args: Any, **kwargs: Any) -> RewardResult:
+    """``reward.score(...)`` when it has one, else wrap the float of ``reward(...)`` (no reason)."""
+    if hasattr(reward, "score"):
+        return reward.score(*args, **kwargs)
+    return RewardResult(float(reward(*args, **kwargs)))
+
+
+class WeightedSum(Reward):
+    """``sum(weight * reward(...))`` over ``(reward, weight)`` pairs; picklable when its parts are.
+
+    Components are any AReaL-signature callables; those with a ``score`` method contribute their
+    reasons. :meth:`components` returns the unweighted value per component name (duplicates get a
+    ``_2``, ``_3`` suffix), for logging next to the total.
+
+    >>> from vlrollout.rewards.format import ThinkAnswerFormat
+    >>> from vlrollout.rewards.answer import CountReward
+    >>> r = WeightedSum([(CountReward(), 1.0), (ThinkAnswerFormat(), 0.5)])
+    >>> r.components("p", "<think>x</think><answer>3</answer>", [], [], answer="3")
+    {'count': 1.0, 'format': 1.0}
+    >>> r("p", "<think>x</think><answer>3</answer>", [], [], answer="3")
+    1.5
+    """
+
+    def __init__(
+        self, terms: Sequence[tuple[Callable[..., Any], float]], *, name: str = "weighted_sum"
+    ) -> None:
+        terms = list(terms)
+        if not terms:
+            raise ValueError("WeightedSum needs at least one (reward, weight) pair")
+        names: list[str] = []
+        for i, term in enumerate(terms):
+            if not (isinstance(term, (tuple, list)) and len(term) == 2 and callable(term[0])):
+                raise TypeError(f"terms[{i}] must be a (reward, weight) pair, got {term!r}")
+            base = reward_name(term[0])
+            candidate, k = base, 1
+            while candidate in names:
+                k += 1
+                candidate = f"{base}_{k}"
+            names.append(candidate)
+        self.terms = [(r, float(w)) for r, w in terms]
+        self.names = names
+        self.name = name
+
+    def _results(self, *args: Any, **kwargs: Any) -> list[RewardResult]:
+        return [score_any(r, *args, **kwargs) for r, _ in self.terms]
+
+    def components(
+        self,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> dict[str, float]:
+        """Unweighted value of each component, by name."""
+        results = self._results(prompt, completions, prompt_ids, completion_ids, **task_data)
+        return {n: r.value for n, r in zip(self.names, results, strict=True)}
+
+    def score(
+        self,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> RewardResult:
+        results = self._results(prompt, completions, prompt_ids, completion_ids, **task_data)
+        total = sum(w * r.value for (_, w), r in zip(self.terms, results, strict=True))
+        details: dict[str, Any] = {n: r.value for n, r in zip(self.names, results, strict=True)}
+        reasons = [f"{n}: {r.reason}" for n, r in zip(self.names, results, strict=True) if r.reason]
+        for n, r in zip(self.names, results, strict=True):
+            if r.reason:
+                details[f"{n}/reason"] = r.reason
+        return RewardResult(total, "; ".join(reasons) or None, details)

@@ -1,0 +1,173 @@
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from PIL import Image
+
+from vlrollout.processors.cache import PreparedPromptCache, item_key
+
+
+class Counting:
+    """A preprocessor that counts calls, records its thread, and can be held at a gate."""
+
+    tokenizer = processor = None
+
+    def __init__(self, gate: threading.Event | None = None, fail: bool = False):
+        self.calls: list[str] = []
+        self.threads: set[int] = set()
+        self.gate = gate
+        self.fail = fail
+        self._lock = threading.Lock()
+
+    def prepare(self, data):
+        with self._lock:
+            self.calls.append(item_key(data))
+            self.threads.add(threading.get_ident())
+        if self.gate is not None and not self.gate.wait(timeout=10):
+            raise TimeoutError("gate never opened")
+        if self.fail:
+            raise ValueError("boom")
+        return {"prepared": item_key(data)}
+
+
+def test_key_prefers_explicit_id_fields():
+    assert item_key({"id": 3, "messages": ["x"]}) == item_key({"id": 3, "messages": ["y"]})
+    assert item_key({"uid": "a"}) == "uid:a"
+    assert item_key({"id": 1}) != item_key({"id": 2})
+
+
+def test_content_key_is_stable_and_sensitive(tmp_path):
+    path = tmp_path / "a.png"
+    Image.new("RGB", (4, 4), "red").save(path)
+    msgs = [{"role": "user", "content": "<image>Q"}]
+    base = {"messages": msgs, "images": [str(path)]}
+    assert item_key(base) == item_key({"messages": [dict(msgs[0])], "images": [str(path)]})
+    assert item_key(base) != item_key({"messages": [{"role": "user", "content": "<image>R"}], "images": [str(path)]})
+    pil_a, pil_b = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "blue")
+    assert item_key({"messages": msgs, "images": [pil_a]}) == item_key({"messages": msgs, "images": [pil_a.copy()]})
+    assert item_key({"messages": msgs, "images": [pil_a]}) != item_key({"messages": msgs, "images": [pil_b]})
+    assert item_key({"messages": msgs, "images": [b"a"]}) != item_key({"messages": msgs, "images": [b"b"]})
+    before = item_key(base)
+    Image.new("RGB", (5, 5), "red").save(path)  # file changed on disk -> new key
+    assert item_key(base) != before
+
+
+def test_sync_prepare_once():
+    pre = Counting()
+    cache = PreparedPromptCache(pre, maxsize=4)
+    first = cache.prepare({"id": 1})
+    assert cache.prepare({"id": 1}) is first
+    assert len(pre.calls) == 1 and cache.hits == 1 and cache.misses == 1
+
+
+def test_concurrent_group_prepares_once_off_the_loop():
+    gate = threading.Event()
+    pre = Counting(gate)
+    cache = PreparedPromptCache(pre, maxsize=4)
+
+    async def main():
+        loop_thread = threading.get_ident()
+        tasks = [asyncio.create_task(cache.aprepare({"id": "g"})) for _ in range(8)]
+        # the loop keeps running while prepare is blocked in its worker thread
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(pre.calls) <= 1 and not any(t.done() for t in tasks)
+        gate.set()
+        results = await asyncio.gather(*tasks)
+        return loop_thread, results
+
+    loop_thread, results = asyncio.run(main())
+    assert pre.calls == ["id:g"]
+    assert all(r is results[0] for r in results)
+    assert loop_thread not in pre.threads
+    assert cache.misses == 1 and cache.hits == 7
+
+
+def test_distinct_items_each_prepared_once_with_executor():
+    pre = Counting()
+    with ThreadPoolExecutor(2) as pool:
+        cache = PreparedPromptCache(pre, maxsize=16, executor=pool)
+
+        async def main():
+            data = [{"id": i % 3} for i in range(12)]
+            return await asyncio.gather(*(cache.aprepare(d) for d in data))
+
+        asyncio.run(main())
+    assert sorted(pre.calls) == ["id:0", "id:1", "id:2"]
+
+
+def test_lru_eviction_at_the_bound():
+    pre = Counting()
+    cache = PreparedPromptCache(pre, maxsize=2)
+
+    async def main():
+        for i in (1, 2):
+            await cache.aprepare({"id": i})
+        await cache.aprepare({"id": 1})  # 1 becomes most recent
+        await cache.aprepare({"id": 3})  # evicts 2, the least recent
+        await cache.aprepare({"id": 1})  # still cached
+        await cache.aprepare({"id": 2})  # prepared again
+
+    asyncio.run(main())
+    assert pre.calls == ["id:1", "id:2", "id:3", "id:2"]
+    assert len(cache) == 2 and cache.evictions == 2
+    assert "id:2" in cache and "id:1" in cache and "id:3" not in cache  # 3 was least recent
+
+
+def test_failure_reaches_every_waiter_and_is_not_cached():
+    pre = Counting(fail=True)
+    cache = PreparedPromptCache(pre, maxsize=4)
+
+    async def main():
+        return await asyncio.gather(*(cache.aprepare({"id": 9}) for _ in range(3)), return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert all(isinstance(r, ValueError) for r in results) and len(pre.calls) == 1
+    with pytest.raises(ValueError):
+        asyncio.run(cache.aprepare({"id": 9}))
+    assert len(pre.calls) == 2 and len(cache) == 0
+
+
+def test_cancelling_one_waiter_does_not_cancel_the_group():
+    gate = threading.Event()
+    pre = Counting(gate)
+    cache = PreparedPromptCache(pre)
+
+    async def main():
+        a = asyncio.create_task(cache.aprepare({"id": 1}))
+        b = asyncio.create_task(cache.aprepare({"id": 1}))
+        await asyncio.sleep(0)
+        a.cancel()
+        gate.set()
+        return await b
+
+    assert asyncio.run(main()) == {"prepared": "id:1"}
+    assert len(pre.calls) == 1
+
+
+def test_with_real_preprocessor(offline, rgb_png):
+    from vlrollout.processors import AutoProcessorPreprocessor
+
+    pre = AutoProcessorPreprocessor(offline("qwen2_vl"))
+    calls = []
+    original = pre.prepare
+
+    def counted(data):
+        calls.append(1)
+        return original(data)
+
+    pre.prepare = counted
+    cache = PreparedPromptCache(pre)
+    data = {"messages": [{"role": "user", "content": "<image>Q"}], "images": [str(rgb_png)]}
+
+    async def main():
+        return await asyncio.gather(*(cache.aprepare(data) for _ in range(4)))
+
+    results = asyncio.run(main())
+    assert len(calls) == 1 and results[0].num_images == 1
+
+
+def test_negative_maxsize_rejected():
+    with pytest.raises(ValueError):
+        PreparedPromptCache(Counting(), maxsize=-1)

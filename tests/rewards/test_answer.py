@@ -1,0 +1,122 @@
+"""Answer rewards: counting, choice, numeric, math (with math_verify's argument order)."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from math_verify import parse, verify
+
+from vlrollout.rewards.answer import (
+    ChoiceReward,
+    CountReward,
+    MathReward,
+    NumericReward,
+    clevr_count_reward,
+    geometry3k_reward,
+    parse_count,
+    parse_number,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[4]", 4),  # AReaL's CLEVR format
+        ("I count [ 3 ] cubes, not [5]", 5),  # last bracket wins
+        ("There are three spheres", 3),  # number word
+        ("first 2 then 6", 6),  # last integer
+        ("7.0", 7),  # integral decimal
+        ("2.5 cubes", None),  # not a count
+        ("Seventeen", 17),
+        ("none here", None),
+    ],
+)
+def test_parse_count(text, expected):
+    assert parse_count(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("x = 1,234.5", 1234.5), ("-3/4", -0.75), ("1e-3 and 2", 2.0), ("3.", 3.0), ("1/0", None)],
+)
+def test_parse_number(text, expected):
+    assert parse_number(text) == expected
+
+
+def test_count_reward_exact_tolerance_and_reasons():
+    r = CountReward()
+    assert r("p", "<answer>[3]</answer>", [], [], answer="3") == 1.0
+    assert r("p", "<answer>three</answer>", [], [], answer="3.0") == 1.0  # AReaL: "3" != "3.0"
+    assert r("p", "<answer>4</answer>", [], [], answer=3) == 0.0
+    assert CountReward(tolerance=1)("p", "<answer>4</answer>", [], [], answer=3) == 1.0
+    none = r.score("p", "<answer>many</answer>", [], [], answer="3")
+    assert (none.value, none.reason) == (0.0, "no_number")
+    with pytest.raises(ValueError, match="not a count"):
+        r("p", "3", [], [], answer="lots")
+
+
+def test_clevr_count_reward_accepts_what_areal_rejects():
+    from areal.reward.clevr_count_70k import clevr_count_70k_reward_fn
+
+    text = "There are 3 objects."
+    assert clevr_count_70k_reward_fn("p", text, [], [], answer="3") == 0.0  # needs "[3]"
+    assert clevr_count_reward("p", text, [], [], answer="3") == 1.0
+
+
+def test_choice_reward():
+    r = ChoiceReward()
+    assert r("p", "<answer>B</answer>", [], [], answer="B") == 1.0
+    assert r("p", "The answer is (c).", [], [], answer="C") == 1.0  # lower-case after "answer is"
+    assert r("p", "Answer: D", [], [], answer=3) == 1.0  # 0-based index 3 -> D
+    assert r("p", "(A) looks wrong", [], [], answer="B") == 0.0
+    amb = r.score("p", "either (A) or (B)", [], [], answer="A")
+    assert (amb.value, amb.reason) == (0.0, "ambiguous_choice")
+    # with two choices, "(C)" is not a valid letter
+    none = r.score("p", "(C)", [], [], answer="A", choices=["cat", "dog"])
+    assert none.reason == "no_choice"
+    assert r("p", "(B)", [], [], answer="dog", choices=["cat", "dog"]) == 1.0
+
+
+def test_numeric_reward():
+    r = NumericReward(rel_tol=0.01)
+    assert r("p", "<answer>about 99.5 m</answer>", [], [], answer="100") == 1.0  # |0.5| <= 1
+    assert r("p", "<answer>98.9</answer>", [], [], answer=100) == 0.0
+    assert NumericReward(abs_tol=0.5)("p", "3/4", [], [], answer="1.2") == 1.0  # |0.45| <= 0.5
+    assert r.score("p", "<answer>?</answer>", [], [], answer="1").reason == "no_number"
+
+
+def test_math_verify_is_not_symmetric_and_we_pass_gold_first():
+    gold, pred = parse("$x \\le 1$"), parse("$(-\\infty, 1]$")
+    assert verify(gold, pred) is True
+    assert verify(pred, gold) is False  # reversed arguments reject a correct answer
+    r = MathReward()
+    assert r("p", "\\boxed{(-\\infty, 1]}", [], [], answer="x \\le 1") == 1.0
+
+
+def test_math_reward_values_and_reasons():
+    r = MathReward()
+    assert r("p", "so \\boxed{\\frac{1}{2}}", [], [], answer="0.5") == 1.0
+    assert r("p", "<answer>2\\sqrt{2}</answer>", [], [], answer="\\sqrt{8}") == 1.0
+    assert r("p", "\\boxed{3}", [], [], answer="4") == 0.0
+    bad = r.score("p", "<answer>no idea</answer>", [], [], answer="4")
+    assert (bad.value, bad.reason) == (0.0, "unparseable_answer")
+
+
+def test_geometry3k_reads_boxed_not_brackets():
+    from areal.reward.geometry3k import geometry3k_reward_fn
+
+    text = "Using the cube root \\sqrt[3]{8} we get \\boxed{2}"
+    assert geometry3k_reward("p", text, [], [], answer="2") == 1.0
+    # AReaL's reader takes the last "[...]" ("3") from \sqrt[3]{8} and misses the boxed answer
+    assert geometry3k_reward_fn("p", text, [], [], answer="2") == 0.0
+    r = geometry3k_reward.__globals__["_GEOMETRY3K"]
+    missing = r.score("p", "the answer is 2", [], [], answer="2")
+    assert (missing.value, missing.reason) == (0.0, "no_boxed")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=120))
+def test_answer_rewards_never_raise_on_model_text(text):
+    for reward, gold in [(CountReward(), "3"), (ChoiceReward(), "B"), (NumericReward(), "2.5")]:
+        result = reward.score("p", text, [], [], answer=gold)
+        assert result.value in (0.0, 1.0)
+        assert result.value == 1.0 or result.reason is not None or "pred" in result.details

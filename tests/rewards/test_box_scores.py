@@ -1,0 +1,98 @@
+"""IoU, GIoU, Acc@tau, point-in-box and Hungarian matching: hand-computed values."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vlrollout.rewards.box_scores import (
+    _match,
+    acc_at,
+    giou,
+    iou,
+    match_boxes,
+    match_points,
+    pairwise_giou,
+    pairwise_iou,
+    point_in_box,
+)
+
+
+def test_iou_and_giou_hand_computed():
+    # (0,0,4,4) vs (2,2,6,6): intersection 4, union 16 + 16 - 4 = 28 -> 1/7
+    assert iou((0, 0, 4, 4), (2, 2, 6, 6)) == pytest.approx(4 / 28)
+    # enclosure (0,0,6,6) = 36 -> GIoU = 1/7 - (36 - 28) / 36
+    assert giou((0, 0, 4, 4), (2, 2, 6, 6)) == pytest.approx(4 / 28 - 8 / 36)
+    # disjoint: IoU 0; GIoU = -(enclosure - union) / enclosure = -(3 - 2) / 3
+    assert iou((0, 0, 1, 1), (2, 0, 3, 1)) == 0.0
+    assert giou((0, 0, 1, 1), (2, 0, 3, 1)) == pytest.approx(-1 / 3)
+    assert iou((1, 2, 3, 4), (1, 2, 3, 4)) == 1.0 and giou((1, 2, 3, 4), (1, 2, 3, 4)) == 1.0
+
+
+def test_zero_area_pairs_are_defined_not_nan():
+    assert iou((1, 1, 1, 1), (1, 1, 1, 1)) == 0.0
+    assert giou((1, 1, 1, 1), (1, 1, 1, 1)) == -1.0
+
+
+def test_acc_and_point_in_box():
+    assert acc_at(0.5) == 1.0 and acc_at(0.4999) == 0.0 and acc_at(0.7, tau=0.75) == 0.0
+    assert point_in_box((0, 0), (0, 0, 1, 1))  # edges included
+    assert point_in_box((1, 0.5), (0, 0, 1, 1))
+    assert not point_in_box((1.0001, 0.5), (0, 0, 1, 1))
+
+
+def test_match_boxes_hand_computed():
+    # pred: exact copy of gt0 (IoU 1), half of gt1 (IoU 1/2), a stray box (no overlap)
+    pred = [(0, 0, 1, 1), (5, 5, 6, 6), (9, 9, 10, 10)]
+    gt = [(0, 0, 1, 1), (5, 5, 6, 7)]
+    r = match_boxes(pred, gt, iou_threshold=0.5)
+    assert (r.precision, r.recall) == (pytest.approx(2 / 3), 1.0)
+    assert r.f1 == pytest.approx(2 * (2 / 3) / (2 / 3 + 1))  # 0.8
+    assert r.mean_iou == pytest.approx(0.75)
+    assert sorted((p, g) for p, g, _ in r.matches) == [(0, 0), (1, 1)]
+    # at threshold 0.6 the half-overlap no longer counts
+    assert match_boxes(pred, gt, iou_threshold=0.6).recall == 0.5
+
+
+def test_one_gt_box_cannot_reward_two_predictions():
+    r = match_boxes([(0, 0, 1, 1)] * 3, [(0, 0, 1, 1)])
+    assert (r.precision, r.recall) == (pytest.approx(1 / 3), 1.0)
+
+
+def test_matching_maximises_hits_before_total_iou():
+    # Max-sum assignment would pick (0,0) + (1,1) = 0.95 + 0.45 = 1.40 with one hit; the
+    # lexicographic objective picks (0,1) + (1,0) = 0.55 + 0.55 with two hits at tau = 0.5.
+    q = np.array([[0.95, 0.55], [0.55, 0.45]])
+    r = _match(q >= 0.5, q, 2, 2)
+    assert r.recall == 1.0 and r.mean_iou == pytest.approx(0.55)
+
+
+def test_empty_cases():
+    assert match_boxes([], []).f1 == 1.0
+    assert match_boxes([], [(0, 0, 1, 1)]).f1 == 0.0
+    assert match_boxes([(0, 0, 1, 1)], []).f1 == 0.0
+    assert pairwise_iou([], [(0, 0, 1, 1)]).shape == (0, 1)
+
+
+def test_match_points():
+    # two points inside the one box: only one can match -> precision 1/2, recall 1
+    r = match_points([(0.5, 0.5), (0.6, 0.6)], [(0, 0, 1, 1)])
+    assert (r.precision, r.recall) == (0.5, 1.0)
+    r = match_points([(0.5, 0.5), (5.5, 5.5)], [(5, 5, 6, 6), (0, 0, 1, 1)])
+    assert r.f1 == 1.0
+
+
+boxes = st.tuples(*[st.floats(0, 100, allow_nan=False)] * 4).map(
+    lambda b: (min(b[0], b[2]), min(b[1], b[3]), max(b[0], b[2]), max(b[1], b[3]))
+)
+
+
+@given(st.lists(boxes, max_size=5), st.lists(boxes, max_size=5))
+def test_scores_in_range(pred, gt):
+    ious = pairwise_iou(pred, gt)
+    gious = pairwise_giou(pred, gt)
+    assert np.all((ious >= 0) & (ious <= 1 + 1e-12))
+    assert np.all((gious >= -1) & (gious <= 1))
+    assert np.all(gious <= ious + 1e-12)  # GIoU never exceeds IoU
+    r = match_boxes(pred, gt)
+    assert 0 <= r.precision <= 1 and 0 <= r.recall <= 1 and 0 <= r.f1 <= 1

@@ -1,0 +1,169 @@
+"""Grounding rewards: frames line up across families; every failure rule has a reason."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward
+
+# A Qwen2.5-VL processor resizes 640x480 to 644x476 (multiples of 28 via smart_resize).
+GEO = [{"original_width": 640, "original_height": 480, "model_width": 644, "model_height": 476}]
+LABEL = [160, 120, 480, 360]  # original pixels; chosen so both model frames are integral:
+# model frame:  x * 644/640 -> 161, 483 ; y * 476/480 -> 119, 357
+# 0..1000:      x / 640 * 1000 -> 250, 750 ; y / 480 * 1000 -> 250, 750
+
+
+def test_same_box_in_each_family_frame_scores_iou_one():
+    qwen25 = GroundingReward("qwen2_5_vl", "iou")
+    qwen2 = GroundingReward("qwen2_vl", "iou")
+    a = qwen25.score("p", '```json\n[{"bbox_2d": [161, 119, 483, 357], "label": "cat"}]\n```',
+                     [], [], boxes=LABEL, geometry=GEO)  # fmt: skip
+    b = qwen2.score("p", "<|box_start|>(250,250),(750,750)<|box_end|>", [], [], boxes=LABEL,
+                    geometry=GEO)  # fmt: skip
+    assert a.value == pytest.approx(1.0, abs=1e-6) and a.reason is None
+    assert b.value == pytest.approx(1.0, abs=1e-6) and b.reason is None
+    # Reading the Qwen2.5-VL box as if it were original pixels (the VLM-R1 #44 bug) is not 1.0.
+    wrong = GroundingReward("plain", "iou", plain_frame="original")
+    assert wrong("p", "[161, 119, 483, 357]", [], [], boxes=LABEL, geometry=GEO) < 0.99
+
+
+def test_rounded_model_outputs_stay_within_the_rounding_bound():
+    # An arbitrary label box; each model writes integers, so every edge moves by at most half a
+    # unit of its frame: Qwen2.5 0.5 model px = 0.5 * 640/644 orig px in x, 0.5 * 480/476 in y;
+    # Qwen2 0.5/1000 of the size = 0.32 px in x, 0.24 px in y. For a w x h box with edge errors
+    # ex, ey: IoU >= (w - 2ex)(h - 2ey) / ((w + 2ex)(h + 2ey)).
+    label = [101.3, 57.9, 333.7, 250.2]
+    w, h = label[2] - label[0], label[3] - label[1]
+    model = [round(label[0] * 644 / 640), round(label[1] * 476 / 480),
+             round(label[2] * 644 / 640), round(label[3] * 476 / 480)]  # fmt: skip
+    norm = [round(label[0] / 640 * 1000), round(label[1] / 480 * 1000),
+            round(label[2] / 640 * 1000), round(label[3] / 480 * 1000)]  # fmt: skip
+    got25 = GroundingReward("qwen2_5_vl")("p", f'{{"bbox_2d": {model}}}', [], [], boxes=label,
+                                          geometry=GEO)  # fmt: skip
+    got2 = GroundingReward("qwen2_vl")("p", "<|box_start|>({},{}),({},{})<|box_end|>".format(*norm),
+                                       [], [], boxes=label, geometry=GEO)  # fmt: skip
+    for got, ex, ey in [(got25, 0.5 * 640 / 644, 0.5 * 480 / 476), (got2, 0.32, 0.24)]:
+        bound = (w - 2 * ex) * (h - 2 * ey) / ((w + 2 * ex) * (h + 2 * ey))
+        assert bound <= got <= 1.0
+        assert got > 0.99
+
+
+@pytest.mark.parametrize(
+    ("family", "text"),
+    [
+        ("qwen3_vl", '{"bbox_2d": [250, 250, 750, 750]}'),
+        ("internvl", "<ref>cat</ref><box>[[250, 250, 750, 750]]</box>"),
+        ("paligemma", "<loc0256><loc0256><loc0767><loc0767> cat"),  # 0.25*1023 = 255.75 -> 256
+        ("florence2", "cat<loc_250><loc_250><loc_750><loc_750>"),  # centres 250.5/1000
+        ("plain", "[160, 120, 480, 360]"),
+    ],
+)
+def test_other_families_land_on_the_label(family, text):
+    got = GroundingReward(family, "iou").score("p", text, [], [], boxes=LABEL, geometry=GEO)
+    # paligemma/florence2 quantise: the box is off by < 1/1000 of the image per edge
+    assert got.value > 0.99 and got.reason is None
+
+
+@pytest.mark.parametrize(
+    ("text", "reason", "extra"),
+    [
+        ("I cannot see it", "no_box", {}),
+        ('{"point_2d": [300, 200]}', "no_box:points_only", {}),
+        ('{"bbox_2d": [NaN, 1, 2, 3]}', "non_finite_box", {}),
+        ('{"bbox_2d": [483, 357, 161, 119]}', "inverted_box", {}),
+        ('{"bbox_2d": [700, 500, 800, 600]}', "box_outside_image", {}),
+        ('{"bbox_2d": [161, 119, 161, 357]}', "degenerate_box", {}),
+    ],
+)
+def test_failures_have_reasons(text, reason, extra):
+    for metric, fail in [("iou", 0.0), ("giou", -1.0), ("acc", 0.0), ("box_f1", 0.0)]:
+        r = GroundingReward("qwen2_5_vl", metric).score("p", text, [], [], boxes=LABEL, geometry=GEO)
+        assert (r.value, r.reason) == (fail, reason)
+
+
+def test_multiple_boxes_rule():
+    text = '[{"bbox_2d": [161, 119, 483, 357]}, {"bbox_2d": [0, 0, 10, 10]}]'
+    first = GroundingReward("qwen2_5_vl", on_multiple="first").score(
+        "p", text, [], [], boxes=LABEL, geometry=GEO
+    )
+    assert first.value == pytest.approx(1.0) and first.details["num_boxes"] == 2
+    zero = GroundingReward("qwen2_5_vl", on_multiple="zero").score(
+        "p", text, [], [], boxes=LABEL, geometry=GEO
+    )
+    assert (zero.value, zero.reason) == (0.0, "multiple_boxes")
+
+
+def test_partly_outside_box_is_clipped_and_flagged():
+    # model box (161,119)-(700,357) clips to x2 = 644 -> original (160,120)-(640,360):
+    # IoU with the label = (320*240) / (480*240) = 2/3
+    r = GroundingReward("qwen2_5_vl").score(
+        "p", '{"bbox_2d": [161, 119, 700, 357]}', [], [], boxes=LABEL, geometry=GEO
+    )
+    assert r.value == pytest.approx(2 / 3) and r.details["clipped"] is True
+
+
+def test_giou_acc_and_multi_box_metrics():
+    # half the label box: IoU = 0.5; enclosure = union, so GIoU = IoU
+    half = '{"bbox_2d": [161, 119, 322, 357]}'  # original (160,120)-(320,360)
+    kw = dict(boxes=LABEL, geometry=GEO)
+    assert GroundingReward("qwen2_5_vl", "iou")("p", half, [], [], **kw) == pytest.approx(0.5)
+    assert GroundingReward("qwen2_5_vl", "giou")("p", half, [], [], **kw) == pytest.approx(0.5)
+    assert GroundingReward("qwen2_5_vl", "acc")("p", half, [], [], **kw) == 1.0
+    assert GroundingReward("qwen2_5_vl", "acc", iou_threshold=0.6)("p", half, [], [], **kw) == 0.0
+    # two labels, one exact prediction plus one NaN box: precision 1/2 (invalid counts), recall 1/2
+    labels = [LABEL, [0, 0, 64, 48]]
+    text = '[{"bbox_2d": [161, 119, 483, 357]}, {"bbox_2d": [NaN, 0, 1, 1]}]'
+    f1 = GroundingReward("qwen2_5_vl", "box_f1").score("p", text, [], [], boxes=labels, geometry=GEO)
+    assert f1.value == pytest.approx(0.5) and f1.details["precision"] == 0.5
+    miou = GroundingReward("qwen2_5_vl", "mean_iou")("p", text, [], [], boxes=labels, geometry=GEO)
+    assert miou == pytest.approx(1.0 * 0.5)  # mean matched IoU 1.0 x recall 1/2
+
+
+def test_answer_tag_and_label_frame():
+    r = GroundingReward("qwen3_vl", label_frame="norm1000")
+    text = '<think>{"bbox_2d": [0, 0, 1, 1]}</think><answer>{"bbox_2d": [250, 250, 750, 750]}</answer>'
+    # label already in 0..1000, no geometry needed
+    assert r("p", text, [], [], boxes=[250, 250, 750, 750]) == pytest.approx(1.0)
+
+
+def test_data_errors_raise_with_the_field_name():
+    r = GroundingReward("qwen2_5_vl")
+    with pytest.raises(KeyError, match="boxes"):
+        r("p", '{"bbox_2d": [1, 2, 3, 4]}', [], [], geometry=GEO)
+    with pytest.raises(ValueError, match="invalid box"):
+        r("p", '{"bbox_2d": [1, 2, 3, 4]}', [], [], boxes=[5, 5, 1, 1], geometry=GEO)
+    with pytest.raises(ValueError, match="geometry"):
+        r("p", '{"bbox_2d": [1, 2, 3, 4]}', [], [], boxes=LABEL)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        GroundingReward("qwen2_5_vl", "ap")
+
+
+def test_point_in_box():
+    r = PointInBoxReward("molmo")
+    # 50% / 50% -> (320, 240) original: inside; 10%/10% -> (64, 48): outside
+    assert r("p", '<point x="50" y="50" alt="c">c</point>', [], [], boxes=LABEL, geometry=GEO) == 1.0
+    assert r("p", '<point x="10" y="10" alt="c">c</point>', [], [], boxes=LABEL, geometry=GEO) == 0.0
+    none = r.score("p", "no idea", [], [], boxes=LABEL, geometry=GEO)
+    assert (none.value, none.reason) == (0.0, "no_point")
+    q = PointInBoxReward("qwen2_5_vl")  # point_2d in model pixels: (322, 238) -> (320, 240)
+    assert q("p", '{"point_2d": [322, 238]}', [], [], boxes=LABEL, geometry=GEO) == 1.0
+
+
+FRAGMENTS = ['{"bbox_2d": [', "]", "}", ",", "NaN", "-5", "161", "1e9", "700", "[", "<answer>",
+             "</answer>", "```json", '"point_2d": [', " ", "x"]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(st.text(max_size=200), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)),
+    st.sampled_from(["iou", "giou", "acc", "box_f1", "mean_iou"]),
+)
+def test_grounding_never_raises_and_stays_in_range(text, metric):
+    r = GroundingReward("qwen2_5_vl", metric).score("p", text, [], [], boxes=LABEL, geometry=GEO)
+    low = -1.0 if metric == "giou" else 0.0
+    assert low <= r.value <= 1.0 and math.isfinite(r.value)
+    if r.value == low:
+        # no silent zeros: a minimal value without a reason must come from a real, valid box
+        assert r.reason is not None or r.details["num_boxes"] > 0

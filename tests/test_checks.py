@@ -1,0 +1,75 @@
+"""Parity and images-reach checks."""
+
+from __future__ import annotations
+
+import pytest
+from areal.api import ModelRequest
+from PIL import Image
+
+from vlrollout.checks import (
+    ImagesMissingError,
+    ParityError,
+    check_processor_parity,
+    check_request_images,
+    placeholder_runs,
+)
+from vlrollout.processors.auto import AutoProcessorPreprocessor
+from vlrollout.tiny.tokenizer import build_qwen2vl_processor
+from vlrollout.workflows.steps import build_request
+
+ITEM = {
+    "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],
+    "images": [Image.new("RGB", (90, 60), "green")],
+}
+
+
+def test_placeholder_runs_counts_images_not_tokens():
+    assert placeholder_runs([1, 9, 9, 9, 2, 9, 9, 3], 9) == 2
+    assert placeholder_runs([1, 2], 9) == 0
+
+
+def test_prepared_requests_pass_and_stripped_requests_fail(qwen2vl_processor):
+    from areal.api.cli_args import GenerationHyperparameters
+
+    pre = AutoProcessorPreprocessor(qwen2vl_processor)
+    prepared = pre.prepare(dict(ITEM))
+    req = build_request(prepared, GenerationHyperparameters(), qwen2vl_processor.tokenizer)
+    check_request_images(req, prepared.image_token_id)  # does not raise
+
+    blind = ModelRequest(input_ids=req.input_ids, image_data=[], vision_msg_vllm=None, metadata={})
+    with pytest.raises(ImagesMissingError) as e:
+        check_request_images(blind, prepared.image_token_id)
+    message = str(e.value)
+    assert "1 image placeholder run" in message
+    assert "image_data has 0 images" in message and "vision_msg_vllm" in message and "pixel_values" in message
+
+
+def test_same_processor_has_parity(qwen2vl_processor):
+    check_processor_parity(qwen2vl_processor, AutoProcessorPreprocessor(qwen2vl_processor))
+
+
+def test_engine_with_other_max_pixels_fails_parity(tokenizer, qwen2vl_processor):
+    engine_side = build_qwen2vl_processor(tokenizer, max_pixels=224 * 224)
+    with pytest.raises(ParityError, match="max_pixels: engine 50176, trainer 12544"):
+        check_processor_parity(engine_side, AutoProcessorPreprocessor(qwen2vl_processor))
+
+
+def test_trainer_resize_override_fails_parity(qwen2vl_processor):
+    pre = AutoProcessorPreprocessor(qwen2vl_processor, max_pixels=56 * 56)
+    with pytest.raises(ParityError, match="max_pixels"):
+        check_processor_parity(qwen2vl_processor, pre)
+
+
+def test_workflow_runs_parity_check_before_the_first_episode(tokenizer, qwen2vl_processor):
+    import asyncio
+
+    from areal.api.cli_args import GenerationHyperparameters
+
+    from vlrollout.scripted_engine import ScriptedEngine
+    from vlrollout.workflows import VisionRLVRWorkflow
+
+    engine = ScriptedEngine([[tokenizer.eos_token_id]])
+    engine.processor = build_qwen2vl_processor(tokenizer, max_pixels=224 * 224)
+    wf = VisionRLVRWorkflow(lambda *a, **k: 1.0, GenerationHyperparameters(), tokenizer, qwen2vl_processor)
+    with pytest.raises(ParityError):
+        asyncio.run(wf.arun_episode(engine, {"id": "p", **ITEM}))

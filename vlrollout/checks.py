@@ -1,0 +1,208 @@
+"""Trainability checks: the things that go silently wrong between rollout and training.
+
+- :func:`check_request_images` — every request with image placeholders carries its images
+  (``image_data`` for SGLang, ``vision_msg_vllm`` for vLLM, tensors for the local engine), one per
+  placeholder run; run on every request by the workflows.
+- :func:`check_processor_parity` — the engine's processor and the trainer's preprocessor agree
+  (class, resize settings, image-token expansion) on probe images; run once at workflow start.
+- :func:`logprob_consistency` — a training-style forward pass over a packed trajectory reproduces
+  the rollout's logprobs on the generated tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from areal.api import ModelRequest
+
+# Image-processor attributes that change what the model sees; compared when both sides have them.
+RESIZE_ATTRIBUTES = (
+    "min_pixels",
+    "max_pixels",
+    "patch_size",
+    "merge_size",
+    "temporal_patch_size",
+    "size",
+    "do_resize",
+    "do_rescale",
+    "rescale_factor",
+    "do_normalize",
+    "image_mean",
+    "image_std",
+)
+
+PROBE_SIZES = ((64, 48), (300, 200), (1024, 768))
+
+
+class ParityError(RuntimeError):
+    """The engine and the trainer would process images differently."""
+
+
+class ImagesMissingError(RuntimeError):
+    """A request has image placeholders but does not carry the images (the model would answer blind)."""
+
+
+def placeholder_runs(input_ids: Sequence[int], image_token_id: int) -> int:
+    """Number of contiguous runs of ``image_token_id`` (one run per image)."""
+    runs, previous = 0, False
+    for t in input_ids:
+        current = t == image_token_id
+        runs += current and not previous
+        previous = current
+    return runs
+
+
+def check_request_images(req: ModelRequest, image_token_id: int | None) -> None:
+    """Raise :class:`ImagesMissingError` unless the request carries one image per placeholder run.
+
+    Checks ``image_data`` (SGLang), ``vision_msg_vllm`` (vLLM; AReaL's client silently drops
+    images without it) and ``metadata["multi_modal_input"]`` (local engine) against the number of
+    placeholder runs in ``input_ids``.
+    """
+    if image_token_id is None:
+        return
+    expected = placeholder_runs(req.input_ids, image_token_id)
+    if expected == 0:
+        return
+    problems = []
+    if len(req.image_data or []) != expected:
+        problems.append(f"image_data has {len(req.image_data or [])} images")
+    if not req.vision_msg_vllm:
+        problems.append("vision_msg_vllm is empty (AReaL's vLLM client would send no image)")
+    mm = req.metadata.get("multi_modal_input")
+    if not mm or "pixel_values" not in mm:
+        problems.append("metadata['multi_modal_input'] has no pixel_values")
+    elif "image_grid_thw" in mm and mm["image_grid_thw"].shape[0] != expected:
+        problems.append(f"image_grid_thw has {mm['image_grid_thw'].shape[0]} rows")
+    if problems:
+        raise ImagesMissingError(
+            f"request {req.rid}: input_ids hold {expected} image placeholder run(s) but "
+            + "; ".join(problems)
+        )
+
+
+def _image_processor_settings(processor: Any) -> dict[str, Any]:
+    ip = getattr(processor, "image_processor", None)
+    if ip is None:
+        return {}
+    out = {}
+    for name in RESIZE_ATTRIBUTES:
+        if hasattr(ip, name):
+            value = getattr(ip, name)
+            out[name] = dict(value) if isinstance(value, Mapping) else value
+    return out
+
+
+def check_processor_parity(
+    engine_processor: Any,
+    preprocessor: Any,
+    probe_sizes: Sequence[tuple[int, int]] = PROBE_SIZES,
+) -> None:
+    """Raise :class:`ParityError` listing every disagreement between engine and trainer.
+
+    Args:
+        engine_processor: The processor the engine uses (the local engine's ``processor``, or one
+            loaded from the path a remote server serves).
+        preprocessor: The workflow's preprocessor (its ``processor`` attribute and its resize
+            overrides are what the trainer's tensors come from).
+        probe_sizes: Image sizes (w, h) to compare token expansion on.
+    """
+    from PIL import Image
+
+    ours = getattr(preprocessor, "processor", None)
+    problems = []
+    if type(engine_processor) is not type(ours):
+        problems.append(
+            f"processor class: engine {type(engine_processor).__name__}, "
+            f"trainer {type(ours).__name__}"
+        )
+    engine_settings = _image_processor_settings(engine_processor)
+    our_settings = _image_processor_settings(ours)
+    overrides = getattr(preprocessor, "processor_kwargs", {}).get("images_kwargs", {})
+    our_settings.update({k: v for k, v in overrides.items() if k in RESIZE_ATTRIBUTES})
+    for key in sorted(set(engine_settings) & set(our_settings)):
+        if engine_settings[key] != our_settings[key]:
+            problems.append(f"{key}: engine {engine_settings[key]!r}, trainer {our_settings[key]!r}")
+    token_id = getattr(preprocessor, "image_token_id", None)
+    if token_id is not None and not problems:
+        for w, h in probe_sizes:
+            image = Image.new("RGB", (w, h), (120, 60, 200))
+            item = {
+                "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "probe"}]}],
+                "images": [image],
+            }
+            prepared = preprocessor.prepare(item)
+            text = prepared.prompt_text
+            engine_out = engine_processor(images=[image], text=[text], return_tensors="pt")
+            ours_n = prepared.input_ids.count(token_id)
+            engine_n = engine_out["input_ids"][0].tolist().count(token_id)
+            if ours_n != engine_n:
+                problems.append(
+                    f"probe {w}x{h}: engine expands the image to {engine_n} tokens, trainer to {ours_n}"
+                )
+    if problems:
+        raise ParityError(
+            "engine and trainer process images differently:\n  - "
+            + "\n  - ".join(problems)
+            + "\nUse the same processor (and min_pixels/max_pixels) for both."
+        )
+
+
+@dataclass(frozen=True)
+class LogprobReport:
+    """Rollout vs recomputed log-probabilities on generated tokens."""
+
+    max_abs_diff: float
+    mean_abs_diff: float
+    n_tokens: int
+
+    def ok(self, atol: float) -> bool:
+        return self.n_tokens > 0 and self.max_abs_diff <= atol
+
+
+@torch.no_grad()
+def recompute_logprobs(model: Any, trajectory: Mapping[str, Any], temperature: float = 1.0, row: int = 0) -> torch.Tensor:
+    """Log-probabilities of each token given its prefix, the way a trainer computes them.
+
+    One forward pass over the whole packed sequence with its ``multi_modal_input`` (and
+    ``mm_token_type_ids`` when present); the model derives the position ids its family needs
+    (3-D mRoPE for Qwen-VL) from ``input_ids`` and ``image_grid_thw``. Logits are divided by
+    ``temperature`` before ``log_softmax``, as AReaL's actor does.
+
+    Returns:
+        float32 ``[L]``: entry ``i`` is ``log p(input_ids[i] | input_ids[:i])``; entry 0 is 0.
+    """
+    mask = trajectory["attention_mask"][row].bool()
+    ids = trajectory["input_ids"][row][mask].unsqueeze(0).long()
+    device = next(model.parameters()).device
+    kwargs: dict[str, Any] = {"input_ids": ids.to(device)}
+    mm = trajectory.get("multi_modal_input")
+    if mm:
+        for key, value in mm[row].items():
+            kwargs[key] = value.to(device)
+    if "mm_token_type_ids" in trajectory:
+        kwargs["mm_token_type_ids"] = trajectory["mm_token_type_ids"][row][mask].unsqueeze(0).to(device)
+    logits = model(**kwargs).logits[0].float() / temperature
+    logp = torch.log_softmax(logits[:-1], dim=-1)
+    gathered = logp.gather(-1, ids[0, 1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()
+    return torch.cat([torch.zeros(1), gathered])
+
+
+def logprob_consistency(
+    model: Any, trajectory: Mapping[str, Any], temperature: float = 1.0, row: int = 0
+) -> LogprobReport:
+    """Compare the rollout's ``logprobs`` with a recomputation on ``loss_mask`` positions.
+
+    >>> # report = logprob_consistency(model, traj); assert report.ok(atol=1e-4)
+    """
+    mask = trajectory["attention_mask"][row].bool()
+    loss = trajectory["loss_mask"][row][mask].bool()
+    rollout = trajectory["logprobs"][row][mask].float()
+    recomputed = recompute_logprobs(model, trajectory, temperature, row)
+    diff = (rollout - recomputed)[loss].abs()
+    if diff.numel() == 0:
+        return LogprobReport(float("nan"), float("nan"), 0)
+    return LogprobReport(float(diff.max()), float(diff.mean()), int(diff.numel()))
