@@ -28,14 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PIL import Image
-
 from vlrollout.processors import AutoProcessorPreprocessor, PreparedPrompt, load_image
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.cache import item_key
 from vlrollout.processors.messages import normalize_messages
 
 
-def center_crop(image: Image.Image, fraction: float) -> tuple[Image.Image, tuple[int, int, int, int]]:
+def center_crop(
+    image: Image.Image, fraction: float
+) -> tuple[Image.Image, tuple[int, int, int, int]]:
     """Keep the central ``fraction`` of each side; returns the crop and its box in ``image``.
 
     >>> crop, box = center_crop(Image.new("RGB", (100, 50)), 0.5)
@@ -120,7 +121,9 @@ class CenterCropScheduledPreprocessor:
         return CroppedPrompt(prepared, boxes)
 
 
-def build_center_crop_preprocessor(processor: Any, **kwargs: Any) -> CenterCropScheduledPreprocessor:
+def build_center_crop_preprocessor(
+    processor: Any, **kwargs: Any
+) -> CenterCropScheduledPreprocessor:
     """Factory for :func:`vlrollout.processors.get_preprocessor` (by import path or name)."""
     return CenterCropScheduledPreprocessor(processor, **kwargs)
 
@@ -131,9 +134,14 @@ if __name__ == "__main__":
 
     register_preprocessor("center_crop", build_center_crop_preprocessor)
     pre = get_preprocessor("center_crop", processor=build_offline_processor("qwen2_vl"))
-    data = {"id": 0, "messages": [{"role": "user", "content": "<image>What colour?"}],
-            "images": [Image.new("RGB", (200, 100), "red")]}
+    data = {
+        "id": 0,
+        "messages": [{"role": "user", "content": "<image>What colour?"}],
+        "images": [Image.new("RGB", (200, 100), "red")],
+    }
     for step in (0, 100):
         pre.set_step(step)
         out = pre.prepare(data)
-        print(step, out.crop_boxes, out.geometry[0], out.multi_modal_input["image_grid_thw"].tolist())
+        print(
+            step, out.crop_boxes, out.geometry[0], out.multi_modal_input["image_grid_thw"].tolist()
+        )

@@ -42,7 +42,30 @@ _LAZY = {
     "build_offline_processor": ".offline",
 }
 
-__all__ = ["ImageGeometry", "PreparedPrompt", "Preprocessor", "PreprocessError", *_LAZY]
+__all__ = [
+    "ImageGeometry",
+    "PreparedPrompt",
+    "Preprocessor",
+    "PreprocessError",
+    "AutoProcessorPreprocessor",
+    "item_label",
+    "FamilyAdapter",
+    "adapter_for",
+    "LoadedImage",
+    "load_image",
+    "DEFAULT_MAX_PIXELS",
+    "DEFAULT_MAX_BYTES",
+    "to_rgb",
+    "normalize_messages",
+    "PreparedPromptCache",
+    "item_key",
+    "register_preprocessor",
+    "unregister_preprocessor",
+    "get_preprocessor",
+    "resolve_preprocessor",
+    "available_preprocessors",
+    "build_offline_processor",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .auto import AutoProcessorPreprocessor, item_label

@@ -202,7 +202,9 @@ class AutoProcessorPreprocessor:
         multi_modal_input = {}
         if images:
             multi_modal_input = {
-                k: v for k, v in outputs.items() if k not in TEXT_KEYS and isinstance(v, torch.Tensor)
+                k: v
+                for k, v in outputs.items()
+                if k not in TEXT_KEYS and isinstance(v, torch.Tensor)
             }
         prepared = PreparedPrompt(
             input_ids=input_ids,
@@ -215,7 +217,10 @@ class AutoProcessorPreprocessor:
             image_token_id=self.image_token_id,
         )
         if images:
-            urls = [f"data:{im.mime};base64,{b64}" for im, b64 in zip(images, prepared.image_data, strict=True)]
+            urls = [
+                f"data:{im.mime};base64,{b64}"
+                for im, b64 in zip(images, prepared.image_data, strict=True)
+            ]
             prepared.vision_msg_vllm = to_openai_messages(messages, urls)
         return prepared
 

@@ -17,7 +17,7 @@ markers and image placeholder, no default system prompt.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from vlrollout.tiny.tokenizer import (
@@ -82,7 +82,9 @@ def _tokenizer(extra_special: list[str], chat_template: str, **extra_attrs: str)
     """
     from transformers import PreTrainedTokenizerFast
 
-    specials = list(QWEN2VL_SPECIAL_TOKENS) + [t for t in extra_special if t not in QWEN2VL_SPECIAL_TOKENS]
+    specials = list(QWEN2VL_SPECIAL_TOKENS) + [
+        t for t in extra_special if t not in QWEN2VL_SPECIAL_TOKENS
+    ]
     tok = build_bpe_tokenizer(special_tokens=specials, chat_template=chat_template)
     if not extra_attrs:
         return tok
@@ -98,7 +100,9 @@ def _tokenizer(extra_special: list[str], chat_template: str, **extra_attrs: str)
 
 def build_qwen2_vl(min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
     """Qwen2-VL (patch 14, merge 2): the tiny model's processor from :mod:`vlrollout.tiny`."""
-    return build_qwen2vl_processor(build_bpe_tokenizer(), min_pixels=min_pixels, max_pixels=max_pixels)
+    return build_qwen2vl_processor(
+        build_bpe_tokenizer(), min_pixels=min_pixels, max_pixels=max_pixels
+    )
 
 
 def build_qwen2_5_vl(min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
@@ -184,7 +188,13 @@ def build_gemma3(image_size: int = 56, image_seq_length: int = 4):
     """
     from transformers import Gemma3ImageProcessor, Gemma3Processor
 
-    specials = ["<start_of_image>", "<end_of_image>", "<image_soft_token>", "<start_of_turn>", "<end_of_turn>"]
+    specials = [
+        "<start_of_image>",
+        "<end_of_image>",
+        "<image_soft_token>",
+        "<start_of_turn>",
+        "<end_of_turn>",
+    ]
     tok = _tokenizer(
         specials,
         GEMMA3_CHAT_TEMPLATE,
@@ -250,7 +260,7 @@ OFFLINE_BUILDERS: dict[str, Callable[..., Any]] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def build_offline_processor(family: str):
     """A cached default-sized offline processor for ``family`` (a key of ``OFFLINE_BUILDERS``).
 

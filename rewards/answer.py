@@ -200,9 +200,22 @@ class NumericReward(Reward):
         return RewardResult(1.0 if ok else 0.0, None, {"pred": pred})
 
 
-def _latex(text: str) -> str:
+_PROSE_WORD = re.compile(r"(?<!\\)\b[A-Za-z]{3,}\b")
+
+
+def _parse_math(text: str, timeout: int | None, trusted: bool) -> list[Any]:
+    """``math_verify.parse`` of ``text``; bare LaTeX is wrapped in ``$...$`` first.
+
+    Untrusted (model) text is wrapped only when it has no prose words (three or more letters not
+    following a backslash), so "no idea" does not parse as the product n*o*i*d*e*a.
+    """
+    from math_verify import parse
+
     text = text.strip()
-    return text if "$" in text or "\\boxed" in text or "\\(" in text else f"${text}$"
+    delimited = "$" in text or "\\boxed" in text or "\\(" in text or "\\[" in text
+    if not delimited and (trusted or not _PROSE_WORD.search(text)):
+        return parse(f"${text}$", parsing_timeout=timeout)
+    return parse(text, parsing_timeout=timeout)
 
 
 class MathReward(Reward):
@@ -231,13 +244,13 @@ class MathReward(Reward):
         self.name = "math"
 
     def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
-        from math_verify import parse, verify
+        from math_verify import verify
 
         raw = str(_gold(task_data, self.answer_key, type(self).__name__))
         timeout = (
             self.timeout_seconds if threading.current_thread() is threading.main_thread() else None
         )
-        gold = parse(_latex(last_boxed(raw) or raw), parsing_timeout=timeout)
+        gold = _parse_math(last_boxed(raw) or raw, timeout, trusted=True)
         if not gold:
             raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not parseable math")
         boxed = last_boxed(str(completions))
@@ -247,7 +260,7 @@ class MathReward(Reward):
             target_text = answer_region(completions, self.use_answer_tag)
         else:
             target_text = boxed
-        target = parse(_latex(target_text), parsing_timeout=timeout)
+        target = _parse_math(target_text, timeout, trusted=False)
         if not target:
             return RewardResult(0.0, "unparseable_answer")
         ok = verify(gold, target, timeout_seconds=timeout)

@@ -134,7 +134,7 @@ def test_placeholder_count_mismatch_raises(engine, vision_prompt, tiny):
     p = vision_prompt(seed=0)
     short = list(p["input_ids"])
     short.remove(processor.image_token_id)
-    with pytest.raises(PlaceholderMismatchError, match="15 image placeholder tokens.*16 tokens"):
+    with pytest.raises(PlaceholderMismatchError, match="11 image placeholder tokens.*12 tokens"):
         generate(engine, ModelRequest(input_ids=short, metadata={"multi_modal_input": p["mm"]}))
     with pytest.raises(PlaceholderMismatchError, match="in 1 run.*for 2 image"):
         generate(engine, ModelRequest(input_ids=p["input_ids"], image_data=p["image_data"] * 2))
@@ -184,33 +184,44 @@ def test_stop_token_ends_generation_and_is_kept(logit_bias, text_prompt):
             ModelRequest(input_ids=text_prompt(), gconfig=gconfig(min_new_tokens=3)),
         )
     assert plain.output_tokens == [eos] and plain.stop_reason == "stop"
-    assert len(delayed.output_tokens) == 3 and delayed.stop_reason == "stop"
+    # As in HF and SGLang, stop tokens are masked while fewer than min_new_tokens were generated.
+    assert len(delayed.output_tokens) == 4 and delayed.stop_reason == "stop"
     assert delayed.output_tokens[-1] == eos and eos not in delayed.output_tokens[:-1]
     assert delayed.output_tokens_without_stop == delayed.output_tokens[:-1]
 
 
-def test_custom_stop_token_and_length(logit_bias, text_prompt):
-    model, processor = tiny_qwen2vl(seed=0)
+def test_custom_stop_token_ignore_eos_and_length(logit_bias, text_prompt):
+    prompt = text_prompt()
+    eos_model, processor = tiny_qwen2vl(seed=0)
     eos = processor.tokenizer.eos_token_id
-    stop_id = processor.tokenizer.convert_tokens_to_ids("fox")
-    logit_bias(model, {eos: 40.0, stop_id: 20.0})
-    with LocalInferenceEngine(model, processor) as eng:
-        custom, ignored, length = generate(
+    logit_bias(eos_model, {eos: 40.0})
+    with LocalInferenceEngine(eos_model, processor) as eng:
+        ignored, capped_stop = generate(
             eng,
-            ModelRequest(input_ids=text_prompt(), gconfig=gconfig(stop_token_ids=[stop_id], ignore_eos=True)),
-            ModelRequest(input_ids=text_prompt(), gconfig=gconfig(ignore_eos=True, max_new_tokens=5)),
-            ModelRequest(input_ids=text_prompt(), gconfig=gconfig(max_tokens=len(text_prompt()) + 4)),
+            ModelRequest(input_ids=prompt, gconfig=gconfig(ignore_eos=True, max_new_tokens=5)),
+            ModelRequest(input_ids=prompt, gconfig=gconfig(max_tokens=len(prompt) + 4)),
+        )
+    assert ignored.output_tokens == [eos] * 5 and ignored.stop_reason == "length"
+    assert capped_stop.output_tokens == [eos] and capped_stop.stop_reason == "stop"
+
+    stop_model, _ = tiny_qwen2vl(seed=0)
+    (stop_id,) = processor.tokenizer.encode(" fox")
+    logit_bias(stop_model, {stop_id: 40.0})
+    with LocalInferenceEngine(stop_model, processor) as eng:
+        custom, not_a_stop = generate(
+            eng,
+            ModelRequest(input_ids=prompt, gconfig=gconfig(stop_token_ids=[stop_id])),
+            ModelRequest(input_ids=prompt, gconfig=gconfig(max_new_tokens=3)),
         )
     assert custom.output_tokens == [stop_id] and custom.stop_reason == "stop"
-    assert ignored.output_tokens == [eos] * 5 and ignored.stop_reason == "length"
-    assert length.stop_reason == "stop" and length.output_tokens == [eos]
-    model2, _ = tiny_qwen2vl(seed=0)
-    with LocalInferenceEngine(model2, processor) as eng:
+    assert not_a_stop.output_tokens == [stop_id] * 3 and not_a_stop.stop_reason == "length"
+
+    plain, _ = tiny_qwen2vl(seed=0)
+    with LocalInferenceEngine(plain, processor) as eng:
         (capped,) = generate(
             eng,
             ModelRequest(
-                input_ids=text_prompt(),
-                gconfig=gconfig(max_tokens=len(text_prompt()) + 4, ignore_eos=True),
+                input_ids=prompt, gconfig=gconfig(max_tokens=len(prompt) + 4, ignore_eos=True)
             ),
         )
     assert capped.output_len == 4 and capped.stop_reason == "length"
@@ -219,12 +230,14 @@ def test_custom_stop_token_and_length(logit_bias, text_prompt):
 def test_stop_string(logit_bias, text_prompt):
     model, processor = tiny_qwen2vl(seed=0)
     tok = processor.tokenizer
-    fox = tok.convert_tokens_to_ids("fox")
+    (fox,) = tok.encode(" fox")
     logit_bias(model, {fox: 30.0})
     with LocalInferenceEngine(model, processor) as eng:
         (resp,) = generate(
-            eng, ModelRequest(input_ids=text_prompt(), gconfig=gconfig(stop=["fox"], min_new_tokens=2))
+            eng,
+            ModelRequest(input_ids=text_prompt(), gconfig=gconfig(stop=["fox"], min_new_tokens=2)),
         )
+    # " fox" completes the stop string at once, but only counts from the second token on.
     assert resp.stop_reason == "stop" and resp.output_tokens == [fox, fox]
 
 

@@ -3,10 +3,10 @@ import io
 
 import pytest
 import torch
-from conftest import halves, png_bytes
 from PIL import Image
-
 from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError, Preprocessor
+
+from tests.processors.images import halves, png_bytes
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer
 
 
@@ -26,9 +26,14 @@ def test_implements_protocol(qwen):
 
 def test_text_only_item(qwen):
     prepared = qwen.prepare(item("How many shapes?"))
-    assert prepared.prompt_text == "<|im_start|>user\nHow many shapes?<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        prepared.prompt_text
+        == "<|im_start|>user\nHow many shapes?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert prepared.input_ids == qwen.tokenizer(prepared.prompt_text)["input_ids"]
-    assert prepared.multi_modal_input == {} and prepared.image_data == [] and prepared.geometry == []
+    assert (
+        prepared.multi_modal_input == {} and prepared.image_data == [] and prepared.geometry == []
+    )
     assert prepared.vision_msg_vllm is None
     assert prepared.mm_token_type_ids == [0] * prepared.prompt_len
 
@@ -38,7 +43,9 @@ def test_text_only_with_plain_tokenizer():
     pre = AutoProcessorPreprocessor(tok)
     messages = [{"role": "user", "content": "Answer with a number."}]
     prepared = pre.prepare({"messages": messages})
-    assert prepared.input_ids == list(tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
+    assert prepared.input_ids == list(
+        tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+    )
     assert prepared.multi_modal_input == {} and prepared.image_token_id is None
     with pytest.raises(PreprocessError) as info:
         pre.prepare(item("<image>", [halves()], id=3))
@@ -89,7 +96,9 @@ def test_engine_sees_the_trainer_pixels(qwen, kind):
     }[kind]
     prepared = qwen.prepare(item("<image>", [source]))
     engine_image = Image.open(io.BytesIO(base64.b64decode(prepared.image_data[0]))).convert("RGB")
-    again = qwen.processor(text=[prepared.prompt_text], images=[[engine_image]], return_tensors="pt")
+    again = qwen.processor(
+        text=[prepared.prompt_text], images=[[engine_image]], return_tensors="pt"
+    )
     assert torch.equal(again["pixel_values"], prepared.multi_modal_input["pixel_values"])
     assert again["input_ids"][0].tolist() == prepared.input_ids
 
@@ -107,7 +116,9 @@ def test_max_pixels_goes_through_the_processor(offline):
     small = AutoProcessorPreprocessor(processor, max_pixels=60 * 60).prepare(item("<image>", [big]))
     default = AutoProcessorPreprocessor(processor).prepare(item("<image>", [big]))
     assert small.multi_modal_input["image_grid_thw"].tolist() == [[1, 4, 4]]
-    assert default.multi_modal_input["image_grid_thw"].tolist() == [[1, 6, 6]]  # 112*112 budget, floored
+    assert default.multi_modal_input["image_grid_thw"].tolist() == [
+        [1, 6, 6]
+    ]  # 112*112 budget, floored
     assert (small.geometry[0].model_width, small.geometry[0].model_height) == (56, 56)
     ref = processor(
         text=[small.prompt_text],
@@ -151,6 +162,7 @@ def test_loads_a_local_processor_directory(offline, tmp_path, rgb_png):
     pre = AutoProcessorPreprocessor(tmp_path / "proc", max_pixels=56 * 56)
     assert pre.family == "qwen2_vl"
     prepared = pre.prepare(item("<image>", [rgb_png]))
-    assert prepared.input_ids.count(prepared.image_token_id) == int(
-        prepared.multi_modal_input["image_grid_thw"].prod(-1).sum()
-    ) // 4
+    assert (
+        prepared.input_ids.count(prepared.image_token_id)
+        == int(prepared.multi_modal_input["image_grid_thw"].prod(-1).sum()) // 4
+    )

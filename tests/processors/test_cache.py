@@ -4,7 +4,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from PIL import Image
-
 from vlrollout.processors.cache import PreparedPromptCache, item_key
 
 
@@ -43,11 +42,19 @@ def test_content_key_is_stable_and_sensitive(tmp_path):
     msgs = [{"role": "user", "content": "<image>Q"}]
     base = {"messages": msgs, "images": [str(path)]}
     assert item_key(base) == item_key({"messages": [dict(msgs[0])], "images": [str(path)]})
-    assert item_key(base) != item_key({"messages": [{"role": "user", "content": "<image>R"}], "images": [str(path)]})
+    assert item_key(base) != item_key(
+        {"messages": [{"role": "user", "content": "<image>R"}], "images": [str(path)]}
+    )
     pil_a, pil_b = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "blue")
-    assert item_key({"messages": msgs, "images": [pil_a]}) == item_key({"messages": msgs, "images": [pil_a.copy()]})
-    assert item_key({"messages": msgs, "images": [pil_a]}) != item_key({"messages": msgs, "images": [pil_b]})
-    assert item_key({"messages": msgs, "images": [b"a"]}) != item_key({"messages": msgs, "images": [b"b"]})
+    assert item_key({"messages": msgs, "images": [pil_a]}) == item_key(
+        {"messages": msgs, "images": [pil_a.copy()]}
+    )
+    assert item_key({"messages": msgs, "images": [pil_a]}) != item_key(
+        {"messages": msgs, "images": [pil_b]}
+    )
+    assert item_key({"messages": msgs, "images": [b"a"]}) != item_key(
+        {"messages": msgs, "images": [b"b"]}
+    )
     before = item_key(base)
     Image.new("RGB", (5, 5), "red").save(path)  # file changed on disk -> new key
     assert item_key(base) != before
@@ -120,7 +127,9 @@ def test_failure_reaches_every_waiter_and_is_not_cached():
     cache = PreparedPromptCache(pre, maxsize=4)
 
     async def main():
-        return await asyncio.gather(*(cache.aprepare({"id": 9}) for _ in range(3)), return_exceptions=True)
+        return await asyncio.gather(
+            *(cache.aprepare({"id": 9}) for _ in range(3)), return_exceptions=True
+        )
 
     results = asyncio.run(main())
     assert all(isinstance(r, ValueError) for r in results) and len(pre.calls) == 1

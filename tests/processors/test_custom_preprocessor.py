@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
-
 from vlrollout.processors import PreparedPromptCache, get_preprocessor, register_preprocessor
 from vlrollout.processors.registry import unregister_preprocessor
 
@@ -18,7 +17,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("custom_preprocessor", EXAMPLES / "custom_preprocessor.py")
+    spec = importlib.util.spec_from_file_location(
+        "custom_preprocessor", EXAMPLES / "custom_preprocessor.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["custom_preprocessor"] = module  # dataclasses resolve annotations via sys.modules
     spec.loader.exec_module(module)
@@ -35,7 +36,11 @@ def red_in_centre(size=(200, 100)):
 
 
 def data():
-    return {"id": 0, "messages": [{"role": "user", "content": "<image>Colour?"}], "images": [red_in_centre()]}
+    return {
+        "id": 0,
+        "messages": [{"role": "user", "content": "<image>Colour?"}],
+        "images": [red_in_centre()],
+    }
 
 
 def test_crop_and_schedule(example, offline):
@@ -50,11 +55,16 @@ def test_crop_and_schedule(example, offline):
     assert torch.allclose(pv, pv[0].expand_as(pv))
     pre.set_step(10)
     late = pre.prepare(data())
-    assert late.multi_modal_input["image_grid_thw"].prod() > early.multi_modal_input["image_grid_thw"].prod()
+    assert (
+        late.multi_modal_input["image_grid_thw"].prod()
+        > early.multi_modal_input["image_grid_thw"].prod()
+    )
 
 
 def test_cache_key_follows_the_schedule(example, offline):
-    pre = example.build_center_crop_preprocessor(offline("qwen2_vl"), schedule=[(0, 3136), (5, 12544)])
+    pre = example.build_center_crop_preprocessor(
+        offline("qwen2_vl"), schedule=[(0, 3136), (5, 12544)]
+    )
     cache = PreparedPromptCache(pre, key_fn=pre.cache_key)
     first = asyncio.run(cache.aprepare(data()))
     assert asyncio.run(cache.aprepare(data())) is first
@@ -77,14 +87,19 @@ def test_resolved_by_import_path_and_name(example, offline, monkeypatch):
     assert type(pre).__name__ == "CenterCropScheduledPreprocessor"
     register_preprocessor("center_crop_test", example.build_center_crop_preprocessor)
     try:
-        assert get_preprocessor("center_crop_test", processor=offline("qwen2_vl")).crop_fraction == 0.8
+        assert (
+            get_preprocessor("center_crop_test", processor=offline("qwen2_vl")).crop_fraction == 0.8
+        )
     finally:
         unregister_preprocessor("center_crop_test")
 
 
 def test_script_runs():
     out = subprocess.run(
-        [sys.executable, str(EXAMPLES / "custom_preprocessor.py")], capture_output=True, text=True, timeout=120
+        [sys.executable, str(EXAMPLES / "custom_preprocessor.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "[[1, 2, 4]]" in out.stdout and "[[1, 4, 10]]" in out.stdout

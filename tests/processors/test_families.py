@@ -6,7 +6,6 @@ import importlib.util
 import pytest
 import torch
 from PIL import Image
-
 from vlrollout.processors import AutoProcessorPreprocessor
 from vlrollout.processors.families import GENERIC, adapter_for
 
@@ -35,7 +34,11 @@ def test_equals_direct_processor_call(family, offline, rgb_png, tall_png):
     prepared = prepare_two(pre, rgb_png, tall_png)
     ref = direct(processor, prepared.prompt_text, [rgb_png, tall_png])
     assert prepared.input_ids == ref["input_ids"][0].tolist()
-    expected_mm = {k for k in ref if k not in {"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids"}}
+    expected_mm = {
+        k
+        for k in ref
+        if k not in {"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids"}
+    }
     assert set(prepared.multi_modal_input) == expected_mm
     assert "pixel_values" in expected_mm
     for key in expected_mm:
@@ -56,7 +59,9 @@ def count(prepared):
     return prepared.input_ids.count(prepared.image_token_id)
 
 
-@pytest.mark.parametrize(("family", "patch"), [("qwen2_vl", 14), ("qwen2_5_vl", 14), ("qwen3_vl", 16)])
+@pytest.mark.parametrize(
+    ("family", "patch"), [("qwen2_vl", 14), ("qwen2_5_vl", 14), ("qwen3_vl", 16)]
+)
 def test_qwen_token_count_and_geometry(family, patch, offline, rgb_png, tall_png):
     processor = offline(family)
     prepared = prepare_two(AutoProcessorPreprocessor(processor), rgb_png, tall_png)
@@ -82,7 +87,9 @@ def test_llava_token_count_and_geometry(offline, rgb_png, tall_png):
 def test_llava_onevision_token_count(offline, rgb_png):
     processor = offline("llava_onevision")
     pre = AutoProcessorPreprocessor(processor)
-    prepared = pre.prepare({"messages": [{"role": "user", "content": "<image>Q"}], "images": [rgb_png]})
+    prepared = pre.prepare(
+        {"messages": [{"role": "user", "content": "<image>Q"}], "images": [rgb_png]}
+    )
     (h, w) = prepared.multi_modal_input["image_sizes"][0].tolist()
     assert (w, h) == (70, 40)
     tile = prepared.multi_modal_input["pixel_values"].shape[-1]

@@ -3,11 +3,11 @@ import io
 from pathlib import Path
 
 import pytest
-from conftest import halves, png_bytes
 from PIL import Image
-
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import load_image, read_source
+
+from tests.processors.images import halves, png_bytes
 
 RED, BLUE, GREEN = (255, 0, 0), (0, 0, 255), (0, 255, 0)
 
@@ -37,7 +37,9 @@ def png(tmp_path):
     return path, raw
 
 
-@pytest.mark.parametrize("kind", ["path_str", "path_obj", "file_url", "bytes", "base64", "data_url"])
+@pytest.mark.parametrize(
+    "kind", ["path_str", "path_obj", "file_url", "bytes", "base64", "data_url"]
+)
 def test_encoded_sources_decode_and_pass_through(png, kind):
     path, raw = png
     source = {

@@ -337,6 +337,8 @@ class DecodeWorker:
             return False
         tail = task.out_tokens[-_STOP_TEXT_WINDOW:]
         text, before = task.tokenizer.decode(tail), task.tokenizer.decode(tail[:-1])
-        # Only a stop string completed by the newest token counts (an earlier one fell before
-        # min_new_tokens).
-        return any(s and s in text and s not in before for s in task.params.stop)
+        # Only a stop string that ends in the newest token's text counts (an earlier one fell
+        # before min_new_tokens).
+        return any(
+            s and text.find(s, max(0, len(before) - len(s) + 1)) != -1 for s in task.params.stop
+        )

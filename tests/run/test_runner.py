@@ -1,0 +1,128 @@
+"""The runner: outputs a trainer can load, counts that add up, fail-fast, kill-and-resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from areal.api.cli_args import GenerationHyperparameters
+from areal.infra.workflow_executor import check_trajectory_format
+
+from vlrollout.datasets import DataFileError, load_items
+from vlrollout.runner import Runner, atomic_write_bytes
+from vlrollout.scripted_engine import ScriptedEngine
+from vlrollout.workflows import RLVRWorkflow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write_items(path: Path, n: int, bad: set[int] = frozenset()) -> Path:
+    with path.open("w") as f:
+        for i in range(n):
+            messages = "oops" if i in bad else [{"role": "user", "content": f"2+2? ({i})"}]
+            f.write(json.dumps({"id": f"q{i}", "messages": messages, "answer": "4"}) + "\n")
+    return path
+
+
+def _runner(tokenizer, out, fail_fast=False, group_size=2):
+    answer = tokenizer.encode("4", add_special_tokens=False) + [tokenizer.eos_token_id]
+    wf = RLVRWorkflow("tests.workflows.reward_fns.contains_answer", GenerationHyperparameters(), tokenizer)
+    return Runner(wf, ScriptedEngine([answer]), tokenizer, out, group_size=group_size, concurrency=3, fail_fast=fail_fast)
+
+
+def test_outputs_reload_and_counts_add_up(tokenizer, tmp_path):
+    items = load_items(_write_items(tmp_path / "d.jsonl", 6, bad={2, 4}))
+    summary = asyncio.run(_runner(tokenizer, tmp_path / "out").run(items, progress=False))
+    assert summary["items"] == {"total": 6, "done": 6, "accepted": 4, "rejected": 2}
+    # Each bad item's group of 2 episodes is rejected with its reason.
+    assert summary["episodes"]["accepted"] == 8
+    assert summary["episodes"]["rejected_by_reason"] == {"bad_messages": 4}
+    assert {r["id"] for r in summary["rejections"]} == {"q2", "q4"}
+    assert summary["reward"]["mean"] == 1.0
+    traj = torch.load(tmp_path / "out" / "trajectories" / "q0.pt", weights_only=False)
+    assert check_trajectory_format(traj, batch_size=2)
+    assert not (tmp_path / "out" / "trajectories" / "q2.pt").exists()
+    on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert on_disk["items"] == summary["items"]
+
+
+def test_fail_fast_stops_at_the_first_rejected_item(tokenizer, tmp_path):
+    items = load_items(_write_items(tmp_path / "d.jsonl", 30, bad={0}))
+    runner = _runner(tokenizer, tmp_path / "out", fail_fast=True)
+    summary = asyncio.run(runner.run(items, progress=False))
+    assert summary["stopped_early"]["item"] == "q0"
+    assert summary["items"]["done"] < 30
+
+
+def test_resume_skips_finished_items(tokenizer, tmp_path):
+    items = load_items(_write_items(tmp_path / "d.jsonl", 5))
+    runner = _runner(tokenizer, tmp_path / "out")
+    asyncio.run(runner.run(items[:3], progress=False))
+    calls_before = len(runner.engine.requests)
+    summary = asyncio.run(runner.run(items, progress=False))
+    assert len(runner.engine.requests) - calls_before == 2 * 2  # only the 2 new items, group of 2
+    assert summary["items"]["done"] == 5
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    target = tmp_path / "f.json"
+    atomic_write_bytes(target, b"old")
+
+    with pytest.raises(TypeError):  # fails mid-write: the old content must survive
+        atomic_write_bytes(target, 12345)  # type: ignore[arg-type]
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_data_file_errors_name_the_line(tmp_path):
+    bad = tmp_path / "d.jsonl"
+    bad.write_text('{"id": 1}\n{not json\n')
+    with pytest.raises(DataFileError, match=r"d.jsonl:2"):
+        load_items(bad)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"id": 1}\n{"id": 1}\n')
+    with pytest.raises(DataFileError, match="not unique"):
+        load_items(dup)
+
+
+def test_killed_run_resumes_without_losing_or_repeating_items(tmp_path):
+    data = _write_items(tmp_path / "d.jsonl", 40)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tests.run.run_scripted", str(data), str(out), "0.05"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    items_dir = out / "items"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if items_dir.exists() and len(list(items_dir.glob("*.json"))) >= 5:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before it was killed: {proc.stdout.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = {p.stem for p in items_dir.glob("*.json")}
+    assert 5 <= len(done_before) < 40
+    # Nothing half-written: every outcome and trajectory file parses.
+    for p in items_dir.glob("*.json"):
+        json.loads(p.read_text())
+    for p in (out / "trajectories").glob("*.pt"):
+        torch.load(p, weights_only=False)
+
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    done_after = sorted(p.stem for p in items_dir.glob("*.json"))
+    assert done_after == sorted(f"q{i}" for i in range(40))
+    assert len(list((out / "trajectories").glob("*.pt"))) == 40
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items"] == {"total": 40, "done": 40, "accepted": 40, "rejected": 0}
+    assert summary["this_run"]["items_run"] == 40 - len(done_before)
+    assert not list(out.rglob("*.tmp"))
