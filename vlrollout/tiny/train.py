@@ -90,7 +90,7 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean over examples of the mean next-token cross-entropy on each example's answer tokens.
+    """Per-example mean next-token cross-entropy on each example's answer tokens, shape [B].
 
     Args:
         logits: [B, L, V] float.
@@ -101,7 +101,7 @@ def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
     ).view(labels.shape)
     mask = (labels != IGNORE_INDEX).float()
-    return ((tok_loss * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+    return (tok_loss * mask).sum(1) / mask.sum(1).clamp(min=1)
 
 
 def save(model, processor, out: Path, record: dict[str, Any]) -> None:
@@ -159,11 +159,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "train_loss_last_100": sum(losses[-100:]) / max(1, len(losses[-100:])),
             "baselines": baselines,
             "metrics": metrics,
+            "loss_curve": loss_curve,
             "history": history,
             "reproduce": "python scripts/train_tiny.py " + " ".join(sys.argv[1:] if argv is None else argv),
         }
 
     losses: list[float] = []
+    loss_curve: list[list[float]] = []  # [step, mean loss over the last log_every steps]
+    task_losses: dict[str, list[float]] = {t: [] for t in TASKS}
     model.train()
     for step in range(args.steps):
         tasks = rng.choices(names, weights, k=args.batch_size)
@@ -176,19 +179,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         logits = model(**batch).logits
-        loss = answer_loss(logits, labels)
+        per_example = answer_loss(logits, labels)
+        loss = per_example.mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         opt.step()
         losses.append(loss.item())
+        for t, v in zip(tasks, per_example.tolist(), strict=True):
+            task_losses[t].append(v)
         if (step + 1) % args.log_every == 0 or step == 0:
             avg = sum(losses[-args.log_every :]) / len(losses[-args.log_every :])
+            per_task = " ".join(
+                f"{t} {sum(v) / max(1, len(v)):.3f}" for t, v in task_losses.items() if v
+            )
+            loss_curve.append([step + 1, round(avg, 4)])
             print(
-                f"step {step + 1} loss {avg:.4f} lr {lr_at(step, args):.2e} "
+                f"step {step + 1} loss {avg:.4f} ({per_task}) lr {lr_at(step, args):.2e} "
                 f"t {time.time() - t_start:.0f}s",
                 flush=True,
             )
+            task_losses = {t: [] for t in TASKS}
         if (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
             metrics = evaluate(model, processor, quick_eval, baselines)
             model.train()

@@ -1,0 +1,226 @@
+"""The tool contract: what a tool is given, what it returns, and how its arguments are checked.
+
+A tool is a plain callable ``fn(ctx: ToolContext, **arguments) -> ToolResult | str`` plus the JSON
+schema of its arguments (the ``parameters`` object of an OpenAI/Qwen function spec). The model
+calls it by name; :meth:`Tool.__call__` validates the arguments against the schema before calling
+``fn``. A tool signals a call the *model* got wrong (bad box, missing image) by raising
+:class:`ToolError`; its message is what the model reads in the next turn.
+
+>>> def shout(ctx, text):
+...     return text.upper()
+>>> tool = Tool("shout", shout, {"type": "object", "properties": {"text": {"type": "string"}},
+...                              "required": ["text"]})
+>>> tool(ToolContext(), {"text": "hi"}).text
+'HI'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from vlrollout.processors.base import ImageGeometry
+
+
+class ToolError(Exception):
+    """A tool call the model got wrong; the message is shown to the model as the tool's output."""
+
+
+@dataclass
+class ToolResult:
+    """What a tool returns to the model.
+
+    Attributes:
+        text: Text shown to the model (may be empty when ``images`` is not).
+        images: New images shown to the model, in order; they get image indices after all earlier
+            images of the episode.
+    """
+
+    text: str = ""
+    images: list[Image.Image] = field(default_factory=list)
+
+
+class ToolContext:
+    """The episode's images as tools see them, with their geometry and the box convention.
+
+    Args:
+        images: Every image so far (prompt images first, then tool images, in order): PIL images,
+            or base64 strings decoded on first use (the prompt's ``image_data``, which decode to
+            exactly the pixels the processor saw).
+        geometry: One :class:`~vlrollout.processors.base.ImageGeometry` per image.
+        box_frame: The frame boxes written by the model are in (``"norm1000"`` for Qwen2-VL and
+            Qwen3-VL, ``"model"`` for Qwen2.5-VL); see :mod:`vlrollout.rewards.frames`.
+    """
+
+    def __init__(
+        self,
+        images: Sequence[Image.Image | str] = (),
+        geometry: Sequence[ImageGeometry] = (),
+        box_frame: str = "norm1000",
+    ) -> None:
+        if len(images) != len(geometry):
+            raise ValueError(f"{len(images)} images but {len(geometry)} geometries")
+        self._images: list[Image.Image | str] = list(images)
+        self.geometry: list[ImageGeometry] = list(geometry)
+        self.box_frame = box_frame
+
+    @property
+    def num_images(self) -> int:
+        return len(self._images)
+
+    def add_image(self, image: Image.Image, geometry: ImageGeometry) -> None:
+        """Append a tool image (it becomes index ``num_images - 1``)."""
+        self._images.append(image)
+        self.geometry.append(geometry)
+
+    def _check_index(self, index: Any) -> int:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise ToolError(f"image_index must be an integer, got {index!r}")
+        if not 0 <= index < self.num_images:
+            raise ToolError(
+                f"image_index {index} does not exist: the conversation has {self.num_images} "
+                f"image(s), indices 0..{self.num_images - 1}"
+            )
+        return index
+
+    def image(self, index: int) -> Image.Image:
+        """The RGB image ``index`` (0 = first prompt image); :class:`ToolError` if out of range."""
+        index = self._check_index(index)
+        image = self._images[index]
+        if isinstance(image, str):
+            from vlrollout.processors.image_loading import load_image
+
+            image = load_image(image, f"image {index}").image
+            self._images[index] = image
+        return image
+
+    def image_geometry(self, index: int) -> ImageGeometry:
+        return self.geometry[self._check_index(index)]
+
+
+# -- argument validation ----------------------------------------------------------------------
+
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def _check_value(value: Any, schema: Mapping[str, Any], where: str) -> None:
+    expected = schema.get("type")
+    if expected is not None:
+        names = [expected] if isinstance(expected, str) else list(expected)
+        if not any(_TYPES[n](value) for n in names if n in _TYPES):
+            raise ToolError(f"{where} must be of type {' or '.join(names)}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError(f"{where} must be a finite number, got {value!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ToolError(f"{where} must be one of {schema['enum']}, got {value!r}")
+    if "minimum" in schema and _TYPES["number"](value) and value < schema["minimum"]:
+        raise ToolError(f"{where} must be >= {schema['minimum']}, got {value!r}")
+    if "maximum" in schema and _TYPES["number"](value) and value > schema["maximum"]:
+        raise ToolError(f"{where} must be <= {schema['maximum']}, got {value!r}")
+    if isinstance(value, list):
+        n = len(value)
+        if "minItems" in schema and n < schema["minItems"]:
+            raise ToolError(f"{where} needs at least {schema['minItems']} items, got {n}")
+        if "maxItems" in schema and n > schema["maxItems"]:
+            raise ToolError(f"{where} takes at most {schema['maxItems']} items, got {n}")
+        if isinstance(schema.get("items"), Mapping):
+            for i, item in enumerate(value):
+                _check_value(item, schema["items"], f"{where}[{i}]")
+    if isinstance(value, dict) and "properties" in schema:
+        validate_arguments(value, schema, where)
+
+
+def validate_arguments(
+    arguments: Mapping[str, Any], schema: Mapping[str, Any], where: str = "arguments"
+) -> None:
+    """Check ``arguments`` against an object JSON schema; raise :class:`ToolError` on the first problem.
+
+    Supports the subset tool schemas use: ``type`` (a name or a list), ``properties``,
+    ``required``, ``additionalProperties: false``, ``enum``, ``minimum``/``maximum``, ``items``,
+    ``minItems``/``maxItems``. ``integer`` means a JSON integer (``3``, not ``3.0``); booleans are
+    never numbers.
+
+    >>> validate_arguments({"angle": 45}, {"type": "object",
+    ...     "properties": {"angle": {"type": "integer", "enum": [90, 180, 270]}}})
+    Traceback (most recent call last):
+    ...
+    vlrollout.tools.base.ToolError: arguments.angle must be one of [90, 180, 270], got 45
+    """
+    if not isinstance(arguments, Mapping):
+        raise ToolError(f"{where} must be a JSON object, got {arguments!r}")
+    properties = schema.get("properties", {})
+    missing = [k for k in schema.get("required", ()) if k not in arguments]
+    if missing:
+        raise ToolError(f"{where} is missing required argument(s) {missing}")
+    for key, value in arguments.items():
+        if key not in properties:
+            if schema.get("additionalProperties", True) is False:
+                raise ToolError(
+                    f"{where} has unknown argument {key!r}; expected {sorted(properties)}"
+                )
+            continue
+        _check_value(value, properties[key], f"{where}.{key}")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A named tool: ``fn(ctx, **arguments)`` plus the JSON schema of its arguments.
+
+    Attributes:
+        name: The name the model calls it by.
+        fn: ``(ctx: ToolContext, **arguments) -> ToolResult | str``. Raise :class:`ToolError` for
+            a call the model got wrong.
+        schema: JSON schema of the ``arguments`` object (``{"type": "object", "properties": ...}``).
+        description: One or two sentences for the model (see :meth:`spec`).
+    """
+
+    name: str
+    fn: Callable[..., ToolResult | str]
+    schema: Mapping[str, Any]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"tool name must be a non-empty string, got {self.name!r}")
+        if not callable(self.fn):
+            raise TypeError(f"tool {self.name!r}: fn must be callable, got {type(self.fn).__name__}")
+        if not isinstance(self.schema, Mapping) or self.schema.get("type", "object") != "object":
+            raise ValueError(
+                f"tool {self.name!r}: schema must be a JSON schema of type 'object' describing "
+                f"the arguments, got {self.schema!r}"
+            )
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI/Qwen function spec (what chat templates take as ``tools=[...]``)."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.schema),
+            },
+        }
+
+    def __call__(self, ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
+        """Validate ``arguments``, call ``fn`` and normalise a ``str`` return to a :class:`ToolResult`."""
+        validate_arguments(arguments, self.schema)
+        result = self.fn(ctx, **arguments)
+        if isinstance(result, str):
+            return ToolResult(text=result)
+        if not isinstance(result, ToolResult):
+            raise TypeError(
+                f"tool {self.name!r} returned {type(result).__name__}; return a ToolResult or str"
+            )
+        return result
