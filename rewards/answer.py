@@ -97,7 +97,9 @@ class CountReward(Reward):
     1.0
     """
 
-    def __init__(self, tolerance: int = 0, *, answer_key: str = "answer", use_answer_tag: bool = True):
+    def __init__(
+        self, tolerance: int = 0, *, answer_key: str = "answer", use_answer_tag: bool = True
+    ):
         if tolerance < 0:
             raise ValueError(f"tolerance must be >= 0, got {tolerance}")
         self.tolerance = tolerance
@@ -113,7 +115,9 @@ class CountReward(Reward):
         pred = parse_count(answer_region(completions, self.use_answer_tag))
         if pred is None:
             return RewardResult(0.0, "no_number")
-        return RewardResult(1.0 if abs(pred - gold) <= self.tolerance else 0.0, None, {"pred": pred})
+        return RewardResult(
+            1.0 if abs(pred - gold) <= self.tolerance else 0.0, None, {"pred": pred}
+        )
 
 
 _LETTER_PATTERNS = [

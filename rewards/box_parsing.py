@@ -379,7 +379,9 @@ PARSERS: dict[str, Callable[[str], ParsedOutput]] = {
 }
 
 
-def get_parser(family: str, plain_frame: Frame | str = Frame.ORIGINAL) -> Callable[[str], ParsedOutput]:
+def get_parser(
+    family: str, plain_frame: Frame | str = Frame.ORIGINAL
+) -> Callable[[str], ParsedOutput]:
     """The parser for ``family`` (a key of :data:`PARSERS`); ``plain_frame`` applies to ``plain``."""
     key = family.lower().replace("-", "_").replace(".", "_")
     if key not in PARSERS:

@@ -97,7 +97,9 @@ class CiderD:
         cache_size: int = 4096,
     ) -> None:
         if num_docs < 1:
-            raise ValueError(f"num_docs must be >= 1 (the number of reference sets), got {num_docs}")
+            raise ValueError(
+                f"num_docs must be >= 1 (the number of reference sets), got {num_docs}"
+            )
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if sigma <= 0:
@@ -187,9 +189,7 @@ class CiderD:
     def _ref_vectors(self, references: Sequence[Sequence[str]]) -> list[_Vector]:
         return [self._vectorize(r) for r in references]
 
-    def score_tokens(
-        self, candidate: Sequence[str], references: Sequence[Sequence[str]]
-    ) -> float:
+    def score_tokens(self, candidate: Sequence[str], references: Sequence[Sequence[str]]) -> float:
         """CIDEr-D of tokenized ``candidate`` against tokenized ``references`` (0..10)."""
         if len(references) == 0:
             raise ValueError("CIDEr-D needs at least one reference caption")
@@ -221,9 +221,7 @@ class CiderD:
         return 10.0 * sum(self._sim(hyp, r) for r in refs) / len(refs)
 
 
-def bleu(
-    candidate: Sequence[str], references: Sequence[Sequence[str]], n: int = 4
-) -> list[float]:
+def bleu(candidate: Sequence[str], references: Sequence[Sequence[str]], n: int = 4) -> list[float]:
     """Sentence BLEU-1..n of tokenized text, as ``pycocoevalcap``'s per-sentence ``BleuScorer``.
 
     Returns:

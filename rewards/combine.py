@@ -11,9 +11,7 @@ from .result import Reward, RewardResult
 def reward_name(reward: Callable[..., Any]) -> str:
     """A readable name: ``reward.name``, else the function's ``__name__``, else the class name."""
     return (
-        getattr(reward, "name", None)
-        or getattr(reward, "__name__", None)
-        or type(reward).__name__
+        getattr(reward, "name", None) or getattr(reward, "__name__", None) or type(reward).__name__
     )
 
 

@@ -18,14 +18,14 @@ may be computed in any frame once both boxes are in the same one.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 Box = tuple[float, float, float, float]
 Point = tuple[float, float]
 
 
-class Frame(str, Enum):
+class Frame(StrEnum):
     """Where coordinates live; see the module docstring."""
 
     ORIGINAL = "original"

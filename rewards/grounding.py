@@ -53,7 +53,9 @@ def label_boxes(value: Any, field_name: str = "boxes") -> list[Box]:
             items = [items]
         boxes = [tuple(float(v) for v in b) for b in items]
     except (TypeError, ValueError) as e:
-        raise ValueError(f"task_data[{field_name!r}] must be [x1, y1, x2, y2] or a list of them") from e
+        raise ValueError(
+            f"task_data[{field_name!r}] must be [x1, y1, x2, y2] or a list of them"
+        ) from e
     for b in boxes:
         if len(b) != 4 or not all(math.isfinite(v) for v in b) or b[2] < b[0] or b[3] < b[1]:
             raise ValueError(
@@ -151,7 +153,9 @@ class GroundingReward(Reward):
         self.on_multiple = on_multiple
         self.use_answer_tag = use_answer_tag
         self.failure_value = (
-            float(failure_value) if failure_value is not None else (-1.0 if metric == "giou" else 0.0)
+            float(failure_value)
+            if failure_value is not None
+            else (-1.0 if metric == "giou" else 0.0)
         )
         self.name = f"{metric}"
 
@@ -170,7 +174,9 @@ class GroundingReward(Reward):
         completion_ids: list[int],
         **task_data: Any,
     ) -> RewardResult:
-        gt = label_boxes(require_field(task_data, self.boxes_key, type(self).__name__), self.boxes_key)
+        gt = label_boxes(
+            require_field(task_data, self.boxes_key, type(self).__name__), self.boxes_key
+        )
         geometry = image_geometry(task_data, self.image_index)
         parsed = self.parse(completions)
         details: dict[str, Any] = {"num_boxes": len(parsed.boxes)}
@@ -252,7 +258,9 @@ class PointInBoxReward(Reward):
         completion_ids: list[int],
         **task_data: Any,
     ) -> RewardResult:
-        gt = label_boxes(require_field(task_data, self.boxes_key, type(self).__name__), self.boxes_key)
+        gt = label_boxes(
+            require_field(task_data, self.boxes_key, type(self).__name__), self.boxes_key
+        )
         geometry = image_geometry(task_data, self.image_index)
         parsed = get_parser(self.family)(answer_region(completions, self.use_answer_tag))
         details: dict[str, Any] = {"num_points": len(parsed.points)}

@@ -94,7 +94,7 @@ def test_hundreds_of_concurrent_episodes_complete_and_add_up(tokenizer):
     kept = [r for r in results if r is not None]
     assert len(kept) == 400 and all(check_trajectory_format(r) for r in kept[:20])
     assert wf.ledger.submitted == 450 == wf.ledger.accepted + wf.ledger.rejected
-    assert wf.ledger.by_reason == {"bad_messages": 50}
+    assert wf.ledger.by_reason == {"bad_message": 50}
     assert len(wf.ctx.prompts) <= wf.ctx.prompts.maxsize
 
 

@@ -5,7 +5,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vlrollout.rewards.box_parsing import (
     PARSERS,
     get_parser,
@@ -83,7 +82,9 @@ def test_paligemma_is_y_first_over_1023():
 
 def test_florence2_is_x_first_bin_centres():
     # bin N -> (N + 0.5) / 1000, as Florence2Processor's dequantize
-    out = parse_florence2("car<loc_100><loc_200><loc_300><loc_400>dog<loc_0><loc_0><loc_999><loc_999>")
+    out = parse_florence2(
+        "car<loc_100><loc_200><loc_300><loc_400>dog<loc_0><loc_0><loc_999><loc_999>"
+    )
     assert out.boxes == [(0.1005, 0.2005, 0.3005, 0.4005), (0.0005, 0.0005, 0.9995, 0.9995)]
     assert out.box_labels == ["car", "dog"]
 
@@ -118,7 +119,9 @@ FRAGMENTS = [
     "<ref>", "</ref>", "<loc0123>", "<loc_5>", '<point x="', '" y="', '">', "</point>",
     "<points x1=\"", "1", "2.5", "-3", "NaN", "1e400", " ", "abc",
 ]  # fmt: skip
-texts = st.one_of(st.text(max_size=300), st.lists(st.sampled_from(FRAGMENTS), max_size=60).map("".join))
+texts = st.one_of(
+    st.text(max_size=300), st.lists(st.sampled_from(FRAGMENTS), max_size=60).map("".join)
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from vlrollout.rewards.box_scores import (
     _match,
     acc_at,
@@ -96,3 +95,28 @@ def test_scores_in_range(pred, gt):
     assert np.all(gious <= ious + 1e-12)  # GIoU never exceeds IoU
     r = match_boxes(pred, gt)
     assert 0 <= r.precision <= 1 and 0 <= r.recall <= 1 and 0 <= r.f1 <= 1
+
+
+@given(st.lists(boxes, min_size=1, max_size=6), st.lists(boxes, min_size=1, max_size=6))
+def test_numpy_fast_path_equals_torchvision(pred, gt):
+    import torch
+    from torchvision.ops import box_iou, generalized_box_iou
+
+    tp = torch.tensor(pred, dtype=torch.float64)
+    tg = torch.tensor(gt, dtype=torch.float64)
+    want_iou = np.nan_to_num(box_iou(tp, tg).numpy(), nan=0.0)
+    want_giou = np.clip(np.nan_to_num(generalized_box_iou(tp, tg).numpy(), nan=-1.0), -1, 1)
+    np.testing.assert_allclose(pairwise_iou(pred, gt), want_iou, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(pairwise_giou(pred, gt), want_giou, rtol=0, atol=1e-12)
+
+
+def test_large_inputs_use_torchvision_and_agree():
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 100, size=(70, 2))
+    wh = rng.uniform(1, 50, size=(70, 2))
+    big = [tuple(b) for b in np.concatenate([xy, xy + wh], axis=1)]
+    assert len(big) ** 2 > 4096  # above TORCH_MIN_PAIRS: the torchvision path
+    from vlrollout.rewards.box_scores import _np_giou, _np_iou
+
+    np.testing.assert_allclose(pairwise_iou(big, big), _np_iou(big, big), atol=1e-12)
+    np.testing.assert_allclose(pairwise_giou(big, big), _np_giou(big, big), atol=1e-12)

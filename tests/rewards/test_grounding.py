@@ -5,7 +5,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward
 
 # A Qwen2.5-VL processor resizes 640x480 to 644x476 (multiples of 28 via smart_resize).
@@ -79,7 +78,9 @@ def test_other_families_land_on_the_label(family, text):
 )
 def test_failures_have_reasons(text, reason, extra):
     for metric, fail in [("iou", 0.0), ("giou", -1.0), ("acc", 0.0), ("box_f1", 0.0)]:
-        r = GroundingReward("qwen2_5_vl", metric).score("p", text, [], [], boxes=LABEL, geometry=GEO)
+        r = GroundingReward("qwen2_5_vl", metric).score(
+            "p", text, [], [], boxes=LABEL, geometry=GEO
+        )
         assert (r.value, r.reason) == (fail, reason)
 
 
@@ -115,7 +116,9 @@ def test_giou_acc_and_multi_box_metrics():
     # two labels, one exact prediction plus one NaN box: precision 1/2 (invalid counts), recall 1/2
     labels = [LABEL, [0, 0, 64, 48]]
     text = '[{"bbox_2d": [161, 119, 483, 357]}, {"bbox_2d": [NaN, 0, 1, 1]}]'
-    f1 = GroundingReward("qwen2_5_vl", "box_f1").score("p", text, [], [], boxes=labels, geometry=GEO)
+    f1 = GroundingReward("qwen2_5_vl", "box_f1").score(
+        "p", text, [], [], boxes=labels, geometry=GEO
+    )
     assert f1.value == pytest.approx(0.5) and f1.details["precision"] == 0.5
     miou = GroundingReward("qwen2_5_vl", "mean_iou")("p", text, [], [], boxes=labels, geometry=GEO)
     assert miou == pytest.approx(1.0 * 0.5)  # mean matched IoU 1.0 x recall 1/2
@@ -123,7 +126,9 @@ def test_giou_acc_and_multi_box_metrics():
 
 def test_answer_tag_and_label_frame():
     r = GroundingReward("qwen3_vl", label_frame="norm1000")
-    text = '<think>{"bbox_2d": [0, 0, 1, 1]}</think><answer>{"bbox_2d": [250, 250, 750, 750]}</answer>'
+    text = (
+        '<think>{"bbox_2d": [0, 0, 1, 1]}</think><answer>{"bbox_2d": [250, 250, 750, 750]}</answer>'
+    )
     # label already in 0..1000, no geometry needed
     assert r("p", text, [], [], boxes=[250, 250, 750, 750]) == pytest.approx(1.0)
 
@@ -143,8 +148,12 @@ def test_data_errors_raise_with_the_field_name():
 def test_point_in_box():
     r = PointInBoxReward("molmo")
     # 50% / 50% -> (320, 240) original: inside; 10%/10% -> (64, 48): outside
-    assert r("p", '<point x="50" y="50" alt="c">c</point>', [], [], boxes=LABEL, geometry=GEO) == 1.0
-    assert r("p", '<point x="10" y="10" alt="c">c</point>', [], [], boxes=LABEL, geometry=GEO) == 0.0
+    assert (
+        r("p", '<point x="50" y="50" alt="c">c</point>', [], [], boxes=LABEL, geometry=GEO) == 1.0
+    )
+    assert (
+        r("p", '<point x="10" y="10" alt="c">c</point>', [], [], boxes=LABEL, geometry=GEO) == 0.0
+    )
     none = r.score("p", "no idea", [], [], boxes=LABEL, geometry=GEO)
     assert (none.value, none.reason) == (0.0, "no_point")
     q = PointInBoxReward("qwen2_5_vl")  # point_2d in model pixels: (322, 238) -> (320, 240)
@@ -157,7 +166,9 @@ FRAGMENTS = ['{"bbox_2d": [', "]", "}", ",", "NaN", "-5", "161", "1e9", "700", "
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.one_of(st.text(max_size=200), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)),
+    st.one_of(
+        st.text(max_size=200), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)
+    ),
     st.sampled_from(["iou", "giou", "acc", "box_f1", "mean_iou"]),
 )
 def test_grounding_never_raises_and_stays_in_range(text, metric):

@@ -1,7 +1,6 @@
 """Format reward and length penalty."""
 
 import pytest
-
 from vlrollout.rewards.format import LengthPenalty, ThinkAnswerFormat
 
 

@@ -4,7 +4,6 @@ import asyncio
 import pickle
 
 import pytest
-
 from vlrollout.rewards.answer import (
     ChoiceReward,
     CountReward,

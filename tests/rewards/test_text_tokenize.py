@@ -3,7 +3,6 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from vlrollout.rewards.text_tokenize import tokenize, whitespace_tokenize
 
 

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _write_items(path: Path, n: int, bad: set[int] = frozenset()) -> Path:
     with path.open("w") as f:
         for i in range(n):
-            messages = "oops" if i in bad else [{"role": "user", "content": f"2+2? ({i})"}]
+            messages = 3 if i in bad else [{"role": "user", "content": f"2+2? ({i})"}]
             f.write(json.dumps({"id": f"q{i}", "messages": messages, "answer": "4"}) + "\n")
     return path
 
@@ -44,7 +44,7 @@ def test_outputs_reload_and_counts_add_up(tokenizer, tmp_path):
     assert summary["items"] == {"total": 6, "done": 6, "accepted": 4, "rejected": 2}
     # Each bad item's group of 2 episodes is rejected with its reason.
     assert summary["episodes"]["accepted"] == 8
-    assert summary["episodes"]["rejected_by_reason"] == {"bad_messages": 4}
+    assert summary["episodes"]["rejected_by_reason"] == {"bad_message": 4}
     assert {r["id"] for r in summary["rejections"]} == {"q2", "q4"}
     assert summary["reward"]["mean"] == 1.0
     traj = torch.load(tmp_path / "out" / "trajectories" / "q0.pt", weights_only=False)

@@ -116,9 +116,9 @@ def test_bad_messages_and_long_prompts_are_rejected_with_reasons(tokenizer):
         "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, max_prompt_tokens=5
     )
     engine = ScriptedEngine([_enc(tokenizer, "4")])
-    assert run(wf.arun_episode(engine, {"id": 7, "messages": "not a list"})) is None
+    assert run(wf.arun_episode(engine, {"id": 7, "messages": 3})) is None
     assert run(wf.arun_episode(engine, ITEM)) is None
-    assert wf.ledger.by_reason == {"bad_messages": 1, "prompt_too_long": 1}
+    assert wf.ledger.by_reason == {"bad_message": 1, "prompt_too_long": 1}
     assert wf.ledger.submitted == 2 and engine.requests == []
 
 

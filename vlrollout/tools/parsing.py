@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .base import Tool
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
@@ -120,3 +123,21 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
     [('rotate', {'angle': 90}, True), (None, {}, False)]
     """
     return [parse_call(body, terminated) for body, terminated in _bodies(text)]
+
+
+def tools_system_prompt(tools: Iterable[Tool]) -> str:
+    """The ``# Tools`` block Qwen2.5's chat template adds to the system prompt for ``tools=[...]``.
+
+    For processors whose chat template ignores ``tools`` (Qwen2-VL's, Qwen2.5-VL's processor
+    template), put this text in the data item's system message so the model knows the tools.
+    """
+    specs = "\n".join(json.dumps(t.spec(), ensure_ascii=False) for t in tools)
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{specs}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        f"{OPEN_TAG}{CLOSE_TAG} XML tags:\n{OPEN_TAG}\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n'
+        f"{CLOSE_TAG}"
+    )

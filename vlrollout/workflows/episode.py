@@ -21,7 +21,7 @@ from vlrollout.packaging import PackingError
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
 from vlrollout.processors.cache import PreparedPromptCache
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.text import item_label
+from vlrollout.processors.auto import item_label
 from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
 
 
@@ -41,6 +41,15 @@ def load_processor(processor: Any) -> Any:
 
         return AutoProcessor.from_pretrained(processor)
     return processor
+
+
+def text_preprocessor(tokenizer: Any, enable_thinking: bool = False) -> Preprocessor:
+    """The text workflows' preprocessor: the tokenizer's chat template, no images."""
+    from vlrollout.processors.auto import AutoProcessorPreprocessor
+
+    return AutoProcessorPreprocessor(
+        tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking}
+    )
 
 
 @dataclass

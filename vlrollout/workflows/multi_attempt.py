@@ -17,8 +17,13 @@ from areal.utils.perf_tracer import session_context
 
 from vlrollout.packaging import TrajectoryBuilder
 from vlrollout.processors.base import Preprocessor
-from vlrollout.processors.text import TextPreprocessor
-from vlrollout.workflows.episode import EpisodeContext, load_processor, load_tokenizer, log_reward
+from vlrollout.workflows.episode import (
+    EpisodeContext,
+    load_processor,
+    load_tokenizer,
+    log_reward,
+    text_preprocessor,
+)
 from vlrollout.workflows.steps import RewardCaller, build_request, generate
 from vlrollout.workflows.vision import build_vision_preprocessor
 
@@ -95,7 +100,7 @@ class MultiAttemptWorkflow(RolloutWorkflow):
         self.feedback_ids = feedback_token_ids(tokenizer, feedback)
         self.ctx = EpisodeContext(
             tokenizer=tokenizer,
-            preprocessor=preprocessor or TextPreprocessor(tokenizer, enable_thinking),
+            preprocessor=preprocessor or text_preprocessor(tokenizer, enable_thinking),
             gconfig=gconfig,
             reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
             processor=processor,

@@ -16,8 +16,13 @@ from areal.utils.perf_tracer import session_context
 
 from vlrollout.packaging import pack_single_turn
 from vlrollout.processors.base import Preprocessor
-from vlrollout.processors.text import TextPreprocessor
-from vlrollout.workflows.episode import EpisodeContext, load_processor, load_tokenizer, log_reward
+from vlrollout.workflows.episode import (
+    EpisodeContext,
+    load_processor,
+    load_tokenizer,
+    log_reward,
+    text_preprocessor,
+)
 from vlrollout.workflows.steps import RewardCaller, build_request, generate
 from vlrollout.workflows.vision import build_vision_preprocessor
 
@@ -102,7 +107,7 @@ class RLVRWorkflow(SingleTurnWorkflow):
         **kwargs: Any,
     ) -> None:
         tokenizer = load_tokenizer(tokenizer)
-        preprocessor = preprocessor or TextPreprocessor(tokenizer, enable_thinking=enable_thinking)
+        preprocessor = preprocessor or text_preprocessor(tokenizer, enable_thinking)
         super().__init__(reward_fn, gconfig, tokenizer, preprocessor, **kwargs)
 
 

@@ -1,0 +1,86 @@
+"""Request → prefill inputs: image sources, placeholder checks, ids, positions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from areal.api.io_struct import ModelRequest
+
+from vlrollout.engine.inputs import (
+    PlaceholderMismatchError,
+    check_placeholders,
+    decode_image,
+    placeholder_token_ids,
+    prepare_inputs,
+    prompt_positions,
+)
+
+
+def prepare(tiny, req):
+    model, processor = tiny
+    return prepare_inputs(req, processor, model.config, "cpu", torch.float32)
+
+
+def test_multi_modal_input_is_used_as_given(tiny, vision_prompt):
+    p = vision_prompt(seed=3)
+    out = prepare(tiny, ModelRequest(input_ids=p["input_ids"], metadata={"multi_modal_input": p["mm"]}))
+    assert out.vision["pixel_values"] is p["mm"]["pixel_values"]  # same tensor, not rebuilt
+    assert out.mm_token_type_ids[0].tolist() == p["mm_token_type_ids"]
+    # The trajectory form (a list of per-sample dicts) works too.
+    listed = prepare(tiny, ModelRequest(input_ids=p["input_ids"], metadata={"multi_modal_input": [p["mm"]]}))
+    torch.testing.assert_close(listed.vision["pixel_values"], p["mm"]["pixel_values"])
+
+
+def test_image_data_runs_the_image_processor(tiny, vision_prompt):
+    p = vision_prompt(seed=3, n_images=2)
+    data_urls = ["data:image/png;base64," + s for s in p["image_data"]]
+    out = prepare(tiny, ModelRequest(input_ids=p["input_ids"], image_data=data_urls))
+    torch.testing.assert_close(out.vision["pixel_values"], p["mm"]["pixel_values"])
+    assert out.vision["image_grid_thw"].tolist() == p["mm"]["image_grid_thw"].tolist()
+
+
+def test_text_only(tiny, text_prompt):
+    out = prepare(tiny, ModelRequest(input_ids=text_prompt()))
+    assert out.vision == {} and out.mm_token_type_ids is None
+
+
+def test_check_placeholders_counts_runs_and_videos():
+    grid = {"image_grid_thw": torch.tensor([[1, 2, 2], [1, 2, 2]])}
+    check_placeholders([9, 5, 8, 9, 5, 8], grid, 5, 6, 2)
+    with pytest.raises(PlaceholderMismatchError, match="2 image placeholder tokens in 1 run"):
+        check_placeholders([9, 5, 5, 8], grid, 5, 6, 2)
+    with pytest.raises(PlaceholderMismatchError, match="video"):
+        check_placeholders([9, 6, 8], {}, 5, 6, 2)
+    with pytest.raises(PlaceholderMismatchError, match="without image_grid_thw"):
+        check_placeholders([1], {"pixel_values": torch.zeros(4, 3)}, 5, 6, 2)
+
+
+def test_decode_image_errors():
+    with pytest.raises(ValueError, match="Cannot decode"):
+        decode_image("bm90IGFuIGltYWdl")
+    with pytest.raises(TypeError, match="base64"):
+        decode_image(b"raw")
+
+
+def test_placeholder_ids_come_from_config_processor_and_tokenizer(tiny):
+    model, processor = tiny
+    tok = processor.tokenizer
+    ids = placeholder_token_ids(model.config, processor, tok)
+    names = ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>"]
+    assert ids == set(tok.convert_tokens_to_ids(names))
+
+
+def test_prompt_positions_match_the_model(tiny, vision_prompt):
+    model, _ = tiny
+    p = vision_prompt(seed=1, n_images=2)
+    ids = torch.tensor([p["input_ids"]])
+    types = torch.tensor([p["mm_token_type_ids"]])
+    pos, delta = prompt_positions(model, ids, types, p["mm"])
+    expected, expected_delta = model.model.get_rope_index(
+        ids, mm_token_type_ids=types, image_grid_thw=p["mm"]["image_grid_thw"]
+    )
+    assert torch.equal(pos, expected) and delta == int(expected_delta) and delta < 0
+    # Generated text tokens continue from the last prompt position + 1 on all three axes.
+    longer = torch.cat([ids, torch.tensor([[100, 101]])], dim=1)
+    pos2, delta2 = prompt_positions(model, longer, types, p["mm"])
+    assert delta2 == delta and pos2[:, 0, -1].tolist() == [longer.shape[1] - 1 + delta] * 3

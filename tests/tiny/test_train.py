@@ -1,0 +1,74 @@
+"""Training pieces: answer-only labels, the per-example loss, the schedule and a smoke run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vlrollout.tiny.evaluate import IGNORE_INDEX, box_iou, encode_batch, first_int
+from vlrollout.tiny.synthetic import generate_items
+from vlrollout.tiny.train import answer_loss, lr_at, main, parse_args, parse_mix
+
+
+def test_labels_cover_exactly_the_solution_and_im_end(qwen2vl_processor):
+    tok = qwen2vl_processor.tokenizer
+    items = generate_items("mix", 6, seed=0)
+    batch = encode_batch(qwen2vl_processor, items, with_solution=True)
+    assert batch["labels"].shape == batch["input_ids"].shape
+    for row, item in zip(batch["labels"], items, strict=True):
+        kept = row[row != IGNORE_INDEX]
+        assert tok.decode(kept, skip_special_tokens=False) == item["solution"] + "<|im_end|>"
+        # left padding: the answer is the tail of the row
+        assert (row[-len(kept) :] != IGNORE_INDEX).all()
+    prompt_only = encode_batch(qwen2vl_processor, items, with_solution=False)
+    assert "labels" not in prompt_only
+    assert (prompt_only["input_ids"] == 12).sum() == (batch["input_ids"] == 12).sum()
+
+
+def test_answer_loss_ignores_prompt_positions():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7)
+    labels = torch.full((2, 5), IGNORE_INDEX)
+    labels[0, 3:] = torch.tensor([1, 2])
+    labels[1, 4] = 3
+    base = answer_loss(logits, labels)
+    assert base.shape == (2,)
+    changed = logits.clone()
+    changed[:, :2] += 5.0  # positions whose next token is not an answer token
+    assert torch.allclose(answer_loss(changed, labels), base)
+    # per-example mean: example 1's single token is its whole loss
+    want = torch.nn.functional.cross_entropy(logits[1, 3:4], torch.tensor([3]))
+    assert torch.allclose(base[1], want)
+
+
+def test_lr_schedule_and_mix_validation():
+    args = parse_args(["--steps", "100", "--warmup", "10", "--lr", "1e-3", "--min-lr-ratio", "0.1"])
+    assert lr_at(0, args) == pytest.approx(1e-4)
+    assert lr_at(9, args) == pytest.approx(1e-3)
+    assert lr_at(100, args) == pytest.approx(1e-4)
+    assert parse_mix("count=1,ground=0.5") == {"count": 1.0, "ground": 0.5}
+    with pytest.raises(ValueError, match="unknown task"):
+        parse_mix("detect=1")
+
+
+def test_metric_helpers():
+    assert box_iou([0, 0, 10, 10], [0, 0, 10, 10]) == 1.0
+    assert box_iou([0, 0, 10, 10], [10, 0, 20, 10]) == 0.0
+    assert box_iou([0, 0, 10, 10], [5, 0, 15, 10]) == pytest.approx(1 / 3)
+    assert first_int("there are 3 shapes") == 3 and first_int("none") is None
+
+
+@pytest.mark.slow
+def test_smoke_training_decreases_loss(tmp_path):
+    out = tmp_path / "tiny"
+    record = main(
+        ["--steps", "20", "--out", str(out), "--eval-per-task", "4", "--log-every", "5",
+         "--warmup", "5", "--batch-size", "16"]
+    )
+    curve = [loss for _, loss in record["loss_curve"]]
+    assert curve[-1] < curve[0] - 1.0, curve
+    saved = json.loads((out / "TRAINING.json").read_text())
+    assert saved["final"] and saved["steps_done"] == 20
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()

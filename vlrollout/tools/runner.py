@@ -1,0 +1,89 @@
+"""Run parsed tool calls; every failure becomes an error message for the model, never an exception.
+
+Error policy (what the model sees as the tool's output, and counted as a tool error):
+
+- the call could not be parsed (:class:`~vlrollout.tools.parsing.ToolCall` with ``error``);
+- the tool name is unknown (the message lists the available tools);
+- the arguments do not match the schema, or the tool raised :class:`ToolError` (bad box, missing
+  image): the tool's own message;
+- the tool raised anything else: ``"<name> failed: <ExceptionType>: <message>"``, also logged
+  as a warning because it is a bug in the tool rather than a mistake of the model;
+- the tool returned something that is not text or PIL images;
+- more calls in one turn than ``max_calls`` (the extra calls are not run).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from PIL import Image
+
+from .base import Tool, ToolContext, ToolError, ToolResult
+from .parsing import ToolCall
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The result of one call as the model will see it.
+
+    Attributes:
+        name: The called tool's name (``None`` when it could not be read).
+        result: Text and images for the model; for a failure, ``"Error: ..."`` and no images.
+        error: Why the call failed, or ``None``.
+    """
+
+    name: str | None
+    result: ToolResult
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def failure(cls, name: str | None, message: str) -> ToolOutcome:
+        return cls(name, ToolResult(text=f"Error: {message}"), message)
+
+
+def run_tool_call(call: ToolCall, tools: Mapping[str, Tool], ctx: ToolContext) -> ToolOutcome:
+    """Run one call (see the module docstring for what becomes an error)."""
+    if not call.ok:
+        return ToolOutcome.failure(call.name, call.error or "unreadable tool call")
+    tool = tools.get(call.name or "")
+    if tool is None:
+        return ToolOutcome.failure(
+            call.name, f"unknown tool {call.name!r}; available tools: {sorted(tools)}"
+        )
+    try:
+        result = tool(ctx, call.arguments)
+    except ToolError as e:
+        return ToolOutcome.failure(call.name, str(e))
+    except Exception as e:  # noqa: BLE001 - a tool bug must not end the episode
+        logger.warning("tool %r raised on arguments %r", call.name, call.arguments, exc_info=True)
+        return ToolOutcome.failure(call.name, f"{call.name} failed: {type(e).__name__}: {e}")
+    bad = [type(im).__name__ for im in result.images if not isinstance(im, Image.Image)]
+    if bad or not isinstance(result.text, str):
+        return ToolOutcome.failure(
+            call.name, f"{call.name} returned invalid output (images must be PIL images, got {bad})"
+        )
+    return ToolOutcome(call.name, result)
+
+
+def run_tool_calls(
+    calls: Sequence[ToolCall], tools: Mapping[str, Tool], ctx: ToolContext, max_calls: int
+) -> list[ToolOutcome]:
+    """Run ``calls`` in order; calls beyond ``max_calls`` fail without running.
+
+    Images a call returns get their indices when the observation is built, so a later call in the
+    same turn cannot refer to them yet (it gets an ``image_index`` error).
+    """
+    out = [run_tool_call(c, tools, ctx) for c in calls[:max_calls]]
+    out += [
+        ToolOutcome.failure(c.name, f"not run: at most {max_calls} tool call(s) per turn")
+        for c in calls[max_calls:]
+    ]
+    return out
