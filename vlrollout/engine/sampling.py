@@ -22,7 +22,7 @@ greedy (as in SGLang) and logprobs at temperature 1.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,42 +182,84 @@ def filter_top_k_top_p(probs: torch.Tensor, top_k: int, top_p: float) -> torch.T
     return out / out.sum()
 
 
+def sample_batch(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    banned: torch.Tensor | None = None,
+    n_generated: Sequence[int] | None = None,
+    counts: Sequence[Mapping[int, int] | None] | None = None,
+    generators: Sequence[torch.Generator | None] | None = None,
+    default_generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick the next token of each row and its reported logprob.
+
+    The sampling distribution of row ``i`` is its raw logits with ``banned`` ids (vision
+    placeholders) and, while ``n_generated[i] < min_new_tokens``, its stop tokens set to -inf,
+    minus the frequency penalty, then temperature, top-k and top-p. The reported logprob is
+    :func:`token_logprobs` of the *raw* logits (see the module docstring).
+
+    Args:
+        logits: ``[B, vocab]`` raw logits of the last position.
+        params: One :class:`SamplingParams` per row.
+        banned: int64 ids that are never sampled, or ``None``.
+        n_generated: Tokens each row generated so far (default 0).
+        counts: Per row, occurrences of each token in its completion (frequency penalty).
+        generators: Per row, its own generator or ``None`` for ``default_generator``.
+        default_generator: Random generator on ``logits.device``.
+
+    Returns:
+        ``(tokens, logprobs)``: int64 ``[B]`` and float32 ``[B]``.
+
+    >>> logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 0.0]])
+    >>> tokens, logprobs = sample_batch(logits, [SamplingParams(1, greedy=True)] * 2, banned=torch.tensor([1]))
+    >>> tokens.tolist()
+    [2, 0]
+    """
+    logits = logits.float()
+    rows, vocab = logits.shape
+    n_generated = n_generated or [0] * rows
+    temps = torch.tensor([[p.logprob_temperature] for p in params], device=logits.device)
+    logp = torch.log_softmax(logits / temps, dim=-1)
+
+    scores = logits.clone()
+    if banned is not None and banned.numel():
+        scores[:, banned] = float("-inf")
+    for i, p in enumerate(params):
+        if n_generated[i] < p.min_new_tokens and p.stop_token_ids:
+            scores[i, [t for t in p.stop_token_ids if 0 <= t < vocab]] = float("-inf")
+        if p.frequency_penalty and counts and counts[i]:
+            ids, n = zip(*counts[i].items(), strict=True)
+            scores[i, list(ids)] -= p.frequency_penalty * torch.tensor(n, device=scores.device)
+    if not torch.isfinite(scores).any(dim=-1).all():
+        raise RuntimeError("Every token is masked in some row; nothing can be sampled.")
+
+    tokens = scores.argmax(dim=-1)
+    sampled = [i for i, p in enumerate(params) if not p.is_greedy]
+    if sampled:
+        index = torch.tensor(sampled, device=logits.device)
+        t = torch.tensor([[params[i].temperature] for i in sampled], device=logits.device)
+        probs = torch.softmax(scores[index] / t, dim=-1)
+        by_generator: dict[int, tuple[torch.Generator | None, list[int]]] = {}
+        for j, i in enumerate(sampled):
+            probs[j] = filter_top_k_top_p(probs[j], params[i].top_k, params[i].top_p)
+            gen = (generators[i] if generators else None) or default_generator
+            by_generator.setdefault(id(gen), (gen, []))[1].append(j)
+        for gen, js in by_generator.values():
+            drawn = torch.multinomial(probs[js], 1, generator=gen).squeeze(1)
+            tokens[index[js]] = drawn
+    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
 def sample_token(
     logits: torch.Tensor,
     params: SamplingParams,
     banned: torch.Tensor | None,
     n_generated: int,
-    counts: dict[int, int] | None = None,
+    counts: Mapping[int, int] | None = None,
     generator: torch.Generator | None = None,
 ) -> int:
-    """Pick the next token for one sequence.
-
-    Args:
-        logits: ``[vocab]`` float32 raw logits of the last position.
-        params: The request's sampling parameters.
-        banned: int64 ids that are never sampled (vision placeholders), or ``None``.
-        n_generated: Tokens generated so far; stop tokens are banned while it is below
-            ``params.min_new_tokens``.
-        counts: Occurrences of each token in the completion, for ``frequency_penalty``.
-        generator: Random generator on ``logits.device``.
-
-    Returns:
-        The token id.
-    """
-    scores = logits.float().clone()
-    if banned is not None and banned.numel():
-        scores[banned] = float("-inf")
-    if n_generated < params.min_new_tokens and params.stop_token_ids:
-        stop = torch.tensor(sorted(params.stop_token_ids), device=scores.device)
-        scores[stop[stop < scores.numel()]] = float("-inf")
-    if params.frequency_penalty and counts:
-        ids = torch.tensor(list(counts), device=scores.device)
-        n = torch.tensor(list(counts.values()), device=scores.device, dtype=scores.dtype)
-        scores[ids] -= params.frequency_penalty * n
-    if not torch.isfinite(scores).any():
-        raise RuntimeError("Every token is masked; nothing can be sampled.")
-    if params.is_greedy:
-        return int(scores.argmax())
-    probs = torch.softmax(scores / params.temperature, dim=-1)
-    probs = filter_top_k_top_p(probs, params.top_k, params.top_p)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    """:func:`sample_batch` for one ``[vocab]`` row; returns the token id."""
+    tokens, _ = sample_batch(
+        logits.unsqueeze(0), [params], banned, [n_generated], [counts], None, generator
+    )
+    return int(tokens[0])
