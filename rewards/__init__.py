@@ -40,6 +40,7 @@ _EXPORTS = {
     "ThinkAnswerFormat": "format",
     "LengthPenalty": "format",
     "WeightedSum": "combine",
+    "ByTask": "combine",
     "get_reward": "registry",
 }
 

@@ -89,3 +89,39 @@ class WeightedSum(Reward):
             if r.reason:
                 details[f"{n}/reason"] = r.reason
         return RewardResult(total, "; ".join(reasons) or None, details)
+
+
+class ByTask(Reward):
+    """Route each sample to the reward of its task, read from a ``task_data`` field.
+
+    For mixed datasets (counting, grounding and captioning items in one run). An item whose task
+    has no reward raises ``ValueError`` naming the task and the known ones, rather than scoring 0.
+
+    >>> r = ByTask({"count": lambda *a, **k: 1.0})
+    >>> r("p", "3", [], [], task="count")
+    1.0
+    """
+
+    name = "by_task"
+
+    def __init__(self, rewards: dict[str, Callable[..., Any]], key: str = "task") -> None:
+        if not rewards:
+            raise ValueError("ByTask needs at least one task -> reward entry")
+        self.rewards = dict(rewards)
+        self.key = key
+
+    def score(
+        self,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> RewardResult:
+        task = task_data.get(self.key)
+        if task not in self.rewards:
+            raise ValueError(
+                f"no reward for {self.key}={task!r}; known tasks: {sorted(self.rewards)}"
+            )
+        result = score_any(self.rewards[task], prompt, completions, prompt_ids, completion_ids, **task_data)
+        return RewardResult(result.value, result.reason, {**result.details, "task": task})

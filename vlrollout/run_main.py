@@ -14,14 +14,34 @@ from vlrollout.run_config import RunConfig
 from vlrollout.workflows.steps import resolve_callable
 
 
+def tiny_task_reward(items: list[dict[str, Any]]) -> Any:
+    """The reward of the synthetic shapes tasks: count → exact count, ground → IoU of the
+    Qwen2-VL box (0–1000) against the original-pixel label, caption → CIDEr-D.
+
+    CIDEr-D's document frequencies come from the captions of ``items`` (the references), computed
+    once, so a caption's score does not depend on which other captions share its batch.
+    """
+    from vlrollout.rewards import ByTask
+    from vlrollout.rewards.answer import CountReward
+    from vlrollout.rewards.caption import CaptionReward
+    from vlrollout.rewards.grounding import GroundingReward
+
+    references = [item["captions"] for item in items if item.get("captions")]
+    rewards: dict[str, Any] = {
+        "count": CountReward(),
+        "ground": GroundingReward("qwen2_vl", "iou"),
+    }
+    if references:
+        rewards["caption"] = CaptionReward("cider_d", corpus=references)
+    return ByTask(rewards)
+
+
 def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
-    """A reward by registry name or import path; ``items`` give corpus statistics (CIDEr-D df)."""
+    """A reward by registry name or import path; ``tiny_task`` for the synthetic sample tasks."""
     from vlrollout.rewards.registry import get_reward
 
     if name == "tiny_task":
-        from vlrollout.tiny.task_reward import TinyTaskReward
-
-        return TinyTaskReward.from_items(items)
+        return tiny_task_reward(items)
     return get_reward(name)
 
 
@@ -58,7 +78,7 @@ def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     """Run ``cfg`` end to end; returns the summary. Writes the report next to the summary."""
     from vlrollout.engines import make_engine
     from vlrollout.report import write_report
-    from vlrollout.runner import Runner
+    from vlrollout.runner import Runner, atomic_write_json
 
     items = load_items(cfg.data, limit=cfg.limit)
     engine = make_engine(cfg.engine, seed=cfg.seed, max_concurrent_rollouts=cfg.concurrency)
@@ -85,5 +105,6 @@ def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     finally:
         engine.destroy()
     summary["config"] = cfg.to_dict()
+    atomic_write_json(Path(cfg.output) / "summary.json", summary)
     write_report(Path(cfg.output), items, summary)
     return summary

@@ -98,7 +98,9 @@ def test_killed_run_resumes_without_losing_or_repeating_items(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tests.run.run_scripted", str(data), str(out), "0.05"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     items_dir = out / "items"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -107,7 +109,9 @@ def test_killed_run_resumes_without_losing_or_repeating_items(tmp_path):
         if proc.poll() is not None:
             pytest.fail(f"run ended before it was killed: {proc.stdout.read().decode()[-2000:]}")
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
+    # Kill the whole process group, as a terminal's Ctrl-C or a job scheduler does: the run and its
+    # reward worker processes die together, mid-write at worst.
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = {p.stem for p in items_dir.glob("*.json")}
     assert 5 <= len(done_before) < 40

@@ -23,7 +23,7 @@ import torch
 
 from vlrollout.engine.batch import merge_caches, select_rows
 from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
-from vlrollout.engine.sampling import SamplingParams, sample_token, token_logprobs
+from vlrollout.engine.sampling import SamplingParams, sample_batch
 
 _STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
 
@@ -245,7 +245,7 @@ class DecodeWorker:
             **task.inputs.vision,
         )
         self.stats["prefills"] += 1
-        if self._emit(task, out.logits[0, -1]):
+        if self._sample([task], out.logits[:, -1])[0]:
             return
         mask = torch.ones_like(ids)
         if self._cache is None:
@@ -279,11 +279,9 @@ class DecodeWorker:
             self._cache, self._mask = out.past_key_values, mask
             self.stats["decode_steps"] += 1
             self.stats["decode_rows"] += rows
-            keep = [
-                i
-                for i, task in enumerate(self._active)
-                if not task.future.cancelled() and not self._emit(task, out.logits[i, -1])
-            ]
+            live = [i for i, t in enumerate(self._active) if not t.future.cancelled()]
+            done = self._sample([self._active[i] for i in live], out.logits[live, -1])
+            keep = [i for i, d in zip(live, done, strict=True) if not d]
         except Exception as e:  # a model failure fails every task in the batch
             for task in self._active:
                 _resolve(task.future, error=e)
@@ -295,33 +293,35 @@ class DecodeWorker:
             self._cache, self._mask = select_rows(self._cache, self._mask, keep)
             self._active = [self._active[i] for i in keep]
 
-    def _emit(self, task: GenerationTask, logits: torch.Tensor) -> bool:
-        """Sample the next token of ``task`` from ``[vocab]`` logits; True when it finished."""
-        p = task.params
-        logits = logits.float()
-        token = sample_token(
+    def _sample(self, tasks: list[GenerationTask], logits: torch.Tensor) -> list[bool]:
+        """Sample one token per task from ``[len(tasks), vocab]`` logits; True where finished."""
+        tokens, logprobs = sample_batch(
             logits,
-            p,
+            [t.params for t in tasks],
             self.banned,
-            len(task.out_tokens),
-            task.counts if p.frequency_penalty else None,
-            task.generator or self.generator,
+            [len(t.out_tokens) for t in tasks],
+            [t.counts if t.params.frequency_penalty else None for t in tasks],
+            [t.generator for t in tasks],
+            self.generator,
         )
-        logprob = token_logprobs(
-            logits, torch.tensor(token, device=logits.device), p.logprob_temperature
-        )
-        now = time.perf_counter()
-        if task.t_first is None:
-            task.t_first = now
-        else:
-            task.itl.append(now - task.t_last)
-        task.t_last = now
-        task.out_tokens.append(token)
-        task.out_logprobs.append(float(logprob))
-        task.out_versions.append(self.version())
-        task.counts[token] += 1
-        self.stats["tokens"] += 1
-        n = len(task.out_tokens)
+        now, version = time.perf_counter(), self.version()
+        done = []
+        for task, token, logprob in zip(tasks, tokens.tolist(), logprobs.tolist(), strict=True):
+            if task.t_first is None:
+                task.t_first = now
+            else:
+                task.itl.append(now - task.t_last)
+            task.t_last = now
+            task.out_tokens.append(token)
+            task.out_logprobs.append(logprob)
+            task.out_versions.append(version)
+            task.counts[token] += 1
+            done.append(self._check_finished(task, token))
+        self.stats["tokens"] += len(tasks)
+        return done
+
+    def _check_finished(self, task: GenerationTask, token: int) -> bool:
+        p, n = task.params, len(task.out_tokens)
         if n >= p.min_new_tokens and (token in p.stop_token_ids or self._hit_stop_string(task)):
             task.stop_reason = "stop"
         elif n >= p.max_new_tokens:

@@ -29,7 +29,15 @@ from areal.utils.perf_tracer import session_context
 from vlrollout.packaging import TrajectoryBuilder
 from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
-from vlrollout.tools import Tool, ToolContext, parse_tool_calls, resolve_tools, run_tool_calls
+from vlrollout.processors.messages import normalize_messages
+from vlrollout.tools import (
+    Tool,
+    ToolContext,
+    has_tool_call,
+    parse_tool_calls,
+    resolve_tools,
+    run_tool_calls,
+)
 from vlrollout.tools.observation import Observation, ObservationEncoder, vllm_message
 from vlrollout.workflows.episode import EpisodeContext, load_processor, load_tokenizer, log_reward
 from vlrollout.workflows.steps import RewardCaller, build_request, generate
@@ -46,6 +54,7 @@ class _Episode:
     """Per-episode state besides the builder: images, texts and counters."""
 
     prepared: PreparedPrompt
+    prompt_messages: list[dict[str, Any]]
     tools: ToolContext
     image_data: list[str]
     conversation: list[str] = field(default_factory=list)
@@ -68,11 +77,9 @@ class _Episode:
     def request_prompt(self) -> PreparedPrompt:
         """The prepared prompt with the whole conversation as vLLM messages (AReaL's vLLM client
         sends ``vision_msg_vllm`` instead of ``input_ids``)."""
-        messages = list(self.prepared.vision_msg_vllm or [])
-        if not messages and not self.image_data:
+        if not self.image_data:
             return self.prepared
-        if not messages:  # text-only prompt, tool images later
-            messages = [{"role": "user", "content": self.prepared.prompt_text}]
+        messages = list(self.prepared.vision_msg_vllm or self.prompt_messages)
         return replace(self.prepared, vision_msg_vllm=messages + self.vllm_turns)
 
 
@@ -198,6 +205,7 @@ class VisionToolWorkflow(RolloutWorkflow):
         )
         ep = _Episode(
             prepared,
+            [] if prepared.vision_msg_vllm else _text_messages(data),
             ToolContext(prepared.image_data, prepared.geometry, self.box_frame),
             list(prepared.image_data),
         )
@@ -215,7 +223,7 @@ class VisionToolWorkflow(RolloutWorkflow):
             builder.add_generated(resp)
             text = ctx.decode_completion(resp.output_tokens)
             ep.add_turn(text)
-            if "<tool_call>" not in text:
+            if not has_tool_call(text):
                 ep.stop_reason = "answer"
                 break
             if turn == self.max_turns - 1:
@@ -258,3 +266,9 @@ class VisionToolWorkflow(RolloutWorkflow):
     def _full(self, used: int) -> bool:
         """No room left to generate even one token."""
         return self.max_total_tokens is not None and used >= self.max_total_tokens
+
+
+def _text_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A text-only prompt's messages (vLLM needs them once a tool adds an image)."""
+    messages, _ = normalize_messages(data["messages"], None, "prompt")
+    return messages
