@@ -96,7 +96,9 @@ def main() -> None:
         rows.append((name, len(resps), tokens, seconds, tokens / seconds, mean_rows))
 
     print(f"model: {source}; device {args.device}; torch threads {args.threads}")
-    print(f"{'mode':<24}{'requests':>9}{'tokens':>8}{'seconds':>9}{'tokens/s':>10}{'rows/step':>10}")
+    print(
+        f"{'mode':<24}{'requests':>9}{'tokens':>8}{'seconds':>9}{'tokens/s':>10}{'rows/step':>10}"
+    )
     for name, n, tokens, seconds, tps, mean_rows in rows:
         print(f"{name:<24}{n:>9}{tokens:>8}{seconds:>9.2f}{tps:>10.1f}{mean_rows:>10.2f}")
     print(f"ratio concurrent/one-at-a-time tokens/s: {rows[1][4] / rows[0][4]:.2f}x")

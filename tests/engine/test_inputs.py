@@ -23,11 +23,15 @@ def prepare(tiny, req):
 
 def test_multi_modal_input_is_used_as_given(tiny, vision_prompt):
     p = vision_prompt(seed=3)
-    out = prepare(tiny, ModelRequest(input_ids=p["input_ids"], metadata={"multi_modal_input": p["mm"]}))
+    out = prepare(
+        tiny, ModelRequest(input_ids=p["input_ids"], metadata={"multi_modal_input": p["mm"]})
+    )
     assert out.vision["pixel_values"] is p["mm"]["pixel_values"]  # same tensor, not rebuilt
     assert out.mm_token_type_ids[0].tolist() == p["mm_token_type_ids"]
     # The trajectory form (a list of per-sample dicts) works too.
-    listed = prepare(tiny, ModelRequest(input_ids=p["input_ids"], metadata={"multi_modal_input": [p["mm"]]}))
+    listed = prepare(
+        tiny, ModelRequest(input_ids=p["input_ids"], metadata={"multi_modal_input": [p["mm"]]})
+    )
     torch.testing.assert_close(listed.vision["pixel_values"], p["mm"]["pixel_values"])
 
 
@@ -66,7 +70,13 @@ def test_placeholder_ids_come_from_config_processor_and_tokenizer(tiny):
     model, processor = tiny
     tok = processor.tokenizer
     ids = placeholder_token_ids(model.config, processor, tok)
-    names = ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>"]
+    names = [
+        "<|image_pad|>",
+        "<|video_pad|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|vision_pad|>",
+    ]
     assert ids == set(tok.convert_tokens_to_ids(names))
 
 

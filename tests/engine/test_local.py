@@ -119,7 +119,9 @@ def test_images_change_the_output(engine, vision_prompt):
     ra, rb = generate(
         engine,
         *(
-            ModelRequest(input_ids=p["input_ids"], metadata={"multi_modal_input": p["mm"]}, gconfig=g)
+            ModelRequest(
+                input_ids=p["input_ids"], metadata={"multi_modal_input": p["mm"]}, gconfig=g
+            )
             for p in (a, b)
         ),
     )
@@ -165,7 +167,9 @@ def test_placeholder_tokens_are_never_sampled(tiny, vision_prompt, logit_bias, t
     assert not placeholders & set(resp.output_tokens)
     # The reported logprob is the unmasked one the trainer recomputes: tiny, since the banned
     # tokens hold nearly all the mass.
-    ref = teacher_forced(model, p["input_ids"], resp.output_tokens, 1.0, p["mm"], p["mm_token_type_ids"])
+    ref = teacher_forced(
+        model, p["input_ids"], resp.output_tokens, 1.0, p["mm"], p["mm_token_type_ids"]
+    )
     torch.testing.assert_close(torch.tensor(resp.output_logprobs), ref, atol=1e-4, rtol=0)
     assert max(resp.output_logprobs) < -20
 
@@ -243,7 +247,9 @@ def test_stop_string(logit_bias, text_prompt):
 
 def test_versions_track_set_version(engine, text_prompt):
     engine.set_version(3)
-    (resp,) = generate(engine, ModelRequest(input_ids=text_prompt(), gconfig=gconfig(min_new_tokens=12)))
+    (resp,) = generate(
+        engine, ModelRequest(input_ids=text_prompt(), gconfig=gconfig(min_new_tokens=12))
+    )
     assert resp.output_versions == [3] * 12
 
     async def run():
@@ -286,7 +292,9 @@ def test_weight_update_mid_generation(text_prompt, teacher_forced):
             )
             while eng.stats().get("tokens", 0) < 5:
                 await asyncio.sleep(0.001)
-            await asyncio.wrap_future(eng.update_weights_from_state_dict(new.state_dict(), version=1))
+            await asyncio.wrap_future(
+                eng.update_weights_from_state_dict(new.state_dict(), version=1)
+            )
             return await task
 
         resp = asyncio.run(run())
@@ -347,7 +355,9 @@ def test_event_loop_keeps_running_during_generation(engine, text_prompt):
         done = asyncio.Event()
         tick = asyncio.create_task(ticker(done))
         reqs = [
-            ModelRequest(input_ids=text_prompt(), gconfig=gconfig(min_new_tokens=100, max_new_tokens=100))
+            ModelRequest(
+                input_ids=text_prompt(), gconfig=gconfig(min_new_tokens=100, max_new_tokens=100)
+            )
             for _ in range(4)
         ]
         await asyncio.gather(*(engine.agenerate(r) for r in reqs))
@@ -364,14 +374,19 @@ def test_cancelled_request_does_not_disturb_others(engine, text_prompt):
     async def run():
         long = asyncio.create_task(
             engine.agenerate(
-                ModelRequest(input_ids=text_prompt(), gconfig=gconfig(min_new_tokens=2000, max_new_tokens=2000))
+                ModelRequest(
+                    input_ids=text_prompt(),
+                    gconfig=gconfig(min_new_tokens=2000, max_new_tokens=2000),
+                )
             )
         )
         while engine.stats().get("tokens", 0) < 3:
             await asyncio.sleep(0.001)
         long.cancel()
         short = await engine.agenerate(
-            ModelRequest(input_ids=text_prompt(), gconfig=gconfig(min_new_tokens=5, max_new_tokens=5))
+            ModelRequest(
+                input_ids=text_prompt(), gconfig=gconfig(min_new_tokens=5, max_new_tokens=5)
+            )
         )
         with pytest.raises(asyncio.CancelledError):
             await long
@@ -408,7 +423,9 @@ def test_from_pretrained_and_update_weights_from_disk(tmp_path, tiny, text_promp
     processor.save_pretrained(tmp_path / "a")
     other, _ = tiny_qwen2vl(seed=1)
     other.save_pretrained(tmp_path / "b")
-    req = ModelRequest(input_ids=text_prompt(), gconfig=gconfig(greedy=True, min_new_tokens=6, max_new_tokens=6))
+    req = ModelRequest(
+        input_ids=text_prompt(), gconfig=gconfig(greedy=True, min_new_tokens=6, max_new_tokens=6)
+    )
     with LocalInferenceEngine(model, processor) as eng:
         (expected,) = generate(eng, req)
     with LocalInferenceEngine(other, processor) as eng:
@@ -416,8 +433,12 @@ def test_from_pretrained_and_update_weights_from_disk(tmp_path, tiny, text_promp
     with LocalInferenceEngine.from_pretrained(str(tmp_path / "a"), dtype=torch.float32) as eng:
         assert eng.processor is not None and eng.banned_token_ids
         (loaded,) = generate(eng, req)
-        eng.update_weights_from_disk(WeightUpdateMeta(type="disk", path=str(tmp_path / "b"))).result()
+        eng.update_weights_from_disk(
+            WeightUpdateMeta(type="disk", path=str(tmp_path / "b"))
+        ).result()
         (updated,) = generate(eng, req)
     assert loaded.output_tokens == expected.output_tokens
     assert updated.output_tokens == expected_b.output_tokens
-    torch.testing.assert_close(updated.output_logprobs, expected_b.output_logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        updated.output_logprobs, expected_b.output_logprobs, atol=1e-5, rtol=0
+    )

@@ -15,7 +15,9 @@ from vlrollout.engine.sampling import (
 
 
 def test_from_gconfig_caps_and_merges_stop_ids():
-    g = GenerationHyperparameters(max_new_tokens=100, max_tokens=30, stop_token_ids=[7], greedy=True)
+    g = GenerationHyperparameters(
+        max_new_tokens=100, max_tokens=30, stop_token_ids=[7], greedy=True
+    )
     p = SamplingParams.from_gconfig(g, prompt_len=25, eos_token_ids=[2, None])
     assert p.max_new_tokens == 5 and p.stop_token_ids == {2, 7} and p.is_greedy
     ignore = SamplingParams.from_gconfig(g.new(ignore_eos=True), prompt_len=25, eos_token_ids=[2])
@@ -54,9 +56,13 @@ def test_token_logprobs_is_areal_gather_logprobs():
 
 def test_filter_top_k_top_p():
     probs = torch.tensor([0.1, 0.4, 0.2, 0.3])
-    torch.testing.assert_close(filter_top_k_top_p(probs, 2, 1.0), torch.tensor([0, 4 / 7, 0, 3 / 7]))
+    torch.testing.assert_close(
+        filter_top_k_top_p(probs, 2, 1.0), torch.tensor([0, 4 / 7, 0, 3 / 7])
+    )
     # Mass before the third token (0.7) reaches 0.7: the third is dropped.
-    torch.testing.assert_close(filter_top_k_top_p(probs, 10, 0.7), torch.tensor([0, 4 / 7, 0, 3 / 7]))
+    torch.testing.assert_close(
+        filter_top_k_top_p(probs, 10, 0.7), torch.tensor([0, 4 / 7, 0, 3 / 7])
+    )
     torch.testing.assert_close(filter_top_k_top_p(probs, 10, 0.01), torch.tensor([0.0, 1, 0, 0]))
     assert filter_top_k_top_p(probs, 10, 1.0) is probs
 
@@ -70,7 +76,9 @@ def test_sample_token_masks_and_filters():
     assert 0 not in draws and {1, 2} <= draws
     top1 = SamplingParams(max_new_tokens=4, top_k=1)
     assert {sample_token(logits, top1, banned, 0, generator=gen) for _ in range(50)} == {1}
-    stop = SamplingParams(max_new_tokens=4, min_new_tokens=2, stop_token_ids=frozenset({1}), greedy=True)
+    stop = SamplingParams(
+        max_new_tokens=4, min_new_tokens=2, stop_token_ids=frozenset({1}), greedy=True
+    )
     assert sample_token(logits, stop, banned, 1) == 2  # the stop token waits for min_new_tokens
     assert sample_token(logits, stop, banned, 2) == 1
     pen = SamplingParams(max_new_tokens=4, greedy=True, frequency_penalty=1.5)

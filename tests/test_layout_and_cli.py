@@ -1,0 +1,75 @@
+"""Packaging layout, the console script and run configuration."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from vlrollout.cli import build_parser
+from vlrollout.run_config import RunConfig
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _package_dirs() -> dict[str, Path]:
+    """Every folder with an __init__.py under the three package roots, by dotted name."""
+    roots = {"vlrollout": REPO / "vlrollout", "vlrollout.processors": REPO / "processors", "vlrollout.rewards": REPO / "rewards"}
+    found = {}
+    for name, root in roots.items():
+        for init in root.rglob("__init__.py"):
+            rel = init.parent.relative_to(root)
+            found[".".join([name, *rel.parts]) if rel.parts else name] = init.parent
+    return found
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    listed = set(config["tool"]["setuptools"]["packages"])
+    assert set(_package_dirs()) == listed
+
+
+def test_processors_and_rewards_install_under_vlrollout():
+    import vlrollout.processors
+    import vlrollout.rewards
+
+    assert Path(vlrollout.processors.__file__).parent == REPO / "processors"
+    assert Path(vlrollout.rewards.__file__).parent == REPO / "rewards"
+
+
+def test_help_lists_the_commands():
+    out = subprocess.run(
+        [sys.executable, "-m", "vlrollout.cli", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for command in ("run", "make-samples", "train-tiny", "snapshot", "check"):
+        assert command in out
+
+
+def test_yaml_then_flags(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("group_size: 3\ngconfig: {max_new_tokens: 7, temperature: 0.5}\nengine: {kind: local, model: m}\n")
+    args = build_parser().parse_args(["run", "--config", str(cfg_file), "--max-new-tokens", "9", "--model", "other"])
+    overrides = {k: v for k, v in vars(args).items() if k not in ("config", "func", "command", "no_progress")}
+    cfg = RunConfig.load(args.config, **overrides)
+    assert cfg.group_size == 3
+    assert cfg.gconfig == {"max_new_tokens": 9, "temperature": 0.5}
+    assert cfg.engine.model == "other" and cfg.engine.kind == "local"
+
+
+def test_unknown_keys_and_bad_values_are_explained(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("group_sise: 3\n")
+    with pytest.raises(ValueError, match="unknown keys \\['group_sise'\\]"):
+        RunConfig.load(cfg_file)
+    with pytest.raises(ValueError, match="group_size must be at least 1"):
+        RunConfig(group_size=0)
+    with pytest.raises(ValueError, match="engine.addresses"):
+        RunConfig.load(None, **{"engine.kind": "vllm"})
+
+
+def test_demo_config_loads():
+    cfg = RunConfig.load(REPO / "examples" / "demo.yaml")
+    assert cfg.engine.kind == "local" and cfg.workflow == "vision"
