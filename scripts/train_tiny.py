@@ -1,7 +1,7 @@
 """Train the tiny Qwen2-VL model shipped in ``assets/tiny-qwen2vl``; see ``vlrollout.tiny.train``.
 
-    .venv/bin/python scripts/train_tiny.py --out assets/tiny-qwen2vl   # the shipped asset
-    .venv/bin/python scripts/train_tiny.py --steps 20 --out /tmp/tiny  # smoke run
+.venv/bin/python scripts/train_tiny.py --out assets/tiny-qwen2vl   # the shipped asset
+.venv/bin/python scripts/train_tiny.py --steps 20 --out /tmp/tiny  # smoke run
 """
 
 import sys

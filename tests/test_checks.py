@@ -70,6 +70,6 @@ def test_workflow_runs_parity_check_before_the_first_episode(tokenizer, qwen2vl_
 
     engine = ScriptedEngine([[tokenizer.eos_token_id]])
     engine.processor = build_qwen2vl_processor(tokenizer, max_pixels=224 * 224)
-    wf = VisionRLVRWorkflow(lambda *a, **k: 1.0, GenerationHyperparameters(), tokenizer, qwen2vl_processor)
+    wf = VisionRLVRWorkflow("tests.workflows.reward_fns.contains_answer", GenerationHyperparameters(), tokenizer, qwen2vl_processor)
     with pytest.raises(ParityError):
         asyncio.run(wf.arun_episode(engine, {"id": "p", **ITEM}))

@@ -411,6 +411,8 @@ def test_not_initialized_and_bad_requests(tiny, text_prompt):
             generate(eng, ModelRequest(input_ids=text_prompt(), gconfig=gconfig(n_samples=2)))
         with pytest.raises(ValueError, match="No room"):
             generate(eng, ModelRequest(input_ids=text_prompt(), gconfig=gconfig(max_tokens=3)))
+        with pytest.raises(KeyError, match="not parameters"):
+            eng.update_weights_from_state_dict({"lm_head.nope": torch.zeros(1)}).result()
     with pytest.raises(NotImplementedError, match="update_weights_from_state_dict"):
         eng.update_weights_from_distributed(None, [])
 

@@ -126,7 +126,10 @@ def test_box_text_round_trip_and_axis_order():
     for got, want, size in zip(back, item["boxes"][0], (w, h, w, h), strict=True):
         assert abs(got - want) <= size / 1000 / 2 + 1e-9
     # x first, normalised by width; y by height (a non-square image tells them apart).
-    assert box_to_qwen2vl_text([14, 0, 28, 105], 140, 105) == "<|box_start|>(100,0),(200,1000)<|box_end|>"
+    assert (
+        box_to_qwen2vl_text([14, 0, 28, 105], 140, 105)
+        == "<|box_start|>(100,0),(200,1000)<|box_end|>"
+    )
     assert parse_qwen2vl_box("no box", 10, 10) is None
 
 
@@ -149,7 +152,10 @@ def test_items_have_the_data_item_format():
         assert item["messages"] == [
             {
                 "role": "user",
-                "content": [{"type": "image"}, {"type": "text", "text": item["messages"][0]["content"][1]["text"]}],
+                "content": [
+                    {"type": "image"},
+                    {"type": "text", "text": item["messages"][0]["content"][1]["text"]},
+                ],
             }
         ]
         assert len(item["images"]) == 1 and item["images"][0].mode == "RGB"

@@ -64,8 +64,20 @@ def test_metric_helpers():
 def test_smoke_training_decreases_loss(tmp_path):
     out = tmp_path / "tiny"
     record = main(
-        ["--steps", "20", "--out", str(out), "--eval-per-task", "4", "--log-every", "5",
-         "--warmup", "5", "--batch-size", "16"]
+        [
+            "--steps",
+            "20",
+            "--out",
+            str(out),
+            "--eval-per-task",
+            "4",
+            "--log-every",
+            "5",
+            "--warmup",
+            "5",
+            "--batch-size",
+            "16",
+        ]
     )
     curve = [loss for _, loss in record["loss_curve"]]
     assert curve[-1] < curve[0] - 1.0, curve

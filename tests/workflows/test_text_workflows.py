@@ -50,7 +50,7 @@ def test_rlvr_wrong_answer_scores_zero(tokenizer):
 def test_stop_token_is_not_part_of_the_reward_text(tokenizer):
     from tests.workflows import reward_fns  # noqa: F401 - importable for the pool
 
-    wf = RLVRWorkflow(lambda *a, **k: 0.0, GCONFIG, tokenizer)
+    wf = RLVRWorkflow("tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer)
     assert wf.ctx.decode_completion(_enc(tokenizer, "It is 4")) == "It is 4"
 
 
@@ -182,7 +182,7 @@ def test_multi_attempt_stops_at_max_turns(tokenizer):
 @pytest.mark.parametrize(("turns", "discount"), [(0, 0.5), (2, 0.0), (2, 1.5)])
 def test_multi_attempt_rejects_bad_config(tokenizer, turns, discount):
     with pytest.raises(ValueError):
-        MultiAttemptWorkflow(lambda *a, **k: 0.0, GCONFIG, tokenizer, turns, discount)
+        MultiAttemptWorkflow("tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, turns, discount)
 
 
 def test_workflows_are_importable_by_string():
@@ -193,3 +193,8 @@ def test_workflows_are_importable_by_string():
         from areal.api import RolloutWorkflow
 
         assert issubclass(cls, RolloutWorkflow)
+
+
+def test_unpicklable_reward_is_refused_at_construction(tokenizer):
+    with pytest.raises(ValueError, match="cannot be pickled"):
+        RLVRWorkflow(lambda *a, **k: 1.0, GCONFIG, tokenizer)

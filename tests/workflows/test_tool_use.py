@@ -23,7 +23,7 @@ from vlrollout.scripted_engine import ScriptedEngine
 from vlrollout.tools import Tool
 from vlrollout.workflows.tool_use import VisionToolWorkflow
 
-GCONFIG = GenerationHyperparameters(max_new_tokens=64)
+GCONFIG = GenerationHyperparameters(max_new_tokens=512)
 RED, BLUE = (255, 0, 0), (0, 0, 255)
 
 
@@ -57,14 +57,16 @@ def _quadrant_image() -> Image.Image:
 def _item(image, tmp_path, question="What colour is the bottom-right corner?"):
     return {
         "id": "t1",
-        "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}
+        ],
         "images": [image],
         "dump_path": str(tmp_path / "reward.json"),
     }
 
 
 def _call(name, **arguments) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def _turn_index(tokenizer, req) -> int:
@@ -73,7 +75,10 @@ def _turn_index(tokenizer, req) -> int:
 
 def _run(wf, tokenizer, item, texts, eos=True):
     """Run one episode; turn k answers ``texts[k]`` (+ eos), truncated to ``max_new_tokens``."""
-    outputs = [tokenizer.encode(t, add_special_tokens=False) + ([tokenizer.eos_token_id] if eos else []) for t in texts]
+    outputs = [
+        tokenizer.encode(t, add_special_tokens=False) + ([tokenizer.eos_token_id] if eos else [])
+        for t in texts
+    ]
 
     def script(req):
         return outputs[_turn_index(tokenizer, req)][: req.gconfig.max_new_tokens]
@@ -184,7 +189,9 @@ def test_zoom_then_answer(tokenizer, qwen2vl_processor, tmp_path):
     assert torch.equal(whole["pixel_values"], mm["pixel_values"])
     # The model saw the tool turn in Qwen2.5's tool-response format.
     assert dump["conversation"][1].startswith("<tool_response>\nImage 1: <image>\n")
-    assert tokenizer.decode(req.input_ids).endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert tokenizer.decode(req.input_ids).endswith(
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     # The reward saw the final answer, both geometries, and the counters.
     assert dump["completion"] == "blue"
     assert dump["conversation"][0] == texts[0] and dump["conversation"][2] == "blue"
@@ -217,21 +224,31 @@ def test_several_tools_in_sequence(tokenizer, qwen2vl_processor, tmp_path):
     expected = _processed(qwen2vl_processor, [image, rotated, crop])
     assert torch.equal(mm["image_grid_thw"], expected["image_grid_thw"])
     assert torch.equal(mm["pixel_values"], expected["pixel_values"])
-    whole = _whole_conversation(qwen2vl_processor, item, dump["conversation"], [image, rotated, crop])
+    whole = _whole_conversation(
+        qwen2vl_processor, item, dump["conversation"], [image, rotated, crop]
+    )
     assert whole["input_ids"][0].tolist() == list(engine.requests[-1].input_ids)
 
     first_obs = dump["conversation"][1]
     assert first_obs.index("Image 0: 224x112 pixels") < first_obs.index("Image 1: <image>")
     assert first_obs.count("<tool_response>") == 2
     grid = expected["image_grid_thw"].tolist()
-    assert [(g["original_width"], g["original_height"]) for g in dump["geometry"]] == [(224, 112), (112, 224), (112, 112)]
-    assert [(g["model_width"], g["model_height"]) for g in dump["geometry"]] == [(w * 14, h * 14) for _, h, w in grid]
+    assert [(g["original_width"], g["original_height"]) for g in dump["geometry"]] == [
+        (224, 112),
+        (112, 224),
+        (112, 112),
+    ]
+    assert [(g["model_width"], g["model_height"]) for g in dump["geometry"]] == [
+        (w * 14, h * 14) for _, h, w in grid
+    ]
     assert (dump["tool_calls"], dump["tool_errors"], dump["stop_reason"]) == (3, 0, "answer")
     assert len(engine.requests[1].image_data) == 2 and len(engine.requests[2].image_data) == 3
     assert traj["rewards"].item() == 1.0
 
 
-def test_malformed_calls_are_shown_to_the_model_and_recovered_from(tokenizer, qwen2vl_processor, tmp_path):
+def test_malformed_calls_are_shown_to_the_model_and_recovered_from(
+    tokenizer, qwen2vl_processor, tmp_path
+):
     image = _quadrant_image()
     item = _item(image, tmp_path)
     texts = [
@@ -239,7 +256,8 @@ def test_malformed_calls_are_shown_to_the_model_and_recovered_from(tokenizer, qw
         _call("magnify", factor=2),  # unknown tool
         _call("zoom_in", bbox_2d=[1200, 1200, 1500, 1500]),  # outside the image
         _call("explode"),  # the tool raises
-        _call("zoom_in", bbox_2d=[0, 0, 4, 1000]),  # 1x224 crop: the processor rejects the aspect ratio
+        # A 1x224 crop: the processor rejects the aspect ratio.
+        _call("zoom_in", bbox_2d=[0, 0, 4, 1000]),
         _call("zoom_in", bbox_2d=[500, 500, 1000, 1000]),
         "blue",
     ]
@@ -278,7 +296,9 @@ def test_max_turns_ends_on_a_generated_turn(tokenizer, qwen2vl_processor, tmp_pa
     mm = _check_packing(traj, engine, qwen2vl_processor)
     assert len(engine.requests) == 3
     red = Image.new("RGB", (112, 112), RED)
-    assert torch.equal(mm["pixel_values"], _processed(qwen2vl_processor, [image, red, red])["pixel_values"])
+    assert torch.equal(
+        mm["pixel_values"], _processed(qwen2vl_processor, [image, red, red])["pixel_values"]
+    )
     whole = _whole_conversation(qwen2vl_processor, item, dump["conversation"], [image, red, red])
     assert whole["input_ids"][0].tolist() == list(engine.requests[-1].input_ids)
     # The last turn's call was not run: the trajectory ends on generated tokens.
@@ -293,7 +313,9 @@ def test_context_limit_caps_generation_and_drops_an_observation_that_does_not_fi
 ):
     image = _quadrant_image()
     texts = [_call("zoom_in", bbox_2d=[500, 500, 1000, 1000]), "It is blue"]
-    _, engine, _ = _run(_workflow(tokenizer, qwen2vl_processor), tokenizer, _item(image, tmp_path), texts)
+    _, engine, _ = _run(
+        _workflow(tokenizer, qwen2vl_processor), tokenizer, _item(image, tmp_path), texts
+    )
     prompt_len = len(engine.requests[0].input_ids)
     after_obs = len(engine.requests[1].input_ids)
 
@@ -301,7 +323,9 @@ def test_context_limit_caps_generation_and_drops_an_observation_that_does_not_fi
     wf = _workflow(tokenizer, qwen2vl_processor, max_total_tokens=after_obs + 3)
     traj, engine, dump = _run(wf, tokenizer, _item(image, tmp_path), texts)
     _check_packing(traj, engine, qwen2vl_processor)
-    assert engine.requests[0].gconfig.max_new_tokens == GCONFIG.max_new_tokens
+    assert engine.requests[0].gconfig.max_new_tokens == min(
+        GCONFIG.max_new_tokens, after_obs + 3 - prompt_len
+    )
     assert engine.requests[1].gconfig.max_new_tokens == 3
     assert traj["input_ids"].shape[1] == after_obs + 3
 
@@ -313,7 +337,11 @@ def test_context_limit_caps_generation_and_drops_an_observation_that_does_not_fi
     n_out = traj["input_ids"].shape[1] - prompt_len
     assert traj["loss_mask"][0].tolist() == [0] * prompt_len + [1] * n_out
     assert traj["multi_modal_input"][0]["image_grid_thw"].shape[0] == 1
-    assert (dump["tool_calls"], dump["stop_reason"], len(dump["geometry"])) == (1, "context_limit", 1)
+    assert (dump["tool_calls"], dump["stop_reason"], len(dump["geometry"])) == (
+        1,
+        "context_limit",
+        1,
+    )
 
 
 def test_prompt_over_the_context_limit_is_rejected(tokenizer, qwen2vl_processor, tmp_path):

@@ -170,11 +170,11 @@ class LocalInferenceEngine(InferenceEngine):
         self._worker.start()
         if config is not None and self._workflow_executor is None:
             from areal.infra.workflow_executor import WorkflowExecutor
-            from areal.utils import logging
+            from areal.utils import logging as areal_logging
 
             self._workflow_executor = WorkflowExecutor(config=config, inference_engine=self)
             self._workflow_executor.initialize(
-                logger=logging.getLogger("LocalInferenceEngine"),
+                logger=areal_logging.getLogger("LocalInferenceEngine"),
                 train_data_parallel_size=train_data_parallel_size,
             )
         return self
@@ -204,6 +204,12 @@ class LocalInferenceEngine(InferenceEngine):
         with self._version_lock:
             return self._version
 
+    def export_stats(self) -> dict[str, float]:
+        """The workflows' scalar statistics (AReaL's ``stats_tracker``), as remote engines do."""
+        from areal.utils import stats_tracker
+
+        return stats_tracker.export_all(reduce_group=None)
+
     def stats(self) -> dict[str, int]:
         """Counters: ``prefills``, ``decode_steps``, ``decode_rows`` (rows summed over steps),
         ``tokens``; ``decode_rows / decode_steps`` is the mean decode batch size."""
@@ -211,7 +217,14 @@ class LocalInferenceEngine(InferenceEngine):
 
     # ------------------------------------------------------------------ generation
     async def agenerate(self, req: ModelRequest) -> ModelResponse:
-        """Generate one completion for ``req``; see the class docstring for the data path.
+        """Generate one completion for ``req`` (safe to call concurrently, from any loop).
+
+        The response carries ``input_tokens = req.input_ids``; ``output_tokens`` including the
+        stop token when ``stop_reason == "stop"`` (as SGLang returns them), ``"length"`` when
+        ``max_new_tokens`` (or ``max_tokens``) ran out; ``output_logprobs`` in AReaL's
+        convention (:mod:`vlrollout.engine.sampling`); ``output_versions``: the engine's
+        version when each token was sampled; ``latency``, ``ttft`` and ``itl`` in seconds;
+        the request's tokenizer and processor, or the engine's.
 
         Raises:
             RuntimeError: The engine is not initialized.

@@ -66,7 +66,11 @@ def encode_batch(processor, items: Sequence[dict[str, Any]], with_solution: bool
 
 @torch.no_grad()
 def greedy_completions(
-    model, processor, items: Sequence[dict[str, Any]], batch_size: int = 64, max_new_tokens: int = 24
+    model,
+    processor,
+    items: Sequence[dict[str, Any]],
+    batch_size: int = 64,
+    max_new_tokens: int = 24,
 ) -> list[str]:
     """Greedy completions, decoded with special tokens kept (box tokens are special) and cut at
     ``<|im_end|>``."""

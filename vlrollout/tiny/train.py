@@ -63,7 +63,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-seed", type=int, default=EVAL_SEED)
     p.add_argument("--eval-per-task", type=int, default=200, help="held-out items per task")
     p.add_argument("--eval-every", type=int, default=500, help="quick eval + checkpoint interval")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads; 1 is fastest on a busy 2-core machine (2 threads: ~10x slower "
+        "steps when other processes compete, measured)",
+    )
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--log-every", type=int, default=25)
     return p.parse_args(argv)
@@ -86,7 +92,9 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
     t = (step - args.warmup) / max(1, args.steps - args.warmup)
-    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+    return args.lr * (
+        args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+    )
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -98,7 +106,10 @@ def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """
     logits, labels = logits[:, :-1].float(), labels[:, 1:]
     tok_loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
+        logits.reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
     ).view(labels.shape)
     mask = (labels != IGNORE_INDEX).float()
     return (tok_loss * mask).sum(1) / mask.sum(1).clamp(min=1)
@@ -161,7 +172,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "metrics": metrics,
             "loss_curve": loss_curve,
             "history": history,
-            "reproduce": "python scripts/train_tiny.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "reproduce": "python scripts/train_tiny.py "
+            + " ".join(sys.argv[1:] if argv is None else argv),
         }
 
     losses: list[float] = []
@@ -203,11 +215,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
             metrics = evaluate(model, processor, quick_eval, baselines)
             model.train()
-            history.append({"step": step + 1, "wall_time_s": round(time.time() - t_start, 1),
-                            "loss": sum(losses[-100:]) / len(losses[-100:]),
-                            **{k: v for k, v in metrics.items() if k != "examples"}})
+            history.append(
+                {
+                    "step": step + 1,
+                    "wall_time_s": round(time.time() - t_start, 1),
+                    "loss": sum(losses[-100:]) / len(losses[-100:]),
+                    **{k: v for k, v in metrics.items() if k != "examples"},
+                }
+            )
             print(json.dumps(history[-1]), flush=True)
-            save(model, processor, out / "checkpoint", make_record(step + 1, metrics, losses, False))
+            save(
+                model, processor, out / "checkpoint", make_record(step + 1, metrics, losses, False)
+            )
 
     metrics = evaluate(model, processor, eval_items(args.eval_seed, args.eval_per_task), baselines)
     if args.dtype == "bfloat16":
@@ -219,10 +238,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return record
 
 
-_TEXT_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-              "num_attention_heads", "num_key_value_heads", "rope_parameters")
-_VISION_KEYS = ("depth", "embed_dim", "num_heads", "mlp_ratio", "patch_size",
-                "spatial_merge_size", "temporal_patch_size", "hidden_size")
+_TEXT_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "rope_parameters",
+)
+_VISION_KEYS = (
+    "depth",
+    "embed_dim",
+    "num_heads",
+    "mlp_ratio",
+    "patch_size",
+    "spatial_merge_size",
+    "temporal_patch_size",
+    "hidden_size",
+)
 
 
 if __name__ == "__main__":

@@ -195,7 +195,9 @@ class Tool:
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"tool name must be a non-empty string, got {self.name!r}")
         if not callable(self.fn):
-            raise TypeError(f"tool {self.name!r}: fn must be callable, got {type(self.fn).__name__}")
+            raise TypeError(
+                f"tool {self.name!r}: fn must be callable, got {type(self.fn).__name__}"
+            )
         if not isinstance(self.schema, Mapping) or self.schema.get("type", "object") != "object":
             raise ValueError(
                 f"tool {self.name!r}: schema must be a JSON schema of type 'object' describing "

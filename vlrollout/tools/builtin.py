@@ -91,16 +91,16 @@ def box_to_pixels(
     >>> box_to_pixels([250, 250, 750, 750], geo, "norm1000", (640, 480))
     (160, 120, 480, 360)
     """
-    if len(box) != 4 or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in box):
+    if len(box) != 4 or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in box
+    ):
         raise ToolError(f"bbox_2d must be four numbers [x1, y1, x2, y2], got {list(box)!r}")
     if not all(math.isfinite(v) for v in box):
         raise ToolError(f"bbox_2d must hold finite numbers, got {list(box)!r}")
     x1, y1, x2, y2 = box
     if x1 >= x2 or y1 >= y2:
-        raise ToolError(
-            f"bbox_2d {list(box)} is empty or reversed: it needs x1 < x2 and y1 < y2"
-        )
-    (bx1, by1, bx2, by2), = convert_boxes([box], frame, Frame.ORIGINAL, geometry)
+        raise ToolError(f"bbox_2d {list(box)} is empty or reversed: it needs x1 < x2 and y1 < y2")
+    ((bx1, by1, bx2, by2),) = convert_boxes([box], frame, Frame.ORIGINAL, geometry)
     width, height = image_size
     left = max(0, math.floor(round(bx1, _EPS_DIGITS)))
     top = max(0, math.floor(round(by1, _EPS_DIGITS)))
@@ -120,7 +120,9 @@ def _frame_extent(frame: Frame | str, geometry: Any) -> str:
     return f"coordinates run from 0 to {w:g} in x and 0 to {h:g} in y"
 
 
-def crop(ctx: ToolContext, bbox_2d: list[float], image_index: int = 0, label: str | None = None) -> ToolResult:
+def crop(
+    ctx: ToolContext, bbox_2d: list[float], image_index: int = 0, label: str | None = None
+) -> ToolResult:
     """Crop ``bbox_2d`` (model coordinates) out of image ``image_index`` and show it."""
     image = ctx.image(image_index)
     box = box_to_pixels(bbox_2d, ctx.image_geometry(image_index), ctx.box_frame, image.size)
@@ -170,9 +172,14 @@ BUILTIN_TOOLS: dict[str, Tool] = {
         BOX_SCHEMA,
         "Zoom in on a region of an image: returns the region as a new image at full resolution.",
     ),
-    "crop": Tool("crop", crop, BOX_SCHEMA, "Crop a region of an image and return it as a new image."),
+    "crop": Tool(
+        "crop", crop, BOX_SCHEMA, "Crop a region of an image and return it as a new image."
+    ),
     "rotate": Tool("rotate", rotate, ROTATE_SCHEMA, "Rotate an image; returns the rotated image."),
     "image_info": Tool(
-        "image_info", image_info, INFO_SCHEMA, "Report an image's size and the box coordinate range."
+        "image_info",
+        image_info,
+        INFO_SCHEMA,
+        "Report an image's size and the box coordinate range.",
     ),
 }

@@ -141,11 +141,17 @@ class ObservationEncoder:
             )
         end += len(self.eos_token)
         if both[:end] != first[:end]:
-            raise ValueError("the chat template renders earlier turns differently after a tool turn")
+            raise ValueError(
+                "the chat template renders earlier turns differently after a tool turn"
+            )
         return both[end:]
 
     def _call(self, text: str, images: list[LoadedImage]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"text": [text], "return_tensors": "pt", "add_special_tokens": False}
+        kwargs: dict[str, Any] = {
+            "text": [text],
+            "return_tensors": "pt",
+            "add_special_tokens": False,
+        }
         if images:
             kwargs["images"] = [[im.image for im in images]]
             kwargs.update(self.pre.processor_kwargs)
@@ -183,10 +189,14 @@ class ObservationEncoder:
         loaded: list[LoadedImage] = []
         for i, outcome in enumerate(outcomes):
             try:
-                loaded += [self._load(im, first_image_index + len(loaded) + j)
-                           for j, im in enumerate(outcome.result.images)]
+                loaded += [
+                    self._load(im, first_image_index + len(loaded) + j)
+                    for j, im in enumerate(outcome.result.images)
+                ]
             except PreprocessError as e:
-                outcomes[i] = ToolOutcome.failure(outcome.name, f"the tool's image is unusable: {e.detail}")
+                outcomes[i] = ToolOutcome.failure(
+                    outcome.name, f"the tool's image is unusable: {e.detail}"
+                )
         parts = response_parts(outcomes, first_image_index)
         text = self.observation_text(parts)
         try:
@@ -196,7 +206,8 @@ class ObservationEncoder:
                 raise
             outcomes = [
                 ToolOutcome.failure(o.name, f"the tool's image could not be processed: {e}")
-                if o.result.images else o
+                if o.result.images
+                else o
                 for o in outcomes
             ]
             return self.encode(outcomes, first_image_index, close_turn)
@@ -209,7 +220,9 @@ class ObservationEncoder:
         mm: dict[str, torch.Tensor] = {}
         geometry: list[ImageGeometry] = []
         if loaded:
-            mm = {k: v for k, v in out.items() if k not in TEXT_KEYS and isinstance(v, torch.Tensor)}
+            mm = {
+                k: v for k, v in out.items() if k not in TEXT_KEYS and isinstance(v, torch.Tensor)
+            }
             sizes = [im.original_size for im in loaded]
             geometry = self.pre.adapter.geometry(self.processor, sizes, out)
         return Observation(ids, mm, types, loaded, geometry, outcomes, parts)

@@ -4,8 +4,8 @@
 :func:`register_tool`; the built-ins (``zoom_in``, ``crop``, ``rotate``, ``image_info``); a dotted
 import path ``"package.module.attr"`` (AReaL's ``import_from_string``) naming a :class:`Tool`.
 
->>> register_tool("echo_doc", lambda ctx, text: text,
-...               {"type": "object", "properties": {"text": {"type": "string"}}})
+>>> _ = register_tool("echo_doc", lambda ctx, text: text,
+...                   {"type": "object", "properties": {"text": {"type": "string"}}})
 >>> get_tool("echo_doc").name
 'echo_doc'
 >>> unregister_tool("echo_doc")
@@ -59,7 +59,9 @@ def register_tool(
             raise ValueError(f"tool {name!r} needs a JSON schema for its arguments")
         tool = Tool(name, fn, schema, description)  # type: ignore[arg-type]
     if "." in tool.name:
-        raise ValueError(f"tool name {tool.name!r} must not contain dots (reserved for import paths)")
+        raise ValueError(
+            f"tool name {tool.name!r} must not contain dots (reserved for import paths)"
+        )
     if tool.name in BUILTIN_TOOLS:
         raise ValueError(f"{tool.name!r} is a built-in tool name; choose another")
     with _LOCK:

@@ -7,6 +7,7 @@ Workflows compose these functions instead of inheriting copies of them (AReaL's
 from __future__ import annotations
 
 import asyncio
+import pickle
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -124,6 +125,14 @@ class RewardCaller:
         if timeout_s <= 0:
             raise ValueError(f"reward timeout must be positive, got {timeout_s}")
         self.reward_fn = resolve_callable(reward_fn, "reward function")
+        try:
+            pickle.dumps(self.reward_fn)
+        except Exception as e:  # noqa: BLE001 - re-raised with the fix
+            raise ValueError(
+                f"reward function {self.reward_fn!r} cannot be pickled ({e}); it runs in AReaL's "
+                "process pool, so use a module-level function or an instance of a module-level "
+                "class (not a lambda or a closure), or pass its import path"
+            ) from e
         self.timeout_s = timeout_s
         # Inner timeout is longer than ours so ours always fires first; one retry covers a
         # broken process pool.

@@ -1,0 +1,263 @@
+"""Episode overhead on real photos: vlrollout's ``VisionRLVRWorkflow`` vs AReaL's, against a floor.
+
+Run: ``.venv/bin/python bench/bench_workflow_overhead.py`` (about 2-3 min on 2 shared CPU cores;
+``--quick`` takes about 20 s). Everything runs in one process, interleaved per repetition, so
+machine noise hits all columns alike. ``torch.set_num_threads(1)``: the processor and packing run on
+one core, the reward process pool (one worker on a 2-core machine) on the other.
+
+Set-up, identical for both workflows:
+
+- processor: Qwen2.5-VL built offline (:func:`vlrollout.processors.offline.build_qwen2_5_vl`) with
+  Qwen2.5-VL's / AReaL's defaults ``min_pixels=3136``, ``max_pixels=12845056``, patch 14, merge 2;
+- engine: :class:`vlrollout.scripted_engine.ScriptedEngine`, zero latency, a fixed 8-token answer;
+- reward: :func:`zero_reward` (module level, picklable), through AReaL's ``AsyncRewardWrapper``
+  process pool in both workflows (ours wraps the same pool).
+
+Inputs: photos derived from matplotlib's ``grace_hopper.jpg`` (see ``bench/images.py``) saved as
+JPEG quality 90, plus ``assets/samples`` images when present.
+
+- AReaL gets what its dataset code produces (``areal/dataset/clevr_count_70k.py``): ``images`` as
+  already-decoded PIL images (decoding is not in its time) and ``messages`` as the chat-templated
+  string with ``<|vision_start|><|image_pad|><|vision_end|>`` in it.
+- Ours gets the file path and chat messages; it decodes the file inside the episode.
+
+Columns: **floor** = decode the file + one processor call with the same settings (what any
+workflow must spend per distinct image); **ours** = one episode with a cold prepared-prompt cache
+(``wf.ctx.prompts.clear()`` before every repetition); **AReaL** = one episode. Each value is the
+median over repetitions. The group table wraps both in AReaL's ``GroupedRolloutWorkflow(wf, 8)``
+and times one whole group. Both workflows' prompts are checked to give identical ``input_ids``.
+
+Targets (photos >= 0.3 MP): one episode <= 1.5x floor, a group of 8 <= 2x floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from areal.api.cli_args import GenerationHyperparameters  # noqa: E402
+from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
+from areal.infra.workflow_executor import check_trajectory_format  # noqa: E402
+from areal.workflow.vision_rlvr import VisionRLVRWorkflow as ArealVisionRLVRWorkflow  # noqa: E402
+from images import DEFAULT_SIZES, QUICK_SIZES, Photo, bench_photos  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from vlrollout.processors.offline import build_qwen2_5_vl  # noqa: E402
+from vlrollout.scripted_engine import ScriptedEngine  # noqa: E402
+from vlrollout.workflows import VisionRLVRWorkflow  # noqa: E402
+
+MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # Qwen2.5-VL preprocessor_config.json / AReaL defaults
+QUESTION = "What is shown in this picture? Answer in one sentence."
+ANSWER = "A woman in a naval uniform."
+AREAL_IMAGE_TOKEN = "<|vision_start|><|image_pad|><|vision_end|>"  # clevr_count_70k.py
+TARGET_MP = 0.3
+TARGET_SINGLE, TARGET_GROUP = 1.5, 2.0
+
+
+def zero_reward(prompt, completions, prompt_ids, completion_ids, **task_data) -> float:
+    """A trivial picklable reward: the workflow's overhead, not the reward's, is measured."""
+    return 0.0
+
+
+def our_item(photo: Photo) -> dict:
+    content = [{"type": "image"}, {"type": "text", "text": QUESTION}]
+    return {"messages": [{"role": "user", "content": content}], "images": [str(photo.path)], "answer": ANSWER}
+
+
+def decode(path: Path) -> Image.Image:
+    image = Image.open(path)
+    image.load()
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def areal_item(tokenizer, photo: Photo) -> dict:
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": AREAL_IMAGE_TOKEN + QUESTION}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    return {"messages": text, "images": [decode(photo.path)], "answer": ANSWER}
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e3
+
+
+class Bench:
+    """The workflows, engine and processor under test; all timing happens on one event loop."""
+
+    def __init__(self, group_size: int) -> None:
+        self.processor = build_qwen2_5_vl(MIN_PIXELS, MAX_PIXELS)
+        self.tokenizer = self.processor.tokenizer
+        gconfig = GenerationHyperparameters(max_new_tokens=16)
+        answer = self.tokenizer.encode(ANSWER, add_special_tokens=False)[:7]
+        self.engine = ScriptedEngine([answer + [self.tokenizer.eos_token_id]])
+        self.ours = VisionRLVRWorkflow(zero_reward, gconfig, self.tokenizer, self.processor)
+        self.areal = ArealVisionRLVRWorkflow(
+            zero_reward, gconfig, self.tokenizer, self.processor, enable_thinking=False
+        )
+        log = logging.getLogger("bench_workflow_overhead")
+        self.ours_group = GroupedRolloutWorkflow(self.ours, group_size, log)
+        self.areal_group = GroupedRolloutWorkflow(self.areal, group_size, log)
+        self.floor_text = self.processor.apply_chat_template(
+            our_item_messages(), tokenize=False, add_generation_prompt=True
+        )
+
+    def floor(self, photo: Photo) -> float:
+        """Decode the file + one processor call: the least any workflow spends per image."""
+        gc.collect()
+        t0 = time.perf_counter()
+        self.processor(text=[self.floor_text], images=[decode(photo.path)], return_tensors="pt")
+        return time.perf_counter() - t0
+
+    async def episode(self, workflow, item: dict, cold: bool = True) -> tuple[float, object]:
+        """Seconds for one ``arun_episode`` (ours starts from an empty prompt cache)."""
+        if cold:
+            self.ours.ctx.prompts.clear()
+        gc.collect()
+        t0 = time.perf_counter()
+        out = await workflow.arun_episode(self.engine, item)
+        elapsed = time.perf_counter() - t0
+        self.engine.requests.clear()
+        return elapsed, out
+
+    async def check_same_prompt(self, photo: Photo) -> None:
+        """Both workflows must send the engine the same tokens (same work), and ours must pass
+        AReaL's trajectory check. Also warms up the reward process pool and the thread pool."""
+        self.ours.ctx.prompts.clear()
+        traj = await self.ours.arun_episode(self.engine, our_item(photo))
+        if traj is None or not check_trajectory_format(traj):
+            raise RuntimeError(f"our workflow returned no valid trajectory: {self.ours.ledger}")
+        await self.areal.arun_episode(self.engine, areal_item(self.tokenizer, photo))
+        ours, areal = (list(r.input_ids) for r in self.engine.requests[-2:])
+        if ours != areal:
+            raise RuntimeError(
+                f"prompts differ: ours has {len(ours)} tokens, AReaL's {len(areal)}; fix the items"
+            )
+        self.engine.requests.clear()
+
+
+def our_item_messages() -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths))))
+    for r in rows:
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+
+
+def geomean(xs: list[float]) -> float:
+    return statistics.geometric_mean(xs) if xs else float("nan")
+
+
+Samples = dict[Photo, list[float]]
+
+
+async def measure(bench: Bench, photos: list[Photo], reps: int, group_reps: int) -> tuple[Samples, ...]:
+    """Interleaved repetitions: floor, ours, AReaL per photo, then the same for groups."""
+    await bench.check_same_prompt(photos[0])
+    areal_items = {p: areal_item(bench.tokenizer, p) for p in photos}
+    # Setup objects (torch, transformers, the processor) never die: freezing them keeps the
+    # gc.collect() before each timing cheap and out of the timed region.
+    gc.collect()
+    gc.freeze()
+    floor, ours, areal, g_ours, g_areal = ({p: [] for p in photos} for _ in range(5))
+    for _ in range(reps):
+        for p in photos:
+            floor[p].append(bench.floor(p))
+            ours[p].append((await bench.episode(bench.ours, our_item(p)))[0])
+            areal[p].append((await bench.episode(bench.areal, areal_items[p], cold=False))[0])
+    for _ in range(group_reps):
+        for p in photos:
+            floor[p].append(bench.floor(p))
+            g_ours[p].append((await bench.episode(bench.ours_group, our_item(p)))[0])
+            g_areal[p].append((await bench.episode(bench.areal_group, areal_items[p], cold=False))[0])
+    return floor, ours, areal, g_ours, g_areal
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one small photo, few repetitions")
+    parser.add_argument("--reps", type=int, default=None, help="single-episode repetitions")
+    parser.add_argument("--group-reps", type=int, default=None, help="group repetitions")
+    parser.add_argument("--group-size", type=int, default=8)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    logging.getLogger("bench_workflow_overhead").setLevel(logging.ERROR)
+    sizes = QUICK_SIZES[:1] if args.quick else DEFAULT_SIZES
+    reps = args.reps or (3 if args.quick else 5)
+    group_reps = args.group_reps or (1 if args.quick else 3)
+
+    tmp = tempfile.TemporaryDirectory(prefix="bench_photos_")
+    try:
+        photos = bench_photos(tmp.name, sizes=sizes, include_samples=not args.quick)
+        bench = Bench(args.group_size)
+        t_start = time.perf_counter()
+        # AReaL installs uvloop's policy on import, as in production; one loop for every timing.
+        floor, ours, areal, g_ours, g_areal = asyncio.run(measure(bench, photos, reps, group_reps))
+    finally:
+        tmp.cleanup()
+    elapsed = time.perf_counter() - t_start
+
+    g = args.group_size
+    single_rows, group_rows = [], []
+    big_single, big_group, big_ratio_single, big_ratio_group = [], [], [], []
+    for p in photos:
+        f, o, a = median_ms(floor[p]), median_ms(ours[p]), median_ms(areal[p])
+        go, ga = median_ms(g_ours[p]), median_ms(g_areal[p])
+        big = p.megapixels >= TARGET_MP
+        mark_s = ("ok" if o / f <= TARGET_SINGLE else "MISS") if big else "-"
+        mark_g = ("ok" if go / f <= TARGET_GROUP else "MISS") if big else "-"
+        single_rows.append([p.label, f"{p.megapixels:.2f}", f"{f:.1f}", f"{o:.1f}", f"{a:.1f}",
+                            fmt_ratio(o / f), fmt_ratio(a / f), fmt_ratio(a / o), mark_s])  # fmt: skip
+        group_rows.append([p.label, f"{f:.1f}", f"{go:.1f}", f"{ga:.1f}", fmt_ratio(go / f),
+                           fmt_ratio(ga / f), fmt_ratio(ga / go), mark_g])  # fmt: skip
+        if big:
+            big_single.append(o / f)
+            big_group.append(go / f)
+            big_ratio_single.append(a / o)
+            big_ratio_group.append(ga / go)
+
+    print(f"Qwen2.5-VL processor (min_pixels={MIN_PIXELS}, max_pixels={MAX_PIXELS}, patch 14, "
+          f"merge 2), zero-latency ScriptedEngine, trivial reward via AsyncRewardWrapper; "
+          f"torch threads=1; medians of {reps} episodes / {group_reps} groups; "
+          f"{elapsed:.0f} s measuring")  # fmt: skip
+    print_table(
+        f"One episode, ms (target ours/floor <= {TARGET_SINGLE}x on photos >= {TARGET_MP} MP)",
+        ["image", "MP", "floor", "ours", "AReaL", "ours/floor", "AReaL/floor", "AReaL/ours", "target"],
+        single_rows,
+    )
+    print_table(
+        f"Group of {g} (GroupedRolloutWorkflow), ms per group (target ours/floor <= {TARGET_GROUP}x)",
+        ["image", "floor", "ours", "AReaL", "ours/floor", "AReaL/floor", "AReaL/ours", "target"],
+        group_rows,
+    )
+    print()
+    print(f"headline (geomean, photos >= {TARGET_MP} MP): ours/floor single {geomean(big_single):.2f}x, "
+          f"group of {g} {geomean(big_group):.2f}x; AReaL/ours single {geomean(big_ratio_single):.2f}x, "
+          f"group of {g} {geomean(big_ratio_group):.2f}x")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
