@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlrollout-installed
 
-.PHONY: setup demo test test-all lint bench lock
+.PHONY: setup demo test test-all lint bench lock snapshots
 
 # Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
 # pyproject.toml or the lock changes.
@@ -36,3 +36,8 @@ bench: setup
 # Re-record resolved versions after changing dependencies (review the diff).
 lock: setup
 	$(BIN)/pip freeze --exclude-editable | grep -v '^vlrollout' > requirements.lock
+
+# Regenerate the processor regression snapshots (review `git diff tests/snapshots` before committing).
+SNAPSHOT_FAMILIES := qwen2_vl qwen2_5_vl qwen3_vl llava llava_onevision gemma3 idefics3
+snapshots: setup
+	@for f in $(SNAPSHOT_FAMILIES); do $(BIN)/vlrollout snapshot --processor offline:$$f --data assets/samples/data.jsonl --out tests/snapshots/$$f.json || exit 1; done

@@ -50,8 +50,9 @@ class Photo:
 
     @property
     def label(self) -> str:
-        prefix = "sample " if self.source == "assets/samples" else ""
-        return f"{prefix}{self.width}x{self.height}"
+        if self.source == "assets/samples":
+            return f"{self.path.name} {self.width}x{self.height}"
+        return f"{self.width}x{self.height}"
 
 
 def grace_hopper_path() -> Path | None:
@@ -88,10 +89,10 @@ def derive(source: Image.Image, width: int, height: int) -> Image.Image:
 
 
 def sample_images() -> list[Path]:
-    """``assets/samples`` images (sorted), or ``[]`` when the folder does not exist."""
+    """``assets/samples`` images, searched recursively and sorted; ``[]`` without the folder."""
     if not SAMPLES.is_dir():
         return []
-    return sorted(p for p in SAMPLES.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
+    return sorted(p for p in SAMPLES.rglob("*") if p.suffix.lower() in _IMAGE_SUFFIXES)
 
 
 def bench_photos(
@@ -100,6 +101,9 @@ def bench_photos(
     include_samples: bool = True,
 ) -> list[Photo]:
     """Write one JPEG (quality 90) per size into ``out_dir``; add ``assets/samples`` images.
+
+    Samples are taken once per distinct size and format (the committed samples are a dozen tiny
+    synthetic PNGs in three sizes: more of the same size measure nothing new).
 
     Returns:
         The photos, derived ones first in the order of ``sizes``, then the samples.
@@ -118,7 +122,11 @@ def bench_photos(
         derive(source, width, height).save(path, format="JPEG", quality=JPEG_QUALITY)
         photos.append(Photo(path, width, height, kind))
     if include_samples:
+        seen = set()
         for path in sample_images():
             with Image.open(path) as im:
-                photos.append(Photo(path, im.width, im.height, "assets/samples"))
+                key = (im.width, im.height, im.format)
+                if key not in seen:
+                    seen.add(key)
+                    photos.append(Photo(path, im.width, im.height, "assets/samples"))
     return photos

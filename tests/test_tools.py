@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from vlrollout.processors.base import ImageGeometry
@@ -313,3 +314,65 @@ def test_run_tool_calls_caps_calls_per_turn():
     outcomes = run_tool_calls(calls, BUILTIN_TOOLS, _ctx(), max_calls=2)
     assert [o.ok for o in outcomes] == [True, True, False]
     assert "at most 2" in outcomes[2].error
+
+
+# -- observation encoding -----------------------------------------------------------------
+
+
+def _outcome(text="", images=()):
+    from vlrollout.tools import ToolOutcome
+
+    return ToolOutcome("t", ToolResult(text, list(images)))
+
+
+def test_response_parts_number_new_images_in_order():
+    from vlrollout.tools.observation import parts_text, response_parts
+
+    red, blue = Image.new("RGB", (8, 8), "red"), Image.new("RGB", (8, 8), "blue")
+    parts = response_parts([_outcome("a", [red, blue]), _outcome("b")], first_image_index=3)
+    assert parts_text(parts) == (
+        "<tool_response>\nImage 3: <image>\nImage 4: <image>\na\n</tool_response>\n"
+        "<tool_response>\nb\n</tool_response>"
+    )
+
+
+def test_text_observation_equals_the_chat_template_difference(tokenizer, qwen2vl_processor):
+    from vlrollout.processors.auto import AutoProcessorPreprocessor
+    from vlrollout.tools.observation import ObservationEncoder
+    from vlrollout.workflows.multi_attempt import feedback_token_ids
+
+    encoder = ObservationEncoder(AutoProcessorPreprocessor(qwen2vl_processor))
+    obs = encoder.encode([_outcome("Image 0: 64x64 pixels")], 1, close_turn=False)
+    expected = "<tool_response>\nImage 0: 64x64 pixels\n</tool_response>"
+    assert obs.token_ids == feedback_token_ids(tokenizer, expected)
+    assert obs.multi_modal_input == {} and obs.mm_token_type_ids == [0] * len(obs.token_ids)
+    closed = encoder.encode([_outcome("Image 0: 64x64 pixels")], 1, close_turn=True)
+    assert closed.token_ids == [tokenizer.eos_token_id, *obs.token_ids]
+
+
+def test_image_observation_expands_placeholders_per_image(tokenizer, qwen2vl_processor):
+    from vlrollout.processors.auto import AutoProcessorPreprocessor
+    from vlrollout.tools.observation import ObservationEncoder
+
+    pre = AutoProcessorPreprocessor(qwen2vl_processor, max_pixels=56 * 56)
+    encoder = ObservationEncoder(pre)
+    images = [Image.new("RGB", (200, 100), "red"), Image.new("RGB", (30, 60), "blue")]
+    huge = Image.new("RGB", (150, 150))
+    pre.max_image_pixels = 200 * 100
+    obs = encoder.encode([_outcome("x", images), _outcome("y", [huge])], 2, close_turn=False)
+    grid = obs.multi_modal_input["image_grid_thw"]
+    direct = qwen2vl_processor(
+        text=["<|vision_start|><|image_pad|><|vision_end|>" * 2],
+        images=[images],
+        images_kwargs={"size": {"shortest_edge": 56 * 56, "longest_edge": 56 * 56}},
+        return_tensors="pt",
+    )
+    assert torch.equal(grid, direct["image_grid_thw"])
+    assert torch.equal(obs.multi_modal_input["pixel_values"], direct["pixel_values"])
+    image_token = qwen2vl_processor.image_token_id
+    assert obs.token_ids.count(image_token) == int(grid.prod(-1).sum()) // 4
+    assert obs.mm_token_type_ids == [int(t == image_token) for t in obs.token_ids]
+    assert [(g.original_width, g.original_height) for g in obs.geometry] == [(200, 100), (30, 60)]
+    # The over-limit image became an error for its call; the other call kept its images.
+    assert [o.ok for o in obs.outcomes] == [True, False] and obs.num_errors == 1
+    assert "image_too_large" not in obs.text and "unusable" in obs.text

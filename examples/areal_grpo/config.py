@@ -66,7 +66,9 @@ class VLRolloutConfig:
                 f"({self.max_pixels})"
             )
         if self.reward_timeout_s <= 0:
-            raise ValueError(f"vlrollout.reward_timeout_s must be positive, got {self.reward_timeout_s}")
+            raise ValueError(
+                f"vlrollout.reward_timeout_s must be positive, got {self.reward_timeout_s}"
+            )
 
 
 @dataclass

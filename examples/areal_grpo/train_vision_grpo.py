@@ -19,10 +19,9 @@ from typing import Any
 
 from areal.api.cli_args import GenerationHyperparameters, load_expr_config
 
+from examples.areal_grpo.config import VisionGRPOConfig
 from vlrollout.datasets import DataFileError, load_items
 from vlrollout.workflows.steps import resolve_callable
-
-from examples.areal_grpo.config import VisionGRPOConfig
 
 #: The workflow AReaL builds on each rollout worker, by import path.
 WORKFLOW = "vlrollout.workflows.VisionRLVRWorkflow"
@@ -42,7 +41,7 @@ def load_dataset(path: str | Path) -> list[dict[str, Any]]:
     Raises:
         DataFileError: The file is unreadable, or an item has no ``messages``.
 
-    >>> load_dataset("missing.jsonl")
+    >>> load_dataset("missing.jsonl")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     vlrollout.datasets.DataFileError: data file ... does not exist
@@ -60,9 +59,7 @@ def load_dataset(path: str | Path) -> list[dict[str, Any]]:
     return items
 
 
-def workflow_kwargs(
-    config: VisionGRPOConfig, gconfig: GenerationHyperparameters
-) -> dict[str, Any]:
+def workflow_kwargs(config: VisionGRPOConfig, gconfig: GenerationHyperparameters) -> dict[str, Any]:
     """Constructor arguments of ``VisionRLVRWorkflow``, all JSON-serialisable.
 
     AReaL builds the workflow on every rollout worker from these, so the tokenizer and processor

@@ -43,6 +43,11 @@ from vlrollout.scripted_engine import ScriptedEngine
 from vlrollout.tiny.synthetic import generate_items, write_dataset
 from vlrollout.workflows import VisionRLVRWorkflow
 
+# AReaL's config loader imports swanlab (stats logging), which warns about Python 3.13 enums.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:In 3.13 classes created inside an enum will not become a member:DeprecationWarning"
+)
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_YAML = REPO / "examples" / "areal_grpo" / "vision_grpo.yaml"
 SCALE_OUT_DOC = REPO / "docs" / "scale_out.md"
@@ -129,6 +134,11 @@ def test_yaml_takes_areal_overrides_including_vllm(tmp_path):
     assert "vllm:d1" in written.read_text()
 
 
+def test_yaml_dataset_loads_and_every_task_has_a_reward(config):
+    items = load_dataset(REPO / config.train_dataset.path)
+    assert {item["task"] for item in items} == set(example_rewards.shapes.rewards)
+
+
 def test_registry_name_as_reward_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="import path.*get_reward\\('count'\\)"):
         VLRolloutConfig(reward="count")
@@ -151,10 +161,53 @@ def test_train_kwargs_bind_to_ppotrainer(config):
 
     kwargs = train_kwargs(config)
     inspect.signature(PPOTrainer.train).bind(object(), **kwargs)
-    inspect.signature(PPOTrainer.__init__).bind(object(), config, train_dataset=[], valid_dataset=[])
+    inspect.signature(PPOTrainer.__init__).bind(
+        object(), config, train_dataset=[], valid_dataset=[]
+    )
     assert kwargs["workflow"] == kwargs["eval_workflow"] == "vlrollout.workflows.VisionRLVRWorkflow"
     assert kwargs["workflow_kwargs"]["gconfig"] == config.gconfig
     assert kwargs["eval_workflow_kwargs"]["gconfig"] == config.eval_gconfig
+
+
+def test_main_hands_config_datasets_and_workflow_to_ppotrainer(monkeypatch, tmp_path, sample_file):
+    import areal
+
+    from examples.areal_grpo import train_vision_grpo
+
+    calls = {}
+
+    class FakeTrainer:  # PPOTrainer needs GPUs and servers; record what main() gives it
+        def __init__(self, config, train_dataset=None, valid_dataset=None):
+            calls["init"] = (config, train_dataset, valid_dataset)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def train(self, **kwargs):
+            calls["train"] = kwargs
+
+    monkeypatch.setattr(areal, "PPOTrainer", FakeTrainer)
+    train_vision_grpo.main(
+        [
+            "--config",
+            str(EXAMPLE_YAML),
+            f"cluster.fileroot={tmp_path / 'fileroot'}",
+            f"cluster.name_resolve.nfs_record_root={tmp_path / 'name_resolve'}",
+            f"train_dataset.path={sample_file}",
+            f"valid_dataset.path={sample_file}",
+        ]
+    )
+    config, train, valid = calls["init"]
+    assert isinstance(config, VisionGRPOConfig)
+    assert (
+        [i["id"] for i in train]
+        == [i["id"] for i in valid]
+        == [i["id"] for i in load_dataset(sample_file)]
+    )
+    assert calls["train"] == train_kwargs(config)
 
 
 def test_workflow_kwargs_travel_as_json_and_construct_the_workflow(
@@ -242,7 +295,10 @@ def test_run_config_with_remote_engine(tmp_path):
         "engine: {kind: sglang, model: /models/qwen, addresses: ['10.0.0.1:30000', '10.0.0.2:30000']}\n"
     )
     cfg = RunConfig.load(path)
-    assert cfg.engine.kind == "sglang" and cfg.engine.addresses == ["10.0.0.1:30000", "10.0.0.2:30000"]
+    assert cfg.engine.kind == "sglang" and cfg.engine.addresses == [
+        "10.0.0.1:30000",
+        "10.0.0.2:30000",
+    ]
 
     path.write_text("engine: {kind: vllm, model: /models/qwen}\n")
     with pytest.raises(ValueError, match="engine.kind='vllm' needs engine.addresses"):

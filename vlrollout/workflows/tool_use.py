@@ -253,7 +253,7 @@ class VisionToolWorkflow(RolloutWorkflow):
             prepared.input_ids,
             resp.output_tokens,
             task_data,
-            geometry=[g.to_dict() for g in prepared.geometry],
+            geometry=[g.to_dict() for g in ep.tools.geometry],
         )
         log_reward(
             reward=reward,
