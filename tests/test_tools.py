@@ -63,6 +63,12 @@ def test_box_to_pixels_hand_computed(box, frame, expected):
     assert box_to_pixels(box, GEO, frame, (640, 480)) == expected
 
 
+def test_box_to_pixels_ignores_float_noise():
+    # 750 * (68 / 1000) = 51.00000000000001 in floating point: still pixel 51, not 52.
+    geo = ImageGeometry(68, 68, 56, 56)
+    assert box_to_pixels([0, 0, 750, 750], geo, "norm1000", (68, 68)) == (0, 0, 51, 51)
+
+
 @pytest.mark.parametrize(
     ("box", "message"),
     [

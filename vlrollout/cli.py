@@ -62,18 +62,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _add_make_samples(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("make-samples", help="generate the synthetic sample set (images + JSONL)")
-    p.add_argument("--output", default="assets/samples")
-    p.add_argument("--n", type=int, default=12)
-    p.add_argument("--seed", type=int, default=12345)
+    p = sub.add_parser(
+        "make-samples",
+        help="generate the synthetic sample set (images + JSONL; arguments go to the generator)",
+        add_help=False,
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_make_samples)
 
 
 def _cmd_make_samples(args: argparse.Namespace) -> int:
     from vlrollout.tiny import synthetic
 
-    path = synthetic.write_sample_set(args.output, n=args.n, seed=args.seed)
-    print(f"wrote {path}")
+    synthetic.main(args.rest)
     return 0
 
 

@@ -24,6 +24,7 @@ import json
 import math
 import platform
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,14 @@ from vlrollout.tiny.tokenizer import build_bpe_tokenizer, build_qwen2vl_processo
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", default="assets/tiny-qwen2vl", help="output folder (save_pretrained)")
-    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--steps", type=int, default=3000, help="maximum optimizer steps")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=22.0,
+        help="training-loop time cap; the LR schedule follows max(step/steps, time/cap); "
+        "0 = steps only (deterministic)",
+    )
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--min-lr-ratio", type=float, default=0.05)
@@ -62,7 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--train-seed", type=int, default=TRAIN_SEED)
     p.add_argument("--eval-seed", type=int, default=EVAL_SEED)
     p.add_argument("--eval-per-task", type=int, default=200, help="held-out items per task")
-    p.add_argument("--eval-every", type=int, default=500, help="quick eval + checkpoint interval")
+    p.add_argument("--eval-every", type=int, default=400, help="quick eval + checkpoint interval")
+    p.add_argument("--quick-eval-per-task", type=int, default=32)
     p.add_argument(
         "--threads",
         type=int,
@@ -87,14 +96,24 @@ def parse_mix(spec: str) -> dict[str, float]:
     return mix
 
 
-def lr_at(step: int, args: argparse.Namespace) -> float:
-    """Linear warm-up to ``lr``, cosine decay to ``lr * min_lr_ratio`` at the last step."""
-    if step < args.warmup:
-        return args.lr * (step + 1) / args.warmup
-    t = (step - args.warmup) / max(1, args.steps - args.warmup)
-    return args.lr * (
-        args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
-    )
+def progress_at(step: int, elapsed_s: float, args: argparse.Namespace) -> float:
+    """Training progress in [0, 1]: the larger of steps done and training time used.
+
+    With ``--max-minutes 0`` it is ``step / steps`` and the run is deterministic. With a time cap
+    the schedule follows whichever budget runs out first, so a run on a busy shared machine still
+    ends annealed (at fewer steps) instead of being cut off at a high learning rate.
+    """
+    p = step / args.steps
+    if args.max_minutes > 0:
+        p = max(p, elapsed_s / (args.max_minutes * 60))
+    return min(1.0, p)
+
+
+def lr_at(step: int, progress: float, args: argparse.Namespace) -> float:
+    """Linear warm-up over ``warmup`` steps times a cosine from ``lr`` to ``lr * min_lr_ratio``."""
+    warm = min(1.0, (step + 1) / args.warmup) if args.warmup > 0 else 1.0
+    cos = 0.5 * (1 + math.cos(math.pi * progress))
+    return args.lr * warm * (args.min_lr_ratio + (1 - args.min_lr_ratio) * cos)
 
 
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -145,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"params {n_params / 1e6:.3f}M  vocab {len(tokenizer)}", flush=True)
 
     baselines = baselines_from_training(args.train_seed)
-    quick_eval = eval_items(args.eval_seed, min(48, args.eval_per_task))
+    quick_eval = eval_items(args.eval_seed, min(args.quick_eval_per_task, args.eval_per_task))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     rng = random.Random(args.seed)
     names, weights = list(mix), list(mix.values())
@@ -177,10 +196,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
 
     losses: list[float] = []
-    loss_curve: list[list[float]] = []  # [step, mean loss over the last log_every steps]
+    loss_curve: list[list[float]] = []  # [step, mean loss of the last log_every steps, lr, s]
     task_losses: dict[str, list[float]] = {t: [] for t in TASKS}
+    stopped_by = "steps"
+    t_train = time.time()
+    step = 0
     model.train()
-    for step in range(args.steps):
+    while step < args.steps:
+        progress = progress_at(step, time.time() - t_train, args)
+        if progress >= 1.0:
+            stopped_by = "time"
+            break
+        lr = lr_at(step, progress, args)
         tasks = rng.choices(names, weights, k=args.batch_size)
         items = []
         for t in tasks:
@@ -189,52 +216,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         batch = encode_batch(processor, items, with_solution=True)
         labels = batch.pop("labels")
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args)
-        logits = model(**batch).logits
-        per_example = answer_loss(logits, labels)
+            g["lr"] = lr
+        per_example = answer_loss(model(**batch).logits, labels)
         loss = per_example.mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         opt.step()
+        step += 1
         losses.append(loss.item())
         for t, v in zip(tasks, per_example.tolist(), strict=True):
             task_losses[t].append(v)
-        if (step + 1) % args.log_every == 0 or step == 0:
+        if step % args.log_every == 0 or step == 1:
             avg = sum(losses[-args.log_every :]) / len(losses[-args.log_every :])
-            per_task = " ".join(
-                f"{t} {sum(v) / max(1, len(v)):.3f}" for t, v in task_losses.items() if v
-            )
-            loss_curve.append([step + 1, round(avg, 4)])
+            per_task = " ".join(f"{t} {sum(v) / len(v):.3f}" for t, v in task_losses.items() if v)
+            elapsed = time.time() - t_start
+            loss_curve.append([step, round(avg, 4), float(f"{lr:.3e}"), round(elapsed, 1)])
             print(
-                f"step {step + 1} loss {avg:.4f} ({per_task}) lr {lr_at(step, args):.2e} "
-                f"t {time.time() - t_start:.0f}s",
-                flush=True,
+                f"step {step} loss {avg:.4f} ({per_task}) lr {lr:.2e} t {elapsed:.0f}s", flush=True
             )
             task_losses = {t: [] for t in TASKS}
-        if (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
+        if step % args.eval_every == 0 and step < args.steps:
             metrics = evaluate(model, processor, quick_eval, baselines)
             model.train()
             history.append(
                 {
-                    "step": step + 1,
+                    "step": step,
                     "wall_time_s": round(time.time() - t_start, 1),
                     "loss": sum(losses[-100:]) / len(losses[-100:]),
                     **{k: v for k, v in metrics.items() if k != "examples"},
                 }
             )
             print(json.dumps(history[-1]), flush=True)
-            save(
-                model, processor, out / "checkpoint", make_record(step + 1, metrics, losses, False)
-            )
+            save(model, processor, out / "checkpoint", make_record(step, metrics, losses, False))
 
     metrics = evaluate(model, processor, eval_items(args.eval_seed, args.eval_per_task), baselines)
     if args.dtype == "bfloat16":
         model = model.to(torch.bfloat16)
-    record = make_record(args.steps, metrics, losses, True)
+    record = make_record(step, metrics, losses, True)
+    record["stopped_by"] = stopped_by
     save(model, processor, out, record)
-    print(json.dumps({k: v for k, v in metrics.items()}, indent=1), flush=True)
-    print(f"saved {out} in {record['wall_time_s']}s", flush=True)
+    shutil.rmtree(out / "checkpoint", ignore_errors=True)
+    print(json.dumps(metrics, indent=1), flush=True)
+    print(f"saved {out} after {step} steps ({stopped_by}) in {record['wall_time_s']}s", flush=True)
     return record
 
 

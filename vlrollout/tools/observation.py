@@ -150,7 +150,7 @@ class ObservationEncoder:
         kwargs: dict[str, Any] = {
             "text": [text],
             "return_tensors": "pt",
-            "add_special_tokens": True,
+            "add_special_tokens": False,
         }
         if images:
             kwargs["images"] = [[im.image for im in images]]

@@ -7,6 +7,7 @@ from each other.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,12 +36,21 @@ def load_tokenizer(tokenizer: Any) -> Any:
 
 
 def load_processor(processor: Any) -> Any:
-    """A processor object, or one loaded from a local path with ``AutoProcessor``."""
-    if isinstance(processor, str):
-        from transformers import AutoProcessor
+    """A processor object, or one loaded from a local path with ``AutoProcessor``.
 
-        return AutoProcessor.from_pretrained(processor)
+    Paths are loaded once per process: AReaL builds a workflow from its import path and kwargs for
+    every submitted item, which would otherwise re-read the processor from disk each time.
+    """
+    if isinstance(processor, str):
+        return _load_processor_from_path(processor)
     return processor
+
+
+@functools.lru_cache(maxsize=8)
+def _load_processor_from_path(path: str) -> Any:
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(path, local_files_only=True)
 
 
 def text_preprocessor(tokenizer: Any, enable_thinking: bool = False) -> Preprocessor:
