@@ -180,7 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands whose arguments belong to another module's own parser.
+PASS_THROUGH = {"make-samples": _cmd_make_samples, "train-tiny": _cmd_train_tiny}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASS_THROUGH:
+        return PASS_THROUGH[argv[0]](argparse.Namespace(rest=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     return args.func(args)

@@ -9,7 +9,7 @@ import torch
 
 from vlrollout.tiny.evaluate import IGNORE_INDEX, box_iou, encode_batch, first_int
 from vlrollout.tiny.synthetic import generate_items
-from vlrollout.tiny.train import answer_loss, lr_at, main, parse_args, parse_mix
+from vlrollout.tiny.train import answer_loss, lr_at, main, parse_args, parse_mix, progress_at
 
 
 def test_labels_cover_exactly_the_solution_and_im_end(qwen2vl_processor):
@@ -43,11 +43,19 @@ def test_answer_loss_ignores_prompt_positions():
     assert torch.allclose(base[1], want)
 
 
-def test_lr_schedule_and_mix_validation():
-    args = parse_args(["--steps", "100", "--warmup", "10", "--lr", "1e-3", "--min-lr-ratio", "0.1"])
-    assert lr_at(0, args) == pytest.approx(1e-4)
-    assert lr_at(9, args) == pytest.approx(1e-3)
-    assert lr_at(100, args) == pytest.approx(1e-4)
+def test_lr_schedule_progress_and_mix_validation():
+    args = parse_args(
+        ["--steps", "100", "--warmup", "10", "--lr", "1e-3", "--min-lr-ratio", "0.1"]
+        + ["--max-minutes", "0"]
+    )
+    assert lr_at(0, 0.0, args) == pytest.approx(1e-4)  # warm-up
+    assert lr_at(10, 0.0, args) == pytest.approx(1e-3)
+    assert lr_at(50, 0.5, args) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))
+    assert lr_at(99, 1.0, args) == pytest.approx(1e-4)
+    assert progress_at(50, 1e6, args) == 0.5  # no time cap: steps only
+    capped = parse_args(["--steps", "100", "--max-minutes", "1"])
+    assert progress_at(10, 45.0, capped) == pytest.approx(0.75)  # time runs out first
+    assert progress_at(90, 6.0, capped) == pytest.approx(0.9)
     assert parse_mix("count=1,ground=0.5") == {"count": 1.0, "ground": 0.5}
     with pytest.raises(ValueError, match="unknown task"):
         parse_mix("detect=1")
@@ -75,6 +83,8 @@ def test_smoke_training_decreases_loss(tmp_path):
             "5",
             "--warmup",
             "5",
+            "--max-minutes",
+            "0",
             "--batch-size",
             "16",
         ]
