@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pycocoevalcap.cider.cider_scorer import CiderScorer  # noqa: E402
+
 from vlrollout.rewards.box_scores import match_boxes, pairwise_iou  # noqa: E402
 from vlrollout.rewards.caption import CiderD  # noqa: E402
 from vlrollout.rewards.text_tokenize import whitespace_tokenize  # noqa: E402

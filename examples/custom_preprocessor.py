@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PIL import Image
+
 from vlrollout.processors import AutoProcessorPreprocessor, PreparedPrompt, load_image
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.cache import item_key

@@ -123,5 +123,7 @@ class ByTask(Reward):
             raise ValueError(
                 f"no reward for {self.key}={task!r}; known tasks: {sorted(self.rewards)}"
             )
-        result = score_any(self.rewards[task], prompt, completions, prompt_ids, completion_ids, **task_data)
+        result = score_any(
+            self.rewards[task], prompt, completions, prompt_ids, completion_ids, **task_data
+        )
         return RewardResult(result.value, result.reason, {**result.details, "task": task})

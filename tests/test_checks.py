@@ -41,7 +41,11 @@ def test_prepared_requests_pass_and_stripped_requests_fail(qwen2vl_processor):
         check_request_images(blind, prepared.image_token_id)
     message = str(e.value)
     assert "1 image placeholder run" in message
-    assert "image_data has 0 images" in message and "vision_msg_vllm" in message and "pixel_values" in message
+    assert (
+        "image_data has 0 images" in message
+        and "vision_msg_vllm" in message
+        and "pixel_values" in message
+    )
 
 
 def test_same_processor_has_parity(qwen2vl_processor):
@@ -70,6 +74,11 @@ def test_workflow_runs_parity_check_before_the_first_episode(tokenizer, qwen2vl_
 
     engine = ScriptedEngine([[tokenizer.eos_token_id]])
     engine.processor = build_qwen2vl_processor(tokenizer, max_pixels=224 * 224)
-    wf = VisionRLVRWorkflow("tests.workflows.reward_fns.contains_answer", GenerationHyperparameters(), tokenizer, qwen2vl_processor)
+    wf = VisionRLVRWorkflow(
+        "tests.workflows.reward_fns.contains_answer",
+        GenerationHyperparameters(),
+        tokenizer,
+        qwen2vl_processor,
+    )
     with pytest.raises(ParityError):
         asyncio.run(wf.arun_episode(engine, {"id": "p", **ITEM}))

@@ -17,7 +17,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _package_dirs() -> dict[str, Path]:
     """Every folder with an __init__.py under the three package roots, by dotted name."""
-    roots = {"vlrollout": REPO / "vlrollout", "vlrollout.processors": REPO / "processors", "vlrollout.rewards": REPO / "rewards"}
+    roots = {
+        "vlrollout": REPO / "vlrollout",
+        "vlrollout.processors": REPO / "processors",
+        "vlrollout.rewards": REPO / "rewards",
+    }
     found = {}
     for name, root in roots.items():
         for init in root.rglob("__init__.py"):
@@ -42,7 +46,10 @@ def test_processors_and_rewards_install_under_vlrollout():
 
 def test_help_lists_the_commands():
     out = subprocess.run(
-        [sys.executable, "-m", "vlrollout.cli", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "vlrollout.cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     for command in ("run", "make-samples", "train-tiny", "snapshot", "check"):
         assert command in out
@@ -50,9 +57,15 @@ def test_help_lists_the_commands():
 
 def test_yaml_then_flags(tmp_path):
     cfg_file = tmp_path / "c.yaml"
-    cfg_file.write_text("group_size: 3\ngconfig: {max_new_tokens: 7, temperature: 0.5}\nengine: {kind: local, model: m}\n")
-    args = build_parser().parse_args(["run", "--config", str(cfg_file), "--max-new-tokens", "9", "--model", "other"])
-    overrides = {k: v for k, v in vars(args).items() if k not in ("config", "func", "command", "no_progress")}
+    cfg_file.write_text(
+        "group_size: 3\ngconfig: {max_new_tokens: 7, temperature: 0.5}\nengine: {kind: local, model: m}\n"
+    )
+    args = build_parser().parse_args(
+        ["run", "--config", str(cfg_file), "--max-new-tokens", "9", "--model", "other"]
+    )
+    overrides = {
+        k: v for k, v in vars(args).items() if k not in ("config", "func", "command", "no_progress")
+    }
     cfg = RunConfig.load(args.config, **overrides)
     assert cfg.group_size == 3
     assert cfg.gconfig == {"max_new_tokens": 9, "temperature": 0.5}

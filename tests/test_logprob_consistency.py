@@ -39,7 +39,9 @@ def _gconfig():
 def _vision_item():
     return {
         "id": "v",
-        "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}
+        ],
         "images": [Image.new("RGB", (90, 60), (200, 30, 30))],
         "answer": "never-matches",
     }
@@ -64,7 +66,9 @@ def test_vision_trajectory(model_and_engine):
 
 def test_multi_turn_vision_trajectory(model_and_engine):
     model, processor, engine = model_and_engine
-    wf = VisionMultiAttemptWorkflow(REWARD, _gconfig(), processor.tokenizer, processor, max_turns=3, turn_discount=0.9)
+    wf = VisionMultiAttemptWorkflow(
+        REWARD, _gconfig(), processor.tokenizer, processor, max_turns=3, turn_discount=0.9
+    )
     traj = asyncio.run(wf.arun_episode(engine, _vision_item()))
     report = logprob_consistency(model, traj, temperature=TEMPERATURE)
     assert report.n_tokens == 24 and report.ok(ATOL), report

@@ -63,7 +63,9 @@ def test_generated_turn_must_continue_the_sequence_exactly():
 
 
 def test_response_with_mismatched_logprobs_is_rejected():
-    bad = ModelResponse(input_tokens=[1], output_tokens=[2, 3], output_logprobs=[-1.0], output_versions=[0, 0])
+    bad = ModelResponse(
+        input_tokens=[1], output_tokens=[2, 3], output_logprobs=[-1.0], output_versions=[0, 0]
+    )
     with pytest.raises(PackingError, match="2 output tokens but 1 logprobs"):
         pack_single_turn([1], bad, 0.0)
 
@@ -76,7 +78,9 @@ def test_no_generated_turn_is_an_error():
 def test_vision_images_of_all_segments_concatenate_in_order():
     img_a = {"pixel_values": torch.full((4, 6), 1.0), "image_grid_thw": torch.tensor([[1, 2, 2]])}
     img_b = {"pixel_values": torch.full((8, 6), 2.0), "image_grid_thw": torch.tensor([[1, 2, 4]])}
-    b = TrajectoryBuilder(prompt_ids=[1, 7, 2], multi_modal_input=img_a, mm_token_type_ids=[0, 1, 0])
+    b = TrajectoryBuilder(
+        prompt_ids=[1, 7, 2], multi_modal_input=img_a, mm_token_type_ids=[0, 1, 0]
+    )
     b.add_generated(_resp([1, 7, 2], [3]))
     b.add_observation([7, 7], multi_modal_input=img_b, mm_token_type_ids=[1, 1])
     b.add_generated(_resp([1, 7, 2, 3, 7, 7], [4]))
@@ -92,7 +96,9 @@ def test_vision_images_of_all_segments_concatenate_in_order():
 
 def test_merge_rejects_segments_with_different_keys():
     with pytest.raises(PackingError, match="keys"):
-        merge_multi_modal_inputs([{"pixel_values": torch.zeros(1)}, {"image_sizes": torch.zeros(1)}])
+        merge_multi_modal_inputs(
+            [{"pixel_values": torch.zeros(1)}, {"image_sizes": torch.zeros(1)}]
+        )
 
 
 def test_group_concatenates_with_areal_concat_padded_tensors():

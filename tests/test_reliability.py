@@ -18,15 +18,24 @@ GCONFIG = GenerationHyperparameters(max_new_tokens=8)
 
 
 def _item(i, **extra):
-    return {"id": f"q{i}", "messages": [{"role": "user", "content": f"2+2? ({i})"}], "answer": "4", **extra}
+    return {
+        "id": f"q{i}",
+        "messages": [{"role": "user", "content": f"2+2? ({i})"}],
+        "answer": "4",
+        **extra,
+    }
 
 
 class AbortingEngine(ScriptedEngine):
     async def agenerate(self, req):
         resp = await super().agenerate(req)
-        return ModelResponse(input_tokens=resp.input_tokens, output_tokens=resp.output_tokens,
-                             output_logprobs=resp.output_logprobs, output_versions=resp.output_versions,
-                             stop_reason="abort")
+        return ModelResponse(
+            input_tokens=resp.input_tokens,
+            output_tokens=resp.output_tokens,
+            output_logprobs=resp.output_logprobs,
+            output_versions=resp.output_versions,
+            stop_reason="abort",
+        )
 
 
 def test_engine_abort_rejects_with_reason(tokenizer):
@@ -82,13 +91,17 @@ def test_cancelled_episode_leaks_no_tasks(tokenizer):
 
 def test_hundreds_of_concurrent_episodes_complete_and_add_up(tokenizer):
     rng = random.Random(0)
-    answers = [tokenizer.encode(a, add_special_tokens=False) + [tokenizer.eos_token_id] for a in ("4", "5")]
+    answers = [
+        tokenizer.encode(a, add_special_tokens=False) + [tokenizer.eos_token_id] for a in ("4", "5")
+    ]
     engine = ScriptedEngine(lambda req: rng.choice(answers), latency_s=(0.0, 0.02), seed=1)
     wf = RLVRWorkflow("tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer)
     items = [_item(i) for i in range(400)] + [{"id": f"bad{i}", "messages": 3} for i in range(50)]
 
     async def main():
-        return await asyncio.wait_for(asyncio.gather(*(wf.arun_episode(engine, it) for it in items)), 240)
+        return await asyncio.wait_for(
+            asyncio.gather(*(wf.arun_episode(engine, it) for it in items)), 240
+        )
 
     results = asyncio.run(main())
     kept = [r for r in results if r is not None]
@@ -99,12 +112,19 @@ def test_hundreds_of_concurrent_episodes_complete_and_add_up(tokenizer):
 
 
 def test_prepared_prompt_cache_stays_within_its_bound_under_load(tokenizer, qwen2vl_processor):
-    wf = VisionRLVRWorkflow("tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, qwen2vl_processor)
+    wf = VisionRLVRWorkflow(
+        "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, qwen2vl_processor
+    )
     wf.ctx.prompts.maxsize = 16
     engine = ScriptedEngine([[tokenizer.eos_token_id]], latency_s=(0.0, 0.005))
     image = Image.new("RGB", (40, 30), "red")
     items = [
-        {"id": f"v{i}", "messages": [{"role": "user", "content": "<image>count"}], "images": [image], "answer": "1"}
+        {
+            "id": f"v{i}",
+            "messages": [{"role": "user", "content": "<image>count"}],
+            "images": [image],
+            "answer": "1",
+        }
         for i in range(120)
     ]
 

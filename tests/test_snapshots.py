@@ -65,10 +65,22 @@ def test_pixel_change_without_size_change_is_caught():
 
 
 def test_check_command_passes_on_a_clean_checkout_and_fails_on_max_pixels():
-    base = [sys.executable, "-m", "vlrollout.cli", "check", "--processor", "offline:qwen2_vl",
-            "--data", str(DATA), "--snapshot", str(SNAPSHOTS / "qwen2_vl.json")]
+    base = [
+        sys.executable,
+        "-m",
+        "vlrollout.cli",
+        "check",
+        "--processor",
+        "offline:qwen2_vl",
+        "--data",
+        str(DATA),
+        "--snapshot",
+        str(SNAPSHOTS / "qwen2_vl.json"),
+    ]
     ok = subprocess.run(base, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    bad = subprocess.run(base + ["--min-pixels", "784", "--max-pixels", "3136"], capture_output=True, text=True)
+    bad = subprocess.run(
+        base + ["--min-pixels", "784", "--max-pixels", "3136"], capture_output=True, text=True
+    )
     assert bad.returncode == 1
     assert "image_grid_thw: expected" in bad.stdout

@@ -125,13 +125,20 @@ def check_processor_parity(
     our_settings.update({k: v for k, v in overrides.items() if k in RESIZE_ATTRIBUTES})
     for key in sorted(set(engine_settings) & set(our_settings)):
         if engine_settings[key] != our_settings[key]:
-            problems.append(f"{key}: engine {engine_settings[key]!r}, trainer {our_settings[key]!r}")
+            problems.append(
+                f"{key}: engine {engine_settings[key]!r}, trainer {our_settings[key]!r}"
+            )
     token_id = getattr(preprocessor, "image_token_id", None)
     if token_id is not None and not problems:
         for w, h in probe_sizes:
             image = Image.new("RGB", (w, h), (120, 60, 200))
             item = {
-                "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "probe"}]}],
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image"}, {"type": "text", "text": "probe"}],
+                    }
+                ],
                 "images": [image],
             }
             prepared = preprocessor.prepare(item)
@@ -164,7 +171,9 @@ class LogprobReport:
 
 
 @torch.no_grad()
-def recompute_logprobs(model: Any, trajectory: Mapping[str, Any], temperature: float = 1.0, row: int = 0) -> torch.Tensor:
+def recompute_logprobs(
+    model: Any, trajectory: Mapping[str, Any], temperature: float = 1.0, row: int = 0
+) -> torch.Tensor:
     """Log-probabilities of each token given its prefix, the way a trainer computes them.
 
     One forward pass over the whole packed sequence with its ``multi_modal_input`` (and
@@ -184,7 +193,9 @@ def recompute_logprobs(model: Any, trajectory: Mapping[str, Any], temperature: f
         for key, value in mm[row].items():
             kwargs[key] = value.to(device)
     if "mm_token_type_ids" in trajectory:
-        kwargs["mm_token_type_ids"] = trajectory["mm_token_type_ids"][row][mask].unsqueeze(0).to(device)
+        kwargs["mm_token_type_ids"] = (
+            trajectory["mm_token_type_ids"][row][mask].unsqueeze(0).to(device)
+        )
     logits = model(**kwargs).logits[0].float() / temperature
     logp = torch.log_softmax(logits[:-1], dim=-1)
     gathered = logp.gather(-1, ids[0, 1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()

@@ -20,7 +20,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="YAML file with RunConfig fields (see vlrollout/run_config.py)")
     p.add_argument("--data", help="JSONL or parquet data file")
     p.add_argument("--output", help="output folder (resumes if it has finished items)")
-    p.add_argument("--workflow", help="text | vision | multi_attempt | vision_multi_attempt | import path")
+    p.add_argument(
+        "--workflow", help="text | vision | multi_attempt | vision_multi_attempt | import path"
+    )
     p.add_argument("--reward", help="reward name (vlrollout.rewards registry) or import path")
     p.add_argument("--preprocessor", help="preprocessor name or import path")
     p.add_argument("--group-size", type=int, dest="group_size")
@@ -43,13 +45,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from vlrollout.run_main import run_from_config
     from vlrollout.run_config import RunConfig
+    from vlrollout.run_main import run_from_config
 
     overrides = {
-        k: v
-        for k, v in vars(args).items()
-        if k not in ("config", "func", "command", "no_progress")
+        k: v for k, v in vars(args).items() if k not in ("config", "func", "command", "no_progress")
     }
     cfg = RunConfig.load(args.config, **overrides)
     summary = run_from_config(cfg, progress=not args.no_progress)
@@ -127,7 +127,8 @@ def _snapshot_inputs(args: argparse.Namespace):
 
 def _add_snapshot(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "snapshot", help="record a processor regression snapshot (review the diff before committing)"
+        "snapshot",
+        help="record a processor regression snapshot (review the diff before committing)",
     )
     _add_snapshot_args(p)
     p.add_argument("--out", required=True, help="snapshot JSON to write")

@@ -25,7 +25,9 @@ def remote_engine(cfg: EngineConfig, max_concurrent_rollouts: int | None = None)
     )
 
 
-def make_engine(cfg: EngineConfig, seed: int = 0, max_concurrent_rollouts: int | None = None) -> Any:
+def make_engine(
+    cfg: EngineConfig, seed: int = 0, max_concurrent_rollouts: int | None = None
+) -> Any:
     """An initialised engine for ``cfg``; call ``destroy()`` when done."""
     if cfg.kind == "local":
         from vlrollout.engine.local import LocalInferenceEngine

@@ -196,7 +196,9 @@ class TrajectoryBuilder:
         return traj
 
 
-def merge_multi_modal_inputs(parts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def merge_multi_modal_inputs(
+    parts: Sequence[Mapping[str, torch.Tensor]],
+) -> dict[str, torch.Tensor]:
     """Concatenate per-segment image tensors along dim 0, key by key, in order.
 
     Qwen-VL style models take all images of a sequence as one ``pixel_values`` of shape

@@ -45,9 +45,7 @@ def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
     return get_reward(name)
 
 
-def build_workflow(
-    cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any
-) -> RolloutWorkflow:
+def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) -> RolloutWorkflow:
     """The workflow named by ``cfg.workflow`` (a built-in name or an import path)."""
     from vlrollout import workflows
 

@@ -149,7 +149,9 @@ class Runner:
                 episodes.append(
                     {
                         "reward": float(traj["rewards"][row]),
-                        "turns": [self.tokenizer.decode(t, skip_special_tokens=False) for t in turns],
+                        "turns": [
+                            self.tokenizer.decode(t, skip_special_tokens=False) for t in turns
+                        ],
                     }
                 )
         outcome = ItemOutcome(
@@ -232,7 +234,9 @@ def summarize(output: Path, items: Sequence[dict[str, Any]], wall_s: float) -> d
     rewards = [e["reward"] for _, o in outcomes for e in o["episodes"]]
     by_task: dict[str, list[float]] = {}
     for item, o in outcomes:
-        by_task.setdefault(str(item.get("task", "all")), []).extend(e["reward"] for e in o["episodes"])
+        by_task.setdefault(str(item.get("task", "all")), []).extend(
+            e["reward"] for e in o["episodes"]
+        )
     rejections = [dict(r, id=o["id"]) for _, o in outcomes for r in o["rejections"]]
     by_reason: dict[str, int] = {}
     for r in rejections:

@@ -38,7 +38,15 @@ QUANTUM = 64  # pixel_values are hashed after rounding to 1/64
 
 def library_versions() -> dict[str, str]:
     out = {}
-    for name in ("transformers", "torch", "torchvision", "pillow", "tokenizers", "areal", "vlrollout"):
+    for name in (
+        "transformers",
+        "torch",
+        "torchvision",
+        "pillow",
+        "tokenizers",
+        "areal",
+        "vlrollout",
+    ):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -46,7 +54,9 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def _channel_stats(pixel_values: torch.Tensor, channels: int = 3) -> tuple[list[float], list[float]]:
+def _channel_stats(
+    pixel_values: torch.Tensor, channels: int = 3
+) -> tuple[list[float], list[float]]:
     """Mean and std per colour channel, for any layout whose channel axis can be found.
 
     Qwen-VL flattens patches to ``[patches, C * T * P * P]`` (channel-major), other families use
@@ -163,7 +173,14 @@ def compare(
             diffs.append(Difference(item, "presence", item in exp_items, item in act_items))
             continue
         e, a = exp_items[item], act_items[item]
-        for key in ("prompt_len", "num_images", "image_token_count", "image_grid_thw", "geometry", "context"):
+        for key in (
+            "prompt_len",
+            "num_images",
+            "image_token_count",
+            "image_grid_thw",
+            "geometry",
+            "context",
+        ):
             if e.get(key) != a.get(key):
                 diffs.append(Difference(item, key, e.get(key), a.get(key)))
         ep, ap = e.get("pixel_values"), a.get("pixel_values")
@@ -175,7 +192,10 @@ def compare(
         for key in ("shape", "dtype"):
             if ep[key] != ap[key]:
                 diffs.append(Difference(item, f"pixel_values.{key}", ep[key], ap[key]))
-        for key, tol in (("channel_mean", tolerances.channel_mean), ("channel_std", tolerances.channel_std)):
+        for key, tol in (
+            ("channel_mean", tolerances.channel_mean),
+            ("channel_std", tolerances.channel_std),
+        ):
             if not _close(ep[key], ap[key], tol):
                 diffs.append(Difference(item, f"pixel_values.{key}", ep[key], ap[key]))
         if tolerances.check_hash and ep["hash"] != ap["hash"] and ep["shape"] == ap["shape"]:
@@ -183,14 +203,19 @@ def compare(
     return diffs
 
 
-def format_report(diffs: Sequence[Difference], expected: Mapping[str, Any], actual: Mapping[str, Any]) -> str:
+def format_report(
+    diffs: Sequence[Difference], expected: Mapping[str, Any], actual: Mapping[str, Any]
+) -> str:
     lines = [str(d) for d in diffs]
     ev, av = expected.get("versions", {}), actual.get("versions", {})
-    changed = {k: (ev.get(k), av.get(k)) for k in sorted(set(ev) | set(av)) if ev.get(k) != av.get(k)}
+    changed = {
+        k: (ev.get(k), av.get(k)) for k in sorted(set(ev) | set(av)) if ev.get(k) != av.get(k)
+    }
     if changed:
-        lines.append("library versions changed since the snapshot: " + ", ".join(
-            f"{k} {old} -> {new}" for k, (old, new) in changed.items()
-        ))
+        lines.append(
+            "library versions changed since the snapshot: "
+            + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+        )
     return "\n".join(lines)
 
 
@@ -223,5 +248,5 @@ def assert_matches_snapshot(
         raise AssertionError(
             f"{len(diffs)} difference(s) from snapshot {path}:\n"
             + format_report(diffs, expected, actual)
-            + f"\nIf the change is intended, regenerate with `vlrollout snapshot` and review the diff."
+            + "\nIf the change is intended, regenerate with `vlrollout snapshot` and review the diff."
         )

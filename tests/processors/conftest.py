@@ -5,9 +5,9 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from vlrollout.processors.offline import build_offline_processor
 
 from tests.processors.images import halves
+from vlrollout.processors.offline import build_offline_processor
 
 
 @pytest.fixture

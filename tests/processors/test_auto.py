@@ -4,9 +4,9 @@ import io
 import pytest
 import torch
 from PIL import Image
-from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError, Preprocessor
 
 from tests.processors.images import halves, png_bytes
+from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError, Preprocessor
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer
 
 

@@ -4,6 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from PIL import Image
+
 from vlrollout.processors.cache import PreparedPromptCache, item_key
 
 

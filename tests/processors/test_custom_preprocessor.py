@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
+
 from vlrollout.processors import PreparedPromptCache, get_preprocessor, register_preprocessor
 from vlrollout.processors.registry import unregister_preprocessor
 

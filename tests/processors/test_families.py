@@ -6,6 +6,7 @@ import importlib.util
 import pytest
 import torch
 from PIL import Image
+
 from vlrollout.processors import AutoProcessorPreprocessor
 from vlrollout.processors.families import GENERIC, adapter_for
 

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.image_loading import load_image, read_source
 
 from tests.processors.images import halves, png_bytes
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.image_loading import load_image, read_source
 
 RED, BLUE, GREEN = (255, 0, 0), (0, 0, 255), (0, 255, 0)
 

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from PIL import Image
+
 from vlrollout.processors.image_mode import has_alpha, to_rgb
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.messages import count_images, normalize_messages, to_openai_messages
 

@@ -1,6 +1,7 @@
 from importlib.metadata import EntryPoint
 
 import pytest
+
 from vlrollout.processors import registry
 from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.registry import (

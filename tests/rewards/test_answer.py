@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from math_verify import parse, verify
+
 from vlrollout.rewards.answer import (
     ChoiceReward,
     CountReward,

@@ -5,6 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from vlrollout.rewards.box_parsing import (
     PARSERS,
     get_parser,

@@ -24,6 +24,7 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.cider.cider_scorer import CiderScorer
 from pycocoevalcap.rouge.rouge import Rouge
+
 from vlrollout.rewards.caption import CaptionReward, CiderD, bleu, rouge_l
 from vlrollout.rewards.text_tokenize import whitespace_tokenize
 

@@ -1,6 +1,7 @@
 """WeightedSum: totals, per-component values and reasons."""
 
 import pytest
+
 from vlrollout.rewards.answer import CountReward, clevr_count_reward
 from vlrollout.rewards.combine import WeightedSum
 from vlrollout.rewards.format import ThinkAnswerFormat

@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from vlrollout.rewards.frames import Frame, convert_boxes, convert_points, frame_size
 
 GEO = {"original_width": 640, "original_height": 480, "model_width": 644, "model_height": 476}

@@ -5,6 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward
 
 # A Qwen2.5-VL processor resizes 640x480 to 644x476 (multiples of 28 via smart_resize).

@@ -1,6 +1,7 @@
 """Format reward and length penalty."""
 
 import pytest
+
 from vlrollout.rewards.format import LengthPenalty, ThinkAnswerFormat
 
 

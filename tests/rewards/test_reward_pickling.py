@@ -4,6 +4,7 @@ import asyncio
 import pickle
 
 import pytest
+
 from vlrollout.rewards.answer import (
     ChoiceReward,
     CountReward,

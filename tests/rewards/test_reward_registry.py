@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+
 from vlrollout.rewards.answer import CountReward, clevr_count_reward
 from vlrollout.rewards.caption import CaptionReward
 from vlrollout.rewards.grounding import GroundingReward

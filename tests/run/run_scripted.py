@@ -21,7 +21,9 @@ def main(data: str, output: str, latency: float) -> None:
     tok = build_bpe_tokenizer()
     answer = tok.encode("4", add_special_tokens=False) + [tok.eos_token_id]
     engine = ScriptedEngine([answer], latency_s=(latency, latency))
-    wf = RLVRWorkflow("tests.workflows.reward_fns.contains_answer", GenerationHyperparameters(), tok)
+    wf = RLVRWorkflow(
+        "tests.workflows.reward_fns.contains_answer", GenerationHyperparameters(), tok
+    )
     runner = Runner(wf, engine, tok, output, group_size=2, concurrency=2)
     summary = asyncio.run(runner.run(load_items(data), progress=False))
     print(summary["items"])

@@ -34,8 +34,18 @@ def _write_items(path: Path, n: int, bad: set[int] = frozenset()) -> Path:
 
 def _runner(tokenizer, out, fail_fast=False, group_size=2):
     answer = tokenizer.encode("4", add_special_tokens=False) + [tokenizer.eos_token_id]
-    wf = RLVRWorkflow("tests.workflows.reward_fns.contains_answer", GenerationHyperparameters(), tokenizer)
-    return Runner(wf, ScriptedEngine([answer]), tokenizer, out, group_size=group_size, concurrency=3, fail_fast=fail_fast)
+    wf = RLVRWorkflow(
+        "tests.workflows.reward_fns.contains_answer", GenerationHyperparameters(), tokenizer
+    )
+    return Runner(
+        wf,
+        ScriptedEngine([answer]),
+        tokenizer,
+        out,
+        group_size=group_size,
+        concurrency=3,
+        fail_fast=fail_fast,
+    )
 
 
 def test_outputs_reload_and_counts_add_up(tokenizer, tmp_path):
@@ -99,7 +109,12 @@ def test_killed_run_resumes_without_losing_or_repeating_items(tmp_path):
     cmd = [sys.executable, "-m", "tests.run.run_scripted", str(data), str(out), "0.05"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        cmd,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     items_dir = out / "items"
     deadline = time.time() + 120

@@ -89,7 +89,7 @@ def test_smoke_training_decreases_loss(tmp_path):
             "16",
         ]
     )
-    curve = [loss for _, loss in record["loss_curve"]]
+    curve = [entry[1] for entry in record["loss_curve"]]
     assert curve[-1] < curve[0] - 1.0, curve
     saved = json.loads((out / "TRAINING.json").read_text())
     assert saved["final"] and saved["steps_done"] == 20

@@ -32,7 +32,9 @@ def test_rlvr_trajectory_matches_prompt_and_completion(tokenizer):
     engine = ScriptedEngine([out], stop_token_ids=[tokenizer.eos_token_id])
     traj = run(wf.arun_episode(engine, ITEM))
     assert check_trajectory_format(traj)
-    prompt = apply_chat_template(tokenizer, ITEM["messages"], tokenize=True, add_generation_prompt=True)
+    prompt = apply_chat_template(
+        tokenizer, ITEM["messages"], tokenize=True, add_generation_prompt=True
+    )
     assert engine.requests[0].input_ids == prompt
     assert traj["input_ids"][0].tolist() == prompt + out
     assert traj["loss_mask"][0].tolist() == [0] * len(prompt) + [1] * len(out)
@@ -142,7 +144,11 @@ def test_multi_attempt_packs_turns_and_discounts(tokenizer):
     wrong, right = _enc(tokenizer, "5"), _enc(tokenizer, "4")
     engine = ScriptedEngine([wrong, wrong, right], stop_token_ids=[tokenizer.eos_token_id])
     wf = MultiAttemptWorkflow(
-        "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, max_turns=5, turn_discount=0.5
+        "tests.workflows.reward_fns.contains_answer",
+        GCONFIG,
+        tokenizer,
+        max_turns=5,
+        turn_discount=0.5,
     )
     traj = run(wf.arun_episode(engine, ITEM))
     assert check_trajectory_format(traj)
@@ -162,7 +168,11 @@ def test_multi_attempt_closes_a_truncated_attempt_with_eos(tokenizer):
     cut = _enc(tokenizer, "hmm", eos=False)
     engine = ScriptedEngine([cut, _enc(tokenizer, "4")])
     wf = MultiAttemptWorkflow(
-        "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, max_turns=2, turn_discount=1.0
+        "tests.workflows.reward_fns.contains_answer",
+        GCONFIG,
+        tokenizer,
+        max_turns=2,
+        turn_discount=1.0,
     )
     traj = run(wf.arun_episode(engine, ITEM))
     assert engine.requests[1].input_ids[-len(wf.feedback_ids) - 1] == tokenizer.eos_token_id
@@ -172,7 +182,11 @@ def test_multi_attempt_closes_a_truncated_attempt_with_eos(tokenizer):
 def test_multi_attempt_stops_at_max_turns(tokenizer):
     engine = ScriptedEngine([_enc(tokenizer, "5")])
     wf = MultiAttemptWorkflow(
-        "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, max_turns=3, turn_discount=0.9
+        "tests.workflows.reward_fns.contains_answer",
+        GCONFIG,
+        tokenizer,
+        max_turns=3,
+        turn_discount=0.9,
     )
     traj = run(wf.arun_episode(engine, ITEM))
     assert len(engine.requests) == 3 and traj["rewards"].item() == 0.0
@@ -182,13 +196,20 @@ def test_multi_attempt_stops_at_max_turns(tokenizer):
 @pytest.mark.parametrize(("turns", "discount"), [(0, 0.5), (2, 0.0), (2, 1.5)])
 def test_multi_attempt_rejects_bad_config(tokenizer, turns, discount):
     with pytest.raises(ValueError):
-        MultiAttemptWorkflow("tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, turns, discount)
+        MultiAttemptWorkflow(
+            "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, turns, discount
+        )
 
 
 def test_workflows_are_importable_by_string():
     from areal.utils.dynamic_import import import_from_string
 
-    for name in ["RLVRWorkflow", "VisionRLVRWorkflow", "MultiAttemptWorkflow", "VisionMultiAttemptWorkflow"]:
+    for name in [
+        "RLVRWorkflow",
+        "VisionRLVRWorkflow",
+        "MultiAttemptWorkflow",
+        "VisionMultiAttemptWorkflow",
+    ]:
         cls = import_from_string(f"vlrollout.workflows.{name}")
         from areal.api import RolloutWorkflow
 

@@ -24,7 +24,9 @@ QUESTION = "How many shapes are there?"
 def _item(image, item_id="v1", **extra):
     return {
         "id": item_id,
-        "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}
+        ],
         "images": [image],
         "answer": "3",
         **extra,
@@ -61,7 +63,9 @@ def test_vision_trajectory_carries_the_processor_output(tokenizer, qwen2vl_proce
     mm = traj["multi_modal_input"][0]
     assert torch.equal(mm["pixel_values"], direct["pixel_values"])
     assert torch.equal(mm["image_grid_thw"], direct["image_grid_thw"])
-    assert traj["mm_token_type_ids"][0].tolist() == direct["mm_token_type_ids"][0].tolist() + [0] * len(out)
+    assert traj["mm_token_type_ids"][0].tolist() == direct["mm_token_type_ids"][0].tolist() + [
+        0
+    ] * len(out)
 
     # Placeholder count in input_ids equals what image_grid_thw implies (2x2 merge).
     n_placeholders = prompt.count(qwen2vl_processor.image_token_id)
@@ -78,12 +82,18 @@ def test_vision_trajectory_carries_the_processor_output(tokenizer, qwen2vl_proce
 
 
 def test_geometry_reaches_the_reward(tokenizer, qwen2vl_processor):
-    wf = _workflow(tokenizer, qwen2vl_processor, reward="tests.workflows.reward_fns.echo_geometry_width")
-    traj = asyncio.run(wf.arun_episode(ScriptedEngine([_enc(tokenizer, "x")]), _item(_image((150, 100)))))
+    wf = _workflow(
+        tokenizer, qwen2vl_processor, reward="tests.workflows.reward_fns.echo_geometry_width"
+    )
+    traj = asyncio.run(
+        wf.arun_episode(ScriptedEngine([_enc(tokenizer, "x")]), _item(_image((150, 100))))
+    )
     assert traj["rewards"].item() == 150.0
 
 
-def test_image_file_paths_work_and_max_pixels_reaches_the_processor(tokenizer, qwen2vl_processor, tmp_path):
+def test_image_file_paths_work_and_max_pixels_reaches_the_processor(
+    tokenizer, qwen2vl_processor, tmp_path
+):
     path = tmp_path / "img.png"
     _image((200, 200), "blue").save(path)
     wf = _workflow(tokenizer, qwen2vl_processor, max_pixels=56 * 56)
@@ -123,7 +133,10 @@ def test_corrupt_image_is_rejected_and_names_the_item(tokenizer, qwen2vl_process
     _image().save(buf, format="PNG")
     path.write_bytes(buf.getvalue()[:60])
     wf = _workflow(tokenizer, qwen2vl_processor)
-    assert asyncio.run(wf.arun_episode(ScriptedEngine([[1]]), _item(str(path), item_id="bad7"))) is None
+    assert (
+        asyncio.run(wf.arun_episode(ScriptedEngine([[1]]), _item(str(path), item_id="bad7")))
+        is None
+    )
     record = wf.ledger.records[0]
     assert record.reason == "image_decode"
     assert "bad7" in record.item
@@ -152,11 +165,18 @@ def test_vision_multi_attempt_keeps_images_and_masks_feedback(tokenizer, qwen2vl
     assert traj["mm_token_type_ids"].shape == (1, n)
     assert int(traj["mm_token_type_ids"].sum()) == prompt.count(qwen2vl_processor.image_token_id)
     mask = traj["loss_mask"][0].tolist()
-    assert mask == [0] * len(prompt) + [1] * len(wrong) + [0] * len(wf.feedback_ids) + [1] * len(right)
+    assert mask == [0] * len(prompt) + [1] * len(wrong) + [0] * len(wf.feedback_ids) + [1] * len(
+        right
+    )
 
 
 def test_custom_preprocessor_object_rejects_resize_limits(tokenizer, qwen2vl_processor):
     from vlrollout.processors.auto import AutoProcessorPreprocessor
 
     with pytest.raises(ValueError, match="custom preprocessor"):
-        _workflow(tokenizer, qwen2vl_processor, preprocessor=AutoProcessorPreprocessor(qwen2vl_processor), max_pixels=100)
+        _workflow(
+            tokenizer,
+            qwen2vl_processor,
+            preprocessor=AutoProcessorPreprocessor(qwen2vl_processor),
+            max_pixels=100,
+        )

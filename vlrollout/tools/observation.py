@@ -69,10 +69,11 @@ class Observation:
         multi_modal_input: The new images' tensors (``pixel_values``, ``image_grid_thw``), empty
             when the turn has no image.
         mm_token_type_ids: Per-token modality ids when the processor returns them, else ``None``.
-        images: The new images as loaded (RGB), with their engine encodings.
+        images: The new images as loaded (RGB).
         geometry: One :class:`ImageGeometry` per new image.
         outcomes: The outcomes shown (an image the processor rejected turns its call into an error).
         parts: The message content parts; ``text``: the same as one string with ``<image>`` marks.
+        image_data: Base64 of each new image for the engine (lossless PNG of exactly these pixels).
     """
 
     token_ids: list[int]
@@ -82,6 +83,7 @@ class Observation:
     geometry: list[ImageGeometry] = field(default_factory=list)
     outcomes: list[ToolOutcome] = field(default_factory=list)
     parts: list[dict[str, Any]] = field(default_factory=list)
+    image_data: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -225,7 +227,8 @@ class ObservationEncoder:
             }
             sizes = [im.original_size for im in loaded]
             geometry = self.pre.adapter.geometry(self.processor, sizes, out)
-        return Observation(ids, mm, types, loaded, geometry, outcomes, parts)
+        b64 = [im.to_base64() for im in loaded]
+        return Observation(ids, mm, types, loaded, geometry, outcomes, parts, b64)
 
     def _load(self, image: Any, index: int) -> LoadedImage:
         return load_image(
@@ -239,10 +242,12 @@ class ObservationEncoder:
 def vllm_message(observation: Observation, role: str) -> dict[str, Any]:
     """The tool turn as an OpenAI-style message with ``data:`` URLs (AReaL's vLLM client input)."""
     content: list[dict[str, Any]] = []
-    images = iter(observation.images)
+    images = iter(zip(observation.images, observation.image_data, strict=True))
     for part in observation.parts:
         if part["type"] == "image":
-            content.append({"type": "image_url", "image_url": {"url": next(images).to_data_url()}})
+            image, b64 = next(images)
+            url = f"data:{image.mime};base64,{b64}"
+            content.append({"type": "image_url", "image_url": {"url": url}})
         else:
             content.append({"type": "text", "text": part["text"]})
     return {"role": role, "content": content}

@@ -19,10 +19,10 @@ from areal.utils import stats_tracker
 from vlrollout.checks import check_processor_parity
 from vlrollout.ledger import EpisodeLedger
 from vlrollout.packaging import PackingError
+from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
 from vlrollout.processors.cache import PreparedPromptCache
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.auto import item_label
 from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
 
 

@@ -135,7 +135,9 @@ class MultiAttemptWorkflow(RolloutWorkflow):
         for turn in range(self.max_turns):
             if turn > 0:
                 discount *= self.turn_discount
-            req = build_request(prepared, ctx.gconfig, ctx.tokenizer, ctx.processor, builder.token_ids)
+            req = build_request(
+                prepared, ctx.gconfig, ctx.tokenizer, ctx.processor, builder.token_ids
+            )
             resp = await generate(engine, req)
             builder.add_generated(resp)
             reward = await ctx.reward(

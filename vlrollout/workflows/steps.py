@@ -69,7 +69,9 @@ def build_request(
             the model would answer blind).
     """
     metadata: dict[str, Any] = {}
-    parts = list(multi_modal_inputs) or ([prepared.multi_modal_input] if prepared.multi_modal_input else [])
+    parts = list(multi_modal_inputs) or (
+        [prepared.multi_modal_input] if prepared.multi_modal_input else []
+    )
     if parts:
         metadata["multi_modal_input"] = merge_multi_modal_inputs(parts)
     req = ModelRequest(

@@ -72,7 +72,7 @@ class _Episode:
         self.vllm_turns.append(vllm_message(obs, role))
         for image, geometry in zip(obs.images, obs.geometry, strict=True):
             self.tools.add_image(image.image, geometry)
-            self.image_data.append(image.to_base64())
+        self.image_data.extend(obs.image_data)
 
     def request_prompt(self) -> PreparedPrompt:
         """The prepared prompt with the whole conversation as vLLM messages (AReaL's vLLM client
