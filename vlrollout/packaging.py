@@ -28,6 +28,7 @@ AReaL's own workflows disagree on the dtype of ``input_ids`` (int32 in ``RLVRWor
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,13 +45,56 @@ class PackingError(ValueError):
     """The pieces of an episode do not fit together (a bug in a workflow or an engine)."""
 
 
+# -- fast list -> tensor conversion ----------------------------------------------------------
+# ``torch.tensor(list)`` unboxes element by element through torch's generic sequence path: about
+# 3-4x slower than filling a C ``array`` and viewing it (bench/bench_packaging.py). Both helpers
+# keep ``torch.tensor``'s / ``int()``'s / ``float()``'s semantics by falling back to them for
+# anything ``array`` refuses (floats among ids, strings, ints beyond int64).
+
+
+def _int_array(values: Sequence[Any]) -> array:
+    """``values`` as a C int64 array; elements ``array`` refuses go through ``int()``."""
+    try:
+        return array("q", values)
+    except TypeError:
+        return array("q", [int(v) for v in values])
+
+
+def _float_array(values: Sequence[Any]) -> array:
+    """``values`` as a C double array (``float()`` semantics)."""
+    try:
+        return array("d", values)
+    except TypeError:
+        return array("d", [float(v) for v in values])
+
+
+def _from_array(buf: array, dtype: torch.dtype) -> torch.Tensor:
+    """An owned 1-D tensor of ``dtype`` with ``buf``'s values (int64/float64 buffers)."""
+    if len(buf) == 0:
+        return torch.empty(0, dtype=dtype)
+    view = torch.frombuffer(buf, dtype=torch.int64 if buf.typecode == "q" else torch.float64)
+    return view.clone() if view.dtype == dtype else view.to(dtype)
+
+
+def _id_tensor(values: Sequence[Any], dtype: torch.dtype) -> torch.Tensor:
+    """``torch.tensor(values, dtype=dtype)`` for token ids, without the slow generic path."""
+    try:
+        buf = array("q", values)
+    except (TypeError, OverflowError):
+        return torch.tensor(values, dtype=dtype)
+    return _from_array(buf, dtype)
+
+
 @dataclass
 class _Segment:
-    tokens: list[int]
-    logprobs: list[float]
-    versions: list[int]
+    """Positions ``[start, end)`` of the sequence; generated turns carry logprobs and versions."""
+
+    start: int
+    end: int
     generated: bool
-    mm_token_type_ids: list[int]
+    logprobs: array | None = None
+    versions: array | None = None
+    mm_token_type_ids: list[int] | None = None  # None: all 0 (text)
 
 
 @dataclass
@@ -77,6 +121,8 @@ class TrajectoryBuilder:
     mm_token_type_ids: Sequence[int] | None = None
     _segments: list[_Segment] = field(default_factory=list, init=False, repr=False)
     _images: list[Mapping[str, torch.Tensor]] = field(default_factory=list, init=False, repr=False)
+    # The whole sequence so far, kept flat: prefix checks and the next request need it per turn.
+    _tokens: list[int] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.prompt_ids) == 0:
@@ -88,22 +134,36 @@ class TrajectoryBuilder:
                 f"mm_token_type_ids has {len(self.mm_token_type_ids)} entries but the prompt has "
                 f"{len(self.prompt_ids)} tokens"
             )
-        self._segments.append(
-            _Segment(
-                tokens=list(self.prompt_ids),
-                logprobs=[0.0] * len(self.prompt_ids),
-                versions=[-1] * len(self.prompt_ids),
-                generated=False,
-                mm_token_type_ids=list(self.mm_token_type_ids or [0] * len(self.prompt_ids)),
-            )
-        )
+        self._append(self.prompt_ids, mm_token_type_ids=self.mm_token_type_ids)
         if self.multi_modal_input:
             self._images.append(self.multi_modal_input)
 
+    def _append(
+        self,
+        tokens: Sequence[int],
+        *,
+        generated: bool = False,
+        logprobs: array | None = None,
+        versions: array | None = None,
+        mm_token_type_ids: Sequence[int] | None = None,
+    ) -> None:
+        start = len(self._tokens)
+        self._tokens.extend(tokens)
+        self._segments.append(
+            _Segment(
+                start=start,
+                end=len(self._tokens),
+                generated=generated,
+                logprobs=logprobs,
+                versions=versions,
+                mm_token_type_ids=list(mm_token_type_ids) if mm_token_type_ids else None,
+            )
+        )
+
     @property
     def token_ids(self) -> list[int]:
-        """The whole sequence so far: the next request's ``input_ids``."""
-        return [t for s in self._segments for t in s.tokens]
+        """The whole sequence so far: the next request's ``input_ids`` (a fresh list)."""
+        return list(self._tokens)
 
     @property
     def num_generated_turns(self) -> int:
@@ -127,20 +187,20 @@ class TrajectoryBuilder:
                 f"response has {n} output tokens but {len(resp.output_logprobs)} logprobs and "
                 f"{len(resp.output_versions)} versions"
             )
-        expected = self.token_ids
-        if list(resp.input_tokens) != expected:
+        prefix = resp.input_tokens
+        if not isinstance(prefix, list):
+            prefix = list(prefix)
+        if prefix != self._tokens:
             raise PackingError(
                 f"response.input_tokens ({resp.input_len} tokens) is not the sequence so far "
-                f"({len(expected)} tokens): the engine saw different tokens than the trainer would"
+                f"({len(self._tokens)} tokens): the engine saw different tokens than the trainer "
+                "would"
             )
-        self._segments.append(
-            _Segment(
-                tokens=list(resp.output_tokens),
-                logprobs=[float(x) for x in resp.output_logprobs],
-                versions=[int(v) for v in resp.output_versions],
-                generated=True,
-                mm_token_type_ids=[0] * n,
-            )
+        self._append(
+            resp.output_tokens,
+            generated=True,
+            logprobs=_float_array(resp.output_logprobs),
+            versions=_int_array(resp.output_versions),
         )
 
     def add_observation(
@@ -159,37 +219,41 @@ class TrajectoryBuilder:
                 f"observation has {len(token_ids)} tokens but {len(mm_token_type_ids)} "
                 "mm_token_type_ids"
             )
-        self._segments.append(
-            _Segment(
-                tokens=list(token_ids),
-                logprobs=[0.0] * len(token_ids),
-                versions=[-1] * len(token_ids),
-                generated=False,
-                mm_token_type_ids=list(mm_token_type_ids or [0] * len(token_ids)),
-            )
-        )
+        self._append(token_ids, mm_token_type_ids=mm_token_type_ids)
         if multi_modal_input:
             self._images.append(multi_modal_input)
 
     def build(self, reward: float) -> dict[str, Any]:
-        """The AReaL trajectory dict (see the module docstring for keys, dtypes and shapes)."""
+        """The AReaL trajectory dict (see the module docstring for keys, dtypes and shapes).
+
+        Constant runs (prompt and observation positions, the mask) are filled in place; only
+        token ids and generated turns' logprobs/versions are converted from Python lists.
+        """
         if self.num_generated_turns == 0:
             raise PackingError("no generated turn: there is nothing to train on")
-        tokens = self.token_ids
-        loss_mask = [int(s.generated) for s in self._segments for _ in s.tokens]
-        logprobs = [x for s in self._segments for x in s.logprobs]
-        versions = [v for s in self._segments for v in s.versions]
+        length = len(self._tokens)
+        loss_mask = torch.zeros(length, dtype=MASK_DTYPE)
+        logprobs = torch.zeros(length, dtype=torch.float32)
+        versions = torch.full((length,), -1, dtype=VERSION_DTYPE)
+        for s in self._segments:
+            if s.generated and s.end > s.start:
+                loss_mask[s.start : s.end] = 1
+                logprobs[s.start : s.end] = _from_array(s.logprobs, torch.float32)
+                versions[s.start : s.end] = _from_array(s.versions, VERSION_DTYPE)
         traj: dict[str, Any] = {
-            "input_ids": torch.tensor(tokens, dtype=INPUT_IDS_DTYPE),
-            "loss_mask": torch.tensor(loss_mask, dtype=MASK_DTYPE),
-            "logprobs": torch.tensor(logprobs, dtype=torch.float32),
-            "versions": torch.tensor(versions, dtype=VERSION_DTYPE),
-            "attention_mask": torch.ones(len(tokens), dtype=torch.bool),
+            "input_ids": _id_tensor(self._tokens, INPUT_IDS_DTYPE),
+            "loss_mask": loss_mask,
+            "logprobs": logprobs,
+            "versions": versions,
+            "attention_mask": torch.ones(length, dtype=torch.bool),
             "rewards": torch.tensor(float(reward), dtype=torch.float32),
         }
         if self.mm_token_type_ids is not None:
-            types = [t for s in self._segments for t in s.mm_token_type_ids]
-            traj["mm_token_type_ids"] = torch.tensor(types, dtype=INPUT_IDS_DTYPE)
+            types = torch.zeros(length, dtype=INPUT_IDS_DTYPE)
+            for s in self._segments:
+                if s.mm_token_type_ids:
+                    types[s.start : s.end] = _id_tensor(s.mm_token_type_ids, INPUT_IDS_DTYPE)
+            traj["mm_token_type_ids"] = types
         traj = {k: v.unsqueeze(0) for k, v in traj.items()}
         if self._images:
             traj["multi_modal_input"] = [merge_multi_modal_inputs(self._images)]

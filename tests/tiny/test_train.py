@@ -15,7 +15,9 @@ from vlrollout.tiny.train import answer_loss, lr_at, main, parse_args, parse_mix
 def test_labels_cover_exactly_the_solution_and_im_end(qwen2vl_processor):
     tok = qwen2vl_processor.tokenizer
     items = generate_items("mix", 6, seed=0)
+    side = tok.padding_side
     batch = encode_batch(qwen2vl_processor, items, with_solution=True)
+    assert tok.padding_side == side  # the shared processor is not mutated
     assert batch["labels"].shape == batch["input_ids"].shape
     for row, item in zip(batch["labels"], items, strict=True):
         kept = row[row != IGNORE_INDEX]
@@ -68,7 +70,6 @@ def test_metric_helpers():
     assert first_int("there are 3 shapes") == 3 and first_int("none") is None
 
 
-@pytest.mark.slow
 def test_smoke_training_decreases_loss(tmp_path):
     out = tmp_path / "tiny"
     record = main(

@@ -20,8 +20,8 @@ from areal.infra.workflow_executor import check_trajectory_format
 from PIL import Image
 
 from vlrollout.scripted_engine import ScriptedEngine
-from vlrollout.tools import Tool
-from vlrollout.workflows.tool_use import VisionToolWorkflow
+from vlrollout.tools import Tool, ToolResult
+from vlrollout.workflows import VisionToolWorkflow
 
 GCONFIG = GenerationHyperparameters(max_new_tokens=512)
 RED, BLUE = (255, 0, 0), (0, 0, 255)
@@ -42,6 +42,13 @@ def _explode(ctx, **kwargs):
 
 
 EXPLODE = Tool("explode", _explode, {"type": "object", "properties": {}})
+
+
+def _draw(ctx, colour: str) -> ToolResult:
+    return ToolResult(f"A {colour} square.", [Image.new("RGB", (56, 56), colour)])
+
+
+DRAW = Tool("draw", _draw, {"type": "object", "properties": {"colour": {"type": "string"}}})
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -342,6 +349,26 @@ def test_context_limit_caps_generation_and_drops_an_observation_that_does_not_fi
         "context_limit",
         1,
     )
+
+
+def test_text_prompt_with_a_tool_that_adds_the_first_image(tokenizer, qwen2vl_processor, tmp_path):
+    item = {
+        "id": "t2",
+        "messages": [{"role": "user", "content": "Draw a blue square, then name its colour."}],
+        "dump_path": str(tmp_path / "reward.json"),
+    }
+    wf = _workflow(tokenizer, qwen2vl_processor, tools=[DRAW])
+    traj, engine, dump = _run(wf, tokenizer, item, [_call("draw", colour="blue"), "blue"])
+    mm = _check_packing(traj, engine, qwen2vl_processor)
+    square = Image.new("RGB", (56, 56), "blue")
+    assert torch.equal(mm["pixel_values"], _processed(qwen2vl_processor, [square])["pixel_values"])
+    assert engine.requests[0].image_data == [] and not engine.requests[0].vision_msg_vllm
+    (messages,) = engine.requests[1].vision_msg_vllm
+    assert messages[0] == item["messages"][0]
+    assert dump["geometry"] == [
+        {"original_width": 56, "original_height": 56, "model_width": 56, "model_height": 56}
+    ]
+    assert traj["rewards"].item() == 1.0
 
 
 def test_prompt_over_the_context_limit_is_rejected(tokenizer, qwen2vl_processor, tmp_path):

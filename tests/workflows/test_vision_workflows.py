@@ -180,3 +180,30 @@ def test_custom_preprocessor_object_rejects_resize_limits(tokenizer, qwen2vl_pro
             preprocessor=AutoProcessorPreprocessor(qwen2vl_processor),
             max_pixels=100,
         )
+
+
+def test_vision_multi_attempt_sends_vllm_the_whole_conversation(tokenizer, qwen2vl_processor):
+    """AReaL's vLLM client sends vision_msg_vllm, not input_ids: it must grow turn by turn."""
+    wrong, right = _enc(tokenizer, "5"), _enc(tokenizer, "3")
+    engine = ScriptedEngine([wrong, right])
+    wf = VisionMultiAttemptWorkflow(
+        "tests.workflows.reward_fns.contains_answer",
+        GCONFIG,
+        tokenizer,
+        qwen2vl_processor,
+        max_turns=3,
+        turn_discount=0.5,
+        feedback="Wrong, try again.",
+    )
+    asyncio.run(wf.arun_episode(engine, _item(_image())))
+    first, second = (r.vision_msg_vllm[0] for r in engine.requests)
+    assert len(first) == 1 and len(second) == 3
+    assert second[1] == {"role": "assistant", "content": "5"}
+    assert second[2] == {"role": "user", "content": "Wrong, try again."}
+    assert "data:image" in str(second[0])
+    # The rendered conversation is exactly the token sequence the engine got.
+    text = qwen2vl_processor.apply_chat_template(second, tokenize=False, add_generation_prompt=True)
+    rendered = qwen2vl_processor(images=[_image()], text=[text], return_tensors="pt")["input_ids"][
+        0
+    ]
+    assert rendered.tolist() == engine.requests[1].input_ids

@@ -41,12 +41,13 @@ def encode_batch(processor, items: Sequence[dict[str, Any]], with_solution: bool
     the closing ``<|im_end|>``, which sit at the end of every row because padding is on the left.
     """
     tok = processor.tokenizer
-    tok.padding_side = "left"
     texts = prompt_texts(processor, items)
     images = [im for it in items for im in it["images"]]
     if with_solution:
         texts = [t + it["solution"] + tok.eos_token for t, it in zip(texts, items, strict=True)]
-    batch = processor(text=texts, images=images, return_tensors="pt", padding=True)
+    batch = processor(
+        text=texts, images=images, return_tensors="pt", padding=True, padding_side="left"
+    )
     if not with_solution:
         return batch
     input_ids = batch["input_ids"]

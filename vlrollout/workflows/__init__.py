@@ -7,6 +7,7 @@ Importable by string path, as AReaL configs name workflows::
 
 from vlrollout.workflows.multi_attempt import MultiAttemptWorkflow, VisionMultiAttemptWorkflow
 from vlrollout.workflows.single_turn import RLVRWorkflow, SingleTurnWorkflow, VisionRLVRWorkflow
+from vlrollout.workflows.tool_use import VisionToolWorkflow
 
 __all__ = [
     "MultiAttemptWorkflow",
@@ -14,4 +15,5 @@ __all__ = [
     "SingleTurnWorkflow",
     "VisionMultiAttemptWorkflow",
     "VisionRLVRWorkflow",
+    "VisionToolWorkflow",
 ]

@@ -97,6 +97,7 @@ class MultiAttemptWorkflow(RolloutWorkflow):
         tokenizer = load_tokenizer(tokenizer)
         self.max_turns = max_turns
         self.turn_discount = turn_discount
+        self.feedback = feedback
         self.feedback_ids = feedback_token_ids(tokenizer, feedback)
         self.ctx = EpisodeContext(
             tokenizer=tokenizer,
@@ -131,12 +132,19 @@ class MultiAttemptWorkflow(RolloutWorkflow):
             mm_token_type_ids=prepared.mm_token_type_ids,
         )
         geometry = [g.to_dict() for g in prepared.geometry]
+        # vLLM re-renders the conversation from messages, so they grow with the token sequence.
+        messages = list(prepared.vision_msg_vllm) if prepared.vision_msg_vllm else None
         reward, discount = 0.0, 1.0
         for turn in range(self.max_turns):
             if turn > 0:
                 discount *= self.turn_discount
             req = build_request(
-                prepared, ctx.gconfig, ctx.tokenizer, ctx.processor, builder.token_ids
+                prepared,
+                ctx.gconfig,
+                ctx.tokenizer,
+                ctx.processor,
+                builder.token_ids,
+                vision_msg_vllm=messages,
             )
             resp = await generate(engine, req)
             builder.add_generated(resp)
@@ -151,6 +159,11 @@ class MultiAttemptWorkflow(RolloutWorkflow):
             if reward > 0 or turn == self.max_turns - 1:
                 break
             builder.add_observation(self._between_turns(resp.output_tokens))
+            if messages is not None:
+                messages += [
+                    {"role": "assistant", "content": ctx.decode_completion(resp.output_tokens)},
+                    {"role": "user", "content": self.feedback},
+                ]
         final = float(reward * discount)
         log_reward(reward=final, num_turns=builder.num_generated_turns)
         return builder.build(final)

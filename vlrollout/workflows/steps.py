@@ -7,6 +7,7 @@ Workflows compose these functions instead of inheriting copies of them (AReaL's
 from __future__ import annotations
 
 import asyncio
+import copy
 import pickle
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -56,13 +57,16 @@ def build_request(
     input_ids: Sequence[int] | None = None,
     multi_modal_inputs: Sequence[Mapping[str, torch.Tensor]] = (),
     image_data: Sequence[str] | None = None,
+    vision_msg_vllm: Sequence[dict[str, Any]] | None = None,
 ) -> ModelRequest:
     """A ``ModelRequest`` that every engine can serve.
 
     Remote engines get ``image_data`` (SGLang) and ``vision_msg_vllm`` (vLLM); our local engine
     gets the exact training tensors in ``metadata["multi_modal_input"]``, so the engine and the
     trainer see the same pixels by construction. ``input_ids``/``multi_modal_inputs``/
-    ``image_data`` override the prompt's for later turns of a multi-turn episode.
+    ``image_data``/``vision_msg_vllm`` override the prompt's for later turns of a multi-turn
+    episode. AReaL's vLLM client sends ``vision_msg_vllm`` (not ``input_ids``) and rewrites its
+    image URLs in place, so the messages are deep-copied: the cached prompt stays untouched.
 
     Raises:
         ImagesMissingError: the request's placeholders and images disagree (a bug upstream:
@@ -74,6 +78,7 @@ def build_request(
     )
     if parts:
         metadata["multi_modal_input"] = merge_multi_modal_inputs(parts)
+    messages = vision_msg_vllm if vision_msg_vllm is not None else prepared.vision_msg_vllm
     req = ModelRequest(
         rid=uuid.uuid4().hex,
         input_ids=list(input_ids if input_ids is not None else prepared.input_ids),
@@ -81,7 +86,7 @@ def build_request(
         tokenizer=tokenizer,
         processor=processor,
         image_data=list(image_data if image_data is not None else prepared.image_data),
-        vision_msg_vllm=[prepared.vision_msg_vllm] if prepared.vision_msg_vllm else None,
+        vision_msg_vllm=[copy.deepcopy(list(messages))] if messages else None,
         metadata=metadata,
     )
     check_request_images(req, prepared.image_token_id)
