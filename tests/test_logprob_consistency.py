@@ -90,3 +90,15 @@ def test_wrong_temperature_is_caught(model_and_engine):
     wf = VisionRLVRWorkflow(REWARD, _gconfig(), processor.tokenizer, processor)
     traj = asyncio.run(wf.arun_episode(engine, _vision_item()))
     assert not logprob_consistency(model, traj, temperature=1.0).ok(ATOL)
+
+
+def test_trajectory_without_modality_ids_gets_them_derived(model_and_engine):
+    """Without mm_token_type_ids transformers 5 silently uses 1-D positions; the check derives them."""
+    from vlrollout.checks import modality_ids
+
+    model, processor, engine = model_and_engine
+    wf = VisionRLVRWorkflow(REWARD, _gconfig(), processor.tokenizer, processor)
+    traj = asyncio.run(wf.arun_episode(engine, _vision_item()))
+    assert torch.equal(modality_ids(model, traj["input_ids"]), traj["mm_token_type_ids"])
+    stripped = {k: v for k, v in traj.items() if k != "mm_token_type_ids"}
+    assert logprob_consistency(model, stripped, temperature=TEMPERATURE).ok(ATOL)

@@ -170,6 +170,21 @@ class LogprobReport:
         return self.n_tokens > 0 and self.max_abs_diff <= atol
 
 
+def modality_ids(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
+    """0 for text, 1 for image, 2 for video placeholder tokens, from the model config's ids.
+
+    transformers >= 5 computes Qwen-VL's 3-D positions only when ``mm_token_type_ids`` is passed;
+    without it the forward silently falls back to 1-D positions (or a stale ``rope_deltas`` left
+    on the module by the previous call), which shifts every logprob after the first image.
+    """
+    types = torch.zeros_like(input_ids)
+    for value, name in ((1, "image_token_id"), (2, "video_token_id")):
+        token = getattr(model.config, name, None)
+        if token is not None:
+            types[input_ids == token] = value
+    return types
+
+
 @torch.no_grad()
 def recompute_logprobs(
     model: Any, trajectory: Mapping[str, Any], temperature: float = 1.0, row: int = 0
@@ -178,7 +193,8 @@ def recompute_logprobs(
 
     One forward pass over the whole packed sequence with its ``multi_modal_input`` (and
     ``mm_token_type_ids`` when present); the model derives the position ids its family needs
-    (3-D mRoPE for Qwen-VL) from ``input_ids`` and ``image_grid_thw``. Logits are divided by
+    (3-D mRoPE for Qwen-VL) from ``input_ids``, ``image_grid_thw`` and ``mm_token_type_ids``
+    (derived with :func:`modality_ids` when the trajectory has none). Logits are divided by
     ``temperature`` before ``log_softmax``, as AReaL's actor does.
 
     Returns:
@@ -196,6 +212,8 @@ def recompute_logprobs(
         kwargs["mm_token_type_ids"] = (
             trajectory["mm_token_type_ids"][row][mask].unsqueeze(0).to(device)
         )
+    elif mm and "image_grid_thw" in mm[row]:
+        kwargs["mm_token_type_ids"] = modality_ids(model, ids).to(device)
     logits = model(**kwargs).logits[0].float() / temperature
     logp = torch.log_softmax(logits[:-1], dim=-1)
     gathered = logp.gather(-1, ids[0, 1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import random
 import shutil
@@ -134,6 +135,18 @@ def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return (tok_loss * mask).sum(1) / mask.sum(1).clamp(min=1)
 
 
+def _machine(threads: int) -> str:
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}, {threads} thread(s)"
+
+
 def model_card(record: dict[str, Any]) -> str:
     """A short README.md for the saved folder, generated from the ``TRAINING.json`` record."""
     m = record["metrics"] or {}
@@ -240,8 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "vision": {k: getattr(config.vision_config, k) for k in _VISION_KEYS},
             },
             "wall_time_s": round(time.time() - t_start, 1),
-            "machine": f"{platform.machine()} {platform.processor() or ''} torch {torch.__version__}"
-            f" threads={args.threads}",
+            "machine": _machine(args.threads),
             "train_loss_last_100": sum(losses[-100:]) / max(1, len(losses[-100:])),
             "baselines": baselines,
             "metrics": metrics,

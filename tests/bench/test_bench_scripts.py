@@ -1,0 +1,55 @@
+"""The benchmark scripts run with one command (``--quick`` here) and print their table, headline last."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+
+
+def _run_quick(script: str, timeout_s: int) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return [line for line in proc.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_workflow_overhead_quick_prints_both_tables_and_the_headline():
+    lines = _run_quick("bench_workflow_overhead.py", timeout_s=300)
+    assert any(line.startswith("One episode, ms") for line in lines)
+    assert any(line.startswith("Group of 8") for line in lines)
+    rows = [line for line in lines if line.startswith("640x480")]
+    assert len(rows) == 2, lines  # one row in each table
+    assert lines[-1].startswith("headline") and "AReaL/ours" in lines[-1]
+
+
+def test_packaging_quick_prints_every_case_and_the_headline():
+    lines = _run_quick("bench_packaging.py", timeout_s=120)
+    for case in ("single-turn", "single-turn + mm ids", "multi-turn 4 gen + 3 obs"):
+        assert sum(line.startswith(case + " ") for line in lines) == 2, lines  # 1k and 8k
+    assert lines[-1].startswith("headline") and "ours/AReaL" in lines[-1]
+
+
+def test_bench_photos_are_jpegs_of_the_requested_sizes(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    from images import bench_photos, derive, synthetic_photo
+
+    photos = bench_photos(tmp_path, sizes=[(64, 48), (30, 90)], include_samples=False)
+    assert [(p.width, p.height) for p in photos] == [(64, 48), (30, 90)]
+    for p in photos:
+        with Image.open(p.path) as im:
+            assert im.format == "JPEG" and im.size == (p.width, p.height) and im.mode == "RGB"
+    # Scale-to-cover then centre crop: never padded, always exactly the requested size.
+    assert derive(synthetic_photo(50, 20), 40, 40).size == (40, 40)
