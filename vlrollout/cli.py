@@ -21,7 +21,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", help="JSONL or parquet data file")
     p.add_argument("--output", help="output folder (resumes if it has finished items)")
     p.add_argument(
-        "--workflow", help="text | vision | multi_attempt | vision_multi_attempt | import path"
+        "--workflow",
+        help="text | vision | multi_attempt | vision_multi_attempt | vision_tool | import path",
     )
     p.add_argument("--reward", help="reward name (vlrollout.rewards registry) or import path")
     p.add_argument("--preprocessor", help="preprocessor name or import path")

@@ -76,7 +76,30 @@ def _prompt_text(item: dict[str, Any]) -> str:
     return " ".join(p for p in parts if p)
 
 
-def render_item(item: dict[str, Any], outcome: dict[str, Any], family: str) -> str:
+def _thumbnail(image: Image.Image) -> str:
+    return _draw(image, [], [])
+
+
+def tool_images(trajectory_path: Path, processor: Any, n_prompt_images: int) -> list[Image.Image]:
+    """Images added after the prompt's (tool results), as the model saw them, from the saved
+    trajectory; ``[]`` when there are none or the family's tensors cannot be turned back."""
+    if processor is None or not trajectory_path.exists():
+        return []
+    import torch
+
+    from vlrollout.report_images import images_seen_by_model
+
+    traj = torch.load(trajectory_path, weights_only=False)
+    mm = traj.get("multi_modal_input")
+    return images_seen_by_model(mm[0], processor)[n_prompt_images:] if mm else []
+
+
+def render_item(
+    item: dict[str, Any],
+    outcome: dict[str, Any],
+    family: str,
+    extra_images: Sequence[Image.Image] = (),
+) -> str:
     image = _load_image(item["images"][0]) if item.get("images") else None
     gt = item.get("boxes") or []
     rows = []
@@ -97,6 +120,8 @@ def render_item(item: dict[str, Any], outcome: dict[str, Any], family: str) -> s
     picture = (
         f"<img src='{_draw(image, gt, all_preds)}'>" if image is not None else "<i>no image</i>"
     )
+    for k, extra in enumerate(extra_images, 1):
+        picture += f"<figure><img src='{_thumbnail(extra)}'><figcaption>tool image {k}</figcaption></figure>"
     answer = item.get("answer", item.get("captions", item.get("boxes", "")))
     return (
         f"<section><h3>{html.escape(str(item['id']))} "
@@ -112,6 +137,7 @@ STYLE = """
 body{font-family:sans-serif;margin:2em;max-width:1100px}
 .item{display:flex;gap:1.5em;align-items:flex-start}
 img{border:1px solid #ccc;image-rendering:pixelated;width:224px}
+figure{margin:0}figcaption{font-size:small;color:#555}
 pre{margin:0;white-space:pre-wrap}
 table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8px;vertical-align:top}
 .r{text-align:right}.rej{color:#b00}
@@ -119,14 +145,25 @@ table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8p
 
 
 def write_report(
-    output: Path, items: Sequence[dict[str, Any]], summary: dict[str, Any], family: str = "qwen2_vl"
+    output: Path,
+    items: Sequence[dict[str, Any]],
+    summary: dict[str, Any],
+    family: str = "qwen2_vl",
+    processor: Any = None,
 ) -> Path:
-    """Write ``output/report.html`` for every finished item; returns its path."""
+    """Write ``output/report.html`` for every finished item; returns its path.
+
+    With ``processor`` (Qwen-VL families), images that tools added during an episode are shown
+    too, reconstructed from the saved trajectory's ``pixel_values``.
+    """
     sections = []
     for item in items:
-        path = output / "items" / f"{_safe_name(item['id'])}.json"
+        name = _safe_name(item["id"])
+        path = output / "items" / f"{name}.json"
         if path.exists():
-            sections.append(render_item(item, json.loads(path.read_text()), family))
+            n_prompt = len(item.get("images") or [])
+            extra = tool_images(output / "trajectories" / f"{name}.pt", processor, n_prompt)
+            sections.append(render_item(item, json.loads(path.read_text()), family, extra))
     head = {k: summary.get(k) for k in ("items", "episodes", "reward", "reward_by_task")}
     page = (
         f"<!doctype html><meta charset=utf-8><title>vlrollout report</title><style>{STYLE}</style>"

@@ -4,7 +4,7 @@ The YAML uses AReaL's style: flat keys with nested ``gconfig`` and ``engine`` se
 
     data: assets/samples/data.jsonl
     output: runs/demo
-    workflow: vision            # text | vision | multi_attempt | vision_multi_attempt | import path
+    workflow: vision   # text | vision | multi_attempt | vision_multi_attempt | vision_tool | import path
     reward: tiny_task           # a name from vlrollout.rewards' registry or an import path
     group_size: 4
     gconfig: {max_new_tokens: 24, temperature: 1.0}
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 ENGINE_KINDS = ("local", "sglang", "vllm")
-WORKFLOWS = ("text", "vision", "multi_attempt", "vision_multi_attempt")
+WORKFLOWS = ("text", "vision", "multi_attempt", "vision_multi_attempt", "vision_tool")
 
 
 @dataclass
@@ -64,7 +64,8 @@ class RunConfig:
         group_size: Episodes per item (a GRPO group), run with AReaL's ``GroupedRolloutWorkflow``.
         concurrency: Items in flight at once.
         limit: Only the first ``limit`` items (``None``: all).
-        max_turns, turn_discount: For multi-attempt workflows.
+        max_turns, turn_discount: For multi-attempt workflows (``max_turns`` also for tool use).
+        tools: Tool names or import paths for ``vision_tool``.
         min_pixels, max_pixels: Resize limits for the default preprocessor.
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
         fail_fast: Stop at the first rejected item instead of recording it and going on.
@@ -83,6 +84,7 @@ class RunConfig:
     limit: int | None = None
     max_turns: int = 2
     turn_discount: float = 0.9
+    tools: list[str] = field(default_factory=lambda: ["zoom_in", "rotate", "image_info"])
     min_pixels: int | None = None
     max_pixels: int | None = None
     reward_timeout_s: float = 15.0

@@ -68,6 +68,10 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
         return workflows.VisionMultiAttemptWorkflow(
             reward, gconfig, tokenizer, **vision, **multi, **common
         )
+    if cfg.workflow == "vision_tool":
+        return workflows.VisionToolWorkflow(
+            reward, gconfig, tokenizer, tools=cfg.tools, max_turns=cfg.max_turns, **vision, **common
+        )
     cls = resolve_callable(cfg.workflow, "workflow")
     return cls(reward_fn=reward, gconfig=gconfig, tokenizer=tokenizer, processor=processor)
 
@@ -104,5 +108,5 @@ def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
         engine.destroy()
     summary["config"] = cfg.to_dict()
     atomic_write_json(Path(cfg.output) / "summary.json", summary)
-    write_report(Path(cfg.output), items, summary)
+    write_report(Path(cfg.output), items, summary, processor=processor)
     return summary

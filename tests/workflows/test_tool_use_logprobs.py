@@ -59,15 +59,26 @@ class ForcedFirstTurn(InferenceEngine):
 def test_tool_trajectory_logprobs_match_a_training_forward():
     model, processor = tiny_qwen2vl(seed=0)
     tok = processor.tokenizer
-    call = "<tool_call>\n" + json.dumps({"name": "rotate", "arguments": {"angle": 90}}) + "\n</tool_call>"
+    call = (
+        "<tool_call>\n"
+        + json.dumps({"name": "rotate", "arguments": {"angle": 90}})
+        + "\n</tool_call>"
+    )
     forced = tok.encode(call, add_special_tokens=False) + [tok.eos_token_id]
     gconfig = GenerationHyperparameters(max_new_tokens=6, min_new_tokens=6, temperature=TEMPERATURE)
     wf = VisionToolWorkflow(
-        "tests.workflows.reward_fns.contains_answer", gconfig, tok, processor, tools=("rotate",), max_turns=2
+        "tests.workflows.reward_fns.contains_answer",
+        gconfig,
+        tok,
+        processor,
+        tools=("rotate",),
+        max_turns=2,
     )
     item = {
         "id": "tool",
-        "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Look."}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Look."}]}
+        ],
         "images": [Image.new("RGB", (84, 56), (10, 200, 30))],
         "answer": "never",
     }
