@@ -144,7 +144,10 @@ class EpisodeContext:
         try:
             trajectory = await episode()
         except PreprocessError as e:
-            self.ledger.reject(e.item or label, e.reason, e.detail)
+            # Records are keyed by the item; the preprocessor's finer location (e.g. "item 7,
+            # image 2") goes into the detail.
+            where = f"{e.item}: " if e.item and e.item != label else ""
+            self.ledger.reject(label, e.reason, where + e.detail)
             return None
         except EpisodeRejected as e:
             self.ledger.reject(label, e.reason, e.detail)
