@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -82,7 +83,9 @@ def areal_single(prompt: list[int], resp: ModelResponse, reward: float) -> dict:
     return {k: v.unsqueeze(0) for k, v in res.items()}
 
 
-def areal_single_mm(prompt: list[int], resp: ModelResponse, mm_types: list[int], reward: float) -> dict:
+def areal_single_mm(
+    prompt: list[int], resp: ModelResponse, mm_types: list[int], reward: float
+) -> dict:
     """``areal/workflow/vision_rlvr.py`` VisionRLVRWorkflow.arun_episode, the trajectory part."""
     seq = resp.input_tokens + resp.output_tokens
     mm_token_type_ids = mm_types + [0] * resp.output_len
@@ -121,7 +124,9 @@ def multi_case(length: int) -> tuple[list[int], list[ModelResponse], list[list[i
     return prompt, responses, observations
 
 
-def ours_multi(prompt: list[int], responses: list[ModelResponse], observations: list[list[int]]) -> dict:
+def ours_multi(
+    prompt: list[int], responses: list[ModelResponse], observations: list[list[int]]
+) -> dict:
     builder = TrajectoryBuilder(prompt_ids=prompt)
     for turn, resp in enumerate(responses):
         builder.add_generated(resp)
@@ -130,7 +135,9 @@ def ours_multi(prompt: list[int], responses: list[ModelResponse], observations: 
     return builder.build(reward=1.0)
 
 
-def areal_multi(prompt: list[int], responses: list[ModelResponse], observations: list[list[int]]) -> dict:
+def areal_multi(
+    prompt: list[int], responses: list[ModelResponse], observations: list[list[int]]
+) -> dict:
     """``areal/workflow/multi_turn.py`` MultiTurnWorkflow.arun_episode's accumulation and tensors
     (observations reach it as the next response's extra ``input_tokens``)."""
     seq, logprobs, loss_mask, versions = [], [], [], []
@@ -152,6 +159,29 @@ def areal_multi(prompt: list[int], responses: list[ModelResponse], observations:
     return {k: v.unsqueeze(0) for k, v in res.items()}
 
 
+def cases(length: int) -> list[tuple[str, Callable[[], dict], Callable[[], dict]]]:
+    """``(name, ours, reference)`` thunks for one sequence length."""
+    prompt, resp, mm_types = single_case(length)
+    m_prompt, m_resps, m_obs = multi_case(length)
+    return [
+        (
+            "single-turn",
+            partial(pack_single_turn, prompt, resp, 1.0),
+            partial(areal_single, prompt, resp, 1.0),
+        ),
+        (
+            "single-turn + mm ids",
+            partial(pack_single_turn, prompt, resp, 1.0, mm_token_type_ids=mm_types),
+            partial(areal_single_mm, prompt, resp, mm_types, 1.0),
+        ),
+        (
+            f"multi-turn {TURNS} gen + {OBSERVATIONS} obs",
+            partial(ours_multi, m_prompt, m_resps, m_obs),
+            partial(areal_multi, m_prompt, m_resps, m_obs),
+        ),
+    ]
+
+
 # -- timing ----------------------------------------------------------------------------------
 
 
@@ -162,7 +192,9 @@ def per_call_us(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def compare(ours: Callable[[], dict], ref: Callable[[], dict], length: int, reps: int) -> tuple[float, float]:
+def compare(
+    ours: Callable[[], dict], ref: Callable[[], dict], length: int, reps: int
+) -> tuple[float, float]:
     """Median µs per call of ``ours`` and ``ref``, interleaved; checks they pack the same tokens."""
     a, b = ours(), ref()
     for key in ("input_ids", "loss_mask", "logprobs", "versions"):
@@ -174,6 +206,14 @@ def compare(ours: Callable[[], dict], ref: Callable[[], dict], length: int, reps
         ours_us.append(per_call_us(ours, calls))
         ref_us.append(per_call_us(ref, calls))
     return statistics.median(ours_us), statistics.median(ref_us)
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """First column left-aligned, the others right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    for cells in [header, *rows]:
+        padded = (c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))  # fmt: skip
+        print("  ".join(padded))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,31 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     rows, ratios = [], []
     t_start = time.perf_counter()
     for length in lengths:
-        prompt, resp, mm_types = single_case(length)
-        cases = [
-            ("single-turn", lambda: pack_single_turn(prompt, resp, 1.0),
-             lambda: areal_single(prompt, resp, 1.0)),
-            ("single-turn + mm ids", lambda: pack_single_turn(prompt, resp, 1.0, mm_token_type_ids=mm_types),
-             lambda: areal_single_mm(prompt, resp, mm_types, 1.0)),
-        ]  # fmt: skip
-        m_prompt, m_resps, m_obs = multi_case(length)
-        cases.append(
-            (f"multi-turn {TURNS} gen + {OBSERVATIONS} obs",
-             lambda: ours_multi(m_prompt, m_resps, m_obs),
-             lambda: areal_multi(m_prompt, m_resps, m_obs))
-        )  # fmt: skip
-        for name, ours, ref in cases:
+        for name, ours, ref in cases(length):
             o, r = compare(ours, ref, length, reps)
             rows.append([name, f"{length // 1024}k", f"{o:,.0f}", f"{r:,.0f}", f"{o / r:.2f}x"])
             ratios.append(o / r)
     elapsed = time.perf_counter() - t_start
 
-    header = ["case", "tokens", "ours us", "AReaL-inline us", "ours/AReaL"]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     print(f"Packaging, us per trajectory (median of {reps}); torch threads=1; {elapsed:.0f} s")
-    print("  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths))))
-    for r in rows:
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    print_table(["case", "tokens", "ours us", "AReaL-inline us", "ours/AReaL"], rows)
     print(f"headline: ours/AReaL-inline packaging time, geomean over all cases {statistics.geometric_mean(ratios):.2f}x "
           f"(range {min(ratios):.2f}x-{max(ratios):.2f}x)")  # fmt: skip
     return 0
