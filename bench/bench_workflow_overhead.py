@@ -1,9 +1,11 @@
 """Episode overhead on real photos: vlrollout's ``VisionRLVRWorkflow`` vs AReaL's, against a floor.
 
-Run: ``.venv/bin/python bench/bench_workflow_overhead.py`` (about 2-3 min on 2 shared CPU cores;
-``--quick`` takes about 20 s). Everything runs in one process, interleaved per repetition, so
-machine noise hits all columns alike. ``torch.set_num_threads(1)``: the processor and packing run on
-one core, the reward process pool (one worker on a 2-core machine) on the other.
+Run: ``.venv/bin/python bench/bench_workflow_overhead.py`` (about 2 min on 2 shared CPU cores;
+``--quick``: one photo, about 25 s; ``--sizes 640x480,2048x1536``, ``--no-samples``, ``--json PATH``
+for the raw samples). Everything runs in one process and one event loop; every round times each
+column once per photo in a shuffled order (seeded), so machine noise and after-effects (AReaL's
+episode frees hundreds of MB) hit all columns alike. ``torch.set_num_threads(1)``: the processor
+and packing use one core, the reward process pool (one worker on a 2-core machine) the other.
 
 Set-up, identical for both workflows:
 
@@ -22,10 +24,12 @@ JPEG quality 90, plus ``assets/samples`` images when present.
 - Ours gets the file path and chat messages; it decodes the file inside the episode.
 
 Columns: **floor** = decode the file + one processor call with the same settings (what any
-workflow must spend per distinct image); **ours** = one episode with a cold prepared-prompt cache
+workflow must spend per distinct image), timed in the event loop's worker thread where ours
+prepares too (see :meth:`Bench.floor`); **ours** = one episode with a cold prepared-prompt cache
 (``wf.ctx.prompts.clear()`` before every repetition); **AReaL** = one episode. Each value is the
-median over repetitions. The group table wraps both in AReaL's ``GroupedRolloutWorkflow(wf, 8)``
-and times one whole group. Both workflows' prompts are checked to give identical ``input_ids``.
+median over repetitions (AReaL runs in fewer rounds: its groups take seconds). The group table
+wraps both in AReaL's ``GroupedRolloutWorkflow(wf, 8)`` and times one whole group. Both
+workflows' prompts are checked to give identical ``input_ids``.
 
 Targets (photos >= 0.3 MP): one episode <= 1.5x floor, a group of 8 <= 2x floor.
 """
@@ -35,7 +39,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
+import random
 import statistics
 import sys
 import tempfile
@@ -131,9 +137,9 @@ class Bench:
         """Decode the file + one processor call: the least any workflow spends per image.
 
         Timed inside the event loop's default worker thread, where our preparation runs too:
-        glibc gives each thread its own malloc arena, and the processor's large temporary arrays
-        are markedly cheaper in a worker thread's arena than in the main one on this machine
-        (``MALLOC_ARENA_MAX=1`` removes the gap). A main-thread floor would flatter ours.
+        glibc gives each thread its own malloc arena, and on this machine the processor call with
+        its large temporary arrays measured ~20% faster in a worker thread than on the main thread
+        (``MALLOC_ARENA_MAX=1`` removed the gap). A main-thread floor would flatter ours.
         """
         gc.collect()
         return await asyncio.to_thread(self._floor_call, photo.path)
@@ -202,28 +208,45 @@ def spread(n: int, total: int) -> set[int]:
 
 
 async def measure(bench: Bench, photos: list[Photo], reps: Reps) -> dict[str, Samples]:
-    """Interleaved rounds: per photo the floor, ours and (in some rounds) AReaL; then groups."""
+    """Interleaved rounds: per photo the floor, ours and (in some rounds) AReaL; then groups.
+
+    The order within a round is shuffled (seeded), so no column always runs right after
+    another (AReaL's episode leaves hundreds of MB of freed memory behind it).
+    """
+    order = random.Random(0)
     await bench.check_same_prompt(photos[0])
     areal_items = {p: areal_item(bench.tokenizer, p) for p in photos}
     # Setup objects (torch, transformers, the processor) never die: freezing them keeps the
     # gc.collect() before each timing cheap and out of the timed region.
     gc.collect()
     gc.freeze()
-    out: dict[str, Samples] = {k: {p: [] for p in photos} for k in ("floor", "ours", "areal", "g_ours", "g_areal")}  # fmt: skip
+    keys = ("floor", "ours", "areal", "g_ours", "g_areal")
+    out: dict[str, Samples] = {k: {p: [] for p in photos} for k in keys}
+
+    async def one_round(r: int, p: Photo, ours_key: str, ours_wf, areal_key: str, areal_wf, with_areal: bool) -> None:  # fmt: skip
+        steps = [
+            ("floor", lambda: bench.floor(p)),
+            (ours_key, lambda: bench.episode(ours_wf, our_item(p))),
+            (areal_key, lambda: bench.episode(areal_wf, areal_items[p], cold=False)),
+        ]
+        if not with_areal:
+            steps.pop()
+        order.shuffle(steps)
+        for key, run in steps:
+            result = await run()
+            out[key][p].append(result if key == "floor" else result[0])
+            del result  # no trajectory stays alive into the next timing
+
     areal_rounds = spread(reps.areal, reps.single)
     for r in range(reps.single):
         for p in photos:
-            out["floor"][p].append(await bench.floor(p))
-            out["ours"][p].append((await bench.episode(bench.ours, our_item(p)))[0])
-            if r in areal_rounds:
-                out["areal"][p].append((await bench.episode(bench.areal, areal_items[p], cold=False))[0])  # fmt: skip
+            await one_round(r, p, "ours", bench.ours, "areal", bench.areal, r in areal_rounds)
     areal_rounds = spread(reps.areal_group, reps.group)
     for r in range(reps.group):
         for p in photos:
-            out["floor"][p].append(await bench.floor(p))
-            out["g_ours"][p].append((await bench.episode(bench.ours_group, our_item(p)))[0])
-            if r in areal_rounds:
-                out["g_areal"][p].append((await bench.episode(bench.areal_group, areal_items[p], cold=False))[0])  # fmt: skip
+            await one_round(
+                r, p, "g_ours", bench.ours_group, "g_areal", bench.areal_group, r in areal_rounds
+            )
     return out
 
 
@@ -233,10 +256,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="single-episode repetitions")
     parser.add_argument("--group-reps", type=int, default=None, help="group repetitions")
     parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--sizes", default=None, help="photo sizes, e.g. 640x480,2048x1536")
+    parser.add_argument("--no-samples", action="store_true", help="skip assets/samples images")
+    parser.add_argument("--json", type=Path, default=None, help="write raw samples (s) here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     logging.getLogger("bench_workflow_overhead").setLevel(logging.ERROR)
     sizes = QUICK_SIZES[:1] if args.quick else DEFAULT_SIZES
+    if args.sizes:
+        sizes = [tuple(int(v) for v in wh.split("x")) for wh in args.sizes.split(",")]
     reps = Reps(5, 5, 3, 2) if args.quick else Reps(9, 9, 7, 3)
     if args.reps:
         reps = Reps(args.reps, args.reps, reps.group, reps.areal_group)
@@ -247,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = tempfile.TemporaryDirectory(prefix="bench_photos_")
     try:
-        photos = bench_photos(tmp.name, sizes=sizes, include_samples=not args.quick)
+        photos = bench_photos(
+            tmp.name, sizes=sizes, include_samples=not (args.quick or args.no_samples)
+        )
         bench = Bench(args.group_size)
         t_start = time.perf_counter()
         # AReaL installs uvloop's policy on import, as in production; one loop for every timing.
@@ -255,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         tmp.cleanup()
     elapsed = time.perf_counter() - t_start
+    if args.json:
+        raw = {k: {p.label: v[p] for p in photos} for k, v in res.items()}
+        args.json.write_text(json.dumps(raw, indent=1))
 
     g = args.group_size
     single_rows, group_rows = [], []

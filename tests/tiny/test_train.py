@@ -9,7 +9,16 @@ import torch
 
 from vlrollout.tiny.evaluate import IGNORE_INDEX, box_iou, encode_batch, first_int
 from vlrollout.tiny.synthetic import generate_items
-from vlrollout.tiny.train import answer_loss, lr_at, main, parse_args, parse_mix, progress_at
+from vlrollout.tiny.train import (
+    answer_loss,
+    lr_at,
+    main,
+    mix_at,
+    parse_args,
+    parse_mix,
+    parse_phases,
+    progress_at,
+)
 
 
 def test_labels_cover_exactly_the_solution_and_im_end(qwen2vl_processor):
@@ -59,6 +68,13 @@ def test_lr_schedule_progress_and_mix_validation():
     assert progress_at(10, 45.0, capped) == pytest.approx(0.75)  # time runs out first
     assert progress_at(90, 6.0, capped) == pytest.approx(0.9)
     assert parse_mix("count=1,ground=0.5") == {"count": 1.0, "ground": 0.5}
+    phases = parse_phases(["0.1:count=1", "0.3:count=1,ground=1"])
+    final = {"caption": 1.0}
+    assert mix_at(0.05, phases, final) == {"count": 1.0}
+    assert mix_at(0.1, phases, final) == {"count": 1.0, "ground": 1.0}
+    assert mix_at(0.5, phases, final) == final
+    with pytest.raises(ValueError, match="increase"):
+        parse_phases(["0.3:count=1", "0.1:ground=1"])
     with pytest.raises(ValueError, match="unknown task"):
         parse_mix("detect=1")
 

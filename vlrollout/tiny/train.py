@@ -67,6 +67,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="count=0.4,ground=0.4,caption=0.2",
         help="task sampling weights, e.g. count=0.4,ground=0.4,caption=0.2",
     )
+    p.add_argument(
+        "--phase",
+        action="append",
+        default=None,
+        metavar="UNTIL:MIX",
+        help="curriculum phase: use MIX while training progress < UNTIL, e.g. 0.1:count=1 "
+        "(repeatable, in increasing UNTIL; --mix applies after the last phase)",
+    )
     p.add_argument("--seed", type=int, default=0, help="model init and task sampling seed")
     p.add_argument("--train-seed", type=int, default=TRAIN_SEED)
     p.add_argument("--eval-seed", type=int, default=EVAL_SEED)
@@ -95,6 +103,28 @@ def parse_mix(spec: str) -> dict[str, float]:
     if not mix or min(mix.values()) < 0 or sum(mix.values()) <= 0:
         raise ValueError(f"--mix needs non-negative weights with a positive sum, got {spec!r}")
     return mix
+
+
+def parse_phases(specs: list[str] | None) -> list[tuple[float, dict[str, float]]]:
+    """``["0.1:count=1", ...]`` -> ``[(0.1, {"count": 1.0}), ...]``, checked to increase."""
+    phases = []
+    for spec in specs or []:
+        until, sep, mix = spec.partition(":")
+        if not sep:
+            raise ValueError(f"--phase {spec!r}: expected UNTIL:MIX, e.g. 0.1:count=1")
+        phases.append((float(until), parse_mix(mix)))
+    bounds = [u for u, _ in phases]
+    if bounds != sorted(bounds) or any(not 0 < u <= 1 for u in bounds):
+        raise ValueError(f"--phase bounds must increase within (0, 1], got {bounds}")
+    return phases
+
+
+def mix_at(progress: float, phases, final_mix: dict[str, float]) -> dict[str, float]:
+    """The task mix of the first phase whose bound exceeds ``progress``, else ``final_mix``."""
+    for until, mix in phases:
+        if progress < until:
+            return mix
+    return final_mix
 
 
 def progress_at(step: int, elapsed_s: float, args: argparse.Namespace) -> float:
@@ -221,6 +251,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     mix = parse_mix(args.mix)
+    phases = parse_phases(args.phase)
     out = Path(args.out)
     t_start = time.time()
 
@@ -236,7 +267,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     quick_eval = eval_items(args.eval_seed, min(args.quick_eval_per_task, args.eval_per_task))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     rng = random.Random(args.seed)
-    names, weights = list(mix), list(mix.values())
     next_index = dict.fromkeys(TASKS, 0)
     history: list[dict[str, Any]] = []
     record: dict[str, Any] = {}
@@ -247,6 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "steps_done": step,
             "recipe": {k: v for k, v in vars(args).items() if k not in ("out", "log_every")},
             "mix": mix,
+            "phases": phases,
             "params": n_params,
             "config": {
                 "text": {k: getattr(config.text_config, k) for k in _TEXT_KEYS},
@@ -276,7 +307,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             stopped_by = "time"
             break
         lr = lr_at(step, progress, args)
-        tasks = rng.choices(names, weights, k=args.batch_size)
+        current = mix_at(progress, phases, mix)
+        tasks = rng.choices(list(current), list(current.values()), k=args.batch_size)
         items = []
         for t in tasks:
             items.append(make_item(t, args.train_seed, next_index[t]))

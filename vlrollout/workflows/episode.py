@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal import workflow_context
+from areal.api import RolloutWorkflow
 from areal.api.cli_args import GenerationHyperparameters
 from areal.utils import stats_tracker
 
@@ -156,6 +157,27 @@ class EpisodeContext:
             raise
         self.ledger.accept()
         return trajectory
+
+
+class EpisodeWorkflow(RolloutWorkflow):
+    """The shell every vlrollout workflow shares: check parity once, run ``_episode``, record.
+
+    Subclasses set ``self.ctx`` (an :class:`EpisodeContext`) and implement ``_episode``; a bad item
+    or a failed step becomes ``None`` for AReaL plus a record in :attr:`ledger`.
+    """
+
+    ctx: EpisodeContext
+
+    @property
+    def ledger(self) -> EpisodeLedger:
+        return self.ctx.ledger
+
+    async def arun_episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any] | None:
+        self.ctx.check_parity_once(engine)
+        return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
+
+    async def _episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 def log_reward(**scalars: float) -> None:

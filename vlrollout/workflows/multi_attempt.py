@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from areal.api import InferenceEngine, RolloutWorkflow
+from areal.api import InferenceEngine
 from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.hf_utils import apply_chat_template
 from areal.utils.perf_tracer import session_context
@@ -19,6 +19,7 @@ from vlrollout.packaging import TrajectoryBuilder
 from vlrollout.processors.base import Preprocessor
 from vlrollout.workflows.episode import (
     EpisodeContext,
+    EpisodeWorkflow,
     load_processor,
     load_tokenizer,
     log_reward,
@@ -61,7 +62,7 @@ def feedback_token_ids(tokenizer: Any, feedback: str) -> list[int]:
     return s2[end + 1 :]
 
 
-class MultiAttemptWorkflow(RolloutWorkflow):
+class MultiAttemptWorkflow(EpisodeWorkflow):
     """Retry until reward > 0 or ``max_turns`` attempts; pack all attempts in one trajectory.
 
     Args:
@@ -108,14 +109,6 @@ class MultiAttemptWorkflow(RolloutWorkflow):
             max_prompt_tokens=max_prompt_tokens,
         )
 
-    @property
-    def ledger(self):
-        return self.ctx.ledger
-
-    async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict | None:
-        self.ctx.check_parity_once(engine)
-        return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
-
     def _between_turns(self, output_tokens: Sequence[int]) -> list[int]:
         """Observation tokens after a failed attempt: eos if the attempt was cut off, then feedback."""
         eos = self.ctx.tokenizer.eos_token_id
@@ -126,11 +119,7 @@ class MultiAttemptWorkflow(RolloutWorkflow):
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx
         prepared = await ctx.prepare(data)
-        builder = TrajectoryBuilder(
-            prompt_ids=prepared.input_ids,
-            multi_modal_input=prepared.multi_modal_input,
-            mm_token_type_ids=prepared.mm_token_type_ids,
-        )
+        builder = TrajectoryBuilder.from_prepared(prepared)
         geometry = [g.to_dict() for g in prepared.geometry]
         # vLLM re-renders the conversation from messages, so they grow with the token sequence.
         messages = list(prepared.vision_msg_vllm) if prepared.vision_msg_vllm else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from areal.api import InferenceEngine, RolloutWorkflow
+from areal.api import InferenceEngine
 from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.perf_tracer import session_context
 
@@ -18,6 +18,7 @@ from vlrollout.packaging import pack_single_turn
 from vlrollout.processors.base import Preprocessor
 from vlrollout.workflows.episode import (
     EpisodeContext,
+    EpisodeWorkflow,
     load_processor,
     load_tokenizer,
     log_reward,
@@ -27,7 +28,7 @@ from vlrollout.workflows.steps import RewardCaller, build_request, generate
 from vlrollout.workflows.vision import build_vision_preprocessor
 
 
-class SingleTurnWorkflow(RolloutWorkflow):
+class SingleTurnWorkflow(EpisodeWorkflow):
     """Prepare → generate once → reward → pack.
 
     Args:
@@ -61,14 +62,6 @@ class SingleTurnWorkflow(RolloutWorkflow):
             processor=processor,
             max_prompt_tokens=max_prompt_tokens,
         )
-
-    @property
-    def ledger(self):
-        return self.ctx.ledger
-
-    async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict | None:
-        self.ctx.check_parity_once(engine)
-        return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
 
     @session_context()
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:

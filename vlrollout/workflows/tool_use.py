@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from areal.api import InferenceEngine, RolloutWorkflow
+from areal.api import InferenceEngine
 from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.perf_tracer import session_context
 
@@ -39,7 +39,13 @@ from vlrollout.tools import (
     run_tool_calls,
 )
 from vlrollout.tools.observation import Observation, ObservationEncoder, vllm_message
-from vlrollout.workflows.episode import EpisodeContext, load_processor, load_tokenizer, log_reward
+from vlrollout.workflows.episode import (
+    EpisodeContext,
+    EpisodeWorkflow,
+    load_processor,
+    load_tokenizer,
+    log_reward,
+)
 from vlrollout.workflows.steps import RewardCaller, build_request, generate
 from vlrollout.workflows.vision import build_vision_preprocessor
 
@@ -83,7 +89,7 @@ class _Episode:
         return replace(self.prepared, vision_msg_vllm=messages + self.vllm_turns)
 
 
-class VisionToolWorkflow(RolloutWorkflow):
+class VisionToolWorkflow(EpisodeWorkflow):
     """Multi-turn vision workflow with tools; see the module docstring for the episode loop.
 
     Args:
@@ -171,14 +177,6 @@ class VisionToolWorkflow(RolloutWorkflow):
             max_prompt_tokens=None if max_total_tokens is None else max_total_tokens - 1,
         )
 
-    @property
-    def ledger(self):
-        return self.ctx.ledger
-
-    async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict | None:
-        self.ctx.check_parity_once(engine)
-        return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
-
     def _gconfig(self, used: int) -> GenerationHyperparameters:
         """Generation settings with ``max_new_tokens`` capped to the room left in the context."""
         if self.max_total_tokens is None:
@@ -198,11 +196,7 @@ class VisionToolWorkflow(RolloutWorkflow):
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx
         prepared = await ctx.prepare(data)
-        builder = TrajectoryBuilder(
-            prompt_ids=prepared.input_ids,
-            multi_modal_input=prepared.multi_modal_input,
-            mm_token_type_ids=prepared.mm_token_type_ids,
-        )
+        builder = TrajectoryBuilder.from_prepared(prepared)
         ep = _Episode(
             prepared,
             [] if prepared.vision_msg_vllm else _text_messages(data),
