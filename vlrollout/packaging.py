@@ -103,21 +103,19 @@ class _Segment:
 class TrajectoryBuilder:
     """Accumulates one episode's tokens and images, then builds the trajectory dict.
 
-        Args:
-            prompt_ids: Prompt token ids (image placeholders already expanded).
-            multi_modal_input: The prompt's image tensors (``pixel_values``, ``image_grid_thw``, ...),
-                empty for text-only prompts.
-            mm_token_type_ids: Per-token modality ids for the prompt, when the processor has them.
+    Args:
+        prompt_ids: Prompt token ids (image placeholders already expanded).
+        multi_modal_input: The prompt's image tensors (``pixel_values``, ``image_grid_thw``, ...),
+            empty for text-only prompts.
+        mm_token_type_ids: Per-token modality ids for the prompt, when the processor has them.
 
-        >>> from areal.api import ModelResponse
-
-    from vlrollout.processors.base import PreparedPrompt
-        >>> b = TrajectoryBuilder(prompt_ids=[1, 2, 3])
-        >>> b.add_generated(ModelResponse(input_tokens=[1, 2, 3], output_tokens=[4, 5],
-        ...                               output_logprobs=[-0.1, -0.2], output_versions=[0, 0]))
-        >>> traj = b.build(reward=1.0)
-        >>> traj["loss_mask"].tolist()
-        [[0, 0, 0, 1, 1]]
+    >>> from areal.api import ModelResponse
+    >>> b = TrajectoryBuilder(prompt_ids=[1, 2, 3])
+    >>> b.add_generated(ModelResponse(input_tokens=[1, 2, 3], output_tokens=[4, 5],
+    ...                               output_logprobs=[-0.1, -0.2], output_versions=[0, 0]))
+    >>> traj = b.build(reward=1.0)
+    >>> traj["loss_mask"].tolist()
+    [[0, 0, 0, 1, 1]]
     """
 
     prompt_ids: Sequence[int]

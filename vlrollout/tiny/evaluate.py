@@ -163,6 +163,7 @@ def evaluate(model, processor, items: Sequence[dict[str, Any]], baselines: dict[
         }
     res["examples"] = [
         {"id": it["id"], "solution": it["solution"], "completion": c}
-        for it, c in list(zip(items, completions, strict=True))[:6]
+        for pairs in by_task.values()
+        for it, c in pairs[:3]
     ]
     return res

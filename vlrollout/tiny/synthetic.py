@@ -164,13 +164,18 @@ def render_scene(rng: random.Random, n_shapes: int) -> tuple[Image.Image, list[d
     return image, shapes
 
 
-def make_item(task: str, seed: int, index: int) -> dict[str, Any]:
-    """Item ``index`` of ``task`` for ``seed``; depends only on (task, seed, index)."""
+def make_item(task: str, seed: int, index: int, n_shapes: int | None = None) -> dict[str, Any]:
+    """Item ``index`` of ``task`` for ``seed``; depends only on (task, seed, index, n_shapes).
+
+    ``n_shapes`` fixes the number of shapes (a training curriculum uses one-shape grounding);
+    by default it is drawn uniformly from 1–4 (1–3 for captions).
+    """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
     # str seeds are hashed with SHA-512 by random.Random: stable across processes and versions.
     rng = random.Random(f"vlrollout-tiny:{task}:{seed}:{index}")
-    n_shapes = rng.randint(1, 3 if task == "caption" else MAX_SHAPES)
+    drawn = rng.randint(1, 3 if task == "caption" else MAX_SHAPES)
+    n_shapes = drawn if n_shapes is None else n_shapes
     image, shapes = render_scene(rng, n_shapes)
     width, height = image.size
     item: dict[str, Any] = {"id": f"{task}-{seed}-{index}", "task": task}

@@ -40,8 +40,8 @@ from vlrollout.tiny.evaluate import (
     encode_batch,
     evaluate,
 )
-from vlrollout.tiny.model import tiny_qwen2vl_config
-from vlrollout.tiny.synthetic import EVAL_SEED, TASKS, TRAIN_SEED, make_item
+from vlrollout.tiny.model import TEXT_DEFAULTS, tiny_qwen2vl_config
+from vlrollout.tiny.synthetic import EVAL_SEED, MAX_SHAPES, TASKS, TRAIN_SEED, make_item
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer, build_qwen2vl_processor
 
 
@@ -75,6 +75,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="curriculum phase: use MIX while training progress < UNTIL, e.g. 0.1:count=1 "
         "(repeatable, in increasing UNTIL; --mix applies after the last phase)",
     )
+    p.add_argument("--rope-theta", type=float, default=None, help="text RoPE base (config default)")
+    p.add_argument(
+        "--mrope-section",
+        default=None,
+        help="text M-RoPE split of head_dim/2 into t,h,w, e.g. 2,7,7 (config default)",
+    )
     p.add_argument("--seed", type=int, default=0, help="model init and task sampling seed")
     p.add_argument("--train-seed", type=int, default=TRAIN_SEED)
     p.add_argument("--eval-seed", type=int, default=EVAL_SEED)
@@ -94,11 +100,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def parse_mix(spec: str) -> dict[str, float]:
+    """``"count=0.4,ground:1=0.6"`` -> weights; ``task:N`` means items with exactly N shapes."""
     mix = {}
     for part in spec.split(","):
         name, _, w = part.partition("=")
-        if name not in TASKS:
-            raise ValueError(f"--mix: unknown task {name!r}; expected some of {TASKS}")
+        task, _, n = name.partition(":")
+        if task not in TASKS or (n and not (n.isdigit() and 1 <= int(n) <= MAX_SHAPES)):
+            raise ValueError(
+                f"--mix: unknown task {name!r}; expected some of {TASKS}, optionally with a "
+                f"shape count 1..{MAX_SHAPES} as task:N"
+            )
         mix[name] = float(w)
     if not mix or min(mix.values()) < 0 or sum(mix.values()) <= 0:
         raise ValueError(f"--mix needs non-negative weights with a positive sum, got {spec!r}")
@@ -257,7 +268,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     tokenizer = build_bpe_tokenizer()
     processor = build_qwen2vl_processor(tokenizer)
-    config = tiny_qwen2vl_config(tokenizer)
+    rope = dict(TEXT_DEFAULTS["rope_parameters"])
+    if args.rope_theta is not None:
+        rope["rope_theta"] = args.rope_theta
+    if args.mrope_section is not None:
+        rope["mrope_section"] = [int(v) for v in args.mrope_section.split(",")]
+    config = tiny_qwen2vl_config(tokenizer, text={"rope_parameters": rope})
     torch.manual_seed(args.seed)
     model = Qwen2VLForConditionalGeneration(config)
     n_params = sum(p.numel() for p in model.parameters())
@@ -310,9 +326,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         current = mix_at(progress, phases, mix)
         tasks = rng.choices(list(current), list(current.values()), k=args.batch_size)
         items = []
-        for t in tasks:
-            items.append(make_item(t, args.train_seed, next_index[t]))
-            next_index[t] += 1
+        for name in tasks:
+            task, _, n = name.partition(":")
+            items.append(make_item(task, args.train_seed, next_index[task], int(n) if n else None))
+            next_index[task] += 1
         batch = encode_batch(processor, items, with_solution=True)
         labels = batch.pop("labels")
         for g in opt.param_groups:
@@ -325,8 +342,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         opt.step()
         step += 1
         losses.append(loss.item())
-        for t, v in zip(tasks, per_example.tolist(), strict=True):
-            task_losses[t].append(v)
+        for name, v in zip(tasks, per_example.tolist(), strict=True):
+            task_losses[name.partition(":")[0]].append(v)
         if step % args.log_every == 0 or step == 1:
             avg = sum(losses[-args.log_every :]) / len(losses[-args.log_every :])
             per_task = " ".join(f"{t} {sum(v) / len(v):.3f}" for t, v in task_losses.items() if v)
