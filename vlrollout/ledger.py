@@ -40,7 +40,8 @@ class EpisodeLedger:
         keep: How many rejection records to keep (counts are always exact).
 
     >>> ledger = EpisodeLedger()
-    >>> ledger.accept(); ledger.reject("item 3", "image_decode", "truncated JPEG")
+    >>> ledger.accept()
+    >>> record = ledger.reject("item 3", "image_decode", "truncated JPEG")
     >>> ledger.summary()["rejected_by_reason"]
     {'image_decode': 1}
     """
