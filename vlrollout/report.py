@@ -1,7 +1,7 @@
 """The visual report of a run: one self-contained HTML page.
 
-Each item shows its image with the ground-truth boxes (green) and every episode's predicted boxes
-(red, converted from the model's frame to the image's pixels), the prompt, each completion and
+Each item shows its image with the ground-truth boxes (magenta) and every episode's predicted boxes
+(cyan, converted from the model's frame to the image's pixels), the prompt, each completion and
 its reward, and any rejection with its reason. Images are embedded as data URLs so the page can
 be mailed or attached to an issue.
 """
@@ -21,6 +21,8 @@ from PIL import Image, ImageDraw
 from vlrollout.runner import _safe_name, atomic_write_bytes
 
 THUMB = 224
+GT_COLOUR = (255, 0, 255)  # magenta
+PRED_COLOUR = (0, 220, 255)  # cyan
 
 
 def _load_image(image: Any) -> Image.Image | None:
@@ -57,7 +59,8 @@ def _draw(image: Image.Image, gt: Sequence, preds: Sequence) -> str:
     scale = THUMB / max(image.size)
     shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
     draw = ImageDraw.Draw(shown)
-    for boxes, colour in ((gt, (0, 200, 0)), (preds, (230, 0, 0))):
+    # Colours no synthetic shape has, so a box on a shape of its own colour stays visible.
+    for boxes, colour in ((gt, GT_COLOUR), (preds, PRED_COLOUR)):
         for b in boxes:
             draw.rectangle([v * scale for v in b], outline=colour, width=2)
     buf = io.BytesIO()
@@ -144,6 +147,22 @@ table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8p
 """
 
 
+def _overview(summary: dict[str, Any]) -> str:
+    items, episodes = summary.get("items", {}), summary.get("episodes", {})
+    rows = "".join(
+        f"<tr><td>{html.escape(task)}</td><td class=r>{st.get('n', 0)}</td>"
+        f"<td class=r>{st.get('mean', float('nan')):.3f}</td></tr>"
+        for task, st in summary.get("reward_by_task", {}).items()
+    )
+    reasons = ", ".join(f"{k}: {v}" for k, v in episodes.get("rejected_by_reason", {}).items())
+    return (
+        f"<p>{items.get('done', 0)}/{items.get('total', 0)} items, "
+        f"{episodes.get('accepted', 0)} episodes kept, {episodes.get('rejected', 0)} rejected"
+        f"{' (' + html.escape(reasons) + ')' if reasons else ''}</p>"
+        f"<table><tr><th>task</th><th>episodes</th><th>mean reward</th></tr>{rows}</table>"
+    )
+
+
 def write_report(
     output: Path,
     items: Sequence[dict[str, Any]],
@@ -164,11 +183,12 @@ def write_report(
             n_prompt = len(item.get("images") or [])
             extra = tool_images(output / "trajectories" / f"{name}.pt", processor, n_prompt)
             sections.append(render_item(item, json.loads(path.read_text()), family, extra))
-    head = {k: summary.get(k) for k in ("items", "episodes", "reward", "reward_by_task")}
     page = (
         f"<!doctype html><meta charset=utf-8><title>vlrollout report</title><style>{STYLE}</style>"
-        f"<h1>vlrollout run</h1><p>green: ground truth, red: predicted</p>"
-        f"<pre>{html.escape(json.dumps(head, indent=1))}</pre>{''.join(sections)}"
+        f"<h1>vlrollout run</h1>{_overview(summary)}"
+        "<p><span style='color:#f0f'>■ ground truth</span> "
+        "<span style='color:#0cf'>■ predicted</span></p>"
+        f"{''.join(sections)}"
     )
     report = output / "report.html"
     atomic_write_bytes(report, page.encode())

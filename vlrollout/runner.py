@@ -125,6 +125,13 @@ class Runner:
         self.concurrency = concurrency
         self.fail_fast = fail_fast
 
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Completion text as the reward saw it (the workflow's decoding: trailing stop dropped)."""
+        ctx = getattr(self.workflow, "ctx", None)
+        if ctx is not None:
+            return ctx.decode_completion(token_ids)
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+
     def item_path(self, item_id: str) -> Path:
         return self.output / "items" / f"{_safe_name(item_id)}.json"
 
@@ -149,9 +156,7 @@ class Runner:
                 episodes.append(
                     {
                         "reward": float(traj["rewards"][row]),
-                        "turns": [
-                            self.tokenizer.decode(t, skip_special_tokens=False) for t in turns
-                        ],
+                        "turns": [self.decode(t) for t in turns],
                     }
                 )
         outcome = ItemOutcome(
