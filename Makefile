@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlrollout-installed
 
-.PHONY: setup demo test test-all lint bench lock snapshots
+.PHONY: setup demo demo-baseline test test-all lint bench lock snapshots
 
 # Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
 # pyproject.toml or the lock changes.
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml requirements.lock
 # The main job: rollouts of the tiny model on the sample images -> runs/demo/
 demo: setup
 	$(BIN)/vlrollout run --config examples/demo.yaml
+
+# The same job with an untrained model of the same architecture (the baseline for the demo's rewards).
+demo-baseline: setup
+	$(BIN)/vlrollout train-tiny --steps 0 --max-minutes 0 --eval-per-task 4 --out runs/untrained-model
+	$(BIN)/vlrollout run --config examples/demo.yaml --model runs/untrained-model --output runs/untrained
 
 # Unit + integration tests (slow ones excluded); `make test-all` runs everything.
 test: setup

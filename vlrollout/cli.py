@@ -92,7 +92,8 @@ def _add_train_tiny(sub: argparse._SubParsersAction) -> None:
 def _cmd_train_tiny(args: argparse.Namespace) -> int:
     from vlrollout.tiny import train
 
-    return int(train.main(args.rest) or 0)
+    train.main(args.rest)
+    return 0
 
 
 def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
