@@ -150,6 +150,18 @@ def _read_file(path: Path, item: str, max_bytes: int) -> bytes:
         raise PreprocessError(item, "image_not_found", f"no such file: {path}") from None
     except IsADirectoryError:
         raise PreprocessError(item, "image_not_found", f"{path} is a directory") from None
+    except OSError as e:  # name too long, permission denied, ...
+        raise PreprocessError(
+            item, "image_not_found", f"cannot read {str(path)[:120]!r}: {e.strerror}"
+        ) from None
+
+
+def _is_file(text: str) -> bool:
+    """``Path(text).is_file()``, false for names the OS rejects (too long, NUL bytes)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
@@ -169,7 +181,7 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
     if text.startswith("file://"):
         return "path", _read_file(Path(text[len("file://") :]), item, max_bytes)
     looks_like_path = len(text) < 4096 and ("/" in text[:256] or "\\" in text or "." in text[-6:])
-    if looks_like_path and Path(text).is_file():
+    if looks_like_path and _is_file(text):
         return "path", _read_file(Path(text), item, max_bytes)
     try:
         return "base64", base64.b64decode("".join(text.split()), validate=True)
