@@ -124,13 +124,20 @@ class RewardCaller:
 
     Args:
         reward_fn: ``(prompt, completions, prompt_ids, completion_ids, **task_data) -> float``,
-            or its import path. Must be picklable.
+            a built-in reward name (``"iou"``, ``"cider_d"``... see
+            :mod:`vlrollout.rewards.registry`) or an import path (a class is instantiated).
+            Must be picklable.
         timeout_s: Seconds before the episode is rejected with ``reward_timeout``.
     """
 
     def __init__(self, reward_fn: Callable[..., float] | str, timeout_s: float = 15.0) -> None:
         if timeout_s <= 0:
             raise ValueError(f"reward timeout must be positive, got {timeout_s}")
+        if isinstance(reward_fn, str):
+            # Built-in reward names and import paths; a class path is instantiated.
+            from vlrollout.rewards.registry import get_reward
+
+            reward_fn = get_reward(reward_fn)
         self.reward_fn = resolve_callable(reward_fn, "reward function")
         try:
             pickle.dumps(self.reward_fn)
