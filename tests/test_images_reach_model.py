@@ -51,7 +51,10 @@ def test_same_prompt_different_images_different_answers(engine):
         return await asyncio.gather(*(wf.arun_episode(engine, item) for item in picked))
 
     trajs = asyncio.run(run())
-    answers = [wf.ctx.decode_completion(t["input_ids"][0][t["loss_mask"][0].bool()].tolist()) for t in trajs]
+    answers = [
+        wf.ctx.decode_completion(t["input_ids"][0][t["loss_mask"][0].bool()].tolist())
+        for t in trajs
+    ]
     assert len(set(answers)) >= 3, answers  # the answer follows the image
     correct = sum(t["rewards"].item() == 1.0 for t in trajs)
     assert correct >= 3, (answers, [i["answer"] for i in picked])

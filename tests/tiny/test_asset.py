@@ -80,20 +80,24 @@ def test_training_record_beats_baselines():
     record = json.loads((ASSET / "TRAINING.json").read_text())
     m = record["metrics"]
     assert record["final"]
-    assert m["count"]["accuracy"] > m["count"]["chance"] + 0.15
-    assert m["ground"]["mean_iou"] > m["ground"]["centre_box_baseline_mean_iou"] + 0.15
-    assert m["caption"]["cider_d"] > m["caption"]["constant_caption_baseline_cider_d"] + 1.0
+    assert m["count"]["n"] == m["ground"]["n"] == m["caption"]["n"] == 200
+    assert m["count"]["accuracy"] > m["count"]["chance"] + 0.4
+    assert m["caption"]["cider_d"] > m["caption"]["constant_caption_baseline_cider_d"] + 1.5
+    # Grounding is the weak task (see vlrollout/tiny/model.py): about twice the baseline.
+    assert m["ground"]["mean_iou"] > 2 * m["ground"]["centre_box_baseline_mean_iou"]
 
 
-def test_asset_model_beats_chance_on_fresh_items(loaded):
-    """Greedy answers on 48 held-out counting and grounding items, a few seconds on a CPU."""
+def test_asset_model_beats_baselines_on_fresh_items(loaded):
+    """Greedy answers on 48 fresh items per task (a seed used nowhere else), seconds on a CPU."""
     from vlrollout.tiny.evaluate import baselines_from_training, evaluate
 
     processor, model = loaded
-    items = [it for t in ("count", "ground") for it in generate_items(t, 48, seed=123)]
+    items = [it for t in TASKS for it in generate_items(t, 48, seed=123)]
     res = evaluate(model, processor, items, baselines_from_training(0, n=500))
-    assert res["count"]["accuracy"] >= 0.4
-    assert res["ground"]["mean_iou"] > res["ground"]["centre_box_baseline_mean_iou"] + 0.1
+    assert res["count"]["accuracy"] >= 0.6
+    assert res["caption"]["cider_d"] > res["caption"]["constant_caption_baseline_cider_d"] + 1.0
+    assert res["ground"]["unparsable"] <= 2
+    assert res["ground"]["mean_iou"] > res["ground"]["centre_box_baseline_mean_iou"]
 
 
 def test_samples_are_the_seeded_mix():
