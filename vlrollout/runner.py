@@ -183,6 +183,7 @@ class Runner:
         for item in todo:
             queue.put_nowait(item)
         rewards: list[float] = []
+        tokens_this_run: list[int] = []
         stop = asyncio.Event()
         failure: list[ItemOutcome] = []
 
@@ -194,6 +195,7 @@ class Runner:
                     return
                 outcome = await self.run_item(item)
                 rewards.extend(e["reward"] for e in outcome.episodes)
+                tokens_this_run.append(outcome.generated_tokens)
                 if bar is not None:
                     bar.update(1)
                     if rewards:
@@ -207,6 +209,8 @@ class Runner:
             bar.close()
         wall = time.perf_counter() - start
         summary = summarize(self.output, items, wall_s=wall)
+        # Throughput of this invocation only: a resumed run's earlier items took other time.
+        summary["tokens_per_s"] = sum(tokens_this_run) / wall if wall > 0 else None
         summary["this_run"] = {"items_run": len(todo) - queue.qsize(), "wall_s": round(wall, 3)}
         if failure:
             summary["stopped_early"] = {
@@ -264,6 +268,5 @@ def summarize(output: Path, items: Sequence[dict[str, Any]], wall_s: float) -> d
         "reward": _stats(rewards),
         "reward_by_task": {k: _stats(v) for k, v in sorted(by_task.items())},
         "generated_tokens": tokens,
-        "tokens_per_s": tokens / wall_s if wall_s > 0 else None,
         "wall_s": wall_s,
     }
