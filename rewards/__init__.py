@@ -41,6 +41,7 @@ _EXPORTS = {
     "LengthPenalty": "format",
     "WeightedSum": "combine",
     "ByTask": "combine",
+    "CLIPScoreReward": "clip_score",
     "get_reward": "registry",
 }
 

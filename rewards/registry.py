@@ -54,6 +54,8 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "box_f1": _grounding("box_f1"),
     "mean_iou": _grounding("mean_iou"),
     "point_in_box": _lazy("grounding", "PointInBoxReward"),
+    "clip_score": _lazy("clip_score", "CLIPScoreReward"),
+    "ref_clip_score": _lazy("clip_score", "CLIPScoreReward", use_references=True),
     "count": _lazy("answer", "CountReward"),
     "choice": _lazy("answer", "ChoiceReward"),
     "numeric": _lazy("answer", "NumericReward"),

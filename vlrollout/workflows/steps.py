@@ -23,8 +23,9 @@ from vlrollout.checks import check_request_images
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
 
-# Keys of a data item that never reach the reward function: raw images are heavy to pickle into
-# the reward process pool, and rewards get each image's geometry instead.
+# Keys of a data item that do not reach the reward function: raw images are heavy to pickle into
+# the reward process pool, and rewards get each image's geometry instead — unless the reward says
+# it needs them (``needs_images = True``, e.g. CLIPScore).
 _NOT_FOR_REWARD = ("images",)
 
 
@@ -164,14 +165,20 @@ class RewardCaller:
         task_data: Mapping[str, Any],
         geometry: Sequence[Mapping[str, int]] = (),
     ) -> float:
-        kwargs = {k: v for k, v in task_data.items() if k not in _NOT_FOR_REWARD}
+        # Rewards that score the image itself (CLIPScore) declare ``needs_images = True``.
+        dropped = () if getattr(self.reward_fn, "needs_images", False) else _NOT_FOR_REWARD
+        kwargs = {k: v for k, v in task_data.items() if k not in dropped}
         if geometry:
             kwargs["geometry"] = [dict(g) for g in geometry]
         try:
-            value = await asyncio.wait_for(
-                self._wrapper(prompt, completion, list(prompt_ids), list(completion_ids), **kwargs),
-                timeout=self.timeout_s,
-            )
+            args = (prompt, completion, list(prompt_ids), list(completion_ids))
+            if getattr(self.reward_fn, "run_in_thread", False):
+                # Torch-model rewards: a forked pool worker inherits torch's thread pools and can
+                # hang, so they run in a thread of this process (torch releases the GIL).
+                call = asyncio.to_thread(self.reward_fn, *args, **kwargs)
+            else:
+                call = self._wrapper(*args, **kwargs)
+            value = await asyncio.wait_for(call, timeout=self.timeout_s)
         except TimeoutError as e:
             raise EpisodeRejected(
                 "reward_timeout", f"reward function took longer than {self.timeout_s}s"
