@@ -91,16 +91,15 @@ def greedy_completions(
 
 
 def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
-    """IoU of two ``[x1, y1, x2, y2]`` boxes (continuous coordinates).
+    """IoU of two ``[x1, y1, x2, y2]`` boxes: the rewards package's :func:`iou`, so evaluation and
+    RL rewards score boxes identically.
 
     >>> box_iou([0, 0, 2, 2], [1, 0, 3, 2])
     0.3333333333333333
     """
-    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = iw * ih
-    area = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / area if area > 0 else 0.0
+    from vlrollout.rewards.box_scores import iou
+
+    return float(iou(tuple(a), tuple(b)))
 
 
 def first_int(text: str) -> int | None:

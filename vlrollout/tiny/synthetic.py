@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,6 @@ PROMPTS = {
     "caption": "Describe the image in one sentence.",
 }
 BOX_START, BOX_END = "<|box_start|>", "<|box_end|>"
-_BOX_RE = re.compile(r"\((\d+),\s*(\d+)\),\s*\((\d+),\s*(\d+)\)")
 
 
 def task_corpus() -> list[str]:
@@ -97,16 +95,22 @@ def box_to_qwen2vl_text(box: Sequence[float], width: int, height: int) -> str:
 
 
 def parse_qwen2vl_box(text: str, width: int, height: int) -> list[float] | None:
-    """The first ``(x1,y1),(x2,y2)`` box in ``text`` (0–1000 frame) as original pixels, or None.
+    """The first Qwen2-VL box in ``text`` (0–1000 frame) as original pixels, or None.
+
+    Parsed by the rewards package's Qwen2-VL parser, so evaluation reads boxes as rewards do.
 
     >>> parse_qwen2vl_box('<|box_start|>(250,0),(500,1000)<|box_end|>', 112, 112)
     [28.0, 0.0, 56.0, 112.0]
     """
-    m = _BOX_RE.search(text)
-    if m is None:
+    from vlrollout.rewards.box_parsing import parse_qwen2_vl
+    from vlrollout.rewards.frames import Frame, convert_boxes
+
+    parsed = parse_qwen2_vl(text)
+    if not parsed.boxes:
         return None
-    x1, y1, x2, y2 = (int(v) for v in m.groups())
-    return [x1 * width / 1000, y1 * height / 1000, x2 * width / 1000, y2 * height / 1000]
+    size = {"original_width": width, "original_height": height}
+    geometry = {**size, "model_width": width, "model_height": height}
+    return list(convert_boxes(parsed.boxes[:1], parsed.frame, Frame.ORIGINAL, geometry)[0])
 
 
 def _join(parts: list[str]) -> str:

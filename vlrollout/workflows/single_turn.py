@@ -19,7 +19,6 @@ from vlrollout.processors.base import Preprocessor
 from vlrollout.workflows.episode import (
     EpisodeContext,
     EpisodeWorkflow,
-    load_processor,
     load_tokenizer,
     log_reward,
     text_preprocessor,
@@ -126,8 +125,7 @@ class VisionRLVRWorkflow(SingleTurnWorkflow):
         max_pixels: int | None = None,
         **kwargs: Any,
     ) -> None:
-        processor = load_processor(processor)
-        preprocessor = build_vision_preprocessor(
+        processor, preprocessor = build_vision_preprocessor(
             processor,
             preprocessor,
             enable_thinking=enable_thinking,

@@ -42,7 +42,6 @@ from vlrollout.tools.observation import Observation, ObservationEncoder, vllm_me
 from vlrollout.workflows.episode import (
     EpisodeContext,
     EpisodeWorkflow,
-    load_processor,
     load_tokenizer,
     log_reward,
 )
@@ -148,13 +147,12 @@ class VisionToolWorkflow(EpisodeWorkflow):
         if max_calls_per_turn < 1:
             raise ValueError(f"max_calls_per_turn must be at least 1, got {max_calls_per_turn}")
         tokenizer = load_tokenizer(tokenizer)
-        processor = load_processor(processor)
         self.tools = resolve_tools(tools)
         self.max_turns = max_turns
         self.max_total_tokens = max_total_tokens
         self.max_calls_per_turn = max_calls_per_turn
         self.tool_role = tool_role
-        preprocessor = build_vision_preprocessor(
+        processor, preprocessor = build_vision_preprocessor(
             processor,
             preprocessor,
             enable_thinking=enable_thinking,

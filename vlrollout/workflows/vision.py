@@ -14,11 +14,14 @@ def build_vision_preprocessor(
     enable_thinking: bool = False,
     min_pixels: int | None = None,
     max_pixels: int | None = None,
-) -> Preprocessor:
+) -> tuple[Any, Preprocessor]:
     """The given preprocessor (object, registered name or import path), or the default one for
-    ``processor``. (Workflows wrap it in the prepare-once cache.)"""
+    ``processor``, returned with the processor (loaded first when given as a local path).
+    (Workflows wrap the preprocessor in the prepare-once cache.)"""
     from vlrollout.processors import registry
+    from vlrollout.workflows.episode import load_processor
 
+    processor = load_processor(processor)
     if preprocessor is None or isinstance(preprocessor, str):
         preprocessor = registry.get_preprocessor(
             preprocessor or "auto",
@@ -32,4 +35,4 @@ def build_vision_preprocessor(
             "min_pixels/max_pixels configure the default preprocessor; a custom preprocessor "
             "object must be built with its own limits"
         )
-    return preprocessor
+    return processor, preprocessor
