@@ -1,7 +1,7 @@
 """Tokens/s of the local engine: one request at a time vs concurrent (batched) requests.
 
 Uses ``assets/tiny-qwen2vl`` when it exists, else the random tiny Qwen2-VL of
-``vlrollout.engine.testing``. Every request is a vision prompt (one 112×84 image) and generates
+``vlrollout.testing.tiny_model``. Every request is a vision prompt (one 112×84 image) and generates
 exactly ``--new-tokens`` tokens, so both modes do the same work. The last line is the ratio.
 
     .venv/bin/python bench/bench_engine.py            # ~20 s on 2 shared CPU cores
@@ -22,7 +22,7 @@ from areal.api.io_struct import ModelRequest
 from PIL import Image
 
 from vlrollout.engine import LocalInferenceEngine
-from vlrollout.engine.testing import tiny_qwen2vl
+from vlrollout.testing.tiny_model import tiny_qwen2vl
 
 ASSET = Path(__file__).resolve().parent.parent / "assets" / "tiny-qwen2vl"
 
@@ -74,7 +74,7 @@ def main() -> None:
         model, processor, source = engine.model, engine.processor, str(ASSET)
     else:
         model, processor = tiny_qwen2vl(seed=0)
-        source = "random tiny Qwen2-VL (vlrollout.engine.testing)"
+        source = "random tiny Qwen2-VL (vlrollout.testing.tiny_model)"
     reqs = build_requests(processor, args.requests, args.new_tokens)
 
     rows = []

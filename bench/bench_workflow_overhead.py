@@ -9,9 +9,9 @@ and packing use one core, the reward process pool (one worker on a 2-core machin
 
 Set-up, identical for both workflows:
 
-- processor: Qwen2.5-VL built offline (:func:`vlrollout.processors.offline.build_qwen2_5_vl`) with
+- processor: Qwen2.5-VL built offline (:func:`vlrollout.testing.offline_processors.build_qwen2_5_vl`) with
   Qwen2.5-VL's / AReaL's defaults ``min_pixels=3136``, ``max_pixels=12845056``, patch 14, merge 2;
-- engine: :class:`vlrollout.scripted_engine.ScriptedEngine`, zero latency, a fixed 8-token answer;
+- engine: :class:`vlrollout.testing.scripted_engine.ScriptedEngine`, zero latency, a fixed 8-token answer;
 - reward: :func:`zero_reward` (module level, picklable), through AReaL's ``AsyncRewardWrapper``
   process pool in both workflows (ours wraps the same pool).
 
@@ -61,8 +61,8 @@ from areal.workflow.vision_rlvr import VisionRLVRWorkflow as ArealVisionRLVRWork
 from images import DEFAULT_SIZES, QUICK_SIZES, Photo, bench_photos  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from vlrollout.processors.offline import build_qwen2_5_vl  # noqa: E402
-from vlrollout.scripted_engine import ScriptedEngine  # noqa: E402
+from vlrollout.testing.offline_processors import build_qwen2_5_vl  # noqa: E402
+from vlrollout.testing.scripted_engine import ScriptedEngine  # noqa: E402
 from vlrollout.workflows import VisionRLVRWorkflow  # noqa: E402
 
 MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # Qwen2.5-VL preprocessor_config.json / AReaL defaults

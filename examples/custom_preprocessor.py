@@ -131,7 +131,7 @@ def build_center_crop_preprocessor(
 
 if __name__ == "__main__":
     from vlrollout.processors import get_preprocessor, register_preprocessor
-    from vlrollout.processors.offline import build_offline_processor
+    from vlrollout.testing.offline_processors import build_offline_processor
 
     register_preprocessor("center_crop", build_center_crop_preprocessor)
     pre = get_preprocessor("center_crop", processor=build_offline_processor("qwen2_vl"))

@@ -4,7 +4,7 @@ Public API (heavy modules are imported on first attribute access, so ``import vl
 stays cheap)::
 
     from vlrollout.processors import AutoProcessorPreprocessor, PreparedPromptCache
-    from vlrollout.processors.offline import build_offline_processor
+    from vlrollout.testing.offline_processors import build_offline_processor
 
     pre = AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"), max_pixels=112 * 112)
     prepared = pre.prepare({"messages": [{"role": "user", "content": "<image>What colour?"}],
@@ -14,6 +14,14 @@ stays cheap)::
 """
 
 from __future__ import annotations
+
+if __name__ != "vlrollout.processors":
+    # The folder sits at the repository top level but is installed as vlrollout.processors
+    # (pyproject.toml package-dir). A second identity would give two registries and two copies of
+    # every exception class, so importing it under any other name is refused.
+    raise ImportError(
+        f"this folder is the package vlrollout.processors; import it under that name, not as {__name__!r}"
+    )
 
 import importlib
 from typing import TYPE_CHECKING
@@ -39,7 +47,6 @@ _LAZY = {
     "get_preprocessor": ".registry",
     "resolve_preprocessor": ".registry",
     "available_preprocessors": ".registry",
-    "build_offline_processor": ".offline",
 }
 
 __all__ = [
@@ -64,7 +71,6 @@ __all__ = [
     "get_preprocessor",
     "resolve_preprocessor",
     "available_preprocessors",
-    "build_offline_processor",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,7 +80,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
     from .image_mode import to_rgb
     from .messages import normalize_messages
-    from .offline import build_offline_processor
     from .registry import (
         available_preprocessors,
         get_preprocessor,

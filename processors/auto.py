@@ -53,7 +53,7 @@ class AutoProcessorPreprocessor:
         ValueError: ``min_pixels``/``max_pixels`` for a family that resizes to a fixed size, or no
             chat template on the processor or tokenizer.
 
-    >>> from vlrollout.processors.offline import build_offline_processor
+    >>> from vlrollout.testing.offline_processors import build_offline_processor
     >>> pre = AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"), max_pixels=56 * 56)
     >>> from PIL import Image
     >>> p = pre.prepare({"messages": [{"role": "user", "content": "<image>Colour?"}],

@@ -124,7 +124,7 @@ def resolve_preprocessor(name_or_path: str) -> Factory:
 def get_preprocessor(name_or_path: str, **kwargs: Any) -> Any:
     """Resolve ``name_or_path`` and call the factory with ``kwargs``.
 
-    >>> from vlrollout.processors.offline import build_offline_processor
+    >>> from vlrollout.testing.offline_processors import build_offline_processor
     >>> pre = get_preprocessor("auto", processor=build_offline_processor("qwen2_vl"))
     >>> pre.family
     'qwen2_vl'

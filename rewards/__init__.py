@@ -8,6 +8,14 @@ when a rule (not the metric) decided the value. Names are exported lazily, so
 
 from __future__ import annotations
 
+if __name__ != "vlrollout.rewards":
+    # The folder sits at the repository top level but is installed as vlrollout.rewards
+    # (pyproject.toml package-dir). A second identity would give two registries and two copies of
+    # every exception class, so importing it under any other name is refused.
+    raise ImportError(
+        f"this folder is the package vlrollout.rewards; import it under that name, not as {__name__!r}"
+    )
+
 import importlib
 from typing import Any
 

@@ -69,7 +69,7 @@ def test_workflow_runs_parity_check_before_the_first_episode(tokenizer, qwen2vl_
 
     from areal.api.cli_args import GenerationHyperparameters
 
-    from vlrollout.scripted_engine import ScriptedEngine
+    from vlrollout.testing.scripted_engine import ScriptedEngine
     from vlrollout.workflows import VisionRLVRWorkflow
 
     engine = ScriptedEngine([[tokenizer.eos_token_id]])

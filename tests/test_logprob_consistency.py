@@ -15,7 +15,7 @@ from PIL import Image
 
 from vlrollout.checks import logprob_consistency
 from vlrollout.engine.local import LocalInferenceEngine
-from vlrollout.engine.testing import tiny_qwen2vl
+from vlrollout.testing.tiny_model import tiny_qwen2vl
 from vlrollout.workflows import RLVRWorkflow, VisionMultiAttemptWorkflow, VisionRLVRWorkflow
 
 ATOL = 1e-4

@@ -11,7 +11,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 from PIL import Image
 
-from vlrollout.scripted_engine import ScriptedEngine
+from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import RLVRWorkflow, VisionRLVRWorkflow
 
 GCONFIG = GenerationHyperparameters(max_new_tokens=8)

@@ -37,7 +37,7 @@ def test_report_shows_completions_rewards_rejections_and_tool_images(
     from vlrollout.datasets import load_items
     from vlrollout.report import write_report
     from vlrollout.runner import Runner
-    from vlrollout.scripted_engine import ScriptedEngine
+    from vlrollout.testing.scripted_engine import ScriptedEngine
     from vlrollout.workflows import VisionToolWorkflow
 
     Image.new("RGB", (112, 84), (0, 128, 255)).save(tmp_path / "a.png")

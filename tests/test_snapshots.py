@@ -15,7 +15,7 @@ import pytest
 
 from vlrollout.datasets import load_items
 from vlrollout.processors.auto import AutoProcessorPreprocessor
-from vlrollout.processors.offline import OFFLINE_BUILDERS, build_offline_processor
+from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, build_offline_processor
 from vlrollout.snapshots import assert_matches_snapshot, compare, load_snapshot, take_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def test_family_matches_its_snapshot(family):
 
 
 def test_changed_max_pixels_fails_and_names_the_field():
-    from vlrollout.processors.offline import build_qwen2_vl
+    from vlrollout.testing.offline_processors import build_qwen2_vl
 
     pre = AutoProcessorPreprocessor(build_qwen2_vl(max_pixels=56 * 56))
     expected = load_snapshot(SNAPSHOTS / "qwen2_vl.json")

@@ -101,7 +101,7 @@ def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
         "--processor",
         required=True,
         help="local processor folder, or offline:FAMILY for a processor built in code "
-        "(families: see vlrollout.processors.offline)",
+        "(families: see vlrollout.testing.offline_processors)",
     )
     p.add_argument("--preprocessor", default="auto", help="preprocessor name or import path")
     p.add_argument("--data", default="assets/samples/data.jsonl", help="items to prepare")
@@ -114,7 +114,7 @@ def _snapshot_inputs(args: argparse.Namespace):
     from vlrollout.processors.registry import get_preprocessor
 
     if args.processor.startswith("offline:"):
-        from vlrollout.processors.offline import build_offline_processor
+        from vlrollout.testing.offline_processors import build_offline_processor
 
         processor = build_offline_processor(args.processor.split(":", 1)[1])
     else:

@@ -78,7 +78,7 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
 
 def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     """Run ``cfg`` end to end; returns the summary. Writes the report next to the summary."""
-    from vlrollout.engines import make_engine
+    from vlrollout.engine.factory import make_engine
     from vlrollout.report import write_report
     from vlrollout.runner import Runner, atomic_write_json
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vlrollout.engine.testing import tiny_qwen2vl
+from vlrollout.testing.tiny_model import tiny_qwen2vl
 
 
 @pytest.fixture(autouse=True)

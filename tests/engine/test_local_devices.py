@@ -10,7 +10,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 
 from vlrollout.engine import LocalInferenceEngine
-from vlrollout.engine.testing import tiny_qwen2vl
+from vlrollout.testing.tiny_model import tiny_qwen2vl
 
 DEVICES = [
     "cpu",

@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from tests.processors.images import halves
-from vlrollout.processors.offline import build_offline_processor
+from vlrollout.testing.offline_processors import build_offline_processor
 
 
 @pytest.fixture

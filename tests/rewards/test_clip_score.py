@@ -108,7 +108,7 @@ def test_workflow_passes_images_only_to_rewards_that_need_them(
 ):
     from areal.api.cli_args import GenerationHyperparameters
 
-    from vlrollout.scripted_engine import ScriptedEngine
+    from vlrollout.testing.scripted_engine import ScriptedEngine
     from vlrollout.workflows import VisionRLVRWorkflow
 
     image = Image.new("RGB", (56, 56), (200, 20, 20))
@@ -130,7 +130,7 @@ def test_workflow_passes_images_only_to_rewards_that_need_them(
 def test_thread_rewards_still_time_out_with_a_reason(tokenizer, qwen2vl_processor):
     from areal.api.cli_args import GenerationHyperparameters
 
-    from vlrollout.scripted_engine import ScriptedEngine
+    from vlrollout.testing.scripted_engine import ScriptedEngine
     from vlrollout.workflows import VisionRLVRWorkflow
 
     wf = VisionRLVRWorkflow(

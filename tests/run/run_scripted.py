@@ -12,7 +12,7 @@ from areal.api.cli_args import GenerationHyperparameters
 
 from vlrollout.datasets import load_items
 from vlrollout.runner import Runner
-from vlrollout.scripted_engine import ScriptedEngine
+from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer
 from vlrollout.workflows import RLVRWorkflow
 

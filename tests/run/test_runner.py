@@ -18,7 +18,7 @@ from areal.infra.workflow_executor import check_trajectory_format
 
 from vlrollout.datasets import DataFileError, load_items
 from vlrollout.runner import Runner, atomic_write_bytes
-from vlrollout.scripted_engine import ScriptedEngine
+from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import RLVRWorkflow
 
 REPO = Path(__file__).resolve().parents[2]

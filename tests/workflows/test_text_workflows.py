@@ -10,7 +10,7 @@ from areal.infra.workflow_executor import check_trajectory_format
 from areal.utils.data import concat_padded_tensors
 from areal.utils.hf_utils import apply_chat_template
 
-from vlrollout.scripted_engine import ScriptedEngine
+from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import MultiAttemptWorkflow, RLVRWorkflow
 from vlrollout.workflows.multi_attempt import feedback_token_ids
 

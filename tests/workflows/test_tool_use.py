@@ -19,7 +19,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 from PIL import Image
 
-from vlrollout.scripted_engine import ScriptedEngine
+from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.tools import Tool, ToolResult
 from vlrollout.workflows import VisionToolWorkflow
 

@@ -19,7 +19,7 @@ from PIL import Image
 
 from vlrollout.checks import logprob_consistency, recompute_logprobs
 from vlrollout.engine.local import LocalInferenceEngine
-from vlrollout.engine.testing import tiny_qwen2vl
+from vlrollout.testing.tiny_model import tiny_qwen2vl
 from vlrollout.workflows import VisionToolWorkflow
 
 TEMPERATURE = 0.8

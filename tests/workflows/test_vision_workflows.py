@@ -14,7 +14,7 @@ from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 from areal.infra.workflow_executor import check_trajectory_format
 from PIL import Image
 
-from vlrollout.scripted_engine import ScriptedEngine
+from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import VisionMultiAttemptWorkflow, VisionRLVRWorkflow
 
 GCONFIG = GenerationHyperparameters(max_new_tokens=16)

@@ -67,7 +67,7 @@ class LocalInferenceEngine(InferenceEngine):
     >>> import asyncio
     >>> from areal.api.io_struct import ModelRequest
     >>> from areal.api.cli_args import GenerationHyperparameters
-    >>> from vlrollout.engine.testing import tiny_qwen2vl
+    >>> from vlrollout.testing.tiny_model import tiny_qwen2vl
     >>> model, processor = tiny_qwen2vl()
     >>> with LocalInferenceEngine(model, processor) as engine:
     ...     req = ModelRequest(input_ids=[1, 100, 101], gconfig=GenerationHyperparameters(

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from areal.api import InferenceEngine
 
-from vlrollout.run_config import EngineConfig
+
+class EngineConfig(Protocol):
+    """What the factory reads from a recipe's engine settings (``vlrollout run``'s ``engine:``)."""
+
+    kind: str  # "local", "sglang" or "vllm"
+    model: str  # local model folder; the tokenizer/processor path for remote engines
+    device: str  # local engine only
+    addresses: Sequence[str]  # host:port of the servers, remote engines only
 
 
 def remote_engine(cfg: EngineConfig, max_concurrent_rollouts: int | None = None) -> InferenceEngine:

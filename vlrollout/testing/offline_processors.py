@@ -8,7 +8,7 @@ paths (resize, placeholder expansion, ``mm_token_type_ids``) are the same as for
 Chat templates are reduced versions of each model's hub template (cited per builder): same role
 markers and image placeholder, no default system prompt.
 
->>> from vlrollout.processors.offline import build_offline_processor
+>>> from vlrollout.testing.offline_processors import build_offline_processor
 >>> proc = build_offline_processor("qwen2_vl")
 >>> type(proc).__name__
 'Qwen2VLProcessor'

@@ -1,0 +1,159 @@
+"""The layout is the architecture: one import identity per module, no package cycles, components
+that never import recipes or test doubles (STYLE.md practices 13 and 14).
+
+The import graph is read statically (``ast``), every ``import`` in a file counted — inside
+functions too, since a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = {
+    "vlrollout": REPO / "vlrollout",
+    "vlrollout.processors": REPO / "processors",
+    "vlrollout.rewards": REPO / "rewards",
+}
+RECIPES = {"vlrollout.run", "vlrollout.train", "vlrollout.serve", "vlrollout.cli"}
+"""Wire components into programs; nothing below may import them."""
+COMPONENTS = {
+    "vlrollout.processors",
+    "vlrollout.rewards",
+    "vlrollout.workflows",
+    "vlrollout.engine",
+    "vlrollout.packaging",
+    "vlrollout.tools",
+    "vlrollout.geometry",
+    "vlrollout.ledger",
+    "vlrollout.checks",
+}
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for root_name, root in ROOTS.items():
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("").parts
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            yield ".".join([root_name, *rel]), path
+
+
+def _unit(module: str) -> str:
+    """The package a module belongs to: ``vlrollout.X`` (a subpackage or a top-level module)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "vlrollout" or name.startswith("vlrollout.")}
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in _modules():
+        unit = _unit(module)
+        targets = {_unit(name) for name in _imports(module, path)} - {unit, "vlrollout"}
+        graph.setdefault(unit, set()).update(t for t in targets if t in _known_units())
+    return graph
+
+
+def _known_units() -> set[str]:
+    return {_unit(module) for module, _ in _modules()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one package (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_package_cycles():
+    assert _cycles(_graph()) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("component", sorted(COMPONENTS))
+def test_components_import_no_recipe_and_no_test_double(component):
+    graph = _graph()
+    forbidden = graph.get(component, set()) & (RECIPES | {"vlrollout.testing"})
+    assert not forbidden, f"{component} imports {sorted(forbidden)}"
+
+
+@pytest.mark.parametrize("folder", ["processors", "rewards"])
+def test_top_level_folders_have_one_import_identity(folder):
+    """From the repository root (where pytest and users start), the folder cannot be imported as a
+    second, top-level package."""
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {folder}"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert f"vlrollout.{folder}" in proc.stderr
+
+
+def test_layout():
+    """Where each concern lives (README "Architecture")."""
+    expected = [
+        "vlrollout/engine/factory.py",  # the engine and its factory together
+        "vlrollout/testing/scripted_engine.py",  # test doubles under a name that says so
+        "vlrollout/testing/tiny_model.py",
+        "vlrollout/testing/offline_processors.py",
+        "vlrollout/registry.py",  # one registry helper for processors, rewards and tools
+    ]
+    missing = [p for p in expected if not (REPO / p).exists()]
+    assert not missing
+    gone = ["vlrollout/engines.py", "vlrollout/scripted_engine.py", "processors/offline.py"]
+    assert not [p for p in gone if (REPO / p).exists()]
