@@ -24,27 +24,35 @@ works). Errors name the path that failed.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
+
+from vlrollout.registry import Registry
 
 ENTRY_POINT_GROUP = "vlrollout.processors"
 Factory = Callable[..., Any]
 
-_REGISTRY: dict[str, Factory] = {}
-_LOCK = threading.Lock()
+
+def _auto(**kwargs: Any) -> Any:
+    """The built-in ``"auto"`` factory (imported on first use: transformers is heavy)."""
+    from .auto import AutoProcessorPreprocessor
+
+    return AutoProcessorPreprocessor(**kwargs)
 
 
-def _builtin(name: str) -> Factory | None:
-    if name == "auto":
-        from .auto import AutoProcessorPreprocessor
-
-        return AutoProcessorPreprocessor
-    return None
+def _callable_factory(name: str, factory: Any) -> Factory:
+    if not callable(factory):
+        raise TypeError(f"{name!r} resolved to a non-callable {type(factory).__name__}")
+    return factory
 
 
-BUILTIN_NAMES = ("auto",)
+PREPROCESSORS: Registry[Factory] = Registry(
+    "preprocessor",
+    {"auto": _auto},
+    entry_point_group=ENTRY_POINT_GROUP,
+    check=_callable_factory,
+)
+BUILTIN_NAMES = tuple(PREPROCESSORS.builtins)
 
 
 def register_preprocessor(name: str, factory: Factory, *, overwrite: bool = False) -> None:
@@ -55,70 +63,25 @@ def register_preprocessor(name: str, factory: Factory, *, overwrite: bool = Fals
             is already registered and ``overwrite`` is false.
         TypeError: ``factory`` is not callable.
     """
-    if not name or "." in name:
-        raise ValueError(f"preprocessor name must be non-empty without dots, got {name!r}")
-    if name in BUILTIN_NAMES:
-        raise ValueError(f"{name!r} is a built-in preprocessor name; choose another")
     if not callable(factory):
         raise TypeError(f"factory for {name!r} must be callable, got {type(factory).__name__}")
-    with _LOCK:
-        if name in _REGISTRY and not overwrite and _REGISTRY[name] is not factory:
-            raise ValueError(
-                f"preprocessor {name!r} is already registered ({_REGISTRY[name]!r}); "
-                "pass overwrite=True to replace it"
-            )
-        _REGISTRY[name] = factory
+    PREPROCESSORS.register(name, factory, overwrite=overwrite)
 
 
 def unregister_preprocessor(name: str) -> None:
     """Remove a registered name (no error if absent)."""
-    with _LOCK:
-        _REGISTRY.pop(name, None)
-
-
-def _entry_point(name: str) -> Factory | None:
-    matches = entry_points(group=ENTRY_POINT_GROUP, name=name)
-    for ep in matches:
-        try:
-            return ep.load()
-        except Exception as e:
-            raise ImportError(
-                f"entry point {name!r} in group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to load: {e}"
-            ) from e
-    return None
+    PREPROCESSORS.unregister(name)
 
 
 def resolve_preprocessor(name_or_path: str) -> Factory:
     """The factory for ``name_or_path`` (see the module docstring for the order).
 
     Raises:
-        KeyError: an unknown plain name (the message lists the known ones).
+        vlrollout.registry.UnknownNameError: an unknown plain name (the message lists the known
+            ones).
         ImportError / AttributeError: an import path that does not resolve (naming the path).
     """
-    if not isinstance(name_or_path, str) or not name_or_path:
-        raise TypeError(f"preprocessor name must be a non-empty string, got {name_or_path!r}")
-    with _LOCK:
-        factory = _REGISTRY.get(name_or_path)
-    if factory is None:
-        factory = _builtin(name_or_path)
-    if factory is None:
-        factory = _entry_point(name_or_path)
-    if factory is not None:
-        return factory
-    if "." not in name_or_path:
-        raise KeyError(
-            f"unknown preprocessor {name_or_path!r}; known names: {available_preprocessors()}; "
-            "or pass an import path 'package.module.factory'"
-        )
-    from areal.utils.dynamic_import import import_from_string
-
-    try:
-        factory = import_from_string(name_or_path)
-    except (ImportError, AttributeError) as e:
-        raise type(e)(f"cannot import preprocessor factory {name_or_path!r}: {e}") from e
-    if not callable(factory):
-        raise TypeError(f"{name_or_path!r} resolved to a non-callable {type(factory).__name__}")
-    return factory
+    return PREPROCESSORS.resolve(name_or_path)
 
 
 def get_preprocessor(name_or_path: str, **kwargs: Any) -> Any:
@@ -134,8 +97,4 @@ def get_preprocessor(name_or_path: str, **kwargs: Any) -> Any:
 
 def available_preprocessors() -> list[str]:
     """Built-in, registered and entry-point names."""
-    with _LOCK:
-        names = set(_REGISTRY)
-    names.update(BUILTIN_NAMES)
-    names.update(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
-    return sorted(names)
+    return PREPROCESSORS.names()

@@ -12,6 +12,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from vlrollout.registry import Registry
+
 
 def _caption(metric: str) -> Callable[..., Any]:
     def build(**kwargs: Any) -> Any:
@@ -67,39 +69,32 @@ BUILTINS: dict[str, Callable[..., Any]] = {
 }
 
 
+REWARDS: Registry[Callable[..., Any]] = Registry("reward", BUILTINS)
+"""Built-in reward factories and rewards registered with ``REWARDS.register(name, obj)``."""
+
+
 def get_reward(name_or_path: str, **kwargs: Any) -> Callable[..., Any]:
-    """Return a reward callable for a built-in name or an import path.
+    """Return a reward callable for a built-in or registered name, or an import path.
 
     Args:
-        name_or_path: A key of :data:`BUILTINS`, or ``"pkg.module:attr"`` / ``"pkg.module.attr"``.
-        **kwargs: Constructor arguments (for built-ins and imported classes). Passing them for an
-            imported function binds them with ``functools.partial`` (picklable).
+        name_or_path: A key of :data:`BUILTINS`, a registered name, or ``"pkg.module:attr"`` /
+            ``"pkg.module.attr"``.
+        **kwargs: Constructor arguments (for built-ins and classes). Passing them for a function
+            binds them with ``functools.partial`` (picklable).
 
     Raises:
-        ValueError: Unknown built-in name that is not an import path either.
+        vlrollout.registry.UnknownNameError: an unknown plain name (the message lists the known
+            ones).
         ImportError / AttributeError: The import path does not resolve (the message names it).
 
     >>> get_reward("count", tolerance=1).tolerance
     1
     """
-    if not isinstance(name_or_path, str) or not name_or_path:
-        raise ValueError(f"reward name must be a non-empty string, got {name_or_path!r}")
+    obj = REWARDS.resolve(name_or_path)
     if name_or_path in BUILTINS:
-        return BUILTINS[name_or_path](**kwargs)
-    if "." not in name_or_path and ":" not in name_or_path:
-        raise ValueError(
-            f"unknown reward {name_or_path!r}: not a built-in ({', '.join(sorted(BUILTINS))}) and "
-            f"not an import path like 'my_pkg.rewards:my_reward'"
-        )
-    from areal.utils.dynamic_import import import_from_string
-
-    path = name_or_path.replace(":", ".")
-    try:
-        obj = import_from_string(path)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise type(e)(f"could not load reward from import path {name_or_path!r}: {e}") from e
+        return obj(**kwargs)
     if isinstance(obj, type):
         return obj(**kwargs)
     if not callable(obj):
-        raise TypeError(f"reward import path {name_or_path!r} resolved to non-callable {obj!r}")
+        raise TypeError(f"reward {name_or_path!r} resolved to non-callable {obj!r}")
     return functools.partial(obj, **kwargs) if kwargs else obj

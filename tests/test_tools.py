@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from vlrollout.registry import UnknownNameError
 import torch
 from PIL import Image
 
@@ -195,7 +197,7 @@ def test_register_and_get_by_name():
         assert get_tool("shout")(ToolContext(), {}).text == "x"
     finally:
         unregister_tool("shout")
-    with pytest.raises(KeyError, match="unknown tool 'shout'"):
+    with pytest.raises(UnknownNameError, match="unknown tool 'shout'"):
         get_tool("shout")
 
 

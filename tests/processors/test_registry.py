@@ -2,7 +2,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
+import vlrollout.registry
 from vlrollout.processors import registry
+from vlrollout.registry import UnknownNameError
 from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.registry import (
     ENTRY_POINT_GROUP,
@@ -68,13 +70,16 @@ def test_import_path_errors_name_the_path():
 
 
 def test_unknown_plain_name_lists_known():
-    with pytest.raises(KeyError, match="auto"):
+    with pytest.raises(UnknownNameError, match="auto"):
         resolve_preprocessor("definitely_unknown")
 
 
 def test_installed_entry_point_table():
     """pyproject.toml's [project.entry-points."vlrollout.processors"] is installed."""
-    assert registry._entry_point("auto") is AutoProcessorPreprocessor
+    from importlib.metadata import entry_points
+
+    (ep,) = entry_points(group=ENTRY_POINT_GROUP, name="auto")
+    assert ep.load() is AutoProcessorPreprocessor
 
 
 def test_third_party_entry_point(monkeypatch):
@@ -85,7 +90,7 @@ def test_third_party_entry_point(monkeypatch):
         eps = [e for e in (ep, broken) if e.group == group]
         return [e for e in eps if name is None or e.name == name]
 
-    monkeypatch.setattr(registry, "entry_points", fake_entry_points)
+    monkeypatch.setattr(vlrollout.registry, "entry_points", fake_entry_points)
     assert get_preprocessor("ext", b=2) == ("made", {"b": 2})
     assert "ext" in available_preprocessors()
     with pytest.raises(ImportError, match="broken.*no_such_pkg_xyz"):
@@ -95,6 +100,6 @@ def test_third_party_entry_point(monkeypatch):
 def test_registered_name_wins_over_entry_point(monkeypatch, clean_name):
     clean_name("ext")
     ep = EntryPoint(name="ext", value=f"{__name__}:make_marker", group=ENTRY_POINT_GROUP)
-    monkeypatch.setattr(registry, "entry_points", lambda group, name=None: [ep])
+    monkeypatch.setattr(vlrollout.registry, "entry_points", lambda group, name=None: [ep])
     register_preprocessor("ext", dict)
     assert get_preprocessor("ext", c=3) == {"c": 3}

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from vlrollout.registry import UnknownNameError
+
 from vlrollout.rewards.answer import CountReward, clevr_count_reward
 from vlrollout.rewards.caption import CaptionReward
 from vlrollout.rewards.grounding import GroundingReward
@@ -34,7 +36,7 @@ def test_import_paths_both_spellings():
 
 
 def test_errors_name_the_path():
-    with pytest.raises(ValueError, match="unknown reward 'iouu'"):
+    with pytest.raises(UnknownNameError, match="unknown reward 'iouu'"):
         get_reward("iouu")
     with pytest.raises(ImportError, match="no_such_pkg.mod:fn"):
         get_reward("no_such_pkg.mod:fn")

@@ -13,15 +13,24 @@ import path ``"package.module.attr"`` (AReaL's ``import_from_string``) naming a 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from vlrollout.registry import Registry
 
 from .base import Tool, ToolResult
 from .builtin import BUILTIN_TOOLS
 
-_REGISTRY: dict[str, Tool] = {}
-_LOCK = threading.Lock()
+
+def _must_be_tool(path: str, obj: Any) -> Tool:
+    if not isinstance(obj, Tool):
+        raise TypeError(
+            f"{path!r} is a {type(obj).__name__}, not a Tool; wrap it as Tool(name, fn, schema)"
+        )
+    return obj
+
+
+TOOLS: Registry[Tool] = Registry("tool", BUILTIN_TOOLS, check=_must_be_tool)
 
 ToolSpec = Tool | str
 
@@ -58,66 +67,30 @@ def register_tool(
         if schema is None:
             raise ValueError(f"tool {name!r} needs a JSON schema for its arguments")
         tool = Tool(name, fn, schema, description)  # type: ignore[arg-type]
-    if "." in tool.name:
-        raise ValueError(
-            f"tool name {tool.name!r} must not contain dots (reserved for import paths)"
-        )
-    if tool.name in BUILTIN_TOOLS:
-        raise ValueError(f"{tool.name!r} is a built-in tool name; choose another")
-    with _LOCK:
-        if tool.name in _REGISTRY and not overwrite and _REGISTRY[tool.name] != tool:
-            raise ValueError(
-                f"tool {tool.name!r} is already registered; pass overwrite=True to replace it"
-            )
-        _REGISTRY[tool.name] = tool
+    TOOLS.register(tool.name, tool, overwrite=overwrite)
     return tool
 
 
 def unregister_tool(name: str) -> None:
     """Remove a registered tool (no error if absent)."""
-    with _LOCK:
-        _REGISTRY.pop(name, None)
+    TOOLS.unregister(name)
 
 
 def available_tools() -> list[str]:
     """Built-in and registered tool names."""
-    with _LOCK:
-        return sorted({*BUILTIN_TOOLS, *_REGISTRY})
+    return TOOLS.names()
 
 
 def get_tool(name_or_path: str) -> Tool:
     """The :class:`Tool` for a registered or built-in name, or an import path to a ``Tool``.
 
     Raises:
-        KeyError: an unknown plain name (the message lists the known ones).
+        vlrollout.registry.UnknownNameError: an unknown plain name (the message lists the known
+            ones).
         ImportError / AttributeError: an import path that does not resolve (naming the path).
         TypeError: the import path names something other than a :class:`Tool`.
     """
-    if not isinstance(name_or_path, str) or not name_or_path:
-        raise TypeError(f"tool name must be a non-empty string, got {name_or_path!r}")
-    with _LOCK:
-        tool = _REGISTRY.get(name_or_path)
-    if tool is None:
-        tool = BUILTIN_TOOLS.get(name_or_path)
-    if tool is not None:
-        return tool
-    if "." not in name_or_path:
-        raise KeyError(
-            f"unknown tool {name_or_path!r}; known tools: {available_tools()}; "
-            "or pass an import path 'package.module.TOOL'"
-        )
-    from areal.utils.dynamic_import import import_from_string
-
-    try:
-        obj = import_from_string(name_or_path)
-    except (ImportError, AttributeError) as e:
-        raise type(e)(f"cannot import tool {name_or_path!r}: {e}") from e
-    if not isinstance(obj, Tool):
-        raise TypeError(
-            f"{name_or_path!r} is a {type(obj).__name__}, not a Tool; wrap it as "
-            "Tool(name, fn, schema)"
-        )
-    return obj
+    return TOOLS.resolve(name_or_path)
 
 
 def resolve_tools(tools: Sequence[ToolSpec] | Mapping[str, Any]) -> dict[str, Tool]:
