@@ -127,7 +127,7 @@ def test_rotate_is_counter_clockwise_and_exact(angle):
 
 
 def test_rotate_rejects_other_angles():
-    with pytest.raises(ToolError, match=r"must be one of \[90, 180, 270\]"):
+    with pytest.raises(ToolError, match=r"is not one of \[90, 180, 270\]"):
         BUILTIN_TOOLS["rotate"](_ctx(), {"angle": 45})
 
 
@@ -154,15 +154,16 @@ SCHEMA = {
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({}, "missing required argument"),
-        ({"n": True}, "n must be of type integer"),
-        ({"n": 1.5}, "n must be of type integer"),
-        ({"n": 0}, "n must be >= 1"),
-        ({"n": 1, "xs": [1, "2"]}, r"xs\[1\] must be of type number"),
-        ({"n": 1, "xs": [1, 2, 3]}, "at most 2"),
-        ({"n": 1, "mode": "c"}, "one of"),
-        ({"n": 1, "extra": 1}, "unknown argument 'extra'"),
-        ([1], "must be a JSON object"),
+        ({}, "arguments: 'n' is a required property"),
+        ({"n": True}, "arguments.n: True is not of type 'integer'"),
+        ({"n": 1.5}, "arguments.n: 1.5 is not of type 'integer'"),
+        ({"n": 0}, "arguments.n: 0 is less than the minimum of 1"),
+        ({"n": 1, "xs": [1, "2"]}, r"arguments.xs\[1\]: '2' is not of type 'number'"),
+        ({"n": 1, "xs": [1, 2, 3]}, "too long"),
+        ({"n": 1, "mode": "c"}, "arguments.mode: 'c' is not one of"),
+        ({"n": 1, "extra": 1}, r"'extra' was unexpected"),
+        ([1], r"\[1\] is not of type 'object'"),
+        ({"n": 1, "xs": [float("nan")]}, r"arguments.xs\[0\] must be a finite number"),
     ],
 )
 def test_validate_arguments_rejects(args, message):
@@ -304,7 +305,7 @@ def test_run_tool_call_turns_every_failure_into_an_error_outcome():
     cases = [
         (ToolCall(None, error="invalid JSON"), "invalid JSON"),
         (ToolCall("nope"), "unknown tool 'nope'"),
-        (ToolCall("rotate", {"angle": 45}), "must be one of"),
+        (ToolCall("rotate", {"angle": 45}), "is not one of"),
         (ToolCall("zoom_in", {"bbox_2d": [2000, 0, 3000, 10]}), "outside the image"),
         (ToolCall("boom"), "boom failed: KeyError"),
         (ToolCall("bad"), "invalid output"),

@@ -14,6 +14,8 @@ import json
 
 import numpy as np
 import pytest
+
+from vlrollout.registry import UnknownNameError
 import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
@@ -379,7 +381,7 @@ def test_prompt_over_the_context_limit_is_rejected(tokenizer, qwen2vl_processor,
 
 
 def test_configuration_errors(tokenizer, qwen2vl_processor):
-    with pytest.raises(KeyError, match="unknown tool 'telescope'"):
+    with pytest.raises(UnknownNameError, match="unknown tool .telescope."):
         _workflow(tokenizer, qwen2vl_processor, tools=["telescope"])
     with pytest.raises(ValueError, match="max_turns"):
         _workflow(tokenizer, qwen2vl_processor, max_turns=0)

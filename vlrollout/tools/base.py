@@ -104,74 +104,44 @@ class ToolContext:
 
 # -- argument validation ----------------------------------------------------------------------
 
-_TYPES: dict[str, Callable[[Any], bool]] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "array": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-    "null": lambda v: v is None,
-}
 
-
-def _check_value(value: Any, schema: Mapping[str, Any], where: str) -> None:
-    expected = schema.get("type")
-    if expected is not None:
-        names = [expected] if isinstance(expected, str) else list(expected)
-        if not any(_TYPES[n](value) for n in names if n in _TYPES):
-            raise ToolError(f"{where} must be of type {' or '.join(names)}, got {value!r}")
+def _non_finite(value: Any, where: str) -> str | None:
+    """Where a NaN or infinity hides in ``value`` (Python's ``json`` parses ``NaN``; JSON Schema
+    has no way to refuse it)."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise ToolError(f"{where} must be a finite number, got {value!r}")
-    if "enum" in schema and value not in schema["enum"]:
-        raise ToolError(f"{where} must be one of {schema['enum']}, got {value!r}")
-    if "minimum" in schema and _TYPES["number"](value) and value < schema["minimum"]:
-        raise ToolError(f"{where} must be >= {schema['minimum']}, got {value!r}")
-    if "maximum" in schema and _TYPES["number"](value) and value > schema["maximum"]:
-        raise ToolError(f"{where} must be <= {schema['maximum']}, got {value!r}")
-    if isinstance(value, list):
-        n = len(value)
-        if "minItems" in schema and n < schema["minItems"]:
-            raise ToolError(f"{where} needs at least {schema['minItems']} items, got {n}")
-        if "maxItems" in schema and n > schema["maxItems"]:
-            raise ToolError(f"{where} takes at most {schema['maxItems']} items, got {n}")
-        if isinstance(schema.get("items"), Mapping):
-            for i, item in enumerate(value):
-                _check_value(item, schema["items"], f"{where}[{i}]")
-    if isinstance(value, dict) and "properties" in schema:
-        validate_arguments(value, schema, where)
+        return where
+    if isinstance(value, Mapping):
+        items: Any = ((f"{where}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((w for w in (_non_finite(v, w) for w, v in items) if w), None)
 
 
 def validate_arguments(
     arguments: Mapping[str, Any], schema: Mapping[str, Any], where: str = "arguments"
 ) -> None:
-    """Check ``arguments`` against an object JSON schema; raise :class:`ToolError` on the first problem.
-
-    Supports the subset tool schemas use: ``type`` (a name or a list), ``properties``,
-    ``required``, ``additionalProperties: false``, ``enum``, ``minimum``/``maximum``, ``items``,
-    ``minItems``/``maxItems``. ``integer`` means a JSON integer (``3``, not ``3.0``); booleans are
-    never numbers.
+    """Check ``arguments`` against a JSON schema (``jsonschema``, draft 2020-12) and raise
+    :class:`ToolError` naming the argument and the rule it breaks; NaN and infinities are refused
+    too.
 
     >>> validate_arguments({"angle": 45}, {"type": "object",
     ...     "properties": {"angle": {"type": "integer", "enum": [90, 180, 270]}}})
     Traceback (most recent call last):
     ...
-    vlrollout.tools.base.ToolError: arguments.angle must be one of [90, 180, 270], got 45
+    vlrollout.tools.base.ToolError: arguments.angle: 45 is not one of [90, 180, 270]
     """
-    if not isinstance(arguments, Mapping):
-        raise ToolError(f"{where} must be a JSON object, got {arguments!r}")
-    properties = schema.get("properties", {})
-    missing = [k for k in schema.get("required", ()) if k not in arguments]
-    if missing:
-        raise ToolError(f"{where} is missing required argument(s) {missing}")
-    for key, value in arguments.items():
-        if key not in properties:
-            if schema.get("additionalProperties", True) is False:
-                raise ToolError(
-                    f"{where} has unknown argument {key!r}; expected {sorted(properties)}"
-                )
-            continue
-        _check_value(value, properties[key], f"{where}.{key}")
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(schema).iter_errors(arguments))
+    if error is not None:
+        path = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in error.absolute_path)
+        raise ToolError(f"{where}{path}: {error.message}")
+    bad = _non_finite(arguments, where)
+    if bad:
+        raise ToolError(f"{bad} must be a finite number")
 
 
 @dataclass(frozen=True)
@@ -203,6 +173,13 @@ class Tool:
                 f"tool {self.name!r}: schema must be a JSON schema of type 'object' describing "
                 f"the arguments, got {self.schema!r}"
             )
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(self.schema)
+        except SchemaError as e:
+            raise ValueError(f"tool {self.name!r}: invalid JSON schema: {e.message}") from None
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI/Qwen function spec (what chat templates take as ``tools=[...]``)."""
