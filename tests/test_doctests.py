@@ -9,8 +9,6 @@ import pkgutil
 
 import pytest
 
-import vlrollout
-
 
 def _modules_with_examples() -> list[str]:
     """Every module of ours with a ``>>>`` example (processors/ and rewards/ are mapped folders, so

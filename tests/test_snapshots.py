@@ -15,8 +15,8 @@ import pytest
 
 from vlrollout.datasets import load_items
 from vlrollout.processors.auto import AutoProcessorPreprocessor
-from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, build_offline_processor
 from vlrollout.snapshots import assert_matches_snapshot, compare, load_snapshot, take_snapshot
+from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, build_offline_processor
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "assets" / "samples" / "data.jsonl"

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from vlrollout.registry import UnknownNameError
 import torch
 from PIL import Image
 
 from vlrollout.processors.base import ImageGeometry
+from vlrollout.registry import UnknownNameError
 from vlrollout.tools import (
     BUILTIN_TOOLS,
     Tool,

@@ -3,8 +3,6 @@ from importlib.metadata import EntryPoint
 import pytest
 
 import vlrollout.registry
-from vlrollout.processors import registry
-from vlrollout.registry import UnknownNameError
 from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.registry import (
     ENTRY_POINT_GROUP,
@@ -14,6 +12,7 @@ from vlrollout.processors.registry import (
     resolve_preprocessor,
     unregister_preprocessor,
 )
+from vlrollout.registry import UnknownNameError
 
 
 def make_marker(**kwargs):

@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from vlrollout.registry import UnknownNameError
-
 from vlrollout.rewards.answer import CountReward, clevr_count_reward
 from vlrollout.rewards.caption import CaptionReward
 from vlrollout.rewards.grounding import GroundingReward

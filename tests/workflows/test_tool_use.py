@@ -14,13 +14,12 @@ import json
 
 import numpy as np
 import pytest
-
-from vlrollout.registry import UnknownNameError
 import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 from PIL import Image
 
+from vlrollout.registry import UnknownNameError
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.tools import Tool, ToolResult
 from vlrollout.workflows import VisionToolWorkflow

@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-
 SMALL_TEXT: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 128,
@@ -18,7 +17,11 @@ SMALL_TEXT: dict[str, Any] = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "max_position_embeddings": 4096,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 1000000.0,
+        "mrope_section": [2, 3, 3],
+    },
 }
 """Smaller than the shipped model (text 64 wide × 2 layers): engine tests need speed, not skill."""
 SMALL_VISION: dict[str, Any] = {"depth": 2, "embed_dim": 32, "num_heads": 2, "mlp_ratio": 2}

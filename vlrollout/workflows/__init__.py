@@ -1,18 +1,23 @@
-"""Rollout workflows: AReaL ``RolloutWorkflow`` subclasses sharing one packaging core.
+"""Rollout workflows: AReaL ``RolloutWorkflow`` subclasses sharing one base and one packaging core.
 
-Importable by string path, as AReaL configs name workflows::
+One base, :class:`EpisodeWorkflow` (context, text or vision preparation, parity check, ledger),
+and three episode shapes: :class:`SingleTurnWorkflow`, :class:`MultiAttemptWorkflow`,
+:class:`ToolUseWorkflow`. AReaL's names are thin aliases of the shapes so AReaL configs work::
 
     workflow: vlrollout.workflows.VisionRLVRWorkflow
 """
 
+from vlrollout.workflows.episode import EpisodeWorkflow
 from vlrollout.workflows.multi_attempt import MultiAttemptWorkflow, VisionMultiAttemptWorkflow
 from vlrollout.workflows.single_turn import RLVRWorkflow, SingleTurnWorkflow, VisionRLVRWorkflow
-from vlrollout.workflows.tool_use import VisionToolWorkflow
+from vlrollout.workflows.tool_use import ToolUseWorkflow, VisionToolWorkflow
 
 __all__ = [
+    "EpisodeWorkflow",
     "MultiAttemptWorkflow",
     "RLVRWorkflow",
     "SingleTurnWorkflow",
+    "ToolUseWorkflow",
     "VisionMultiAttemptWorkflow",
     "VisionRLVRWorkflow",
     "VisionToolWorkflow",

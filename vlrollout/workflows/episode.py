@@ -1,8 +1,8 @@
 """What every workflow does around its episode: prepare the prompt, record the outcome.
 
 ``EpisodeContext`` holds the parts a workflow is configured with (tokenizer, processor,
-preprocessor, generation config, reward caller, ledger); workflows hold one instead of inheriting
-from each other.
+preprocessor, generation config, reward caller, ledger); :class:`EpisodeWorkflow` builds it once
+for every episode shape.
 """
 
 from __future__ import annotations
@@ -52,15 +52,6 @@ def _load_processor_from_path(path: str) -> Any:
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(path, local_files_only=True)
-
-
-def text_preprocessor(tokenizer: Any, enable_thinking: bool = False) -> Preprocessor:
-    """The text workflows' preprocessor: the tokenizer's chat template, no images."""
-    from vlrollout.processors.auto import AutoProcessorPreprocessor
-
-    return AutoProcessorPreprocessor(
-        tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking}
-    )
 
 
 @dataclass
@@ -160,13 +151,64 @@ class EpisodeContext:
 
 
 class EpisodeWorkflow(RolloutWorkflow):
-    """The shell every vlrollout workflow shares: check parity once, run ``_episode``, record.
+    """The base of every vlrollout workflow: owns the :class:`EpisodeContext`, checks processor
+    parity once, runs ``_episode`` and records the outcome (a bad item or a failed step becomes
+    ``None`` for AReaL plus a record in :attr:`ledger`).
 
-    Subclasses set ``self.ctx`` (an :class:`EpisodeContext`) and implement ``_episode``; a bad item
-    or a failed step becomes ``None`` for AReaL plus a record in :attr:`ledger`.
+    Text or vision preparation is picked from whether ``processor`` is given. Subclasses are the
+    episode shapes (:class:`~vlrollout.workflows.SingleTurnWorkflow`,
+    :class:`~vlrollout.workflows.MultiAttemptWorkflow`,
+    :class:`~vlrollout.workflows.ToolUseWorkflow`); they implement ``_episode``.
+
+    Args:
+        reward_fn: AReaL-style reward ``(prompt, completions, prompt_ids, completion_ids,
+            **task_data) -> float``, a registered reward name or an import path. Task data gets
+            each image's ``geometry`` (list of dicts) so grounding rewards can convert frames.
+        gconfig: Generation settings (stop and pad token ids are added from the tokenizer).
+        tokenizer: Tokenizer or a local path.
+        processor: Multimodal processor or a local path; ``None`` for a text workflow.
+        enable_thinking: Passed to the chat template.
+        preprocessor: Builds the prompt: an object, a registered name or an import path; by
+            default the chat template (text) or the one :mod:`vlrollout.processors` picks for
+            ``processor``.
+        min_pixels, max_pixels: Resize limits of the default vision preprocessor.
+        reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
+        max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long``.
     """
 
-    ctx: EpisodeContext
+    def __init__(
+        self,
+        reward_fn: Callable[..., float] | str,
+        gconfig: GenerationHyperparameters,
+        tokenizer: Any,
+        processor: Any = None,
+        enable_thinking: bool = False,
+        *,
+        preprocessor: Preprocessor | str | None = None,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        reward_timeout_s: float = 15.0,
+        max_prompt_tokens: int | None = None,
+    ) -> None:
+        from vlrollout.workflows.preparation import build_preprocessor
+
+        tokenizer = load_tokenizer(tokenizer)
+        processor, preprocessor = build_preprocessor(
+            tokenizer,
+            processor,
+            preprocessor,
+            enable_thinking=enable_thinking,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+        )
+        self.ctx = EpisodeContext(
+            tokenizer=tokenizer,
+            preprocessor=preprocessor,
+            gconfig=gconfig,
+            reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
+            processor=processor,
+            max_prompt_tokens=max_prompt_tokens,
+        )
 
     @property
     def ledger(self) -> EpisodeLedger:

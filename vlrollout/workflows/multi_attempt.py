@@ -16,16 +16,8 @@ from areal.utils.hf_utils import apply_chat_template
 from areal.utils.perf_tracer import session_context
 
 from vlrollout.packaging import TrajectoryBuilder
-from vlrollout.processors.base import Preprocessor
-from vlrollout.workflows.episode import (
-    EpisodeContext,
-    EpisodeWorkflow,
-    load_tokenizer,
-    log_reward,
-    text_preprocessor,
-)
-from vlrollout.workflows.steps import RewardCaller, build_request, generate
-from vlrollout.workflows.vision import build_vision_preprocessor
+from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
+from vlrollout.workflows.steps import build_request, close_turn_tokens, generate
 
 DEFAULT_FEEDBACK = (
     "Your answer is either wrong or not parsable to the reward function. "
@@ -64,16 +56,16 @@ def feedback_token_ids(tokenizer: Any, feedback: str) -> list[int]:
 class MultiAttemptWorkflow(EpisodeWorkflow):
     """Retry until reward > 0 or ``max_turns`` attempts; pack all attempts in one trajectory.
 
+    The argument order is AReaL's ``MultiTurnWorkflow``'s; text without ``processor``, vision
+    with one (images stay in the prompt; feedback turns are text).
+
     Args:
-        reward_fn: AReaL-style reward or its import path.
-        gconfig: Generation settings.
-        tokenizer: Tokenizer or a local path.
+        reward_fn, gconfig, tokenizer, processor: As in
+            :class:`~vlrollout.workflows.episode.EpisodeWorkflow`.
         max_turns: Maximum number of attempts (>= 1).
         turn_discount: Reward factor per extra attempt, in (0, 1].
-        preprocessor: Builds the prompt; defaults to the chat template (text).
-        processor: Multimodal processor sent with requests (``None`` for text).
         feedback: The message appended after a failed attempt.
-        reward_timeout_s, max_prompt_tokens: As in :class:`SingleTurnWorkflow`.
+        **kwargs: The keyword arguments of :class:`~vlrollout.workflows.episode.EpisodeWorkflow`.
     """
 
     def __init__(
@@ -83,36 +75,24 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         tokenizer: Any,
         max_turns: int,
         turn_discount: float,
-        preprocessor: Preprocessor | None = None,
         processor: Any = None,
+        *,
         feedback: str = DEFAULT_FEEDBACK,
-        enable_thinking: bool = False,
-        reward_timeout_s: float = 15.0,
-        max_prompt_tokens: int | None = None,
+        **kwargs: Any,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         if not 0.0 < turn_discount <= 1.0:
             raise ValueError(f"turn_discount must be in (0, 1], got {turn_discount}")
-        tokenizer = load_tokenizer(tokenizer)
+        super().__init__(reward_fn, gconfig, tokenizer, processor, **kwargs)
         self.max_turns = max_turns
         self.turn_discount = turn_discount
         self.feedback = feedback
-        self.feedback_ids = feedback_token_ids(tokenizer, feedback)
-        self.ctx = EpisodeContext(
-            tokenizer=tokenizer,
-            preprocessor=preprocessor or text_preprocessor(tokenizer, enable_thinking),
-            gconfig=gconfig,
-            reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
-            processor=processor,
-            max_prompt_tokens=max_prompt_tokens,
-        )
+        self.feedback_ids = feedback_token_ids(self.ctx.tokenizer, feedback)
 
     def _between_turns(self, output_tokens: Sequence[int]) -> list[int]:
         """Observation tokens after a failed attempt: eos if the attempt was cut off, then feedback."""
-        eos = self.ctx.tokenizer.eos_token_id
-        closing = [] if output_tokens and output_tokens[-1] == eos else [eos]
-        return closing + self.feedback_ids
+        return close_turn_tokens(output_tokens, self.ctx.tokenizer.eos_token_id) + self.feedback_ids
 
     @session_context()
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
@@ -158,12 +138,8 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
 
 
 class VisionMultiAttemptWorkflow(MultiAttemptWorkflow):
-    """Multi-attempt workflow whose prompt carries images (built by a multimodal processor).
-
-    The images stay in the prompt; feedback turns are text. Arguments as in
-    :class:`MultiAttemptWorkflow` plus ``processor``, ``preprocessor`` (object, name or import
-    path) and the resize limits of :class:`~vlrollout.workflows.VisionRLVRWorkflow`.
-    """
+    """The vision argument order ``(reward_fn, gconfig, tokenizer, processor, max_turns,
+    turn_discount, ...)`` for :class:`MultiAttemptWorkflow`."""
 
     def __init__(
         self,
@@ -173,26 +149,8 @@ class VisionMultiAttemptWorkflow(MultiAttemptWorkflow):
         processor: Any,
         max_turns: int,
         turn_discount: float,
-        preprocessor: Preprocessor | str | None = None,
-        enable_thinking: bool = False,
-        min_pixels: int | None = None,
-        max_pixels: int | None = None,
         **kwargs: Any,
     ) -> None:
-        processor, preprocessor = build_vision_preprocessor(
-            processor,
-            preprocessor,
-            enable_thinking=enable_thinking,
-            min_pixels=min_pixels,
-            max_pixels=max_pixels,
-        )
         super().__init__(
-            reward_fn,
-            gconfig,
-            tokenizer,
-            max_turns,
-            turn_discount,
-            preprocessor=preprocessor,
-            processor=processor,
-            **kwargs,
+            reward_fn, gconfig, tokenizer, max_turns, turn_discount, processor, **kwargs
         )

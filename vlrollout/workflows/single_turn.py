@@ -1,8 +1,8 @@
-"""Single-turn workflows: one prompt, one completion, one reward (the RLVR pattern).
+"""Single-turn workflow: one prompt, one completion, one reward (the RLVR pattern).
 
-Text and vision differ only in the preprocessor: ``RLVRWorkflow`` uses the tokenizer's chat
-template, ``VisionRLVRWorkflow`` a multimodal processor. Both are importable by string path
-(``vlrollout.workflows.VisionRLVRWorkflow``) the way AReaL configs name workflows.
+Text and vision differ only in the preparation :class:`~vlrollout.workflows.episode.EpisodeWorkflow`
+picks (a processor given or not). ``RLVRWorkflow`` and ``VisionRLVRWorkflow`` are AReaL's names for
+the same shape, kept so AReaL configs naming ``vlrollout.workflows.VisionRLVRWorkflow`` work.
 """
 
 from __future__ import annotations
@@ -15,52 +15,14 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.perf_tracer import session_context
 
 from vlrollout.packaging import pack_single_turn
-from vlrollout.processors.base import Preprocessor
-from vlrollout.workflows.episode import (
-    EpisodeContext,
-    EpisodeWorkflow,
-    load_tokenizer,
-    log_reward,
-    text_preprocessor,
-)
-from vlrollout.workflows.steps import RewardCaller, build_request, generate
-from vlrollout.workflows.vision import build_vision_preprocessor
+from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
+from vlrollout.workflows.steps import build_request, generate
 
 
 class SingleTurnWorkflow(EpisodeWorkflow):
-    """Prepare → generate once → reward → pack.
-
-    Args:
-        reward_fn: AReaL-style reward ``(prompt, completions, prompt_ids, completion_ids,
-            **task_data) -> float`` or its import path. Task data gets each image's
-            ``geometry`` (list of dicts) so grounding rewards can convert frames.
-        gconfig: Generation settings (``n_samples`` is forced to 1: AReaL groups episodes).
-        tokenizer: Tokenizer or a local path.
-        preprocessor: Builds the prompt; see :mod:`vlrollout.processors`.
-        processor: Multimodal processor sent along with requests (``None`` for text).
-        reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
-        max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long``.
-    """
-
-    def __init__(
-        self,
-        reward_fn: Callable[..., float] | str,
-        gconfig: GenerationHyperparameters,
-        tokenizer: Any,
-        preprocessor: Preprocessor,
-        processor: Any = None,
-        reward_timeout_s: float = 15.0,
-        max_prompt_tokens: int | None = None,
-    ) -> None:
-        tokenizer = load_tokenizer(tokenizer)
-        self.ctx = EpisodeContext(
-            tokenizer=tokenizer,
-            preprocessor=preprocessor,
-            gconfig=gconfig,
-            reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
-            processor=processor,
-            max_prompt_tokens=max_prompt_tokens,
-        )
+    """Prepare → generate once → reward → pack. Arguments: see
+    :class:`~vlrollout.workflows.episode.EpisodeWorkflow` (text without ``processor``, vision with
+    one)."""
 
     @session_context()
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +49,8 @@ class SingleTurnWorkflow(EpisodeWorkflow):
 
 
 class RLVRWorkflow(SingleTurnWorkflow):
-    """Text single-turn workflow: the chat template of ``tokenizer`` builds the prompt."""
+    """AReaL's name and argument order (``reward_fn, gconfig, tokenizer, enable_thinking``) for
+    the text single-turn workflow."""
 
     def __init__(
         self,
@@ -95,41 +58,11 @@ class RLVRWorkflow(SingleTurnWorkflow):
         gconfig: GenerationHyperparameters,
         tokenizer: Any,
         enable_thinking: bool = False,
-        preprocessor: Preprocessor | None = None,
         **kwargs: Any,
     ) -> None:
-        tokenizer = load_tokenizer(tokenizer)
-        preprocessor = preprocessor or text_preprocessor(tokenizer, enable_thinking)
-        super().__init__(reward_fn, gconfig, tokenizer, preprocessor, **kwargs)
+        super().__init__(reward_fn, gconfig, tokenizer, enable_thinking=enable_thinking, **kwargs)
 
 
-class VisionRLVRWorkflow(SingleTurnWorkflow):
-    """Vision single-turn workflow: a multimodal processor builds prompt and image tensors.
-
-    Args:
-        processor: A transformers processor or a local path to one.
-        preprocessor: A custom preprocessor, its registered name or import path; by default the
-            one :mod:`vlrollout.processors` picks for ``processor``.
-        min_pixels, max_pixels: Resize limits passed to the processor's own arguments.
-    """
-
-    def __init__(
-        self,
-        reward_fn: Callable[..., float] | str,
-        gconfig: GenerationHyperparameters,
-        tokenizer: Any,
-        processor: Any,
-        enable_thinking: bool = False,
-        preprocessor: Preprocessor | str | None = None,
-        min_pixels: int | None = None,
-        max_pixels: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        processor, preprocessor = build_vision_preprocessor(
-            processor,
-            preprocessor,
-            enable_thinking=enable_thinking,
-            min_pixels=min_pixels,
-            max_pixels=max_pixels,
-        )
-        super().__init__(reward_fn, gconfig, tokenizer, preprocessor, processor=processor, **kwargs)
+VisionRLVRWorkflow = SingleTurnWorkflow
+"""AReaL's name for the vision single-turn workflow; AReaL's argument order
+``(reward_fn, gconfig, tokenizer, processor, ...)`` is :class:`SingleTurnWorkflow`'s."""

@@ -196,3 +196,12 @@ class RewardCaller:
         if value != value:  # NaN
             raise EpisodeRejected("reward_error", "reward function returned NaN")
         return value
+
+
+def close_turn_tokens(output_tokens: Sequence[int], eos_token_id: int) -> list[int]:
+    """``[eos]`` when a generated turn was cut off before its end-of-turn token, else ``[]``.
+
+    What follows a turn (feedback, a tool observation) must start after a closed turn, as the chat
+    template renders the whole conversation.
+    """
+    return [] if output_tokens and output_tokens[-1] == eos_token_id else [eos_token_id]

@@ -39,14 +39,8 @@ from vlrollout.tools import (
     run_tool_calls,
 )
 from vlrollout.tools.observation import Observation, ObservationEncoder, vllm_message
-from vlrollout.workflows.episode import (
-    EpisodeContext,
-    EpisodeWorkflow,
-    load_tokenizer,
-    log_reward,
-)
-from vlrollout.workflows.steps import RewardCaller, build_request, generate
-from vlrollout.workflows.vision import build_vision_preprocessor
+from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
+from vlrollout.workflows.steps import build_request, close_turn_tokens, generate
 
 DEFAULT_TOOLS = ("zoom_in", "rotate", "image_info")
 
@@ -88,7 +82,7 @@ class _Episode:
         return replace(self.prepared, vision_msg_vllm=messages + self.vllm_turns)
 
 
-class VisionToolWorkflow(EpisodeWorkflow):
+class ToolUseWorkflow(EpisodeWorkflow):
     """Multi-turn vision workflow with tools; see the module docstring for the episode loop.
 
     Args:
@@ -116,8 +110,8 @@ class VisionToolWorkflow(EpisodeWorkflow):
 
     Example (``tests/workflows/test_tool_use.py`` runs this with a scripted engine)::
 
-        wf = VisionToolWorkflow("my.rewards.answer", gconfig, tokenizer, processor,
-                                tools=["zoom_in", "rotate"], max_turns=4, max_total_tokens=4096)
+        wf = ToolUseWorkflow("my.rewards.answer", gconfig, tokenizer, processor,
+                             tools=["zoom_in", "rotate"], max_turns=4, max_total_tokens=4096)
         trajectory = await wf.arun_episode(engine, item)
     """
 
@@ -140,40 +134,38 @@ class VisionToolWorkflow(EpisodeWorkflow):
         tool_role: str = "user",
         max_calls_per_turn: int = 4,
     ) -> None:
+        if processor is None:
+            raise ValueError("a tool workflow needs a multimodal processor (tools return images)")
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         if max_total_tokens is not None and max_total_tokens < 2:
             raise ValueError(f"max_total_tokens must be at least 2, got {max_total_tokens}")
         if max_calls_per_turn < 1:
             raise ValueError(f"max_calls_per_turn must be at least 1, got {max_calls_per_turn}")
-        tokenizer = load_tokenizer(tokenizer)
         self.tools = resolve_tools(tools)
+        super().__init__(
+            reward_fn,
+            gconfig,
+            tokenizer,
+            processor,
+            enable_thinking,
+            preprocessor=preprocessor,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+            reward_timeout_s=reward_timeout_s,
+            max_prompt_tokens=None if max_total_tokens is None else max_total_tokens - 1,
+        )
         self.max_turns = max_turns
         self.max_total_tokens = max_total_tokens
         self.max_calls_per_turn = max_calls_per_turn
         self.tool_role = tool_role
-        processor, preprocessor = build_vision_preprocessor(
-            processor,
-            preprocessor,
-            enable_thinking=enable_thinking,
-            min_pixels=min_pixels,
-            max_pixels=max_pixels,
-        )
-        observer = preprocessor
+        observer = self.ctx.preprocessor
         if not isinstance(observer, AutoProcessorPreprocessor):
             observer = AutoProcessorPreprocessor(
-                processor, chat_template_kwargs={"enable_thinking": enable_thinking}
+                self.ctx.processor, chat_template_kwargs={"enable_thinking": enable_thinking}
             )
         self.encoder = ObservationEncoder(observer, role=tool_role)
         self.box_frame = box_frame or BOX_FRAMES.get(observer.family, "norm1000")
-        self.ctx = EpisodeContext(
-            tokenizer=tokenizer,
-            preprocessor=preprocessor,
-            gconfig=gconfig,
-            reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
-            processor=processor,
-            max_prompt_tokens=None if max_total_tokens is None else max_total_tokens - 1,
-        )
 
     def _gconfig(self, used: int) -> GenerationHyperparameters:
         """Generation settings with ``max_new_tokens`` capped to the room left in the context."""
@@ -187,7 +179,7 @@ class VisionToolWorkflow(EpisodeWorkflow):
         outcomes = run_tool_calls(
             parse_tool_calls(text), self.tools, ep.tools, self.max_calls_per_turn
         )
-        close = not output_tokens or output_tokens[-1] != self.ctx.tokenizer.eos_token_id
+        close = bool(close_turn_tokens(output_tokens, self.ctx.tokenizer.eos_token_id))
         return self.encoder.encode(outcomes, ep.tools.num_images, close_turn=close)
 
     @session_context()
@@ -264,3 +256,7 @@ def _text_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A text-only prompt's messages (vLLM needs them once a tool adds an image)."""
     messages, _ = normalize_messages(data["messages"], None, "prompt")
     return messages
+
+
+VisionToolWorkflow = ToolUseWorkflow
+"""The name ``vlrollout run``'s ``vision_tool`` workflow and earlier configs use."""
