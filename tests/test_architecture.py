@@ -157,3 +157,46 @@ def test_layout():
     assert not missing
     gone = ["vlrollout/engines.py", "vlrollout/scripted_engine.py", "processors/offline.py"]
     assert not [p for p in gone if (REPO / p).exists()]
+
+
+def _third_party_imports() -> set[str]:
+    """Top-level names of non-standard-library packages imported by the installed code."""
+    names = set()
+    for module, path in _modules():
+        if module.startswith("vlrollout.testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module.split(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n != "vlrollout"}
+
+
+def test_every_imported_package_is_declared():
+    """Each package the library imports is a declared dependency (not only present because areal
+    happens to pull it in)."""
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    declared = {
+        re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower().replace("_", "-")
+        for req in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
+    distributions = packages_distributions()
+    undeclared = {}
+    for name in sorted(_third_party_imports()):
+        dists = {d.lower().replace("_", "-") for d in distributions.get(name, [name])}
+        if not dists & declared:
+            undeclared[name] = sorted(dists)
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+def test_areal_and_transformers_are_bounded():
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    by_name = {d.split("=")[0].split("<")[0].split(">")[0]: d for d in deps}
+    assert "<" in by_name["transformers"] or "==" in by_name["transformers"]
+    assert "<" in by_name["areal"] or "==" in by_name["areal"]

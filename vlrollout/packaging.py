@@ -3,7 +3,11 @@
 Every workflow (text, vision, multi-attempt, tool use) describes an episode as a prompt followed by
 segments: generated turns (from ``ModelResponse``) and observations (feedback or tool tokens the
 model did not generate). :class:`TrajectoryBuilder` keeps the running token sequence, which is also
-the next request's ``input_ids``, so the trainer sees exactly the tokens the engine saw.
+the next request's ``input_ids``: engines that generate from token ids (ours, SGLang) see exactly
+the tokens the trainer sees. AReaL's vLLM client sends chat messages instead
+(``vision_msg_vllm``) and the server re-renders them with its own chat template, so there the
+equality holds only if that template renders the conversation to the same tokens; each generated
+turn is still checked to continue the exact token prefix (:meth:`TrajectoryBuilder.add_generated`).
 
 Output (every tensor has batch dimension 1, ``L`` = total tokens):
 
