@@ -6,7 +6,7 @@ from typing import Any
 
 from areal.api import InferenceEngine
 
-from vlrollout.run_config import EngineConfig
+from vlrollout.run.config import EngineConfig
 
 
 def remote_engine(cfg: EngineConfig, max_concurrent_rollouts: int | None = None) -> InferenceEngine:
