@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vlrollout.cli import build_parser
-from vlrollout.run_config import RunConfig
+from vlrollout.run.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

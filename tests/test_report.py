@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from vlrollout.report_images import images_seen_by_model
+from vlrollout.run.report_images import images_seen_by_model
 
 
 def test_unpatchify_inverts_the_qwen2vl_processor(qwen2vl_processor):
@@ -34,9 +34,9 @@ def test_report_shows_completions_rewards_rejections_and_tool_images(
 
     from areal.api.cli_args import GenerationHyperparameters
 
-    from vlrollout.datasets import load_items
-    from vlrollout.report import write_report
-    from vlrollout.runner import Runner
+    from vlrollout.run.datasets import load_items
+    from vlrollout.run.report import write_report
+    from vlrollout.run.runner import Runner
     from vlrollout.testing.scripted_engine import ScriptedEngine
     from vlrollout.workflows import VisionToolWorkflow
 

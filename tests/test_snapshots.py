@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from vlrollout.datasets import load_items
 from vlrollout.processors.auto import AutoProcessorPreprocessor
-from vlrollout.snapshots import assert_matches_snapshot, compare, load_snapshot, take_snapshot
 from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, build_offline_processor
+from vlrollout.run.datasets import load_items
+from vlrollout.snapshots import assert_matches_snapshot, compare, load_snapshot, take_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "assets" / "samples" / "data.jsonl"

@@ -17,7 +17,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="run a workflow over a data file and write trajectories, a summary and a report",
         description="Run rollouts. Settings come from --config (YAML) and are overridden by flags.",
     )
-    p.add_argument("--config", help="YAML file with RunConfig fields (see vlrollout/run_config.py)")
+    p.add_argument("--config", help="YAML file with RunConfig fields (see vlrollout/run/config.py)")
     p.add_argument("--data", help="JSONL or parquet data file")
     p.add_argument("--output", help="output folder (resumes if it has finished items)")
     p.add_argument(
@@ -46,8 +46,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from vlrollout.run_config import RunConfig
-    from vlrollout.run_main import run_from_config
+    from vlrollout.run.config import RunConfig
+    from vlrollout.run.main import run_from_config
 
     overrides = {
         k: v for k, v in vars(args).items() if k not in ("config", "func", "command", "no_progress")
@@ -110,8 +110,8 @@ def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
 
 
 def _snapshot_inputs(args: argparse.Namespace):
-    from vlrollout.datasets import load_items
     from vlrollout.processors.registry import get_preprocessor
+    from vlrollout.run.datasets import load_items
 
     if args.processor.startswith("offline:"):
         from vlrollout.testing.offline_processors import build_offline_processor

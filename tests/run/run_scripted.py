@@ -10,8 +10,8 @@ import sys
 
 from areal.api.cli_args import GenerationHyperparameters
 
-from vlrollout.datasets import load_items
-from vlrollout.runner import Runner
+from vlrollout.run.datasets import load_items
+from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer
 from vlrollout.workflows import RLVRWorkflow

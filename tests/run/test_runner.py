@@ -16,8 +16,8 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 
-from vlrollout.datasets import DataFileError, load_items
-from vlrollout.runner import Runner, atomic_write_bytes
+from vlrollout.run.datasets import DataFileError, load_items
+from vlrollout.run.runner import Runner, atomic_write_bytes
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import RLVRWorkflow
 

@@ -9,8 +9,8 @@ from typing import Any
 from areal.api import RolloutWorkflow
 from areal.api.cli_args import GenerationHyperparameters
 
-from vlrollout.datasets import load_items
-from vlrollout.run_config import RunConfig
+from vlrollout.run.config import RunConfig
+from vlrollout.run.datasets import load_items
 from vlrollout.workflows.steps import resolve_callable
 
 
@@ -79,8 +79,8 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
 def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
     """Run ``cfg`` end to end; returns the summary. Writes the report next to the summary."""
     from vlrollout.engine.factory import make_engine
-    from vlrollout.report import write_report
-    from vlrollout.runner import Runner, atomic_write_json
+    from vlrollout.run.report import write_report
+    from vlrollout.run.runner import Runner, atomic_write_json
 
     items = load_items(cfg.data, limit=cfg.limit)
     engine = make_engine(cfg.engine, seed=cfg.seed, max_concurrent_rollouts=cfg.concurrency)

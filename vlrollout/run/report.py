@@ -18,7 +18,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from vlrollout.runner import _safe_name, atomic_write_bytes
+from vlrollout.run.runner import _safe_name, atomic_write_bytes
 
 THUMB = 224
 GT_COLOUR = (255, 0, 255)  # magenta
@@ -90,7 +90,7 @@ def tool_images(trajectory_path: Path, processor: Any, n_prompt_images: int) -> 
         return []
     import torch
 
-    from vlrollout.report_images import images_seen_by_model
+    from vlrollout.run.report_images import images_seen_by_model
 
     traj = torch.load(trajectory_path, weights_only=False)
     mm = traj.get("multi_modal_input")
