@@ -63,10 +63,6 @@ def _numbers(text: str) -> list[float]:
     return [float(m) for m in _NUM_RE.findall(text)]
 
 
-def _scaled(values: list[float], scale: float) -> list[float]:
-    return [v * scale for v in values]
-
-
 def _group4(values: list[float], what: str, issues: list[str]) -> list[Box]:
     if len(values) % 4:
         issues.append(f"{what} has {len(values)} numbers (not a multiple of 4)")
