@@ -23,6 +23,7 @@ plain           ``[x1, y1, x2, y2]``                             any        decl
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -63,10 +64,6 @@ def _numbers(text: str) -> list[float]:
     return [float(m) for m in _NUM_RE.findall(text)]
 
 
-def _scaled(values: list[float], scale: float) -> list[float]:
-    return [v * scale for v in values]
-
-
 def _group4(values: list[float], what: str, issues: list[str]) -> list[Box]:
     if len(values) % 4:
         issues.append(f"{what} has {len(values)} numbers (not a multiple of 4)")
@@ -74,11 +71,41 @@ def _group4(values: list[float], what: str, issues: list[str]) -> list[Box]:
     return [tuple(values[i : i + 4]) for i in range(0, len(values), 4)]  # type: ignore[misc]
 
 
-_QWEN2_BOX = re.compile(
-    r"(?:<\|object_ref_start\|>(.*?)<\|object_ref_end\|>\s*)?<\|box_start\|>(.*?)<\|box_end\|>",
-    re.DOTALL,
-)
-_QWEN_VL_BOX = re.compile(r"(?:<ref>(.*?)</ref>\s*)?<box>\s*(\(.*?)</box>", re.DOTALL)
+def _ref_box_blocks(
+    text: str, ref_open: str, ref_close: str, box_open: str, box_close: str
+) -> list[tuple[str | None, str]]:
+    """``(label, box content)`` of every ``[ref_open label ref_close] box_open ... box_close``.
+
+    The blocks ``(?:<ref>(.*?)</ref>\\s*)?<box>(.*?)</box>`` finds on well-formed text, found by
+    one scan over the four tags (linear time; the lazy regex rescans to the end of the text from
+    every unclosed ``<ref>``/``<box>``, quadratic on garbage). A label counts when only
+    whitespace separates its ``ref_close`` from the ``box_open``; tags inside an open box are part
+    of its content, as in the regex.
+    """
+    tags = re.compile("|".join(re.escape(t) for t in (ref_open, ref_close, box_open, box_close)))
+    out: list[tuple[str | None, str]] = []
+    ref_start: int | None = None  # content start of the first ref_open not yet closed
+    last_ref: tuple[str, int] | None = None  # (label, end of its ref_close)
+    box_start: int | None = None
+    label: str | None = None
+    for m in tags.finditer(text):
+        tag = m.group()
+        if box_start is not None:
+            if tag == box_close:
+                out.append((label, text[box_start : m.start()]))
+                box_start, ref_start, last_ref = None, None, None
+        elif tag == ref_open:
+            ref_start = m.end() if ref_start is None else ref_start
+        elif tag == ref_close:
+            if ref_start is not None:
+                last_ref, ref_start = (text[ref_start : m.start()], m.end()), None
+        elif tag == box_open:
+            box_start = m.end()
+            adjacent = last_ref is not None and not text[last_ref[1] : m.start()].strip()
+            label = last_ref[0].strip() if adjacent and last_ref is not None else None
+    return out
+
+
 _PAIR_BOX = re.compile(
     rf"\(\s*({_NUM})\s*,\s*({_NUM})\s*\)\s*,\s*\(\s*({_NUM})\s*,\s*({_NUM})\s*\)", re.IGNORECASE
 )
@@ -102,11 +129,17 @@ def parse_qwen2_vl(text: str) -> ParsedOutput:
     boxes: list[Box] = []
     labels: list[str | None] = []
     issues: list[str] = []
-    found = list(_QWEN2_BOX.finditer(text)) or list(_QWEN_VL_BOX.finditer(text))
-    for m in found:
-        got = _group4(_numbers(m.group(2)), "box", issues)
+    found = _ref_box_blocks(
+        text, "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>"
+    ) or [
+        (label, inner)
+        for label, inner in _ref_box_blocks(text, "<ref>", "</ref>", "<box>", "</box>")
+        if inner.lstrip().startswith("(")
+    ]
+    for label, inner in found:
+        got = _group4(_numbers(inner), "box", issues)
         boxes += got
-        labels += [m.group(1).strip() if m.group(1) else None] * len(got)
+        labels += [label or None] * len(got)
     if not found:
         for m in _PAIR_BOX.finditer(text):
             boxes.append(tuple(float(g) for g in m.groups()))  # type: ignore[arg-type]
@@ -115,10 +148,83 @@ def parse_qwen2_vl(text: str) -> ParsedOutput:
 
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)(?:```|$)", re.DOTALL)
-_KEY_LIST = re.compile(r'"(bbox_2d|point_2d)"\s*:\s*\[([^\]]*)\]')
+_KEY_LIST = re.compile(r'"(bbox_2d|point_2d)"\s*:\s*\[([^\[\]]*)\]')
+
+
+MAX_JSON_DEPTH = 32
+"""Bracket spans nested deeper than this are not decoded whole (their shallower parts are):
+Qwen-VL JSON is 2-3 levels deep, and ``json`` recurses once per level (``"[" * 1000`` raised
+``RecursionError``)."""
+
+_JSON_TOKEN = re.compile(r'[\[\]{}"]')
+_KEYS = ('"bbox_2d"', '"point_2d"')
+
+
+def _bracket_spans(text: str) -> list[tuple[int, int, int]]:
+    """``(start, end, height)`` of every balanced ``[...]``/``{...}`` span, sorted by start.
+
+    One left-to-right scan with an explicit stack (no recursion, so any depth is fine). Inside
+    brackets JSON strings are skipped (a quote ends a string unless an odd run of backslashes
+    precedes it), so ``"a]"`` does not close a list; a closer that does not match the innermost
+    open bracket is ignored. ``height`` is the nesting depth inside the span (``[]`` is 1).
+    """
+    out: list[tuple[int, int, int]] = []
+    chars: list[str] = []
+    starts: list[int] = []
+    heights: list[int] = []
+    in_string = False
+    for m in _JSON_TOKEN.finditer(text):
+        ch = m.group()
+        if ch == '"':
+            if not chars:
+                continue
+            i = j = m.start()
+            while j > 0 and text[j - 1] == "\\":
+                j -= 1
+            if (i - j) % 2 == 0:
+                in_string = not in_string
+        elif in_string:
+            continue
+        elif ch == "[" or ch == "{":
+            chars.append(ch)
+            starts.append(m.start())
+            heights.append(1)
+        elif chars and chars[-1] == ("[" if ch == "]" else "{"):
+            chars.pop()
+            height = heights.pop()
+            out.append((starts.pop(), m.end(), height))
+            if heights and heights[-1] <= height:
+                heights[-1] = height + 1
+    out.sort()
+    return out
+
+
+def _int_or_float(digits: str) -> int | float:
+    # int() refuses more than 4,300 digits; such a coordinate is simply huge.
+    return int(digits) if len(digits) <= 4000 else float(digits)
+
+
+def _decode_spans(chunk: str, values: list[Any]) -> None:
+    """Decode each outermost span that is valid JSON; look inside those that are not.
+
+    Spans come sorted by start, so a span is tried only when no decoded span covers it: the same
+    result as descending from the outermost spans, without recursion. A character is decoded at
+    most ``MAX_JSON_DEPTH`` times (once per enclosing span short enough to try), so this is
+    linear in the chunk.
+    """
+    covered = 0
+    for start, end, height in _bracket_spans(chunk):
+        if start < covered or height > MAX_JSON_DEPTH:
+            continue
+        try:
+            values.append(json.loads(chunk[start:end], parse_int=_int_or_float))
+        except ValueError:
+            continue
+        covered = end
 
 
 def _walk_dicts(obj: Any, out: list[dict[str, Any]]) -> None:
+    # Decoded values are at most MAX_JSON_DEPTH deep, so this recursion is bounded.
     if isinstance(obj, dict):
         out.append(obj)
         for v in obj.values():
@@ -130,29 +236,18 @@ def _walk_dicts(obj: Any, out: list[dict[str, Any]]) -> None:
 
 
 def _json_values(text: str) -> list[Any]:
-    """Decode every top-level JSON value in ``text`` (fenced blocks first, then raw scanning)."""
+    """Decode the JSON values in ``text`` (fenced blocks first, else the whole text).
+
+    Each outermost balanced bracket span is decoded once; a span that is not valid JSON (prose
+    around it, truncation inside) is searched for valid inner spans. Linear in the text for any
+    input up to the constant ``MAX_JSON_DEPTH`` (the old scanner re-ran the decoder from every
+    ``[`` and ``{``: quadratic).
+    """
     chunks = [m.group(1) for m in _FENCE.finditer(text)] or [text]
-    decoder = json.JSONDecoder()
     values: list[Any] = []
     for chunk in chunks:
-        chunk = chunk.strip()
-        try:
-            values.append(json.loads(chunk))
-            continue
-        except ValueError:
-            pass
-        i = 0
-        while i < len(chunk):
-            if chunk[i] in "[{":
-                try:
-                    value, end = decoder.raw_decode(chunk, i)
-                except ValueError:
-                    i += 1
-                    continue
-                values.append(value)
-                i = end
-            else:
-                i += 1
+        if any(key in chunk for key in _KEYS):  # no key, no box or point to find: skip the scan
+            _decode_spans(chunk, values)
     return values
 
 
@@ -239,9 +334,6 @@ def parse_qwen3_vl(text: str) -> ParsedOutput:
     return _parse_qwen_json(text, Frame.NORM1000)
 
 
-_INTERNVL_BOX = re.compile(r"(?:<ref>(.*?)</ref>\s*)?<box>(.*?)</box>", re.DOTALL)
-
-
 def parse_internvl(text: str) -> ParsedOutput:
     """InternVL 2/2.5: ``<ref>obj</ref><box>[[x1, y1, x2, y2], ...]</box>``, 0..1000.
 
@@ -254,10 +346,10 @@ def parse_internvl(text: str) -> ParsedOutput:
     """
     text = str(text)
     result = ParsedOutput(frame=Frame.NORM1000)
-    for m in _INTERNVL_BOX.finditer(text):
-        got = _group4(_numbers(m.group(2)), "box", result.issues)
+    for label, inner in _ref_box_blocks(text, "<ref>", "</ref>", "<box>", "</box>"):
+        got = _group4(_numbers(inner), "box", result.issues)
         result.boxes.extend(got)
-        result.box_labels.extend([m.group(1).strip() if m.group(1) else None] * len(got))
+        result.box_labels.extend([label or None] * len(got))
     return result
 
 
@@ -287,7 +379,7 @@ def parse_paligemma(text: str) -> ParsedOutput:
     return result
 
 
-_FLORENCE = re.compile(r"([^<]*)<loc_(\d+)><loc_(\d+)><loc_(\d+)><loc_(\d+)>")
+_FLORENCE = re.compile(r"<loc_(\d{1,6})><loc_(\d{1,6})><loc_(\d{1,6})><loc_(\d{1,6})>")
 
 
 def parse_florence2(text: str) -> ParsedOutput:
@@ -302,15 +394,49 @@ def parse_florence2(text: str) -> ParsedOutput:
     """
     text = str(text)
     result = ParsedOutput(frame=Frame.NORM1)
+    prev_end = 0
     for m in _FLORENCE.finditer(text):
-        x1, y1, x2, y2 = ((int(g) + 0.5) / 1000 for g in m.groups()[1:])
+        x1, y1, x2, y2 = ((int(g) + 0.5) / 1000 for g in m.groups())
         result.boxes.append((x1, y1, x2, y2))
-        label = m.group(1).strip()
+        # The label is the text after the previous box and after the last "<" before this one
+        # (what ``([^<]*)<loc_`` captured; that regex rescanned text without "<" from every
+        # position, quadratic).
+        label_start = max(prev_end, text.rfind("<", prev_end, m.start()) + 1)
+        label = text[label_start : m.start()].strip()
         result.box_labels.append(label or None)
+        prev_end = m.end()
     return result
 
 
-_MOLMO_TAG = re.compile(r"<(points?)\b([^>]*)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+_MOLMO_OPEN = re.compile(r"<(points?)\b([^<>]*)>", re.IGNORECASE)
+_MOLMO_CLOSE = re.compile(r"</(points?)>", re.IGNORECASE)
+
+
+def _molmo_tags(text: str) -> list[tuple[str, str, str]]:
+    """``(name, attributes, body)`` of each ``<point ...>body</point>``/``<points>`` element.
+
+    The elements ``<(points?)\\b([^>]*)>(.*?)</\\1>`` finds, in linear time: closing tags are
+    located once and looked up with ``bisect`` instead of rescanning from every opening tag.
+    """
+    closes: dict[str, list[tuple[int, int]]] = {"point": [], "points": []}
+    for m in _MOLMO_CLOSE.finditer(text):
+        closes[m.group(1).lower()].append((m.start(), m.end()))
+    starts = {k: [c[0] for c in v] for k, v in closes.items()}
+    out: list[tuple[str, str, str]] = []
+    pos = 0
+    for m in _MOLMO_OPEN.finditer(text):
+        if m.start() < pos:
+            continue
+        name = m.group(1).lower()
+        i = bisect.bisect_left(starts[name], m.end())
+        if i == len(starts[name]):
+            continue
+        close_start, close_end = closes[name][i]
+        out.append((m.group(1), m.group(2), text[m.end() : close_start]))
+        pos = close_end
+    return out
+
+
 _ATTR = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
@@ -326,21 +452,21 @@ def parse_molmo(text: str) -> ParsedOutput:
     """
     text = str(text)
     result = ParsedOutput(frame=Frame.NORM1)
-    for m in _MOLMO_TAG.finditer(text):
-        attrs = {k.lower(): v for k, v in _ATTR.findall(m.group(2))}
-        label = attrs.get("alt") or (m.group(3).strip() or None)
+    for name, attr_text, body in _molmo_tags(text):
+        attrs = {k.lower(): v for k, v in _ATTR.findall(attr_text)}
+        label = attrs.get("alt") or (body.strip() or None)
         keys = [("x", "y")] if "x" in attrs else []
         i = 1
         while f"x{i}" in attrs:
             keys.append((f"x{i}", f"y{i}"))
             i += 1
         if not keys:
-            result.issues.append(f"<{m.group(1)}> without x/y attributes")
+            result.issues.append(f"<{name}> without x/y attributes")
         for kx, ky in keys:
             try:
                 x, y = float(attrs[kx]) / 100, float(attrs[ky]) / 100
             except (KeyError, ValueError):
-                result.issues.append(f"<{m.group(1)}> has unreadable {kx}/{ky}")
+                result.issues.append(f"<{name}> has unreadable {kx}/{ky}")
                 continue
             result.points.append((x, y))
             result.point_labels.append(label)

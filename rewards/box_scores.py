@@ -2,18 +2,18 @@
 
 Boxes are ``(x1, y1, x2, y2)`` with ``x1 <= x2`` and ``y1 <= y2``, all in the same frame (IoU and
 GIoU do not depend on which frame, as long as both boxes share it). IoU/GIoU use
-``torchvision.ops.box_iou`` / ``generalized_box_iou`` in float64; the 0/0 of two zero-area boxes is
-defined as IoU 0 and GIoU -1 (those functions return NaN there). Matching uses
+the formulas of ``torchvision.ops.box_iou`` / ``generalized_box_iou`` in float64; the 0/0 of two
+zero-area boxes is defined as IoU 0 and GIoU -1 (those functions return NaN there). Matching uses
 ``scipy.optimize.linear_sum_assignment``.
 
-Small inputs (at most ``TORCH_MIN_PAIRS`` pairs, i.e. every per-sample reward) take a NumPy path
-with the same formulas: a torch call costs ~100-200 us of dispatch on a busy 2-core machine versus
-~10 us here. ``tests/rewards/test_box_scores.py`` checks both paths agree to 1e-12.
+Which code computes them: up to ``TORCH_MIN_PAIRS`` pairs (every per-sample reward) NumPy does,
+because a torch call costs ~100-200 us of dispatch on a busy 2-core machine versus ~10 us in NumPy;
+larger matrices call torchvision itself. ``tests/rewards/test_box_scores.py`` checks both paths
+agree to 1e-12.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -60,7 +60,7 @@ def _np_giou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
 
 
 def pairwise_iou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
-    """IoU matrix, float64 ``[len(pred), len(gt)]``, via ``torchvision.ops.box_iou``."""
+    """IoU matrix, float64 ``[len(pred), len(gt)]`` (NumPy when small, else ``box_iou``)."""
     if len(pred) == 0 or len(gt) == 0:
         return np.zeros((len(pred), len(gt)))
     if len(pred) * len(gt) <= TORCH_MIN_PAIRS:
@@ -72,7 +72,8 @@ def pairwise_iou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
 
 
 def pairwise_giou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
-    """GIoU matrix, float64 ``[len(pred), len(gt)]`` in [-1, 1], via ``generalized_box_iou``."""
+    """GIoU matrix, float64 ``[len(pred), len(gt)]`` in [-1, 1] (NumPy when small, else
+    ``torchvision.ops.generalized_box_iou``)."""
     if len(pred) == 0 or len(gt) == 0:
         return np.zeros((len(pred), len(gt)))
     if len(pred) * len(gt) <= TORCH_MIN_PAIRS:
@@ -142,9 +143,11 @@ def _match(hit: np.ndarray, quality: np.ndarray, n_pred: int, n_gt: int) -> Matc
         return MatchResult(0.0, 0.0, 0.0, 0.0)
     from scipy.optimize import linear_sum_assignment
 
-    # Lexicographic objective: first the number of hits, then total quality. quality <= 1 per
-    # pair and at most min(P, G) pairs, so the tie-break term stays below one hit.
-    weight = hit.astype(np.float64) + quality / (min(n_pred, n_gt) + 1)
+    # Lexicographic objective: first the number of hits, then the total quality of the pairs that
+    # *are* hits. quality <= 1 per pair and at most min(P, G) pairs, so the tie-break term stays
+    # below one hit. A pair below the threshold earns nothing: counting its quality would prefer
+    # a worse hit whose partner happens to overlap a little (issue 15).
+    weight = np.where(hit, 1.0 + quality / (min(n_pred, n_gt) + 1), 0.0)
     rows, cols = linear_sum_assignment(weight, maximize=True)
     matches = [
         (int(r), int(c), float(quality[r, c])) for r, c in zip(rows, cols, strict=True) if hit[r, c]
@@ -158,8 +161,9 @@ def _match(hit: np.ndarray, quality: np.ndarray, n_pred: int, n_gt: int) -> Matc
 def match_boxes(pred: Sequence[Box], gt: Sequence[Box], iou_threshold: float = 0.5) -> MatchResult:
     """Hungarian matching of predicted to ground-truth boxes; a pair counts when IoU >= threshold.
 
-    The assignment maximises the number of pairs above the threshold, then their total IoU, so
-    one ground-truth box can never reward two predictions (VLM-R1 #261 matched only one box).
+    The assignment maximises the number of pairs above the threshold, then the total IoU of those
+    pairs only (pairs below the threshold do not break ties), so one ground-truth box can never
+    reward two predictions (VLM-R1 #261 matched only one box).
 
     >>> r = match_boxes([(0, 0, 1, 1), (5, 5, 6, 6), (9, 9, 10, 10)], [(0, 0, 1, 1), (5, 5, 6, 7)])
     >>> (round(r.precision, 4), r.recall, round(r.f1, 4), r.mean_iou)
@@ -183,7 +187,3 @@ def match_points(points: Sequence[Point], boxes: Sequence[Box]) -> MatchResult:
 
 def box_area(box: Box) -> float:
     return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
-
-
-def is_finite(values: Sequence[float]) -> bool:
-    return all(math.isfinite(v) for v in values)

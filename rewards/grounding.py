@@ -20,6 +20,9 @@ reason                      when
                             part of what is learned)
 ``box_outside_image``       nothing of the box is left after clipping to the image
 ``degenerate_box``          zero width or height after clipping
+``empty_labels:<field>``    ``box_f1``/``mean_iou`` with an empty label list: 1.0 when no box
+                            was predicted, else 0.0 (single-box metrics raise ``ValueError``
+                            naming the field instead: there is nothing to take the IoU with)
 ==========================  =================================================================
 
 A box partly outside the image is clipped and scored (``details["clipped"] = True``). With several
@@ -93,6 +96,13 @@ def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str |
         outside = x1 >= width or y1 >= height or x2 <= 0 or y2 <= 0
         return None, "box_outside_image" if outside else "degenerate_box", clipped
     return clipped_box, None, clipped
+
+
+def _empty_labels_message(field_name: str, metric: str) -> str:
+    return (
+        f"task_data[{field_name!r}] is empty; metric {metric!r} scores against a label box, so "
+        f"the row needs at least one (use 'box_f1' or 'mean_iou' for images with no objects)"
+    )
 
 
 class GroundingReward(Reward):
@@ -180,6 +190,13 @@ class GroundingReward(Reward):
         geometry = image_geometry(task_data, self.image_index)
         parsed = self.parse(completions)
         details: dict[str, Any] = {"num_boxes": len(parsed.boxes)}
+        if not gt:
+            if self.metric not in ("box_f1", "mean_iou"):
+                raise ValueError(_empty_labels_message(self.boxes_key, self.metric))
+            # No objects in the image: finding none is right, every predicted box is a false
+            # positive. A rule decides, so the reason names the field.
+            value = 0.0 if parsed.boxes else 1.0
+            return RewardResult(value, f"empty_labels:{self.boxes_key}", details)
         if parsed.issues:
             details["issues"] = parsed.issues
         if not parsed.boxes:
@@ -261,6 +278,8 @@ class PointInBoxReward(Reward):
         gt = label_boxes(
             require_field(task_data, self.boxes_key, type(self).__name__), self.boxes_key
         )
+        if not gt:
+            raise ValueError(_empty_labels_message(self.boxes_key, "point_in_box"))
         geometry = image_geometry(task_data, self.image_index)
         parsed = get_parser(self.family)(answer_region(completions, self.use_answer_tag))
         details: dict[str, Any] = {"num_points": len(parsed.points)}

@@ -13,9 +13,18 @@ the field instead of returning a value.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+MAX_OUTPUT_CHARS = 65_536
+"""Completions longer than this many characters are scored on their first ``MAX_OUTPUT_CHARS``
+characters, with reason ``output_truncated`` (or the rule's own reason) and
+``details["truncated_from_chars"]``. 64 Ki characters is ~16k tokens, beyond any generation
+length we train with; past it the text is garbage whose every extra byte costs parser time.
+Per reward: set ``max_output_chars`` on the instance (``None`` disables the cap)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,15 @@ class Reward:
     """
 
     name: str = "reward"
+    max_output_chars: int | None = MAX_OUTPUT_CHARS
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Every subclass's ``score`` sees at most ``max_output_chars`` characters, whoever calls
+        # it (``__call__``, WeightedSum, a test), without each reward repeating the rule.
+        super().__init_subclass__(**kwargs)
+        score = cls.__dict__.get("score")
+        if score is not None and not getattr(score, "_output_capped", False):
+            cls.score = _capped(score)  # type: ignore[method-assign]
 
     def score(
         self,
@@ -79,6 +97,27 @@ class Reward:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
+
+
+def _capped(score: Callable[..., RewardResult]) -> Callable[..., RewardResult]:
+    @functools.wraps(score)
+    def wrapper(
+        self: Reward,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> RewardResult:
+        limit = self.max_output_chars
+        if not isinstance(completions, str) or limit is None or len(completions) <= limit:
+            return score(self, prompt, completions, prompt_ids, completion_ids, **task_data)
+        result = score(self, prompt, completions[:limit], prompt_ids, completion_ids, **task_data)
+        details = {**result.details, "truncated_from_chars": len(completions)}
+        return RewardResult(result.value, result.reason or "output_truncated", details)
+
+    wrapper._output_capped = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def require_field(task_data: dict[str, Any], key: str, reward_name: str) -> Any:

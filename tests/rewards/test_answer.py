@@ -28,6 +28,14 @@ from vlrollout.rewards.answer import (
         ("2.5 cubes", None),  # not a count
         ("Seventeen", 17),
         ("none here", None),
+        ("twenty-one", 21),  # issue 15: read "one" and scored gold 1 as correct
+        ("Twenty one cubes", 21),
+        ("1,000", 1000),  # issue 15: read "000" and scored gold 0 as correct
+        ("about 12,345 grains.", 12345),
+        ("-3", -3),  # issue 15: the sign was dropped and gold 3 scored 1.0
+        ("\u22123", -3),  # Unicode minus
+        ("3, 4, and 5.", 5),
+        ("someone saw ones", None),
     ],
 )
 def test_parse_count(text, expected):
@@ -52,6 +60,18 @@ def test_count_reward_exact_tolerance_and_reasons():
     assert (none.value, none.reason) == (0.0, "no_number")
     with pytest.raises(ValueError, match="not a count"):
         r("p", "3", [], [], answer="lots")
+
+
+@pytest.mark.parametrize(
+    ("text", "gold"), [("twenty-one", 1), ("twenty one", 1), ("1,000", 0), ("-3", 3), ("+-3", 3)]
+)
+def test_count_false_positives_score_zero(text, gold):
+    assert CountReward()("p", f"<answer>{text}</answer>", [], [], answer=gold) == 0.0
+
+
+def test_count_with_thousands_of_digits_is_a_reason_not_an_exception():
+    r = CountReward().score("p", "<answer>" + "7" * 4301 + "</answer>", [], [], answer=3)
+    assert (r.value, r.reason) == (0.0, "number_too_long")
 
 
 def test_clevr_count_reward_accepts_what_areal_rejects():

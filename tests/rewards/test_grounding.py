@@ -179,3 +179,30 @@ def test_grounding_never_raises_and_stays_in_range(text, metric):
     if r.value == low:
         # no silent zeros: a minimal value without a reason must come from a real, valid box
         assert r.reason is not None or r.details["num_boxes"] > 0
+
+
+def test_mean_iou_reward_takes_the_better_matched_pair():
+    r = GroundingReward("plain", "mean_iou", plain_frame="norm1000", label_frame="norm1000")
+    text = "[2, 5, 5, 9] [3, 8, 6, 12]"
+    assert r("p", text, [], [], boxes=[[2, 5, 5, 7], [2, 6, 6, 9]]) == pytest.approx(0.30)
+
+
+@pytest.mark.parametrize("metric", ["iou", "giou", "acc"])
+def test_empty_label_list_for_a_single_box_metric_names_the_field(metric):
+    r = GroundingReward("plain", metric, plain_frame="norm1000", label_frame="norm1000",
+                        boxes_key="gt_boxes")  # fmt: skip
+    with pytest.raises(ValueError, match=r"task_data\['gt_boxes'\] is empty") as e:
+        r("p", "[1, 2, 3, 4]", [], [], gt_boxes=[])
+    assert "zero-size" not in str(e.value)
+    with pytest.raises(ValueError, match=r"task_data\['boxes'\] is empty"):
+        PointInBoxReward("molmo", label_frame="norm1000")("p", '<point x="1" y="2">a</point>', [],
+                                                          [], boxes=[])  # fmt: skip
+
+
+@pytest.mark.parametrize("metric", ["box_f1", "mean_iou"])
+def test_empty_label_list_for_a_multi_box_metric_gives_a_reason(metric):
+    r = GroundingReward("plain", metric, plain_frame="norm1000", label_frame="norm1000")
+    wrong = r.score("p", "[1, 2, 3, 4]", [], [], boxes=[])
+    assert (wrong.value, wrong.reason) == (0.0, "empty_labels:boxes")
+    right = r.score("p", "nothing to see", [], [], boxes=[])
+    assert (right.value, right.reason) == (1.0, "empty_labels:boxes")

@@ -1,0 +1,178 @@
+"""Parser and reward time vs input size on hostile model output, 10 KB -> 1 MB.
+
+Run: ``.venv/bin/python bench/bench_parsers.py`` (about a minute on 2 busy CPU cores);
+``--quick`` stops at 100 KB. Exit status 1 when any case grows faster than linearly (fitted
+exponent above ``MAX_EXPONENT`` over the sizes >= 100 KB, where fixed costs no longer dominate;
+judged only when the largest size takes >= ``NOISE_FLOOR_S``: below that, cache effects and the
+other processes on a shared 2-core machine move the exponent more than the algorithm does, and a
+quadratic case is seconds, not milliseconds) or takes more than 1 s at 1 MB. ``MAX_EXPONENT`` is
+1.5, not 1.0: on a 2-core machine shared with other jobs the fitted exponent of these linear
+scans ranged 1.0-1.45 between runs (cache misses past ~300 KB, allocation), while a quadratic scan
+fits ~2 (and passes 1 s long before 1 MB). A case that passes ``CASE_LIMIT_S`` at some size stops there
+and fails (the quadratic parsers this replaces took hours at 1 MB).
+
+Parsers and extractors are called on the whole text (no cap); rewards go through
+``Reward.score``, which scores the first ``MAX_OUTPUT_CHARS`` characters of longer outputs
+(``output_truncated``), so their time flattens past 64 KB by design.
+Headline (printed last): the worst exponent and the worst time at the largest size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vlrollout.rewards.answer import (  # noqa: E402
+    ChoiceReward,
+    CountReward,
+    MathReward,
+    NumericReward,
+    parse_number,
+    read_count,
+)
+from vlrollout.rewards.box_parsing import PARSERS  # noqa: E402
+from vlrollout.rewards.caption import CaptionReward  # noqa: E402
+from vlrollout.rewards.format import ThinkAnswerFormat  # noqa: E402
+from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward  # noqa: E402
+from vlrollout.rewards.text_extract import extract_tag, last_boxed  # noqa: E402
+from vlrollout.rewards.text_tokenize import tokenize  # noqa: E402
+
+SIZES = [10_000, 31_623, 100_000, 316_228, 1_000_000]
+MAX_EXPONENT = 1.5
+LIMIT_1MB_S = 1.0
+CASE_LIMIT_S = 5.0
+NOISE_FLOOR_S = 0.05
+BOX = '{"bbox_2d": [1, 2, 3, 4]}'
+
+# (case name, function of the text, repeated unit); the text is the unit repeated to the size.
+Case = tuple[str, Callable[[str], object], str]
+
+
+def _reward(r, **task):
+    return lambda text: r.score("p", text, [], [], **task)
+
+
+GEO = {"geometry": [{"original_width": 640, "original_height": 480, "model_width": 644,
+                     "model_height": 476}]}  # fmt: skip
+CASES: list[Case] = [
+    ("florence2 no '<'", PARSERS["florence2"], "a"),
+    ("florence2 <loc_ run", PARSERS["florence2"], "x<loc_1><loc_2>"),
+    ("paligemma <loc run", PARSERS["paligemma"], "<loc0001><loc0002> a"),
+    ("qwen2_vl <|box_start|>", PARSERS["qwen2_vl"], "<|box_start|>(1,"),
+    ("qwen2_vl <ref> (qwen-vl)", PARSERS["qwen2_vl"], "<ref>a"),
+    ("qwen2_vl bare pairs", PARSERS["qwen2_vl"], "(1,2),(3, "),
+    ("internvl <ref>", PARSERS["internvl"], "<ref>"),
+    ("internvl <box>", PARSERS["internvl"], "<box>[[1,"),
+    ("qwen2_5_vl '['", PARSERS["qwen2_5_vl"], "["),
+    ("qwen2_5_vl '[{' + key", PARSERS["qwen2_5_vl"], '[{"bbox_2d":'),
+    ("qwen3_vl '[\"' + key", PARSERS["qwen3_vl"], '["bbox_2d\\"'),
+    ("qwen3_vl valid boxes", PARSERS["qwen3_vl"], BOX + ","),
+    ("qwen3_vl ``` fences", PARSERS["qwen3_vl"], "```json\n{"),
+    ("molmo <point", PARSERS["molmo"], '<point x="1" '),
+    ("molmo <point> unclosed", PARSERS["molmo"], '<point x="1" y="2">'),
+    ("plain '[1,'", PARSERS["plain"], "[1, "),
+    ("extract_tag <answer>", extract_tag, "<answer>"),
+    ("last_boxed \\boxed{", last_boxed, "\\boxed{"),
+    ("last_boxed '{'", last_boxed, "{"),
+    ("parse_number spaces", parse_number, " "),
+    ("parse_number '1 /'", parse_number, "1 /"),
+    ("parse_number digits", parse_number, "1"),
+    ("read_count '1,'", read_count, "1,"),
+    ("read_count prose", read_count, "the one "),
+    ("tokenize clitics", tokenize, "don't it's "),
+    ("CountReward", _reward(CountReward(), answer=3), "1 a "),
+    ("NumericReward spaces", _reward(NumericReward(), answer=3), " "),
+    ("ChoiceReward", _reward(ChoiceReward(), answer="B"), "answer "),
+    ("MathReward \\boxed{", _reward(MathReward(), answer="1"), "\\boxed{"),
+    ("ThinkAnswerFormat", _reward(ThinkAnswerFormat()), "<think>"),
+    (
+        "GroundingReward qwen2_5_vl",
+        _reward(GroundingReward("qwen2_5_vl"), boxes=[1, 2, 3, 4], **GEO),
+        "[{",
+    ),  # fmt: skip
+    (
+        "GroundingReward internvl",
+        _reward(GroundingReward("internvl", "box_f1"), boxes=[1, 2, 3, 4], **GEO),
+        "<ref>",
+    ),  # fmt: skip
+    ("PointInBoxReward molmo", _reward(PointInBoxReward(), boxes=[1, 2, 3, 4], **GEO), "<point "),
+    (
+        "CaptionReward cider_d",
+        _reward(CaptionReward("cider_d", corpus=[["a dog runs"]]), captions=["a dog runs"]),
+        "a dog ",
+    ),  # fmt: skip
+    ("CaptionReward rouge_l", _reward(CaptionReward("rouge_l"), captions=["a dog runs"]), "a "),
+    ("CaptionReward bleu4", _reward(CaptionReward("bleu4"), captions=["a dog runs"]), "dog "),
+]
+
+
+def _time(fn: Callable[[str], object], text: str) -> float:
+    best = float("inf")
+    total = 0.0
+    runs = 0
+    while total < 0.1 or runs < 3:
+        t0 = time.perf_counter()
+        fn(text)
+        dt = time.perf_counter() - t0
+        best, total, runs = min(best, dt), total + dt, runs + 1
+        if dt > 0.3:
+            break
+    return best
+
+
+def _exponent(sizes: list[int], times: list[float]) -> float:
+    pts = [(math.log(n), math.log(max(t, 1e-7))) for n, t in zip(sizes, times, strict=True)]
+    pts = [p for p, n in zip(pts, sizes, strict=True) if n >= 100_000] or pts
+    if len(pts) < 2:
+        return float("nan")
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="sizes up to 100 KB only")
+    args = parser.parse_args()
+    sizes = [n for n in SIZES if n <= 100_000] if args.quick else SIZES
+    print(f"{'case':34s}" + "".join(f"{n // 1000:>9d}KB" for n in sizes) + "   exponent")
+    worst_exp, worst_time, worst_exp_case, worst_time_case, failed = 0.0, 0.0, "", "", []
+    for name, fn, unit in CASES:
+        times: list[float] = []
+        for n in sizes:
+            text = (unit * (n // len(unit) + 1))[:n]
+            times.append(_time(fn, text))
+            if times[-1] > CASE_LIMIT_S:
+                break
+        exp = _exponent(sizes[: len(times)], times)
+        cells = "".join(f"{t * 1000:9.1f}ms" for t in times)
+        cells += " " * 11 * (len(sizes) - len(times))
+        print(f"{name:34s}{cells}   {exp:8.2f}", flush=True)
+        if len(times) < len(sizes):
+            failed.append(f"{name}: {times[-1]:.1f} s at {sizes[len(times) - 1]} chars")
+        elif exp > MAX_EXPONENT and times[-1] >= NOISE_FLOOR_S:
+            failed.append(f"{name}: exponent {exp:.2f} > {MAX_EXPONENT}")
+        elif sizes[-1] >= 1_000_000 and times[-1] > LIMIT_1MB_S:
+            failed.append(f"{name}: {times[-1]:.2f} s at 1 MB > {LIMIT_1MB_S} s")
+        if exp > worst_exp:
+            worst_exp, worst_exp_case = exp, name
+        if times[-1] > worst_time:
+            worst_time, worst_time_case = times[-1], name
+    for f in failed:
+        print("FAIL", f)
+    print(
+        f"headline: worst growth exponent {worst_exp:.2f} ({worst_exp_case}), worst time at "
+        f"{sizes[-1] // 1000} KB {worst_time * 1000:.0f} ms ({worst_time_case}); "
+        f"limits: exponent <= {MAX_EXPONENT}, <= {LIMIT_1MB_S:.0f} s at 1 MB"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Rewards and parsers under hostile model output: deep nesting, huge numbers, long garbage.
+
+Time limits are checked by ``bench/bench_parsers.py`` (10 KB -> 1 MB, fails when superlinear);
+here: no exception, bounded recursion, and the same answers as the simple regexes they replace.
+"""
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vlrollout.rewards.answer import CountReward, MathReward, NumericReward, read_count
+from vlrollout.rewards.box_parsing import PARSERS
+from vlrollout.rewards.grounding import GroundingReward
+from vlrollout.rewards.result import MAX_OUTPUT_CHARS
+from vlrollout.rewards.text_extract import last_boxed, tag_blocks
+
+BOX = '{"bbox_2d": [1, 2, 3, 4], "label": "a]"}'
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_deep_json_nesting_does_not_recurse(family):
+    # "[" * 1000 raised RecursionError (issue 15).
+    assert PARSERS[family]("[" * 1000).boxes == []
+    deep = "[" * 5000 + BOX + "]" * 5000
+    parsed = PARSERS[family](deep)
+    assert parsed.boxes == [(1.0, 2.0, 3.0, 4.0)] and parsed.box_labels == ["a]"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    depth=st.integers(0, 3000),
+    opens=st.text(alphabet="[{", min_size=1, max_size=3),
+    closed=st.booleans(),
+)
+def test_any_nesting_depth_finds_the_box(depth, opens, closed):
+    prefix = (opens * depth)[:depth]
+    closer = "".join({"[": "]", "{": "}"}[c] for c in reversed(prefix)) if closed else ""
+    for family in ("qwen2_5_vl", "qwen3_vl"):
+        assert PARSERS[family](prefix + BOX + closer).boxes == [(1.0, 2.0, 3.0, 4.0)]
+
+
+@pytest.mark.parametrize("family", sorted(PARSERS))
+def test_huge_numbers_never_raise(family):
+    big = "9" * 5000
+    texts = [
+        f'{{"bbox_2d": [{big}, 1, 2, 3]}}',
+        f"<|box_start|>({big},1),(2,3)<|box_end|>",
+        f"<ref>a</ref><box>[[{big}, 1, 2, 3]]</box>",
+        f"a<loc_{big}><loc_1><loc_2><loc_3>",
+        f'<point x="{big}" y="1">a</point>',
+        f"[{big}, 1, 2, 3]",
+    ]
+    for text in texts:
+        PARSERS[family](text)
+
+
+def test_huge_numbers_in_answer_rewards_are_reasons():
+    big = "7" * 4301
+    assert CountReward().score("p", big, [], [], answer=3).reason == "number_too_long"
+    assert NumericReward().score("p", big, [], [], answer=3).reason == "no_number"
+    assert read_count(f"[{big}]") == (None, "number_too_long")
+    r = GroundingReward("qwen3_vl", "iou", label_frame="norm1000")
+    assert r.score("p", f'{{"bbox_2d": [1, 1, {big}, 5]}}', [], [], boxes=[1, 1, 9, 9]).value >= 0
+
+
+def test_long_output_is_scored_on_a_prefix_with_a_reason():
+    r = NumericReward()
+    text = "x" * MAX_OUTPUT_CHARS + " 42"
+    res = r.score("p", text, [], [], answer=42)
+    assert (res.value, res.reason) == (0.0, "no_number")  # 42 lies past the cap
+    assert res.details["truncated_from_chars"] == len(text)
+    ok = r.score("p", "42 " + "x" * MAX_OUTPUT_CHARS, [], [], answer=42)
+    assert (ok.value, ok.reason) == (1.0, "output_truncated")
+    r.max_output_chars = None
+    assert r.score("p", text, [], [], answer=42).value == 1.0
+
+
+def test_math_reward_on_repeated_unclosed_boxed():
+    res = MathReward().score("p", "\\boxed{" * 20000, [], [], answer="1")
+    assert res.value == 0.0 and res.reason is not None
+
+
+_TAG_TEXT = st.lists(st.sampled_from(["<a>", "</a>", "x", "<"]), max_size=12).map("".join)
+
+
+@given(_TAG_TEXT)
+def test_tag_blocks_equal_the_lazy_regex(text):
+    want = [m.span(1) for m in re.finditer(r"<a>(.*?)</a>", text, re.DOTALL)]
+    assert tag_blocks(text, "<a>", "</a>") == want
+
+
+def _last_boxed_reference(text):  # the old quadratic scan
+    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+    for start in reversed(starts):
+        depth = 1
+        for i in range(start, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                return text[start:i].strip()
+    return None
+
+
+@given(st.lists(st.sampled_from(["\\boxed{", "{", "}", "a", " "]), max_size=12).map("".join))
+def test_last_boxed_equals_the_brace_scan(text):
+    assert last_boxed(text) == _last_boxed_reference(text)
+
+
+@given(
+    st.lists(st.sampled_from(["<loc_1>", "<loc_22>", "car", "<", " "]), max_size=14).map("".join)
+)
+def test_florence_labels_equal_the_old_regex(text):
+    old = re.compile(r"([^<]*)<loc_(\d+)><loc_(\d+)><loc_(\d+)><loc_(\d+)>")
+    want = [m.group(1).strip() or None for m in old.finditer(text)]
+    assert PARSERS["florence2"](text).box_labels == want
+
+
+@given(
+    st.lists(
+        st.sampled_from(["<ref>", "</ref>", "<box>", "</box>", "[[1,2,3,4]]", "cat", " "]),
+        max_size=10,
+    ).map("".join)
+)
+def test_internvl_equals_the_old_regex_when_refs_do_not_nest(text):
+    old = re.compile(r"(?:<ref>(.*?)</ref>\s*)?<box>(.*?)</box>", re.DOTALL)
+    matches = list(old.finditer(text))
+    if any(m.group(1) and ("<ref>" in m.group(1) or "</ref>" in m.group(1)) for m in matches):
+        return  # the lazy regex lets a label span several refs; the scanner does not
+    parsed = PARSERS["internvl"](text)
+    want = [
+        (m.group(1).strip() or None) if m.group(1) is not None else None
+        for m in matches
+        for _ in range(len(re.findall(r"\d+", m.group(2))) // 4)
+        if len(re.findall(r"\d+", m.group(2))) % 4 == 0
+    ]
+    assert parsed.box_labels == want
