@@ -9,8 +9,9 @@ stays cheap)::
     pre = AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"), max_pixels=112 * 112)
     prepared = pre.prepare({"messages": [{"role": "user", "content": "<image>What colour?"}],
                             "images": ["/data/img.png"]})
-    cache = PreparedPromptCache(pre, maxsize=1024)
-    prepared = await cache.aprepare(data)        # once per group, off the event loop
+    cache = PreparedPromptCache(pre)                 # content-keyed, bounded in bytes
+    key, prepared = await cache.acquire(data)    # once per group, off the event loop
+    cache.release(key)                           # the last release drops the entry
 """
 
 from __future__ import annotations

@@ -90,6 +90,10 @@ class PreparedPrompt:
     def prompt_len(self) -> int:
         return len(self.input_ids)
 
+    def engine_image_nbytes(self) -> int:
+        """Bytes held for the engine's copy of the images (the base64 strings)."""
+        return sum(len(s) for s in self.image_data)
+
 
 @runtime_checkable
 class Preprocessor(Protocol):

@@ -1,14 +1,26 @@
-"""Prepare a data item once per GRPO group: a bounded LRU cache with shared in-flight work.
+"""Prepare a data item once per GRPO group: a content-keyed, byte-bounded cache with shared work.
 
-A group of N episodes on one prompt calls ``await cache.aprepare(data)`` N times, concurrently. The
+A group of N episodes on one prompt calls ``await cache.acquire(data)`` N times, concurrently. The
 first call starts the preparation in a worker thread (``asyncio.to_thread``, or ``executor`` when
 given) so the event loop never blocks on image decoding or the processor; the other N-1 await the same
-future. Finished results are kept in an LRU of ``maxsize`` entries. A failed preparation is not
-cached: every waiter gets the exception, and the next call retries.
+future. A failed preparation is not cached: every waiter gets the exception, and the next call
+retries.
 
-Keys (:func:`item_key`): an explicit id field (``id``, ``uid``, ``idx``, ``index``) when present,
-otherwise a SHA-256 over the messages and the identities of the images (file path + size + mtime,
-a digest of bytes/strings, a digest of a PIL image's pixels).
+**Lifetime.** Each ``acquire`` pins the entry until the matching ``release(key)``; when the last
+episode of the group releases it, the entry is dropped at once (a finished group holds no memory).
+Entries made by the unpinned calls (:meth:`PreparedPromptCache.prepare`,
+:meth:`PreparedPromptCache.aprepare`) stay in a least-recently-used list bounded by ``max_bytes``
+(and optionally ``maxsize`` entries). Pinned entries are never evicted: the running episodes hold
+them anyway, so keeping them costs nothing extra.
+
+**Keys** (:func:`item_key`) are the item's *content*: a SHA-256 over its messages and a digest of
+each image source (a file's path, size and modification time; the bytes of an encoded image or a
+base64/data-URL string; the mode, size and pixels of a PIL image). An ``id`` field is never trusted:
+datasets repeat ids (row indices after concatenation), and two items with one id must not share a
+prompt.
+
+**Size** of an entry (:func:`prepared_nbytes`): the tensors of ``multi_modal_input`` plus the engine
+images held (base64 strings, encoded bytes or decoded pixels) plus the token lists.
 
 Cached :class:`PreparedPrompt` objects are shared between the group's episodes: treat them as
 read-only (copy ``input_ids`` before appending to it).
@@ -18,13 +30,16 @@ read-only (copy ``input_ids`` before appending to it).
 >>> class Echo:
 ...     tokenizer = processor = None
 ...     def prepare(self, data):
-...         calls.append(data["id"])
-...         return data["id"]
->>> cache = PreparedPromptCache(Echo(), maxsize=8)
+...         calls.append(data["messages"])
+...         return data["messages"]
+>>> cache = PreparedPromptCache(Echo())
 >>> async def group():
-...     return await asyncio.gather(*(cache.aprepare({"id": 7}) for _ in range(4)))
->>> asyncio.run(group()), calls
-([7, 7, 7, 7], [7])
+...     got = await asyncio.gather(*(cache.acquire({"messages": "hi"}) for _ in range(4)))
+...     for key, _ in got:
+...         cache.release(key)
+...     return [value for _, value in got]
+>>> asyncio.run(group()), calls, len(cache)
+(['hi', 'hi', 'hi', 'hi'], ['hi'], 0)
 """
 
 from __future__ import annotations
@@ -33,29 +48,77 @@ import asyncio
 import hashlib
 import json
 import os
+import sys
 import threading
-from collections import OrderedDict
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
-from .auto import ID_FIELDS
 from .base import PreparedPrompt, Preprocessor
 
 KeyFn = Callable[[dict[str, Any]], str]
 
+DEFAULT_CACHE_BYTES = 1 << 30
+"""Default bound (1 GiB) on what a cache keeps beyond the entries its running episodes use.
+
+Process-wide default for caches built without ``max_bytes``; change it with
+:func:`set_default_cache_bytes` (``vlrollout run``'s ``prompt_cache_bytes`` setting)."""
+
+_default_bytes = DEFAULT_CACHE_BYTES
+
+
+def set_default_cache_bytes(max_bytes: int) -> None:
+    """Set the bound used by caches built without ``max_bytes`` (e.g. from a run config)."""
+    global _default_bytes
+    if max_bytes < 0:
+        raise ValueError(f"prompt cache bytes must be >= 0, got {max_bytes}")
+    _default_bytes = int(max_bytes)
+
+
+def default_cache_bytes() -> int:
+    """The current process-wide default (``DEFAULT_CACHE_BYTES`` unless set)."""
+    return _default_bytes
+
+
+# -- keys -------------------------------------------------------------------------------------
+
+# A PIL image's digest is computed once per image object (a group of 8 hashes it once, not 8 times).
+_PIL_DIGESTS: dict[int, bytes] = {}
+_PIL_LOCK = threading.Lock()
+
+
+def _pil_digest(image: Image.Image) -> bytes:
+    with _PIL_LOCK:
+        known = _PIL_DIGESTS.get(id(image))
+    if known is not None:
+        return known
+    h = hashlib.sha256(f"pil:{image.mode}:{image.size}:{image.info.get('transparency')}".encode())
+    try:
+        frame = image.tell() if getattr(image, "n_frames", 1) > 1 else 0
+        h.update(f":frame{frame}:".encode())
+        h.update(image.tobytes())
+    except Exception:  # noqa: BLE001 - undecodable: a key unique to this object; prepare reports it
+        h.update(f"undecodable:{id(image)}".encode())
+    digest = h.digest()
+    with _PIL_LOCK:
+        _PIL_DIGESTS[id(image)] = digest
+    weakref.finalize(image, _PIL_DIGESTS.pop, id(image), None)
+    return digest
+
 
 def _image_identity(source: Any, h: Any) -> None:
     if isinstance(source, Image.Image):
-        h.update(f"pil:{source.mode}:{source.size}".encode())
-        h.update(hashlib.sha256(source.tobytes()).digest())
+        h.update(b"pil:" + _pil_digest(source))
     elif isinstance(source, bytes | bytearray | memoryview):
         h.update(b"bytes:" + hashlib.sha256(bytes(source)).digest())
     elif isinstance(source, os.PathLike) or (
-        isinstance(source, str) and len(source) < 4096 and Path(source).is_file()
+        isinstance(source, str) and len(source) < 4096 and _is_file(source)
     ):
         p = Path(source)
         st = p.stat()
@@ -66,6 +129,13 @@ def _image_identity(source: Any, h: Any) -> None:
             _image_identity(source[k], h)
     else:
         h.update(b"str:" + hashlib.sha256(str(source).encode()).digest())
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _messages_digest(obj: Any, h: Any) -> None:
@@ -91,10 +161,13 @@ def _messages_digest(obj: Any, h: Any) -> None:
 
 
 def item_key(data: dict[str, Any]) -> str:
-    """Cache key for a data item: ``"id:<value>"`` from an id field, else ``"sha256:<hex>"``."""
-    for field in ID_FIELDS:
-        if data.get(field) is not None:
-            return f"{field}:{data[field]}"
+    """Content key of a data item: ``"sha256:<hex>"`` over its messages and image digests.
+
+    >>> a = {"id": 1, "messages": [{"role": "user", "content": "A"}]}
+    >>> b = {"id": 1, "messages": [{"role": "user", "content": "B"}]}
+    >>> item_key(a) == item_key(b)
+    False
+    """
     h = hashlib.sha256()
     _messages_digest(data.get("messages"), h)
     h.update(b"|images|")
@@ -104,38 +177,71 @@ def item_key(data: dict[str, Any]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+# -- sizes ------------------------------------------------------------------------------------
+
+
+def prepared_nbytes(value: Any) -> int:
+    """Approximate bytes an entry holds: tensors, engine images, token lists (8 bytes a token)."""
+    if not isinstance(value, PreparedPrompt):
+        value = getattr(value, "prepared", value)  # wrappers that hold a PreparedPrompt
+    if not isinstance(value, PreparedPrompt):
+        return sys.getsizeof(value)
+    total = 8 * (len(value.input_ids) + len(value.mm_token_type_ids or ()))
+    total += len(value.prompt_text)
+    for t in value.multi_modal_input.values():
+        total += t.element_size() * t.nelement()
+    total += value.engine_image_nbytes()
+    return total
+
+
+@dataclass
+class _Entry:
+    value: Any
+    nbytes: int
+
+
 class PreparedPromptCache:
-    """Bounded LRU of prepared prompts with once-only concurrent preparation.
+    """Content-keyed prepared prompts with once-only concurrent preparation.
 
     Args:
         preprocessor: Anything with ``prepare(data) -> PreparedPrompt``.
-        maxsize: Finished entries kept (least recently used evicted first); ``0`` disables keeping
-            results but still shares in-flight work.
+        maxsize: Optional cap on unpinned entries kept (``None``: only ``max_bytes`` bounds them;
+            ``0`` keeps none but still shares in-flight work).
+        max_bytes: Bound on the bytes of unpinned entries kept (least recently used evicted
+            first); :func:`default_cache_bytes` (1 GiB unless set) when ``None``.
         key_fn: ``data -> str`` key; :func:`item_key` by default.
         executor: Where ``prepare`` runs; ``asyncio.to_thread`` (the default thread pool) if ``None``.
 
     Attributes:
-        hits, misses, evictions: Counters (a waiter joining an in-flight preparation counts as a hit).
+        hits, misses, evictions: Counters (a waiter joining an in-flight preparation counts as a hit;
+            ``misses`` is the number of preparations run).
+        peak_bytes: The most bytes held at once (pinned and unpinned).
     """
 
     def __init__(
         self,
         preprocessor: Preprocessor,
-        maxsize: int = 1024,
+        maxsize: int | None = None,
         *,
+        max_bytes: int | None = None,
         key_fn: KeyFn = item_key,
         executor: Executor | None = None,
     ) -> None:
-        if maxsize < 0:
+        if maxsize is not None and maxsize < 0:
             raise ValueError(f"maxsize must be >= 0, got {maxsize}")
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.preprocessor = preprocessor
         self.maxsize = maxsize
+        self.max_bytes = default_cache_bytes() if max_bytes is None else max_bytes
         self.key_fn = key_fn
         self.executor = executor
-        self._done: OrderedDict[str, PreparedPrompt] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future] = {}
-        self._lock = threading.Lock()  # guards _done for the sync path and cross-thread use
+        self._done: OrderedDict[str, _Entry] = OrderedDict()
+        self._users: Counter[str] = Counter()
+        self._inflight: dict[tuple[int, str], asyncio.Future] = {}
+        self._lock = threading.RLock()
         self.hits = self.misses = self.evictions = 0
+        self.nbytes = self.peak_bytes = 0
 
     def __len__(self) -> int:
         return len(self._done)
@@ -146,63 +252,130 @@ class PreparedPromptCache:
     def clear(self) -> None:
         with self._lock:
             self._done.clear()
+            self.nbytes = 0
 
-    def _get(self, key: str) -> PreparedPrompt | None:
+    def stats(self) -> dict[str, int]:
+        """Counters and sizes, for logs and reports."""
         with self._lock:
-            if key in self._done:
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "evictions": self.evictions,
+                "entries": len(self._done),
+                "pinned": len(self._users),
+                "bytes": self.nbytes,
+                "peak_bytes": self.peak_bytes,
+                "max_bytes": self.max_bytes,
+            }
+
+    # -- storage ------------------------------------------------------------------------------
+
+    def _get(self, key: str) -> Any:
+        with self._lock:
+            entry = self._done.get(key)
+            if entry is not None:
                 self._done.move_to_end(key)
                 self.hits += 1
-                return self._done[key]
+                return entry
         return None
 
-    def _put(self, key: str, value: PreparedPrompt) -> None:
-        if self.maxsize == 0:
-            return
+    def _put(self, key: str, value: Any) -> None:
         with self._lock:
-            self._done[key] = value
-            self._done.move_to_end(key)
-            while len(self._done) > self.maxsize:
-                self._done.popitem(last=False)
-                self.evictions += 1
+            pinned = self._users[key] > 0
+            if not pinned and (self.maxsize == 0 or self.max_bytes == 0):
+                return
+            if key in self._done:
+                return
+            entry = _Entry(value, prepared_nbytes(value))
+            self._done[key] = entry
+            self.nbytes += entry.nbytes
+            self.peak_bytes = max(self.peak_bytes, self.nbytes)
+            self._evict()
 
-    def prepare(self, data: dict[str, Any]) -> PreparedPrompt:
-        """Synchronous, cached ``preprocessor.prepare(data)`` (no in-flight sharing)."""
+    def _evict(self) -> None:
+        """Drop least recently used unpinned entries until within ``max_bytes``/``maxsize``."""
+        unpinned = [k for k in self._done if self._users[k] == 0]
+        held = sum(self._done[k].nbytes for k in unpinned)
+        count = len(unpinned)
+        for k in unpinned:
+            if held <= self.max_bytes and (self.maxsize is None or count <= self.maxsize):
+                break
+            nbytes = self._done.pop(k).nbytes
+            self.nbytes -= nbytes
+            held -= nbytes
+            count -= 1
+            self.evictions += 1
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def prepare(self, data: dict[str, Any]) -> Any:
+        """Synchronous, cached ``preprocessor.prepare(data)`` (no in-flight sharing, unpinned)."""
         key = self.key_fn(data)
         hit = self._get(key)
         if hit is not None:
-            return hit
-        self.misses += 1
+            return hit.value
+        with self._lock:
+            self.misses += 1
         value = self.preprocessor.prepare(data)
         self._put(key, value)
         return value
 
-    async def aprepare(self, data: dict[str, Any]) -> PreparedPrompt:
-        """Cached preparation off the event loop; concurrent calls for one key run it once.
+    async def aprepare(self, data: dict[str, Any]) -> Any:
+        """Cached preparation off the event loop, unpinned (kept while the bounds allow)."""
+        key = self.key_fn(data)
+        return await self._obtain(key, data)
 
-        The preparation runs as its own task, so cancelling one waiter does not cancel it for the
-        others. Use one cache instance per event loop (in-flight tasks belong to a loop).
+    async def acquire(self, data: dict[str, Any]) -> tuple[str, Any]:
+        """Pin and return ``(key, prepared)``; call :meth:`release` with ``key`` when done.
+
+        Concurrent calls for one key run the preparation once. Cancelling one waiter does not
+        cancel the preparation for the others (it runs as its own task).
         """
         key = self.key_fn(data)
+        with self._lock:
+            self._users[key] += 1
+        try:
+            return key, await self._obtain(key, data)
+        except BaseException:
+            self.release(key)
+            raise
+
+    def release(self, key: str) -> None:
+        """Unpin ``key``; the last release of an entry drops it."""
+        with self._lock:
+            if self._users[key] <= 1:
+                self._users.pop(key, None)
+                entry = self._done.pop(key, None)
+                if entry is not None:
+                    self.nbytes -= entry.nbytes
+            else:
+                self._users[key] -= 1
+
+    async def _obtain(self, key: str, data: dict[str, Any]) -> Any:
         hit = self._get(key)
         if hit is not None:
-            return hit
-        task = self._inflight.get(key)
-        if task is None:
-            self.misses += 1
-            task = asyncio.ensure_future(self._run(key, data))
-            self._inflight[key] = task
-        else:
-            self.hits += 1
+            return hit.value
+        loop = asyncio.get_running_loop()
+        slot = (id(loop), key)  # in-flight tasks belong to one event loop
+        with self._lock:
+            task = self._inflight.get(slot)
+            if task is None:
+                self.misses += 1
+                task = asyncio.ensure_future(self._run(slot, data))
+                self._inflight[slot] = task
+            else:
+                self.hits += 1
         return await asyncio.shield(task)
 
-    async def _run(self, key: str, data: dict[str, Any]) -> PreparedPrompt:
+    async def _run(self, slot: tuple[int, str], data: dict[str, Any]) -> Any:
         try:
             if self.executor is None:
                 value = await asyncio.to_thread(self.preprocessor.prepare, data)
             else:
                 loop = asyncio.get_running_loop()
                 value = await loop.run_in_executor(self.executor, self.preprocessor.prepare, data)
-            self._put(key, value)
+            self._put(slot[1], value)
             return value
         finally:
-            self._inflight.pop(key, None)
+            with self._lock:
+                self._inflight.pop(slot, None)

@@ -11,7 +11,8 @@ Steps (each a small function, composed by :func:`load_image`):
    so a decompression bomb never allocates (PIL's own ``DecompressionBombError`` maps to the same
    ``image_too_large`` reason); zero-size images are refused (``image_empty``);
 3. take the first frame (animated GIF/WebP/APNG, multi-page TIFF) and decode it fully, so truncated
-   or corrupt data fails here (``image_decode``) rather than inside the processor;
+   or corrupt data fails here (``image_decode``) rather than inside the processor — PIL inputs too
+   (lazily opened images, images seeked to a later frame), without moving the caller's image;
 4. apply the EXIF orientation (``PIL.ImageOps.exif_transpose``);
 5. convert to RGB by :func:`vlrollout.processors.image_mode.to_rgb` (alpha composited on white).
 
@@ -217,6 +218,28 @@ def open_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> I
     return image
 
 
+def first_frame(image: Image.Image, item: str) -> Image.Image:
+    """Frame 0 of a PIL image, fully decoded, leaving the caller's image where it was.
+
+    PIL images are often lazy (HF ``datasets`` opens files without decoding), so a truncated file
+    fails here as ``image_decode`` instead of inside the processor; a multi-frame image seeked to
+    frame k still gives frame 0, the frame the geometry and every file input use.
+    """
+    try:
+        if getattr(image, "n_frames", 1) > 1:
+            where = image.tell()
+            try:
+                image.seek(0)
+                image.load()
+                return image.copy()
+            finally:
+                image.seek(where)
+        image.load()
+        return image
+    except (OSError, SyntaxError, ValueError, EOFError) as e:
+        raise PreprocessError(item, "image_decode", f"corrupt or truncated image: {e}") from None
+
+
 def check_size(size: tuple[int, int], item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
     """Refuse zero-size images and images over ``max_pixels`` (width × height)."""
     width, height = size
@@ -270,12 +293,14 @@ def load_image(
     if kind == "pil":
         image = raw
         check_size(image.size, item, max_pixels)
+        n_frames = getattr(image, "n_frames", 1)
+        image = first_frame(image, item)
         fmt = None
     else:
         image = open_image(raw, item, max_pixels)
+        n_frames = getattr(image, "n_frames", 1)
         fmt = image.format
     notes: list[str] = []
-    n_frames = getattr(image, "n_frames", 1)
     if n_frames > 1:
         notes.append(f"frame 0 of {n_frames}")
     if exif_orientation(image) != 1:

@@ -15,3 +15,13 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def qwen2vl_processor(tokenizer):
     return build_qwen2vl_processor(tokenizer)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared_workflow_state():
+    """Workflows share state per configuration and process; each test starts from none."""
+    from vlrollout.workflows.shared import reset_shared_state
+
+    reset_shared_state()
+    yield
+    reset_shared_state()

@@ -11,6 +11,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 from PIL import Image
 
+from vlrollout.processors.cache import prepared_nbytes
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import RLVRWorkflow, VisionRLVRWorkflow
 
@@ -108,20 +109,19 @@ def test_hundreds_of_concurrent_episodes_complete_and_add_up(tokenizer):
     assert len(kept) == 400 and all(check_trajectory_format(r) for r in kept[:20])
     assert wf.ledger.submitted == 450 == wf.ledger.accepted + wf.ledger.rejected
     assert wf.ledger.by_reason == {"bad_message": 50}
-    assert len(wf.ctx.prompts) <= wf.ctx.prompts.maxsize
+    assert len(wf.ctx.prompts) == 0  # every group is done: no prepared prompt is held
 
 
 def test_prepared_prompt_cache_stays_within_its_bound_under_load(tokenizer, qwen2vl_processor):
     wf = VisionRLVRWorkflow(
         "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, qwen2vl_processor
     )
-    wf.ctx.prompts.maxsize = 16
     engine = ScriptedEngine([[tokenizer.eos_token_id]], latency_s=(0.0, 0.005))
     image = Image.new("RGB", (40, 30), "red")
     items = [
         {
             "id": f"v{i}",
-            "messages": [{"role": "user", "content": "<image>count"}],
+            "messages": [{"role": "user", "content": f"<image>count {i}"}],
             "images": [image],
             "answer": "1",
         }
@@ -139,5 +139,7 @@ def test_prepared_prompt_cache_stays_within_its_bound_under_load(tokenizer, qwen
 
     results = asyncio.run(main())
     assert all(r is not None for r in results)
-    assert len(wf.ctx.prompts) == 16
+    assert len(wf.ctx.prompts) == 0  # entries are dropped when their group is done
     assert wf.ctx.prompts.misses == 120  # each item prepared once despite a group of 2
+    one = prepared_nbytes(wf.ctx.preprocessor.prepare(items[0]))
+    assert wf.ctx.prompts.peak_bytes <= 17 * one  # 32 episodes in flight span at most 17 items

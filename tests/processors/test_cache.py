@@ -31,10 +31,19 @@ class Counting:
         return {"prepared": item_key(data)}
 
 
-def test_key_prefers_explicit_id_fields():
-    assert item_key({"id": 3, "messages": ["x"]}) == item_key({"id": 3, "messages": ["y"]})
-    assert item_key({"uid": "a"}) == "uid:a"
-    assert item_key({"id": 1}) != item_key({"id": 2})
+def _d(name):
+    """An item whose content (and so key) is ``name``."""
+    return {"messages": [str(name)]}
+
+
+def test_key_is_content_never_the_id_field():
+    # Datasets repeat ids: two items with one id and different content must not share a prompt.
+    assert item_key({"id": 3, "messages": ["x"]}) != item_key({"id": 3, "messages": ["y"]})
+    assert item_key({"id": 1, "messages": ["x"]}) == item_key({"id": 2, "messages": ["x"]})
+    img_a, img_b = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "blue")
+    assert item_key({"id": 1, "messages": ["q"], "images": [img_a]}) != item_key(
+        {"id": 1, "messages": ["q"], "images": [img_b]}
+    )
 
 
 def test_content_key_is_stable_and_sensitive(tmp_path):
@@ -64,8 +73,8 @@ def test_content_key_is_stable_and_sensitive(tmp_path):
 def test_sync_prepare_once():
     pre = Counting()
     cache = PreparedPromptCache(pre, maxsize=4)
-    first = cache.prepare({"id": 1})
-    assert cache.prepare({"id": 1}) is first
+    first = cache.prepare(_d(1))
+    assert cache.prepare(_d(1)) is first
     assert len(pre.calls) == 1 and cache.hits == 1 and cache.misses == 1
 
 
@@ -76,7 +85,7 @@ def test_concurrent_group_prepares_once_off_the_loop():
 
     async def main():
         loop_thread = threading.get_ident()
-        tasks = [asyncio.create_task(cache.aprepare({"id": "g"})) for _ in range(8)]
+        tasks = [asyncio.create_task(cache.aprepare(_d("g"))) for _ in range(8)]
         # the loop keeps running while prepare is blocked in its worker thread
         for _ in range(20):
             await asyncio.sleep(0)
@@ -86,7 +95,7 @@ def test_concurrent_group_prepares_once_off_the_loop():
         return loop_thread, results
 
     loop_thread, results = asyncio.run(main())
-    assert pre.calls == ["id:g"]
+    assert pre.calls == [item_key(_d("g"))]
     assert all(r is results[0] for r in results)
     assert loop_thread not in pre.threads
     assert cache.misses == 1 and cache.hits == 7
@@ -98,11 +107,11 @@ def test_distinct_items_each_prepared_once_with_executor():
         cache = PreparedPromptCache(pre, maxsize=16, executor=pool)
 
         async def main():
-            data = [{"id": i % 3} for i in range(12)]
+            data = [_d(i % 3) for i in range(12)]
             return await asyncio.gather(*(cache.aprepare(d) for d in data))
 
         asyncio.run(main())
-    assert sorted(pre.calls) == ["id:0", "id:1", "id:2"]
+    assert sorted(pre.calls) == sorted(item_key(_d(i)) for i in range(3))
 
 
 def test_lru_eviction_at_the_bound():
@@ -111,16 +120,17 @@ def test_lru_eviction_at_the_bound():
 
     async def main():
         for i in (1, 2):
-            await cache.aprepare({"id": i})
-        await cache.aprepare({"id": 1})  # 1 becomes most recent
-        await cache.aprepare({"id": 3})  # evicts 2, the least recent
-        await cache.aprepare({"id": 1})  # still cached
-        await cache.aprepare({"id": 2})  # prepared again
+            await cache.aprepare(_d(i))
+        await cache.aprepare(_d(1))  # 1 becomes most recent
+        await cache.aprepare(_d(3))  # evicts 2, the least recent
+        await cache.aprepare(_d(1))  # still cached
+        await cache.aprepare(_d(2))  # prepared again
 
     asyncio.run(main())
-    assert pre.calls == ["id:1", "id:2", "id:3", "id:2"]
+    k = {i: item_key(_d(i)) for i in (1, 2, 3)}
+    assert pre.calls == [k[1], k[2], k[3], k[2]]
     assert len(cache) == 2 and cache.evictions == 2
-    assert "id:2" in cache and "id:1" in cache and "id:3" not in cache  # 3 was least recent
+    assert k[2] in cache and k[1] in cache and k[3] not in cache  # 3 was least recent
 
 
 def test_failure_reaches_every_waiter_and_is_not_cached():
@@ -129,13 +139,13 @@ def test_failure_reaches_every_waiter_and_is_not_cached():
 
     async def main():
         return await asyncio.gather(
-            *(cache.aprepare({"id": 9}) for _ in range(3)), return_exceptions=True
+            *(cache.aprepare(_d(9)) for _ in range(3)), return_exceptions=True
         )
 
     results = asyncio.run(main())
     assert all(isinstance(r, ValueError) for r in results) and len(pre.calls) == 1
     with pytest.raises(ValueError):
-        asyncio.run(cache.aprepare({"id": 9}))
+        asyncio.run(cache.aprepare(_d(9)))
     assert len(pre.calls) == 2 and len(cache) == 0
 
 
@@ -145,14 +155,14 @@ def test_cancelling_one_waiter_does_not_cancel_the_group():
     cache = PreparedPromptCache(pre)
 
     async def main():
-        a = asyncio.create_task(cache.aprepare({"id": 1}))
-        b = asyncio.create_task(cache.aprepare({"id": 1}))
+        a = asyncio.create_task(cache.aprepare(_d(1)))
+        b = asyncio.create_task(cache.aprepare(_d(1)))
         await asyncio.sleep(0)
         a.cancel()
         gate.set()
         return await b
 
-    assert asyncio.run(main()) == {"prepared": "id:1"}
+    assert asyncio.run(main()) == {"prepared": item_key(_d(1))}
     assert len(pre.calls) == 1
 
 
@@ -181,3 +191,62 @@ def test_with_real_preprocessor(offline, rgb_png):
 def test_negative_maxsize_rejected():
     with pytest.raises(ValueError):
         PreparedPromptCache(Counting(), maxsize=-1)
+
+
+def _prepared(n_floats):
+    import torch
+
+    from vlrollout.processors.base import PreparedPrompt
+
+    return PreparedPrompt(
+        input_ids=[1, 2], prompt_text="", multi_modal_input={"pixel_values": torch.zeros(n_floats)}
+    )
+
+
+class Sized:
+    tokenizer = processor = None
+
+    def __init__(self):
+        self.calls = 0
+
+    def prepare(self, data):
+        self.calls += 1
+        return _prepared(int(data["messages"][0]) * 256)  # 1 KiB per unit
+
+
+def test_unpinned_entries_are_bounded_in_bytes():
+    cache = PreparedPromptCache(Sized(), max_bytes=3000)
+
+    async def main():
+        for k in range(4):  # four distinct items of ~1 KiB each
+            await cache.aprepare({"messages": ["1", k]})
+
+    asyncio.run(main())
+    assert cache.nbytes <= 3000 and len(cache) == 2 and cache.evictions == 2
+
+
+def test_pinned_entries_are_dropped_when_their_group_is_done():
+    pre = Sized()
+    cache = PreparedPromptCache(pre, max_bytes=10)  # far smaller than one entry
+
+    async def main():
+        got = await asyncio.gather(*(cache.acquire({"messages": ["4"]}) for _ in range(8)))
+        assert len(cache) == 1 and cache.nbytes >= 4096  # in use: kept despite the bound
+        late_key, late = await cache.acquire({"messages": ["4"]})  # a late member still hits
+        assert late is got[0][1]
+        for key, _ in got:
+            cache.release(key)
+        assert len(cache) == 1
+        cache.release(late_key)
+        return got
+
+    asyncio.run(main())
+    assert pre.calls == 1 and len(cache) == 0 and cache.nbytes == 0
+    assert cache.peak_bytes >= 4096
+
+
+def test_a_failed_acquire_releases_its_pin():
+    cache = PreparedPromptCache(Counting(fail=True))
+    with pytest.raises(ValueError):
+        asyncio.run(cache.acquire(_d(5)))
+    assert cache.stats()["pinned"] == 0

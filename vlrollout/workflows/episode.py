@@ -7,6 +7,7 @@ for every episode shape.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,13 @@ from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
 from vlrollout.processors.cache import PreparedPromptCache
 from vlrollout.processors.errors import PreprocessError
+from vlrollout.workflows.shared import shared_instance_init
 from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
+
+# Cache keys the current episode holds; released when the episode ends (see EpisodeWorkflow).
+_HELD: contextvars.ContextVar[list[tuple[PreparedPromptCache, str]] | None] = (
+    contextvars.ContextVar("vlrollout_held_prompts", default=None)
+)
 
 
 def load_tokenizer(tokenizer: Any) -> Any:
@@ -66,6 +73,9 @@ class EpisodeContext:
         processor: The multimodal processor passed along in requests (``None`` for text).
         max_prompt_tokens: Reject prompts longer than this (``prompt_too_long``) instead of letting
             the engine fail on them; ``None`` disables the check.
+        cache_bytes: Bound of the prepared-prompt cache beyond entries in use (see
+            :class:`~vlrollout.processors.cache.PreparedPromptCache`); the process-wide default
+            (:func:`~vlrollout.processors.cache.set_default_cache_bytes`) when ``None``.
     """
 
     tokenizer: Any
@@ -74,7 +84,8 @@ class EpisodeContext:
     reward: RewardCaller
     processor: Any = None
     max_prompt_tokens: int | None = None
-    cache_size: int = 1024
+    cache_size: int | None = None
+    cache_bytes: int | None = None
     ledger: EpisodeLedger = field(default_factory=EpisodeLedger)
 
     parity_checked: bool = field(default=False, init=False)
@@ -83,7 +94,10 @@ class EpisodeContext:
         self.gconfig = self.gconfig.new_with_stop_and_pad_token_ids(self.tokenizer)
         # AReaL's GroupedRolloutWorkflow calls arun_episode group_size times with the same item:
         # the cache prepares it once (concurrent callers share the in-flight preparation).
-        self.prompts = PreparedPromptCache(self.preprocessor, maxsize=self.cache_size)
+        # Entries are pinned by the episodes using them and dropped when the group is done.
+        self.prompts = PreparedPromptCache(
+            self.preprocessor, maxsize=self.cache_size, max_bytes=self.cache_bytes
+        )
         if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
             raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
 
@@ -103,8 +117,17 @@ class EpisodeContext:
         check_processor_parity(engine_processor, self.preprocessor)
 
     async def prepare(self, data: dict[str, Any]) -> PreparedPrompt:
-        """Prepare the prompt off the event loop (decoding and resizing images is CPU work)."""
-        prepared = await self.prompts.aprepare(data)
+        """Prepare the prompt off the event loop (decoding and resizing images is CPU work).
+
+        Inside :meth:`EpisodeWorkflow.arun_episode` the entry stays pinned until the episode ends
+        (then the last episode of the group drops it); elsewhere it is kept unpinned.
+        """
+        held = _HELD.get()
+        if held is None:
+            prepared = await self.prompts.aprepare(data)
+        else:
+            key, prepared = await self.prompts.acquire(data)
+            held.append((self.prompts, key))
         if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
             raise EpisodeRejected(
                 "prompt_too_long",
@@ -138,7 +161,10 @@ class EpisodeContext:
         except PreprocessError as e:
             # Records are keyed by the item; the preprocessor's finer location (e.g. "item 7,
             # image 2") goes into the detail.
-            where = f"{e.item}: " if e.item and e.item != label else ""
+            # Items with the same content share one preparation, so the error may name the
+            # item that started it: keep only its finer location, under this item's label.
+            finer = e.item.split(", ", 1)[1] if e.item and ", " in e.item else ""
+            where = f"{label}, {finer}: " if finer else ""
             self.ledger.reject(label, e.reason, where + e.detail)
             return None
         except EpisodeRejected as e:
@@ -174,6 +200,14 @@ class EpisodeWorkflow(RolloutWorkflow):
         min_pixels, max_pixels: Resize limits of the default vision preprocessor.
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
         max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long``.
+
+    **One state per configuration and process.** AReaL builds a new workflow for every submitted
+    item when given an import path or class (``_resolve_workflow`` in
+    ``areal/infra/remote_inf_engine.py``). Every instance built with the same constructor arguments
+    (same classes, equal plain values, the same objects) therefore shares the state of the first:
+    its context, prepared-prompt cache, ledger and one-time checks (see
+    :mod:`vlrollout.workflows.shared`). To read the ledger of a run AReaL drives, build the workflow
+    once more with the same arguments and read its :attr:`ledger`.
     """
 
     def __init__(
@@ -210,16 +244,31 @@ class EpisodeWorkflow(RolloutWorkflow):
             max_prompt_tokens=max_prompt_tokens,
         )
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        shared_instance_init(cls)
+
     @property
     def ledger(self) -> EpisodeLedger:
         return self.ctx.ledger
 
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any] | None:
         self.ctx.check_parity_once(engine)
-        return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
+        held: list[tuple[PreparedPromptCache, str]] = []
+        token = _HELD.set(held)
+        try:
+            return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
+        finally:
+            _HELD.reset(token)
+            for cache, key in held:
+                cache.release(key)
 
     async def _episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+# The base's own constructor is shared too: SingleTurnWorkflow (= VisionRLVRWorkflow) has none.
+shared_instance_init(EpisodeWorkflow)
 
 
 def log_reward(**scalars: float) -> None:

@@ -1,0 +1,160 @@
+"""Prepared prompts keyed on content, one state per configuration, AReaL's per-item construction."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+
+import pytest
+from areal.api.cli_args import GenerationHyperparameters
+from areal.infra.remote_inf_engine import RemoteInfEngine
+from areal.infra.workflow_executor import check_trajectory_format
+from PIL import Image
+
+from vlrollout.testing.scripted_engine import ScriptedEngine
+from vlrollout.workflows import VisionRLVRWorkflow
+from vlrollout.workflows import episode as episode_mod
+from vlrollout.workflows.steps import RewardCaller
+
+GCONFIG = GenerationHyperparameters(max_new_tokens=8)
+REWARD = "tests.workflows.reward_fns.contains_answer"
+
+
+def _item(image, text="How many?", item_id=1):
+    return {
+        "id": item_id,
+        "messages": [{"role": "user", "content": f"<image>{text}"}],
+        "images": [image],
+        "answer": "3",
+    }
+
+
+def test_items_sharing_an_id_get_their_own_prompt_and_image(tokenizer, qwen2vl_processor):
+    wf = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+    engine = ScriptedEngine([[tokenizer.eos_token_id]])
+    first = _item(Image.new("RGB", (200, 160), "red"), "Count the rockets.")
+    second = _item(Image.new("RGB", (60, 60), "blue"), "Name the camera.")
+
+    async def main():
+        return [await wf.arun_episode(engine, it) for it in (first, second)]
+
+    a, b = asyncio.run(main())
+    direct = qwen2vl_processor(
+        images=[second["images"][0]],
+        text=[
+            qwen2vl_processor.apply_chat_template(
+                [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image"},
+                            {"type": "text", "text": "Name the camera."},
+                        ],
+                    }
+                ],
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+        ],
+        return_tensors="pt",
+    )
+    grid_b = b["multi_modal_input"][0]["image_grid_thw"].tolist()
+    assert grid_b == direct["image_grid_thw"].tolist()
+    assert grid_b != a["multi_modal_input"][0]["image_grid_thw"].tolist()
+    assert (
+        b["input_ids"][0].tolist()[: direct["input_ids"].shape[1]]
+        == direct["input_ids"][0].tolist()
+    )
+
+
+def _resolve(path, kwargs, group_size):
+    """AReaL's own ``RemoteInfEngine._resolve_workflow`` (what ``submit`` calls per item)."""
+    fake = SimpleNamespace(config=SimpleNamespace(agent=None), logger=logging.getLogger("t"))
+    return RemoteInfEngine._resolve_workflow(fake, path, kwargs, group_size)
+
+
+def test_areal_per_item_construction_keeps_prepare_once_checks_and_ledger(
+    tokenizer, qwen2vl_processor, monkeypatch
+):
+    parity_calls, reward_builds = [], []
+    real_parity = episode_mod.check_processor_parity
+    monkeypatch.setattr(
+        episode_mod,
+        "check_processor_parity",
+        lambda *a, **k: parity_calls.append(1) or real_parity(*a, **k),
+    )
+    real_init = RewardCaller.__init__
+
+    def counting_init(self, *a, **k):
+        reward_builds.append(1)
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(RewardCaller, "__init__", counting_init)
+    kwargs = {
+        "reward_fn": REWARD,
+        "gconfig": GCONFIG,
+        "tokenizer": tokenizer,
+        "processor": qwen2vl_processor,
+    }
+    engine = ScriptedEngine([[tokenizer.eos_token_id]])
+    engine.processor = qwen2vl_processor  # so the parity check runs
+    colours = ["red", "green", "blue", "white"]
+    items = [_item(Image.new("RGB", (64, 48 + 8 * i), c), item_id=i) for i, c in enumerate(colours)]
+    items.append(
+        {
+            "id": "bad",
+            "messages": [{"role": "user", "content": "<image>x"}],
+            "images": ["/nope.png"],
+        }
+    )
+    group = 4
+
+    async def main():
+        # submit() resolves a new workflow per item, then runs its group concurrently
+        tasks = [
+            _resolve("vlrollout.workflows.VisionRLVRWorkflow", kwargs, group).arun_episode(
+                engine, it
+            )
+            for it in items
+        ]
+        return await asyncio.gather(*tasks)
+
+    results = asyncio.run(main())
+    kept = [r for r in results if r is not None]
+    assert len(kept) == len(colours) and all(check_trajectory_format(r) for r in kept)
+    assert all(r["input_ids"].shape[0] == group for r in kept)
+
+    wf = VisionRLVRWorkflow(**kwargs)  # the same configuration: the process-wide state
+    assert wf.ctx.prompts.misses == len(items)  # one preparation per group (the bad one too)
+    assert len(parity_calls) == 1
+    assert len(reward_builds) == 1
+    ledger = wf.ledger
+    assert ledger.submitted == group * len(items) == ledger.accepted + ledger.rejected
+    assert ledger.accepted == group * len(colours)
+    assert ledger.by_reason == {"image_not_found": group}
+    assert len(wf.ctx.prompts) == 0  # every group is done: nothing held
+    assert wf.ctx.prompts.peak_bytes > 0
+
+
+def test_other_configurations_get_their_own_state(tokenizer, qwen2vl_processor):
+    a = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+    b = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, max_pixels=56 * 56)
+    c = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+    assert a.ledger is c.ledger and a.ctx.prompts is c.ctx.prompts
+    assert a.ledger is not b.ledger
+
+
+def test_cache_bytes_is_a_setting(tokenizer, qwen2vl_processor):
+    from vlrollout.processors.cache import DEFAULT_CACHE_BYTES, set_default_cache_bytes
+
+    wf = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+    assert wf.ctx.prompts.max_bytes == DEFAULT_CACHE_BYTES
+    set_default_cache_bytes(1 << 20)
+    try:
+        wf2 = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, max_pixels=3136)
+        assert wf2.ctx.prompts.max_bytes == 1 << 20
+    finally:
+        set_default_cache_bytes(DEFAULT_CACHE_BYTES)
+    with pytest.raises(ValueError):
+        set_default_cache_bytes(-1)
