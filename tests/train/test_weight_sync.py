@@ -27,7 +27,9 @@ def test_update_weights_reaches_engine(actor, engine, tmp_path):
     # AReaL copies the whole batch's images into every trajectory; ours are put back.
     assert len(adv[0]["multi_modal_input"]) == len(before)
     restore_multi_modal_inputs(adv, before)
-    assert all(a["multi_modal_input"] is b["multi_modal_input"] for a, b in zip(adv, before))
+    assert all(
+        a["multi_modal_input"] is b["multi_modal_input"] for a, b in zip(adv, before, strict=True)
+    )
     actor.ppo_update(adv)
 
     meta = WeightUpdateMeta.from_disk(EXPERIMENT, TRIAL, file_root=str(tmp_path))
