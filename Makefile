@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlrollout-installed
 
-.PHONY: setup demo demo-baseline test test-all lint bench lock snapshots
+.PHONY: setup demo demo-baseline train test test-all lint bench lock snapshots
 
 # Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
 # pyproject.toml or the lock changes.
@@ -23,6 +23,11 @@ demo: setup
 demo-baseline: setup
 	$(BIN)/vlrollout train-tiny --steps 0 --max-minutes 0 --eval-per-task 4 --out runs/untrained-model
 	$(BIN)/vlrollout run --config examples/demo.yaml --model runs/untrained-model --output runs/untrained
+
+# GRPO with AReaL's own actor over the embedded engine -> runs/train/ (checkpoints, metrics, report);
+# resumes from runs/train/checkpoints. Overrides: make train ARGS="total_train_steps=10".
+train: setup
+	$(BIN)/vlrollout train --config examples/train_grounding.yaml $(ARGS)
 
 # Unit + integration tests (slow ones excluded); `make test-all` runs everything.
 test: setup

@@ -1,4 +1,5 @@
-"""The ``vlrollout`` command line: ``run``, ``make-samples``, ``train-tiny``, ``snapshot``, ``check``.
+"""The ``vlrollout`` command line: ``run``, ``make-samples``, ``train-tiny``, ``train``, ``snapshot``,
+``check``.
 
 Subcommands import their heavy dependencies only when they run, so ``vlrollout --help`` is fast.
 """
@@ -96,6 +97,22 @@ def _cmd_train_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="GRPO with AReaL's actor on the embedded engine (--config YAML, key=value overrides)",
+        add_help=False,
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from vlrollout.train.main import main as train_main
+
+    return train_main(args.rest)
+
+
 def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--processor",
@@ -178,13 +195,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_make_samples(sub)
     _add_train_tiny(sub)
+    _add_train(sub)
     _add_snapshot(sub)
     _add_check(sub)
     return parser
 
 
 # Commands whose arguments belong to another module's own parser.
-PASS_THROUGH = {"make-samples": _cmd_make_samples, "train-tiny": _cmd_train_tiny}
+PASS_THROUGH = {
+    "make-samples": _cmd_make_samples,
+    "train-tiny": _cmd_train_tiny,
+    "train": _cmd_train,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

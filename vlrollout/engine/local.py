@@ -172,6 +172,8 @@ class LocalInferenceEngine(InferenceEngine):
             from areal.infra.workflow_executor import WorkflowExecutor
             from areal.utils import logging as areal_logging
 
+            if config.experiment_name and config.trial_name:
+                self.configure_disk_updates(config.experiment_name, config.trial_name)
             self._workflow_executor = WorkflowExecutor(config=config, inference_engine=self)
             self._workflow_executor.initialize(
                 logger=areal_logging.getLogger("LocalInferenceEngine"),
@@ -303,13 +305,46 @@ class LocalInferenceEngine(InferenceEngine):
 
         return self._control(load, invalidates=True)
 
+    def configure_disk_updates(
+        self, experiment_name: str, trial_name: str, timeout_s: float = 600.0
+    ) -> None:
+        """Name the trainer whose name_resolve keys :meth:`update_weights_from_disk` waits for.
+
+        ``initialize(config)`` calls this with the config's ``experiment_name``/``trial_name``.
+        """
+        self._disk_update_names = (experiment_name, trial_name)
+        self._disk_update_timeout_s = timeout_s
+
     def update_weights_from_disk(self, meta: WeightUpdateMeta) -> concurrent.futures.Future:
-        """Load weights saved with ``save_pretrained`` at ``meta.path`` (type ``"disk"``)."""
+        """Load the weights a trainer saves at ``meta.path``, once the trainer says they are there.
+
+        AReaL's ``FSDPEngine._update_weights_from_disk`` (``areal/engine/fsdp_engine.py:1665``)
+        calls this *before* it saves, then publishes the name_resolve key
+        ``names.update_weights_from_disk(experiment, trial, version)`` and waits on the returned
+        future. So, like AReaL's ``RemoteInfEngine`` (``areal/infra/remote_inf_engine.py:1386``),
+        the load waits for that key, where ``version`` is this engine's version when the update
+        is requested (the trainer's version before ``set_version``), and for a timestamp not
+        older than the request (a stale key from an earlier run is not the trainer's word). A
+        folder that exists already (a reused path holding older weights) is therefore never read
+        early, and a half-written folder never at all.
+
+        Without :meth:`configure_disk_updates` (no trainer to wait for) the folder is loaded at
+        once. Generation resumes when the load finishes, succeeded or not; in-flight sequences
+        are prefilled again with the new weights. ``meta.clear_checkpoint_after_load`` removes
+        the folder after a successful load, as AReaL's remote engines do.
+
+        Returns:
+            A future that completes after the load (raises ``TimeoutError`` if the key never
+            appears, or the loading error).
+        """
         if meta.type != "disk" or not meta.path:
             raise ValueError(
                 f"update_weights_from_disk needs WeightUpdateMeta(type='disk', path=...), got "
                 f"type={meta.type!r}, path={meta.path!r}."
             )
+        names = getattr(self, "_disk_update_names", None)
+        requested_at = time.time()
+        version = self.get_version()
 
         def load():
             new = type(self.model).from_pretrained(
@@ -317,7 +352,53 @@ class LocalInferenceEngine(InferenceEngine):
             )
             self.model.load_state_dict(new.state_dict(), strict=True)
 
-        return self._control(load, invalidates=True)
+        if names is None:
+            return self._control(load, invalidates=True)
+        self._require_initialized()
+        result: concurrent.futures.Future = concurrent.futures.Future()
+
+        def wait_then_load():
+            try:
+                self._wait_for_trainer(names, version, requested_at)
+                self._control(load, invalidates=True).result()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+                self.continue_generation()
+                result.set_exception(exc)
+                return
+            self.continue_generation()
+            if meta.clear_checkpoint_after_load:
+                import shutil
+
+                shutil.rmtree(meta.path, ignore_errors=True)
+            result.set_result(None)
+
+        threading.Thread(target=wait_then_load, name="disk-weight-update", daemon=True).start()
+        return result
+
+    def _wait_for_trainer(self, names: tuple[str, str], version: int, requested_at: float):
+        """Poll name_resolve until the trainer publishes ``version``'s key (a fresh one)."""
+        from areal.utils import name_resolve
+        from areal.utils import names as areal_names
+        from areal.utils.name_resolve import NameEntryNotFoundError
+
+        key = areal_names.update_weights_from_disk(*names, version)
+        deadline = time.monotonic() + self._disk_update_timeout_s
+        while True:
+            try:
+                if float(name_resolve.get(key)) >= requested_at - 1e-3:
+                    return
+            except NameEntryNotFoundError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the trainer did not publish name_resolve key {key!r} within "
+                    f"{self._disk_update_timeout_s:.0f} s; weights for version {version} not loaded"
+                )
+            time.sleep(0.02)
+
+    def _require_initialized(self) -> None:
+        if not self.initialized:
+            raise RuntimeError("Call LocalInferenceEngine.initialize() first.")
 
     def init_weights_update_group(self, meta, rank_ids=None):
         raise NotImplementedError(

@@ -1,0 +1,60 @@
+"""Building AReaL's ``FSDPPPOActor`` in this process (world size 1, or one rank under torchrun).
+
+AReaL picks its CPU platform and the gloo backend by itself; ``torch.distributed`` only needs the
+rendezvous variables, which :func:`ensure_dist_env` fills for a single process (torchrun sets
+them for several).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_dist_env() -> None:
+    """``RANK=0 WORLD_SIZE=1 LOCAL_RANK=0`` and a free local port, unless a launcher set them."""
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+
+
+def build_actor(actor_config: Any, ft_spec: Any, *, packing_fix: bool = True) -> Any:
+    """An initialised ``FSDPPPOActor`` for ``actor_config`` (a ``PPOActorConfig``).
+
+    CPU-safe defaults (:func:`vlrollout.train.cpu.apply_cpu_defaults`) are applied and logged
+    when there is no GPU; the packing fix (:mod:`vlrollout.train.packing`) is installed where
+    flash-attn is absent (``packing_fix=False`` only to demonstrate the bug).
+    """
+    from areal.engine.fsdp_engine import FSDPPPOActor
+
+    from vlrollout.train import packing
+    from vlrollout.train.cpu import apply_cpu_defaults
+
+    for line in apply_cpu_defaults(actor_config):
+        logger.warning("CPU default: %s", line)
+    ensure_dist_env()
+    if not actor_config.backend or actor_config.backend == "???":
+        # Data parallel over every process the launcher started (1 without torchrun).
+        actor_config.backend = f"fsdp:d{os.environ['WORLD_SIZE']}"
+    actor = FSDPPPOActor(config=actor_config)
+    actor.create_process_group()
+    actor.initialize(addr=None, ft_spec=ft_spec)
+    if packing_fix and packing.install(actor):
+        logger.warning(
+            "packing fix installed: packed sequences kept apart by per-sequence positions "
+            "(attn_impl=%s, no flash-attn)",
+            actor_config.attn_impl,
+        )
+    return actor

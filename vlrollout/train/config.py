@@ -1,0 +1,85 @@
+"""``vlrollout train``'s config: AReaL's ``GRPOConfig`` plus a ``vlrollout`` section.
+
+Loaded with AReaL's own ``load_expr_config`` (YAML + Hydra-style ``key=value`` overrides), so an
+AReaL user recognises every key; only data, reward and reporting live under ``vlrollout:``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from areal.api.cli_args import GRPOConfig
+
+
+@dataclass
+class TrainSection:
+    """What AReaL's config has no place for.
+
+    Attributes:
+        output: Folder for checkpoints, ``metrics.jsonl``, ``eval.jsonl`` and ``report.html``.
+        task: Synthetic shapes task (``ground``, ``count``, ``caption`` or ``mix``) used when
+            ``train_dataset.path`` is empty; items come from :mod:`vlrollout.tiny.synthetic`.
+        train_items, eval_items: Items generated for training and for the held-out evaluation.
+        data_seed, eval_seed: Seeds of the two item sets (different, so evaluation is held out).
+        reward: ``tiny_task`` (count → exact, ground → ``ground_metric``, caption → CIDEr-D) or a
+            reward name / import path from :mod:`vlrollout.rewards`.
+        ground_metric: Box reward used in training for ``tiny_task`` (``iou`` or the denser
+            ``giou``). Evaluation always reports IoU.
+        eval_every: Evaluate (greedy, held-out) every this many steps; 0 only at start and end.
+        save_every: Checkpoint every this many steps (and at the end).
+        progress: Show a progress bar.
+    """
+
+    output: str = "runs/train"
+    task: str = "ground"
+    train_items: int = 512
+    eval_items: int = 200
+    data_seed: int = 100
+    eval_seed: int = 200
+    reward: str = "tiny_task"
+    ground_metric: str = "giou"
+    eval_every: int = 5
+    save_every: int = 10
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.task not in ("ground", "count", "caption", "mix"):
+            raise ValueError(
+                f"vlrollout.task must be ground, count, caption or mix, got {self.task!r}"
+            )
+        if self.ground_metric not in ("iou", "giou"):
+            raise ValueError(
+                f"vlrollout.ground_metric must be iou or giou, got {self.ground_metric!r}"
+            )
+        for name in ("train_items", "eval_items"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"vlrollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_every < 0 or self.save_every < 1:
+            raise ValueError(
+                f"vlrollout.eval_every must be >= 0 and save_every >= 1, got "
+                f"{self.eval_every} and {self.save_every}"
+            )
+
+
+@dataclass
+class TrainConfig(GRPOConfig):
+    """AReaL's ``GRPOConfig`` with :class:`TrainSection` under ``vlrollout``."""
+
+    vlrollout: TrainSection = field(default_factory=TrainSection)
+
+
+def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
+    """Load ``path`` the way AReaL does (``areal.api.cli_args.load_expr_config``).
+
+    This also points AReaL's name_resolve at ``cluster.name_resolve`` (the key the weight
+    update waits on) and writes the resolved config under ``cluster.fileroot``.
+    """
+    from areal.api.cli_args import load_expr_config
+
+    cfg, _ = load_expr_config(["--config", path, *(overrides or [])], TrainConfig)
+    if cfg.gconfig.n_samples < 2:
+        raise ValueError(
+            f"gconfig.n_samples is the GRPO group size and must be >= 2, got "
+            f"{cfg.gconfig.n_samples}"
+        )
+    return cfg

@@ -1,0 +1,251 @@
+"""The GRPO loop of ``vlrollout train``, wired from AReaL's own pieces.
+
+Per step, in the order of AReaL's ``PPOTrainer.train`` (``areal/trainer/rl_trainer.py:611-775``):
+``actor.rollout_batch`` (AReaL's ``WorkflowExecutor`` running our vision workflow on the embedded
+engine, ``gconfig.n_samples`` episodes per item) → ``compute_logp`` (only when the config asks
+for a proximal policy) → ``compute_advantages`` → ``ppo_update`` + ``step_lr_scheduler`` →
+``update_weights`` (disk; the engine waits for the trainer's name_resolve key) → ``set_version``
+on both sides. Nothing of the algorithm is ours; this module adds data, rewards, held-out
+evaluation, checkpoints and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vlrollout.train.config import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- data and rewards
+def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
+    """Training items and held-out items: a data file, or the synthetic task's generator."""
+    from vlrollout.tiny.synthetic import generate_items
+
+    vl = cfg.vlrollout
+    if cfg.train_dataset.path:
+        from vlrollout.datasets import load_items
+
+        train = load_items(cfg.train_dataset.path)
+        valid = (
+            load_items(cfg.valid_dataset.path)
+            if cfg.valid_dataset is not None and cfg.valid_dataset.path
+            else generate_items(vl.task, vl.eval_items, vl.eval_seed)
+        )
+        return train, valid
+    return (
+        generate_items(vl.task, vl.train_items, vl.data_seed),
+        generate_items(vl.task, vl.eval_items, vl.eval_seed),
+    )
+
+
+def build_rewards(cfg: TrainConfig, train: list[dict], valid: list[dict]) -> tuple[Any, Any]:
+    """``(training reward, evaluation reward)``.
+
+    ``tiny_task`` trains grounding with ``ground_metric`` (GIoU by default: a miss still ranks
+    by how far it is) and evaluates with IoU, the metric the tiny model is reported with.
+    """
+    from vlrollout.run_main import load_reward, tiny_task_reward
+
+    vl = cfg.vlrollout
+    if vl.reward != "tiny_task":
+        reward = load_reward(vl.reward, train)
+        return reward, reward
+    from vlrollout.rewards import ByTask
+    from vlrollout.rewards.grounding import GroundingReward
+
+    train_reward = tiny_task_reward(train)
+    if vl.ground_metric != "iou":
+        routes = dict(train_reward.rewards)
+        routes["ground"] = GroundingReward("qwen2_vl", vl.ground_metric)
+        train_reward = ByTask(routes)
+    return train_reward, tiny_task_reward(valid)
+
+
+def batch_items(items: list[dict], step: int, batch_size: int, seed: int) -> list[dict]:
+    """Items of ``step``: a fresh seeded permutation per epoch, so a resumed run sees the same."""
+    per_epoch = max(1, len(items) // batch_size)
+    epoch, i = divmod(step, per_epoch)
+    order = list(range(len(items)))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return [items[j] for j in order[i * batch_size : (i + 1) * batch_size]]
+
+
+# ----------------------------------------------------------------------------- statistics
+def rollout_stats(batch: list[dict[str, torch.Tensor]], rollout_s: float) -> dict[str, float]:
+    """Reward mean/std, fraction of groups whose rewards are all equal, generated tokens/s."""
+    rewards = [float(r) for g in batch for r in g["rewards"].flatten()]
+    equal = [bool((g["rewards"] == g["rewards"].flatten()[0]).all()) for g in batch]
+    tokens = sum(int(g["loss_mask"].sum()) for g in batch)
+    return {
+        "reward_mean": statistics.fmean(rewards),
+        "reward_std": statistics.pstdev(rewards),
+        "frac_all_equal_groups": sum(equal) / len(equal),
+        "n_trajectories": len(rewards),
+        "gen_tokens": tokens,
+        "tokens_per_s": tokens / rollout_s if rollout_s > 0 else 0.0,
+    }
+
+
+def pick(stats: dict[str, float], name: str) -> float | None:
+    """The AReaL stat ending in ``name`` or ``name/avg`` (its scope prefixes vary)."""
+    for key in sorted(stats):
+        if key.endswith(f"/{name}/avg") or key.endswith(f"/{name}") or key == name:
+            return stats[key]
+    return None
+
+
+def evaluate(engine: Any, workflow: Any, items: list[dict]) -> dict[str, float]:
+    """Greedy held-out evaluation straight on the engine (outside AReaL's staleness budget)."""
+
+    async def run():
+        return await asyncio.gather(*(workflow.arun_episode(engine, it) for it in items))
+
+    trajs = asyncio.run(run())
+    by_task: dict[str, list[float]] = {}
+    for it, t in zip(items, trajs, strict=True):
+        score = float(t["rewards"].flatten()[0]) if t is not None else 0.0
+        by_task.setdefault(it.get("task", "all"), []).append(score)
+    out = {f"eval/{k}": statistics.fmean(v) for k, v in by_task.items()}
+    out["eval/mean"] = statistics.fmean(s for v in by_task.values() for s in v)
+    out["eval/n"] = len(items)
+    out["eval/rejected"] = sum(t is None for t in trajs)
+    return out
+
+
+# ----------------------------------------------------------------------------- the loop
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run GRPO as configured; returns the last step's record. Resumes from ``output``."""
+    from areal.api.cli_args import GenerationHyperparameters
+    from areal.api.io_struct import FinetuneSpec, WeightUpdateMeta
+    from tqdm import tqdm
+
+    from vlrollout.engine.local import LocalInferenceEngine
+    from vlrollout.train import checkpoint
+    from vlrollout.train.actor import build_actor
+    from vlrollout.train.batch import restore_multi_modal_inputs
+    from vlrollout.train.report import append_jsonl, read_jsonl, write_report
+    from vlrollout.workflows import VisionRLVRWorkflow
+
+    vl = cfg.vlrollout
+    out = Path(vl.output)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    train_items, eval_items = load_data(cfg)
+    reward, eval_reward = build_rewards(cfg, train_items, eval_items)
+    bs = cfg.train_dataset.batch_size
+    ft_spec = FinetuneSpec(
+        total_train_epochs=cfg.total_train_epochs,
+        dataset_size=len(train_items),
+        train_batch_size=bs,
+    )
+    total = cfg.total_train_steps or ft_spec.total_train_steps
+
+    actor = build_actor(cfg.actor, ft_spec)
+    ckpt = checkpoint.latest(out)
+    start = 0
+    model_path = cfg.actor.path
+    if ckpt is not None:
+        checkpoint.load(actor, ckpt)
+        start, model_path = ckpt.step, str(ckpt.path)
+        logger.warning("resuming from %s (step %d)", ckpt.path, start)
+    metrics_path, eval_path = out / "metrics.jsonl", out / "eval.jsonl"
+    for path in (metrics_path, eval_path):  # drop records of steps after the checkpoint
+        kept = [r for r in read_jsonl(path) if r["step"] <= start]
+        path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    dtype = getattr(torch, cfg.actor.dtype)
+    engine = LocalInferenceEngine.from_pretrained(model_path, dtype=dtype, seed=cfg.seed)
+    engine.initialize(config=cfg.rollout, train_data_parallel_size=1)
+    meta = WeightUpdateMeta.from_disk(cfg.experiment_name, cfg.trial_name, cfg.cluster.fileroot)
+    actor.connect_engine(engine, meta)
+    actor.set_version(start)
+    engine.set_version(start)
+
+    one = dataclasses.replace(cfg.gconfig, n_samples=1)
+    workflow = VisionRLVRWorkflow(reward, one, engine.tokenizer, engine.processor)
+    greedy = GenerationHyperparameters(
+        n_samples=1, greedy=True, max_new_tokens=cfg.gconfig.max_new_tokens
+    )
+    eval_workflow = VisionRLVRWorkflow(eval_reward, greedy, engine.tokenizer, engine.processor)
+
+    def run_eval(step: int) -> None:
+        t = time.perf_counter()
+        rec = {"step": step, **evaluate(engine, eval_workflow, eval_items)}
+        rec["eval/seconds"] = time.perf_counter() - t
+        append_jsonl(eval_path, rec)
+        logger.warning("held-out eval at step %d: %.4f", step, rec["eval/mean"])
+
+    record: dict[str, Any] = {}
+    try:
+        if start == 0 and not read_jsonl(eval_path):
+            run_eval(0)
+        bar = tqdm(range(start, total), initial=start, total=total, disable=not vl.progress)
+        for step in bar:
+            t0 = time.perf_counter()
+            data = batch_items(train_items, step, bs, cfg.seed)
+            batch = actor.rollout_batch(data, workflow=workflow, group_size=cfg.gconfig.n_samples)
+            t_rollout = time.perf_counter() - t0
+
+            t = time.perf_counter()
+            if cfg.actor.should_compute_prox_logp():
+                for traj, lp in zip(batch, actor.compute_logp(batch), strict=True):
+                    traj["prox_logp"] = lp
+            t_logp = time.perf_counter() - t
+
+            t = time.perf_counter()
+            adv = restore_multi_modal_inputs(actor.compute_advantages(batch), batch)
+            actor.ppo_update(adv)
+            actor.step_lr_scheduler()
+            t_update = time.perf_counter() - t
+
+            t = time.perf_counter()
+            engine.pause()
+            actor.update_weights(meta.with_version(step + 1))
+            actor.set_version(step + 1)
+            engine.set_version(step + 1)
+            engine.resume()
+            t_sync = time.perf_counter() - t
+
+            areal_stats = actor.export_stats()
+            record = {
+                "step": step + 1,
+                **rollout_stats(batch, t_rollout),
+                "kl": pick(areal_stats, "approx_kl"),
+                "entropy": pick(areal_stats, "entropy"),
+                "clip_ratio": pick(areal_stats, "clip_ratio"),
+                "grad_norm": pick(areal_stats, "grad_norm"),
+                "actor_loss": pick(areal_stats, "actor_loss"),
+                "lr": pick(areal_stats, "lr"),
+                "time/rollout": t_rollout,
+                "time/logp": t_logp,
+                "time/update": t_update,
+                "time/weight_sync": t_sync,
+                "time/step": time.perf_counter() - t0,
+                "areal": areal_stats,
+            }
+            append_jsonl(metrics_path, record)
+            bar.set_postfix(reward=f"{record['reward_mean']:.3f}", s=f"{record['time/step']:.1f}")
+            done = step + 1
+            if vl.eval_every and done % vl.eval_every == 0 or done == total:
+                run_eval(done)
+            if done % vl.save_every == 0 or done == total:
+                checkpoint.save(actor, out, done)
+            write_report(out, cfg)
+            del batch, adv
+    finally:
+        engine.destroy()
+        actor.destroy()
+    write_report(out, cfg)
+    return record
