@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import requests
 from areal.api.cli_args import GenerationHyperparameters
 
 from tests.serve.conftest import ASSET, SAMPLES, areal_client
@@ -38,9 +39,11 @@ def _check_trainable(engine, traj, rows: int, temperature: float = 1.0) -> None:
 
 
 def test_rollout_batch_over_http(served):
-    protocol, _, engine, client = served
+    protocol, server, engine, client = served
     items = load_items(SAMPLES)[:3]
     before = engine.stats().get("prefills", 0)
+    path = {"sglang": "/generate", "vllm": "/v1/chat/completions"}[protocol]
+    calls = requests.get(f"{server.url}/health", timeout=10).json()["requests"].get(path, 0)
     workflow = _workflow(temperature=0.7)
     trajs = client.rollout_batch(items, workflow=workflow, group_size=2)
     assert len(trajs) == 3
@@ -49,6 +52,9 @@ def test_rollout_batch_over_http(served):
         generated = traj["loss_mask"].bool()
         assert (traj["versions"][generated] == 0).all()
     assert engine.stats()["prefills"] - before >= 6  # every episode crossed HTTP
+    # vision requests: SGLang gets image_data, AReaL's vLLM client sends chat messages
+    health = requests.get(f"{server.url}/health", timeout=10).json()
+    assert health["requests"][path] - calls == 6
     assert workflow.ctx.ledger.rejected == 0, list(workflow.ctx.ledger.records)
 
 

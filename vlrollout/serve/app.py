@@ -21,9 +21,10 @@ Route = Callable[[web.Request, Any], Awaitable[dict[str, Any]]]
 async def _read_json(request: web.Request) -> Any:
     try:
         raw = await request.read()
-    except web.HTTPRequestEntityTooLarge as e:
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[STATE].max_body_bytes
         raise BadRequest(
-            f"{request.path}: body larger than the server's limit of {e.max_size} bytes "
+            f"{request.path}: body larger than the server's limit of {limit} bytes "
             "(vlrollout serve --max-body-mb)",
             status=413,
         ) from None
@@ -37,6 +38,7 @@ async def _read_json(request: web.Request) -> Any:
 
 def _json_route(fn: Route) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
+        request.app[STATE].requests[request.path] += 1
         return web.json_response(await fn(request, await _read_json(request)))
 
     return handler
@@ -68,6 +70,7 @@ async def _health(request: web.Request) -> web.Response:
             "status": "ok",
             "paused": not state.running.is_set(),
             "version": state.engine.get_version(),
+            "requests": dict(state.requests),
         }
     )
 
@@ -103,7 +106,10 @@ def build_app(
 
     async def on_startup(app: web.Application) -> None:  # the Event needs the running loop
         app[STATE] = ServerState(
-            engine, max_image_pixels=max_image_pixels, max_image_bytes=max_image_bytes
+            engine,
+            max_image_pixels=max_image_pixels,
+            max_image_bytes=max_image_bytes,
+            max_body_bytes=max_body_bytes,
         )
 
     async def on_cleanup(app: web.Application) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import collections
 import concurrent.futures
 import uuid
 from dataclasses import dataclass, field
@@ -38,14 +39,17 @@ class ServerState:
         engine: An initialised :class:`~vlrollout.engine.LocalInferenceEngine`.
         max_image_pixels: Largest decoded image accepted (decompression-bomb guard).
         max_image_bytes: Largest encoded image accepted.
+        max_body_bytes: The application's body limit (named in 413 answers).
     """
 
     engine: Any
     max_image_pixels: int | None = None
     max_image_bytes: int | None = None
+    max_body_bytes: int | None = None
     running: asyncio.Event = field(default_factory=asyncio.Event)
     inflight: dict[str, bool] = field(default_factory=dict)  # rid -> abort on pause
     preprocessor: Any = None
+    requests: collections.Counter = field(default_factory=collections.Counter)  # per path
 
     def __post_init__(self) -> None:
         self.running.set()
