@@ -185,6 +185,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    from vlrollout.serve.main import add_arguments, serve
+
+    p = sub.add_parser(
+        "serve", help="serve a local model over SGLang's or AReaL's vLLM HTTP protocol"
+    )
+    add_arguments(p)
+    p.set_defaults(func=serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vlrollout",
@@ -198,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_snapshot(sub)
     _add_check(sub)
+    _add_serve(sub)
     return parser
 
 

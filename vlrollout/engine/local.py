@@ -35,6 +35,7 @@ from areal.api.io_struct import ModelRequest, ModelResponse, WeightUpdateMeta
 from transformers.cache_utils import DynamicCache
 
 from vlrollout.engine.batch import can_merge
+from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
 from vlrollout.engine.inputs import placeholder_token_ids, prepare_inputs
 from vlrollout.engine.sampling import SamplingParams
 from vlrollout.engine.worker import DecodeWorker, GenerationTask
@@ -63,6 +64,14 @@ class LocalInferenceEngine(InferenceEngine):
         max_batch_size: Sequences decoded together; 1 serialises requests.
         seed: Seed of the engine's sampling generator (requests may pass ``metadata["seed"]``).
         banned_token_ids: Extra token ids never to sample, besides the vision placeholders.
+        deterministic: Make every completion a function of (request, ``seed``) alone, whatever
+            else is in flight or when it arrives (see :mod:`vlrollout.engine.determinism`):
+            each request samples from its own generator seeded from ``seed`` and a digest of its
+            content, and sequences run one at a time (``max_batch_size`` becomes 1), so no
+            batch composition can change a floating-point result. Costs the batching speed-up.
+
+    A model already dispatched by accelerate (loaded with ``device_map``, see
+    :meth:`from_pretrained`) stays where it is; inputs go to the device of its first module.
 
     >>> import asyncio
     >>> from areal.api.io_struct import ModelRequest
@@ -86,11 +95,21 @@ class LocalInferenceEngine(InferenceEngine):
         max_batch_size: int = 8,
         seed: int = 0,
         banned_token_ids: tuple[int, ...] | list[int] = (),
+        deterministic: bool = False,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}.")
-        self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
+        if getattr(model, "hf_device_map", None):  # dispatched by accelerate: do not move it
+            self.device = dispatch_input_device(model.hf_device_map)
+            self.model = model.eval()
+        else:
+            self.device = torch.device(device)
+            self.model = model.to(self.device).eval()
+        self.deterministic = deterministic
+        self.seed = seed
+        self._request_keys = RequestKeys()
+        if deterministic:
+            max_batch_size = 1
         self.processor, self.tokenizer = _split_processor(processor_or_tokenizer)
         if max_batch_size > 1 and not can_merge(DynamicCache(config=model.config)):
             logger.warning(
@@ -133,6 +152,10 @@ class LocalInferenceEngine(InferenceEngine):
         path: str,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | str = "auto",
+        *,
+        device_map: str | dict[str, Any] | None = None,
+        max_memory: dict[int | str, int | str] | None = None,
+        offload_folder: str | None = None,
         **kwargs: Any,
     ) -> LocalInferenceEngine:
         """Load a model and its processor (or tokenizer) from a local directory.
@@ -140,6 +163,11 @@ class LocalInferenceEngine(InferenceEngine):
         Models with a ``vision_config`` load with ``AutoModelForImageTextToText``, others with
         ``AutoModelForCausalLM``; nothing is downloaded (``local_files_only=True``). ``kwargs``
         go to the constructor.
+
+        ``device_map`` (e.g. ``"auto"``), ``max_memory`` (e.g. ``{0: "20GiB", "cpu": "64GiB"}``)
+        and ``offload_folder`` go to transformers' ``from_pretrained``, which lets accelerate
+        place the layers over GPUs, CPU and disk for a model bigger than one device; ``device``
+        is then ignored. Weight updates and ``offload()`` expect an undispatched model.
         """
         from transformers import (
             AutoConfig,
@@ -155,7 +183,12 @@ class LocalInferenceEngine(InferenceEngine):
             if hasattr(config, "vision_config")
             else AutoModelForCausalLM
         )
-        model = auto.from_pretrained(path, dtype=dtype, local_files_only=True)
+        placement = {}
+        if device_map is not None:  # accelerate spreads the layers over devices, CPU and disk
+            placement = {"device_map": device_map, "max_memory": max_memory}
+            if offload_folder is not None:
+                placement["offload_folder"] = str(offload_folder)
+        model = auto.from_pretrained(path, dtype=dtype, local_files_only=True, **placement)
         try:
             proc = AutoProcessor.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError, TypeError):
@@ -237,12 +270,14 @@ class LocalInferenceEngine(InferenceEngine):
         if not self.initialized:
             raise RuntimeError("Call LocalInferenceEngine.initialize() before agenerate().")
         start = time.perf_counter()
+        seed = (req.metadata or {}).get("seed")
+        if seed is None and self.deterministic:  # before any await: arrival order of twins
+            seed = self._request_keys.seed_for(self.seed, req)
         args = (req, self.processor, self.model.config, self.device, self._dtype)
         if req.image_data and not (req.metadata or {}).get("multi_modal_input"):
             inputs = await asyncio.to_thread(prepare_inputs, *args)  # decode + resize images
         else:
             inputs = prepare_inputs(*args)
-        seed = (req.metadata or {}).get("seed")
         params = SamplingParams.from_gconfig(
             req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
         )
@@ -250,6 +285,7 @@ class LocalInferenceEngine(InferenceEngine):
             inputs=inputs,
             params=params,
             tokenizer=req.tokenizer or self.tokenizer,
+            rid=str(req.rid),
             generator=(
                 torch.Generator(device=self.device).manual_seed(int(seed))
                 if seed is not None
@@ -283,6 +319,17 @@ class LocalInferenceEngine(InferenceEngine):
 
     def continue_generation(self):
         self._worker.resume()
+
+    def abort_requests(self, rids: set[str] | None = None) -> concurrent.futures.Future:
+        """End queued and running requests now (all, or those whose ``req.rid`` is in ``rids``).
+
+        Their ``agenerate`` returns ``stop_reason="abort"`` with the tokens generated so far, as
+        SGLang's abort does; AReaL's remote client then resends prompt + those tokens. Works
+        while paused. The future resolves to the number of requests aborted.
+        """
+        if not self.initialized:
+            raise RuntimeError("Call LocalInferenceEngine.initialize() first.")
+        return self._worker.abort(rids)
 
     def update_weights_from_state_dict(
         self, state_dict: dict[str, torch.Tensor], version: int | None = None

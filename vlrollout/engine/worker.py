@@ -39,6 +39,7 @@ class GenerationTask:
     inputs: PreparedInputs
     params: SamplingParams
     tokenizer: Any = None
+    rid: str = ""
     generator: torch.Generator | None = None
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     rope_delta: int = 0
@@ -169,6 +170,37 @@ class DecodeWorker:
             self._controls.append((run, invalidates, fut))
             self._cond.notify_all()
         return fut
+
+    def abort(self, rids: set[str] | None = None) -> concurrent.futures.Future:
+        """Finish queued and running tasks now with ``stop_reason="abort"``, keeping the tokens
+        generated so far (SGLang's abort); ``rids`` limits it to those request ids.
+
+        The future resolves to the number of tasks aborted; it runs between steps, also while
+        paused.
+        """
+
+        def run() -> int:
+            def hit(task: GenerationTask) -> bool:
+                return rids is None or task.rid in rids
+
+            with self._cond:
+                queued = [t for t in self._pending if hit(t)]
+                for t in queued:
+                    self._pending.remove(t)
+            keep = [i for i, t in enumerate(self._active) if not hit(t)]
+            running = [t for t in self._active if hit(t)]
+            if running:
+                if keep:
+                    self._cache, self._mask = select_rows(self._cache, self._mask, keep)
+                    self._active = [self._active[i] for i in keep]
+                else:
+                    self._reset_batch()
+            for task in [*running, *queued]:
+                task.stop_reason = "abort"
+                _resolve(task.future)
+            return len(running) + len(queued)
+
+        return self.control(run, invalidates=False)
 
     def pause(self) -> None:
         """Stop between decode steps; returns once the worker is idle."""

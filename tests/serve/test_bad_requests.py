@@ -1,0 +1,211 @@
+"""Bad requests get a 4xx with a message naming the problem, and the server keeps serving."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+import requests
+
+from tests.serve.conftest import image, png_base64, serving, vision_prompt
+
+GARBAGE_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"not really a png" * 8).decode()
+
+
+@pytest.fixture(scope="module")
+def prompts(sglang_server):
+    _, engine = sglang_server
+    one, _, _ = vision_prompt(engine.processor, [image(0)])
+    two, _, _ = vision_prompt(engine.processor, [image(0), image(1)])
+    text = engine.tokenizer("Hello there")["input_ids"]
+    return {"one": one, "two": two, "text": text, "img": png_base64(image(0))}
+
+
+def _sglang_cases(p):
+    sp = {"max_new_tokens": 2}
+    return [
+        ("malformed JSON", b'{"input_ids": [1,', 400, "malformed JSON"),
+        ("body not an object", [1, 2], 400, "JSON object"),
+        ("unknown field", {"input_ids": p["text"], "foo": 1}, 400, "unknown field(s) ['foo']"),
+        (
+            "unknown sampling field",
+            {"input_ids": p["text"], "sampling_params": {"beam": 2}},
+            400,
+            "unknown field(s) ['beam']",
+        ),
+        ("no input_ids", {"sampling_params": sp}, 400, "missing required field(s) ['input_ids']"),
+        ("input_ids not ids", {"input_ids": ["a"]}, 400, "non-negative token ids"),
+        ("empty input_ids", {"input_ids": []}, 400, "non-empty list"),
+        (
+            "two images, one placeholder",
+            {"input_ids": p["one"], "image_data": [p["img"], p["img"]], "sampling_params": sp},
+            400,
+            "image placeholders and images disagree",
+        ),
+        (
+            "placeholders, no image",
+            {"input_ids": p["two"], "sampling_params": sp},
+            400,
+            "has no images",
+        ),
+        (
+            "image, no placeholder",
+            {"input_ids": p["text"], "image_data": [p["img"]], "sampling_params": sp},
+            400,
+            "image placeholders and images disagree",
+        ),
+        (
+            "undecodable image",
+            {"input_ids": p["one"], "image_data": [GARBAGE_PNG], "sampling_params": sp},
+            400,
+            "image_decode",
+        ),
+        (
+            "invalid base64",
+            {"input_ids": p["one"], "image_data": ["@@@not base64@@@"], "sampling_params": sp},
+            400,
+            "invalid base64",
+        ),
+        (
+            "server-side path",
+            {"input_ids": p["one"], "image_data": ["/etc/passwd"], "sampling_params": sp},
+            400,
+            "only inline images",
+        ),
+        ("stream", {"input_ids": p["text"], "stream": True}, 400, "stream=true"),
+        (
+            "zero new tokens",
+            {"input_ids": p["text"], "sampling_params": {"max_new_tokens": 0}},
+            400,
+            "max new tokens must be >= 1",
+        ),
+        (
+            "negative temperature",
+            {"input_ids": p["text"], "sampling_params": {"temperature": -1}},
+            400,
+            "temperature must be >= 0",
+        ),
+        (
+            "wrong type",
+            {"input_ids": p["text"], "sampling_params": {"top_p": "high"}},
+            400,
+            "top_p must be float",
+        ),
+        (
+            "longer than the context",
+            {"input_ids": p["text"] * 200, "sampling_params": sp},
+            400,
+            "No room to generate",
+        ),
+    ]
+
+
+def _post(server, path, body):
+    if isinstance(body, bytes):
+        return requests.post(
+            f"{server.url}{path}",
+            data=body,
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
+    return requests.post(f"{server.url}{path}", json=body, timeout=30)
+
+
+def _still_serves(server, path, body):
+    r = _post(server, path, body)
+    assert r.status_code == 200, r.text
+
+
+def test_sglang_bad_requests(sglang_server, prompts):
+    server, _ = sglang_server
+    good = {"input_ids": prompts["text"], "sampling_params": {"max_new_tokens": 2}}
+    for name, body, status, message in _sglang_cases(prompts):
+        r = _post(server, "/generate", body)
+        assert r.status_code == status, (name, r.text)
+        assert message in r.json()["error"]["message"], (name, r.text)
+        _still_serves(server, "/generate", good)
+
+
+def test_vllm_bad_requests(vllm_server, prompts):
+    server, _ = vllm_server
+    img = "data:image/png;base64," + prompts["img"]
+
+    def chat(*parts, **extra):
+        content = [*parts, {"type": "text", "text": "How many?"}]
+        return {"messages": [{"role": "user", "content": content}], "max_tokens": 2, **extra}
+
+    def url(u):
+        return {"type": "image_url", "image_url": {"url": u}}
+
+    cases = [
+        ("/v1/chat/completions", b"{oops", 400, "malformed JSON"),
+        ("/v1/chat/completions", {"messages": "hi"}, 400, "non-empty list"),
+        ("/v1/chat/completions", chat(url(img), temp=1), 400, "unknown field(s) ['temp']"),
+        ("/v1/chat/completions", chat(url("https://x/y.png")), 400, "only inline images"),
+        (
+            "/v1/chat/completions",
+            chat(url("data:image/png;base64," + GARBAGE_PNG)),
+            400,
+            "image_decode",
+        ),
+        (
+            "/v1/chat/completions",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [url(img), {"type": "text", "text": "<|image_pad|> 2"}],
+                    }
+                ]
+            },
+            400,
+            "placeholder",
+        ),
+        ("/v1/chat/completions", chat(url(img), use_beam_search=True), 400, "use_beam_search"),
+        ("/v1/chat/completions", chat(url(img), n=2), 400, "n must be 1"),
+        ("/v1/completions", {"prompt": prompts["one"], "max_tokens": 2}, 400, "has no images"),
+        ("/v1/completions", {"prompt": [-1], "max_tokens": 2}, 400, "non-negative token ids"),
+        ("/v1/completions", {"max_tokens": 2}, 400, "missing required field(s) ['prompt']"),
+    ]
+    good = chat(url(img))
+    for path, body, status, message in cases:
+        r = _post(server, path, body)
+        assert r.status_code == status, (path, body if isinstance(body, bytes) else "", r.text)
+        assert message in r.json()["error"]["message"], r.text
+        _still_serves(server, "/v1/chat/completions", good)
+
+
+def test_unknown_route_and_method_are_json_errors(sglang_server):
+    server, _ = sglang_server
+    r = requests.post(f"{server.url}/nope", json={}, timeout=10)
+    assert r.status_code == 404 and "/nope" in r.json()["error"]["message"]
+    r = requests.get(f"{server.url}/generate", timeout=10)
+    assert r.status_code == 405 and "GET /generate" in r.json()["error"]["message"]
+
+
+def test_oversized_body_is_413_and_server_keeps_serving(prompts):
+    with serving("sglang", max_body_bytes=4096) as (server, _):
+        body = {"input_ids": prompts["one"], "image_data": [prompts["img"] * 4]}
+        r = _post(server, "/generate", body)
+        assert r.status_code == 413, r.text
+        assert "larger than the server's limit of 4096 bytes" in r.json()["error"]["message"]
+        _still_serves(
+            server,
+            "/generate",
+            {"input_ids": prompts["text"], "sampling_params": {"max_new_tokens": 2}},
+        )
+
+
+def test_failed_weight_update_is_400_and_weights_stay(sglang_server, prompts, tmp_path):
+    server, engine = sglang_server
+    version = engine.get_version()
+    r = _post(server, "/update_weights_from_disk", {"model_path": str(tmp_path / "missing")})
+    assert r.status_code == 400 and "cannot load weights" in r.json()["error"]["message"]
+    assert engine.get_version() == version
+    r = _post(server, "/update_weights_from_disk", {"path": "x"})
+    assert r.status_code == 400 and "unknown field(s) ['path']" in r.json()["error"]["message"]
+    _still_serves(
+        server,
+        "/generate",
+        {"input_ids": prompts["text"], "sampling_params": {"max_new_tokens": 2}},
+    )

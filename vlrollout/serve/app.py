@@ -1,0 +1,124 @@
+"""The aiohttp application: JSON in and out, errors as 4xx answers that leave the server serving."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from vlrollout.serve.errors import BadRequest
+from vlrollout.serve.main import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
+from vlrollout.serve.state import STATE, ServerState
+
+logger = logging.getLogger(__name__)
+
+Route = Callable[[web.Request, Any], Awaitable[dict[str, Any]]]
+
+
+async def _read_json(request: web.Request) -> Any:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[STATE].max_body_bytes
+        raise BadRequest(
+            f"{request.path}: body larger than the server's limit of {limit} bytes "
+            "(vlrollout serve --max-body-mb)",
+            status=413,
+        ) from None
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadRequest(f"{request.path}: malformed JSON body: {e}") from None
+
+
+def _json_route(fn: Route) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        request.app[STATE].requests[request.path] += 1
+        return web.json_response(await fn(request, await _read_json(request)))
+
+    return handler
+
+
+@web.middleware
+async def _errors(request: web.Request, handler) -> web.StreamResponse:
+    """Every failure becomes a JSON error body; client mistakes are 4xx, ours 500."""
+    try:
+        return await handler(request)
+    except BadRequest as e:
+        logger.info("%s %s -> %d: %s", request.method, request.path, e.status, e.message)
+        return web.json_response(e.body(), status=e.status)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        message = f"{request.method} {request.path}: {e.reason}"
+        return web.json_response(BadRequest(message, e.status).body(), status=e.status)
+    except Exception as e:  # a bug or engine failure: answer, log, keep serving
+        logger.exception("%s %s failed", request.method, request.path)
+        body = BadRequest(f"{type(e).__name__}: {e}", 500).body()
+        return web.json_response(body, status=500)
+
+
+async def _health(request: web.Request) -> web.Response:
+    state: ServerState = request.app[STATE]
+    return web.json_response(
+        {
+            "status": "ok",
+            "paused": not state.running.is_set(),
+            "version": state.engine.get_version(),
+            "requests": dict(state.requests),
+        }
+    )
+
+
+def build_app(
+    engine: Any,
+    protocol: str = "sglang",
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_image_pixels: int | None = None,
+    max_image_bytes: int | None = None,
+    destroy_engine: bool = False,
+) -> web.Application:
+    """An aiohttp application serving ``engine`` over ``protocol`` (``sglang`` or ``vllm``).
+
+    Args:
+        engine: An initialised :class:`~vlrollout.engine.LocalInferenceEngine`.
+        protocol: Which HTTP subset to speak (:mod:`vlrollout.serve.sglang`,
+            :mod:`vlrollout.serve.vllm`); ``GET /health`` is always there.
+        max_body_bytes: Larger bodies get 413.
+        max_image_pixels: Largest decoded image (default: the processors' limit).
+        max_image_bytes: Largest encoded image (default: the processors' limit).
+        destroy_engine: Call ``engine.destroy()`` when the application shuts down.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if protocol == "sglang":
+        from vlrollout.serve.sglang import ROUTES
+    else:
+        from vlrollout.serve.vllm import ROUTES
+
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors])
+
+    async def on_startup(app: web.Application) -> None:  # the Event needs the running loop
+        app[STATE] = ServerState(
+            engine,
+            max_image_pixels=max_image_pixels,
+            max_image_bytes=max_image_bytes,
+            max_body_bytes=max_body_bytes,
+        )
+
+    async def on_cleanup(app: web.Application) -> None:
+        if destroy_engine:
+            engine.destroy()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    app.router.add_get("/health", _health)
+    for path, fn in ROUTES.items():
+        app.router.add_post(path, _json_route(fn))
+    return app

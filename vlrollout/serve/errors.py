@@ -1,0 +1,77 @@
+"""Client errors as JSON answers, and checks of request bodies that name the bad field."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+class BadRequest(Exception):
+    """A request the server refuses; answered with ``status`` and an OpenAI-style error body.
+
+    >>> BadRequest("input_ids must be a list").body()
+    {'error': {'message': 'input_ids must be a list', 'type': 'BadRequestError', 'code': 400}}
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def body(self) -> dict[str, Any]:
+        kind = {400: "BadRequestError", 404: "NotFoundError", 413: "RequestTooLarge"}
+        return {
+            "error": {
+                "message": self.message,
+                "type": kind.get(self.status, "Error"),
+                "code": self.status,
+            }
+        }
+
+
+def check_fields(body: Any, allowed: Iterable[str], where: str, required: Iterable[str] = ()):
+    """``body`` must be a JSON object holding only ``allowed`` keys and every ``required`` one.
+
+    >>> check_fields({"a": 1, "zz": 2}, ["a"], "/generate")
+    Traceback (most recent call last):
+    ...
+    vlrollout.serve.errors.BadRequest: /generate: unknown field(s) ['zz']; accepted: ['a']
+    """
+    if not isinstance(body, Mapping):
+        raise BadRequest(f"{where}: the body must be a JSON object, got {type(body).__name__}")
+    allowed = sorted(allowed)
+    unknown = sorted(k for k in body if k not in allowed)
+    if unknown:
+        raise BadRequest(f"{where}: unknown field(s) {unknown}; accepted: {allowed}")
+    missing = [k for k in required if k not in body]
+    if missing:
+        raise BadRequest(f"{where}: missing required field(s) {missing}")
+
+
+def token_ids(value: Any, where: str) -> list[int]:
+    """A non-empty list of non-negative ints (JSON booleans are refused)."""
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    ):
+        raise BadRequest(f"{where} must be a non-empty list of non-negative token ids")
+    return value
+
+
+def typed(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """``body[key]`` if absent/None or of ``kind`` (an int is accepted where a float is)."""
+    value = body.get(key)
+    if value is None:
+        return None
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if float in kinds:
+        kinds = (*kinds, int)
+    if isinstance(value, bool) and bool not in kinds:
+        ok = False
+    else:
+        ok = isinstance(value, kinds)
+    if not ok:
+        names = "/".join(k.__name__ for k in kinds)
+        raise BadRequest(f"{where}.{key} must be {names}, got {type(value).__name__} {value!r}")
+    return value

@@ -1,0 +1,134 @@
+"""SGLang's HTTP subset, as AReaL 1.0.4's ``RemoteSGLangEngine`` uses it.
+
+Client code read: ``areal/engine/sglang_remote.py`` (``SGLangBackend``) and
+``areal/infra/remote_inf_engine.py`` (``RemoteInfEngine.agenerate``, ``_update_weights_from_disk``).
+
+- ``POST /generate`` ``{input_ids, image_data, sampling_params: {top_p, top_k, max_new_tokens,
+  temperature (0 = greedy), stop_token_ids, ignore_eos, skip_special_tokens,
+  frequency_penalty, stop?}, return_logprob, stream: false}`` →
+  ``{text, output_ids, meta_info: {id, finish_reason: {type, ...}, prompt_tokens,
+  completion_tokens, output_token_logprobs: [[logprob, token_id, null], ...], weight_version}}``.
+  ``image_data`` is base64 without a ``data:`` prefix (data URLs are accepted too).
+- ``POST /pause_generation``, ``/continue_generation``, ``/update_weights_from_disk
+  {model_path, abort_all_requests}`` → ``{success, message}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+from areal.api.io_struct import ModelRequest
+
+from vlrollout.serve.errors import BadRequest, check_fields, token_ids, typed
+from vlrollout.serve.state import STATE, ServerState
+
+GENERATE_FIELDS = ("input_ids", "image_data", "sampling_params", "return_logprob", "stream", "rid")
+SAMPLING_FIELDS = (
+    "max_new_tokens",
+    "min_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop_token_ids",
+    "stop",
+    "ignore_eos",
+    "skip_special_tokens",
+    "frequency_penalty",
+    "n",
+)
+
+
+def _finish_reason(resp: Any) -> dict[str, Any]:
+    if resp.stop_reason == "stop":
+        return {"type": "stop", "matched": resp.output_tokens[-1] if resp.output_tokens else None}
+    if resp.stop_reason == "length":
+        return {"type": "length", "length": resp.output_len}
+    message = "Abort before prefill" if not resp.output_tokens else "Abort in running batch"
+    return {"type": "abort", "message": message}
+
+
+async def generate(request: web.Request, body: Any) -> dict[str, Any]:
+    state: ServerState = request.app[STATE]
+    where = "/generate"
+    check_fields(body, GENERATE_FIELDS, where, required=["input_ids"])
+    if body.get("stream"):
+        raise BadRequest(f"{where}: stream=true is not supported; send stream=false")
+    ids = token_ids(body["input_ids"], f"{where}: input_ids")
+    sp = typed(body, "sampling_params", dict, where) or {}
+    check_fields(sp, SAMPLING_FIELDS, f"{where}: sampling_params")
+    if sp.get("n", 1) != 1:
+        raise BadRequest(f"{where}: sampling_params.n must be 1, got {sp['n']!r}")
+    gconfig = state.gconfig(
+        where,
+        sp.get("max_new_tokens"),
+        temperature=typed(sp, "temperature", float, where),
+        top_p=typed(sp, "top_p", float, where),
+        top_k=typed(sp, "top_k", int, where),
+        stop_token_ids=typed(sp, "stop_token_ids", list, where),
+        stop=typed(sp, "stop", (str, list), where),
+        ignore_eos=typed(sp, "ignore_eos", bool, where),
+        frequency_penalty=typed(sp, "frequency_penalty", float, where),
+        min_new_tokens=typed(sp, "min_new_tokens", int, where),
+    )
+    images = body.get("image_data")
+    if isinstance(images, str):
+        images = [images]
+    if images is not None and not isinstance(images, list):
+        raise BadRequest(f"{where}: image_data must be a list of base64 strings")
+    metadata: dict[str, Any] = {}
+    if images:
+        metadata["multi_modal_input"] = await asyncio.to_thread(state.vision_tensors, images, where)
+    req = ModelRequest(
+        rid=str(body.get("rid") or ""), input_ids=ids, gconfig=gconfig, metadata=metadata
+    )
+    resp = await state.generate(req, abort_on_pause=True, where=where)
+    tokenizer = state.engine.tokenizer
+    meta = {
+        "id": req.rid,
+        "finish_reason": _finish_reason(resp),
+        "prompt_tokens": len(ids),
+        "completion_tokens": resp.output_len,
+        "weight_version": state.engine.get_version(),
+    }
+    if body.get("return_logprob"):
+        meta["output_token_logprobs"] = [
+            [lp, tok, None]
+            for lp, tok in zip(resp.output_logprobs, resp.output_tokens, strict=True)
+        ]
+    skip = sp.get("skip_special_tokens", True)
+    text = tokenizer.decode(resp.output_tokens, skip_special_tokens=skip) if tokenizer else ""
+    return {"text": text, "output_ids": resp.output_tokens, "meta_info": meta}
+
+
+async def pause_generation(request: web.Request, body: Any) -> dict[str, Any]:
+    check_fields(body or {}, ("mode",), "/pause_generation")
+    aborted = await request.app[STATE].pause()
+    return {"success": True, "message": f"paused; aborted {aborted} request(s)"}
+
+
+async def continue_generation(request: web.Request, body: Any) -> dict[str, Any]:
+    check_fields(body or {}, (), "/continue_generation")
+    await request.app[STATE].resume()
+    return {"success": True, "message": "generation continued"}
+
+
+async def update_weights_from_disk(request: web.Request, body: Any) -> dict[str, Any]:
+    where = "/update_weights_from_disk"
+    check_fields(
+        body, ("model_path", "abort_all_requests", "load_format"), where, required=["model_path"]
+    )
+    path = typed(body, "model_path", str, where)
+    version = await request.app[STATE].update_weights(
+        path, bool(body.get("abort_all_requests", False))
+    )
+    return {"success": True, "message": f"loaded {path}", "weight_version": version}
+
+
+ROUTES = {
+    "/generate": generate,
+    "/pause_generation": pause_generation,
+    "/continue_generation": continue_generation,
+    "/update_weights_from_disk": update_weights_from_disk,
+}

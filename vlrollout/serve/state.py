@@ -1,0 +1,218 @@
+"""What the handlers of both protocols share: the engine, pause state, in-flight requests, images.
+
+Pause semantics follow SGLang (``/pause_generation``) and AReaL's vLLM server
+(``/areal_pause_generation``): new generation requests wait until generation continues, and
+in-flight requests that the client can resume are aborted at once, returning the tokens made so
+far with finish reason ``abort`` (AReaL's ``RemoteInfEngine.agenerate`` then resends prompt +
+those tokens). Requests the client could not resume correctly are held instead (see
+:mod:`vlrollout.serve.vllm`): the engine pauses between decode steps and a weight update
+re-prefills them with the new weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import collections
+import concurrent.futures
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from aiohttp import web
+from areal.api.cli_args import GenerationHyperparameters
+from areal.api.io_struct import ModelRequest, ModelResponse
+
+from vlrollout.serve.errors import BadRequest
+
+# SGLang/vLLM spell "no top-k" as -1 (or 0); AReaL sends int(1e8).
+_NO_TOP_K = int(1e8)
+
+
+@dataclass
+class ServerState:
+    """The served engine and the server's generation state.
+
+    Args:
+        engine: An initialised :class:`~vlrollout.engine.LocalInferenceEngine`.
+        max_image_pixels: Largest decoded image accepted (decompression-bomb guard).
+        max_image_bytes: Largest encoded image accepted.
+        max_body_bytes: The application's body limit (named in 413 answers).
+    """
+
+    engine: Any
+    max_image_pixels: int | None = None
+    max_image_bytes: int | None = None
+    max_body_bytes: int | None = None
+    running: asyncio.Event = field(default_factory=asyncio.Event)
+    inflight: dict[str, bool] = field(default_factory=dict)  # rid -> abort on pause
+    preprocessor: Any = None
+    requests: collections.Counter = field(default_factory=collections.Counter)  # per path
+
+    def __post_init__(self) -> None:
+        self.running.set()
+        config = self.engine.model.config
+        text = getattr(config, "text_config", None) or config
+        self.context_len = int(getattr(text, "max_position_embeddings", 1 << 20))
+        if self.engine.processor is not None:
+            from vlrollout.processors.auto import AutoProcessorPreprocessor
+
+            limits = {
+                k: v
+                for k, v in (
+                    ("max_image_pixels", self.max_image_pixels),
+                    ("max_image_bytes", self.max_image_bytes),
+                )
+                if v is not None
+            }
+            self.preprocessor = AutoProcessorPreprocessor(self.engine.processor, **limits)
+
+    # ---------------------------------------------------------------- requests
+    def gconfig(
+        self,
+        where: str,
+        max_new_tokens: Any,
+        temperature: Any = None,
+        top_p: Any = None,
+        top_k: Any = None,
+        stop_token_ids: Any = None,
+        stop: Any = None,
+        ignore_eos: Any = None,
+        frequency_penalty: Any = None,
+        min_new_tokens: Any = None,
+    ) -> GenerationHyperparameters:
+        """AReaL generation settings from a request's sampling fields (validated here)."""
+        if max_new_tokens is None:
+            max_new_tokens = 128  # SGLang's default
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise BadRequest(f"{where}: max new tokens must be an int, got {max_new_tokens!r}")
+        if max_new_tokens < 1:
+            raise BadRequest(f"{where}: max new tokens must be >= 1, got {max_new_tokens}")
+        temperature = 1.0 if temperature is None else float(temperature)
+        if temperature < 0:
+            raise BadRequest(f"{where}: temperature must be >= 0, got {temperature}")
+        top_p = 1.0 if top_p is None else float(top_p)
+        if not 0.0 < top_p <= 1.0:
+            raise BadRequest(f"{where}: top_p must be in (0, 1], got {top_p}")
+        top_k = _NO_TOP_K if top_k is None or top_k <= 0 else int(top_k)
+        stop_ids = list(stop_token_ids or [])
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
+            raise BadRequest(f"{where}: stop_token_ids must be a list of ints")
+        if isinstance(stop, str):
+            stop = [stop]
+        if stop is not None and not all(isinstance(s, str) for s in stop):
+            raise BadRequest(f"{where}: stop must be a string or a list of strings")
+        return GenerationHyperparameters(
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=int(min_new_tokens or 0),
+            greedy=temperature == 0.0,
+            temperature=temperature if temperature > 0 else 1.0,
+            top_p=top_p,
+            top_k=top_k,
+            stop_token_ids=stop_ids,
+            stop=list(stop) if stop else None,
+            ignore_eos=bool(ignore_eos),
+            frequency_penalty=float(frequency_penalty or 0.0),
+            max_tokens=self.context_len,
+        )
+
+    def vision_tensors(self, images: list[Any], where: str) -> dict[str, torch.Tensor]:
+        """Decode ``images`` (base64 / data URLs, never paths) with our image loading and the
+        model's image processor; run it off the event loop."""
+        from vlrollout.processors.errors import PreprocessError
+        from vlrollout.processors.image_loading import load_image
+
+        processor = self.engine.processor
+        if processor is None or getattr(processor, "image_processor", None) is None:
+            raise BadRequest(f"{where}: images were sent but the served model has no processor")
+        loaded = []
+        for k, src in enumerate(images, start=1):
+            label = f"{where} image {k}"
+            try:
+                loaded.append(self._load(load_image, encoded_image(src, label), label))
+            except PreprocessError as e:
+                raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
+        out = processor.image_processor(images=[im.image for im in loaded], return_tensors="pt")
+        return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+    def _load(self, load_image, raw: bytes, label: str):
+        limits = {}
+        if self.max_image_pixels is not None:
+            limits["max_pixels"] = self.max_image_pixels
+        if self.max_image_bytes is not None:
+            limits["max_bytes"] = self.max_image_bytes
+        return load_image(raw, label, **limits)
+
+    async def generate(self, req: ModelRequest, abort_on_pause: bool, where: str) -> ModelResponse:
+        """Wait while paused, then run ``req`` on the engine; bad inputs become 400s."""
+        from vlrollout.engine.inputs import PlaceholderMismatchError
+
+        await self.running.wait()
+        rid = req.rid = req.rid or uuid.uuid4().hex
+        self.inflight[rid] = abort_on_pause
+        try:
+            return await self.engine.agenerate(req)
+        except PlaceholderMismatchError as e:
+            raise BadRequest(f"{where}: image placeholders and images disagree: {e}") from None
+        except (ValueError, TypeError) as e:
+            raise BadRequest(f"{where}: {e}") from None
+        finally:
+            self.inflight.pop(rid, None)
+
+    # ---------------------------------------------------------------- control
+    async def pause(self) -> int:
+        """Hold new requests, abort the resumable in-flight ones; returns how many."""
+        self.running.clear()
+        await asyncio.to_thread(self.engine.pause_generation)
+        rids = {rid for rid, abortable in self.inflight.items() if abortable}
+        if not rids:
+            return 0
+        return await asyncio.wrap_future(self.engine.abort_requests(rids))
+
+    async def resume(self) -> None:
+        self.engine.continue_generation()
+        self.running.set()
+
+    async def update_weights(self, path: str, abort_all: bool) -> int:
+        """Load ``save_pretrained`` weights from ``path``; returns the engine's new version."""
+        from areal.api.io_struct import WeightUpdateMeta
+
+        if abort_all and self.inflight:
+            await asyncio.wrap_future(self.engine.abort_requests(set(self.inflight)))
+        meta = WeightUpdateMeta(type="disk", path=path)
+        try:
+            fut = self.engine.update_weights_from_disk(meta)
+            await asyncio.wrap_future(fut) if isinstance(fut, concurrent.futures.Future) else None
+        except (OSError, ValueError, KeyError, RuntimeError) as e:
+            raise BadRequest(
+                f"cannot load weights from {path!r}: {type(e).__name__}: {e}"
+            ) from None
+        version = self.engine.get_version() + 1
+        self.engine.set_version(version)
+        return version
+
+
+def encoded_image(source: Any, label: str) -> bytes:
+    """The bytes of a base64 string or ``data:...;base64,`` URL; paths and URLs are refused
+    (a server must not read its own files or the network on a client's behalf)."""
+    if not isinstance(source, str):
+        raise BadRequest(
+            f"{label}: must be a base64 string or data: URL, got {type(source).__name__}"
+        )
+    text = source
+    if text.startswith("data:"):
+        header, sep, text = text.partition(",")
+        if not sep or not header.endswith(";base64"):
+            raise BadRequest(f"{label}: a data URL must be base64-encoded: {source[:40]!r}")
+    elif text.startswith(("http://", "https://", "file://", "/")):
+        raise BadRequest(f"{label}: only inline images (base64 or data: URLs), got {source[:60]!r}")
+    try:
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise BadRequest(f"{label}: invalid base64: {e}") from None
+
+
+STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)
+"""Where the application keeps its :class:`ServerState`."""
