@@ -20,7 +20,7 @@ from areal.api.io_struct import ModelRequest, WeightUpdateMeta
 from areal.utils import name_resolve, names
 
 from vlrollout.engine.local import LocalInferenceEngine
-from vlrollout.engine.testing import tiny_qwen2vl
+from vlrollout.testing.tiny_model import tiny_qwen2vl
 
 EXP, TRIAL = "disk-update-test", "t0"
 

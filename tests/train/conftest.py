@@ -64,7 +64,7 @@ def rollout(engine, items, max_new_tokens: int = 24):
     """One episode per item with our vision workflow and the tiny tasks' reward."""
     from areal.api.cli_args import GenerationHyperparameters
 
-    from vlrollout.run_main import tiny_task_reward
+    from vlrollout.run.main import tiny_task_reward
     from vlrollout.workflows import VisionRLVRWorkflow
 
     gconfig = GenerationHyperparameters(max_new_tokens=max_new_tokens, temperature=TEMPERATURE)

@@ -35,7 +35,7 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
 
     vl = cfg.vlrollout
     if cfg.train_dataset.path:
-        from vlrollout.datasets import load_items
+        from vlrollout.run.datasets import load_items
 
         train = load_items(cfg.train_dataset.path)
         valid = (
@@ -56,7 +56,7 @@ def build_rewards(cfg: TrainConfig, train: list[dict], valid: list[dict]) -> tup
     ``tiny_task`` trains grounding with ``ground_metric`` (GIoU by default: a miss still ranks
     by how far it is) and evaluates with IoU, the metric the tiny model is reported with.
     """
-    from vlrollout.run_main import load_reward, tiny_task_reward
+    from vlrollout.run.main import load_reward, tiny_task_reward
 
     vl = cfg.vlrollout
     if vl.reward != "tiny_task":
