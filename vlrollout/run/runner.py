@@ -40,16 +40,26 @@ logger = logging.getLogger("vlrollout.run")
 
 
 TEMP_SUFFIX = ".tmp"
-_UMASK: int | None = None
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` can only set it, which would
+    race with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _file_mode() -> int:
-    """``0o666`` less the process umask: the mode ``open()`` would give a new file."""
-    global _UMASK
-    if _UMASK is None:
-        _UMASK = os.umask(0)
-        os.umask(_UMASK)
-    return 0o666 & ~_UMASK
+    """``0o666`` less the umask: the mode ``open()`` would give a new file."""
+    return 0o666 & ~_umask()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
