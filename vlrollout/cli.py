@@ -337,24 +337,28 @@ def _error(command: str, message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; returns the exit status.
-
-    Usage errors (a bad flag, key, value or file) print one or two lines and return 2; other
-    errors print their type and message and return 1; ``--debug`` adds the traceback. SIGINT and
-    SIGTERM return 130 and 143 after one line saying what was kept.
-    """
+    """Run one subcommand; returns the exit status (see :func:`run_command`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PASS_THROUGH:
         return PASS_THROUGH[argv[0]](argparse.Namespace(rest=argv[1:]))
-    debug = "--debug" in argv
     parser = build_parser()
     args = parser.parse_args(argv)
-    command = args.command
+    return run_command(args.command, lambda: args.func(args), debug="--debug" in argv)
+
+
+def run_command(command: str, func: Callable[[], int], debug: bool = False) -> int:
+    """Call ``func`` the way every subcommand runs: errors become short messages and statuses.
+
+    Usage errors (a bad flag, key, value or file) print one or two lines and return 2; other
+    errors print their type and message and return 1; ``debug`` adds the traceback. SIGINT and
+    SIGTERM return 130 and 143 after one line saying what was kept; no worker process outlives
+    the command.
+    """
     from vlrollout.run.errors import Interrupted, UsageError
 
     previous = signal.signal(signal.SIGTERM, _raise_signal_exit)
     try:
-        return args.func(args)
+        return func()
     except UsageError as e:
         if debug:
             traceback.print_exc()
@@ -373,8 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         print(
-            f"vlrollout {command}: stopped by {signal.Signals(signum).name} before any item "
-            "ran; nothing was lost",
+            f"vlrollout {command}: stopped by {signal.Signals(signum).name}; finished items are "
+            "kept: rerun the same command to resume",
             file=sys.stderr,
         )
         return 128 + signum
