@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM: one line with the count and how to resume, exit 130/143, no traceback,
-no process left behind (issue 17, item 5)."""
+no process left behind (issue 17, item 5). Resuming after a kill: tests/run/test_runner.py."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _data(tmp_path: Path, n: int) -> Path:
 
 
 @pytest.mark.parametrize(("sig", "to_group"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
-def test_a_signal_stops_the_run_cleanly_and_it_resumes(tmp_path, sig, to_group):
+def test_a_signal_stops_the_run_cleanly(tmp_path, sig, to_group):
     out = tmp_path / "out"
     cmd = [
         sys.executable,
@@ -89,11 +89,6 @@ def test_a_signal_stops_the_run_cleanly_and_it_resumes(tmp_path, sig, to_group):
     ]
     proc = _start(cmd, out, ready=3)
     _check_stop(proc, sig, to_group, out, total=60)
-    again = subprocess.run(
-        cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=300
-    )
-    assert again.returncode == 0, again.stderr.decode()[-2000:]
-    assert len(list((out / "items").glob("*.json"))) == 60
 
 
 @pytest.mark.slow
