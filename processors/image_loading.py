@@ -1,8 +1,9 @@
 """Load one image from any supported source into an oriented RGB PIL image, with limits.
 
 Sources: a file path (``str`` or :class:`pathlib.Path`, also ``file://`` URLs), raw ``bytes``, a
-base64 string, a ``data:`` URL, or a PIL image. ``http(s)://`` URLs are refused: rollouts must not
-depend on the network.
+base64 string, a ``data:`` URL, or a PIL image. ``http(s)://`` (and any other ``scheme://``) URLs
+are refused with ``image_source``: rollouts must not depend on the network. Only regular files are
+read (a FIFO or a device is ``image_source``), and never more than ``max_bytes`` of them.
 
 Steps (each a small function, composed by :func:`load_image`):
 
@@ -31,6 +32,10 @@ import base64
 import binascii
 import io
 import os
+import re
+import stat
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +50,7 @@ DEFAULT_MAX_PIXELS = 64 * 1024 * 1024
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Largest encoded image accepted, in bytes."""
 PASSTHROUGH_FORMATS = frozenset({"PNG", "JPEG", "WEBP"})
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 
 
@@ -140,13 +146,22 @@ def read_source(source: Any, item: str, max_bytes: int = DEFAULT_MAX_BYTES) -> t
 
 
 def _read_file(path: Path, item: str, max_bytes: int) -> bytes:
+    """Read a regular file, never more than ``max_bytes + 1`` bytes (the size ``stat`` reports
+    is 0 for devices and pipes, so the limit is enforced while reading)."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            if stat.S_ISDIR(mode):
+                raise PreprocessError(item, "image_not_found", f"{path} is a directory")
             raise PreprocessError(
-                item, "image_too_large", f"{path} has {size} bytes, above max_bytes={max_bytes}"
+                item, "image_source", f"{path} is not a regular file (a pipe, socket or device)"
             )
-        return path.read_bytes()
+        # O_NONBLOCK: a file swapped for a FIFO after the check cannot block the open.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise PreprocessError(item, "image_source", f"{path} is not a regular file")
+            data = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise PreprocessError(item, "image_not_found", f"no such file: {path}") from None
     except IsADirectoryError:
@@ -155,12 +170,24 @@ def _read_file(path: Path, item: str, max_bytes: int) -> bytes:
         raise PreprocessError(
             item, "image_not_found", f"cannot read {str(path)[:120]!r}: {e.strerror}"
         ) from None
+    if len(data) > max_bytes:
+        raise PreprocessError(
+            item, "image_too_large", f"{path} has more than max_bytes={max_bytes} bytes"
+        )
+    return data
 
 
-def _is_file(text: str) -> bool:
-    """``Path(text).is_file()``, false for names the OS rejects (too long, NUL bytes)."""
+def _file_url_path(url: str) -> Path:
+    """The local path of a ``file://`` URL (``file:///a/b%20c.png`` → ``/a/b c.png``)."""
+    parsed = urllib.parse.urlsplit(url)
+    return Path(urllib.request.url2pathname(parsed.path))
+
+
+def _exists(text: str) -> bool:
+    """``Path(text).exists()`` (a file, folder, pipe or device), false for names the OS rejects
+    (too long, NUL bytes)."""
     try:
-        return Path(text).is_file()
+        return Path(text).exists()
     except (OSError, ValueError):
         return False
 
@@ -173,16 +200,17 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
                 item, "image_source", f"data URL must be base64-encoded: {text[:40]!r}..."
             )
         return "data_url", _decode_b64(payload, item, "data URL")
-    if text.startswith(("http://", "https://")):
+    if text.startswith("file://"):
+        return "path", _read_file(_file_url_path(text), item, max_bytes)
+    if _URL.match(text):
         raise PreprocessError(
             item,
             "image_source",
-            f"remote URL {text[:80]!r} not fetched (no network in rollouts); download it first",
+            f"remote URL {text[:80]!r} not fetched (no network in rollouts); download the image "
+            "and give its path",
         )
-    if text.startswith("file://"):
-        return "path", _read_file(Path(text[len("file://") :]), item, max_bytes)
     looks_like_path = len(text) < 4096 and ("/" in text[:256] or "\\" in text or "." in text[-6:])
-    if looks_like_path and _is_file(text):
+    if looks_like_path and _exists(text):
         return "path", _read_file(Path(text), item, max_bytes)
     try:
         return "base64", base64.b64decode("".join(text.split()), validate=True)

@@ -1,5 +1,5 @@
-"""The ``vlrollout`` command line: ``run``, ``make-samples``, ``train-tiny``, ``train``, ``snapshot``,
-``check``.
+"""The ``vlrollout`` command line: ``run``, ``validate-data``, ``make-samples``, ``train-tiny``,
+``train``, ``serve``, ``snapshot``, ``check``.
 
 Subcommands import their heavy dependencies only when they run, so ``vlrollout --help`` is fast.
 """
@@ -8,41 +8,145 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
-from collections.abc import Sequence
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a two-line error: the problem, and where the help is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n  see `{self.prog} --help`\n")
+
+
+#: The functions that add one subcommand each, in ``--help`` order. A new subcommand is one
+#: ``@subcommand`` function that adds its parser and sets ``func`` (see ``_add_run``).
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def subcommand(add: Callable[[argparse._SubParsersAction], None]):
+    """Register ``add(subparsers)`` as a subcommand of ``vlrollout``."""
+    SUBCOMMANDS.append(add)
+    return add
+
+
+# Flags of `vlrollout run` that are not RunConfig fields.
+RUN_ONLY_FLAGS = ("config", "func", "command", "no_progress", "overwrite", "debug")
+
+RUN_EPILOG = """\
+Settings come from --config (YAML; relative paths in it are relative to the file) and are
+overridden by flags (relative to the working folder). Rerunning the same command resumes: finished
+items are skipped. A rerun with different settings into the same --output is refused (use
+--overwrite to start over). Ctrl-C or SIGTERM stops after writing every finished item (exit
+130/143). Data items: docs/item_format.md; check a file with `vlrollout validate-data FILE`.
+Exit status: 0 done, 1 stopped early (--fail-fast) or an internal error, 2 a usage error.
+"""
+
+
+@subcommand
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
         help="run a workflow over a data file and write trajectories, a summary and a report",
-        description="Run rollouts. Settings come from --config (YAML) and are overridden by flags.",
+        description="Run rollouts and write trajectories, summary.json and report.html.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", help="YAML file with RunConfig fields (see vlrollout/run/config.py)")
-    p.add_argument("--data", help="JSONL or parquet data file")
-    p.add_argument("--output", help="output folder (resumes if it has finished items)")
-    p.add_argument(
+    a = p.add_argument
+    a("--config", help="YAML file with RunConfig fields (see vlrollout/run/config.py)")
+    a("--data", help="JSONL or parquet file of items (image paths relative to it)")
+    a("--output", help="output folder (a rerun with the same settings resumes)")
+    a("--overwrite", action="store_true", help="delete earlier results in --output first")
+    a(
         "--workflow",
         help="text | vision | multi_attempt | vision_multi_attempt | vision_tool | import path",
     )
-    p.add_argument("--reward", help="reward name (vlrollout.rewards registry) or import path")
-    p.add_argument("--preprocessor", help="preprocessor name or import path")
-    p.add_argument("--group-size", type=int, dest="group_size")
-    p.add_argument("--concurrency", type=int)
-    p.add_argument("--limit", type=int, help="only the first N items")
-    p.add_argument("--max-turns", type=int, dest="max_turns")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--max-new-tokens", type=int, dest="gconfig.max_new_tokens")
-    p.add_argument("--temperature", type=float, dest="gconfig.temperature")
-    p.add_argument("--greedy", action="store_const", const=True, dest="gconfig.greedy")
-    p.add_argument("--engine", choices=["local", "sglang", "vllm"], dest="engine.kind")
-    p.add_argument("--model", dest="engine.model", help="local model folder")
-    p.add_argument("--device", dest="engine.device", help="cpu | cuda | cuda:N")
-    p.add_argument(
-        "--address", action="append", dest="engine.addresses", help="server host:port (repeat)"
+    a("--reward", help="reward name (vlrollout.rewards registry) or import path")
+    a("--preprocessor", help="preprocessor name or import path (default: the model's)")
+    a("--group-size", type=int, dest="group_size", help="episodes per item (a GRPO group)")
+    a("--concurrency", type=int, help="items in flight at once")
+    a("--limit", type=int, help="only the first N items")
+    a("--max-turns", type=int, dest="max_turns", help="turns of multi-attempt and tool workflows")
+    a("--turn-discount", type=float, dest="turn_discount", help="reward discount per extra turn")
+    a("--tools", type=lambda s: s.split(","), help="comma-separated tools for vision_tool")
+    a("--min-pixels", type=int, dest="min_pixels", help="resize limit of the preprocessor")
+    a("--max-pixels", type=int, dest="max_pixels", help="resize limit of the preprocessor")
+    a(
+        "--max-prompt-tokens",
+        type=int,
+        dest="max_prompt_tokens",
+        help="reject longer prompts as prompt_too_long (default: the model's context length "
+        "minus --max-new-tokens)",
     )
-    p.add_argument("--fail-fast", action="store_const", const=True, dest="fail_fast")
-    p.add_argument("--no-progress", action="store_true")
+    a(
+        "--reward-timeout",
+        type=float,
+        dest="reward_timeout_s",
+        metavar="S",
+        help="seconds per reward call",
+    )
+    a("--seed", type=int, help="sampling seed; turns on deterministic scheduling")
+    a(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        dest="engine.deterministic",
+        help="batch requests independently of timing (default: on when --seed is given)",
+    )
+    a(
+        "--max-new-tokens",
+        type=int,
+        dest="gconfig.max_new_tokens",
+        metavar="N",
+        help="tokens per turn",
+    )
+    a(
+        "--temperature",
+        type=float,
+        dest="gconfig.temperature",
+        metavar="T",
+        help="sampling temperature",
+    )
+    a("--top-p", type=float, dest="gconfig.top_p", metavar="P", help="nucleus sampling threshold")
+    a(
+        "--greedy",
+        action="store_const",
+        const=True,
+        dest="gconfig.greedy",
+        help="greedy decoding",
+    )
+    a(
+        "--engine",
+        choices=["local", "sglang", "vllm"],
+        dest="engine.kind",
+        help="embedded engine or running SGLang/vLLM servers",
+    )
+    a(
+        "--model",
+        dest="engine.model",
+        metavar="PATH",
+        help="local model folder (also the tokenizer for servers)",
+    )
+    a("--device", dest="engine.device", metavar="DEVICE", help="cpu | cuda | cuda:N (local engine)")
+    a(
+        "--address",
+        action="append",
+        dest="engine.addresses",
+        metavar="HOST:PORT",
+        help="server host:port (repeat for several)",
+    )
+    a(
+        "--fail-fast",
+        action="store_const",
+        const=True,
+        dest="fail_fast",
+        help="stop at the first rejected item",
+    )
+    a("--no-progress", action="store_true", help="no progress bar")
+    a("--debug", action="store_true", help="show tracebacks of errors")
     p.set_defaults(func=_cmd_run)
 
 
@@ -50,19 +154,46 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from vlrollout.run.config import RunConfig
     from vlrollout.run.main import run_from_config
 
-    overrides = {
-        k: v for k, v in vars(args).items() if k not in ("config", "func", "command", "no_progress")
-    }
+    overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
     cfg = RunConfig.load(args.config, **overrides)
-    summary = run_from_config(cfg, progress=not args.no_progress)
+    summary = run_from_config(cfg, progress=not args.no_progress, overwrite=args.overwrite)
     brief = {k: summary[k] for k in ("items", "episodes", "reward", "tokens_per_s", "wall_s")}
     print(json.dumps(brief, indent=1))
-    for r in summary["rejections"][:20]:
-        print(f"rejected item {r['id']}: {r['reason']}: {r['detail']}")
+    counts = Counter((r["id"], r["reason"], r["detail"]) for r in summary["rejections"])
+    for (item_id, reason, detail), n in list(counts.items())[:20]:
+        print(f"rejected item {item_id}: {reason}: {detail}" + (f" (×{n})" if n > 1 else ""))
     print(f"wrote {cfg.output}/summary.json and {cfg.output}/report.html")
     return 1 if "stopped_early" in summary else 0
 
 
+@subcommand
+def _add_validate_data(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate-data",
+        help="check a data file against the item format and list every bad line",
+        description="Check every line of a data file (docs/item_format.md). Exit 0: all good; "
+        "1: some lines have problems; 2: the file cannot be read.",
+    )
+    p.add_argument("file", help="JSONL or parquet data file")
+    p.set_defaults(func=_cmd_validate_data)
+
+
+def _cmd_validate_data(args: argparse.Namespace) -> int:
+    from vlrollout.run.items import validate_data
+
+    n, bad = validate_data(args.file)
+    for problem in bad:
+        print(f"{args.file}:{problem}")
+    lines = len({b.line for b in bad})
+    print(
+        f"{args.file}: {n} items, {lines} with problems"
+        if bad
+        else f"{args.file}: {n} items, all good"
+    )
+    return 1 if bad else 0
+
+
+@subcommand
 def _add_make_samples(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "make-samples",
@@ -80,6 +211,7 @@ def _cmd_make_samples(args: argparse.Namespace) -> int:
     return 0
 
 
+@subcommand
 def _add_train_tiny(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train-tiny",
@@ -97,6 +229,7 @@ def _cmd_train_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+@subcommand
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -144,6 +277,7 @@ def _snapshot_inputs(args: argparse.Namespace):
     return preprocessor, items
 
 
+@subcommand
 def _add_snapshot(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "snapshot",
@@ -163,6 +297,7 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+@subcommand
 def _add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="compare a fresh processor run with a snapshot")
     _add_snapshot_args(p)
@@ -185,6 +320,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+@subcommand
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     from vlrollout.serve.main import add_arguments, serve
 
@@ -196,19 +332,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="vlrollout",
         description="Vision-language RL rollouts on AReaL: run workflows, build the tiny model, "
         "and keep processor regression snapshots.",
     )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_run(sub)
-    _add_make_samples(sub)
-    _add_train_tiny(sub)
-    _add_train(sub)
-    _add_snapshot(sub)
-    _add_check(sub)
-    _add_serve(sub)
+    for add in SUBCOMMANDS:
+        add(sub)
     return parser
 
 
@@ -220,13 +352,92 @@ PASS_THROUGH = {
 }
 
 
+class SignalExit(BaseException):  # noqa: N818 - a request to stop, like KeyboardInterrupt
+    """SIGTERM outside the rollout loop (e.g. while the model loads)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signum)
+
+
+def _raise_signal_exit(signum: int, frame: Any) -> None:
+    raise SignalExit(signum)
+
+
+def _error(command: str, message: str) -> None:
+    print(f"vlrollout {command}: error: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; returns the exit status (see :func:`run_command`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PASS_THROUGH:
         return PASS_THROUGH[argv[0]](argparse.Namespace(rest=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    return run_command(args.command, lambda: args.func(args), debug="--debug" in argv)
+
+
+def run_command(command: str, func: Callable[[], int], debug: bool = False) -> int:
+    """Call ``func`` the way every subcommand runs: errors become short messages and statuses.
+
+    Usage errors (a bad flag, key, value or file) print one or two lines and return 2; other
+    errors print their type and message and return 1; ``debug`` adds the traceback. SIGINT and
+    SIGTERM return 130 and 143 after one line saying what was kept; no worker process outlives
+    the command.
+    """
+    from vlrollout.run.errors import Interrupted, UsageError
+
+    previous = signal.signal(signal.SIGTERM, _raise_signal_exit)
+    try:
+        return func()
+    except UsageError as e:
+        if debug:
+            traceback.print_exc()
+        _error(command, str(e))
+        return 2
+    except Interrupted as e:
+        name = signal.Signals(e.signum).name
+        print(
+            f"vlrollout {command}: stopped by {name}: {e.done} of {e.total} items done in "
+            f"{e.output}; rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 128 + e.signum
+    except (KeyboardInterrupt, SignalExit) as e:
+        signum = e.signum if isinstance(e, SignalExit) else signal.SIGINT
+        if debug:
+            traceback.print_exc()
+        print(
+            f"vlrollout {command}: stopped by {signal.Signals(signum).name}; finished items are "
+            "kept: rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 128 + signum
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        first = str(e).splitlines()[0] if str(e) else ""
+        _error(command, f"{type(e).__name__}: {first}")
+        if not debug:
+            print("  rerun with --debug for the traceback", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop_children()
+
+
+def _stop_children() -> None:
+    """Shut down reward worker processes this process started, so none outlives it."""
+    import multiprocessing
+
+    if "areal.api.reward_api" in sys.modules:
+        from areal.api.reward_api import AsyncRewardWrapper
+
+        AsyncRewardWrapper._atexit_shutdown_all()  # AReaL's own clean-up, run now, not at exit
+    for child in multiprocessing.active_children():
+        child.terminate()
+        child.join(timeout=5)
 
 
 if __name__ == "__main__":

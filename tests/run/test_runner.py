@@ -17,7 +17,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 
 from vlrollout.run.datasets import DataFileError, load_items
-from vlrollout.run.runner import Runner, atomic_write_bytes
+from vlrollout.run.runner import Runner, atomic_write_bytes, item_stem
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import RLVRWorkflow
 
@@ -57,9 +57,11 @@ def test_outputs_reload_and_counts_add_up(tokenizer, tmp_path):
     assert summary["episodes"]["rejected_by_reason"] == {"bad_message": 4}
     assert {r["id"] for r in summary["rejections"]} == {"q2", "q4"}
     assert summary["reward"]["mean"] == 1.0
-    traj = torch.load(tmp_path / "out" / "trajectories" / "q0.pt", weights_only=False)
+    traj = torch.load(
+        tmp_path / "out" / "trajectories" / f"{item_stem('q0')}.pt", weights_only=False
+    )
     assert check_trajectory_format(traj, batch_size=2)
-    assert not (tmp_path / "out" / "trajectories" / "q2.pt").exists()
+    assert not (tmp_path / "out" / "trajectories" / f"{item_stem('q2')}.pt").exists()
     on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert on_disk["items"] == summary["items"]
 
@@ -99,7 +101,7 @@ def test_data_file_errors_name_the_line(tmp_path):
         load_items(bad)
     dup = tmp_path / "dup.jsonl"
     dup.write_text('{"id": 1}\n{"id": 1}\n')
-    with pytest.raises(DataFileError, match="not unique"):
+    with pytest.raises(DataFileError, match="appears more than once"):
         load_items(dup)
 
 
@@ -128,7 +130,7 @@ def test_killed_run_resumes_without_losing_or_repeating_items(tmp_path):
     # reward worker processes die together, mid-write at worst.
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    done_before = {p.stem for p in items_dir.glob("*.json")}
+    done_before = {json.loads(p.read_text())["id"] for p in items_dir.glob("*.json")}
     assert 5 <= len(done_before) < 40
     # Nothing half-written: every outcome and trajectory file parses.
     for p in items_dir.glob("*.json"):
@@ -138,7 +140,7 @@ def test_killed_run_resumes_without_losing_or_repeating_items(tmp_path):
 
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    done_after = sorted(p.stem for p in items_dir.glob("*.json"))
+    done_after = sorted(json.loads(p.read_text())["id"] for p in items_dir.glob("*.json"))
     assert done_after == sorted(f"q{i}" for i in range(40))
     assert len(list((out / "trajectories").glob("*.pt"))) == 40
     summary = json.loads((out / "summary.json").read_text())

@@ -34,13 +34,21 @@ def remote_engine(cfg: EngineConfig, max_concurrent_rollouts: int | None = None)
 
 
 def make_engine(
-    cfg: EngineConfig, seed: int = 0, max_concurrent_rollouts: int | None = None
+    cfg: EngineConfig,
+    seed: int = 0,
+    max_concurrent_rollouts: int | None = None,
+    **local_kwargs: Any,
 ) -> Any:
-    """An initialised engine for ``cfg``; call ``destroy()`` when done."""
+    """An initialised engine for ``cfg``; call ``destroy()`` when done.
+
+    ``local_kwargs`` go to the local engine's constructor (e.g. ``deterministic=True``).
+    """
     if cfg.kind == "local":
         from vlrollout.engine.local import LocalInferenceEngine
 
-        engine = LocalInferenceEngine.from_pretrained(cfg.model, device=cfg.device, seed=seed)
+        engine = LocalInferenceEngine.from_pretrained(
+            cfg.model, device=cfg.device, seed=seed, **local_kwargs
+        )
         engine.initialize()
         return engine
     engine = remote_engine(cfg, max_concurrent_rollouts)

@@ -1,27 +1,42 @@
-"""Configuration of ``vlrollout run``: a dataclass filled from a YAML file, then from flags.
+"""Configuration of ``vlrollout run``: dataclasses loaded the way AReaL loads its configs.
 
-The YAML uses AReaL's style: flat keys with nested ``gconfig`` and ``engine`` sections, e.g.::
+AReaL's ``load_expr_config`` merges a YAML file into ``OmegaConf.structured(ConfigClass)`` and
+calls ``OmegaConf.to_object``; :meth:`RunConfig.load` does the same (without Hydra's search path),
+then merges the command-line flags. Unknown keys and wrongly typed values are refused by OmegaConf
+and reported as :class:`~vlrollout.run.errors.ConfigError` naming the key and the fix. ``gconfig``
+is AReaL's own ``GenerationHyperparameters``. Relative paths in a file (``data``, ``output``,
+``engine.model``) are relative to that file; paths given as flags are relative to the working
+folder. Example file::
 
-    data: assets/samples/data.jsonl
-    output: runs/demo
+    data: ../assets/samples/data.jsonl
+    output: ../runs/demo
     workflow: vision   # text | vision | multi_attempt | vision_multi_attempt | vision_tool | import path
-    reward: tiny_task           # a name from vlrollout.rewards' registry or an import path
+    reward: tiny_task  # a name from vlrollout.rewards' registry or an import path
     group_size: 4
+    seed: 1
     gconfig: {max_new_tokens: 24, temperature: 1.0}
-    engine: {kind: local, model: assets/tiny-qwen2vl}
+    engine: {kind: local, model: ../assets/tiny-qwen2vl}
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from areal.api.cli_args import GenerationHyperparameters
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from vlrollout.run.errors import ConfigError
 
 ENGINE_KINDS = ("local", "sglang", "vllm")
 WORKFLOWS = ("text", "vision", "multi_attempt", "vision_multi_attempt", "vision_tool")
+#: Keys holding paths; relative values in a config file are relative to that file.
+PATH_KEYS = (("data",), ("output",), ("engine", "model"))
 
 
 @dataclass
@@ -35,20 +50,43 @@ class EngineConfig:
             path for remote engines.
         device: ``cpu``, ``cuda`` or ``cuda:N`` for the local engine.
         addresses: ``host:port`` of the servers for remote engines.
+        deterministic: Form the local engine's batches independently of request timing, so a
+            seeded run gives the same tokens under any load. ``None``: on when a seed is given.
     """
 
     kind: str = "local"
     model: str = "assets/tiny-qwen2vl"
     device: str = "cpu"
     addresses: list[str] = field(default_factory=list)
+    deterministic: bool | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:
-            raise ValueError(f"engine.kind must be one of {ENGINE_KINDS}, got {self.kind!r}")
-        if self.kind != "local" and not self.addresses:
-            raise ValueError(
-                f"engine.kind={self.kind!r} needs engine.addresses (host:port of the servers)"
+            raise ConfigError(
+                f"engine.kind must be one of {', '.join(ENGINE_KINDS)}, got {self.kind!r}"
             )
+        if self.kind != "local" and not self.addresses:
+            raise ConfigError(
+                f"engine.kind={self.kind!r} needs engine.addresses (host:port of the servers); "
+                "pass --address HOST:PORT"
+            )
+        for address in self.addresses:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError(
+                    f"engine address {address!r} must be HOST:PORT, e.g. 127.0.0.1:30000"
+                )
+        device = self.device
+        if (
+            device != "cpu"
+            and device != "cuda"
+            and not (device.startswith("cuda:") and device[5:].isdigit())
+        ):
+            raise ConfigError(f"engine.device must be cpu, cuda or cuda:N, got {device!r}")
+
+
+def _default_gconfig() -> GenerationHyperparameters:
+    return GenerationHyperparameters(max_new_tokens=32)
 
 
 @dataclass
@@ -67,10 +105,13 @@ class RunConfig:
         max_turns, turn_discount: For multi-attempt workflows (``max_turns`` also for tool use).
         tools: Tool names or import paths for ``vision_tool``.
         min_pixels, max_pixels: Resize limits for the default preprocessor.
+        max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long`` (``None``: the
+            model's context length minus ``gconfig.max_new_tokens`` when the model states one).
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
         fail_fast: Stop at the first rejected item instead of recording it and going on.
-        seed: Seed for sampling.
-        gconfig: Fields of AReaL's ``GenerationHyperparameters``.
+        seed: Seed for sampling (``None``: unseeded). With a seed the engine's deterministic
+            scheduling is on unless ``engine.deterministic`` says otherwise.
+        gconfig: AReaL's ``GenerationHyperparameters``.
         engine: See :class:`EngineConfig`.
     """
 
@@ -87,51 +128,141 @@ class RunConfig:
     tools: list[str] = field(default_factory=lambda: ["zoom_in", "rotate", "image_info"])
     min_pixels: int | None = None
     max_pixels: int | None = None
+    max_prompt_tokens: int | None = None
     reward_timeout_s: float = 15.0
     fail_fast: bool = False
-    seed: int = 1
-    gconfig: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 32})
+    seed: int | None = None
+    gconfig: GenerationHyperparameters = field(default_factory=_default_gconfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.engine, dict):
             self.engine = EngineConfig(**self.engine)
-        for name in ("group_size", "concurrency"):
+        if isinstance(self.gconfig, dict):
+            self.gconfig = GenerationHyperparameters(**{**_gconfig_dict(), **self.gconfig})
+        for name in ("group_size", "concurrency", "max_turns"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.limit is not None and self.limit < 0:
-            raise ValueError(f"limit must be >= 0, got {self.limit}")
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("limit", "max_prompt_tokens", "min_pixels", "max_pixels"):
+            value = getattr(self, name)
+            if value is not None and value < (0 if name == "limit" else 1):
+                raise ConfigError(f"{name} must be positive, got {value}")
+        if self.reward_timeout_s <= 0:
+            raise ConfigError(f"reward_timeout_s must be positive, got {self.reward_timeout_s}")
         if self.workflow not in WORKFLOWS and "." not in self.workflow:
-            raise ValueError(
-                f"workflow must be one of {WORKFLOWS} or an import path, got {self.workflow!r}"
+            raise ConfigError(
+                f"workflow must be one of {', '.join(WORKFLOWS)} or an import path "
+                f"(module.Class), got {self.workflow!r}"
             )
+        g = self.gconfig
+        if g.max_new_tokens < 1:
+            raise ConfigError(f"gconfig.max_new_tokens must be at least 1, got {g.max_new_tokens}")
+        if g.temperature < 0:
+            raise ConfigError(f"gconfig.temperature must be >= 0, got {g.temperature}")
+        if not 0 < g.top_p <= 1:
+            raise ConfigError(f"gconfig.top_p must be in (0, 1], got {g.top_p}")
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether the engine schedules deterministically (on by default when seeded)."""
+        if self.engine.deterministic is not None:
+            return self.engine.deterministic
+        return self.seed is not None
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides: Any) -> RunConfig:
         """Read a YAML file (optional), then apply ``overrides`` (``None`` values are ignored).
 
         Dotted override keys reach nested sections: ``{"engine.kind": "sglang"}``.
+
+        Raises:
+            ConfigError: the file is missing or not YAML, or a key or value is not valid.
         """
         raw: dict[str, Any] = {}
         if path is not None:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-            if not isinstance(loaded, dict):
-                raise ValueError(f"{path}: expected a mapping at the top level")
-            raw = loaded
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(raw) - known
-        if unknown:
-            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; known keys: {sorted(known)}")
+            raw = _read_yaml(Path(path))
+        nested: dict[str, Any] = {}
         for key, value in overrides.items():
             if value is None:
                 continue
-            if "." in key:
-                section, sub = key.split(".", 1)
-                raw.setdefault(section, {})
-                raw[section] = {**raw[section], sub: value}
-            else:
-                raw[key] = value
-        return cls(**raw)
+            *parents, leaf = key.split(".")
+            node = nested
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value
+        where = f" in {path}" if path is not None else ""
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(cls), raw)
+        except OmegaConfBaseException as e:
+            raise _explain(e, cls, where) from None
+        try:
+            merged = OmegaConf.merge(merged, nested)
+            return OmegaConf.to_object(merged)  # type: ignore[return-value]
+        except OmegaConfBaseException as e:
+            raise _explain(e, cls, "") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _gconfig_dict() -> dict[str, Any]:
+    return dataclasses.asdict(_default_gconfig())
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping, with relative paths made relative to the file's folder."""
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ConfigError(f"config file {path} {what}; pass --config PATH to a YAML file")
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML{line}: {problem}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not a text file") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"config file {path}: expected a mapping of keys (data: ..., output: ...), "
+            f"got a {type(loaded).__name__}"
+        )
+    for keys in PATH_KEYS:
+        node = loaded
+        for k in keys[:-1]:
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str):
+            value = Path(node[keys[-1]]).expanduser()
+            if not value.is_absolute():
+                node[keys[-1]] = str(path.parent / value)
+    return loaded
+
+
+def _known_keys(cls: type, dotted: str) -> list[str]:
+    """Field names of the (nested) dataclass at ``dotted`` (the parent of a bad key)."""
+    for part in [p for p in dotted.split(".") if p]:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        f = fields.get(part)
+        if f is None:
+            return []
+        cls = f.default_factory().__class__ if callable(f.default_factory) else type(f.default)
+        if not dataclasses.is_dataclass(cls):
+            return []
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _explain(e: OmegaConfBaseException, cls: type, where: str) -> ConfigError:
+    """One line naming the key, what is wrong with it and the fix."""
+    key = str(getattr(e, "full_key", "") or "")
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, ConfigKeyError) or "not in" in reason:
+        parent, _, leaf = key.rpartition(".")
+        known = _known_keys(cls, parent)
+        close = difflib.get_close_matches(leaf, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return ConfigError(
+            f"unknown key {key!r}{where}; {hint}known keys{' in ' + parent if parent else ''}: "
+            f"{', '.join(known)}"
+        )
+    return ConfigError(f"invalid value for {key!r}{where}: {reason}")

@@ -1,68 +1,182 @@
-"""Reading data items from JSONL or parquet, with image paths resolved against the file."""
+"""Reading data items from JSONL or parquet, with image sources resolved against the file.
+
+Image strings are recognised by their form, never by their length:
+
+=====================================  ===========================================================
+form                                   what happens
+=====================================  ===========================================================
+``data:image/...;base64,...``          passed through (decoded by the loader)
+``file:///abs/x.jpg``                  passed through (a local file)
+``http://``, ``https://``, ``s3://``…  passed through; the loader refuses it with ``image_source``
+absolute path ``/abs/x.jpg``           passed through
+relative path ``img/x.jpg``            made absolute against the data file's folder
+base64 (only ``A-Za-z0-9+/=``, no      passed through (decoded by the loader), unless a file of
+``.``, length a multiple of 4)         that name exists next to the data file
+=====================================  ===========================================================
+
+The same applies to sources inside messages (``image_url`` parts and inline ``image`` values).
+The item format is described in ``docs/item_format.md``; :mod:`vlrollout.run.items` checks it.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+from vlrollout.run.errors import UsageError
 
-class DataFileError(ValueError):
-    """The data file itself is unreadable (not one bad item: those are rejected one by one)."""
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}\s*$")
 
 
-def _resolve_images(item: dict[str, Any], base: Path) -> dict[str, Any]:
-    images = item.get("images")
-    if not isinstance(images, list):
-        return item
-    resolved = []
-    for image in images:
-        # Relative paths are relative to the data file; data URLs, base64 and bytes pass through.
-        if isinstance(image, str) and not image.startswith("data:") and len(image) < 4096:
-            candidate = base / image
-            resolved.append(str(candidate) if not Path(image).is_absolute() else image)
-        else:
-            resolved.append(image)
-    return {**item, "images": resolved}
+class DataFileError(UsageError):
+    """The data file itself is unusable (not one bad item: those are rejected one by one)."""
+
+
+def source_form(text: str) -> str:
+    """``"data_url"``, ``"file_url"``, ``"url"`` (any other scheme), ``"path"`` or ``"base64"``.
+
+    >>> [source_form(s) for s in ("data:image/png;base64,AAAA", "file:///a.png", "http://x/a.png",
+    ...                           "/abs/a.png", "img/a.png", "iVBORw0KGgo=")]
+    ['data_url', 'file_url', 'url', 'path', 'path', 'base64']
+    """
+    if text.startswith("data:"):
+        return "data_url"
+    if text.startswith("file://"):
+        return "file_url"
+    if _SCHEME.match(text):
+        return "url"
+    compact = "".join(text.split())
+    if compact and "." not in text and len(compact) % 4 == 0 and _BASE64.match(text):
+        return "base64"
+    return "path"
+
+
+def resolve_source(source: Any, base: Path) -> Any:
+    """``source`` with a relative path made absolute against ``base``; other forms unchanged."""
+    if not isinstance(source, str):
+        return source
+    form = source_form(source)
+    if form == "base64" and not _exists(base / source):
+        return source
+    if form in ("path", "base64") and not Path(source).expanduser().is_absolute():
+        return str(base / source)
+    return source
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # name too long, NUL byte
+        return False
+
+
+def _resolve_parts(content: Any, base: Path) -> Any:
+    if not isinstance(content, list):
+        return content
+    out = []
+    for part in content:
+        if isinstance(part, dict) and "image" in part and part["image"] is not None:
+            part = {**part, "image": resolve_source(part["image"], base)}
+        elif isinstance(part, dict) and part.get("type") == "image_url":
+            url = part.get("image_url")
+            if isinstance(url, dict) and isinstance(url.get("url"), str):
+                part = {**part, "image_url": {**url, "url": resolve_source(url["url"], base)}}
+            elif isinstance(url, str):
+                part = {**part, "image_url": resolve_source(url, base)}
+        out.append(part)
+    return out
+
+
+def resolve_item_sources(item: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The item with every image source (``images`` and inside ``messages``) resolved."""
+    item = dict(item)
+    if isinstance(item.get("images"), list):
+        item["images"] = [resolve_source(image, base) for image in item["images"]]
+    if isinstance(item.get("messages"), list):
+        item["messages"] = [
+            {**m, "content": _resolve_parts(m.get("content"), base)} if isinstance(m, dict) else m
+            for m in item["messages"]
+        ]
+    return item
+
+
+def check_data_path(path: str | Path) -> Path:
+    """``path`` as a ``Path`` if it is a readable ``.jsonl``/``.parquet`` file.
+
+    Raises:
+        DataFileError: naming the path and what to pass instead.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DataFileError(f"data path {path} is a folder; pass --data FILE.jsonl (or .parquet)")
+    if not path.exists():
+        raise DataFileError(f"data file {path} does not exist; pass --data FILE.jsonl")
+    if path.suffix not in (".jsonl", ".parquet"):
+        raise DataFileError(
+            f"data file {path}: expected a .jsonl or .parquet file, got {path.suffix or 'no'} suffix"
+        )
+    return path
+
+
+def read_rows(path: Path) -> list[tuple[int, Any]]:
+    """``(line number, parsed row)`` of every non-blank row; a row that is not JSON is its
+    ``json.JSONDecodeError`` (so a checker can report every bad line at once)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return list(enumerate(pq.read_table(path).to_pylist(), 1))
+    rows: list[tuple[int, Any]] = []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append((lineno, json.loads(line)))
+                except json.JSONDecodeError as e:
+                    rows.append((lineno, e))
+    except UnicodeDecodeError as e:
+        raise DataFileError(f"data file {path} is not UTF-8 text ({e.reason})") from None
+    return rows
 
 
 def load_items(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """Load data items; every item gets an ``id`` (its own, else its line number).
+    """Load data items; every item gets an ``id`` (its own, else its 0-based position).
 
     Args:
         path: A ``.jsonl`` or ``.parquet`` file.
         limit: Only the first ``limit`` items.
 
     Raises:
-        DataFileError: the file is missing, has an unknown extension or a line that is not JSON.
+        DataFileError: the file is missing, a folder, empty, has an unknown extension, a line that
+            is not a JSON object, or repeated ids (``vlrollout validate-data`` lists every bad line).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataFileError(f"data file {path} does not exist")
-    if path.suffix == ".jsonl":
-        items = []
-        with path.open() as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    items.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataFileError(f"{path}:{lineno}: not valid JSON ({e})") from e
-    elif path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        items = pq.read_table(path).to_pylist()
-    else:
-        raise DataFileError(f"{path}: expected a .jsonl or .parquet file")
+    path = check_data_path(path)
+    rows = read_rows(path)
+    if not rows:
+        raise DataFileError(f"data file {path} has no items")
     out = []
-    for index, item in enumerate(items[:limit] if limit is not None else items):
+    for index, (lineno, item) in enumerate(rows[:limit] if limit is not None else rows):
+        if isinstance(item, json.JSONDecodeError):
+            raise DataFileError(
+                f"{path}:{lineno}: not valid JSON ({item.msg}); "
+                f"run `vlrollout validate-data {path}` to list every bad line"
+            )
         if not isinstance(item, dict):
-            raise DataFileError(f"{path}: item {index} is a {type(item).__name__}, not an object")
+            raise DataFileError(
+                f"{path}:{lineno}: item is a {type(item).__name__}, not a JSON object"
+            )
         item = {"id": str(index), **item}
         item["id"] = str(item["id"])
-        out.append(_resolve_images(item, path.parent))
+        out.append(resolve_item_sources(item, path.parent))
     ids = [item["id"] for item in out]
     if len(set(ids)) != len(ids):
-        raise DataFileError(f"{path}: item ids are not unique; resuming a run needs unique ids")
+        seen: set[str] = set()
+        dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+        raise DataFileError(
+            f"{path}: item id {dup!r} appears more than once; resuming a run needs unique ids"
+        )
     return out

@@ -1,16 +1,27 @@
-"""Wiring ``vlrollout run``: config → tokenizer, processor, engine, reward, workflow → Runner."""
+"""Wiring ``vlrollout run``: config → checks → engine, reward, workflow → Runner → report.
+
+Everything that can be checked without the model is checked first (:func:`prepare`), so a typo
+costs no model loading. SIGINT/SIGTERM stop the run cleanly (:func:`run_items`): items in flight are
+dropped, finished ones stay, and :class:`~vlrollout.run.errors.Interrupted` says how many.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
+import signal
+import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from areal.api import RolloutWorkflow
-from areal.api.cli_args import GenerationHyperparameters
 
-from vlrollout.run.config import RunConfig
+from vlrollout.run.config import WORKFLOWS, EngineConfig, RunConfig
 from vlrollout.run.datasets import load_items
+from vlrollout.run.errors import ConfigError, Interrupted
+from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
 
 
@@ -26,7 +37,13 @@ def tiny_task_reward(items: list[dict[str, Any]]) -> Any:
     from vlrollout.rewards.caption import CaptionReward
     from vlrollout.rewards.grounding import GroundingReward
 
-    references = [item["captions"] for item in items if item.get("captions")]
+    references = [
+        item["captions"]
+        for item in items
+        if isinstance(item.get("captions"), list)
+        and item["captions"]
+        and all(isinstance(c, str) for c in item["captions"])
+    ]
     rewards: dict[str, Any] = {
         "count": CountReward(),
         "ground": GroundingReward("qwen2_vl", "iou"),
@@ -37,19 +54,26 @@ def tiny_task_reward(items: list[dict[str, Any]]) -> Any:
 
 
 def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
-    """A reward by registry name or import path; ``tiny_task`` for the synthetic sample tasks."""
+    """A reward by registry name or import path; ``tiny_task`` for the synthetic sample tasks.
+
+    Raises:
+        ConfigError: the name is unknown or the import path does not resolve.
+    """
     from vlrollout.rewards.registry import get_reward
 
     if name == "tiny_task":
         return tiny_task_reward(items)
-    return get_reward(name)
+    try:
+        return get_reward(name)
+    except (ImportError, AttributeError, ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"--reward {name!r}: {str(e).splitlines()[0]}") from None
 
 
 def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) -> RolloutWorkflow:
     """The workflow named by ``cfg.workflow`` (a built-in name or an import path)."""
     from vlrollout import workflows
 
-    gconfig = GenerationHyperparameters(**cfg.gconfig)
+    gconfig = dataclasses.replace(cfg.gconfig)
     common = {"reward_timeout_s": cfg.reward_timeout_s}
     vision = {
         "processor": processor,
@@ -57,33 +81,190 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
         "min_pixels": cfg.min_pixels,
         "max_pixels": cfg.max_pixels,
     }
+    limit = {"max_prompt_tokens": cfg.max_prompt_tokens}
     multi = {"max_turns": cfg.max_turns, "turn_discount": cfg.turn_discount}
     if cfg.workflow == "text":
-        return workflows.RLVRWorkflow(reward, gconfig, tokenizer, **common)
+        return workflows.RLVRWorkflow(reward, gconfig, tokenizer, **common, **limit)
     if cfg.workflow == "vision":
-        return workflows.VisionRLVRWorkflow(reward, gconfig, tokenizer, **vision, **common)
+        return workflows.VisionRLVRWorkflow(reward, gconfig, tokenizer, **vision, **common, **limit)
     if cfg.workflow == "multi_attempt":
-        return workflows.MultiAttemptWorkflow(reward, gconfig, tokenizer, **multi, **common)
+        return workflows.MultiAttemptWorkflow(
+            reward, gconfig, tokenizer, **multi, **common, **limit
+        )
     if cfg.workflow == "vision_multi_attempt":
         return workflows.VisionMultiAttemptWorkflow(
-            reward, gconfig, tokenizer, **vision, **multi, **common
+            reward, gconfig, tokenizer, **vision, **multi, **common, **limit
         )
     if cfg.workflow == "vision_tool":
+        total = None
+        if cfg.max_prompt_tokens is not None:
+            total = cfg.max_prompt_tokens + cfg.gconfig.max_new_tokens * cfg.max_turns
         return workflows.VisionToolWorkflow(
-            reward, gconfig, tokenizer, tools=cfg.tools, max_turns=cfg.max_turns, **vision, **common
+            reward,
+            gconfig,
+            tokenizer,
+            tools=cfg.tools,
+            max_turns=cfg.max_turns,
+            max_total_tokens=total,
+            **vision,
+            **common,
         )
     cls = resolve_callable(cfg.workflow, "workflow")
     return cls(reward_fn=reward, gconfig=gconfig, tokenizer=tokenizer, processor=processor)
 
 
-def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
+def check_engine(cfg: EngineConfig) -> None:
+    """Refuse an engine that cannot start, before loading anything.
+
+    Raises:
+        ConfigError: no model folder, CUDA asked for but absent, or a server that does not answer.
+    """
+    model = Path(cfg.model).expanduser()
+    if not model.is_dir():
+        what = "is a file" if model.exists() else "does not exist"
+        raise ConfigError(
+            f"model folder {cfg.model} {what}; pass --model PATH to a local folder with "
+            "config.json and the weights (nothing is downloaded)"
+        )
+    if cfg.kind == "local" and not (model / "config.json").is_file():
+        raise ConfigError(
+            f"model folder {cfg.model} has no config.json; pass --model PATH to a saved "
+            "transformers model (save_pretrained)"
+        )
+    if cfg.kind == "local" and cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"--device {cfg.device}: CUDA is not available here "
+                f"(torch {torch.__version__}); use --device cpu"
+            )
+        index = int(cfg.device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"--device {cfg.device}: only {torch.cuda.device_count()} CUDA device(s); "
+                f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}"
+            )
+    for address in cfg.addresses if cfg.kind != "local" else []:
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+        except OSError as e:
+            raise ConfigError(
+                f"cannot reach the {cfg.kind} server at {address} "
+                f"({e.strerror or type(e).__name__}); start it first (docs/scale_out.md) "
+                "or fix --address"
+            ) from None
+
+
+def check_workflow(cfg: RunConfig) -> None:
+    """Resolve import paths and tool names now, not after the model has loaded."""
+    if cfg.workflow not in WORKFLOWS:
+        try:
+            resolve_callable(cfg.workflow, "workflow")
+        except Exception as e:  # noqa: BLE001 - reported as the config error it is
+            raise ConfigError(f"--workflow {cfg.workflow!r}: {str(e).splitlines()[0]}") from None
+    if cfg.workflow == "vision_tool":
+        from vlrollout.tools import resolve_tools
+
+        try:
+            resolve_tools(cfg.tools)
+        except Exception as e:  # noqa: BLE001
+            raise ConfigError(f"tools {cfg.tools}: {str(e).splitlines()[0]}") from None
+
+
+@dataclass
+class Prepared:
+    """What :func:`prepare` checked and loaded: the items and the reward."""
+
+    items: list[dict[str, Any]]
+    reward: Any
+
+
+def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
+    """Every check that needs no model: data, output folder, engine, workflow, reward.
+
+    Raises:
+        UsageError: (or a subclass) naming the bad value and the fix.
+    """
+    items = load_items(cfg.data, limit=cfg.limit)
+    check_engine(cfg.engine)
+    check_workflow(cfg)
+    reward = load_reward(cfg.reward, items)
+    prepare_output(Path(cfg.output), cfg, overwrite=overwrite)
+    return Prepared(items, reward)
+
+
+def _context_length(engine: Any) -> int | None:
+    config = getattr(getattr(engine, "model", None), "config", None)
+    config = getattr(config, "text_config", None) or config
+    n = getattr(config, "max_position_embeddings", None)
+    return n if isinstance(n, int) else None
+
+
+def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
+    """``deterministic=`` for a local engine that has the option (issue 14 adds it)."""
+    if cfg.engine.kind != "local":
+        return {}
+    from vlrollout.engine.local import LocalInferenceEngine
+
+    if "deterministic" in inspect.signature(LocalInferenceEngine.__init__).parameters:
+        return {"deterministic": cfg.deterministic}
+    return {}
+
+
+async def run_items(runner: Any, items: list[dict[str, Any]], progress: bool) -> dict[str, Any]:
+    """``runner.run(items)``; SIGINT or SIGTERM cancels it and raises :class:`Interrupted`."""
+    from vlrollout.run.runner import read_outcomes
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(runner.run(items, progress=progress))
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if not received:
+            received.append(signum)
+            task.cancel()
+
+    installed = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+            installed.append((signum, previous))
+        except (RuntimeError, ValueError, NotImplementedError):  # not the main thread
+            pass
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        done = read_outcomes(Path(runner.output))
+        ids = {item["id"] for item in items}
+        raise Interrupted(
+            received[0], len(ids & done.keys()), len(items), str(runner.output)
+        ) from None
+    finally:
+        for signum, previous in installed:
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, previous)
+
+
+def run_from_config(
+    cfg: RunConfig, progress: bool = True, overwrite: bool = False
+) -> dict[str, Any]:
     """Run ``cfg`` end to end; returns the summary. Writes the report next to the summary."""
     from vlrollout.engine.factory import make_engine
     from vlrollout.run.report import write_report
     from vlrollout.run.runner import Runner, atomic_write_json
 
-    items = load_items(cfg.data, limit=cfg.limit)
-    engine = make_engine(cfg.engine, seed=cfg.seed, max_concurrent_rollouts=cfg.concurrency)
+    prepared = prepare(cfg, overwrite=overwrite)
+    items = prepared.items
+    seed = cfg.seed if cfg.seed is not None else 0
+    engine = make_engine(
+        cfg.engine, seed=seed, max_concurrent_rollouts=cfg.concurrency, **_engine_kwargs(cfg)
+    )
+    processor = None
     try:
         processor = getattr(engine, "processor", None)
         tokenizer = getattr(engine, "tokenizer", None)
@@ -92,8 +273,11 @@ def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
 
             tokenizer = AutoTokenizer.from_pretrained(cfg.engine.model, local_files_only=True)
             processor = AutoProcessor.from_pretrained(cfg.engine.model, local_files_only=True)
-        reward = load_reward(cfg.reward, items)
-        workflow = build_workflow(cfg, tokenizer, processor, reward)
+        context = _context_length(engine)
+        if cfg.max_prompt_tokens is None and context is not None:
+            room = context - cfg.gconfig.max_new_tokens
+            cfg = dataclasses.replace(cfg, max_prompt_tokens=max(1, room))
+        workflow = build_workflow(cfg, tokenizer, processor, prepared.reward)
         runner = Runner(
             workflow,
             engine,
@@ -103,10 +287,24 @@ def run_from_config(cfg: RunConfig, progress: bool = True) -> dict[str, Any]:
             concurrency=cfg.concurrency,
             fail_fast=cfg.fail_fast,
         )
-        summary = asyncio.run(runner.run(items, progress=progress))
+        try:
+            summary = asyncio.run(run_items(runner, items, progress))
+        except Interrupted:
+            write_report(Path(cfg.output), items, _partial_summary(cfg, items), processor=processor)
+            raise
     finally:
         engine.destroy()
     summary["config"] = cfg.to_dict()
     atomic_write_json(Path(cfg.output) / "summary.json", summary)
     write_report(Path(cfg.output), items, summary, processor=processor)
+    return summary
+
+
+def _partial_summary(cfg: RunConfig, items: list[dict[str, Any]]) -> dict[str, Any]:
+    from vlrollout.run.runner import atomic_write_json, summarize
+
+    summary = summarize(Path(cfg.output), items, wall_s=0.0)
+    summary["interrupted"] = True
+    summary["config"] = cfg.to_dict()
+    atomic_write_json(Path(cfg.output) / "summary.json", summary)
     return summary

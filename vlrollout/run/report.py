@@ -1,9 +1,15 @@
 """The visual report of a run: one self-contained HTML page.
 
-Each item shows its image with the ground-truth boxes (magenta) and every episode's predicted boxes
-(cyan, converted from the model's frame to the image's pixels), the prompt, each completion and
-its reward, and any rejection with its reason. Images are embedded as data URLs so the page can
-be mailed or attached to an issue.
+Each item shows every prompt image (from ``images`` and from inside the messages), the images
+tools added during an episode (labelled, as the model saw them), the ground-truth boxes (magenta)
+on the first image, and every episode's predicted boxes in that episode's own colour and number,
+converted from the model's frame to the image's pixels. The completions table repeats the colour
+and number; each rejection reason is listed once per item with its count. Images are embedded as
+data URLs so the page can be mailed or attached to an issue.
+
+Nothing an item, a model output or a reward holds can stop the page from being written: reversed
+boxes are drawn normalised, boxes that cannot be read are listed, and an item that cannot be drawn
+at all gets a line saying why.
 """
 
 from __future__ import annotations
@@ -12,35 +18,97 @@ import base64
 import html
 import io
 import json
+import logging
+import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from PIL import Image, ImageDraw
 
-from vlrollout.run.runner import _safe_name, atomic_write_bytes
+from vlrollout.run.report_summary import overview_html
+from vlrollout.run.runner import atomic_write_bytes, item_stem, read_outcomes
+
+logger = logging.getLogger("vlrollout.run")
 
 THUMB = 224
 GT_COLOUR = (255, 0, 255)  # magenta
-PRED_COLOUR = (0, 220, 255)  # cyan
+#: One colour per episode (a colour-blind-safe palette, none of them magenta), cycling.
+EPISODE_COLOURS = [
+    (0, 114, 178),
+    (230, 159, 0),
+    (0, 158, 115),
+    (213, 94, 0),
+    (86, 180, 233),
+    (240, 228, 66),
+    (0, 0, 0),
+    (150, 150, 150),
+]
+
+Box = tuple[float, float, float, float]
 
 
-def _load_image(image: Any) -> Image.Image | None:
+def episode_colour(index: int) -> tuple[int, int, int]:
+    return EPISODE_COLOURS[index % len(EPISODE_COLOURS)]
+
+
+def _hex(colour: tuple[int, int, int]) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*colour)
+
+
+def _load_image(image: Any) -> tuple[Image.Image | None, str]:
+    """The image, or ``None`` and why not (the report says so instead of failing)."""
     from vlrollout.processors.image_loading import load_image
 
     try:
-        return load_image(image).image
-    except Exception:  # noqa: BLE001 - the report shows "image unavailable" instead
+        return load_image(image).image, ""
+    except Exception as e:  # noqa: BLE001 - shown in the report instead of the image
+        return None, str(e)
+
+
+def normalise_box(box: Sequence[Any]) -> Box | None:
+    """``(min x, min y, max x, max y)`` of four finite numbers, else ``None``.
+
+    >>> normalise_box([774, 371, 971, 6]), normalise_box([1, 2, 3])
+    ((774.0, 6.0, 971.0, 371.0), None)
+    """
+    try:
+        if len(box) != 4:
+            return None
+        x1, y1, x2, y2 = (float(v) for v in box)
+    except (TypeError, ValueError):
         return None
+    if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
+        return None
+    return (min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
 
 
-def predicted_boxes(text: str, width: int, height: int, family: str = "qwen2_vl") -> list[tuple]:
-    """Boxes in ``text`` (in ``family``'s format) converted to pixels of a ``width``×``height`` image.
+def label_boxes(value: Any) -> tuple[list[Box], list[str]]:
+    """Ground-truth boxes (one box or a list of boxes) and the entries that are not boxes."""
+    if value is None or value == []:
+        return [], []
+    rows = value if isinstance(value, list) and value and isinstance(value[0], list) else [value]
+    good, bad = [], []
+    for row in rows:
+        box = normalise_box(row) if isinstance(row, list | tuple) else None
+        if box is None:
+            bad.append(f"label box {json.dumps(row, default=str)[:80]} is not 4 numbers")
+        else:
+            good.append(box)
+    return good, bad
+
+
+def predicted_boxes(
+    text: str, width: int, height: int, family: str = "qwen2_vl"
+) -> tuple[list[Box], list[str]]:
+    """Boxes in ``text`` (in ``family``'s format) in pixels of a ``width``×``height`` image,
+    normalised to ``x1 <= x2, y1 <= y2``, and what could not be read.
 
     Frames that need the processor's resized size (Qwen2.5-VL) are drawn as if the model saw the
     original size; the report is for looking, the rewards use the recorded geometry.
     """
-    from vlrollout.rewards.box_parsing import get_parser, is_finite_box
+    from vlrollout.rewards.box_parsing import get_parser
     from vlrollout.rewards.frames import Frame, convert_boxes
 
     parsed = get_parser(family)(text)
@@ -50,37 +118,72 @@ def predicted_boxes(text: str, width: int, height: int, family: str = "qwen2_vl"
         "model_width": width,
         "model_height": height,
     }
-    boxes = [b for b in parsed.boxes if is_finite_box(b)]
-    return convert_boxes(boxes, parsed.frame, Frame.ORIGINAL, geometry)
+    boxes, problems = [], list(parsed.issues)
+    for b in parsed.boxes:
+        box = normalise_box(b)
+        if box is None:
+            problems.append(f"box {list(b)} is not finite")
+        else:
+            boxes.append(box)
+    converted = convert_boxes(boxes, parsed.frame, Frame.ORIGINAL, geometry)
+    return [normalise_box(b) or b for b in converted], problems
 
 
-def _draw(image: Image.Image, gt: Sequence, preds: Sequence) -> str:
+def _data_url(image: Image.Image) -> str:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def draw_boxes(
+    image: Image.Image, gt: Sequence[Box], preds: Sequence[tuple[int, Sequence[Box]]]
+) -> str:
+    """A thumbnail with ground-truth boxes and each episode's numbered boxes, as a data URL."""
     image = image.convert("RGB")
     scale = THUMB / max(image.size)
     shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
     draw = ImageDraw.Draw(shown)
-    # Colours no synthetic shape has, so a box on a shape of its own colour stays visible.
-    for boxes, colour in ((gt, GT_COLOUR), (preds, PRED_COLOUR)):
+    for b in gt:
+        draw.rectangle([v * scale for v in b], outline=GT_COLOUR, width=2)
+    for episode, boxes in preds:
+        colour = episode_colour(episode)
         for b in boxes:
-            draw.rectangle([v * scale for v in b], outline=colour, width=2)
-    buf = io.BytesIO()
-    shown.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+            x1, y1, x2, y2 = (v * scale for v in b)
+            draw.rectangle([x1, y1, x2, y2], outline=colour, width=2)
+            draw.text((x1 + 2, y1 + 1), str(episode), fill=colour)
+    return _data_url(shown)
+
+
+def prompt_sources(item: dict[str, Any]) -> list[Any]:
+    """Every prompt image source of an item: ``images`` and those inside messages."""
+    sources = list(item["images"]) if isinstance(item.get("images"), list) else []
+    messages = item.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if not isinstance(part, dict):
+                continue
+            if part.get("image") is not None:
+                sources.append(part["image"])
+            elif part.get("type") == "image_url":
+                url = part.get("image_url")
+                sources.append(url.get("url") if isinstance(url, dict) else url)
+    return [s for s in sources if s is not None]
 
 
 def _prompt_text(item: dict[str, Any]) -> str:
+    messages = item.get("messages")
+    if isinstance(messages, str):
+        return messages
     parts = []
-    for message in item.get("messages", []):
-        content = message.get("content")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str):
             parts.append(content)
         elif isinstance(content, list):
             parts += [p.get("text", "") for p in content if isinstance(p, dict)]
-    return " ".join(p for p in parts if p)
-
-
-def _thumbnail(image: Image.Image) -> str:
-    return _draw(image, [], [])
+            parts += [p for p in content if isinstance(p, str)]
+    return " ".join(str(p) for p in parts if p)
 
 
 def tool_images(trajectory_path: Path, processor: Any, n_prompt_images: int) -> list[Image.Image]:
@@ -97,40 +200,69 @@ def tool_images(trajectory_path: Path, processor: Any, n_prompt_images: int) -> 
     return images_seen_by_model(mm[0], processor)[n_prompt_images:] if mm else []
 
 
+def _figure(src: str, caption: str) -> str:
+    return f"<figure><img src='{src}'><figcaption>{html.escape(caption)}</figcaption></figure>"
+
+
 def render_item(
     item: dict[str, Any],
     outcome: dict[str, Any],
     family: str,
     extra_images: Sequence[Image.Image] = (),
 ) -> str:
-    image = _load_image(item["images"][0]) if item.get("images") else None
-    gt = item.get("boxes") or []
-    rows = []
-    all_preds: list[tuple] = []
+    """One item's section: images with boxes, prompt, expected answer, completions, rejections."""
+    images = [_load_image(s) for s in prompt_sources(item)]
+    gt, notes = label_boxes(item.get("boxes"))
+    rows, preds = [], []
+    first = images[0][0] if images else None
     for i, episode in enumerate(outcome.get("episodes", [])):
-        text = "\n---\n".join(episode["turns"])
-        if image is not None:
-            all_preds += predicted_boxes(episode["turns"][-1], image.width, image.height, family)
-        rows.append(
-            f"<tr><td>{i}</td><td><pre>{html.escape(text)}</pre></td>"
-            f"<td class=r>{episode['reward']:.3f}</td></tr>"
+        turns = [str(t) for t in episode.get("turns", [])]
+        problems: list[str] = []
+        if first is not None and turns:
+            boxes, problems = predicted_boxes(turns[-1], first.width, first.height, family)
+            preds.append((i, boxes))
+        swatch = f"<span class=sw style='background:{_hex(episode_colour(i))}'></span>"
+        unread = (
+            f"<div class=rej>unparseable: {html.escape('; '.join(problems))}</div>"
+            if problems
+            else ""
         )
-    for r in outcome.get("rejections", []):
+        text = "\n---\n".join(turns)
+        reward = episode.get("reward")
+        shown = f"{reward:.3f}" if isinstance(reward, int | float) else html.escape(str(reward))
         rows.append(
-            f"<tr class=rej><td>✗</td><td>{html.escape(r['reason'])}: {html.escape(r['detail'])}"
-            "</td><td></td></tr>"
+            f"<tr><td>{swatch}{i}</td><td><pre>{html.escape(text)}</pre>{unread}</td>"
+            f"<td class=r>{shown}</td></tr>"
         )
-    picture = (
-        f"<img src='{_draw(image, gt, all_preds)}'>" if image is not None else "<i>no image</i>"
+    counts = Counter(
+        (str(r.get("reason", "?")), str(r.get("detail", ""))) for r in outcome.get("rejections", [])
     )
+    for (reason, detail), n in counts.items():
+        rows.append(
+            f"<tr class=rej><td>✗</td><td>{html.escape(reason)}: {html.escape(detail)}</td>"
+            f"<td class=r>×{n}</td></tr>"
+        )
+    pictures = []
+    for k, (image, why) in enumerate(images):
+        caption = f"image {k + 1}" if len(images) > 1 else "image"
+        if image is None:
+            pictures.append(f"<p><i>{caption} unavailable: {html.escape(why[:200])}</i></p>")
+        elif k == 0:
+            pictures.append(_figure(draw_boxes(image, gt, preds), caption))
+        else:
+            pictures.append(_figure(draw_boxes(image, [], []), caption))
+    if not images:
+        pictures.append("<i>no image</i>")
     for k, extra in enumerate(extra_images, 1):
-        picture += f"<figure><img src='{_thumbnail(extra)}'><figcaption>tool image {k}</figcaption></figure>"
+        pictures.append(_figure(draw_boxes(extra, [], []), f"tool image {k} (as the model saw it)"))
     answer = item.get("answer", item.get("captions", item.get("boxes", "")))
+    note = "".join(f"<p class=rej>{html.escape(n)}</p>" for n in notes)
     return (
         f"<section><h3>{html.escape(str(item['id']))} "
         f"<small>{html.escape(str(item.get('task', '')))}</small></h3>"
-        f"<div class=item>{picture}<div><p><b>prompt</b> {html.escape(_prompt_text(item))}</p>"
-        f"<p><b>expected</b> {html.escape(json.dumps(answer))}</p>"
+        f"<div class=item><div>{''.join(pictures)}</div>"
+        f"<div><p><b>prompt</b> {html.escape(_prompt_text(item))}</p>"
+        f"<p><b>expected</b> {html.escape(json.dumps(answer, default=str))}</p>{note}"
         f"<table><tr><th>#</th><th>completion</th><th>reward</th></tr>{''.join(rows)}</table>"
         "</div></div></section>"
     )
@@ -140,27 +272,32 @@ STYLE = """
 body{font-family:sans-serif;margin:2em;max-width:1100px}
 .item{display:flex;gap:1.5em;align-items:flex-start}
 img{border:1px solid #ccc;image-rendering:pixelated;width:224px}
-figure{margin:0}figcaption{font-size:small;color:#555}
+figure{margin:0 0 .5em 0}figcaption{font-size:small;color:#555}
 pre{margin:0;white-space:pre-wrap}
 table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8px;vertical-align:top}
 .r{text-align:right}.rej{color:#b00}
+.sw{display:inline-block;width:.8em;height:.8em;margin-right:.3em}
+.hist{display:inline-flex;align-items:flex-end;height:40px;gap:1px}
+.bar{display:inline-block;width:8px;background:#0072b2}
 """
 
 
-def _overview(summary: dict[str, Any]) -> str:
-    items, episodes = summary.get("items", {}), summary.get("episodes", {})
-    rows = "".join(
-        f"<tr><td>{html.escape(task)}</td><td class=r>{st.get('n', 0)}</td>"
-        f"<td class=r>{st.get('mean', float('nan')):.3f}</td></tr>"
-        for task, st in summary.get("reward_by_task", {}).items()
-    )
-    reasons = ", ".join(f"{k}: {v}" for k, v in episodes.get("rejected_by_reason", {}).items())
-    return (
-        f"<p>{items.get('done', 0)}/{items.get('total', 0)} items, "
-        f"{episodes.get('accepted', 0)} episodes kept, {episodes.get('rejected', 0)} rejected"
-        f"{' (' + html.escape(reasons) + ')' if reasons else ''}</p>"
-        f"<table><tr><th>task</th><th>episodes</th><th>mean reward</th></tr>{rows}</table>"
-    )
+def _section(
+    output: Path, item: dict[str, Any], outcome: dict[str, Any], family: str, processor: Any
+) -> str:
+    try:
+        n_prompt = len(prompt_sources(item))
+        extra = tool_images(
+            output / "trajectories" / f"{item_stem(item['id'])}.pt", processor, n_prompt
+        )
+        return render_item(item, outcome, family, extra)
+    except Exception as e:  # noqa: BLE001 - one item must not cost the whole report
+        logger.warning("report: cannot draw item %s", item.get("id"), exc_info=True)
+        return (
+            f"<section><h3>{html.escape(str(item.get('id')))}</h3>"
+            f"<p class=rej>could not draw this item: {html.escape(type(e).__name__)}: "
+            f"{html.escape(str(e)[:300])}</p></section>"
+        )
 
 
 def write_report(
@@ -175,20 +312,25 @@ def write_report(
     With ``processor`` (Qwen-VL families), images that tools added during an episode are shown
     too, reconstructed from the saved trajectory's ``pixel_values``.
     """
-    sections = []
+    outcomes = read_outcomes(output)
+    sections, by_task = [], {}
     for item in items:
-        name = _safe_name(item["id"])
-        path = output / "items" / f"{name}.json"
-        if path.exists():
-            n_prompt = len(item.get("images") or [])
-            extra = tool_images(output / "trajectories" / f"{name}.pt", processor, n_prompt)
-            sections.append(render_item(item, json.loads(path.read_text()), family, extra))
+        outcome = outcomes.get(item["id"])
+        if outcome is None:
+            continue
+        rewards = [e.get("reward") for e in outcome.get("episodes", [])]
+        by_task.setdefault(str(item.get("task", "all")), []).extend(
+            float(r) for r in rewards if isinstance(r, int | float)
+        )
+        sections.append(_section(output, item, outcome, family, processor))
+    legend = "".join(
+        f"<span style='color:{_hex(episode_colour(i))}'>■ {i}</span> " for i in range(4)
+    )
     page = (
         f"<!doctype html><meta charset=utf-8><title>vlrollout report</title><style>{STYLE}</style>"
-        f"<h1>vlrollout run</h1>{_overview(summary)}"
-        "<p><span style='color:#f0f'>■ ground truth</span> "
-        "<span style='color:#0cf'>■ predicted</span></p>"
-        f"{''.join(sections)}"
+        f"<h1>vlrollout run</h1>{overview_html(summary, by_task)}"
+        "<p><span style='color:#f0f'>■ ground truth</span> · predicted, by episode: "
+        f"{legend}…</p>{''.join(sections)}"
     )
     report = output / "report.html"
     atomic_write_bytes(report, page.encode())

@@ -1,17 +1,23 @@
 """``vlrollout run``: a workflow over a data file, with resumable output and a summary.
 
-Output folder layout (every file written atomically: temp file, then ``os.replace``):
+Output folder layout (every file written atomically: temp file, then ``os.replace``; files get
+the mode the umask gives, like any other file the user creates):
 
-- ``trajectories/<id>.pt`` — the item's group, concatenated by AReaL's ``GroupedRolloutWorkflow``
+- ``trajectories/<name>.pt`` — the item's group, concatenated by AReaL's ``GroupedRolloutWorkflow``
   (``torch.load(path, weights_only=False)`` gives the trajectory dict a trainer consumes);
-- ``items/<id>.json`` — the item's outcome: completions, rewards, rejections. Its presence marks the
+- ``items/<name>.json`` — the item's outcome: completions, rewards, rejections. Its presence marks the
   item done, so a killed run resumes where it stopped without repeating or losing items;
 - ``summary.json`` and ``report.html`` at the end.
+
+``<name>`` is :func:`item_stem`: the id made file-safe and shortened, plus a digest of the id, so
+two ids never share a file and no id is too long for the file system. The summary is computed from
+the item files on disk (each holds its id), so it counts exactly what was written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -28,16 +34,45 @@ from areal.api import InferenceEngine, RolloutWorkflow
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 
 from vlrollout.ledger import EpisodeLedger
+from vlrollout.run.items import BLOCKING, item_problems
 
 logger = logging.getLogger("vlrollout.run")
 
 
+TEMP_SUFFIX = ".tmp"
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` can only set it, which would
+    race with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode() -> int:
+    """``0o666`` less the umask: the mode ``open()`` would give a new file."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never half."""
+    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never half.
+
+    The temp file (``.<name>.<random>.tmp`` beside ``path``) is left behind only by a hard kill;
+    :func:`remove_temp_files` clears those when a run resumes.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _file_mode())  # mkstemp makes 0600 whatever the umask
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -59,8 +94,25 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _safe_name(item_id: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in item_id)
+def remove_temp_files(output: Path) -> int:
+    """Delete temp files a killed run left in ``output``; returns how many."""
+    removed = 0
+    for folder in (output, output / "items", output / "trajectories"):
+        if folder.is_dir():
+            for p in folder.glob(f".*{TEMP_SUFFIX}"):
+                p.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def item_stem(item_id: str) -> str:
+    """File name (without suffix) for an item: readable, bounded and unique per id.
+
+    >>> item_stem("a/b"), item_stem("a_b")
+    ('a_b-c14cddc033f6', 'a_b-648fa9b31bc7')
+    """
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in item_id)[:80]
+    return f"{safe}-{hashlib.sha256(item_id.encode()).hexdigest()[:12]}"
 
 
 def generated_segments(traj: dict[str, Any], row: int) -> list[list[int]]:
@@ -133,20 +185,49 @@ class Runner:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
     def item_path(self, item_id: str) -> Path:
-        return self.output / "items" / f"{_safe_name(item_id)}.json"
+        return self.output / "items" / f"{item_stem(item_id)}.json"
 
     def trajectory_path(self, item_id: str) -> Path:
-        return self.output / "trajectories" / f"{_safe_name(item_id)}.pt"
+        return self.output / "trajectories" / f"{item_stem(item_id)}.pt"
 
     def pending(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Items without a finished outcome file (what a resumed run still has to do)."""
-        return [item for item in items if not self.item_path(item["id"]).exists()]
+        done = read_outcomes(self.output)
+        return [item for item in items if item["id"] not in done]
 
     async def run_item(self, item: dict[str, Any]) -> ItemOutcome:
+        """Run one item's group; nothing the item or the model does can raise out of here
+        (a bad item or a failing workflow becomes rejections with their reason)."""
         label = f"item {item['id']}"
+        blocking = [(r, d) for r, d in item_problems(item) if r in BLOCKING]
+        if blocking:
+            rejections = [
+                {"item": label, "reason": r, "detail": d}
+                for r, d in blocking[:1]
+                for _ in range(self.group_size)
+            ]
+            return self._finish(item, None, rejections)
         before = sum(1 for r in self.ledger.records if r.item == label)
-        traj = await self.group.arun_episode(self.engine, item)
+        try:
+            traj = await self.group.arun_episode(self.engine, item)
+        except Exception as e:  # noqa: BLE001 - recorded as the item's rejection reason
+            logger.debug("workflow failed on %s", label, exc_info=True)
+            traj = None
+            failed = {
+                "item": label,
+                "reason": "workflow_error",
+                "detail": f"{type(e).__name__}: {e}",
+            }
+            recorded = [r.to_dict() for r in self.ledger.records if r.item == label][before:]
+            rejections = recorded + [failed] * max(1, self.group_size - len(recorded))
+            return self._finish(item, None, rejections)
         rejections = [r.to_dict() for r in self.ledger.records if r.item == label][before:]
+        return self._finish(item, traj, rejections)
+
+    def _finish(
+        self, item: dict[str, Any], traj: dict[str, Any] | None, rejections: list[dict[str, str]]
+    ) -> ItemOutcome:
+        """Write the item's trajectory and outcome files (the outcome last: it marks it done)."""
         episodes, tokens = [], 0
         if traj is not None:
             atomic_torch_save(self.trajectory_path(item["id"]), traj)
@@ -170,8 +251,13 @@ class Runner:
         return outcome
 
     async def run(self, items: Sequence[dict[str, Any]], progress: bool = True) -> dict[str, Any]:
-        """Run every pending item; returns the summary (also written to ``summary.json``)."""
+        """Run every pending item; returns the summary (also written to ``summary.json``).
+
+        Cancelling the task stops the items in flight (they are not written, so a rerun does
+        them) and re-raises ``asyncio.CancelledError``; finished items stay on disk.
+        """
         self.output.mkdir(parents=True, exist_ok=True)
+        remove_temp_files(self.output)
         todo = self.pending(items)
         start = time.perf_counter()
         bar = None
@@ -204,9 +290,11 @@ class Runner:
                     failure.append(outcome)
                     stop.set()
 
-        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
-        if bar is not None:
-            bar.close()
+        try:
+            await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+        finally:
+            if bar is not None:
+                bar.close()
         wall = time.perf_counter() - start
         summary = summarize(self.output, items, wall_s=wall)
         # Throughput of this invocation only: a resumed run's earlier items took other time.
@@ -233,13 +321,40 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+def read_outcomes(output: Path) -> dict[str, dict[str, Any]]:
+    """Every finished item's outcome in ``output``, by the id stored inside the file."""
+    found: dict[str, dict[str, Any]] = {}
+    folder = output / "items"
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.glob("*.json")):
+        try:
+            outcome = json.loads(path.read_text())
+        except (OSError, ValueError):
+            logger.warning("ignoring unreadable outcome file %s", path)
+            continue
+        if isinstance(outcome, dict) and "id" in outcome:
+            found[str(outcome["id"])] = outcome
+    return found
+
+
+def group_stats(rewards_per_group: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """How many GRPO groups (of two or more kept episodes) have all-equal rewards: their
+    advantages are all zero, so they teach nothing."""
+    groups = [g for g in rewards_per_group if len(g) >= 2]
+    equal = sum(1 for g in groups if max(g) - min(g) <= 1e-12)
+    return {
+        "groups": len(groups),
+        "all_equal": equal,
+        "fraction_all_equal": equal / len(groups) if groups else None,
+    }
+
+
 def summarize(output: Path, items: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """Summary over every finished item in ``output`` (including those of earlier, resumed runs)."""
-    outcomes = []
-    for item in items:
-        path = output / "items" / f"{_safe_name(item['id'])}.json"
-        if path.exists():
-            outcomes.append((item, json.loads(path.read_text())))
+    """Summary over every finished item on disk in ``output`` (including those of earlier,
+    resumed runs) that is one of ``items``."""
+    on_disk = read_outcomes(output)
+    outcomes = [(item, on_disk[item["id"]]) for item in items if item["id"] in on_disk]
     rewards = [e["reward"] for _, o in outcomes for e in o["episodes"]]
     by_task: dict[str, list[float]] = {}
     for item, o in outcomes:
@@ -267,6 +382,7 @@ def summarize(output: Path, items: Sequence[dict[str, Any]], wall_s: float) -> d
         "rejections": rejections,
         "reward": _stats(rewards),
         "reward_by_task": {k: _stats(v) for k, v in sorted(by_task.items())},
+        "groups": group_stats([[e["reward"] for e in o["episodes"]] for _, o in outcomes]),
         "generated_tokens": tokens,
         "wall_s": wall_s,
     }

@@ -1,0 +1,200 @@
+"""Every misuse of ``vlrollout run`` from issue 17: one or two lines naming the value and the fix,
+exit 2, no traceback, and found before any model loads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vlrollout import cli
+from vlrollout.run.config import RunConfig
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = str(REPO / "assets" / "tiny-qwen2vl")
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if the engine is built: every misuse must be caught before that."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the configuration was checked")
+
+    monkeypatch.setattr("vlrollout.engine.factory.make_engine", refuse)
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"id": "a", "messages": "hi", "answer": "x"}) + "\n")
+    return path
+
+
+def _run(capsys, *args: str) -> tuple[int, str]:
+    code = cli.main(["run", *args])
+    captured = capsys.readouterr()
+    return code, captured.err.strip()
+
+
+def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
+    """(name, flags, expected text) for every misuse the issue lists."""
+    ok = ["--data", str(data), "--model", MODEL, "--output", str(tmp_path / "out")]
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("group_size: [1, 2\n")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("group_sise: 3\n")
+    not_jsonl = tmp_path / "d.csv"
+    not_jsonl.write_text("a,b\n")
+    bad_line = tmp_path / "bad.jsonl"
+    bad_line.write_text('{"id": 1, "messages": "x"}\n{oops\n')
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    cases = [
+        ("missing config", ["--config", str(tmp_path / "nope.yaml")], "nope.yaml does not exist"),
+        ("bad YAML", ["--config", str(bad_yaml)], "is not valid YAML (line 2)"),
+        ("unknown key", ["--config", str(unknown)], "did you mean 'group_size'"),
+        ("group size 0", [*ok, "--group-size", "0"], "group_size must be at least 1, got 0"),
+        ("unknown workflow", [*ok, "--workflow", "visoin"], "got 'visoin'"),
+        ("workflow import path", [*ok, "--workflow", "no.such.Flow"], "--workflow 'no.such.Flow'"),
+        ("unknown reward", [*ok, "--reward", "iouu"], "--reward 'iouu': unknown reward"),
+        ("missing data", [*ok, "--data", str(tmp_path / "no.jsonl")], "no.jsonl does not exist"),
+        ("data is a folder", [*ok, "--data", str(tmp_path)], "is a folder"),
+        ("not JSONL", [*ok, "--data", str(not_jsonl)], "expected a .jsonl or .parquet file"),
+        ("invalid JSON line", [*ok, "--data", str(bad_line)], "bad.jsonl:2: not valid JSON"),
+        ("empty data", [*ok, "--data", str(empty)], "has no items"),
+        ("output is a file", [*ok, "--output", str(a_file / "out")], "is a file, not a folder"),
+        ("read-only output", [*ok, "--output", "/proc/self"], "is not writable"),
+        ("missing model", [*ok, "--model", str(tmp_path / "m")], "model folder"),
+        ("model without config", [*ok, "--model", str(tmp_path)], "has no config.json"),
+        ("bad device", [*ok, "--device", "gpu"], "engine.device must be cpu, cuda or cuda:N"),
+        ("bad address", [*ok, "--engine", "sglang", "--address", "nohost"], "must be HOST:PORT"),
+        ("remote without address", [*ok, "--engine", "vllm"], "pass --address HOST:PORT"),
+        (
+            "server not running",
+            [*ok, "--engine", "sglang", "--address", "127.0.0.1:9"],
+            "cannot reach the sglang server at 127.0.0.1:9",
+        ),
+        ("negative limit", [*ok, "--limit", "-1"], "limit must be positive"),
+        ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append(("cuda without CUDA", [*ok, "--device", "cuda"], "CUDA is not available"))
+    return cases
+
+
+def test_every_misuse_is_one_or_two_lines_and_exit_2(tmp_path, data, capsys, no_model):
+    failures = []
+    for name, flags, expected in _misuses(tmp_path, data):
+        code, err = _run(capsys, *flags)
+        lines = err.splitlines()
+        if code != 2 or expected not in err or not 1 <= len(lines) <= 2 or "Traceback" in err:
+            failures.append(f"{name}: exit {code}: {err[-400:]}")
+    assert failures == []
+
+
+def test_flag_type_errors_are_two_lines(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", "--group-size", "four"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2
+    assert err == [
+        "vlrollout run: error: argument --group-size: invalid int value: 'four'",
+        "  see `vlrollout run --help`",
+    ]
+
+
+def test_a_rerun_with_other_settings_is_refused_before_the_model_loads(
+    tmp_path, data, capsys, no_model
+):
+    from vlrollout.run.output import prepare_output
+
+    out = tmp_path / "out"
+    prepare_output(
+        out, RunConfig.load(None, data=str(data), output=str(out), **{"engine.model": MODEL})
+    )
+    code, err = _run(
+        capsys, "--data", str(data), "--model", MODEL, "--output", str(out), "--group-size", "2"
+    )
+    assert code == 2 and "group_size: 4 → 2" in err and "--overwrite" in err
+
+
+def test_no_traceback_unless_debug(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("group_sise: 3\n")
+    cmd = [sys.executable, "-m", "vlrollout.cli", "run", "--config", str(config)]
+    plain = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.count("\n") <= 2
+    debug = subprocess.run([*cmd, "--debug"], capture_output=True, text=True, timeout=120)
+    assert debug.returncode == 2 and "Traceback" in debug.stderr
+
+
+def test_unexpected_errors_are_one_line_and_exit_1(capsys, monkeypatch):
+    def boom(args):
+        raise RuntimeError("disk on fire\nsecond line")
+
+    monkeypatch.setattr(cli, "_cmd_run", boom)
+    code = cli.main(["run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err == [
+        "vlrollout run: error: RuntimeError: disk on fire",
+        "  rerun with --debug for the traceback",
+    ]
+
+
+def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    (folder / "c.yaml").write_text("data: d.jsonl\noutput: ../runs/x\nengine: {model: m}\n")
+    monkeypatch.chdir(tmp_path.parent)
+    cfg = RunConfig.load(folder / "c.yaml", limit=3)
+    assert Path(cfg.data) == folder / "d.jsonl"
+    assert Path(cfg.output).resolve() == (tmp_path / "runs" / "x").resolve()
+    assert Path(cfg.engine.model) == folder / "m"
+    flagged = RunConfig.load(folder / "c.yaml", data="other.jsonl")  # flags: the working folder
+    assert flagged.data == "other.jsonl"
+
+
+def test_the_demo_config_works_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig.load(REPO / "examples" / "demo.yaml")
+    assert Path(cfg.data).is_file() and (Path(cfg.engine.model) / "config.json").is_file()
+
+
+def test_run_help_documents_every_flag():
+    parser = cli.build_parser()
+    run = parser._subparsers._group_actions[0].choices["run"]
+    undocumented = [
+        a.option_strings for a in run._actions if a.option_strings and not (a.help or "").strip()
+    ]
+    assert undocumented == []
+
+
+def test_max_prompt_tokens_from_the_command_line_reaches_the_workflow(tokenizer):
+    from vlrollout.run.main import build_workflow
+
+    args = cli.build_parser().parse_args(["run", "--workflow", "text", "--max-prompt-tokens", "7"])
+    cfg = RunConfig.load(
+        None, **{k: v for k, v in vars(args).items() if k not in cli.RUN_ONLY_FLAGS}
+    )
+    assert cfg.max_prompt_tokens == 7
+    workflow = build_workflow(cfg, tokenizer, None, "tests.workflows.reward_fns.contains_answer")
+    assert workflow.ctx.max_prompt_tokens == 7
+
+
+def test_validate_data_lists_every_bad_line(tmp_path, capsys):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"id": "a", "messages": "x"}\n{bad\n{"id": "c", "messages": 42}\n')
+    code = cli.main(["validate-data", str(path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"{path}:line 2: bad_json" in out and f"{path}:line 3 (id c): bad_message" in out
+    assert "3 items, 2 with problems" in out

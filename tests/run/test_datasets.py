@@ -1,0 +1,112 @@
+"""Data files: image sources recognised by form, file-level errors, the item schema checker."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.image_loading import load_image
+from vlrollout.run.datasets import DataFileError, load_items, source_form
+from vlrollout.run.items import validate_data
+
+
+def _b64_png() -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (5, 7), (9, 9, 9)).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _write(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_image_sources_are_recognised_by_form(tmp_path):
+    (tmp_path / "sub").mkdir()
+    Image.new("RGB", (4, 4)).save(tmp_path / "sub" / "rel.png")
+    Image.new("RGB", (8, 2)).save(tmp_path / "abs.png")
+    b64 = _b64_png()
+    sources = [
+        "sub/rel.png",
+        str(tmp_path / "abs.png"),
+        f"file://{tmp_path / 'abs.png'}",
+        b64,
+        f"data:image/png;base64,{b64}",
+        "http://example.com/x.png",
+    ]
+    data = _write(tmp_path / "d.jsonl", [{"id": "a", "messages": "x", "images": sources}])
+    (item,) = load_items(data)
+    sizes, reasons = [], []
+    for s in item["images"]:
+        try:
+            sizes.append(load_image(s, "item a").original_size)
+        except PreprocessError as e:
+            reasons.append((e.reason, e.detail))
+    assert sizes == [(4, 4), (8, 2), (8, 2), (5, 7), (5, 7)]
+    assert len(reasons) == 1 and reasons[0][0] == "image_source" and "not fetched" in reasons[0][1]
+
+
+def test_sources_inside_messages_are_resolved_too(tmp_path):
+    Image.new("RGB", (4, 4)).save(tmp_path / "m.png")
+    row = {
+        "id": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "m.png"}},
+                    {"type": "image", "image": "m.png"},
+                    {"type": "text", "text": "?"},
+                ],
+            }
+        ],
+    }
+    (item,) = load_items(_write(tmp_path / "d.jsonl", [row]))
+    parts = item["messages"][0]["content"]
+    assert parts[0]["image_url"]["url"] == str(tmp_path / "m.png")
+    assert parts[1]["image"] == str(tmp_path / "m.png")
+
+
+def test_source_form():
+    assert source_form("a/b.png") == "path"
+    assert source_form("/9j/4AAQSkZJRgABAQ==") == "base64"
+    assert source_form("ftp://h/x") == "url"
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda p: p, "is a folder"),
+        (lambda p: p / "missing.jsonl", "does not exist"),
+        (lambda p: (p / "e.jsonl").write_text("") and None or p / "e.jsonl", "has no items"),
+        (lambda p: (p / "d.csv").write_text("a") and None or p / "d.csv", "expected a .jsonl"),
+    ],
+)
+def test_data_file_errors(tmp_path, make, match):
+    with pytest.raises(DataFileError, match=match):
+        load_items(make(tmp_path))
+
+
+def test_validate_data_reports_every_bad_line(tmp_path):
+    rows = [
+        {"id": "ok", "messages": "hi"},
+        "{not json",
+        {"id": "n", "messages": [{"role": "user", "content": None}]},
+        {"id": "b", "messages": "x", "boxes": [[1, 2, 3]]},
+        {"id": "ok", "messages": "again"},
+        "[1, 2]",
+    ]
+    n, bad = validate_data(_write(tmp_path / "d.jsonl", rows))
+    assert n == 6
+    assert [(b.line, b.reason) for b in bad] == [
+        (2, "bad_json"),
+        (3, "bad_message"),
+        (4, "bad_field"),
+        (5, "duplicate_id"),
+        (6, "bad_item"),
+    ]

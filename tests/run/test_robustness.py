@@ -1,0 +1,202 @@
+"""No model output, reward value or data line ends a run (issue 17, item 1)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from areal.api.cli_args import GenerationHyperparameters
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from vlrollout.run.datasets import load_items
+from vlrollout.run.main import tiny_task_reward
+from vlrollout.run.report import normalise_box, write_report
+from vlrollout.run.runner import Runner, atomic_write_json, item_stem
+from vlrollout.testing.scripted_engine import ScriptedEngine
+from vlrollout.workflows import RLVRWorkflow, VisionRLVRWorkflow
+
+REWARD = "tests.workflows.reward_fns.contains_answer"
+
+
+def _jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_malformed_messages_are_bad_message_rejections(tokenizer, tmp_path):
+    rows = [
+        {"id": "null", "messages": [{"role": "user", "content": None}], "images": []},
+        {"id": "int", "messages": 42, "images": []},
+        {
+            "id": "part",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, 5]}],
+        },
+        {"id": "ok", "messages": [{"role": "user", "content": "2+2?"}], "answer": "4"},
+    ]
+    items = load_items(_jsonl(tmp_path / "d.jsonl", rows))
+    answer = tokenizer.encode("4", add_special_tokens=False) + [tokenizer.eos_token_id]
+    wf = RLVRWorkflow(REWARD, GenerationHyperparameters(), tokenizer)
+    runner = Runner(wf, ScriptedEngine([answer]), tokenizer, tmp_path / "out", group_size=2)
+    summary = asyncio.run(runner.run(items, progress=False))
+    assert summary["items"] == {"total": 4, "done": 4, "accepted": 1, "rejected": 3}
+    assert summary["episodes"]["rejected_by_reason"] == {"bad_message": 6}
+    details = {r["id"]: r["detail"] for r in summary["rejections"]}
+    assert "content is null" in details["null"]
+    assert "got a int" in details["int"]
+    assert "part 1 is a int" in details["part"]
+
+
+class _Exploding(RLVRWorkflow):
+    async def arun_episode(self, engine, data):
+        raise RuntimeError("workflow bug")
+
+
+def test_a_workflow_exception_is_a_rejection_not_a_crash(tokenizer, tmp_path):
+    items = load_items(
+        _jsonl(tmp_path / "d.jsonl", [{"id": "a", "messages": "hi"}, {"id": "b", "messages": "x"}])
+    )
+    wf = _Exploding(REWARD, GenerationHyperparameters(), tokenizer)
+    runner = Runner(wf, ScriptedEngine([[1]]), tokenizer, tmp_path / "out", group_size=3)
+    summary = asyncio.run(runner.run(items, progress=False))
+    assert summary["items"]["rejected"] == 2
+    assert summary["episodes"]["rejected_by_reason"] == {"workflow_error": 6}
+    assert "RuntimeError: workflow bug" in summary["rejections"][0]["detail"]
+
+
+def test_report_draws_reversed_boxes_and_lists_malformed_ones(tmp_path):
+    Image.new("RGB", (200, 100), (0, 128, 0)).save(tmp_path / "a.png")
+    item = {
+        "id": "g",
+        "task": "ground",
+        "messages": [{"role": "user", "content": "<image>Where?"}],
+        "images": [str(tmp_path / "a.png")],
+        "boxes": [[1, 2, 3]],  # a label box with three numbers
+    }
+    out = tmp_path / "out"
+    reversed_box = "<|box_start|>(774,371),(971,6)<|box_end|>"
+    unreadable = "<|box_start|>(1,2),(3)<|box_end|>"
+    atomic_write_json(
+        out / "items" / f"{item_stem('g')}.json",
+        {
+            "id": "g",
+            "status": "accepted",
+            "episodes": [
+                {"reward": 0.0, "turns": [reversed_box]},
+                {"reward": 0.5, "turns": [unreadable]},
+            ],
+            "rejections": [],
+            "generated_tokens": 10,
+        },
+    )
+    page = write_report(out, [item], {"items": {"done": 1, "total": 1}}).read_text()
+    assert "could not draw" not in page
+    assert "label box [1, 2, 3] is not 4 numbers" in page
+    assert "unparseable" in page  # the second episode's box is listed, not drawn
+    assert page.count("<img") == 1
+
+
+def test_normalise_box_orders_corners_and_refuses_non_boxes():
+    assert normalise_box([774, 371, 971, 6]) == (774.0, 6.0, 971.0, 371.0)
+    assert normalise_box([1, 2, 3]) is None
+    assert normalise_box([0, 0, float("nan"), 1]) is None
+    assert normalise_box(["a", 1, 2, 3]) is None
+
+
+# -- property: random completions and random items through run + report ------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 2000) | st.floats() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.sampled_from(["role", "content", "type", "text", "url"]), children)
+    ),
+    max_leaves=10,
+)
+_part = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=10)}),
+    st.fixed_dictionaries({"type": st.just("image")}),
+    st.fixed_dictionaries(
+        {"type": st.just("image_url"), "image_url": st.fixed_dictionaries({"url": st.text()})}
+    ),
+    _json,
+)
+_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "system", "assistant"])},
+    optional={"content": st.one_of(st.text(max_size=20), st.lists(_part, max_size=3), _json)},
+)
+_box_text = st.builds(
+    lambda a, b, c, d: f"<|box_start|>({a},{b}),({c},{d})<|box_end|>",
+    *[st.integers(-100, 2000)] * 4,
+)
+_completion = st.lists(
+    st.one_of(st.text(max_size=12), _box_text, st.sampled_from(["3", "<|box_start|>(1,2)"])),
+    max_size=3,
+).map("".join)
+
+
+@st.composite
+def _items(draw, image: str):
+    items = []
+    for i in range(draw(st.integers(1, 4))):
+        item = {
+            "id": draw(st.text(min_size=1, max_size=12)) + f"#{i}",
+            "task": draw(st.sampled_from(["count", "ground", "caption", "other"])),
+            "messages": draw(
+                st.one_of(
+                    st.just([{"role": "user", "content": "<image>How many?"}]),
+                    st.lists(_message, max_size=3),
+                    _json,
+                )
+            ),
+            "images": draw(
+                st.one_of(
+                    st.just([image]), st.lists(st.sampled_from([image, "x.png", "AAAA"])), _json
+                )
+            ),
+        }
+        for key in ("answer", "boxes", "captions"):
+            if draw(st.booleans()):
+                item[key] = draw(
+                    st.one_of(
+                        _json, st.lists(st.lists(st.integers(0, 200), max_size=5), max_size=2)
+                    )
+                )
+        items.append(item)
+    return items
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_random_items_and_completions_never_end_a_run(
+    tokenizer, qwen2vl_processor, tmp_path_factory, data
+):
+    folder = tmp_path_factory.mktemp("prop")
+    Image.new("RGB", (56, 56), (200, 30, 30)).save(folder / "a.png")
+    rows = data.draw(_items(str(folder / "a.png")))
+    completions = data.draw(st.lists(_completion, min_size=1, max_size=6))
+    items = load_items(_jsonl(folder / "d.jsonl", rows))
+    eos = tokenizer.eos_token_id
+    script = [tokenizer.encode(c, add_special_tokens=False)[:40] + [eos] for c in completions]
+    wf = VisionRLVRWorkflow(
+        tiny_task_reward(items), GenerationHyperparameters(), tokenizer, qwen2vl_processor
+    )
+    out = folder / "out"
+    group = 2
+    summary = asyncio.run(
+        Runner(wf, ScriptedEngine(script), tokenizer, out, group_size=group).run(
+            items, progress=False
+        )
+    )
+    assert summary["items"]["done"] == len(items)
+    episodes = summary["episodes"]
+    assert episodes["accepted"] + episodes["rejected"] == group * len(items)
+    page = write_report(out, items, summary, processor=qwen2vl_processor).read_text()
+    assert "could not draw" not in page
+    assert page.count("<section>") == len(items)

@@ -1,0 +1,129 @@
+"""The output folder of a run: usable, and holding results of this configuration only.
+
+``run.json`` records the settings that shape the results. Rerunning into the folder with the same
+settings resumes; with different ones it is refused, naming each difference, unless
+``--overwrite`` removes the earlier results first (only the files a run writes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from vlrollout.run.errors import OutputFolderError
+
+RUN_FILE = "run.json"
+#: Settings that do not change what an item's results are (resuming with them changed is fine).
+NOT_RESULT_SHAPING = (
+    "output",
+    "limit",
+    "concurrency",
+    "fail_fast",
+    "engine.addresses",
+    "reward_timeout_s",
+)
+RUN_OUTPUTS = ("items", "trajectories", "summary.json", "report.html", RUN_FILE)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{key}."))
+        else:
+            out[key] = v
+    return out
+
+
+def fingerprint(cfg: Any) -> dict[str, Any]:
+    """The result-shaping settings of ``cfg`` as a flat ``{dotted key: value}`` dict."""
+    flat = _flatten(json.loads(json.dumps(cfg.to_dict(), default=str)))
+    for key in ("data", "engine.model"):  # the same file named from another working folder
+        if isinstance(flat.get(key), str):
+            flat[key] = os.path.abspath(flat[key])
+    return {k: v for k, v in flat.items() if k not in NOT_RESULT_SHAPING}
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old → new`` for every setting that differs.
+
+    >>> differences({"group_size": 4, "workflow": "vision"}, {"group_size": 2, "workflow": "vision"})
+    ['group_size: 4 → 2']
+    """
+    keys = sorted(set(old) | set(new))
+    return [
+        f"{k}: {json.dumps(old.get(k))} → {json.dumps(new.get(k))}"
+        for k in keys
+        if old.get(k) != new.get(k)
+    ]
+
+
+def _check_writable(output: Path) -> None:
+    for parent in [output, *output.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputFolderError(
+                    f"output {output}: {parent} is a file, not a folder; pass --output to a folder"
+                )
+            break
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=output, prefix=".write-test.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputFolderError(
+            f"output folder {output} is not writable ({e.strerror or e}); pass --output to a "
+            "folder you can write to"
+        ) from None
+
+
+def _remove_results(output: Path) -> None:
+    for name in RUN_OUTPUTS:
+        path = output / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def prepare_output(output: Path, cfg: Any, overwrite: bool = False) -> None:
+    """Make ``output`` ready for ``cfg``: writable, and either new, a resume of the same
+    configuration, or cleared by ``overwrite``.
+
+    Raises:
+        OutputFolderError: the folder is a file or not writable, or holds results of another
+            configuration (the message lists the differences).
+    """
+    _check_writable(output)
+    run_file = output / RUN_FILE
+    new = fingerprint(cfg)
+    if overwrite:
+        _remove_results(output)
+    elif run_file.exists():
+        try:
+            old = json.loads(run_file.read_text()).get("config", {})
+        except (OSError, ValueError):
+            old = {}
+        diff = differences(old, new)
+        if diff:
+            shown = "; ".join(diff[:6]) + (f"; and {len(diff) - 6} more" if len(diff) > 6 else "")
+            raise OutputFolderError(
+                f"output folder {output} holds results of a different configuration ({shown}); "
+                "use another --output folder, or --overwrite to delete those results"
+            )
+    elif any((output / name).exists() for name in ("items", "trajectories")):
+        has_items = any((output / "items").glob("*.json")) if (output / "items").is_dir() else False
+        if has_items:
+            raise OutputFolderError(
+                f"output folder {output} holds results without a {RUN_FILE} (an older run?); "
+                "use another --output folder, or --overwrite to delete those results"
+            )
+    from vlrollout.run.runner import atomic_write_json
+
+    atomic_write_json(run_file, {"config": new})
