@@ -152,14 +152,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     )
     total = cfg.total_train_steps or ft_spec.total_train_steps
 
-    actor = build_actor(cfg.actor, ft_spec)
     ckpt = checkpoint.latest(out)
     start = 0
-    model_path = cfg.actor.path
     if ckpt is not None:
-        checkpoint.load(actor, ckpt)
-        start, model_path = ckpt.step, str(ckpt.path)
+        start, cfg.actor.path = ckpt.step, str(ckpt.path)
         logger.warning("resuming from %s (step %d)", ckpt.path, start)
+    model_path = cfg.actor.path
+    actor = build_actor(cfg.actor, ft_spec)
+    if ckpt is not None:
+        checkpoint.load_optimizer(actor, ckpt)
     metrics_path, eval_path = out / "metrics.jsonl", out / "eval.jsonl"
     for path in (metrics_path, eval_path):  # drop records of steps after the checkpoint
         kept = [r for r in read_jsonl(path) if r["step"] <= start]
