@@ -106,21 +106,25 @@ def pick(stats: dict[str, float], name: str) -> float | None:
     return None
 
 
-def evaluate(engine: Any, workflow: Any, items: list[dict]) -> dict[str, float]:
-    """Greedy held-out evaluation straight on the engine (outside AReaL's staleness budget)."""
+def evaluate(
+    engine: Any, workflow: Any, items: list[dict], prefix: str = "eval", repeats: int = 1
+) -> dict[str, float]:
+    """Held-out evaluation straight on the engine (outside AReaL's staleness budget): the mean
+    reward per task over ``repeats`` episodes per item (a rejected episode scores 0)."""
+    episodes = [it for it in items for _ in range(repeats)]
 
     async def run():
-        return await asyncio.gather(*(workflow.arun_episode(engine, it) for it in items))
+        return await asyncio.gather(*(workflow.arun_episode(engine, it) for it in episodes))
 
     trajs = asyncio.run(run())
     by_task: dict[str, list[float]] = {}
-    for it, t in zip(items, trajs, strict=True):
+    for it, t in zip(episodes, trajs, strict=True):
         score = float(t["rewards"].flatten()[0]) if t is not None else 0.0
         by_task.setdefault(it.get("task", "all"), []).append(score)
-    out = {f"eval/{k}": statistics.fmean(v) for k, v in by_task.items()}
-    out["eval/mean"] = statistics.fmean(s for v in by_task.values() for s in v)
-    out["eval/n"] = len(items)
-    out["eval/rejected"] = sum(t is None for t in trajs)
+    out = {f"{prefix}/{k}": statistics.fmean(v) for k, v in by_task.items()}
+    out[f"{prefix}/mean"] = statistics.fmean(s for v in by_task.values() for s in v)
+    out[f"{prefix}/n"] = len(episodes)
+    out[f"{prefix}/rejected"] = sum(t is None for t in trajs)
     return out
 
 
@@ -180,10 +184,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         n_samples=1, greedy=True, max_new_tokens=cfg.gconfig.max_new_tokens
     )
     eval_workflow = VisionRLVRWorkflow(eval_reward, greedy, engine.tokenizer, engine.processor)
+    sampled_workflow = VisionRLVRWorkflow(eval_reward, one, engine.tokenizer, engine.processor)
 
     def run_eval(step: int) -> None:
         t = time.perf_counter()
         rec = {"step": step, **evaluate(engine, eval_workflow, eval_items)}
+        if vl.eval_samples:
+            rec.update(
+                evaluate(engine, sampled_workflow, eval_items, "eval_sampled", vl.eval_samples)
+            )
         rec["eval/seconds"] = time.perf_counter() - t
         append_jsonl(eval_path, rec)
         logger.warning("held-out eval at step %d: %.4f", step, rec["eval/mean"])
