@@ -50,29 +50,6 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
     )
 
 
-def build_rewards(cfg: TrainConfig, train: list[dict], valid: list[dict]) -> tuple[Any, Any]:
-    """``(training reward, evaluation reward)``.
-
-    ``tiny_task`` trains grounding with ``ground_metric`` (GIoU by default: a miss still ranks
-    by how far it is) and evaluates with IoU, the metric the tiny model is reported with.
-    """
-    from vlrollout.run_main import load_reward, tiny_task_reward
-
-    vl = cfg.vlrollout
-    if vl.reward != "tiny_task":
-        reward = load_reward(vl.reward, train)
-        return reward, reward
-    from vlrollout.rewards import ByTask
-    from vlrollout.rewards.grounding import GroundingReward
-
-    train_reward = tiny_task_reward(train)
-    if vl.ground_metric != "iou":
-        routes = dict(train_reward.rewards)
-        routes["ground"] = GroundingReward("qwen2_vl", vl.ground_metric)
-        train_reward = ByTask(routes)
-    return train_reward, tiny_task_reward(valid)
-
-
 def batch_items(items: list[dict], step: int, batch_size: int, seed: int) -> list[dict]:
     """Items of ``step``: a fresh seeded permutation per epoch, so a resumed run sees the same."""
     per_epoch = max(1, len(items) // batch_size)
@@ -140,6 +117,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import restore_multi_modal_inputs
     from vlrollout.train.report import append_jsonl, read_jsonl, write_report
+    from vlrollout.train.rewards import build_rewards
     from vlrollout.workflows import VisionRLVRWorkflow
 
     vl = cfg.vlrollout
@@ -147,7 +125,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
-    reward, eval_reward = build_rewards(cfg, train_items, eval_items)
+    reward, eval_reward = build_rewards(vl.reward, vl.ground_metric, train_items, eval_items)
     bs = cfg.train_dataset.batch_size
     ft_spec = FinetuneSpec(
         total_train_epochs=cfg.total_train_epochs,
