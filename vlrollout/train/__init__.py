@@ -1,7 +1,13 @@
 """``vlrollout train``: GRPO with AReaL's own ``FSDPPPOActor`` over the embedded engine.
 
-A recipe (it wires components; no component imports it): :mod:`vlrollout.train.cpu` picks
-CPU-safe defaults, :mod:`vlrollout.train.packing` keeps packed sequences apart without
-flash-attn, :mod:`vlrollout.train.actor` builds AReaL's actor, :mod:`vlrollout.train.loop` runs
-the GRPO steps, :mod:`vlrollout.train.report` writes the metrics and the HTML report.
+A recipe (it wires components; no component imports it):
+
+- :mod:`~vlrollout.train.cpu`: CPU-safe trainer defaults where there is no GPU.
+- :mod:`~vlrollout.train.packing`: keeps packed sequences apart without flash-attn.
+- :mod:`~vlrollout.train.actor`: builds AReaL's actor (world size 1, or a torchrun rank).
+- :mod:`~vlrollout.train.batch`: per-trajectory images after ``compute_advantages``.
+- :mod:`~vlrollout.train.config`, :mod:`~vlrollout.train.rewards`: config and rewards.
+- :mod:`~vlrollout.train.loop`: the GRPO steps; :mod:`~vlrollout.train.checkpoint`: resumable
+  checkpoints; :mod:`~vlrollout.train.report`: metrics JSONL and the HTML report;
+  :mod:`~vlrollout.train.main`: the command line.
 """

@@ -62,8 +62,17 @@ def latest(out: Path) -> Checkpoint | None:
     return Checkpoint(path, int(state["step"]))
 
 
-def load(actor: Any, ckpt: Checkpoint) -> None:
-    """Restore weights and optimizer state saved by :func:`save`."""
-    from areal.api.io_struct import SaveLoadMeta
+def load_optimizer(actor: Any, ckpt: Checkpoint) -> None:
+    """Restore the optimizer state saved by :func:`save`; the weights come from building the actor
+    with ``actor.path = ckpt.path``.
 
-    actor.load(SaveLoadMeta(path=str(ckpt.path), weight_format="hf", with_optim=True))
+    Why not ``actor.load(SaveLoadMeta(weight_format="hf", with_optim=True))``: its
+    ``_load_model_from_hf`` (``areal/engine/fsdp_engine.py:1729-1741``) reads the safetensors
+    keys raw, but transformers 5 saves Qwen2-VL under its checkpoint names (``visual.*``,
+    ``model.layers.*``) while the live model's are ``model.visual.*``,
+    ``model.language_model.layers.*``: every key is missing. Building the actor from the folder
+    goes through ``from_pretrained``, which converts them; the optimizer shard is then loaded with
+    AReaL's own ``_load_optimizer_state`` (line 1781). The LR scheduler restarts (constant LR in
+    the shipped config).
+    """
+    actor._load_optimizer_state(str(ckpt.path))

@@ -25,7 +25,10 @@ class TrainSection:
             reward name / import path from :mod:`vlrollout.rewards`.
         ground_metric: Box reward used in training for ``tiny_task`` (``iou`` or the denser
             ``giou``). Evaluation always reports IoU.
-        eval_every: Evaluate (greedy, held-out) every this many steps; 0 only at start and end.
+        eval_every: Evaluate (held-out) every this many steps; 0 only at start and end.
+        eval_samples: Besides the greedy evaluation, this many sampled episodes per held-out item
+            at the training temperature (``eval_sampled/*``: the policy's expected reward);
+            0 skips it.
         save_every: Checkpoint every this many steps (and at the end).
         progress: Show a progress bar.
     """
@@ -39,6 +42,7 @@ class TrainSection:
     reward: str = "tiny_task"
     ground_metric: str = "giou"
     eval_every: int = 5
+    eval_samples: int = 0
     save_every: int = 10
     progress: bool = True
 
@@ -54,10 +58,10 @@ class TrainSection:
         for name in ("train_items", "eval_items"):
             if getattr(self, name) < 1:
                 raise ValueError(f"vlrollout.{name} must be >= 1, got {getattr(self, name)}")
-        if self.eval_every < 0 or self.save_every < 1:
+        if self.eval_every < 0 or self.save_every < 1 or self.eval_samples < 0:
             raise ValueError(
-                f"vlrollout.eval_every must be >= 0 and save_every >= 1, got "
-                f"{self.eval_every} and {self.save_every}"
+                f"vlrollout.eval_every and eval_samples must be >= 0 and save_every >= 1, got "
+                f"{self.eval_every}, {self.eval_samples} and {self.save_every}"
             )
 
 

@@ -50,29 +50,6 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
     )
 
 
-def build_rewards(cfg: TrainConfig, train: list[dict], valid: list[dict]) -> tuple[Any, Any]:
-    """``(training reward, evaluation reward)``.
-
-    ``tiny_task`` trains grounding with ``ground_metric`` (GIoU by default: a miss still ranks
-    by how far it is) and evaluates with IoU, the metric the tiny model is reported with.
-    """
-    from vlrollout.run.main import load_reward, tiny_task_reward
-
-    vl = cfg.vlrollout
-    if vl.reward != "tiny_task":
-        reward = load_reward(vl.reward, train)
-        return reward, reward
-    from vlrollout.rewards import ByTask
-    from vlrollout.rewards.grounding import GroundingReward
-
-    train_reward = tiny_task_reward(train)
-    if vl.ground_metric != "iou":
-        routes = dict(train_reward.rewards)
-        routes["ground"] = GroundingReward("qwen2_vl", vl.ground_metric)
-        train_reward = ByTask(routes)
-    return train_reward, tiny_task_reward(valid)
-
-
 def batch_items(items: list[dict], step: int, batch_size: int, seed: int) -> list[dict]:
     """Items of ``step``: a fresh seeded permutation per epoch, so a resumed run sees the same."""
     per_epoch = max(1, len(items) // batch_size)
@@ -106,21 +83,25 @@ def pick(stats: dict[str, float], name: str) -> float | None:
     return None
 
 
-def evaluate(engine: Any, workflow: Any, items: list[dict]) -> dict[str, float]:
-    """Greedy held-out evaluation straight on the engine (outside AReaL's staleness budget)."""
+def evaluate(
+    engine: Any, workflow: Any, items: list[dict], prefix: str = "eval", repeats: int = 1
+) -> dict[str, float]:
+    """Held-out evaluation straight on the engine (outside AReaL's staleness budget): the mean
+    reward per task over ``repeats`` episodes per item (a rejected episode scores 0)."""
+    episodes = [it for it in items for _ in range(repeats)]
 
     async def run():
-        return await asyncio.gather(*(workflow.arun_episode(engine, it) for it in items))
+        return await asyncio.gather(*(workflow.arun_episode(engine, it) for it in episodes))
 
     trajs = asyncio.run(run())
     by_task: dict[str, list[float]] = {}
-    for it, t in zip(items, trajs, strict=True):
+    for it, t in zip(episodes, trajs, strict=True):
         score = float(t["rewards"].flatten()[0]) if t is not None else 0.0
         by_task.setdefault(it.get("task", "all"), []).append(score)
-    out = {f"eval/{k}": statistics.fmean(v) for k, v in by_task.items()}
-    out["eval/mean"] = statistics.fmean(s for v in by_task.values() for s in v)
-    out["eval/n"] = len(items)
-    out["eval/rejected"] = sum(t is None for t in trajs)
+    out = {f"{prefix}/{k}": statistics.fmean(v) for k, v in by_task.items()}
+    out[f"{prefix}/mean"] = statistics.fmean(s for v in by_task.values() for s in v)
+    out[f"{prefix}/n"] = len(episodes)
+    out[f"{prefix}/rejected"] = sum(t is None for t in trajs)
     return out
 
 
@@ -136,6 +117,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import restore_multi_modal_inputs
     from vlrollout.train.report import append_jsonl, read_jsonl, write_report
+    from vlrollout.train.rewards import build_rewards
     from vlrollout.workflows import VisionRLVRWorkflow
 
     vl = cfg.vlrollout
@@ -143,7 +125,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
-    reward, eval_reward = build_rewards(cfg, train_items, eval_items)
+    reward, eval_reward = build_rewards(vl.reward, vl.ground_metric, train_items, eval_items)
     bs = cfg.train_dataset.batch_size
     ft_spec = FinetuneSpec(
         total_train_epochs=cfg.total_train_epochs,
@@ -152,14 +134,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     )
     total = cfg.total_train_steps or ft_spec.total_train_steps
 
-    actor = build_actor(cfg.actor, ft_spec)
     ckpt = checkpoint.latest(out)
     start = 0
-    model_path = cfg.actor.path
     if ckpt is not None:
-        checkpoint.load(actor, ckpt)
-        start, model_path = ckpt.step, str(ckpt.path)
+        start, cfg.actor.path = ckpt.step, str(ckpt.path)
         logger.warning("resuming from %s (step %d)", ckpt.path, start)
+    model_path = cfg.actor.path
+    actor = build_actor(cfg.actor, ft_spec)
+    if ckpt is not None:
+        checkpoint.load_optimizer(actor, ckpt)
     metrics_path, eval_path = out / "metrics.jsonl", out / "eval.jsonl"
     for path in (metrics_path, eval_path):  # drop records of steps after the checkpoint
         kept = [r for r in read_jsonl(path) if r["step"] <= start]
@@ -179,10 +162,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         n_samples=1, greedy=True, max_new_tokens=cfg.gconfig.max_new_tokens
     )
     eval_workflow = VisionRLVRWorkflow(eval_reward, greedy, engine.tokenizer, engine.processor)
+    sampled_workflow = VisionRLVRWorkflow(eval_reward, one, engine.tokenizer, engine.processor)
 
     def run_eval(step: int) -> None:
         t = time.perf_counter()
         rec = {"step": step, **evaluate(engine, eval_workflow, eval_items)}
+        if vl.eval_samples:
+            rec.update(
+                evaluate(engine, sampled_workflow, eval_items, "eval_sampled", vl.eval_samples)
+            )
         rec["eval/seconds"] = time.perf_counter() - t
         append_jsonl(eval_path, rec)
         logger.warning("held-out eval at step %d: %.4f", step, rec["eval/mean"])

@@ -91,7 +91,10 @@ def write_report(out: Path, cfg: Any = None) -> Path:
             "training reward (sampled)",
             {"mean": series("reward_mean", steps), "std": series("reward_std", steps)},
         ),
-        svg_chart("held-out metric (greedy)", {k: series(k, evals) for k in eval_keys}),
+        svg_chart(
+            "held-out metric (eval/: greedy; eval_sampled/: at the training temperature)",
+            {k: series(k, evals) for k in eval_keys},
+        ),
         svg_chart(
             "groups with all-equal rewards (no signal)",
             {"fraction": series("frac_all_equal_groups", steps)},

@@ -1,0 +1,65 @@
+"""The recipe's small parts: per-step statistics, item order, report, config checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlrollout.train.batch import restore_multi_modal_inputs
+from vlrollout.train.config import TrainSection
+from vlrollout.train.loop import batch_items, pick, rollout_stats
+from vlrollout.train.report import append_jsonl, write_report
+
+
+def _group(rewards, tokens):
+    return {
+        "rewards": torch.tensor(rewards, dtype=torch.float32),
+        "loss_mask": torch.ones(len(rewards), tokens, dtype=torch.int32),
+    }
+
+
+def test_rollout_stats_counts_all_equal_groups():
+    batch = [_group([1.0, 1.0], 3), _group([0.0, 1.0], 2)]
+    s = rollout_stats(batch, rollout_s=2.0)
+    assert s["frac_all_equal_groups"] == 0.5
+    assert s["reward_mean"] == 0.75 and s["reward_std"] == pytest.approx(0.4330127)
+    assert s["gen_tokens"] == 10 and s["tokens_per_s"] == 5.0
+
+
+def test_batch_items_cover_each_epoch_once_and_repeat_on_resume():
+    items = [{"id": i} for i in range(10)]
+    epoch = [it["id"] for step in range(5) for it in batch_items(items, step, 2, seed=3)]
+    assert sorted(epoch) == list(range(10))
+    assert batch_items(items, 7, 2, 3) == batch_items(items, 7, 2, 3)
+    assert batch_items(items, 5, 2, 3) != batch_items(items, 0, 2, 3)
+
+
+def test_pick_finds_areal_scoped_stats():
+    stats = {"ppo_actor/update/clip_ratio/avg": 0.1, "ppo_actor/update/grad_norm": 2.0}
+    assert pick(stats, "clip_ratio") == 0.1 and pick(stats, "grad_norm") == 2.0
+    assert pick(stats, "entropy") is None
+
+
+def test_restore_multi_modal_inputs_puts_back_each_trajectorys_images():
+    own = [{"multi_modal_input": [{"pixel_values": torch.full((1,), float(i))}]} for i in range(3)]
+    whole = [m for t in own for m in t["multi_modal_input"]]
+    adv = [{"multi_modal_input": whole} for _ in own]  # what AReaL's split_batch returns
+    restore_multi_modal_inputs(adv, own)
+    assert [a["multi_modal_input"][0]["pixel_values"].item() for a in adv] == [0.0, 1.0, 2.0]
+    with pytest.raises(ValueError, match="2 trajectories for 3"):
+        restore_multi_modal_inputs(adv[:2], own)
+
+
+def test_report_draws_reward_and_eval_curves(tmp_path):
+    for step in (1, 2):
+        append_jsonl(tmp_path / "metrics.jsonl", {"step": step, "reward_mean": 0.1 * step})
+    append_jsonl(tmp_path / "eval.jsonl", {"step": 0, "eval/mean": 0.05, "eval/ground": 0.05})
+    html = write_report(tmp_path).read_text()
+    assert html.count("<polyline") >= 2 and "eval/ground" in html
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="vlrollout.task"):
+        TrainSection(task="segment")
+    with pytest.raises(ValueError, match="ground_metric"):
+        TrainSection(ground_metric="dice")
