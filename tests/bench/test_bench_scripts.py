@@ -55,3 +55,13 @@ def test_bench_photos_are_jpegs_of_the_requested_sizes(tmp_path, monkeypatch):
             assert im.format == "JPEG" and im.size == (p.width, p.height) and im.mode == "RGB"
     # Scale-to-cover then centre crop: never padded, always exactly the requested size.
     assert derive(synthetic_photo(50, 20), 40, 40).size == (40, 40)
+
+
+@pytest.mark.slow
+def test_engine_quick_prints_ratios_tokens_and_http_overhead():
+    lines = _run_quick("bench_engine.py", timeout_s=300)
+    for name in ("equal", "mixed"):
+        (row,) = [line for line in lines if line.startswith(name)]
+        assert re.search(r"\d+\.\d\dx\s+8/8$", row), row  # greedy tokens identical to generate
+    assert any(line.startswith("HTTP") and "ms/request" in line for line in lines)
+    assert lines[-1].startswith("headline engine/generate")

@@ -89,7 +89,7 @@ def _sglang_cases(p):
             "wrong type",
             {"input_ids": p["text"], "sampling_params": {"top_p": "high"}},
             400,
-            "top_p must be float",
+            "sampling_params: top_p must be float",
         ),
         (
             "longer than the context",

@@ -133,3 +133,51 @@ def test_abort_mid_generation_resumes_with_new_weights(protocol, name_root):
     after = teacher_forced(new, ids, resp.output_tokens)
     torch.testing.assert_close(got[:k], before[:k], atol=1e-4, rtol=0)
     torch.testing.assert_close(got[k:], after[k:], atol=1e-4, rtol=0)
+
+
+def test_vllm_chat_request_is_held_not_aborted_across_an_update(name_root):
+    """AReaL's vLLM client cannot resume an aborted chat request (it resends the unchanged
+    messages), so the server holds it: one coherent completion, the tokens after the update
+    from the new weights."""
+    from tests.serve.conftest import image
+    from vlrollout.processors.auto import AutoProcessorPreprocessor
+
+    n = 40
+    with serving("vllm") as (server, engine):
+        client = areal_client("vllm", server.address, experiment_name=EXPERIMENT, trial_name=TRIAL)
+        slow = SlowDecode(engine.model, 0.01)
+        try:
+            old = copy.deepcopy(engine.model)
+            new = perturbed(engine.model, seed=2)
+            prepared = AutoProcessorPreprocessor(engine.processor).prepare(
+                {
+                    "messages": [{"role": "user", "content": "<image>How many shapes?"}],
+                    "images": [image(7)],
+                }
+            )
+            req = _request(prepared.input_ids, n)
+            req.image_data = list(prepared.image_data)
+            req.vision_msg_vllm = [copy.deepcopy(prepared.vision_msg_vllm)]
+            out = []
+            thread = threading.Thread(target=lambda: out.append(asyncio.run(client.agenerate(req))))
+            thread.start()
+            deadline = time.monotonic() + 30
+            while engine.stats().get("tokens", 0) < 5 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            trainer_update(client, new, name_root / "v1")
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+            calls = engine.stats()
+        finally:
+            slow.remove()
+            client.destroy()
+    (resp,) = out
+    assert resp.output_len == n and resp.stop_reason == "length"
+    assert calls["prefills"] == 2  # first prefill, then one re-prefill after the new weights
+    mm = prepared.multi_modal_input
+    got = torch.tensor(resp.output_logprobs)
+    before = teacher_forced(old, prepared.input_ids, resp.output_tokens, mm=mm)
+    after = teacher_forced(new, prepared.input_ids, resp.output_tokens, mm=mm)
+    k = int((got - before).abs().lt(1e-4).long().cumprod(0).sum())  # tokens from old weights
+    assert 0 < k < n
+    torch.testing.assert_close(got[k:], after[k:], atol=1e-4, rtol=0)

@@ -1,7 +1,8 @@
 """A decode batch: rows of sequences sharing one left-padded KV cache.
 
-Each sequence is prefilled on its own (batch 1, no padding, so its prompt logits are exactly
-those of an unpadded forward), then its cache joins the running batch: all rows are left-padded
+Sequences admitted together are prefilled in one left-padded forward (each row's positions
+computed from its own prompt, so padding only shifts columns; logprobs agree with an unpadded
+forward to float rounding), then their caches join the running batch: all rows are left-padded
 to a common length and the padding is masked out through ``attention_mask``. A decode step
 feeds one token per row with explicit per-row position ids. Finished rows leave with
 ``batch_select_indices`` and columns that every remaining row masks are trimmed.

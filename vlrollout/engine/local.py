@@ -10,8 +10,8 @@ pixels) or, failing that, from ``req.image_data`` through the processor (see
 Concurrency: one worker thread owns the model. ``agenerate`` (from any event loop, including
 the background loop of AReaL's ``WorkflowExecutor``) puts the request in a thread-safe queue and
 awaits a ``concurrent.futures.Future``, so the event loop never runs model code. The worker
-batches up to ``max_batch_size`` sequences: each is prefilled alone, then joins a left-padded
-decode batch (:mod:`vlrollout.engine.batch`); new requests join between decode steps and
+batches up to ``max_batch_size`` sequences: those admitted together are prefilled in one
+forward, then join a left-padded decode batch (:mod:`vlrollout.engine.batch`); new requests join between decode steps and
 finished ones leave (continuous batching). ``max_batch_size=1`` serialises requests.
 
 Weight updates, offload and onload run on the worker between decode steps. After new weights

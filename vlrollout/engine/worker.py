@@ -2,9 +2,9 @@
 
 Requests arrive from any thread or event loop through :meth:`DecodeWorker.submit`, which takes a
 :class:`GenerationTask` whose ``future`` (a ``concurrent.futures.Future``) resolves when the
-task is done. The worker admits pending tasks up to ``max_batch_size``, prefills each alone
-(batch 1, no padding), merges its KV cache into the running left-padded decode batch
-(:mod:`vlrollout.engine.batch`) and decodes one token per row per step. Control operations
+task is done. The worker admits pending tasks up to ``max_batch_size``, prefills them together
+(left-padded; one at a time in deterministic mode, where ``max_batch_size`` is 1), merges their
+KV caches into the running left-padded decode batch (:mod:`vlrollout.engine.batch`) and decodes one token per row per step. Control operations
 (weight updates, offload) run between steps; those that change weights send the running tasks
 back to the queue, to be prefilled again (prompt + tokens so far) with the new weights.
 """
@@ -251,42 +251,74 @@ class DecodeWorker:
         self._active, self._cache, self._mask = [], None, None
 
     def _admit(self) -> None:
-        while len(self._active) < self.max_batch_size:
-            with self._cond:
-                if not self._pending:
-                    return
+        """Take queued tasks up to ``max_batch_size`` rows and prefill them together."""
+        tasks = []
+        with self._cond:
+            while self._pending and len(self._active) + len(tasks) < self.max_batch_size:
                 task = self._pending.popleft()
-            if task.future.cancelled():
-                continue
+                if not task.future.cancelled():
+                    tasks.append(task)
+        groups: dict[frozenset, list[GenerationTask]] = {}
+        for task in tasks:  # one forward needs the same kinds of vision inputs in every row
+            groups.setdefault(frozenset(task.inputs.vision), []).append(task)
+        for group in groups.values():
             try:
-                self._prefill(task)
-            except Exception as e:  # this request's inputs; the batch is unaffected
-                _resolve(task.future, error=e)
+                self._prefill(group)
+            except Exception as e:  # find the request(s) at fault; the others still run
+                if len(group) == 1:
+                    _resolve(group[0].future, error=e)
+                    continue
+                for task in group:
+                    try:
+                        self._prefill([task])
+                    except Exception as e1:
+                        _resolve(task.future, error=e1)
 
     @torch.no_grad()
-    def _prefill(self, task: GenerationTask) -> None:
-        ids = torch.tensor([task.inputs.input_ids + task.out_tokens], device=self.device)
-        positions, task.rope_delta = prompt_positions(
-            self.model, ids, task.inputs.mm_token_type_ids, task.inputs.vision
-        )
+    def _prefill(self, tasks: list[GenerationTask]) -> None:
+        """One forward over the prompts (+ tokens so far) of ``tasks``, left-padded to a common
+        length; per-row positions come from each prompt alone, so padding only shifts columns.
+        The new rows' caches then join the running decode batch."""
+        rows = [task.inputs.input_ids + task.out_tokens for task in tasks]
+        length = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), length, dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(ids)
+        positions = []
+        for i, (task, row) in enumerate(zip(tasks, rows, strict=True)):
+            one = torch.tensor([row], device=self.device)
+            pos, task.rope_delta = prompt_positions(
+                self.model, one, task.inputs.mm_token_type_ids, task.inputs.vision
+            )
+            ids[i, length - len(row) :] = one[0]
+            mask[i, length - len(row) :] = 1
+            positions.append(torch.nn.functional.pad(pos, (length - len(row), 0), value=1))
+        position_ids = torch.cat(positions, dim=-2)  # [3, B, L] (M-RoPE) or [B, L]
+        vision = {
+            key: torch.cat([t.inputs.vision[key] for t in tasks]) for key in tasks[0].inputs.vision
+        }
         out = self.model(
             input_ids=ids,
-            position_ids=positions,
+            attention_mask=mask if len(tasks) > 1 else None,
+            position_ids=position_ids,
             use_cache=True,
             logits_to_keep=1,
-            **task.inputs.vision,
+            **vision,
         )
-        self.stats["prefills"] += 1
-        if self._sample([task], out.logits[:, -1])[0]:
+        self.stats["prefills"] += len(tasks)
+        self.stats["prefill_batches"] += 1
+        done = self._sample(tasks, out.logits[:, -1])
+        keep = [i for i, d in enumerate(done) if not d]
+        if not keep:
             return
-        mask = torch.ones_like(ids)
+        cache = out.past_key_values
+        if len(keep) < len(tasks):
+            cache, mask = select_rows(cache, mask, keep)
+        new = [tasks[i] for i in keep]
         if self._cache is None:
-            self._active, self._cache, self._mask = [task], out.past_key_values, mask
+            self._active, self._cache, self._mask = new, cache, mask
         else:
-            self._cache, self._mask = merge_caches(
-                self._cache, self._mask, out.past_key_values, mask
-            )
-            self._active.append(task)
+            self._cache, self._mask = merge_caches(self._cache, self._mask, cache, mask)
+            self._active.extend(new)
 
     @torch.no_grad()
     def _decode_step(self) -> None:

@@ -73,5 +73,5 @@ def typed(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
         ok = isinstance(value, kinds)
     if not ok:
         names = "/".join(k.__name__ for k in kinds)
-        raise BadRequest(f"{where}.{key} must be {names}, got {type(value).__name__} {value!r}")
+        raise BadRequest(f"{where}: {key} must be {names}, got {type(value).__name__} {value!r}")
     return value

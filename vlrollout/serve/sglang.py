@@ -60,17 +60,18 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     check_fields(sp, SAMPLING_FIELDS, f"{where}: sampling_params")
     if sp.get("n", 1) != 1:
         raise BadRequest(f"{where}: sampling_params.n must be 1, got {sp['n']!r}")
+    spw = f"{where}: sampling_params"
     gconfig = state.gconfig(
         where,
         sp.get("max_new_tokens"),
-        temperature=typed(sp, "temperature", float, where),
-        top_p=typed(sp, "top_p", float, where),
-        top_k=typed(sp, "top_k", int, where),
-        stop_token_ids=typed(sp, "stop_token_ids", list, where),
-        stop=typed(sp, "stop", (str, list), where),
-        ignore_eos=typed(sp, "ignore_eos", bool, where),
-        frequency_penalty=typed(sp, "frequency_penalty", float, where),
-        min_new_tokens=typed(sp, "min_new_tokens", int, where),
+        temperature=typed(sp, "temperature", float, spw),
+        top_p=typed(sp, "top_p", float, spw),
+        top_k=typed(sp, "top_k", int, spw),
+        stop_token_ids=typed(sp, "stop_token_ids", list, spw),
+        stop=typed(sp, "stop", (str, list), spw),
+        ignore_eos=typed(sp, "ignore_eos", bool, spw),
+        frequency_penalty=typed(sp, "frequency_penalty", float, spw),
+        min_new_tokens=typed(sp, "min_new_tokens", int, spw),
     )
     images = body.get("image_data")
     if isinstance(images, str):

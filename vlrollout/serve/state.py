@@ -18,6 +18,7 @@ import collections
 import concurrent.futures
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -179,6 +180,11 @@ class ServerState:
         """Load ``save_pretrained`` weights from ``path``; returns the engine's new version."""
         from areal.api.io_struct import WeightUpdateMeta
 
+        if not Path(path, "config.json").is_file():
+            raise BadRequest(
+                f"cannot load weights from {path!r}: not a folder written by save_pretrained "
+                "(no config.json); the trainer must save before publishing the update"
+            )
         if abort_all and self.inflight:
             await asyncio.wrap_future(self.engine.abort_requests(set(self.inflight)))
         meta = WeightUpdateMeta(type="disk", path=path)

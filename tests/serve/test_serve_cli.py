@@ -1,0 +1,79 @@
+"""``vlrollout serve`` as a user starts it: a real process, answering AReaL's health check."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from tests.serve.conftest import ASSET, ROOT
+from vlrollout.cli import build_parser, main
+
+
+def test_serve_is_a_subcommand_with_the_documented_flags():
+    args = build_parser().parse_args(
+        ["serve", "--model", "m", "--protocol", "vllm", "--port", "1234", "--max-memory", "cpu=1GB"]
+    )
+    assert (args.model, args.protocol, args.port, args.host) == ("m", "vllm", 1234, "127.0.0.1")
+
+
+def test_missing_model_folder_is_a_one_line_error(tmp_path, capsys):
+    assert main(["serve", "--model", str(tmp_path / "nope")]) == 2
+    assert "is not a model folder" in capsys.readouterr().out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["sglang", "vllm"])
+def test_serve_process_starts_answers_and_stops(protocol):
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "vlrollout.cli", "serve", "--model", str(ASSET)]
+    cmd += ["--protocol", protocol, "--port", str(port), "--threads", "1"]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        start, up = time.monotonic(), False
+        while time.monotonic() - start < 90 and proc.poll() is None:
+            try:
+                up = requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            except requests.ConnectionError:
+                pass
+            if up:
+                break
+            time.sleep(0.2)
+        assert up, proc.stdout.read().decode()[-2000:] if proc.poll() is not None else "no answer"
+        print(f"serve answered /health after {time.monotonic() - start:.1f} s")
+        if protocol == "sglang":
+            r = requests.post(
+                f"http://127.0.0.1:{port}/generate",
+                json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3}},
+                timeout=30,
+            )
+        else:
+            r = requests.post(
+                f"http://127.0.0.1:{port}/v1/completions",
+                json={"prompt": [1, 2, 3], "max_tokens": 3, "logprobs": 0},
+                timeout=30,
+            )
+        assert r.status_code == 200, r.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
