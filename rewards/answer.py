@@ -40,18 +40,21 @@ and ``int()`` refuses more than 4,300 digits."""
 _SIGN = "\\-+\u2212"  # a regex character-class fragment: hyphen, plus, Unicode minus
 _WORDS = "|".join(sorted(WORD_NUMBERS, key=len, reverse=True))
 _BRACKET_INT = re.compile(r"\[\s*(\d+)(?:\.0*)?\s*\]")
-# Candidates are maximal runs of letters, digits, signs and joining punctuation that start with a
-# digit, a sign or the first letter of a number word; each run is then checked whole, so
-# "someone", "3-4", "x3", "+-3" and the "000" inside "1,000" are not counts. The pattern opens
-# with a character set (no alternation or lookbehind first), which lets the regex engine skip
-# other characters in C: linear time, and fast on a megabyte of spaces or prose.
+# Candidates come from two regexes that each open with a character set, so the regex engine skips
+# every other character in C (linear time, fast on a megabyte of spaces or prose): number words
+# (first letter, then the rest) and digit runs (commas allowed, checked below). Neither may follow
+# a letter, digit or joining punctuation, nor be followed by one or by a sign, so "someone",
+# "3-4", "x3" and the "000" inside "1,000" are not counts. A sign just before a candidate counts
+# when nothing token-like precedes it ("-3" is -3; in "+-3" and "3-4" it does not).
 _TOKEN_CHARS = rf"\w.,{_SIGN}"
-_CANDIDATE = re.compile(
-    rf"[\d{_SIGN}{''.join(sorted({w[0] for w in WORD_NUMBERS}))}](?<![{_TOKEN_CHARS}].)"
-    rf"[{_TOKEN_CHARS}]*",
-    re.IGNORECASE,
+_WORD_REST = "|".join(sorted({w[1:] for w in WORD_NUMBERS}, key=len, reverse=True))
+_WORD_FIRST = "".join(sorted({w[0] for w in WORD_NUMBERS}))
+_WORD_CANDIDATE = re.compile(
+    rf"[{_WORD_FIRST}](?<![\w.,].)(?:{_WORD_REST})(?:-[a-z]+)?[.,]*(?![{_TOKEN_CHARS}])"
 )
-_COUNT_TOKEN = re.compile(rf"([{_SIGN}]?)(?:(\d[\d,]*(?:\.\d+)?)|([a-z]+(?:-[a-z]+)?))[.,]*")
+_DIGIT_CANDIDATE = re.compile(rf"\d(?<![\w.,].)[\d,]*(?:\.\d+)?[.,]*(?![{_TOKEN_CHARS}])")
+_TOKEN_CHAR = re.compile(rf"[{_TOKEN_CHARS}]")
+_SIGNS = "-+\u2212"
 _GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+|\d+")
 _TOO_LONG = "too long"
 
@@ -59,7 +62,9 @@ _TOO_LONG = "too long"
 def _word_value(word: str) -> int | None:
     parts = word.lower().split("-")
     if len(parts) == 1:
-        return WORD_NUMBERS.get(parts[0])
+        return WORD_NUMBERS.get(parts[0])  # None for "zne": first letter and rest both valid
+    if len(parts) != 2:
+        return None
     tens, unit = parts
     if tens in _TENS and unit in _UNITS[1:]:
         return WORD_NUMBERS[tens] + WORD_NUMBERS[unit]
@@ -92,31 +97,68 @@ def read_count(text: str) -> tuple[int | None, str | None]:
             return None, "number_too_long"
         if value is not None:
             return int(value), None
-    candidates = list(_CANDIDATE.finditer(text))
+    # The answer is usually near the end: read windows from the end, doubling each time, so a
+    # megabyte of prose before the answer costs one short scan (geometric growth keeps the worst
+    # case linear). Windows start after a character that cannot be inside a token.
+    low = text.lower()
+    window = 4096
+    while True:
+        start = max(0, len(low) - window)
+        if start:
+            cut = _BOUNDARY.search(low, start)
+            start = cut.end() if cut else len(low)
+        found = _last_count(low, start)
+        if found is not None or start == 0:
+            return found or (None, "no_number")
+        window *= 2
+
+
+_BOUNDARY = re.compile(rf"[^{_TOKEN_CHARS}]")
+
+
+def _sign(text: str, i: int) -> int | None:
+    """+1/-1 for the candidate starting at ``i``; ``None`` when a sign joins it to a token."""
+    if i == 0 or text[i - 1] not in _SIGNS:
+        return 1
+    if i >= 2 and _TOKEN_CHAR.match(text, i - 2):
+        return None  # "3-4", "+-3", "x-3"
+    return 1 if text[i - 1] == "+" else -1
+
+
+def _last_count(text: str, start: int) -> tuple[int | None, str | None] | None:
+    """The last count among the candidates in lower-cased ``text[start:]``; ``None`` to look
+    further back."""
+    words = list(_WORD_CANDIDATE.finditer(text, start))
+    candidates = sorted(
+        words + list(_DIGIT_CANDIDATE.finditer(text, start)), key=lambda m: m.start()
+    )
     too_long = False
     for i in range(len(candidates) - 1, -1, -1):
-        m = _COUNT_TOKEN.fullmatch(candidates[i].group().lower())
-        if m is None:
+        m = candidates[i]
+        sign = _sign(text, m.start())
+        token = m.group().rstrip(".,")
+        if sign is None:
             continue
-        sign = -1 if m.group(1) in ("-", "\u2212") else 1
-        if m.group(2) is not None:
-            value = _digits_value(m.group(2))
+        if token[0].isdigit():
+            value = _digits_value(token)
             if value == _TOO_LONG:
                 too_long = True
                 continue
-        elif m.group(3) not in WORD_NUMBERS and "-" not in m.group(3):
-            continue
         else:
-            value = _word_value(m.group(3))
-            if value is not None and m.group(3) in _UNITS[1:] and i > 0 and not m.group(1):
+            value = _word_value(token)
+            if value is not None and token in _UNITS[1:] and sign == 1:
+                if i == 0 and start > 0:
+                    return None  # a tens word may stand just before the window
                 # "twenty one": a tens word right before a unit word is one number.
-                prev = candidates[i - 1]
-                gap = text[prev.end() : candidates[i].start()]
-                if prev.group().lower() in _TENS and gap.isspace():
-                    value += WORD_NUMBERS[prev.group().lower()]
+                prev = candidates[i - 1] if i > 0 else None
+                gap = text[prev.end() : m.start()] if prev else ""
+                if prev and prev.group() in _TENS and gap.isspace():
+                    value += WORD_NUMBERS[prev.group()]
         if value is not None:
             return sign * int(value), None
-    return None, "number_too_long" if too_long else "no_number"
+    if too_long:
+        return None, "number_too_long"
+    return None
 
 
 def parse_count(text: str) -> int | None:

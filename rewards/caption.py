@@ -11,8 +11,9 @@ Why our own implementation rather than calling ``pycocoevalcap``:
   Rennie et al. 2017, arXiv:1612.00563; the "coco-train-df" mode of vrama91/cider).
 - **No Java.** The COCO toolkit's PTB tokenizer, METEOR and SPICE need a JVM; :mod:`.text_tokenize`
   is a deterministic pure-Python tokenizer.
-- **Speed.** idf weights are precomputed once and reference vectors are cached, so a GRPO group of
-  N completions for one image vectorises the references once (see ``bench/bench_rewards.py``).
+- **Speed and size.** :mod:`.cider` packs n-grams into integer ids and scores batches with one
+  sparse matrix per order; a GRPO group is one batch whose references are counted once
+  (``CiderD.score_group``), and the corpus state is a few arrays (see ``bench/bench_rewards.py``).
 
 Definitions (checked against ``pycocoevalcap`` 1.2 in ``tests/rewards/test_caption.py``):
 
@@ -38,10 +39,11 @@ Definitions (checked against ``pycocoevalcap`` 1.2 in ``tests/rewards/test_capti
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .cider import CiderD, cider_d_corpus  # noqa: F401 - re-exported
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region
 from .text_tokenize import tokenize
@@ -62,163 +64,6 @@ def ngram_counts(tokens: Sequence[str], n: int = 4) -> Counter[Ngram]:
         for i in range(size - k + 1):
             counts[tuple(tokens[i : i + k])] += 1
     return counts
-
-
-_Vector = tuple[list[dict[Ngram, float]], list[float], int]
-
-
-class CiderD:
-    """CIDEr-D with document frequencies fixed from a reference corpus; picklable.
-
-    Build once with :meth:`from_references` from the training references (one list of captions
-    per image), then score any candidate against its own references with :meth:`score`.
-
-    Args:
-        document_frequency: n-gram -> number of reference sets containing it.
-        num_docs: Number of reference sets (N in ``log N - log df``); must be >= 1.
-        n: Largest n-gram order.
-        sigma: Standard deviation of the Gaussian length penalty.
-        tokenizer: Callable turning a caption into tokens; module-level so it pickles.
-        cache_size: How many reference sets keep their vectors cached (0 disables the cache).
-
-    >>> cider = CiderD.from_references([["a dog runs fast"], ["a cat sleeps here"]])
-    >>> round(cider.score("a dog runs fast", ["a dog runs fast"]), 4)
-    10.0
-    """
-
-    def __init__(
-        self,
-        document_frequency: Mapping[Ngram, float],
-        num_docs: int,
-        *,
-        n: int = 4,
-        sigma: float = 6.0,
-        tokenizer: Tokenizer = tokenize,
-        cache_size: int = 4096,
-    ) -> None:
-        if num_docs < 1:
-            raise ValueError(
-                f"num_docs must be >= 1 (the number of reference sets), got {num_docs}"
-            )
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if sigma <= 0:
-            raise ValueError(f"sigma must be > 0, got {sigma}")
-        self.n = n
-        self.sigma = float(sigma)
-        self.num_docs = int(num_docs)
-        self.tokenizer = tokenizer
-        self.cache_size = int(cache_size)
-        self.document_frequency = {tuple(g): float(df) for g, df in document_frequency.items()}
-        self._log_n = math.log(self.num_docs)
-        self._idf = {
-            g: self._log_n - math.log(max(1.0, df)) for g, df in self.document_frequency.items()
-        }
-        self._ref_cache: OrderedDict[tuple[str, ...], list[_Vector]] = OrderedDict()
-
-    @classmethod
-    def from_references(
-        cls,
-        references: Iterable[Sequence[str]],
-        *,
-        n: int = 4,
-        sigma: float = 6.0,
-        tokenizer: Tokenizer = tokenize,
-        cache_size: int = 4096,
-    ) -> CiderD:
-        """Count document frequencies over a corpus: one sequence of reference captions per image."""
-        df: Counter[Ngram] = Counter()
-        num_docs = 0
-        for i, refs in enumerate(references):
-            if isinstance(refs, str):
-                raise TypeError(
-                    f"references[{i}] is a str; pass one list of reference captions per image, "
-                    f"e.g. [['a dog', 'a brown dog'], ['a cat']]"
-                )
-            grams: set[Ngram] = set()
-            for ref in refs:
-                grams.update(ngram_counts(tokenizer(ref), n))
-            df.update(grams)
-            num_docs += 1
-        if num_docs == 0:
-            raise ValueError("from_references needs at least one reference set")
-        return cls(df, num_docs, n=n, sigma=sigma, tokenizer=tokenizer, cache_size=cache_size)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_ref_cache"] = OrderedDict()
-        state.pop("_idf")
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._idf = {
-            g: self._log_n - math.log(max(1.0, df)) for g, df in self.document_frequency.items()
-        }
-
-    def _vectorize(self, tokens: Sequence[str]) -> _Vector:
-        vecs: list[dict[Ngram, float]] = [{} for _ in range(self.n)]
-        norms = [0.0] * self.n
-        idf = self._idf
-        log_n = self._log_n
-        for gram, tf in ngram_counts(tokens, self.n).items():
-            w = tf * idf.get(gram, log_n)
-            k = len(gram) - 1
-            vecs[k][gram] = w
-            norms[k] += w * w
-        return vecs, [math.sqrt(x) for x in norms], len(tokens)
-
-    def _sim(self, hyp: _Vector, ref: _Vector) -> float:
-        vh, nh, lh = hyp
-        vr, nr, lr = ref
-        delta = float(lh - lr)
-        penalty = math.exp(-(delta * delta) / (2.0 * self.sigma * self.sigma))
-        total = 0.0
-        for k in range(self.n):
-            rk = vr[k]
-            val = 0.0
-            for gram, w in vh[k].items():
-                rw = rk.get(gram)
-                if rw is not None:
-                    val += min(w, rw) * rw
-            if nh[k] != 0.0 and nr[k] != 0.0:
-                val /= nh[k] * nr[k]
-            total += val * penalty
-        return total / self.n
-
-    def _ref_vectors(self, references: Sequence[Sequence[str]]) -> list[_Vector]:
-        return [self._vectorize(r) for r in references]
-
-    def score_tokens(self, candidate: Sequence[str], references: Sequence[Sequence[str]]) -> float:
-        """CIDEr-D of tokenized ``candidate`` against tokenized ``references`` (0..10)."""
-        if len(references) == 0:
-            raise ValueError("CIDEr-D needs at least one reference caption")
-        hyp = self._vectorize(candidate)
-        refs = self._ref_vectors(references)
-        return 10.0 * sum(self._sim(hyp, r) for r in refs) / len(refs)
-
-    def score(self, candidate: str, references: Sequence[str]) -> float:
-        """CIDEr-D of a raw caption against raw reference captions (0..10), tokenizing both.
-
-        Reference vectors are cached by the reference strings, so scoring a group of completions
-        for the same image vectorises its references once.
-        """
-        if isinstance(references, str):
-            references = [references]
-        if len(references) == 0:
-            raise ValueError("CIDEr-D needs at least one reference caption")
-        key = tuple(references)
-        refs = self._ref_cache.get(key) if self.cache_size else None
-        if refs is None:
-            refs = self._ref_vectors([self.tokenizer(r) for r in references])
-            if self.cache_size:
-                self._ref_cache[key] = refs
-                if len(self._ref_cache) > self.cache_size:
-                    self._ref_cache.popitem(last=False)
-        else:
-            self._ref_cache.move_to_end(key)
-        hyp = self._vectorize(self.tokenizer(candidate))
-        return 10.0 * sum(self._sim(hyp, r) for r in refs) / len(refs)
 
 
 def bleu(candidate: Sequence[str], references: Sequence[Sequence[str]], n: int = 4) -> list[float]:

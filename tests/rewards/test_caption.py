@@ -17,6 +17,7 @@ import pickle
 import random
 from collections import defaultdict
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -222,3 +223,44 @@ def test_caption_reward_configuration_errors():
         CaptionReward("meteor")
     with pytest.raises(KeyError, match="captions"):
         CaptionReward("bleu4")("p", "a dog", [], [], answer="x")
+
+
+def test_cider_d_corpus_mode_equals_pycocoevalcap_to_1e12():
+    from vlrollout.rewards.cider import cider_d_corpus
+
+    cands, refs = _dataset(seed=5, images=60)
+    cands[0], cands[1] = "", "dog"
+    got = cider_d_corpus(cands, refs, tokenizer=whitespace_tokenize)
+    ref = _coco_cider(cands, refs)
+    assert max(abs(a - b) for a, b in zip(got, ref, strict=True)) <= 1e-12
+    assert max(got) > 1.0
+
+
+@pytest.mark.parametrize("small_batch", [0, 64])  # the sparse path, the dict path
+def test_grpo_group_batch_equals_one_by_one_and_pycocoevalcap(small_batch, monkeypatch):
+    import vlrollout.rewards.cider as cider_module
+
+    monkeypatch.setattr(cider_module, "SMALL_BATCH", small_batch)
+    _, refs = _dataset(seed=6, images=30)
+    cider = CiderD.from_references(refs, tokenizer=whitespace_tokenize, cache_size=0)
+    rng = random.Random(7)
+    group = [_sentence(rng) for _ in range(8)] + ["zebra unseen words zebra", refs[3][0]]
+    batch = cider.score_group(group, refs[3])
+    single = [cider.score(c, refs[3]) for c in group]
+    assert max(abs(a - b) for a, b in zip(batch, single, strict=True)) <= 1e-12
+    coco = _coco_cider_fixed_df(group, [refs[3]] * len(group), cider)
+    assert max(abs(a - b) for a, b in zip(batch, coco, strict=True)) <= 1e-12
+    mixed = cider.score_batch(group[:3] + group[:2], [refs[3]] * 3 + [refs[4]] * 2)
+    assert mixed[:3] == pytest.approx(batch[:3], abs=1e-12)
+    assert mixed[3:] == pytest.approx([cider.score(c, refs[4]) for c in group[:2]], abs=1e-12)
+
+
+def test_cider_d_state_is_compact_arrays():
+    _, refs = _dataset(seed=8, images=200)
+    cider = CiderD.from_references(refs, tokenizer=whitespace_tokenize)
+    state = cider.__getstate__()
+    assert all(isinstance(a, np.ndarray) for a in state["_keys"] + state["_df"])
+    rebuilt = CiderD(cider.document_frequency, cider.num_docs, tokenizer=whitespace_tokenize)
+    assert rebuilt.score("a dog runs", refs[0]) == pytest.approx(
+        cider.score("a dog runs", refs[0]), abs=1e-12
+    )

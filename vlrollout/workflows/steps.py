@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import pickle
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from areal.utils.perf_tracer import atrace_session_phase, trace_session
 from vlrollout.checks import check_request_images
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
+from vlrollout.rewards.pool import RewardRecipe, replace_pool
 
 # Keys of a data item that do not reach the reward function: raw images are heavy to pickle into
 # the reward process pool, and rewards get each image's geometry instead — unless the reward says
@@ -121,7 +121,10 @@ class RewardCaller:
     AReaL's wrapper returns 0 after a timeout, indistinguishable from a wrong answer; here the
     timeout is enforced outside it, so a timeout rejects the episode with reason
     ``reward_timeout``, and an exception rejects it with ``reward_error`` — never an unexplained 0.
-    A crashed worker process is recovered by the wrapper (it recreates the pool and retries once).
+    A crashed worker process is recovered by the wrapper (it recreates the pool and retries once);
+    after a timeout the pool is replaced (:func:`vlrollout.rewards.pool.replace_pool`), so a hung
+    reward takes down only its own episode. The pool receives a :class:`RewardRecipe`, not the
+    reward: each worker builds the reward once.
 
     Args:
         reward_fn: ``(prompt, completions, prompt_ids, completion_ids, **task_data) -> float``,
@@ -140,19 +143,15 @@ class RewardCaller:
 
             reward_fn = get_reward(reward_fn)
         self.reward_fn = resolve_callable(reward_fn, "reward function")
-        try:
-            pickle.dumps(self.reward_fn)
-        except Exception as e:  # noqa: BLE001 - re-raised with the fix
-            raise ValueError(
-                f"reward function {self.reward_fn!r} cannot be pickled ({e}); it runs in AReaL's "
-                "process pool, so use a module-level function or an instance of a module-level "
-                "class (not a lambda or a closure), or pass its import path"
-            ) from e
+        # What crosses into the pool per call is a small recipe; each worker builds the reward
+        # once from the file it names (vlrollout.rewards.pool), so per-call cost does not grow
+        # with the reward's state (a CIDEr-D corpus). Raises ValueError if it cannot pickle.
+        self.recipe = RewardRecipe.from_reward(self.reward_fn)
         self.timeout_s = timeout_s
         # Inner timeout is longer than ours so ours always fires first; one retry covers a
         # broken process pool.
         self._wrapper = AsyncRewardWrapper(
-            self.reward_fn, timeout_seconds=2 * timeout_s + 1, max_retries=1
+            self.recipe, timeout_seconds=2 * timeout_s + 1, max_retries=1
         )
 
     @trace_session("reward")
@@ -180,6 +179,10 @@ class RewardCaller:
                 call = self._wrapper(*args, **kwargs)
             value = await asyncio.wait_for(call, timeout=self.timeout_s)
         except TimeoutError as e:
+            if not getattr(self.reward_fn, "run_in_thread", False):
+                # The hung call still occupies a pool worker: replace the pool so the next
+                # rewards do not queue behind it (calls beside it are retried by AReaL).
+                replace_pool(self._wrapper)
             raise EpisodeRejected(
                 "reward_timeout", f"reward function took longer than {self.timeout_s}s"
             ) from e
