@@ -211,7 +211,9 @@ class ImageGeometry:
 
         sizes = [float(get(k)) for k in SIZE_KEYS]
         if not all(v > 0 for v in sizes):
-            raise ValueError(f"geometry sizes must be positive, got {dict(zip(SIZE_KEYS, sizes))}")
+            raise ValueError(
+                f"geometry sizes must be positive, got {dict(zip(SIZE_KEYS, sizes, strict=True))}"
+            )
         sx, sy = get("scale_x"), get("scale_y")
         return cls(
             *sizes,  # type: ignore[arg-type]
