@@ -34,6 +34,8 @@ class PreparedPrompt:
         vision_msg_vllm: OpenAI-style messages with ``data:`` URLs, which AReaL's vLLM client needs
             to send images at all; ``None`` for text-only items.
         image_token_id: The placeholder token id the processor expands, if the family has one.
+        templated: The item came already chat-templated (AReaL's dataset format); vLLM then gets
+            the item's ``messages_chat`` if it has one, else nothing (``vision_msg_vllm`` is None).
     """
 
     input_ids: list[int]
@@ -44,6 +46,7 @@ class PreparedPrompt:
     geometry: list[ImageGeometry] = field(default_factory=list)
     vision_msg_vllm: list[dict[str, Any]] | None = None
     image_token_id: int | None = None
+    templated: bool = False
 
     @property
     def num_images(self) -> int:

@@ -145,6 +145,20 @@ class EpisodeContext:
             )
         return prepared
 
+    def reward_prompt(self, token_ids: Sequence[int], image_token_id: int | None) -> str:
+        """The reward's ``prompt`` argument, one meaning for every workflow.
+
+        ``prompt`` is the chat-templated text that the scored completion continues, with each
+        image written once, as the chat template writes it (Qwen: ``<|vision_start|>
+        <|image_pad|><|vision_end|>``), never the processor's expansion into one placeholder per
+        image token. For a single-turn episode it equals ``PreparedPrompt.prompt_text``; for later
+        turns it also holds the earlier turns. (AReaL's own workflows pass the expanded text.)
+        """
+        ids = list(token_ids)
+        if image_token_id is not None:
+            ids = [t for k, t in enumerate(ids) if t != image_token_id or k == 0 or ids[k - 1] != t]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
     def decode_completion(self, token_ids: Sequence[int]) -> str:
         """Completion text for rewards: trailing stop tokens dropped, other special tokens kept.
 

@@ -32,8 +32,9 @@ class SingleTurnWorkflow(EpisodeWorkflow):
 
     Args:
         reward_fn: AReaL-style reward ``(prompt, completions, prompt_ids, completion_ids,
-            **task_data) -> float`` or its import path. Task data gets each image's
-            ``geometry`` (list of dicts) so grounding rewards can convert frames.
+            **task_data) -> float`` or its import path. ``prompt`` is the chat-templated prompt
+            with each image written once (see :meth:`EpisodeContext.reward_prompt`). Task data
+            gets each image's ``geometry`` (list of dicts) so grounding rewards can convert frames.
         gconfig: Generation settings (``n_samples`` is forced to 1: AReaL groups episodes).
         tokenizer: Tokenizer or a local path.
         preprocessor: Builds the prompt; see :mod:`vlrollout.processors`.
