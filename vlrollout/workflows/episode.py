@@ -23,7 +23,8 @@ from vlrollout.ledger import EpisodeLedger
 from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
-from vlrollout.processors.cache import PreparedPromptCache
+from vlrollout.processors.cache import PreparedPromptCache, item_key
+from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.workflows.shared import shared_instance_init
 from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
@@ -104,8 +105,12 @@ class EpisodeContext:
         # AReaL's GroupedRolloutWorkflow calls arun_episode group_size times with the same item:
         # the cache prepares it once (concurrent callers share the in-flight preparation).
         # Entries are pinned by the episodes using them and dropped when the group is done.
+        # A preprocessor whose output depends on more than the item (a schedule) keys it itself.
         self.prompts = PreparedPromptCache(
-            self.preprocessor, maxsize=self.cache_size, max_bytes=self.cache_bytes
+            self.preprocessor,
+            maxsize=self.cache_size,
+            max_bytes=self.cache_bytes,
+            key_fn=getattr(self.preprocessor, "cache_key", None) or item_key,
         )
         if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
             raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
@@ -137,6 +142,7 @@ class EpisodeContext:
         else:
             key, prepared = await self.prompts.acquire(data)
             held.append((self.prompts, key))
+        check_prepared(prepared, plugin_name(self.preprocessor))
         if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
             raise EpisodeRejected(
                 "prompt_too_long",
