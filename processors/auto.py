@@ -8,6 +8,7 @@ passes the resize budget through the processor's own kwargs, and packs the resul
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -185,7 +186,14 @@ class AutoProcessorPreprocessor:
         item = item_label(data)
         if "messages" not in data:
             raise PreprocessError(item, "bad_message", "data item has no 'messages' field")
-        messages, sources = normalize_messages(data["messages"], data.get("images"), item)
+        raw = data["messages"]
+        messages: list[dict[str, Any]] | None = None
+        if isinstance(raw, str) and self.is_templated(raw):
+            # AReaL's dataset format: the chat template was applied by the dataset code.
+            prompt_text, sources = raw, list(data.get("images") or [])
+        else:
+            messages, sources = normalize_messages(raw, data.get("images"), item)
+            prompt_text = ""
         if sources and not self.has_vision:
             raise PreprocessError(
                 item,
@@ -193,7 +201,8 @@ class AutoProcessorPreprocessor:
                 f"{len(sources)} image(s) but {type(self.processor).__name__} has no image processor",
             )
         images = self.load_images(sources, item)
-        prompt_text = self.render(messages)
+        if messages is not None:
+            prompt_text = self.render(messages)
         self.check_placeholders(prompt_text, len(images), item)
         outputs = self.call_processor(prompt_text, images, item)
         input_ids = _row(outputs["input_ids"])
@@ -216,13 +225,35 @@ class AutoProcessorPreprocessor:
             vision_msg_vllm=None,
             image_token_id=self.image_token_id,
         )
-        if images:
+        if images and messages is not None:
             urls = [
                 f"data:{im.mime};base64,{b64}"
                 for im, b64 in zip(images, prepared.image_data, strict=True)
             ]
             prepared.vision_msg_vllm = to_openai_messages(messages, urls)
+        elif images:
+            # A templated string cannot be turned back into chat messages; AReaL's datasets give
+            # vLLM ``messages_chat`` (its client fills the image URLs from image_data in order).
+            prepared.templated = True
+            chat = data.get("messages_chat")
+            prepared.vision_msg_vllm = copy.deepcopy(list(chat)) if chat else None
         return prepared
+
+    def is_templated(self, text: str) -> bool:
+        """Whether a string ``messages`` is an already chat-templated prompt (AReaL's format).
+
+        True when the text starts with one of the tokenizer's special tokens other than the image
+        placeholder (Qwen: ``<|im_start|>``), as AReaL's ``clevr_count_70k``/``geometry3k``
+        datasets write it. Such text goes to the processor as is, with ``data["images"]`` for its
+        placeholders; any other string is one user turn with ``<image>`` markers.
+        """
+        placeholder = self.adapter.placeholder(self.processor) if self.has_vision else None
+        specials = getattr(self.tokenizer, "all_special_tokens", None) or []
+        extra = getattr(self.tokenizer, "added_tokens_decoder", None) or {}
+        markers = set(specials) | {str(t) for t in extra.values() if getattr(t, "special", False)}
+        markers -= {placeholder, "<image>", None, ""}
+        stripped = text.lstrip()
+        return any(stripped.startswith(m) for m in markers if m)
 
     def __repr__(self) -> str:
         return (

@@ -11,47 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from vlrollout.geometry import ImageGeometry
+
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass(frozen=True)
-class ImageGeometry:
-    """Size of one image before and after the processor resized it.
-
-    Attributes:
-        original_width: Width in pixels of the decoded image (after EXIF orientation).
-        original_height: Height in pixels of the decoded image.
-        model_width: Width in pixels of the image the model saw (e.g. after ``smart_resize``).
-        model_height: Height in pixels of the image the model saw.
-
-    >>> g = ImageGeometry(640, 480, 644, 476)
-    >>> round(g.scale_x, 4)
-    1.0063
-    """
-
-    original_width: int
-    original_height: int
-    model_width: int
-    model_height: int
-
-    @property
-    def scale_x(self) -> float:
-        """Model-frame pixels per original pixel along x."""
-        return self.model_width / self.original_width
-
-    @property
-    def scale_y(self) -> float:
-        """Model-frame pixels per original pixel along y."""
-        return self.model_height / self.original_height
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "original_width": self.original_width,
-            "original_height": self.original_height,
-            "model_width": self.model_width,
-            "model_height": self.model_height,
-        }
 
 
 @dataclass
@@ -71,6 +34,8 @@ class PreparedPrompt:
         vision_msg_vllm: OpenAI-style messages with ``data:`` URLs, which AReaL's vLLM client needs
             to send images at all; ``None`` for text-only items.
         image_token_id: The placeholder token id the processor expands, if the family has one.
+        templated: The item came already chat-templated (AReaL's dataset format); vLLM then gets
+            the item's ``messages_chat`` if it has one, else nothing (``vision_msg_vllm`` is None).
     """
 
     input_ids: list[int]
@@ -81,6 +46,7 @@ class PreparedPrompt:
     geometry: list[ImageGeometry] = field(default_factory=list)
     vision_msg_vllm: list[dict[str, Any]] | None = None
     image_token_id: int | None = None
+    templated: bool = False
 
     @property
     def num_images(self) -> int:

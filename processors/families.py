@@ -10,9 +10,15 @@ Sources for the conventions:
   ``size={"shortest_edge": min_pixels, "longest_edge": max_pixels}``; the model sees
   ``grid_w * patch_size`` × ``grid_h * patch_size`` pixels (patch 14 for Qwen2/2.5-VL, 16 for Qwen3-VL,
   read from the image processor, never hard-coded). ``processing_qwen2_vl.py`` in transformers 5.3.
-- LLaVA-1.5: CLIP resize + centre crop to ``crop_size`` (``processing_llava.py``).
-- LLaVA-OneVision: anyres; the canvas is ``select_best_resolution`` over ``image_grid_pinpoints``
-  (``image_processing_llava_onevision.py``).
+- LLaVA-1.5: CLIP resize of the shortest edge (``get_resize_output_image_size``:
+  long = ``int(edge * long / short)``) + centre crop to ``crop_size`` (top = ``(H - h) // 2`` in
+  ``image_transforms.center_crop``; ``round((H - h) / 2)`` in torchvision's ``center_crop`` used by
+  the fast processor). Recorded as the resize followed by the crop (negative offsets).
+- LLaVA-OneVision: anyres; the canvas is ``select_best_resolution`` over ``image_grid_pinpoints``,
+  the image is resized to fit it keeping its aspect (``get_patch_output_size``) and pasted centred
+  (``_get_padding_size``: ``divmod(target - size, 2)``), ``image_processing_llava_onevision.py``.
+  Recorded as the resize followed by the padding (positive offsets). Several images in one prompt:
+  each is padded to a square (``pad_to_square``, centred) and resized to the base size.
 - Gemma 3: fixed ``size`` square; placeholder ``boi_token``; modality ids come back as
   ``token_type_ids`` (``processing_gemma3.py``).
 - Idefics3 / SmolVLM: resized to multiples of ``max_image_size`` and split into rows × cols tiles plus a
@@ -22,6 +28,7 @@ Sources for the conventions:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,27 +61,85 @@ def qwen_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
     return [_geom(o, g[2] * patch, g[1] * patch) for o, g in zip(sizes, grid, strict=True)]
 
 
+def _is_fast(image_processor: Any) -> bool:
+    return type(image_processor).__name__.endswith("Fast")
+
+
+def _shortest_edge_resize(w: int, h: int, edge: int) -> tuple[int, int]:
+    """``get_resize_output_image_size(size=edge, default_to_square=False)``, as (width, height)."""
+    short, long = (w, h) if w <= h else (h, w)
+    new_short, new_long = edge, int(edge * long / short)
+    return (new_short, new_long) if w <= h else (new_long, new_short)
+
+
+def _centre_offset(size: int, crop: int, fast: bool) -> int:
+    return int(round((size - crop) / 2.0)) if fast else (size - crop) // 2
+
+
 def fixed_size_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    """Resize (shortest edge or fixed size), then centre crop when the processor crops."""
     ip = processor.image_processor
-    hw = None
-    if getattr(ip, "do_center_crop", False):
-        hw = _size_hw(getattr(ip, "crop_size", None))
-    hw = hw or _size_hw(getattr(ip, "size", None))
+    crop_hw = (
+        _size_hw(getattr(ip, "crop_size", None)) if getattr(ip, "do_center_crop", False) else None
+    )
+    size = getattr(ip, "size", None)
+    get = size.get if isinstance(size, dict) else lambda k, d=None: getattr(size, k, d)
+    edge = get("shortest_edge") if size is not None else None
+    if crop_hw is not None and edge and getattr(ip, "do_resize", True):
+        out = []
+        for w, h in sizes:
+            rw, rh = _shortest_edge_resize(w, h, int(edge))
+            ch, cw = crop_hw
+            left = _centre_offset(rw, cw, _is_fast(ip))
+            top = _centre_offset(rh, ch, _is_fast(ip))
+            out.append(
+                ImageGeometry.resized(w, h, rw, rh).then(
+                    ImageGeometry.cropped(rw, rh, (left, top, left + cw, top + ch))
+                )
+            )
+        return out
+    hw = crop_hw or _size_hw(size)
     if hw is None:
         return generic_geometry(processor, sizes, outputs)
     return [_geom(o, hw[1], hw[0]) for o in sizes]
+
+
+def _fit(w: int, h: int, target_w: int, target_h: int) -> tuple[int, int]:
+    """``get_patch_output_size``: fit inside the target keeping the aspect, as (width, height)."""
+    scale_w, scale_h = target_w / w, target_h / h
+    if scale_w < scale_h:
+        return target_w, min(math.ceil(h * scale_w), target_h)
+    return min(math.ceil(w * scale_h), target_w), target_h
 
 
 def llava_onevision_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
     from transformers.image_processing_utils import select_best_resolution
 
     ip = processor.image_processor
-    if len(sizes) > 1:  # several images in one prompt: one base tile each, no anyres
-        return fixed_size_geometry(processor, sizes, outputs)
+    base = _size_hw(getattr(ip, "size", None))
+    if len(sizes) > 1:  # several images: each padded to a square, then resized to the base tile
+        if base is None:
+            return generic_geometry(processor, sizes, outputs)
+        out = []
+        for w, h in sizes:
+            m = max(w, h)
+            out.append(
+                ImageGeometry.padded(w, h, m, m, (m - w) // 2, (m - h) // 2).then(
+                    ImageGeometry.resized(m, m, base[1], base[0])
+                )
+            )
+        return out
     out = []
     for w, h in sizes:
         best_h, best_w = select_best_resolution((h, w), ip.image_grid_pinpoints)
-        out.append(_geom((w, h), best_w, best_h))
+        new_w, new_h = _fit(w, h, best_w, best_h)
+        out.append(
+            ImageGeometry.resized(w, h, new_w, new_h).then(
+                ImageGeometry.padded(
+                    new_w, new_h, best_w, best_h, (best_w - new_w) // 2, (best_h - new_h) // 2
+                )
+            )
+        )
     return out
 
 

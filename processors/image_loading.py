@@ -18,12 +18,15 @@ Steps (each a small function, composed by :func:`load_image`):
 5. convert to RGB by :func:`vlrollout.processors.image_mode.to_rgb` (alpha composited on white).
 
 **What the engine receives** (:meth:`LoadedImage.to_base64`): the engine and the trainer must see
-the same pixels. The original encoded bytes are passed through unchanged only when an engine that
+the same pixels. The original encoded bytes are passed through unchanged whenever an engine that
 decodes them with PIL and ``convert("RGB")`` (SGLang, vLLM) gets exactly our pixels: the input was
-encoded, its format is PNG, JPEG or WebP (what AReaL's ``detect_image_mime`` recognises), it decodes
-to ``RGB`` directly, has a single frame and no EXIF rotation. Otherwise (PIL input, rotation, any
-mode conversion, first-frame extraction, other formats) the RGB pixels are re-encoded as lossless
-PNG, which decodes to exactly the trainer's pixels.
+encoded, its format is PNG, JPEG, WebP or GIF (what AReaL's ``detect_image_mime`` recognises), it has a
+single frame and no EXIF rotation, and its mode converts to RGB by PIL's own rule in
+:func:`~vlrollout.processors.image_mode.to_rgb` (``RGB``, grey ``L``, ``1``, and palette ``P``
+without transparency). Otherwise (PIL input, rotation, alpha or transparency, 16-bit or float grey,
+first-frame extraction, other formats) the RGB pixels are re-encoded as lossless PNG at the fastest
+setting (``compress_level=1``), which decodes to exactly the trainer's pixels. Encoding happens only
+when :meth:`LoadedImage.engine_bytes` is called, i.e. when an engine reads ``image_data``.
 """
 
 from __future__ import annotations
@@ -43,15 +46,19 @@ from typing import Any
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from .errors import PreprocessError
-from .image_mode import to_rgb
+from .image_mode import has_alpha, to_rgb
 
 DEFAULT_MAX_PIXELS = 64 * 1024 * 1024
 """Largest decoded image accepted (width × height), below PIL's own 89.5 M bomb warning."""
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Largest encoded image accepted, in bytes."""
-PASSTHROUGH_FORMATS = frozenset({"PNG", "JPEG", "WEBP"})
+PASSTHROUGH_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "GIF"})
+PASSTHROUGH_MODES = frozenset({"RGB", "L", "1", "P"})
+"""Modes whose ``convert("RGB")`` (what servers do) equals ours, when they carry no transparency."""
+PNG_COMPRESS_LEVEL = 1
+"""zlib level of re-encoded PNGs: lossless at any level, level 1 is the fastest that compresses."""
+_MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ class LoadedImage:
         if self.encoded is not None:
             return self.encoded
         buf = io.BytesIO()
-        self.image.save(buf, format="PNG")
+        self.image.save(buf, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
         return buf.getvalue()
 
     def to_base64(self) -> str:
@@ -334,12 +341,14 @@ def load_image(
     if exif_orientation(image) != 1:
         image = ImageOps.exif_transpose(image)
         notes.append("exif_transpose")
+    same_as_servers = image.mode in PASSTHROUGH_MODES and not has_alpha(image)
     if image.mode != "RGB":
         notes.append(f"mode {image.mode}->RGB")
     rgb = to_rgb(image)
     if rgb is image and kind != "pil":
         rgb = image.copy() if n_frames > 1 else image  # detach from the multi-frame file
-    passthrough = kind != "pil" and not notes and fmt in PASSTHROUGH_FORMATS
+    changed = n_frames > 1 or "exif_transpose" in notes
+    passthrough = kind != "pil" and not changed and same_as_servers and fmt in PASSTHROUGH_FORMATS
     return LoadedImage(
         image=rgb,
         original_size=rgb.size,

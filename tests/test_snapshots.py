@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from vlrollout.processors.auto import AutoProcessorPreprocessor
-from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, build_offline_processor
 from vlrollout.run.datasets import load_items
 from vlrollout.snapshots import assert_matches_snapshot, compare, load_snapshot, take_snapshot
+from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, build_offline_processor
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "assets" / "samples" / "data.jsonl"

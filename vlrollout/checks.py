@@ -55,12 +55,16 @@ def placeholder_runs(input_ids: Sequence[int], image_token_id: int) -> int:
     return runs
 
 
-def check_request_images(req: ModelRequest, image_token_id: int | None) -> None:
+def check_request_images(
+    req: ModelRequest, image_token_id: int | None, require_vllm_messages: bool = True
+) -> None:
     """Raise :class:`ImagesMissingError` unless the request carries one image per placeholder run.
 
     Checks ``image_data`` (SGLang), ``vision_msg_vllm`` (vLLM; AReaL's client silently drops
     images without it) and ``metadata["multi_modal_input"]`` (local engine) against the number of
-    placeholder runs in ``input_ids``.
+    placeholder runs in ``input_ids``. ``require_vllm_messages=False`` for prompts that came
+    already chat-templated without ``messages_chat`` (AReaL's datasets): there are no messages to
+    send, exactly as with AReaL's own workflow.
     """
     if image_token_id is None:
         return
@@ -70,7 +74,7 @@ def check_request_images(req: ModelRequest, image_token_id: int | None) -> None:
     problems = []
     if len(req.image_data or []) != expected:
         problems.append(f"image_data has {len(req.image_data or [])} images")
-    if not req.vision_msg_vllm:
+    if not req.vision_msg_vllm and require_vllm_messages:
         problems.append("vision_msg_vllm is empty (AReaL's vLLM client would send no image)")
     mm = req.metadata.get("multi_modal_input")
     if not mm or "pixel_values" not in mm:

@@ -49,8 +49,11 @@ def test_crop_and_schedule(example, offline):
         offline("qwen2_vl"), crop_fraction=0.5, schedule=[(0, 56 * 56), (10, 112 * 112)]
     )
     early = pre.prepare(data())
-    assert early.crop_boxes == [(50, 25, 150, 75)]
-    assert (early.geometry[0].original_width, early.geometry[0].original_height) == (100, 50)
+    geo = early.geometry[0]  # from the item's original 200x100 pixels, crop included
+    assert (geo.original_width, geo.original_height) == (200, 100)
+    assert geo.to_original(0, 0) == (50, 25) and geo.to_original(
+        geo.model_width, geo.model_height
+    ) == pytest.approx((150, 75))
     # the crop is pure red: every patch equals the first (the blue border was cut away)
     pv = early.multi_modal_input["pixel_values"]
     assert torch.allclose(pv, pv[0].expand_as(pv))

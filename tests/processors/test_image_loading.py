@@ -123,7 +123,8 @@ def test_every_mode_becomes_rgb_and_engine_sees_same_pixels(image, fmt, expected
     loaded = load_image(png_bytes(image, fmt, **({"lossless": True} if fmt == "WEBP" else {})))
     assert loaded.image.mode == "RGB"
     assert close(loaded.image.getpixel((1, 1)), expected, tol=3)
-    assert not loaded.passthrough  # mode changed: engine gets our RGB pixels re-encoded
+    # grey L converts like servers do: its bytes pass through; other modes are re-encoded
+    assert loaded.passthrough == (image.mode == "L")
     assert same_pixels(engine_pixels(loaded), loaded.image)
 
 
@@ -211,3 +212,22 @@ def test_missing_file_and_bad_strings(tmp_path):
 
 def test_read_source_classifies_bytes_like():
     assert read_source(bytearray(b"ab"), "x") == ("bytes", b"ab")
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "GIF"])
+def test_grey_and_opaque_palette_files_pass_through_unchanged(fmt):
+    grey = Image.linear_gradient("L").resize((40, 30))
+    palette = halves((40, 30)).convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+    for image in (grey, palette):
+        raw = png_bytes(image, fmt)
+        loaded = load_image(raw)
+        assert loaded.passthrough and loaded.engine_bytes() is raw  # no re-encode
+        assert same_pixels(engine_pixels(loaded), loaded.image)
+
+
+def test_transparent_palette_is_still_reencoded(tmp_path):
+    image = Image.new("P", (4, 1), 1)
+    image.putpalette([0, 0, 0, 0, 200, 0] + [0] * 762)
+    raw = png_bytes(image, "PNG", transparency=0)
+    loaded = load_image(raw)
+    assert not loaded.passthrough and same_pixels(engine_pixels(loaded), loaded.image)

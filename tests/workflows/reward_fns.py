@@ -25,3 +25,8 @@ def sleeps(prompt, completions, prompt_ids, completion_ids, **kw):
 def sees_images(prompt, completions, prompt_ids, completion_ids, **kw):
     """-1 if raw images leaked into task data (they must not be pickled into the pool)."""
     return -1.0 if "images" in kw else 1.0
+
+
+def image_pads_in_prompt(prompt, completions, prompt_ids, completion_ids, **kw):
+    """How many ``<|image_pad|>`` the reward's ``prompt`` holds (one per image, by contract)."""
+    return float(prompt.count("<|image_pad|>"))

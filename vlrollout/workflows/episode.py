@@ -23,7 +23,8 @@ from vlrollout.ledger import EpisodeLedger
 from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
-from vlrollout.processors.cache import PreparedPromptCache
+from vlrollout.processors.cache import PreparedPromptCache, item_key
+from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.workflows.shared import shared_instance_init
 from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
@@ -95,8 +96,12 @@ class EpisodeContext:
         # AReaL's GroupedRolloutWorkflow calls arun_episode group_size times with the same item:
         # the cache prepares it once (concurrent callers share the in-flight preparation).
         # Entries are pinned by the episodes using them and dropped when the group is done.
+        # A preprocessor whose output depends on more than the item (a schedule) keys it itself.
         self.prompts = PreparedPromptCache(
-            self.preprocessor, maxsize=self.cache_size, max_bytes=self.cache_bytes
+            self.preprocessor,
+            maxsize=self.cache_size,
+            max_bytes=self.cache_bytes,
+            key_fn=getattr(self.preprocessor, "cache_key", None) or item_key,
         )
         if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
             raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
@@ -128,6 +133,7 @@ class EpisodeContext:
         else:
             key, prepared = await self.prompts.acquire(data)
             held.append((self.prompts, key))
+        check_prepared(prepared, plugin_name(self.preprocessor))
         if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
             raise EpisodeRejected(
                 "prompt_too_long",
@@ -135,6 +141,20 @@ class EpisodeContext:
                 f"{self.max_prompt_tokens}",
             )
         return prepared
+
+    def reward_prompt(self, token_ids: Sequence[int], image_token_id: int | None) -> str:
+        """The reward's ``prompt`` argument, one meaning for every workflow.
+
+        ``prompt`` is the chat-templated text that the scored completion continues, with each
+        image written once, as the chat template writes it (Qwen: ``<|vision_start|>
+        <|image_pad|><|vision_end|>``), never the processor's expansion into one placeholder per
+        image token. For a single-turn episode it equals ``PreparedPrompt.prompt_text``; for later
+        turns it also holds the earlier turns. (AReaL's own workflows pass the expanded text.)
+        """
+        ids = list(token_ids)
+        if image_token_id is not None:
+            ids = [t for k, t in enumerate(ids) if t != image_token_id or k == 0 or ids[k - 1] != t]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def decode_completion(self, token_ids: Sequence[int]) -> str:
         """Completion text for rewards: trailing stop tokens dropped, other special tokens kept.
@@ -188,8 +208,10 @@ class EpisodeWorkflow(RolloutWorkflow):
 
     Args:
         reward_fn: AReaL-style reward ``(prompt, completions, prompt_ids, completion_ids,
-            **task_data) -> float``, a registered reward name or an import path. Task data gets
-            each image's ``geometry`` (list of dicts) so grounding rewards can convert frames.
+            **task_data) -> float``, a registered reward name or an import path. ``prompt`` is
+            the chat-templated prompt with each image written once, in every shape (see
+            :meth:`EpisodeContext.reward_prompt`). Task data gets each image's ``geometry``
+            (list of dicts) so grounding rewards can convert frames.
         gconfig: Generation settings (stop and pad token ids are added from the tokenizer).
         tokenizer: Tokenizer or a local path.
         processor: Multimodal processor or a local path; ``None`` for a text workflow.
@@ -218,7 +240,7 @@ class EpisodeWorkflow(RolloutWorkflow):
         processor: Any = None,
         enable_thinking: bool = False,
         *,
-        preprocessor: Preprocessor | str | None = None,
+        preprocessor: Preprocessor | str | dict[str, Any] | None = None,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
         reward_timeout_s: float = 15.0,

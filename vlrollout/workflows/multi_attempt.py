@@ -117,7 +117,7 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
             resp = await generate(engine, req)
             builder.add_generated(resp)
             reward = await ctx.reward(
-                ctx.tokenizer.decode(resp.input_tokens, skip_special_tokens=False),
+                ctx.reward_prompt(resp.input_tokens, prepared.image_token_id),
                 ctx.decode_completion(resp.output_tokens),
                 resp.input_tokens,
                 resp.output_tokens,

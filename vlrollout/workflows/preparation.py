@@ -19,7 +19,7 @@ def text_preprocessor(tokenizer: Any, enable_thinking: bool = False) -> Preproce
 def build_preprocessor(
     tokenizer: Any,
     processor: Any,
-    preprocessor: Preprocessor | str | None,
+    preprocessor: Preprocessor | str | dict[str, Any] | None,
     *,
     enable_thinking: bool = False,
     min_pixels: int | None = None,
@@ -40,10 +40,10 @@ def build_preprocessor(
         raise ValueError(
             "min_pixels/max_pixels need a multimodal processor; this workflow has none"
         )
-    if isinstance(preprocessor, str):
-        from vlrollout.processors import registry
+    if isinstance(preprocessor, str | dict):
+        from vlrollout.processors.contract import load_preprocessor
 
-        preprocessor = registry.get_preprocessor(
+        preprocessor = load_preprocessor(
             preprocessor,
             processor=tokenizer,
             chat_template_kwargs={"enable_thinking": enable_thinking},
@@ -53,30 +53,35 @@ def build_preprocessor(
 
 def build_vision_preprocessor(
     processor: Any,
-    preprocessor: Preprocessor | str | None,
+    preprocessor: Preprocessor | str | dict[str, Any] | None,
     *,
     enable_thinking: bool = False,
     min_pixels: int | None = None,
     max_pixels: int | None = None,
 ) -> tuple[Any, Preprocessor]:
-    """The given preprocessor (object, registered name or import path), or the default one for
-    ``processor``, returned with the processor (loaded first when given as a local path).
-    (Workflows wrap the preprocessor in the prepare-once cache.)"""
-    from vlrollout.processors import registry
+    """The given preprocessor, or the default one for ``processor``, returned with the processor
+    (loaded first when given as a local path).
+
+    ``preprocessor`` is an object, a registered name or import path, or a mapping
+    ``{"name": ..., **options}`` whose options go to the plug-in's factory (how a run config sets
+    them). Plug-ins are built and checked under the contract of
+    :mod:`vlrollout.processors.contract`. (Workflows wrap the preprocessor in the prepare-once cache.)
+    """
+    from vlrollout.processors.contract import load_preprocessor
     from vlrollout.workflows.episode import load_processor
 
     processor = load_processor(processor)
-    if preprocessor is None or isinstance(preprocessor, str):
-        preprocessor = registry.get_preprocessor(
-            preprocessor or "auto",
-            processor=processor,
-            chat_template_kwargs={"enable_thinking": enable_thinking},
-            min_pixels=min_pixels,
-            max_pixels=max_pixels,
-        )
-    elif min_pixels is not None or max_pixels is not None:
-        raise ValueError(
-            "min_pixels/max_pixels configure the default preprocessor; a custom preprocessor "
-            "object must be built with its own limits"
-        )
+    if preprocessor is not None and not isinstance(preprocessor, str | dict):
+        if min_pixels is not None or max_pixels is not None:
+            raise ValueError(
+                "min_pixels/max_pixels configure the default preprocessor; a custom preprocessor "
+                "object must be built with its own limits"
+            )
+    preprocessor = load_preprocessor(
+        preprocessor,
+        processor=processor,
+        chat_template_kwargs={"enable_thinking": enable_thinking},
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
+    )
     return processor, preprocessor

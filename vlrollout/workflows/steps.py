@@ -90,7 +90,11 @@ def build_request(
         vision_msg_vllm=[copy.deepcopy(list(messages))] if messages else None,
         metadata=metadata,
     )
-    check_request_images(req, prepared.image_token_id)
+    check_request_images(
+        req,
+        prepared.image_token_id,
+        require_vllm_messages=not getattr(prepared, "templated", False),
+    )
     return req
 
 

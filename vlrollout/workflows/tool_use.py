@@ -123,7 +123,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
         processor: Any,
         tools: Sequence[Tool | str] | Mapping[str, Tool] = DEFAULT_TOOLS,
         max_turns: int = 4,
-        preprocessor: Preprocessor | str | None = None,
+        preprocessor: Preprocessor | str | dict[str, Any] | None = None,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
         max_total_tokens: int | None = None,

@@ -1,0 +1,205 @@
+"""The preprocessor plug-in contract, checked when a plug-in is loaded.
+
+**The factory** (what :func:`load_preprocessor` resolves from a registered name, an entry point of
+the ``vlrollout.processors`` group or an import path) is called as::
+
+    factory(processor=processor, chat_template_kwargs={...}, min_pixels=..., max_pixels=..., **options)
+
+- ``processor``: the transformers processor the workflow was given (already loaded);
+- ``chat_template_kwargs``: variables for the chat template (e.g. ``{"enable_thinking": False}``);
+- ``min_pixels`` / ``max_pixels``: the workflow's pixel budget (``None``: the processor's own);
+- ``options``: the plug-in's own arguments, from the run config's ``preprocessor`` mapping
+  (``{"name": "my_pkg.pre.build", "crop_fraction": 0.5}``).
+
+It must accept all of these keywords (``**kwargs`` is fine for the ones it ignores).
+
+**The preprocessor** it returns has ``prepare(data) -> PreparedPrompt``, ``.processor`` (the
+processor its tensors come from: the parity check compares it with the engine's) and
+``.tokenizer``. ``prepare`` returns a :class:`~vlrollout.processors.base.PreparedPrompt` (not a
+wrapper) with one :class:`~vlrollout.geometry.ImageGeometry` per image, describing the whole
+transform from the item's original pixels to the model frame: a preprocessor that crops or pads
+composes its step with the wrapped processor's geometry (``ImageGeometry.cropped(...).then(g)``),
+so rewards and tools convert boxes exactly. Bad input raises
+:class:`~vlrollout.processors.errors.PreprocessError`.
+
+Every broken promise raises :class:`PreprocessorContractError` naming the plug-in and the promise.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from .base import PreparedPrompt
+from .errors import PreprocessError
+
+FACTORY_KEYWORDS = ("processor", "chat_template_kwargs", "min_pixels", "max_pixels")
+CONTRACT = (
+    "factory(processor, *, chat_template_kwargs, min_pixels, max_pixels, **options) returning an "
+    "object with prepare(data) -> PreparedPrompt, .processor and .tokenizer"
+)
+
+
+class PreprocessorContractError(TypeError):
+    """A preprocessor plug-in broke its contract (see :mod:`vlrollout.processors.contract`)."""
+
+    def __init__(self, plugin: str, promise: str) -> None:
+        self.plugin = plugin
+        self.promise = promise
+        super().__init__(f"preprocessor plug-in {plugin!r}: {promise} (contract: {CONTRACT})")
+
+
+def plugin_name(obj: Any) -> str:
+    """How errors name a plug-in object: its class's import path."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def check_factory(factory: Any, name: str) -> None:
+    """The factory accepts the contract's keywords."""
+    if not callable(factory):
+        raise PreprocessorContractError(
+            name, f"resolved to a non-callable {type(factory).__name__}"
+        )
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: trust them
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    accepted = {
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    missing = [k for k in FACTORY_KEYWORDS if k not in accepted]
+    if missing:
+        raise PreprocessorContractError(
+            name, f"the factory does not accept {missing}; add them (or **kwargs) to its signature"
+        )
+
+
+def check_preprocessor(pre: Any, name: str, processor: Any = None) -> None:
+    """The built object has ``prepare``, ``.tokenizer`` and, when a processor was given, ``.processor``."""
+    if not callable(getattr(pre, "prepare", None)):
+        raise PreprocessorContractError(
+            name, f"the factory returned a {type(pre).__name__} without a prepare(data) method"
+        )
+    if processor is not None and getattr(pre, "processor", None) is None:
+        raise PreprocessorContractError(
+            name,
+            "the preprocessor has no .processor (the transformers processor its tensors come "
+            "from; the workflow compares it with the engine's processor)",
+        )
+    if getattr(pre, "tokenizer", None) is None and getattr(pre, "processor", None) is not None:
+        raise PreprocessorContractError(name, "the preprocessor has no .tokenizer")
+
+
+def check_prepared(result: Any, name: str) -> PreparedPrompt:
+    """``prepare`` returned a :class:`PreparedPrompt` whose parts agree with each other."""
+    if not isinstance(result, PreparedPrompt):
+        raise PreprocessorContractError(
+            name,
+            f"prepare() returned a {type(result).__name__}, not a PreparedPrompt (return the "
+            "PreparedPrompt itself, e.g. dataclasses.replace(prepared, geometry=...))",
+        )
+    if not result.input_ids or not all(isinstance(t, int) for t in result.input_ids[:8]):
+        raise PreprocessorContractError(name, "prepare() returned empty or non-integer input_ids")
+    if result.geometry and len(result.image_data) != len(result.geometry):
+        raise PreprocessorContractError(
+            name,
+            f"prepare() returned {len(result.geometry)} geometries for {len(result.image_data)} "
+            "engine images (one ImageGeometry per image)",
+        )
+    return result
+
+
+def probe(pre: Any, name: str, has_vision: bool) -> None:
+    """Run ``prepare`` once on a tiny item and check what comes back.
+
+    A plug-in that rejects the probe with a :class:`PreprocessError` (it needs task fields the
+    probe lacks) is not failed here: its results are checked again at every use.
+    """
+    from PIL import Image
+
+    data: dict[str, Any] = {"messages": [{"role": "user", "content": "Describe."}]}
+    if has_vision:
+        data = {
+            "messages": [{"role": "user", "content": "<image>Describe."}],
+            "images": [Image.new("RGB", (64, 48), (120, 60, 30))],
+        }
+    try:
+        result = pre.prepare(data)
+    except PreprocessError:
+        return
+    except Exception as e:  # noqa: BLE001 - re-raised naming the plug-in
+        raise PreprocessorContractError(
+            name, f"prepare() on a one-image probe item raised {type(e).__name__}: {e}"
+        ) from e
+    check_prepared(result, name)
+
+
+def split_spec(spec: Any) -> tuple[Any, dict[str, Any]]:
+    """``"name"`` / ``{"name": ..., **options}`` / an object → ``(name_or_object, options)``."""
+    if isinstance(spec, Mapping):
+        options = dict(spec)
+        if "name" not in options:
+            raise ValueError(
+                f"a preprocessor mapping needs a 'name' (registered name or import path), got "
+                f"keys {sorted(options)}"
+            )
+        return options.pop("name"), options
+    return spec, {}
+
+
+def load_preprocessor(
+    spec: Any,
+    *,
+    processor: Any,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    check: bool = True,
+) -> Any:
+    """Build the preprocessor named by ``spec`` under the contract, and check it.
+
+    Args:
+        spec: ``None`` (the built-in ``"auto"``), a registered name or import path, a mapping
+            ``{"name": ..., **options}`` (options go to the factory), or a built object (checked,
+            not rebuilt).
+        processor: The loaded transformers processor.
+        chat_template_kwargs, min_pixels, max_pixels: Passed to the factory.
+        check: Probe ``prepare`` once (plug-ins only; the built-in is tested).
+
+    Raises:
+        PreprocessorContractError: a broken promise, naming the plug-in.
+    """
+    from . import registry
+
+    name_or_obj, options = split_spec(spec)
+    if name_or_obj is None or isinstance(name_or_obj, str):
+        name = name_or_obj or "auto"
+        factory = registry.resolve_preprocessor(name)
+        check_factory(factory, name)
+        try:
+            pre = factory(
+                processor=processor,
+                chat_template_kwargs=dict(chat_template_kwargs or {}),
+                min_pixels=min_pixels,
+                max_pixels=max_pixels,
+                **options,
+            )
+        except PreprocessorContractError:
+            raise
+        except TypeError as e:
+            raise PreprocessorContractError(name, f"the factory failed: {e}") from e
+        builtin = name in registry.BUILTIN_NAMES
+    else:
+        if options:
+            raise ValueError("options apply to a preprocessor built by name, not to an object")
+        pre, name, builtin = name_or_obj, plugin_name(name_or_obj), False
+    check_preprocessor(pre, name, processor)
+    if check and not builtin:
+        probe(pre, name, getattr(processor, "image_processor", None) is not None)
+    return pre

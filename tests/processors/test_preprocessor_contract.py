@@ -1,0 +1,199 @@
+"""The plug-in contract: checked at load time, errors name the plug-in and the broken promise."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from areal.api.cli_args import GenerationHyperparameters
+from PIL import Image, ImageDraw
+
+from vlrollout.geometry import convert_boxes
+from vlrollout.processors import AutoProcessorPreprocessor
+from vlrollout.processors.contract import PreprocessorContractError, load_preprocessor
+from vlrollout.rewards.box_scores import iou
+from vlrollout.rewards.grounding import GroundingReward
+from vlrollout.testing.scripted_engine import ScriptedEngine
+from vlrollout.workflows import VisionRLVRWorkflow
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+GCONFIG = GenerationHyperparameters(max_new_tokens=8)
+REWARD = "tests.workflows.reward_fns.contains_answer"
+
+
+@pytest.fixture
+def examples_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    yield
+    sys.modules.pop("custom_preprocessor", None)
+
+
+# -- plug-ins that break one promise each (module-level: resolvable by import path) -----------
+
+
+def old_style_factory(processor, crop=0.5):  # does not accept the contract's keywords
+    return AutoProcessorPreprocessor(processor)
+
+
+class NoProcessor:
+    def __init__(self, processor, **kwargs):
+        self._inner = AutoProcessorPreprocessor(processor)
+        self.tokenizer = self._inner.tokenizer
+
+    def prepare(self, data):
+        return self._inner.prepare(data)
+
+
+class Wrapped:
+    def __init__(self, processor, **kwargs):
+        self._inner = AutoProcessorPreprocessor(processor)
+        self.processor, self.tokenizer = self._inner.processor, self._inner.tokenizer
+
+    def prepare(self, data):
+        return {"prepared": self._inner.prepare(data)}
+
+
+HERE = "tests.processors.test_preprocessor_contract"
+
+
+@pytest.mark.parametrize(
+    ("plugin", "promise"),
+    [
+        (f"{HERE}.old_style_factory", "does not accept ['chat_template_kwargs', 'min_pixels'"),
+        (f"{HERE}.NoProcessor", "has no .processor"),
+        (f"{HERE}.Wrapped", "returned a dict, not a PreparedPrompt"),
+    ],
+    ids=["factory-signature", "no-processor", "wrong-return-type"],
+)
+def test_broken_promises_fail_at_load_naming_the_plugin(
+    plugin, promise, tokenizer, qwen2vl_processor
+):
+    with pytest.raises(PreprocessorContractError) as info:
+        VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, preprocessor=plugin)
+    assert plugin in str(info.value) and promise in str(info.value)
+
+
+def test_mapping_without_name_is_explained(qwen2vl_processor):
+    with pytest.raises(ValueError, match="needs a 'name'"):
+        load_preprocessor({"side": 3}, processor=qwen2vl_processor)
+
+
+def _item(image):
+    return {
+        "messages": [{"role": "user", "content": "<image>Colour?"}],
+        "images": [image],
+        "answer": "x",
+    }
+
+
+def test_example_runs_from_a_workflow_with_options(examples_path, tokenizer, qwen2vl_processor):
+    wf = VisionRLVRWorkflow(
+        REWARD,
+        GCONFIG,
+        tokenizer,
+        qwen2vl_processor,
+        preprocessor={
+            "name": "custom_preprocessor.build_center_crop_preprocessor",
+            "crop_fraction": 0.5,
+        },
+    )
+    assert wf.ctx.preprocessor.crop_fraction == 0.5
+    traj = asyncio.run(
+        wf.arun_episode(
+            ScriptedEngine([[tokenizer.eos_token_id]]), _item(Image.new("RGB", (200, 100)))
+        )
+    )
+    assert traj is not None and wf.ledger.accepted == 1
+
+
+# -- geometry composed by custom preprocessors: IoU 1.0 --------------------------------------
+
+GREEN = (0, 255, 0)
+
+
+def _scene(size, box):
+    image = Image.new("RGB", size, (40, 40, 200))
+    ImageDraw.Draw(image).rectangle([box[0], box[1], box[2] - 1, box[3] - 1], fill=GREEN)
+    return image
+
+
+def _seen_box(prepared, processor):
+    """Where the green box is in the model frame, read back from pixel_values (Qwen2-VL layout)."""
+    import torch
+
+    ip = processor.image_processor
+    (_t, gh, gw), patch, merge = (
+        prepared.multi_modal_input["image_grid_thw"][0].tolist(),
+        ip.patch_size,
+        ip.merge_size,
+    )
+    pv = prepared.multi_modal_input["pixel_values"].view(
+        gh // merge, gw // merge, merge, merge, 3, ip.temporal_patch_size, patch, patch
+    )[..., 0, :, :]
+    frame = pv.permute(4, 0, 2, 5, 1, 3, 6).reshape(3, gh * patch, gw * patch)
+    mean = torch.tensor(ip.image_mean).view(3, 1, 1)
+    std = torch.tensor(ip.image_std).view(3, 1, 1)
+    rgb = ((frame * std + mean) * 255).round()
+    mask = (rgb[1] > 200) & (rgb[0] < 60) & (rgb[2] < 60)
+    ys, xs = mask.nonzero(as_tuple=True)
+    return float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)
+
+
+@pytest.mark.parametrize(
+    ("factory", "options", "size", "box"),
+    [
+        ("build_letterbox_preprocessor", {"side": 112}, (112, 56), (28, 14, 84, 42)),
+        (
+            "build_center_crop_preprocessor",
+            {"crop_fraction": 0.5, "schedule": [(0, 112 * 112)]},
+            (224, 112),
+            (70, 35, 140, 70),
+        ),
+    ],
+    ids=["letterbox", "crop"],
+)
+def test_letterbox_and_crop_score_iou_one(
+    examples_path, factory, options, size, box, qwen2vl_processor
+):
+    pre = load_preprocessor(
+        {"name": f"custom_preprocessor.{factory}", **options}, processor=qwen2vl_processor
+    )
+    prepared = pre.prepare(_item(_scene(size, box)))
+    geo = prepared.geometry[0]
+    assert (geo.original_width, geo.original_height) == size and not geo.is_plain_resize
+    seen = _seen_box(prepared, qwen2vl_processor)  # what the model saw, in its frame
+    (back,) = convert_boxes([seen], "model", "original", geo)
+    assert iou(back, box) == pytest.approx(1.0)
+    # The model answers in its own frame (Qwen2.5-VL: pixels of the model frame); the reward,
+    # given the recorded geometry, scores it against the label in original pixels.
+    reward = GroundingReward(metric="iou", family="qwen2_5_vl")
+    answer = json.dumps([{"bbox_2d": [round(v) for v in seen], "label": "box"}])
+    score = reward("p", answer, [], [], boxes=list(box), geometry=[geo.to_dict()])
+    assert score == pytest.approx(1.0)
+
+
+def test_example_runs_from_vlrollout_run(examples_path, tmp_path, monkeypatch):
+    from vlrollout.cli import main
+
+    monkeypatch.setenv("PYTHONPATH", str(EXAMPLES))
+    cfg = {
+        "data": str(REPO / "assets" / "samples" / "data.jsonl"),
+        "output": str(tmp_path / "run"),
+        "workflow": "vision",
+        "preprocessor": {"name": "custom_preprocessor.build_letterbox_preprocessor", "side": 112},
+        "group_size": 1,
+        "limit": 2,
+        "gconfig": {"max_new_tokens": 4},
+        "engine": {"model": str(REPO / "assets" / "tiny-qwen2vl")},
+    }
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", "--config", str(path)]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["items"]["accepted"] == 2
+    assert summary["config"]["preprocessor"]["side"] == 112
