@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,8 @@ class RunConfig:
         output: Output folder (trajectories, summary.json, report.html).
         workflow: A built-in workflow name or an import path of a ``RolloutWorkflow`` class.
         reward: A reward name from :mod:`vlrollout.rewards` or an import path.
-        preprocessor: A preprocessor name or import path (``None``: the default for the model).
+        preprocessor: A preprocessor name or import path, or a mapping ``{name: ..., **options}``
+            whose options go to the plug-in's factory (``None``: the default for the model).
         group_size: Episodes per item (a GRPO group), run with AReaL's ``GroupedRolloutWorkflow``.
         concurrency: Items in flight at once.
         limit: Only the first ``limit`` items (``None``: all).
@@ -119,7 +121,7 @@ class RunConfig:
     output: str = "runs/demo"
     workflow: str = "vision"
     reward: str = "tiny_task"
-    preprocessor: str | None = None
+    preprocessor: Any = None  # str | dict | None (OmegaConf structured configs have no such union)
     group_size: int = 4
     concurrency: int = 4
     limit: int | None = None
@@ -154,6 +156,14 @@ class RunConfig:
                 f"workflow must be one of {', '.join(WORKFLOWS)} or an import path "
                 f"(module.Class), got {self.workflow!r}"
             )
+        if self.preprocessor is not None and not isinstance(self.preprocessor, str):
+            spec = self.preprocessor
+            if not (isinstance(spec, Mapping) and isinstance(spec.get("name"), str)):
+                raise ConfigError(
+                    "preprocessor must be a name, an import path or a mapping "
+                    f"{{name: ..., option: value}}, got {spec!r}"
+                )
+            self.preprocessor = dict(spec)
         g = self.gconfig
         if g.max_new_tokens < 1:
             raise ConfigError(f"gconfig.max_new_tokens must be at least 1, got {g.max_new_tokens}")

@@ -65,7 +65,7 @@ def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
         return tiny_task_reward(items)
     try:
         return get_reward(name)
-    except (ImportError, AttributeError, ValueError, TypeError, KeyError) as e:
+    except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
         raise ConfigError(f"--reward {name!r}: {str(e).splitlines()[0]}") from None
 
 
