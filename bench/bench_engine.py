@@ -136,8 +136,10 @@ def png_base64(image: Image.Image) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, float]:
-    """Mean seconds per request, one at a time: in-process vs over HTTP (SGLang protocol)."""
+def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, float, float]:
+    """Seconds per request, one at a time: median in-process, median over HTTP (SGLang
+    protocol), and the median of the paired differences (each request runs both ways in turn,
+    so load from other processes hits both alike)."""
     from vlrollout.serve.app import build_app
     from vlrollout.serve.background import BackgroundServer
 
@@ -176,7 +178,8 @@ def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, float]:
             r = session.post(f"{server.url}/generate", json=payload, timeout=60)
             over_http.append(time.perf_counter() - t)
             r.raise_for_status()
-    return statistics.mean(in_process), statistics.mean(over_http)
+    diffs = [h - p for h, p in zip(over_http, in_process, strict=True)]
+    return statistics.median(in_process), statistics.median(over_http), statistics.median(diffs)
 
 
 def main() -> None:
@@ -186,7 +189,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="engine max_batch_size")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs; the best is reported")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs; the best is reported")
     parser.add_argument("--quick", action="store_true", help="8 requests, 16 tokens, 1 run")
     args = parser.parse_args()
     if args.quick:
@@ -221,7 +224,9 @@ def main() -> None:
             useful = sum(c.new_tokens for c in cases)
             same = sum(a == b for a, b in zip(gen_tokens, eng_tokens, strict=True))
             rows.append((name, len(cases), useful, gen_s, eng_s, same))
-        in_proc, over_http = http_overhead(engine, cases, reqs, min(16, args.new_tokens))
+        in_proc, over_http, overhead = http_overhead(
+            engine, cases * 2, reqs * 2, min(16, args.new_tokens)
+        )
 
     print(
         f"model: {source}; device {args.device}; torch threads {args.threads}; engine batch {args.batch}"
@@ -236,7 +241,7 @@ def main() -> None:
     print(
         f"HTTP (SGLang /generate, one at a time, {min(16, args.new_tokens)} tokens): in-process "
         f"{in_proc * 1e3:.1f} ms, over HTTP {over_http * 1e3:.1f} ms, overhead "
-        f"{(over_http - in_proc) * 1e3:.1f} ms/request"
+        f"{overhead * 1e3:.1f} ms/request (medians of {2 * args.requests} paired requests)"
     )
     worst = min(rows, key=lambda r: r[3] / r[4])
     print(
