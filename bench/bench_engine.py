@@ -10,8 +10,9 @@ Same 16 tiny-model vision requests, greedy, one run:
 suppressed for that many tokens (``min_new_tokens``) and the vision placeholders suppressed as
 the engine does, so both produce the same greedy tokens; the table says how many requests agree.
 The engine gets the 16 requests concurrently (continuous batching, ``--batch`` rows).
-HTTP overhead: the same requests one at a time through ``vlrollout serve`` (SGLang protocol,
-PNG ``image_data`` decoded by the server) against in-process ``agenerate``.
+HTTP overhead: the same requests (1 new token, so fixed costs show) one at a time through
+``vlrollout serve`` (SGLang protocol, PNG ``image_data`` decoded by the server) against in-process
+``agenerate`` with the processor's tensors.
 
     .venv/bin/python bench/bench_engine.py            # ~1 min on 2 shared CPU cores
     .venv/bin/python bench/bench_engine.py --quick    # smaller, for the test suite
@@ -136,8 +137,11 @@ def png_base64(image: Image.Image) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, float]:
-    """Mean seconds per request, one at a time: in-process vs over HTTP (SGLang protocol)."""
+def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, ...]:
+    """Seconds per request, one at a time: median in-process, median over HTTP (SGLang
+    protocol), the median of the paired differences (each request runs both ways in turn, so
+    load from other processes hits both alike); and the two fixed costs of the HTTP path: a
+    ``GET /health`` round trip and the server's PNG decode + image processor per image."""
     from vlrollout.serve.app import build_app
     from vlrollout.serve.background import BackgroundServer
 
@@ -167,16 +171,42 @@ def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, float]:
     ]
     in_process, over_http = [], []
     with BackgroundServer(build_app(engine, "sglang")) as server, http.Session() as session:
-        session.post(f"{server.url}/generate", json=payloads[0], timeout=60)  # warm-up
-        for req, payload in zip(reqs, payloads, strict=True):
-            t = time.perf_counter()
-            local(req)
-            in_process.append(time.perf_counter() - t)
-            t = time.perf_counter()
+
+        def remote(payload):
             r = session.post(f"{server.url}/generate", json=payload, timeout=60)
-            over_http.append(time.perf_counter() - t)
             r.raise_for_status()
-    return statistics.mean(in_process), statistics.mean(over_http)
+
+        remote(payloads[0])  # warm-up
+        for i, (req, payload) in enumerate(zip(reqs, payloads, strict=True)):
+            # Alternate which goes first, so drifting load from other processes hits both alike.
+            for kind in ("local", "http") if i % 2 == 0 else ("http", "local"):
+                t = time.perf_counter()
+                local(req) if kind == "local" else remote(payload)
+                (in_process if kind == "local" else over_http).append(time.perf_counter() - t)
+        health = []
+        for _ in range(50):
+            t = time.perf_counter()
+            session.get(f"{server.url}/health", timeout=10).raise_for_status()
+            health.append(time.perf_counter() - t)
+    from vlrollout.serve.state import ServerState
+
+    async def decode_time() -> float:  # ServerState needs a running loop (its Event)
+        state = ServerState(engine)
+        times = []
+        for p in payloads:
+            t = time.perf_counter()
+            state.vision_tensors(p["image_data"], "bench")
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    diffs = [h - p for h, p in zip(over_http, in_process, strict=True)]
+    return (
+        statistics.median(in_process),
+        statistics.median(over_http),
+        statistics.median(diffs),
+        statistics.median(health),
+        asyncio.run(decode_time()),
+    )
 
 
 def main() -> None:
@@ -186,7 +216,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="engine max_batch_size")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs; the best is reported")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs; the best is reported")
     parser.add_argument("--quick", action="store_true", help="8 requests, 16 tokens, 1 run")
     args = parser.parse_args()
     if args.quick:
@@ -221,7 +251,9 @@ def main() -> None:
             useful = sum(c.new_tokens for c in cases)
             same = sum(a == b for a, b in zip(gen_tokens, eng_tokens, strict=True))
             rows.append((name, len(cases), useful, gen_s, eng_s, same))
-        in_proc, over_http = http_overhead(engine, cases, reqs, min(16, args.new_tokens))
+        in_proc, over_http, overhead, round_trip, decode = http_overhead(
+            engine, cases * 2, reqs * 2, new_tokens=1
+        )
 
     print(
         f"model: {source}; device {args.device}; torch threads {args.threads}; engine batch {args.batch}"
@@ -234,9 +266,13 @@ def main() -> None:
             f"{name:<9}{n:>9}{useful:>8}{useful / gen_s:>16.1f}{useful / eng_s:>14.1f}{gen_s / eng_s:>6.2f}x{same:>9}/{n}"
         )
     print(
-        f"HTTP (SGLang /generate, one at a time, {min(16, args.new_tokens)} tokens): in-process "
+        "HTTP (SGLang /generate with a PNG image, one at a time, 1 new token): in-process "
         f"{in_proc * 1e3:.1f} ms, over HTTP {over_http * 1e3:.1f} ms, overhead "
-        f"{(over_http - in_proc) * 1e3:.1f} ms/request"
+        f"{overhead * 1e3:.1f} ms/request (medians of {2 * args.requests} paired requests)"
+    )
+    print(
+        f"HTTP fixed costs: GET /health round trip {round_trip * 1e3:.2f} ms; server-side PNG "
+        f"decode + image processor {decode * 1e3:.2f} ms per image"
     )
     worst = min(rows, key=lambda r: r[3] / r[4])
     print(

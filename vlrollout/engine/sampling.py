@@ -223,10 +223,19 @@ def sample_batch(
 
     scores = logits.clone()
     if banned is not None and banned.numel():
-        scores[:, banned] = float("-inf")
+        scores.index_fill_(1, banned, float("-inf"))
+    # Rows still under min_new_tokens may not stop: one masked write per set of stop ids (rows
+    # of one workflow share them), not one per row.
+    too_early: dict[frozenset[int], list[int]] = {}
     for i, p in enumerate(params):
         if n_generated[i] < p.min_new_tokens and p.stop_token_ids:
-            scores[i, [t for t in p.stop_token_ids if 0 <= t < vocab]] = float("-inf")
+            too_early.setdefault(p.stop_token_ids, []).append(i)
+    for stop_ids, rows_ in too_early.items():
+        ids = torch.tensor([t for t in stop_ids if 0 <= t < vocab], device=scores.device)
+        if ids.numel():
+            index = torch.tensor(rows_, device=scores.device)
+            scores[index.unsqueeze(1), ids.unsqueeze(0)] = float("-inf")
+    for i, p in enumerate(params):
         if p.frequency_penalty and counts and counts[i]:
             ids, n = zip(*counts[i].items(), strict=True)
             scores[i, list(ids)] -= p.frequency_penalty * torch.tensor(n, device=scores.device)
