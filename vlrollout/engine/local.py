@@ -236,7 +236,7 @@ class LocalInferenceEngine(InferenceEngine):
             raise RuntimeError("Call LocalInferenceEngine.initialize() before agenerate().")
         start = time.perf_counter()
         args = (req, self.processor, self.model.config, self.device, self._dtype)
-        if req.image_data and not (req.metadata or {}).get("multi_modal_input"):
+        if not (req.metadata or {}).get("multi_modal_input") and req.image_data:
             inputs = await asyncio.to_thread(prepare_inputs, *args)  # decode + resize images
         else:
             inputs = prepare_inputs(*args)
@@ -263,7 +263,8 @@ class LocalInferenceEngine(InferenceEngine):
             output_versions=task.out_versions,
             stop_reason=task.stop_reason,
             tokenizer=req.tokenizer or self.tokenizer,
-            input_images=list(req.image_data or []),
+            # Requests that carry the tensors may encode images lazily: not read here.
+            input_images=[] if getattr(req, "images_unread", False) else list(req.image_data or []),
             processor=req.processor or self.processor,
             latency=end - start,
             ttft=(task.t_first or end) - start,
