@@ -1,37 +1,39 @@
-"""Episode overhead on real photos: vlrollout's ``VisionRLVRWorkflow`` vs AReaL's, against a floor.
+"""Episode overhead per input class: vlrollout's ``VisionRLVRWorkflow`` vs AReaL's, against a floor.
 
-Run: ``.venv/bin/python bench/bench_workflow_overhead.py`` (about 2 min on 2 shared CPU cores;
-``--quick``: one photo, about 25 s; ``--sizes 640x480,2048x1536``, ``--no-samples``, ``--json PATH``
-for the raw samples). Everything runs in one process and one event loop; every round times each
-column once per photo in a shuffled order (seeded), so machine noise and after-effects (AReaL's
-episode frees hundreds of MB) hit all columns alike. ``torch.set_num_threads(1)``: the processor
-and packing use one core, the reward process pool (one worker on a 2-core machine) the other.
+Run: ``.venv/bin/python bench/bench_workflow_overhead.py`` (a few minutes on 2 shared CPU cores;
+``--quick``: fewer repetitions and only the fast processor, about a minute; ``--json PATH`` for the
+raw samples). Everything runs in one process and one event loop; every round times each column once
+per case in a shuffled order (seeded), so machine noise hits all columns alike.
+``torch.set_num_threads(1)``.
 
-Set-up, identical for both workflows:
+Input classes (each a different subject, drawn by ``bench/images.py``: photos of one image measure
+one point of the encoder's and processor's space), 800x600 unless noted:
 
-- processor: Qwen2.5-VL built offline (:func:`vlrollout.testing.offline_processors.build_qwen2_5_vl`) with
-  Qwen2.5-VL's / AReaL's defaults ``min_pixels=3136``, ``max_pixels=12845056``, patch 14, merge 2;
-- engine: :class:`vlrollout.testing.scripted_engine.ScriptedEngine`, zero latency, a fixed 8-token answer;
-- reward: :func:`zero_reward` (module level, picklable), through AReaL's ``AsyncRewardWrapper``
-  process pool in both workflows (ours wraps the same pool).
+- ``RGB JPEG`` (portrait, quality 90), ``grey PNG`` (document, mode L), ``RGBA PNG`` (fruit, with an
+  alpha gradient), ``palette GIF`` (city, 256-colour adaptive palette), ``PIL input`` (landscape,
+  handed over decoded, as HF ``datasets`` does), ``small <=336^2`` (texture, 336x252 JPEG: AReaL's
+  own loaders shrink images to 336^2 or 512^2).
 
-Inputs: photos derived from matplotlib's ``grace_hopper.jpg`` (see ``bench/images.py``) saved as
-JPEG quality 90, plus ``assets/samples`` images when present.
+Processors: Qwen2.5-VL built offline with Qwen2.5-VL's / AReaL's defaults ``min_pixels=3136``,
+``max_pixels=12845056``, patch 14, merge 2, once with the **fast** image processor (what
+``AutoProcessor`` loads for real checkpoints in transformers 5) and once with the **slow** one.
 
-- AReaL gets what its dataset code produces (``areal/dataset/clevr_count_70k.py``): ``images`` as
-  already-decoded PIL images (decoding is not in its time) and ``messages`` as the chat-templated
-  string with ``<|vision_start|><|image_pad|><|vision_end|>`` in it.
-- Ours gets the file path and chat messages; it decodes the file inside the episode.
+Set-up, identical for both workflows: :class:`vlrollout.testing.scripted_engine.ScriptedEngine`, zero
+latency, a fixed 8-token answer (it reads the tensors, like our local engine, not ``image_data``);
+:func:`zero_reward` through AReaL's ``AsyncRewardWrapper`` process pool in both.
 
-Columns: **floor** = decode the file + one processor call with the same settings (what any
-workflow must spend per distinct image), timed in the event loop's worker thread where ours
-prepares too (see :meth:`Bench.floor`); **ours** = one episode with a cold prepared-prompt cache
-(``wf.ctx.prompts.clear()`` before every repetition); **AReaL** = one episode. Each value is the
-median over repetitions (AReaL runs in fewer rounds: its groups take seconds). The group table
-wraps both in AReaL's ``GroupedRolloutWorkflow(wf, 8)`` and times one whole group. Both
+- AReaL gets what its dataset code produces (``areal/dataset/clevr_count_70k.py``): decoded RGB PIL
+  images (decoding is not in its time) and the chat-templated string.
+- Ours gets the file path (or the PIL image for ``PIL input``) and chat messages.
+
+Columns: **floor** = decode the file + one processor call with the same settings (what any workflow
+must spend per distinct image), timed in the event loop's worker thread where ours prepares too;
+**ours** = one episode with a cold prepared-prompt cache; **AReaL** = one episode. Medians over
+repetitions. The group table wraps both in AReaL's ``GroupedRolloutWorkflow(wf, 8)``. Both
 workflows' prompts are checked to give identical ``input_ids``.
 
-Targets (photos >= 0.3 MP): one episode <= 1.5x floor, a group of 8 <= 2x floor.
+Targets for every class and both processors: a group of 8 <= 1.5x the floor, and one episode >= 2x
+ahead of AReaL (AReaL/ours >= 2). The headline is the worst case, printed last.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from areal.api.cli_args import GenerationHyperparameters  # noqa: E402
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
 from areal.infra.workflow_executor import check_trajectory_format  # noqa: E402
 from areal.workflow.vision_rlvr import VisionRLVRWorkflow as ArealVisionRLVRWorkflow  # noqa: E402
-from images import DEFAULT_SIZES, QUICK_SIZES, Photo, bench_photos  # noqa: E402
+from images import subject_photo  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from vlrollout.testing.offline_processors import build_qwen2_5_vl  # noqa: E402
@@ -69,8 +71,8 @@ MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # Qwen2.5-VL preprocessor_config.json /
 QUESTION = "What is shown in this picture? Answer in one sentence."
 ANSWER = "A woman in a naval uniform."
 AREAL_IMAGE_TOKEN = "<|vision_start|><|image_pad|><|vision_end|>"  # clevr_count_70k.py
-TARGET_MP = 0.3
-TARGET_SINGLE, TARGET_GROUP = 1.5, 2.0
+TARGET_GROUP, TARGET_AREAL = 1.5, 2.0
+SIZE = (800, 600)
 
 
 def zero_reward(prompt, completions, prompt_ids, completion_ids, **task_data) -> float:
@@ -78,30 +80,76 @@ def zero_reward(prompt, completions, prompt_ids, completion_ids, **task_data) ->
     return 0.0
 
 
-def our_messages() -> list[dict]:
-    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+@dataclass(frozen=True)
+class Case:
+    """One input class: what ours gets (a path or a PIL image) and its subject."""
+
+    name: str
+    source: object  # Path, or a PIL image for the "PIL input" class
+    subject: str
 
 
-def our_item(photo: Photo) -> dict:
-    """What our workflow gets: the file path and chat messages."""
-    return {"messages": our_messages(), "images": [str(photo.path)], "answer": ANSWER}
-
-
-def decode(path: Path) -> Image.Image:
-    """Decode an image file to RGB, as the floor and AReaL's dataset code do."""
-    image = Image.open(path)
+def _rgb(source) -> Image.Image:
+    """Decode to RGB, as the floor and AReaL's dataset code do (``convert("RGB")``)."""
+    image = source if isinstance(source, Image.Image) else Image.open(source)
     image.load()
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def areal_item(tokenizer, photo: Photo) -> dict:
-    """What AReaL's workflow gets from its dataset code: decoded images, templated text."""
+def make_cases(out: Path) -> list[Case]:
+    """One file (or PIL image) per input class, each of a different subject."""
+    w, h = SIZE
+    cases = []
+    jpeg = out / "portrait.jpg"
+    subject_photo("portrait", w, h).save(jpeg, quality=90)
+    cases.append(Case("RGB JPEG", jpeg, "portrait"))
+    grey = out / "document.png"
+    subject_photo("document", w, h).convert("L").save(grey)
+    cases.append(Case("grey PNG", grey, "document"))
+    rgba = subject_photo("fruit", w, h).convert("RGBA")
+    alpha = Image.linear_gradient("L").resize((w, h))
+    rgba.putalpha(alpha)
+    rgba_path = out / "fruit.png"
+    rgba.save(rgba_path)
+    cases.append(Case("RGBA PNG", rgba_path, "fruit"))
+    gif = out / "city.gif"
+    subject_photo("city", w, h).convert("P", palette=Image.Palette.ADAPTIVE, colors=256).save(gif)
+    cases.append(Case("palette GIF", gif, "city"))
+    cases.append(Case("PIL input", subject_photo("landscape", w, h), "landscape"))
+    small = out / "texture.jpg"
+    subject_photo("texture", 336, 252).save(small, quality=90)
+    cases.append(Case("small <=336^2", small, "texture"))
+    return cases
+
+
+def our_messages() -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+
+
+def our_item(case: Case) -> dict:
+    source = case.source if isinstance(case.source, Image.Image) else str(case.source)
+    return {"messages": our_messages(), "images": [source], "answer": ANSWER}
+
+
+def areal_item(tokenizer, case: Case) -> dict:
+    """What AReaL's workflow gets from its dataset code: decoded RGB images, templated text."""
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": AREAL_IMAGE_TOKEN + QUESTION}],
         add_generation_prompt=True,
         tokenize=False,
     )
-    return {"messages": text, "images": [decode(photo.path)], "answer": ANSWER}
+    return {"messages": text, "images": [_rgb(case.source)], "answer": ANSWER}
+
+
+def build_processor(fast: bool):
+    proc = build_qwen2_5_vl(MIN_PIXELS, MAX_PIXELS)
+    if fast:
+        from transformers import Qwen2VLImageProcessorFast
+
+        proc.image_processor = Qwen2VLImageProcessorFast(
+            size={"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}, patch_size=14
+        )
+    return proc
 
 
 def median_ms(samples: list[float]) -> float:
@@ -111,8 +159,8 @@ def median_ms(samples: list[float]) -> float:
 class Bench:
     """The workflows, engine and processor under test; all timing happens on one event loop."""
 
-    def __init__(self, group_size: int) -> None:
-        self.processor = build_qwen2_5_vl(MIN_PIXELS, MAX_PIXELS)
+    def __init__(self, fast: bool, group_size: int) -> None:
+        self.processor = build_processor(fast)
         self.tokenizer = self.processor.tokenizer
         gconfig = GenerationHyperparameters(max_new_tokens=16)
         answer = self.tokenizer.encode(ANSWER, add_special_tokens=False)[:7]
@@ -128,50 +176,89 @@ class Bench:
             our_messages(), tokenize=False, add_generation_prompt=True
         )
 
-    def _floor_call(self, path: Path) -> tuple[float, object]:
+    def _floor_call(self, case: Case) -> float:
         t0 = time.perf_counter()
-        # Nested images, text as a batch of one: the call our preprocessor makes.
-        out = self.processor(text=[self.floor_text], images=[[decode(path)]], return_tensors="pt")
-        return time.perf_counter() - t0, out
+        # Decode + the call our preprocessor makes (nested images, a batch of one text).
+        self.processor(text=[self.floor_text], images=[[_rgb(case.source)]], return_tensors="pt")
+        return time.perf_counter() - t0
 
-    async def floor(self, photo: Photo) -> float:
-        """Decode the file + one processor call: the least any workflow spends per image.
-
-        Timed inside the event loop's default worker thread, where our preparation runs too:
-        glibc gives each thread its own malloc arena, and on this machine the processor call with
-        its large temporary arrays measured ~20% faster in a worker thread than on the main thread
-        (``MALLOC_ARENA_MAX=1`` removed the gap). A main-thread floor would flatter ours.
-        """
+    async def floor(self, case: Case) -> float:
+        """Decode + one processor call, in the loop's worker thread (where ours prepares)."""
         gc.collect()
-        # The outputs are handed back and dropped here, on the main thread, as a workflow's are.
-        elapsed, _ = await asyncio.to_thread(self._floor_call, photo.path)
-        return elapsed
+        return await asyncio.to_thread(self._floor_call, case)
 
-    async def episode(self, workflow, item: dict, cold: bool = True) -> tuple[float, object]:
+    async def episode(self, workflow, item: dict) -> float:
         """Seconds for one ``arun_episode`` (ours starts from an empty prompt cache)."""
-        if cold:
-            self.ours.ctx.prompts.clear()
+        self.ours.ctx.prompts.clear()
         gc.collect()
         t0 = time.perf_counter()
         out = await workflow.arun_episode(self.engine, item)
         elapsed = time.perf_counter() - t0
+        del out
         self.engine.requests.clear()
-        return elapsed, out
+        return elapsed
 
-    async def check_same_prompt(self, photo: Photo) -> None:
-        """Both workflows must send the engine the same tokens (same work), and ours must pass
-        AReaL's trajectory check. Also warms up the reward process pool and the thread pool."""
-        self.ours.ctx.prompts.clear()
-        traj = await self.ours.arun_episode(self.engine, our_item(photo))
+    async def check_same_prompt(self, case: Case) -> None:
+        """Both workflows send the same tokens, ours passes AReaL's trajectory check."""
+        traj = await self.ours.arun_episode(self.engine, our_item(case))
         if traj is None or not check_trajectory_format(traj):
             raise RuntimeError(f"our workflow returned no valid trajectory: {self.ours.ledger}")
-        await self.areal.arun_episode(self.engine, areal_item(self.tokenizer, photo))
+        await self.areal.arun_episode(self.engine, areal_item(self.tokenizer, case))
         ours, areal = (list(r.input_ids) for r in self.engine.requests[-2:])
         if ours != areal:
-            raise RuntimeError(
-                f"prompts differ: ours has {len(ours)} tokens, AReaL's {len(areal)}; fix the items"
-            )
+            raise RuntimeError(f"{case.name}: prompts differ ({len(ours)} vs {len(areal)} tokens)")
         self.engine.requests.clear()
+
+
+@dataclass(frozen=True)
+class Reps:
+    single: int
+    areal: int
+    group: int
+    areal_group: int
+
+
+def spread(n: int, total: int) -> set[int]:
+    """``n`` round indices spread evenly over ``range(total)`` (where the costly AReaL runs go)."""
+    n = min(n, total)
+    return {round(i * (total - 1) / max(1, n - 1)) for i in range(n)} if n else set()
+
+
+async def measure(bench: Bench, cases: list[Case], reps: Reps) -> dict[str, dict[str, list]]:
+    order = random.Random(0)
+    for case in cases:
+        await bench.check_same_prompt(case)
+    areal_items = {c.name: areal_item(bench.tokenizer, c) for c in cases}
+    gc.collect()
+    gc.freeze()
+    keys = ("floor", "ours", "areal", "g_ours", "g_areal")
+    out: dict[str, dict[str, list]] = {k: {c.name: [] for c in cases} for k in keys}
+
+    async def one_round(c: Case, grouped: bool, with_areal: bool) -> None:
+        ours_wf, areal_wf = (
+            (bench.ours_group, bench.areal_group) if grouped else (bench.ours, bench.areal)
+        )
+        ok, ak = ("g_ours", "g_areal") if grouped else ("ours", "areal")
+        steps = [
+            ("floor", lambda: bench.floor(c)),
+            (ok, lambda: bench.episode(ours_wf, our_item(c))),
+            (ak, lambda: bench.episode(areal_wf, areal_items[c.name])),
+        ]
+        if not with_areal:
+            steps.pop()
+        order.shuffle(steps)
+        for key, run in steps:
+            out[key][c.name].append(await run())
+
+    for grouped, total, n_areal in (
+        (False, reps.single, reps.areal),
+        (True, reps.group, reps.areal_group),
+    ):
+        areal_rounds = spread(n_areal, total)
+        for r in range(total):
+            for c in cases:
+                await one_round(c, grouped, r in areal_rounds)
+    return out
 
 
 def fmt_ratio(x: float) -> str:
@@ -187,150 +274,65 @@ def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
         print("  ".join(padded))
 
 
-def geomean(xs: list[float]) -> float:
-    return statistics.geometric_mean(xs) if xs else float("nan")
-
-
-Samples = dict[Photo, list[float]]
-
-
-@dataclass(frozen=True)
-class Reps:
-    """Repetitions: ours and the floor are cheap, AReaL's groups cost seconds per large photo."""
-
-    single: int  # rounds of single episodes (floor + ours each round)
-    areal: int  # of which AReaL also runs in this many, spread evenly
-    group: int  # rounds of groups (floor + our group each round)
-    areal_group: int  # of which AReaL's group also runs in this many
-
-
-def spread(n: int, total: int) -> set[int]:
-    """``n`` round indices spread evenly over ``range(total)`` (where the costly AReaL runs go)."""
-    n = min(n, total)
-    return {round(i * (total - 1) / max(1, n - 1)) for i in range(n)} if n else set()
-
-
-async def measure(bench: Bench, photos: list[Photo], reps: Reps) -> dict[str, Samples]:
-    """Interleaved rounds: per photo the floor, ours and (in some rounds) AReaL; then groups.
-
-    The order within a round is shuffled (seeded), so no column always runs right after
-    another (AReaL's episode leaves hundreds of MB of freed memory behind it).
-    """
-    order = random.Random(0)
-    await bench.check_same_prompt(photos[0])
-    areal_items = {p: areal_item(bench.tokenizer, p) for p in photos}
-    # Setup objects (torch, transformers, the processor) never die: freezing them keeps the
-    # gc.collect() before each timing cheap and out of the timed region.
-    gc.collect()
-    gc.freeze()
-    keys = ("floor", "ours", "areal", "g_ours", "g_areal")
-    out: dict[str, Samples] = {k: {p: [] for p in photos} for k in keys}
-
-    async def one_round(r: int, p: Photo, ours_key: str, ours_wf, areal_key: str, areal_wf, with_areal: bool) -> None:  # fmt: skip
-        steps = [
-            ("floor", lambda: bench.floor(p)),
-            (ours_key, lambda: bench.episode(ours_wf, our_item(p))),
-            (areal_key, lambda: bench.episode(areal_wf, areal_items[p], cold=False)),
-        ]
-        if not with_areal:
-            steps.pop()
-        order.shuffle(steps)
-        for key, run in steps:
-            result = await run()
-            out[key][p].append(result if key == "floor" else result[0])
-            del result  # no trajectory stays alive into the next timing
-
-    areal_rounds = spread(reps.areal, reps.single)
-    for r in range(reps.single):
-        for p in photos:
-            await one_round(r, p, "ours", bench.ours, "areal", bench.areal, r in areal_rounds)
-    areal_rounds = spread(reps.areal_group, reps.group)
-    for r in range(reps.group):
-        for p in photos:
-            await one_round(
-                r, p, "g_ours", bench.ours_group, "g_areal", bench.areal_group, r in areal_rounds
-            )
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one small photo, few repetitions")
-    parser.add_argument("--reps", type=int, default=None, help="single-episode repetitions")
-    parser.add_argument("--group-reps", type=int, default=None, help="group repetitions")
+    parser.add_argument("--quick", action="store_true", help="few repetitions, fast processor only")
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--sizes", default=None, help="photo sizes, e.g. 640x480,2048x1536")
-    parser.add_argument("--no-samples", action="store_true", help="skip assets/samples images")
+    parser.add_argument("--processors", default=None, help="fast,slow (default both)")
     parser.add_argument("--json", type=Path, default=None, help="write raw samples (s) here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     logging.getLogger("bench_workflow_overhead").setLevel(logging.ERROR)
-    sizes = QUICK_SIZES[:1] if args.quick else DEFAULT_SIZES
-    if args.sizes:
-        sizes = [tuple(int(v) for v in wh.split("x")) for wh in args.sizes.split(",")]
-    reps = Reps(5, 5, 3, 2) if args.quick else Reps(9, 9, 7, 3)
-    if args.reps:
-        reps = Reps(args.reps, args.reps, reps.group, reps.areal_group)
-    if args.group_reps:
-        reps = Reps(
-            reps.single, reps.areal, args.group_reps, min(args.group_reps, reps.areal_group)
-        )
-
-    tmp = tempfile.TemporaryDirectory(prefix="bench_photos_")
-    try:
-        photos = bench_photos(
-            tmp.name, sizes=sizes, include_samples=not (args.quick or args.no_samples)
-        )
-        bench = Bench(args.group_size)
-        t_start = time.perf_counter()
-        # AReaL installs uvloop's policy on import, as in production; one loop for every timing.
-        res = asyncio.run(measure(bench, photos, reps))
-    finally:
-        tmp.cleanup()
+    kinds = (args.processors or ("fast" if args.quick else "fast,slow")).split(",")
+    reps = Reps(3, 2, 2, 1) if args.quick else Reps(7, 4, 5, 2)
+    g = args.group_size
+    results: dict[str, dict] = {}
+    rows_single, rows_group, worst = [], [], []
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench_inputs_") as tmp:
+        cases = make_cases(Path(tmp))
+        for kind in kinds:
+            bench = Bench(kind == "fast", g)
+            res = asyncio.run(measure(bench, cases, reps))
+            gc.unfreeze()
+            results[kind] = res
+            for c in cases:
+                f, o, a = (median_ms(res[k][c.name]) for k in ("floor", "ours", "areal"))
+                go, ga = median_ms(res["g_ours"][c.name]), median_ms(res["g_areal"][c.name])
+                label = f"{c.name} ({kind})"
+                rows_single.append([label, c.subject, f"{f:.1f}", f"{o:.1f}", f"{a:.1f}",
+                                    fmt_ratio(o / f), fmt_ratio(a / o),
+                                    "ok" if a / o >= TARGET_AREAL else "MISS"])  # fmt: skip
+                rows_group.append([label, f"{f:.1f}", f"{go:.1f}", f"{ga:.1f}", fmt_ratio(go / f),
+                                   fmt_ratio(ga / go),
+                                   "ok" if go / f <= TARGET_GROUP else "MISS"])  # fmt: skip
+                worst.append((go / f, a / o, label))
     elapsed = time.perf_counter() - t_start
     if args.json:
-        raw = {k: {p.label: v[p] for p in photos} for k, v in res.items()}
-        args.json.write_text(json.dumps(raw, indent=1))
-
-    g = args.group_size
-    single_rows, group_rows = [], []
-    big_single, big_group, big_ratio_single, big_ratio_group = [], [], [], []
-    for p in photos:
-        f, o, a = (median_ms(res[k][p]) for k in ("floor", "ours", "areal"))
-        go, ga = median_ms(res["g_ours"][p]), median_ms(res["g_areal"][p])
-        big = p.megapixels >= TARGET_MP
-        mark_s = ("ok" if o / f <= TARGET_SINGLE else "MISS") if big else "-"
-        mark_g = ("ok" if go / f <= TARGET_GROUP else "MISS") if big else "-"
-        single_rows.append([p.label, f"{p.megapixels:.2f}", f"{f:.1f}", f"{o:.1f}", f"{a:.1f}",
-                            fmt_ratio(o / f), fmt_ratio(a / f), fmt_ratio(a / o), mark_s])  # fmt: skip
-        group_rows.append([p.label, f"{f:.1f}", f"{go:.1f}", f"{ga:.1f}", fmt_ratio(go / f),
-                           fmt_ratio(ga / f), fmt_ratio(ga / go), mark_g])  # fmt: skip
-        if big:
-            big_single.append(o / f)
-            big_group.append(go / f)
-            big_ratio_single.append(a / o)
-            big_ratio_group.append(ga / go)
-
+        args.json.write_text(json.dumps(results, indent=1))
     print(f"Qwen2.5-VL processor (min_pixels={MIN_PIXELS}, max_pixels={MAX_PIXELS}, patch 14, "
-          f"merge 2), zero-latency ScriptedEngine, trivial reward via AsyncRewardWrapper; "
-          f"torch threads=1; medians of {reps.single} (AReaL {reps.areal}) episodes and "
-          f"{reps.group} (AReaL {reps.areal_group}) groups; "
-          f"{elapsed:.0f} s measuring")  # fmt: skip
-    ratios = ["ours/floor", "AReaL/floor", "AReaL/ours", "target"]
+          f"merge 2), {SIZE[0]}x{SIZE[1]} inputs unless noted, zero-latency ScriptedEngine, trivial "
+          f"reward via AsyncRewardWrapper; torch threads=1; medians of {reps.single} (AReaL "
+          f"{reps.areal}) episodes and {reps.group} (AReaL {reps.areal_group}) groups; "
+          f"{elapsed:.0f} s")  # fmt: skip
     print_table(
-        f"One episode, ms (target ours/floor <= {TARGET_SINGLE}x on photos >= {TARGET_MP} MP)",
-        ["image", "MP", "floor", "ours", "AReaL", *ratios],
-        single_rows,
-    )
+        f"One episode, ms (target AReaL/ours >= {TARGET_AREAL}x)",
+        ["input class (processor)", "subject", "floor", "ours", "AReaL", "ours/floor",
+         "AReaL/ours", "target"],
+        rows_single,
+    )  # fmt: skip
     print_table(
         f"Group of {g} (GroupedRolloutWorkflow), ms per group (target ours/floor <= {TARGET_GROUP}x)",
-        ["image", "floor", "ours", "AReaL", *ratios],
-        group_rows,
+        ["input class (processor)", "floor", "ours", "AReaL", "ours/floor", "AReaL/ours", "target"],
+        rows_group,
     )
+    worst_group = max(worst)
+    worst_areal = min(worst, key=lambda w: w[1])
     print()
-    print(f"headline (geomean, photos >= {TARGET_MP} MP): ours/floor single {geomean(big_single):.2f}x, "
-          f"group of {g} {geomean(big_group):.2f}x; AReaL/ours single {geomean(big_ratio_single):.2f}x, "
-          f"group of {g} {geomean(big_ratio_group):.2f}x")  # fmt: skip
+    print(
+        f"headline (worst class): group of {g} ours/floor {worst_group[0]:.2f}x "
+        f"[{worst_group[2]}]; one episode AReaL/ours {worst_areal[1]:.2f}x [{worst_areal[2]}]"
+    )
     return 0
 
 

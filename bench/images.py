@@ -130,3 +130,71 @@ def bench_photos(
                     seen.add(key)
                     photos.append(Photo(path, im.width, im.height, "assets/samples"))
     return photos
+
+
+# -- varied subjects, drawn in code (the machine ships one photo) ------------------------------
+
+SUBJECTS = ("portrait", "landscape", "city", "document", "fruit", "texture")
+
+
+def subject_photo(subject: str, width: int, height: int, seed: int = 0) -> Image.Image:
+    """An RGB picture of ``subject`` (photo-like statistics differ per subject: smooth regions,
+    sharp edges, text strokes, fine texture), so encoders and processors are not measured on
+    copies of one image.
+
+    >>> [subject_photo(s, 40, 30).size for s in SUBJECTS[:2]]
+    [(40, 30), (40, 30)]
+    """
+    from PIL import ImageDraw, ImageFilter
+
+    rng = np.random.default_rng(seed + SUBJECTS.index(subject))
+    if subject == "portrait":
+        path = grace_hopper_path()
+        if path is not None:
+            with Image.open(path) as im:
+                return derive(im, width, height)
+        return derive(synthetic_photo(seed=seed), width, height)
+    yy, xx = np.mgrid[0:height, 0:width]
+    if subject == "landscape":
+        sky = np.stack([90 + 80 * yy / height, 140 + 60 * yy / height, 230 - 30 * yy / height], -1)
+        ridge = height * (0.55 + 0.1 * np.sin(xx / width * 6 + rng.uniform(0, 6)))
+        ground = np.stack([60 + 0 * yy, 120 - 40 * yy / height, 50 + 0 * yy], -1)
+        pixels = np.where((yy > ridge)[..., None], ground, sky)
+        pixels = pixels + rng.normal(0, 6, pixels.shape)
+        return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).filter(
+            ImageFilter.GaussianBlur(1)
+        )
+    image = Image.new("RGB", (width, height), (235, 235, 230))
+    draw = ImageDraw.Draw(image)
+    if subject == "city":
+        image.paste((120, 160, 210), (0, 0, width, height // 3))
+        for _ in range(40):
+            x, w = int(rng.integers(0, width)), int(rng.integers(width // 30, width // 8))
+            top = int(rng.integers(height // 6, height // 2))
+            shade = tuple(int(v) for v in rng.integers(60, 180, 3))
+            draw.rectangle([x, top, x + w, height], fill=shade)
+            for wy in range(top + 6, height - 6, 14):
+                for wx in range(x + 3, x + w - 3, 9):
+                    draw.rectangle([wx, wy, wx + 4, wy + 6], fill=(250, 230, 140))
+    elif subject == "document":
+        for line_y in range(height // 12, height - height // 12, max(8, height // 40)):
+            x = width // 12
+            while x < width - width // 12:
+                w = int(rng.integers(8, 40))
+                draw.rectangle(
+                    [x, line_y, x + w, line_y + max(2, height // 120)], fill=(20, 20, 30)
+                )
+                x += w + int(rng.integers(4, 10))
+    elif subject == "fruit":
+        for _ in range(25):
+            r = int(rng.integers(min(width, height) // 20, min(width, height) // 6))
+            cx, cy = int(rng.integers(0, width)), int(rng.integers(0, height))
+            colour = tuple(int(v) for v in rng.integers(40, 255, 3))
+            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colour, outline=(30, 30, 30))
+        image = image.filter(ImageFilter.GaussianBlur(2))
+    elif subject == "texture":
+        noise = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
+        image = Image.fromarray(noise).filter(ImageFilter.GaussianBlur(0.7))
+    else:
+        raise ValueError(f"unknown subject {subject!r}; known: {SUBJECTS}")
+    return image

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from .base import PreparedPrompt
+from .base import LAZY, EngineImages, PreparedPrompt
 from .errors import PreprocessError
 from .families import FamilyAdapter, adapter_for
 from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
-from .messages import normalize_messages, to_openai_messages
+from .messages import normalize_messages
 
 TEXT_KEYS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"})
 ID_FIELDS = ("id", "uid", "idx", "index")
@@ -218,20 +218,15 @@ class AutoProcessorPreprocessor:
         prepared = PreparedPrompt(
             input_ids=input_ids,
             prompt_text=prompt_text,
-            image_data=[im.to_base64() for im in images],
+            image_data=LAZY if images else [],
             multi_modal_input=multi_modal_input,
             mm_token_type_ids=_row(mm_types) if mm_types is not None else None,
             geometry=self.adapter.geometry(self.processor, sizes, outputs) if images else [],
-            vision_msg_vllm=None,
+            vision_msg_vllm=LAZY if images and messages is not None else None,
             image_token_id=self.image_token_id,
+            engine_images=engine_images(images, messages) if images else None,
         )
-        if images and messages is not None:
-            urls = [
-                f"data:{im.mime};base64,{b64}"
-                for im, b64 in zip(images, prepared.image_data, strict=True)
-            ]
-            prepared.vision_msg_vllm = to_openai_messages(messages, urls)
-        elif images:
+        if images and messages is None:
             # A templated string cannot be turned back into chat messages; AReaL's datasets give
             # vLLM ``messages_chat`` (its client fills the image URLs from image_data in order).
             prepared.templated = True
@@ -260,6 +255,20 @@ class AutoProcessorPreprocessor:
             f"{type(self).__name__}({type(self.processor).__name__}, family={self.family!r}, "
             f"min_pixels={self.min_pixels}, max_pixels={self.max_pixels})"
         )
+
+
+def engine_images(images: list[LoadedImage], messages: list[dict[str, Any]] | None) -> EngineImages:
+    """What the engine gets for ``images``, encoded only when an engine reads it."""
+    parts: list[tuple[Any, str]] = []
+    held = 0
+    for im in images:
+        if im.passthrough:
+            parts.append((im.encoded, im.mime))
+            held += len(im.encoded or b"")
+        else:
+            parts.append((im.engine_bytes, im.mime))
+            held += im.image.width * im.image.height * 3
+    return EngineImages(parts, messages, held)
 
 
 def _row(value: Any) -> list[int]:

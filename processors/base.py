@@ -47,6 +47,7 @@ class PreparedPrompt:
     vision_msg_vllm: list[dict[str, Any]] | None = None
     image_token_id: int | None = None
     templated: bool = False
+    engine_images: EngineImages | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_images(self) -> int:
@@ -56,9 +57,113 @@ class PreparedPrompt:
     def prompt_len(self) -> int:
         return len(self.input_ids)
 
+    @property
+    def engine_images_pending(self) -> bool:
+        """Whether ``image_data``/``vision_msg_vllm`` are still to be encoded (nothing read them)."""
+        return self.__dict__.get("_image_data") is None and self.engine_images is not None
+
     def engine_image_nbytes(self) -> int:
-        """Bytes held for the engine's copy of the images (the base64 strings)."""
+        """Bytes held for the engine's copy of the images (base64 strings, or what encodes them)."""
+        if self.engine_images_pending:
+            return self.engine_images.nbytes()  # type: ignore[union-attr]
         return sum(len(s) for s in self.image_data)
+
+
+_PENDING = object()
+
+
+def _get_image_data(self: PreparedPrompt) -> list[str]:
+    value = self.__dict__.get("_image_data")
+    if value is None:
+        lazy = self.engine_images
+        value = lazy.image_data() if lazy is not None else []
+        self.__dict__["_image_data"] = value
+    return value
+
+
+def _set_image_data(self: PreparedPrompt, value: Any) -> None:
+    self.__dict__["_image_data"] = None if value is _PENDING else list(value)
+
+
+def _get_vision_msg(self: PreparedPrompt) -> list[dict[str, Any]] | None:
+    value = self.__dict__.get("_vision_msg_vllm", _PENDING)
+    if value is _PENDING:
+        lazy = self.engine_images
+        value = lazy.vision_msg_vllm() if lazy is not None else None
+        self.__dict__["_vision_msg_vllm"] = value
+    return value
+
+
+def _set_vision_msg(self: PreparedPrompt, value: Any) -> None:
+    self.__dict__["_vision_msg_vllm"] = value
+
+
+# image_data and vision_msg_vllm stay dataclass fields (constructor, dataclasses.replace) but are
+# read through properties: a prepared prompt built with ``image_data=LAZY`` and ``engine_images``
+# encodes its images only when something (an engine that sends them) reads the field.
+PreparedPrompt.image_data = property(_get_image_data, _set_image_data)  # type: ignore[assignment]
+PreparedPrompt.vision_msg_vllm = property(_get_vision_msg, _set_vision_msg)  # type: ignore[assignment]
+LAZY: Any = _PENDING
+"""Pass as ``image_data=LAZY`` (and ``vision_msg_vllm=LAZY``) with ``engine_images=...``."""
+
+
+class EngineImages:
+    """The engine's copies of a prompt's images, encoded once, on first read, thread-safely.
+
+    Args:
+        images: Per image, the original encoded bytes to pass through, or a callable returning
+            the re-encoded bytes, with its MIME type: ``[(bytes_or_fn, mime), ...]``.
+        messages: Normalised chat messages for vLLM's ``vision_msg_vllm`` (``None``: none).
+        held_bytes: What the pending images hold (for cache accounting).
+    """
+
+    def __init__(
+        self,
+        images: list[tuple[Any, str]],
+        messages: list[dict[str, Any]] | None,
+        held_bytes: int,
+    ) -> None:
+        import threading
+
+        self._images = images
+        self._messages = messages
+        self._held = held_bytes
+        self._lock = threading.Lock()
+        self._b64: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._images)
+
+    @property
+    def has_messages(self) -> bool:
+        return self._messages is not None
+
+    def nbytes(self) -> int:
+        return self._held if self._b64 is None else sum(len(s) for s in self._b64)
+
+    def image_data(self) -> list[str]:
+        import base64
+
+        with self._lock:
+            if self._b64 is None:
+                out = []
+                for raw, _ in self._images:
+                    data = raw if isinstance(raw, bytes) else raw()
+                    out.append(base64.b64encode(data).decode("ascii"))
+                self._b64 = out
+                self._images = [(None, mime) for _, mime in self._images]  # free the sources
+            return self._b64
+
+    def vision_msg_vllm(self) -> list[dict[str, Any]] | None:
+        if self._messages is None:
+            return None
+        from .messages import to_openai_messages
+
+        urls = [
+            f"data:{mime};base64,{b64}"
+            for (_, mime), b64 in zip(self._images, self.image_data(), strict=True)
+        ]
+        return to_openai_messages(self._messages, urls)
 
 
 @runtime_checkable

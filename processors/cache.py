@@ -17,7 +17,9 @@ them anyway, so keeping them costs nothing extra.
 each image source (a file's path, size and modification time; the bytes of an encoded image or a
 base64/data-URL string; the mode, size and pixels of a PIL image). An ``id`` field is never trusted:
 datasets repeat ids (row indices after concatenation), and two items with one id must not share a
-prompt.
+prompt. A PIL image is digested once per image object (hashing a 2 MP image costs tens of ms, and a
+group hands the same object over 8 times): do not draw on an image in place after handing it over;
+pass a new image or a copy.
 
 **Size** of an entry (:func:`prepared_nbytes`): the tensors of ``multi_modal_input`` plus the engine
 images held (base64 strings, encoded bytes or decoded pixels) plus the token lists.

@@ -106,10 +106,15 @@ def check_prepared(result: Any, name: str) -> PreparedPrompt:
         )
     if not result.input_ids or not all(isinstance(t, int) for t in result.input_ids[:8]):
         raise PreprocessorContractError(name, "prepare() returned empty or non-integer input_ids")
-    if result.geometry and len(result.image_data) != len(result.geometry):
+    n_images = (
+        len(result.engine_images)  # type: ignore[arg-type]
+        if result.engine_images_pending
+        else len(result.image_data)
+    )
+    if result.geometry and n_images != len(result.geometry):
         raise PreprocessorContractError(
             name,
-            f"prepare() returned {len(result.geometry)} geometries for {len(result.image_data)} "
+            f"prepare() returned {len(result.geometry)} geometries for {n_images} "
             "engine images (one ImageGeometry per image)",
         )
     return result

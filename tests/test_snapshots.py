@@ -58,9 +58,12 @@ def test_pixel_change_without_size_change_is_caught():
     items[0]["images"] = [ImageEnhance.Brightness(image).enhance(1.05)]
     expected = load_snapshot(SNAPSHOTS / "qwen2_vl.json")
     expected["items"] = {k: v for k, v in expected["items"].items() if k == items[0]["id"]}
-    fields = {d.field for d in compare(expected, take_snapshot(pre, items))}
-    assert "pixel_values.hash" in fields and "pixel_values.channel_mean" in fields
+    diffs = compare(expected, take_snapshot(pre, items))
+    fields = {d.field for d in diffs}
+    assert "pixel_values[image 1]" in fields and "pixel_values.channel_mean" in fields
     assert "image_grid_thw" not in fields
+    (pixel,) = [d for d in diffs if d.field == "pixel_values[image 1]"]
+    assert pixel.max_abs > 0.05 and "exceeds the tolerance" in str(pixel)
     assert isinstance(image, Image.Image)
 
 
@@ -84,3 +87,74 @@ def test_check_command_passes_on_a_clean_checkout_and_fails_on_max_pixels():
     )
     assert bad.returncode == 1
     assert "image_grid_thw: expected" in bad.stdout
+
+
+def _reworded(items):
+    import json
+
+    first = json.loads(json.dumps(items[0]))
+    part = first["messages"][0]["content"][1]
+    part["text"] = part["text"].replace("shapes", "squares")  # one word changed
+    return [first]
+
+
+def test_any_prompt_change_fails_on_the_input_ids_fingerprint():
+    pre = AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"))
+    items = _items()
+    expected = load_snapshot(SNAPSHOTS / "qwen2_vl.json")
+    expected["items"] = {items[0]["id"]: expected["items"][items[0]["id"]]}
+    actual = take_snapshot(pre, _reworded(items))
+    assert "input_ids_sha256" in {d.field for d in compare(expected, actual)}
+
+
+def test_slow_to_fast_switch_reports_the_size_of_the_difference_and_the_settings():
+    import copy
+
+    from transformers import Qwen2VLImageProcessorFast
+
+    from vlrollout.snapshots import Tolerances, format_report
+
+    proc = copy.deepcopy(build_offline_processor("qwen2_vl"))
+    slow = proc.image_processor
+    proc.image_processor = Qwen2VLImageProcessorFast(
+        size=dict(slow.size), patch_size=slow.patch_size, merge_size=slow.merge_size
+    )
+    expected = load_snapshot(SNAPSHOTS / "qwen2_vl.json")
+    actual = take_snapshot(AutoProcessorPreprocessor(proc), _items())
+    diffs = [d for d in compare(expected, actual) if d.field.startswith("pixel_values[")]
+    report = format_report(diffs, expected, actual)
+    if diffs:  # fast and slow may agree exactly on these images; then nothing to size
+        worst = max(d.max_abs for d in diffs)
+        assert "max |difference|" in report and "exceeds the tolerance 0" in report
+        loose = Tolerances(pixel_max_abs=worst)
+        assert not [
+            d for d in compare(expected, actual, loose) if d.field.startswith("pixel_values[")
+        ]
+    assert "* image_processor: Qwen2VLImageProcessor | Qwen2VLImageProcessorFast" in report
+
+
+def _cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "vlrollout.cli", *args], capture_output=True, text=True, cwd=REPO
+    )
+
+
+def test_snapshot_commands_explain_a_bad_item_and_a_missing_file(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"id": "broken-7", "messages": [{"role": "user", "content": "<image>Q"}], '
+        '"images": ["does/not/exist.png"]}\n'
+    )
+    for command in (["snapshot", "--out", str(tmp_path / "s.json")], ["check", "--snapshot", str(SNAPSHOTS / "qwen2_vl.json")]):  # fmt: skip
+        res = _cli(*command, "--processor", "offline:qwen2_vl", "--data", str(bad))
+        assert res.returncode == 2 and "Traceback" not in res.stderr
+        assert "item broken-7: image_not_found" in res.stderr and "fix the item" in res.stderr
+    missing = tmp_path / "nope.json"
+    res = _cli(
+        "check", "--processor", "offline:qwen2_vl", "--data", str(DATA), "--snapshot", str(missing)
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert (
+        f"snapshot file {missing} does not exist" in res.stderr
+        and "vlrollout snapshot" in res.stderr
+    )

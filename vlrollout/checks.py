@@ -72,9 +72,16 @@ def check_request_images(
     if expected == 0:
         return
     problems = []
-    if len(req.image_data or []) != expected:
-        problems.append(f"image_data has {len(req.image_data or [])} images")
-    if not req.vision_msg_vllm and require_vllm_messages:
+    # Lazy requests (vlrollout.workflows.steps.LazyImagesRequest) answer without encoding.
+    n_images = getattr(req, "image_count", None)
+    if n_images is None:
+        n_images = len(req.image_data or [])
+    has_messages = getattr(req, "has_vllm_messages", None)
+    if has_messages is None:
+        has_messages = bool(req.vision_msg_vllm)
+    if n_images != expected:
+        problems.append(f"image_data has {n_images} images")
+    if not has_messages and require_vllm_messages:
         problems.append("vision_msg_vllm is empty (AReaL's vLLM client would send no image)")
     mm = req.metadata.get("multi_modal_input")
     if not mm or "pixel_values" not in mm:

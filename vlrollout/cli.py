@@ -271,10 +271,30 @@ def _snapshot_inputs(args: argparse.Namespace):
         from transformers import AutoProcessor
 
         processor = AutoProcessor.from_pretrained(args.processor, local_files_only=True)
+    from vlrollout.snapshots import SnapshotError
+
     limits = {k: getattr(args, k) for k in ("min_pixels", "max_pixels") if getattr(args, k)}
     preprocessor = get_preprocessor(args.preprocessor, processor=processor, **limits)
-    items = [i for i in load_items(args.data) if i.get("images")]
+    try:
+        items = [i for i in load_items(args.data) if i.get("images")]
+    except (OSError, ValueError) as e:
+        raise SnapshotError(f"cannot read the data file {args.data}: {e}") from None
     return preprocessor, items
+
+
+def _snapshot_errors(command):
+    """Snapshot commands report a bad item or file as one message and exit 2, no traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        from vlrollout.snapshots import SnapshotError
+
+        try:
+            return command(args)
+        except SnapshotError as e:
+            print(f"vlrollout {args.command}: {e}", file=sys.stderr)
+            return 2
+
+    return run
 
 
 @subcommand
@@ -285,7 +305,7 @@ def _add_snapshot(sub: argparse._SubParsersAction) -> None:
     )
     _add_snapshot_args(p)
     p.add_argument("--out", required=True, help="snapshot JSON to write")
-    p.set_defaults(func=_cmd_snapshot)
+    p.set_defaults(func=_snapshot_errors(_cmd_snapshot))
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
@@ -302,7 +322,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="compare a fresh processor run with a snapshot")
     _add_snapshot_args(p)
     p.add_argument("--snapshot", required=True, help="snapshot JSON to compare with")
-    p.set_defaults(func=_cmd_check)
+    p.set_defaults(func=_snapshot_errors(_cmd_check))
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

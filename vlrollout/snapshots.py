@@ -4,12 +4,16 @@ A transformers upgrade or a changed setting can silently change image-token coun
 pixel values. A snapshot records, per data item and image, exactly the things training depends
 on, so a check fails loudly and names the item, the image and the field:
 
-- ``prompt_len``, ``image_token_count`` and the ``input_ids`` around each image;
+- ``prompt_len``, ``image_token_count``, the ``input_ids`` around each image and a SHA-256 of the
+  whole ``input_ids`` (any change of the prompt text or template fails);
 - ``image_grid_thw`` (when the family has it), ``pixel_values`` shape and dtype;
-- fingerprints of ``pixel_values``: per-channel mean/std (tolerance-compared) and a hash of the
-  values quantised to ``1/64`` (exact-compared, catches any visible pixel change);
-- the geometry (original w×h → model w×h);
-- the library versions that produced it (reported in the diff, not compared).
+- fingerprints of ``pixel_values``: per-channel mean/std, a hash of the values quantised to
+  ``1/64``, and :data:`PIXEL_SAMPLES` evenly spaced values per image, so a check states how large a
+  pixel difference is (max and mean absolute difference per image, in ``pixel_values`` units) and
+  whether it is within :attr:`Tolerances.pixel_max_abs`;
+- the geometry (original w×h → model w×h, with the crop/pad transform);
+- the preprocessor settings (class, pixel budget, the image processor's resize settings), shown
+  beside the current ones when a check fails, and the library versions (reported, not compared).
 
 Regenerate golden files only with ``vlrollout snapshot`` and review the diff.
 
@@ -20,6 +24,7 @@ Regenerate golden files only with ``vlrollout snapshot`` and review the diff.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -31,9 +36,15 @@ from typing import Any
 import torch
 
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
+from vlrollout.processors.errors import PreprocessError
 
 CONTEXT_TOKENS = 3
 QUANTUM = 64  # pixel_values are hashed after rounding to 1/64
+PIXEL_SAMPLES = 1024  # evenly spaced pixel_values kept per image (float16) to size differences
+
+
+class SnapshotError(Exception):
+    """A snapshot cannot be taken or read: names the item or file and the fix (no traceback)."""
 
 
 def library_versions() -> dict[str, str]:
@@ -92,12 +103,38 @@ def _image_runs(input_ids: Sequence[int], token_id: int | None) -> list[tuple[in
     return runs
 
 
+def _per_image(pv: torch.Tensor, mm: Mapping[str, Any], n_images: int) -> list[torch.Tensor]:
+    """``pixel_values`` split per image: by ``image_grid_thw`` rows (Qwen-VL), by the first axis
+    when it counts images, else one group."""
+    grid = mm.get("image_grid_thw")
+    if grid is not None and pv.ndim == 2 and int(grid.prod(-1).sum()) == pv.shape[0]:
+        return list(torch.split(pv, grid.prod(-1).tolist()))
+    if pv.shape[0] == n_images:
+        return list(pv)
+    return [pv]
+
+
+def _samples(t: torch.Tensor) -> str:
+    flat = t.detach().float().reshape(-1)
+    idx = torch.linspace(0, flat.numel() - 1, min(PIXEL_SAMPLES, flat.numel())).round().long()
+    return base64.b64encode(flat[idx].to(torch.float16).numpy().tobytes()).decode("ascii")
+
+
+def _unsample(text: str) -> torch.Tensor:
+    import numpy as np
+
+    return torch.from_numpy(
+        np.frombuffer(base64.b64decode(text), dtype=np.float16).astype("float32")
+    )
+
+
 def record(prepared: PreparedPrompt) -> dict[str, Any]:
     """The snapshot of one prepared item."""
     ids = prepared.input_ids
     runs = _image_runs(ids, prepared.image_token_id)
     mm = prepared.multi_modal_input
     entry: dict[str, Any] = {
+        "input_ids_sha256": hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest(),
         "prompt_len": len(ids),
         "num_images": prepared.num_images,
         "image_token_count": sum(end - start for start, end in runs),
@@ -118,16 +155,52 @@ def record(prepared: PreparedPrompt) -> dict[str, Any]:
             "channel_mean": mean,
             "channel_std": std,
             "hash": _quantised_hash(pv),
+            "samples": [_samples(t) for t in _per_image(pv, mm, prepared.num_images)],
         }
     return entry
 
 
+def preprocessor_settings(preprocessor: Preprocessor) -> dict[str, Any]:
+    """What decides the tensors: classes, pixel budget, the image processor's resize settings."""
+    from vlrollout.checks import RESIZE_ATTRIBUTES
+
+    processor = getattr(preprocessor, "processor", None)
+    ip = getattr(processor, "image_processor", None)
+    out: dict[str, Any] = {
+        "preprocessor": type(preprocessor).__qualname__,
+        "processor": type(processor).__name__,
+        "image_processor": type(ip).__name__,
+        "min_pixels": getattr(preprocessor, "min_pixels", None),
+        "max_pixels": getattr(preprocessor, "max_pixels", None),
+    }
+    for name in RESIZE_ATTRIBUTES:
+        value = getattr(ip, name, None)
+        if value is not None:
+            out[f"image_processor.{name}"] = dict(value) if isinstance(value, Mapping) else value
+    return json.loads(json.dumps(out, default=str))
+
+
 def take_snapshot(preprocessor: Preprocessor, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Prepare every item and record it; the result is what ``vlrollout snapshot`` writes."""
+    """Prepare every item and record it; the result is what ``vlrollout snapshot`` writes.
+
+    Raises:
+        SnapshotError: an item cannot be prepared (naming it, the reason and the fix).
+    """
+    recorded = {}
+    for k, item in enumerate(items):
+        name = str(item.get("id", k))
+        try:
+            recorded[name] = record(preprocessor.prepare(dict(item)))
+        except PreprocessError as e:
+            raise SnapshotError(
+                f"item {name}: {e.reason}: {e.detail} — fix the item (or drop it from the data "
+                "file) and run the command again"
+            ) from None
     return {
         "versions": library_versions(),
         "preprocessor": repr(preprocessor),
-        "items": {str(item["id"]): record(preprocessor.prepare(dict(item))) for item in items},
+        "settings": preprocessor_settings(preprocessor),
+        "items": recorded,
     }
 
 
@@ -143,6 +216,10 @@ class Tolerances:
     channel_mean: float = 1e-3
     channel_std: float = 1e-3
     check_hash: bool = True
+    pixel_max_abs: float = 0.0
+    """Largest accepted absolute difference of a sampled ``pixel_values`` value (normalised units:
+    one grey level is about 0.015 with CLIP's std). 0 by default: any change is reported with its
+    size; raise it to accept e.g. a slow→fast processor switch."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +251,7 @@ def compare(
             continue
         e, a = exp_items[item], act_items[item]
         for key in (
+            "input_ids_sha256",
             "prompt_len",
             "num_images",
             "image_token_count",
@@ -198,9 +276,58 @@ def compare(
         ):
             if not _close(ep[key], ap[key], tol):
                 diffs.append(Difference(item, f"pixel_values.{key}", ep[key], ap[key]))
-        if tolerances.check_hash and ep["hash"] != ap["hash"] and ep["shape"] == ap["shape"]:
+        if ep["shape"] != ap["shape"]:
+            continue
+        if "samples" in ep and "samples" in ap:
+            diffs.extend(_pixel_differences(item, ep["samples"], ap["samples"], tolerances))
+        elif tolerances.check_hash and ep["hash"] != ap["hash"]:
             diffs.append(Difference(item, "pixel_values.hash", ep["hash"], ap["hash"]))
     return diffs
+
+
+@dataclass(frozen=True)
+class PixelDifference(Difference):
+    """How far one image's pixel values moved, and whether that is within the tolerance."""
+
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    tolerance: float = 0.0
+
+    def __str__(self) -> str:
+        verdict = "within" if self.max_abs <= self.tolerance else "exceeds"
+        return (
+            f"item {self.item}: {self.field}: max |difference| {self.max_abs:.4g}, mean "
+            f"{self.mean_abs:.4g} (pixel_values units, {PIXEL_SAMPLES} samples); {verdict} the "
+            f"tolerance {self.tolerance:g}"
+        )
+
+
+def _pixel_differences(
+    item: str, expected: Sequence[str], actual: Sequence[str], tolerances: Tolerances
+) -> list[Difference]:
+    out: list[Difference] = []
+    if len(expected) != len(actual):
+        return [Difference(item, "pixel_values.images", len(expected), len(actual))]
+    for k, (e, a) in enumerate(zip(expected, actual, strict=True), start=1):
+        ev, av = _unsample(e), _unsample(a)
+        if ev.shape != av.shape:
+            out.append(Difference(item, f"pixel_values[image {k}]", ev.shape, av.shape))
+            continue
+        delta = (ev - av).abs()
+        max_abs, mean_abs = float(delta.max()) if delta.numel() else 0.0, float(delta.mean())
+        if max_abs > tolerances.pixel_max_abs:
+            out.append(
+                PixelDifference(
+                    item,
+                    f"pixel_values[image {k}]",
+                    None,
+                    None,
+                    max_abs,
+                    mean_abs,
+                    tolerances.pixel_max_abs,
+                )  # fmt: skip
+            )
+    return out
 
 
 def format_report(
@@ -216,6 +343,13 @@ def format_report(
             "library versions changed since the snapshot: "
             + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
         )
+    es, cs = expected.get("settings", {}), actual.get("settings", {})
+    keys = sorted(set(es) | set(cs))
+    if keys:
+        lines.append("preprocessor settings (snapshot | now):")
+        for k in keys:
+            mark = "  " if es.get(k) == cs.get(k) else "* "
+            lines.append(f"  {mark}{k}: {es.get(k, '(not recorded)')} | {cs.get(k, '(none)')}")
     return "\n".join(lines)
 
 
@@ -226,7 +360,22 @@ def save_snapshot(snapshot: Mapping[str, Any], path: str | Path) -> None:
 
 
 def load_snapshot(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+    """Read a snapshot file.
+
+    Raises:
+        SnapshotError: the file is missing or not a snapshot (naming it and the fix).
+    """
+    path = Path(path)
+    fix = f"create it with `vlrollout snapshot --processor ... --out {path}`"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SnapshotError(f"snapshot file {path} does not exist; {fix}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SnapshotError(f"snapshot file {path} cannot be read ({e}); {fix}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("items"), dict):
+        raise SnapshotError(f"{path} is not a vlrollout snapshot (no 'items' mapping); {fix}")
+    return data
 
 
 def assert_matches_snapshot(
@@ -239,7 +388,8 @@ def assert_matches_snapshot(
 
     Raises:
         AssertionError: listing each differing item and field, and changed library versions.
-        FileNotFoundError: when the snapshot does not exist (create it with ``vlrollout snapshot``).
+        SnapshotError: the snapshot does not exist (create it with ``vlrollout snapshot``) or an
+            item cannot be prepared.
     """
     expected = load_snapshot(path)
     actual = take_snapshot(preprocessor, items)

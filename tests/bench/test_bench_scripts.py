@@ -27,13 +27,22 @@ def _run_quick(script: str, timeout_s: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_workflow_overhead_quick_prints_both_tables_and_the_headline():
-    lines = _run_quick("bench_workflow_overhead.py", timeout_s=300)
+def test_workflow_overhead_quick_prints_every_input_class_and_the_worst_last():
+    lines = _run_quick("bench_workflow_overhead.py", timeout_s=600)
     assert any(line.startswith("One episode, ms") for line in lines)
     assert any(line.startswith("Group of 8") for line in lines)
-    rows = [line for line in lines if line.startswith("640x480")]
-    assert len(rows) == 2, lines  # one row in each table
-    assert lines[-1].startswith("headline") and "AReaL/ours" in lines[-1]
+    for name in ("RGB JPEG", "grey PNG", "RGBA PNG", "palette GIF", "PIL input", "small <=336^2"):
+        rows = [line for line in lines if line.startswith(f"{name} (fast)")]
+        assert len(rows) == 2, lines  # one row in each table
+    assert lines[-1].startswith("headline (worst class)") and "AReaL/ours" in lines[-1]
+
+
+def test_subjects_differ(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    from images import SUBJECTS, subject_photo
+
+    pictures = [subject_photo(s, 64, 48).tobytes() for s in SUBJECTS]
+    assert len(set(pictures)) == len(SUBJECTS)
 
 
 def test_packaging_quick_prints_every_case_and_the_headline():

@@ -48,7 +48,7 @@ def areal_processor(qwen2vl_processor):
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
-def test_areal_items_give_arealss_input_ids_pixels_and_reward(
+def test_areal_items_give_the_input_ids_pixels_and_reward_of_areals_workflow(
     name, tmp_path, tokenizer, areal_processor
 ):
     from areal.utils.dynamic_import import import_from_string

@@ -274,7 +274,7 @@ class LocalInferenceEngine(InferenceEngine):
         if seed is None and self.deterministic:  # before any await: arrival order of twins
             seed = self._request_keys.seed_for(self.seed, req)
         args = (req, self.processor, self.model.config, self.device, self._dtype)
-        if req.image_data and not (req.metadata or {}).get("multi_modal_input"):
+        if not (req.metadata or {}).get("multi_modal_input") and req.image_data:
             inputs = await asyncio.to_thread(prepare_inputs, *args)  # decode + resize images
         else:
             inputs = prepare_inputs(*args)
@@ -301,7 +301,8 @@ class LocalInferenceEngine(InferenceEngine):
             output_versions=task.out_versions,
             stop_reason=task.stop_reason,
             tokenizer=req.tokenizer or self.tokenizer,
-            input_images=list(req.image_data or []),
+            # Requests that carry the tensors may encode images lazily: not read here.
+            input_images=[] if getattr(req, "images_unread", False) else list(req.image_data or []),
             processor=req.processor or self.processor,
             latency=end - start,
             ttft=(task.t_first or end) - start,

@@ -79,23 +79,79 @@ def build_request(
     )
     if parts:
         metadata["multi_modal_input"] = merge_multi_modal_inputs(parts)
-    messages = vision_msg_vllm if vision_msg_vllm is not None else prepared.vision_msg_vllm
-    req = ModelRequest(
-        rid=uuid.uuid4().hex,
-        input_ids=list(input_ids if input_ids is not None else prepared.input_ids),
-        gconfig=gconfig.new(n_samples=1),
-        tokenizer=tokenizer,
-        processor=processor,
-        image_data=list(image_data if image_data is not None else prepared.image_data),
-        vision_msg_vllm=[copy.deepcopy(list(messages))] if messages else None,
-        metadata=metadata,
-    )
+    common = {
+        "rid": uuid.uuid4().hex,
+        "input_ids": list(input_ids if input_ids is not None else prepared.input_ids),
+        "gconfig": gconfig.new(n_samples=1),
+        "tokenizer": tokenizer,
+        "processor": processor,
+        "metadata": metadata,
+    }
+    if image_data is None and vision_msg_vllm is None and prepared.engine_images_pending:
+        # Encoded only if the engine reads them (our local engine uses the tensors).
+        req: ModelRequest = LazyImagesRequest(prepared, **common)
+    else:
+        messages = vision_msg_vllm if vision_msg_vllm is not None else prepared.vision_msg_vllm
+        req = ModelRequest(
+            image_data=list(image_data if image_data is not None else prepared.image_data),
+            vision_msg_vllm=[copy.deepcopy(list(messages))] if messages else None,
+            **common,
+        )
     check_request_images(
         req,
         prepared.image_token_id,
         require_vllm_messages=not getattr(prepared, "templated", False),
     )
     return req
+
+
+_UNREAD = object()
+
+
+class LazyImagesRequest(ModelRequest):
+    """A ``ModelRequest`` whose ``image_data``/``vision_msg_vllm`` come from the prepared prompt
+    the first time an engine reads them (then they are plain lists, as AReaL's clients expect).
+
+    ``image_count`` and ``has_vllm_messages`` answer the request checks without encoding.
+    """
+
+    def __init__(self, prepared: PreparedPrompt, **kwargs: Any) -> None:
+        self._prepared = prepared
+        super().__init__(image_data=_UNREAD, vision_msg_vllm=_UNREAD, **kwargs)
+
+    @property
+    def image_data(self) -> list[str]:  # type: ignore[override]
+        if self.__dict__["_image_data"] is _UNREAD:
+            self.__dict__["_image_data"] = list(self._prepared.image_data)
+        return self.__dict__["_image_data"]
+
+    @image_data.setter
+    def image_data(self, value: Any) -> None:
+        self.__dict__["_image_data"] = value
+
+    @property
+    def vision_msg_vllm(self) -> list | None:  # type: ignore[override]
+        if self.__dict__["_vision_msg"] is _UNREAD:
+            messages = self._prepared.vision_msg_vllm
+            self.__dict__["_vision_msg"] = [copy.deepcopy(list(messages))] if messages else None
+        return self.__dict__["_vision_msg"]
+
+    @vision_msg_vllm.setter
+    def vision_msg_vllm(self, value: Any) -> None:
+        self.__dict__["_vision_msg"] = value
+
+    @property
+    def images_unread(self) -> bool:
+        return self.__dict__["_image_data"] is _UNREAD
+
+    @property
+    def image_count(self) -> int:
+        return self._prepared.num_images
+
+    @property
+    def has_vllm_messages(self) -> bool:
+        lazy = self._prepared.engine_images
+        return lazy is not None and lazy.has_messages
 
 
 async def generate(engine: InferenceEngine, req: ModelRequest) -> ModelResponse:
