@@ -152,10 +152,22 @@ def test_layout():
         "vlrollout/testing/tiny_model.py",
         "vlrollout/testing/offline_processors.py",
         "vlrollout/registry.py",  # one registry helper for processors, rewards and tools
+        "vlrollout/geometry.py",  # image geometry shared by processors, rewards and tools
+        "vlrollout/run/config.py",  # the recipes, each in its own package
+        "vlrollout/run/runner.py",
+        "vlrollout/train/loop.py",
+        "vlrollout/serve/app.py",
     ]
     missing = [p for p in expected if not (REPO / p).exists()]
     assert not missing
-    gone = ["vlrollout/engines.py", "vlrollout/scripted_engine.py", "processors/offline.py"]
+    gone = [
+        "vlrollout/engines.py",
+        "vlrollout/scripted_engine.py",
+        "processors/offline.py",
+        "vlrollout/run_config.py",
+        "vlrollout/runner.py",
+        "vlrollout/report.py",
+    ]
     assert not [p for p in gone if (REPO / p).exists()]
 
 
