@@ -357,6 +357,7 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
     from vlrollout.run.errors import Interrupted, UsageError
 
     previous = signal.signal(signal.SIGTERM, _raise_signal_exit)
+    workers = _worker_state()
     try:
         return func()
     except UsageError as e:
@@ -392,18 +393,39 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _stop_children()
+        _stop_children(workers)
 
 
-def _stop_children() -> None:
-    """Shut down reward worker processes this process started, so none outlives it."""
+def _worker_state() -> tuple[set[int], set[Any]]:
+    """Reward executors and child processes that exist now (so only newer ones are stopped)."""
     import multiprocessing
 
+    executors: set[int] = set()
     if "areal.api.reward_api" in sys.modules:
         from areal.api.reward_api import AsyncRewardWrapper
 
-        AsyncRewardWrapper._atexit_shutdown_all()  # AReaL's own clean-up, run now, not at exit
-    for child in multiprocessing.active_children():
+        executors = {id(e) for e in AsyncRewardWrapper._executors.values()}
+    return executors, set(multiprocessing.active_children())
+
+
+def _stop_children(before: tuple[set[int], set[Any]]) -> None:
+    """Shut down the reward pools and child processes the command started, so none outlives it
+    (a SIGTERM'd run used to leave AReaL's reward pool behind). Older ones are left alone."""
+    import multiprocessing
+
+    executors, children = before
+    if "areal.api.reward_api" in sys.modules:
+        from areal.api.reward_api import AsyncRewardWrapper
+
+        with AsyncRewardWrapper._lock:  # AReaL keeps its pools in this class-level dict
+            started = {
+                k: e for k, e in AsyncRewardWrapper._executors.items() if id(e) not in executors
+            }
+            for key in started:
+                del AsyncRewardWrapper._executors[key]
+        for executor in started.values():
+            executor.shutdown(wait=True, cancel_futures=True)
+    for child in set(multiprocessing.active_children()) - children:
         child.terminate()
         child.join(timeout=5)
 
