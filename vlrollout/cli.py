@@ -35,7 +35,7 @@ def subcommand(add: Callable[[argparse._SubParsersAction], None]):
 
 
 # Flags of `vlrollout run` that are not RunConfig fields.
-RUN_ONLY_FLAGS = ("config", "func", "command", "no_progress", "overwrite", "debug")
+RUN_ONLY_FLAGS = ("config", "settings", "func", "command", "no_progress", "overwrite", "debug")
 
 RUN_EPILOG = """\
 Settings come from --config (YAML; relative paths in it are relative to the file) and are
@@ -58,6 +58,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     a = p.add_argument
     a("--config", help="YAML file with RunConfig fields (see vlrollout/run/config.py)")
+    a(
+        "settings",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="any RunConfig field, AReaL style (e.g. gconfig.top_p=0.9 engine.deterministic=false)",
+    )
     a("--data", help="JSONL or parquet file of items (image paths relative to it)")
     a("--output", help="output folder (a rerun with the same settings resumes)")
     a("--overwrite", action="store_true", help="delete earlier results in --output first")
@@ -155,7 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from vlrollout.run.main import run_from_config
 
     overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
-    cfg = RunConfig.load(args.config, **overrides)
+    cfg = RunConfig.load(args.config, dotlist=args.settings, **overrides)
     summary = run_from_config(cfg, progress=not args.no_progress, overwrite=args.overwrite)
     brief = {k: summary[k] for k in ("items", "episodes", "reward", "tokens_per_s", "wall_s")}
     print(json.dumps(brief, indent=1))

@@ -13,6 +13,7 @@ import torch
 
 from vlrollout import cli
 from vlrollout.run.config import RunConfig
+from vlrollout.run.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = str(REPO / "assets" / "tiny-qwen2vl")
@@ -83,6 +84,8 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ),
         ("negative limit", [*ok, "--limit", "-1"], "limit must be positive"),
         ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
+        ("bad setting", [*ok, "seed=abc"], "invalid value for 'seed'"),
+        ("setting without =", [*ok, "seed"], "must be KEY=VALUE"),
     ]
     if not torch.cuda.is_available():
         cases.append(("cuda without CUDA", [*ok, "--device", "cuda"], "CUDA is not available"))
@@ -125,15 +128,15 @@ def test_a_rerun_with_other_settings_is_refused_before_the_model_loads(
     assert code == 2 and "group_size: 4 → 2" in err and "--overwrite" in err
 
 
-def test_no_traceback_unless_debug(tmp_path):
+def test_no_traceback_unless_debug(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text("group_sise: 3\n")
     cmd = [sys.executable, "-m", "vlrollout.cli", "run", "--config", str(config)]
     plain = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert plain.stderr.count("\n") <= 2
-    debug = subprocess.run([*cmd, "--debug"], capture_output=True, text=True, timeout=120)
-    assert debug.returncode == 2 and "Traceback" in debug.stderr
+    assert cli.main(["run", "--config", str(config), "--debug"]) == 2
+    assert "Traceback" in capsys.readouterr().err
 
 
 def test_unexpected_errors_are_one_line_and_exit_1(capsys, monkeypatch):
@@ -148,6 +151,17 @@ def test_unexpected_errors_are_one_line_and_exit_1(capsys, monkeypatch):
         "vlrollout run: error: RuntimeError: disk on fire",
         "  rerun with --debug for the traceback",
     ]
+
+
+def test_key_value_settings_areal_style(tmp_path):
+    args = cli.build_parser().parse_args(
+        ["run", "--seed", "3", "gconfig.top_p=0.5", "engine.deterministic=false", "limit=2"]
+    )
+    overrides = {k: v for k, v in vars(args).items() if k not in cli.RUN_ONLY_FLAGS}
+    cfg = RunConfig.load(None, dotlist=args.settings, **overrides)
+    assert (cfg.gconfig.top_p, cfg.limit, cfg.seed, cfg.deterministic) == (0.5, 2, 3, False)
+    with pytest.raises(ConfigError, match="unknown key 'gconfig.top_q'.*did you mean 'top_p'"):
+        RunConfig.load(None, dotlist=["gconfig.top_q=1"])
 
 
 def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):

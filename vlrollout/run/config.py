@@ -6,7 +6,8 @@ then merges the command-line flags. Unknown keys and wrongly typed values are re
 and reported as :class:`~vlrollout.run.errors.ConfigError` naming the key and the fix. ``gconfig``
 is AReaL's own ``GenerationHyperparameters``. Relative paths in a file (``data``, ``output``,
 ``engine.model``) are relative to that file; paths given as flags are relative to the working
-folder. Example file::
+folder. ``key=value`` arguments after the flags (``gconfig.top_p=0.9``) set any field, as in
+AReaL's launchers. Example file::
 
     data: ../assets/samples/data.jsonl
     output: ../runs/demo
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,8 +172,11 @@ class RunConfig:
         return self.seed is not None
 
     @classmethod
-    def load(cls, path: str | Path | None = None, **overrides: Any) -> RunConfig:
-        """Read a YAML file (optional), then apply ``overrides`` (``None`` values are ignored).
+    def load(
+        cls, path: str | Path | None = None, dotlist: Sequence[str] = (), **overrides: Any
+    ) -> RunConfig:
+        """Read a YAML file (optional), then apply ``dotlist`` (AReaL/Hydra-style ``key=value``
+        strings, values parsed as YAML), then ``overrides`` (``None`` values are ignored).
 
         Dotted override keys reach nested sections: ``{"engine.kind": "sglang"}``.
 
@@ -195,8 +200,14 @@ class RunConfig:
             merged = OmegaConf.merge(OmegaConf.structured(cls), raw)
         except OmegaConfBaseException as e:
             raise _explain(e, cls, where) from None
+        for entry in dotlist:
+            if "=" not in entry:
+                raise ConfigError(
+                    f"setting {entry!r} must be KEY=VALUE, e.g. gconfig.top_p=0.9 "
+                    "(a config file goes after --config)"
+                )
         try:
-            merged = OmegaConf.merge(merged, nested)
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(dotlist)), nested)
             return OmegaConf.to_object(merged)  # type: ignore[return-value]
         except OmegaConfBaseException as e:
             raise _explain(e, cls, "") from None
