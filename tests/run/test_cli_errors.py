@@ -212,3 +212,14 @@ def test_validate_data_lists_every_bad_line(tmp_path, capsys):
     assert code == 1
     assert f"{path}:line 2: bad_json" in out and f"{path}:line 3 (id c): bad_message" in out
     assert "3 items, 2 with problems" in out
+
+
+def test_prompts_are_limited_to_the_models_context_by_default():
+    from types import SimpleNamespace
+
+    from vlrollout.run.main import _context_length
+
+    text = SimpleNamespace(max_position_embeddings=512)
+    engine = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(text_config=text)))
+    assert _context_length(engine) == 512
+    assert _context_length(SimpleNamespace()) is None  # remote engines: no model here
