@@ -84,7 +84,9 @@ class EngineConfig:
             and device != "cuda"
             and not (device.startswith("cuda:") and device[5:].isdigit())
         ):
-            raise ConfigError(f"engine.device must be cpu, cuda or cuda:N, got {device!r}")
+            raise ConfigError(
+                f"engine.device (--device) must be cpu, cuda or cuda:N, got {device!r}"
+            )
 
 
 def _default_gconfig() -> GenerationHyperparameters:
@@ -144,25 +146,33 @@ class RunConfig:
             self.gconfig = GenerationHyperparameters(**{**_gconfig_dict(), **self.gconfig})
         for name in ("group_size", "concurrency", "max_turns"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("limit", "max_prompt_tokens", "min_pixels", "max_pixels"):
+                raise ConfigError(f"{_flag(name)} must be at least 1, got {getattr(self, name)}")
+        if self.limit is not None and self.limit < 0:
+            raise ConfigError(f"{_flag('limit')} must be 0 or more, got {self.limit}")
+        for name in ("max_prompt_tokens", "min_pixels", "max_pixels"):
             value = getattr(self, name)
-            if value is not None and value < (0 if name == "limit" else 1):
-                raise ConfigError(f"{name} must be positive, got {value}")
+            if value is not None and value < 1:
+                raise ConfigError(f"{_flag(name)} must be at least 1, got {value}")
         if self.reward_timeout_s <= 0:
-            raise ConfigError(f"reward_timeout_s must be positive, got {self.reward_timeout_s}")
+            raise ConfigError(
+                f"reward_timeout_s (--reward-timeout) must be positive, got {self.reward_timeout_s}"
+            )
         if self.workflow not in WORKFLOWS and "." not in self.workflow:
             raise ConfigError(
-                f"workflow must be one of {', '.join(WORKFLOWS)} or an import path "
+                f"workflow (--workflow) must be one of {', '.join(WORKFLOWS)} or an import path "
                 f"(module.Class), got {self.workflow!r}"
             )
         g = self.gconfig
         if g.max_new_tokens < 1:
-            raise ConfigError(f"gconfig.max_new_tokens must be at least 1, got {g.max_new_tokens}")
+            raise ConfigError(
+                f"gconfig.max_new_tokens (--max-new-tokens) must be at least 1, got {g.max_new_tokens}"
+            )
         if g.temperature < 0:
-            raise ConfigError(f"gconfig.temperature must be >= 0, got {g.temperature}")
+            raise ConfigError(
+                f"gconfig.temperature (--temperature) must be >= 0, got {g.temperature}"
+            )
         if not 0 < g.top_p <= 1:
-            raise ConfigError(f"gconfig.top_p must be in (0, 1], got {g.top_p}")
+            raise ConfigError(f"gconfig.top_p (--top-p) must be in (0, 1], got {g.top_p}")
 
     @property
     def deterministic(self) -> bool:
@@ -214,6 +224,11 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _flag(name: str) -> str:
+    """``group_size (--group-size)``: the key as it appears in a file and on the command line."""
+    return f"{name} (--{name.replace('_', '-')})"
 
 
 def _gconfig_dict() -> dict[str, Any]:
