@@ -215,7 +215,7 @@ def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
 
 async def run_items(runner: Any, items: list[dict[str, Any]], progress: bool) -> dict[str, Any]:
     """``runner.run(items)``; SIGINT or SIGTERM cancels it and raises :class:`Interrupted`."""
-    from vlrollout.run.runner import read_outcomes
+    from vlrollout.run.files import read_outcomes
 
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(runner.run(items, progress=progress))
@@ -255,8 +255,9 @@ def run_from_config(
 ) -> dict[str, Any]:
     """Run ``cfg`` end to end; returns the summary. Writes the report next to the summary."""
     from vlrollout.engines import make_engine
+    from vlrollout.run.files import atomic_write_json
     from vlrollout.run.report import write_report
-    from vlrollout.run.runner import Runner, atomic_write_json
+    from vlrollout.run.runner import Runner
 
     prepared = prepare(cfg, overwrite=overwrite)
     items = prepared.items
@@ -301,7 +302,8 @@ def run_from_config(
 
 
 def _partial_summary(cfg: RunConfig, items: list[dict[str, Any]]) -> dict[str, Any]:
-    from vlrollout.run.runner import atomic_write_json, summarize
+    from vlrollout.run.files import atomic_write_json
+    from vlrollout.run.runner import summarize
 
     summary = summarize(Path(cfg.output), items, wall_s=0.0)
     summary["interrupted"] = True
