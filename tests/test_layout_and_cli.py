@@ -75,7 +75,7 @@ def test_unknown_keys_and_bad_values_are_explained(tmp_path):
     cfg_file.write_text("group_sise: 3\n")
     with pytest.raises(ValueError, match="unknown key 'group_sise'.*did you mean 'group_size'"):
         RunConfig.load(cfg_file)
-    with pytest.raises(ValueError, match="group_size must be at least 1"):
+    with pytest.raises(ValueError, match=r"group_size \(--group-size\) must be at least 1"):
         RunConfig(group_size=0)
     with pytest.raises(ValueError, match="engine.addresses"):
         RunConfig.load(None, **{"engine.kind": "vllm"})

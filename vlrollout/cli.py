@@ -35,7 +35,7 @@ def subcommand(add: Callable[[argparse._SubParsersAction], None]):
 
 
 # Flags of `vlrollout run` that are not RunConfig fields.
-RUN_ONLY_FLAGS = ("config", "func", "command", "no_progress", "overwrite", "debug")
+RUN_ONLY_FLAGS = ("config", "settings", "func", "command", "no_progress", "overwrite", "debug")
 
 RUN_EPILOG = """\
 Settings come from --config (YAML; relative paths in it are relative to the file) and are
@@ -58,6 +58,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     a = p.add_argument
     a("--config", help="YAML file with RunConfig fields (see vlrollout/run/config.py)")
+    a(
+        "settings",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="any RunConfig field, AReaL style (e.g. gconfig.top_p=0.9 engine.deterministic=false)",
+    )
     a("--data", help="JSONL or parquet file of items (image paths relative to it)")
     a("--output", help="output folder (a rerun with the same settings resumes)")
     a("--overwrite", action="store_true", help="delete earlier results in --output first")
@@ -155,7 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from vlrollout.run.main import run_from_config
 
     overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
-    cfg = RunConfig.load(args.config, **overrides)
+    cfg = RunConfig.load(args.config, dotlist=args.settings, **overrides)
     summary = run_from_config(cfg, progress=not args.no_progress, overwrite=args.overwrite)
     brief = {k: summary[k] for k in ("items", "episodes", "reward", "tokens_per_s", "wall_s")}
     print(json.dumps(brief, indent=1))
@@ -409,6 +415,7 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
     from vlrollout.run.errors import Interrupted, UsageError
 
     previous = signal.signal(signal.SIGTERM, _raise_signal_exit)
+    workers = _worker_state()
     try:
         return func()
     except UsageError as e:
@@ -444,18 +451,39 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _stop_children()
+        _stop_children(workers)
 
 
-def _stop_children() -> None:
-    """Shut down reward worker processes this process started, so none outlives it."""
+def _worker_state() -> tuple[set[int], set[Any]]:
+    """Reward executors and child processes that exist now (so only newer ones are stopped)."""
     import multiprocessing
 
+    executors: set[int] = set()
     if "areal.api.reward_api" in sys.modules:
         from areal.api.reward_api import AsyncRewardWrapper
 
-        AsyncRewardWrapper._atexit_shutdown_all()  # AReaL's own clean-up, run now, not at exit
-    for child in multiprocessing.active_children():
+        executors = {id(e) for e in AsyncRewardWrapper._executors.values()}
+    return executors, set(multiprocessing.active_children())
+
+
+def _stop_children(before: tuple[set[int], set[Any]]) -> None:
+    """Shut down the reward pools and child processes the command started, so none outlives it
+    (a SIGTERM'd run used to leave AReaL's reward pool behind). Older ones are left alone."""
+    import multiprocessing
+
+    executors, children = before
+    if "areal.api.reward_api" in sys.modules:
+        from areal.api.reward_api import AsyncRewardWrapper
+
+        with AsyncRewardWrapper._lock:  # AReaL keeps its pools in this class-level dict
+            started = {
+                k: e for k, e in AsyncRewardWrapper._executors.items() if id(e) not in executors
+            }
+            for key in started:
+                del AsyncRewardWrapper._executors[key]
+        for executor in started.values():
+            executor.shutdown(wait=True, cancel_futures=True)
+    for child in set(multiprocessing.active_children()) - children:
         child.terminate()
         child.join(timeout=5)
 

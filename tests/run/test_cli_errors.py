@@ -13,6 +13,7 @@ import torch
 
 from vlrollout import cli
 from vlrollout.run.config import RunConfig
+from vlrollout.run.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = str(REPO / "assets" / "tiny-qwen2vl")
@@ -60,7 +61,11 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ("missing config", ["--config", str(tmp_path / "nope.yaml")], "nope.yaml does not exist"),
         ("bad YAML", ["--config", str(bad_yaml)], "is not valid YAML (line 2)"),
         ("unknown key", ["--config", str(unknown)], "did you mean 'group_size'"),
-        ("group size 0", [*ok, "--group-size", "0"], "group_size must be at least 1, got 0"),
+        (
+            "group size 0",
+            [*ok, "--group-size", "0"],
+            "group_size (--group-size) must be at least 1, got 0",
+        ),
         ("unknown workflow", [*ok, "--workflow", "visoin"], "got 'visoin'"),
         ("workflow import path", [*ok, "--workflow", "no.such.Flow"], "--workflow 'no.such.Flow'"),
         ("unknown reward", [*ok, "--reward", "iouu"], "--reward 'iouu': unknown reward"),
@@ -73,7 +78,11 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ("read-only output", [*ok, "--output", "/proc/self"], "is not writable"),
         ("missing model", [*ok, "--model", str(tmp_path / "m")], "model folder"),
         ("model without config", [*ok, "--model", str(tmp_path)], "has no config.json"),
-        ("bad device", [*ok, "--device", "gpu"], "engine.device must be cpu, cuda or cuda:N"),
+        (
+            "bad device",
+            [*ok, "--device", "gpu"],
+            "engine.device (--device) must be cpu, cuda or cuda:N",
+        ),
         ("bad address", [*ok, "--engine", "sglang", "--address", "nohost"], "must be HOST:PORT"),
         ("remote without address", [*ok, "--engine", "vllm"], "pass --address HOST:PORT"),
         (
@@ -81,8 +90,10 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
             [*ok, "--engine", "sglang", "--address", "127.0.0.1:9"],
             "cannot reach the sglang server at 127.0.0.1:9",
         ),
-        ("negative limit", [*ok, "--limit", "-1"], "limit must be positive"),
+        ("negative limit", [*ok, "--limit", "-1"], "limit (--limit) must be 0 or more, got -1"),
         ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
+        ("bad setting", [*ok, "seed=abc"], "invalid value for 'seed'"),
+        ("setting without =", [*ok, "seed"], "must be KEY=VALUE"),
     ]
     if not torch.cuda.is_available():
         cases.append(("cuda without CUDA", [*ok, "--device", "cuda"], "CUDA is not available"))
@@ -125,15 +136,15 @@ def test_a_rerun_with_other_settings_is_refused_before_the_model_loads(
     assert code == 2 and "group_size: 4 → 2" in err and "--overwrite" in err
 
 
-def test_no_traceback_unless_debug(tmp_path):
+def test_no_traceback_unless_debug(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text("group_sise: 3\n")
     cmd = [sys.executable, "-m", "vlrollout.cli", "run", "--config", str(config)]
     plain = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert plain.stderr.count("\n") <= 2
-    debug = subprocess.run([*cmd, "--debug"], capture_output=True, text=True, timeout=120)
-    assert debug.returncode == 2 and "Traceback" in debug.stderr
+    assert cli.main(["run", "--config", str(config), "--debug"]) == 2
+    assert "Traceback" in capsys.readouterr().err
 
 
 def test_unexpected_errors_are_one_line_and_exit_1(capsys, monkeypatch):
@@ -148,6 +159,17 @@ def test_unexpected_errors_are_one_line_and_exit_1(capsys, monkeypatch):
         "vlrollout run: error: RuntimeError: disk on fire",
         "  rerun with --debug for the traceback",
     ]
+
+
+def test_key_value_settings_areal_style(tmp_path):
+    args = cli.build_parser().parse_args(
+        ["run", "--seed", "3", "gconfig.top_p=0.5", "engine.deterministic=false", "limit=2"]
+    )
+    overrides = {k: v for k, v in vars(args).items() if k not in cli.RUN_ONLY_FLAGS}
+    cfg = RunConfig.load(None, dotlist=args.settings, **overrides)
+    assert (cfg.gconfig.top_p, cfg.limit, cfg.seed, cfg.deterministic) == (0.5, 2, 3, False)
+    with pytest.raises(ConfigError, match="unknown key 'gconfig.top_q'.*did you mean 'top_p'"):
+        RunConfig.load(None, dotlist=["gconfig.top_q=1"])
 
 
 def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
@@ -198,3 +220,14 @@ def test_validate_data_lists_every_bad_line(tmp_path, capsys):
     assert code == 1
     assert f"{path}:line 2: bad_json" in out and f"{path}:line 3 (id c): bad_message" in out
     assert "3 items, 2 with problems" in out
+
+
+def test_prompts_are_limited_to_the_models_context_by_default():
+    from types import SimpleNamespace
+
+    from vlrollout.run.main import _context_length
+
+    text = SimpleNamespace(max_position_embeddings=512)
+    engine = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(text_config=text)))
+    assert _context_length(engine) == 512
+    assert _context_length(SimpleNamespace()) is None  # remote engines: no model here

@@ -14,8 +14,9 @@ from areal.api.cli_args import GenerationHyperparameters
 from vlrollout.run.config import RunConfig
 from vlrollout.run.datasets import load_items
 from vlrollout.run.errors import OutputFolderError
+from vlrollout.run.files import atomic_write_bytes
 from vlrollout.run.output import prepare_output
-from vlrollout.run.runner import Runner, atomic_write_bytes
+from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import RLVRWorkflow
 

@@ -9,9 +9,10 @@ import re
 
 from PIL import Image
 
+from vlrollout.run.files import atomic_write_json, item_stem
 from vlrollout.run.report import EPISODE_COLOURS, _hex, write_report
 from vlrollout.run.report_summary import histogram
-from vlrollout.run.runner import atomic_write_json, item_stem, summarize
+from vlrollout.run.runner import summarize
 
 
 def _outcome(out, item_id, episodes, rejections=()):

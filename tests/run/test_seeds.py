@@ -3,7 +3,6 @@ same files (issue 17, item 4; the engine's deterministic mode comes from issue 1
 
 from __future__ import annotations
 
-import inspect
 import os
 import subprocess
 import sys
@@ -12,12 +11,10 @@ from pathlib import Path
 import pytest
 
 from vlrollout.cli import RUN_ONLY_FLAGS, build_parser
-from vlrollout.engine.local import LocalInferenceEngine
 from vlrollout.run.config import RunConfig
 from vlrollout.run.main import _engine_kwargs
 
 REPO = Path(__file__).resolve().parents[2]
-HAS_DETERMINISTIC = "deterministic" in inspect.signature(LocalInferenceEngine.__init__).parameters
 
 
 def _cfg(*flags: str) -> RunConfig:
@@ -32,17 +29,11 @@ def test_a_seed_turns_deterministic_scheduling_on_unless_told_otherwise():
     assert _cfg("--deterministic").deterministic is True
 
 
-@pytest.mark.skipif(not HAS_DETERMINISTIC, reason="the engine's deterministic mode (issue 14)")
 def test_the_local_engine_gets_the_setting():
     assert _engine_kwargs(_cfg("--seed", "5")) == {"deterministic": True}
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    not HAS_DETERMINISTIC,
-    reason="needs the engine's deterministic scheduling (issue 14); passes once merged",
-    strict=False,
-)
 def test_two_seeded_runs_side_by_side_write_the_same_files(tmp_path):
     outs = [tmp_path / "a", tmp_path / "b"]
     cmd = [sys.executable, "-m", "vlrollout.cli", "run", "--config", "examples/demo.yaml"]

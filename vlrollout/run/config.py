@@ -6,7 +6,8 @@ then merges the command-line flags. Unknown keys and wrongly typed values are re
 and reported as :class:`~vlrollout.run.errors.ConfigError` naming the key and the fix. ``gconfig``
 is AReaL's own ``GenerationHyperparameters``. Relative paths in a file (``data``, ``output``,
 ``engine.model``) are relative to that file; paths given as flags are relative to the working
-folder. Example file::
+folder. ``key=value`` arguments after the flags (``gconfig.top_p=0.9``) set any field, as in
+AReaL's launchers. Example file::
 
     data: ../assets/samples/data.jsonl
     output: ../runs/demo
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,9 @@ class EngineConfig:
             and device != "cuda"
             and not (device.startswith("cuda:") and device[5:].isdigit())
         ):
-            raise ConfigError(f"engine.device must be cpu, cuda or cuda:N, got {device!r}")
+            raise ConfigError(
+                f"engine.device (--device) must be cpu, cuda or cuda:N, got {device!r}"
+            )
 
 
 def _default_gconfig() -> GenerationHyperparameters:
@@ -144,16 +147,20 @@ class RunConfig:
             self.gconfig = GenerationHyperparameters(**{**_gconfig_dict(), **self.gconfig})
         for name in ("group_size", "concurrency", "max_turns"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("limit", "max_prompt_tokens", "min_pixels", "max_pixels"):
+                raise ConfigError(f"{_flag(name)} must be at least 1, got {getattr(self, name)}")
+        if self.limit is not None and self.limit < 0:
+            raise ConfigError(f"{_flag('limit')} must be 0 or more, got {self.limit}")
+        for name in ("max_prompt_tokens", "min_pixels", "max_pixels"):
             value = getattr(self, name)
-            if value is not None and value < (0 if name == "limit" else 1):
-                raise ConfigError(f"{name} must be positive, got {value}")
+            if value is not None and value < 1:
+                raise ConfigError(f"{_flag(name)} must be at least 1, got {value}")
         if self.reward_timeout_s <= 0:
-            raise ConfigError(f"reward_timeout_s must be positive, got {self.reward_timeout_s}")
+            raise ConfigError(
+                f"reward_timeout_s (--reward-timeout) must be positive, got {self.reward_timeout_s}"
+            )
         if self.workflow not in WORKFLOWS and "." not in self.workflow:
             raise ConfigError(
-                f"workflow must be one of {', '.join(WORKFLOWS)} or an import path "
+                f"workflow (--workflow) must be one of {', '.join(WORKFLOWS)} or an import path "
                 f"(module.Class), got {self.workflow!r}"
             )
         if self.preprocessor is not None and not isinstance(self.preprocessor, str):
@@ -166,11 +173,15 @@ class RunConfig:
             self.preprocessor = dict(spec)
         g = self.gconfig
         if g.max_new_tokens < 1:
-            raise ConfigError(f"gconfig.max_new_tokens must be at least 1, got {g.max_new_tokens}")
+            raise ConfigError(
+                f"gconfig.max_new_tokens (--max-new-tokens) must be at least 1, got {g.max_new_tokens}"
+            )
         if g.temperature < 0:
-            raise ConfigError(f"gconfig.temperature must be >= 0, got {g.temperature}")
+            raise ConfigError(
+                f"gconfig.temperature (--temperature) must be >= 0, got {g.temperature}"
+            )
         if not 0 < g.top_p <= 1:
-            raise ConfigError(f"gconfig.top_p must be in (0, 1], got {g.top_p}")
+            raise ConfigError(f"gconfig.top_p (--top-p) must be in (0, 1], got {g.top_p}")
 
     @property
     def deterministic(self) -> bool:
@@ -180,8 +191,11 @@ class RunConfig:
         return self.seed is not None
 
     @classmethod
-    def load(cls, path: str | Path | None = None, **overrides: Any) -> RunConfig:
-        """Read a YAML file (optional), then apply ``overrides`` (``None`` values are ignored).
+    def load(
+        cls, path: str | Path | None = None, dotlist: Sequence[str] = (), **overrides: Any
+    ) -> RunConfig:
+        """Read a YAML file (optional), then apply ``dotlist`` (AReaL/Hydra-style ``key=value``
+        strings, values parsed as YAML), then ``overrides`` (``None`` values are ignored).
 
         Dotted override keys reach nested sections: ``{"engine.kind": "sglang"}``.
 
@@ -205,14 +219,25 @@ class RunConfig:
             merged = OmegaConf.merge(OmegaConf.structured(cls), raw)
         except OmegaConfBaseException as e:
             raise _explain(e, cls, where) from None
+        for entry in dotlist:
+            if "=" not in entry:
+                raise ConfigError(
+                    f"setting {entry!r} must be KEY=VALUE, e.g. gconfig.top_p=0.9 "
+                    "(a config file goes after --config)"
+                )
         try:
-            merged = OmegaConf.merge(merged, nested)
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(dotlist)), nested)
             return OmegaConf.to_object(merged)  # type: ignore[return-value]
         except OmegaConfBaseException as e:
             raise _explain(e, cls, "") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _flag(name: str) -> str:
+    """``group_size (--group-size)``: the key as it appears in a file and on the command line."""
+    return f"{name} (--{name.replace('_', '-')})"
 
 
 def _gconfig_dict() -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import signal
 import socket
 from dataclasses import dataclass
@@ -203,19 +202,13 @@ def _context_length(engine: Any) -> int | None:
 
 
 def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
-    """``deterministic=`` for a local engine that has the option (issue 14 adds it)."""
-    if cfg.engine.kind != "local":
-        return {}
-    from vlrollout.engine.local import LocalInferenceEngine
-
-    if "deterministic" in inspect.signature(LocalInferenceEngine.__init__).parameters:
-        return {"deterministic": cfg.deterministic}
-    return {}
+    """``deterministic=`` for the local engine (remote servers choose their own scheduling)."""
+    return {"deterministic": cfg.deterministic} if cfg.engine.kind == "local" else {}
 
 
 async def run_items(runner: Any, items: list[dict[str, Any]], progress: bool) -> dict[str, Any]:
     """``runner.run(items)``; SIGINT or SIGTERM cancels it and raises :class:`Interrupted`."""
-    from vlrollout.run.runner import read_outcomes
+    from vlrollout.run.files import read_outcomes
 
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(runner.run(items, progress=progress))
@@ -255,8 +248,9 @@ def run_from_config(
 ) -> dict[str, Any]:
     """Run ``cfg`` end to end; returns the summary. Writes the report next to the summary."""
     from vlrollout.engine.factory import make_engine
+    from vlrollout.run.files import atomic_write_json
     from vlrollout.run.report import write_report
-    from vlrollout.run.runner import Runner, atomic_write_json
+    from vlrollout.run.runner import Runner
 
     prepared = prepare(cfg, overwrite=overwrite)
     items = prepared.items
@@ -301,7 +295,8 @@ def run_from_config(
 
 
 def _partial_summary(cfg: RunConfig, items: list[dict[str, Any]]) -> dict[str, Any]:
-    from vlrollout.run.runner import atomic_write_json, summarize
+    from vlrollout.run.files import atomic_write_json
+    from vlrollout.run.runner import summarize
 
     summary = summarize(Path(cfg.output), items, wall_s=0.0)
     summary["interrupted"] = True

@@ -124,6 +124,6 @@ def prepare_output(output: Path, cfg: Any, overwrite: bool = False) -> None:
                 f"output folder {output} holds results without a {RUN_FILE} (an older run?); "
                 "use another --output folder, or --overwrite to delete those results"
             )
-    from vlrollout.run.runner import atomic_write_json
+    from vlrollout.run.files import atomic_write_json
 
     atomic_write_json(run_file, {"config": new})

@@ -27,8 +27,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from vlrollout.run.files import atomic_write_bytes, item_stem, read_outcomes
 from vlrollout.run.report_summary import overview_html
-from vlrollout.run.runner import atomic_write_bytes, item_stem, read_outcomes
 
 logger = logging.getLogger("vlrollout.run")
 

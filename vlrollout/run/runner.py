@@ -9,7 +9,7 @@ the mode the umask gives, like any other file the user creates):
   item done, so a killed run resumes where it stopped without repeating or losing items;
 - ``summary.json`` and ``report.html`` at the end.
 
-``<name>`` is :func:`item_stem`: the id made file-safe and shortened, plus a digest of the id, so
+``<name>`` is :func:`vlrollout.run.files.item_stem`: the id made file-safe and shortened, plus a digest of the id, so
 two ids never share a file and no id is too long for the file system. The summary is computed from
 the item files on disk (each holds its id), so it counts exactly what was written.
 """
@@ -17,102 +17,28 @@ the item files on disk (each holds its id), so it counts exactly what was writte
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
-import os
 import statistics
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from areal.api import InferenceEngine, RolloutWorkflow
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 
 from vlrollout.ledger import EpisodeLedger
+from vlrollout.run.files import (
+    atomic_torch_save,
+    atomic_write_json,
+    item_stem,
+    read_outcomes,
+    remove_temp_files,
+)
 from vlrollout.run.items import BLOCKING, item_problems
 
 logger = logging.getLogger("vlrollout.run")
-
-
-TEMP_SUFFIX = ".tmp"
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (``os.umask`` can only set it, which would
-    race with other threads creating files)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _file_mode() -> int:
-    """``0o666`` less the umask: the mode ``open()`` would give a new file."""
-    return 0o666 & ~_umask()
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never half.
-
-    The temp file (``.<name>.<random>.tmp`` beside ``path``) is left behind only by a hard kill;
-    :func:`remove_temp_files` clears those when a run resumes.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _file_mode())  # mkstemp makes 0600 whatever the umask
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, json.dumps(obj, indent=1, default=str).encode())
-
-
-def atomic_torch_save(path: Path, obj: Any) -> None:
-    import io
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def remove_temp_files(output: Path) -> int:
-    """Delete temp files a killed run left in ``output``; returns how many."""
-    removed = 0
-    for folder in (output, output / "items", output / "trajectories"):
-        if folder.is_dir():
-            for p in folder.glob(f".*{TEMP_SUFFIX}"):
-                p.unlink(missing_ok=True)
-                removed += 1
-    return removed
-
-
-def item_stem(item_id: str) -> str:
-    """File name (without suffix) for an item: readable, bounded and unique per id.
-
-    >>> item_stem("a/b"), item_stem("a_b")
-    ('a_b-c14cddc033f6', 'a_b-648fa9b31bc7')
-    """
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in item_id)[:80]
-    return f"{safe}-{hashlib.sha256(item_id.encode()).hexdigest()[:12]}"
 
 
 def generated_segments(traj: dict[str, Any], row: int) -> list[list[int]]:
@@ -201,11 +127,9 @@ class Runner:
         label = f"item {item['id']}"
         blocking = [(r, d) for r, d in item_problems(item) if r in BLOCKING]
         if blocking:
-            rejections = [
-                {"item": label, "reason": r, "detail": d}
-                for r, d in blocking[:1]
-                for _ in range(self.group_size)
-            ]
+            detail = "; ".join(d for _, d in blocking)
+            rejection = {"item": label, "reason": blocking[0][0], "detail": detail}
+            rejections = [rejection] * self.group_size
             return self._finish(item, None, rejections)
         before = sum(1 for r in self.ledger.records if r.item == label)
         try:
@@ -319,23 +243,6 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
         "min": min(values),
         "max": max(values),
     }
-
-
-def read_outcomes(output: Path) -> dict[str, dict[str, Any]]:
-    """Every finished item's outcome in ``output``, by the id stored inside the file."""
-    found: dict[str, dict[str, Any]] = {}
-    folder = output / "items"
-    if not folder.is_dir():
-        return found
-    for path in sorted(folder.glob("*.json")):
-        try:
-            outcome = json.loads(path.read_text())
-        except (OSError, ValueError):
-            logger.warning("ignoring unreadable outcome file %s", path)
-            continue
-        if isinstance(outcome, dict) and "id" in outcome:
-            found[str(outcome["id"])] = outcome
-    return found
 
 
 def group_stats(rewards_per_group: Sequence[Sequence[float]]) -> dict[str, Any]:

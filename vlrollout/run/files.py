@@ -1,0 +1,111 @@
+"""Files of a run's output folder: atomic writes that respect the umask, temp-file clean-up,
+bounded collision-free names per item, and reading back what is on disk.
+
+Every file is written to a temp file beside it and moved into place with ``os.replace``, so a
+reader (or a resumed run) sees the old file or the whole new one, never half.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger("vlrollout.run")
+
+TEMP_SUFFIX = ".tmp"
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` can only set it, which would
+    race with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode() -> int:
+    """``0o666`` less the umask: the mode ``open()`` would give a new file."""
+    return 0o666 & ~_umask()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never half.
+
+    The temp file (``.<name>.<random>.tmp`` beside ``path``) is left behind only by a hard kill;
+    :func:`remove_temp_files` clears those when a run resumes.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _file_mode())  # mkstemp makes 0600 whatever the umask
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=1, default=str).encode())
+
+
+def atomic_torch_save(path: Path, obj: Any) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def remove_temp_files(output: Path) -> int:
+    """Delete temp files a killed run left in ``output``; returns how many."""
+    removed = 0
+    for folder in (output, output / "items", output / "trajectories"):
+        if folder.is_dir():
+            for p in folder.glob(f".*{TEMP_SUFFIX}"):
+                p.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def item_stem(item_id: str) -> str:
+    """File name (without suffix) for an item: readable, bounded and unique per id.
+
+    >>> item_stem("a/b"), item_stem("a_b")
+    ('a_b-c14cddc033f6', 'a_b-648fa9b31bc7')
+    """
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in item_id)[:80]
+    return f"{safe}-{hashlib.sha256(item_id.encode()).hexdigest()[:12]}"
+
+
+def read_outcomes(output: Path) -> dict[str, dict[str, Any]]:
+    """Every finished item's outcome in ``output``, by the id stored inside the file."""
+    found: dict[str, dict[str, Any]] = {}
+    folder = output / "items"
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.glob("*.json")):
+        try:
+            outcome = json.loads(path.read_text())
+        except (OSError, ValueError):
+            logger.warning("ignoring unreadable outcome file %s", path)
+            continue
+        if isinstance(outcome, dict) and "id" in outcome:
+            found[str(outcome["id"])] = outcome
+    return found
