@@ -80,11 +80,24 @@ def normalize_messages(
                 out.append(dict(message))
                 continue
             content = _split_string(content)
+        if not isinstance(content, list):
+            raise PreprocessError(
+                item,
+                "bad_message",
+                f"message {m}: content must be a string or a list of parts, got "
+                f"{type(content).__name__}",
+            )
         parts: list[dict[str, Any]] = []
         for part in content:
             if isinstance(part, str):
                 parts.extend(_split_string(part))
                 continue
+            if not isinstance(part, dict):
+                raise PreprocessError(
+                    item,
+                    "bad_message",
+                    f"message {m}: a content part must be a string or a dict, got {part!r}",
+                )
             kind = part.get("type")
             if kind == "image_url":
                 sources.append(_image_url(part, item))
@@ -98,7 +111,12 @@ def normalize_messages(
                     sources.append(next(pool, None))
                 parts.append({"type": "image"})
             elif kind == "text":
-                parts.append({"type": "text", "text": part.get("text", "")})
+                text = part.get("text", "")
+                if not isinstance(text, str):
+                    raise PreprocessError(
+                        item, "bad_message", f"message {m}: text part holds {text!r}, not a string"
+                    )
+                parts.append({"type": "text", "text": text})
             else:
                 raise PreprocessError(
                     item, "bad_message", f"message {m}: unsupported content part type {kind!r}"

@@ -79,3 +79,21 @@ def test_openai_messages_get_data_urls():
     }
     assert out[0]["content"][1] == {"type": "text", "text": "Q"}
     assert msgs[0]["content"][0] == {"type": "image"}  # input not mutated
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": None}],
+        [{"role": "user", "content": 42}],
+        [{"role": "user", "content": [7]}],
+        [{"role": "user", "content": [{"type": "text", "text": 3}]}],
+        42,
+    ],
+)
+def test_malformed_messages_are_bad_message_not_a_crash(messages):
+    """Called directly (as ``train`` and AReaL-driven workflows do), malformed messages are a
+    ``bad_message`` rejection naming the item, never a ``TypeError``/``AttributeError``."""
+    with pytest.raises(PreprocessError) as e:
+        normalize_messages(messages, [], "item x")
+    assert e.value.reason == "bad_message" and e.value.item == "item x"
