@@ -39,6 +39,9 @@ def main(batch_path: str, out_path: str) -> None:
         optimizer=OptimizerConfig(lr=1e-3, warmup_steps_proportion=0.0),
         mb_spec=MicroBatchSpec(max_tokens_per_mb=100_000),
         kl_ctl=0.0,
+        # One optimizer step over the whole batch: with several minibatches, world size 2 would
+        # group different sequences into each step than world size 1.
+        ppo_n_minibatches=1,
         reward_norm=NormConfig(mean_level="group", std_level="group", group_size=group_size),
         adv_norm=None,
     )

@@ -49,6 +49,11 @@ def test_world_size_2_equals_world_size_1(engine, tmp_path):
 
     items = generate_items("mix", 8, seed=31)
     groups = [concat_padded_tensors(rollout(engine, [it] * 4, max_new_tokens=16)) for it in items]
+    # Fixed, distinct rewards: the tiny model's 4 samples of one item often score alike, and a
+    # group of equal rewards has zero advantage (a zero gradient would compare nothing).
+    gen = torch.Generator().manual_seed(0)
+    for g in groups:
+        g["rewards"] = torch.randn(4, generator=gen)
     batch = tmp_path / "batch.pt"
     torch.save(groups, batch)
 
@@ -64,6 +69,7 @@ def test_world_size_2_equals_world_size_1(engine, tmp_path):
         f"{two['stats']['ppo_actor/update/grad_norm']:.6g}; max |grad diff| {grad_diff:.2e}"
     )
     assert one["logp_gap"] <= 1e-4 and two["logp_gap"] <= 1e-4
+    assert one["stats"]["ppo_actor/update/grad_norm"] > 1e-3
     for key in ("ppo_actor/update/actor_loss/avg", "ppo_actor/update/grad_norm"):
         assert two["stats"][key] == pytest.approx(one["stats"][key], rel=1e-4, abs=1e-6), key
     assert one["grads"].keys() == two["grads"].keys() and one["grads"]

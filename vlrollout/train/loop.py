@@ -110,6 +110,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run GRPO as configured; returns the last step's record. Resumes from ``output``."""
     from areal.api.cli_args import GenerationHyperparameters
     from areal.api.io_struct import FinetuneSpec, WeightUpdateMeta
+    from areal.utils import name_resolve, names
     from tqdm import tqdm
 
     from vlrollout.engine.local import LocalInferenceEngine
@@ -152,6 +153,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     engine = LocalInferenceEngine.from_pretrained(model_path, dtype=dtype, seed=cfg.seed)
     engine.initialize(config=cfg.rollout, train_data_parallel_size=1)
     meta = WeightUpdateMeta.from_disk(cfg.experiment_name, cfg.trial_name, cfg.cluster.fileroot)
+    # Keys of a run that crashed between a weight update and its checkpoint would make AReaL's
+    # name_resolve.add (no replace) fail on resume: start this run's update keys afresh.
+    name_resolve.clear_subtree(
+        names.update_weights_from_disk(cfg.experiment_name, cfg.trial_name, "")
+    )
     actor.connect_engine(engine, meta)
     actor.set_version(start)
     engine.set_version(start)
