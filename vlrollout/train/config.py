@@ -31,6 +31,11 @@ class TrainSection:
             0 skips it.
         save_every: Checkpoint every this many steps (and at the end).
         progress: Show a progress bar.
+        engine: Where rollouts run: ``local`` (the embedded engine in this process) or
+            ``sglang``/``vllm`` (AReaL's own remote engine, talking to servers at ``addresses``,
+            e.g. ``vlrollout serve`` in another process, the way AReaL deployments split inference
+            from training; weights reach them through AReaL's disk update over HTTP).
+        addresses: ``host:port`` of the servers for a remote ``engine``.
     """
 
     output: str = "runs/train"
@@ -45,6 +50,8 @@ class TrainSection:
     eval_samples: int = 0
     save_every: int = 10
     progress: bool = True
+    engine: str = "local"
+    addresses: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.task not in ("ground", "count", "caption", "mix"):
@@ -58,6 +65,14 @@ class TrainSection:
         for name in ("train_items", "eval_items"):
             if getattr(self, name) < 1:
                 raise ValueError(f"vlrollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.engine not in ("local", "sglang", "vllm"):
+            raise ValueError(f"vlrollout.engine must be local, sglang or vllm, got {self.engine!r}")
+        if self.engine != "local" and not self.addresses:
+            raise ValueError(
+                f"vlrollout.engine={self.engine} needs vlrollout.addresses=[HOST:PORT,...] of the "
+                "running servers (e.g. `vlrollout serve --protocol "
+                f"{self.engine} --model MODEL --port PORT`)"
+            )
         if self.eval_every < 0 or self.save_every < 1 or self.eval_samples < 0:
             raise ValueError(
                 f"vlrollout.eval_every and eval_samples must be >= 0 and save_every >= 1, got "

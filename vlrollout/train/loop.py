@@ -105,6 +105,35 @@ def evaluate(
     return out
 
 
+# ----------------------------------------------------------------------------- the engine
+def build_rollout_engine(cfg: TrainConfig, model_path: str, dtype: torch.dtype) -> tuple[Any, Any]:
+    """``(engine, processor)``: the embedded engine, or AReaL's own remote engine connected to
+    ``vlrollout.addresses`` (SGLang or AReaL's vLLM protocol, e.g. ``vlrollout serve``).
+
+    Either way the actor's ``update_weights`` reaches it through AReaL's disk path: the engine (or
+    AReaL's client, for a server) waits for the trainer's name_resolve key before loading.
+    """
+    vl = cfg.vlrollout
+    if vl.engine == "local":
+        from vlrollout.engine.local import LocalInferenceEngine
+
+        engine = LocalInferenceEngine.from_pretrained(model_path, dtype=dtype, seed=cfg.seed)
+        engine.initialize(config=cfg.rollout, train_data_parallel_size=1)
+        return engine, engine.processor
+    if vl.engine == "sglang":
+        from areal.engine.sglang_remote import RemoteSGLangEngine as cls
+    else:
+        from areal.engine.vllm_remote import RemotevLLMEngine as cls
+    from vlrollout.workflows.episode import load_processor
+
+    rollout = dataclasses.replace(
+        cfg.rollout, experiment_name=cfg.experiment_name, trial_name=cfg.trial_name
+    )
+    engine = cls(rollout)
+    engine.initialize(addr=list(vl.addresses), train_data_parallel_size=1)
+    return engine, load_processor(model_path)
+
+
 # ----------------------------------------------------------------------------- the loop
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run GRPO as configured; returns the last step's record. Resumes from ``output``."""
@@ -113,7 +142,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from areal.utils import name_resolve, names
     from tqdm import tqdm
 
-    from vlrollout.engine.local import LocalInferenceEngine
     from vlrollout.train import checkpoint
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import restore_multi_modal_inputs
@@ -149,9 +177,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         kept = [r for r in read_jsonl(path) if r["step"] <= start]
         path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
-    dtype = getattr(torch, cfg.actor.dtype)
-    engine = LocalInferenceEngine.from_pretrained(model_path, dtype=dtype, seed=cfg.seed)
-    engine.initialize(config=cfg.rollout, train_data_parallel_size=1)
+    engine, processor = build_rollout_engine(cfg, model_path, getattr(torch, cfg.actor.dtype))
     meta = WeightUpdateMeta.from_disk(cfg.experiment_name, cfg.trial_name, cfg.cluster.fileroot)
     # Keys of a run that crashed between a weight update and its checkpoint would make AReaL's
     # name_resolve.add (no replace) fail on resume: start this run's update keys afresh.
@@ -163,12 +189,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     engine.set_version(start)
 
     one = dataclasses.replace(cfg.gconfig, n_samples=1)
-    workflow = VisionRLVRWorkflow(reward, one, engine.tokenizer, engine.processor)
+    workflow = VisionRLVRWorkflow(reward, one, processor.tokenizer, processor)
     greedy = GenerationHyperparameters(
         n_samples=1, greedy=True, max_new_tokens=cfg.gconfig.max_new_tokens
     )
-    eval_workflow = VisionRLVRWorkflow(eval_reward, greedy, engine.tokenizer, engine.processor)
-    sampled_workflow = VisionRLVRWorkflow(eval_reward, one, engine.tokenizer, engine.processor)
+    eval_workflow = VisionRLVRWorkflow(eval_reward, greedy, processor.tokenizer, processor)
+    sampled_workflow = VisionRLVRWorkflow(eval_reward, one, processor.tokenizer, processor)
 
     def run_eval(step: int) -> None:
         t = time.perf_counter()

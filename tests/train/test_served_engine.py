@@ -1,0 +1,115 @@
+"""``vlrollout train`` with its rollouts on a served engine in another process, the way AReaL
+deployments split inference from training: ``vlrollout serve`` (SGLang protocol) in one process,
+the trainer (AReaL's ``FSDPPPOActor`` + AReaL's own ``RemoteSGLangEngine``) in another. The new
+weights reach the server through AReaL's disk update over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+import torch
+
+from tests.train.test_cli_train import SMALL
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "assets" / "tiny-qwen2vl"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_health(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s and proc.poll() is None:
+        try:
+            if requests.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"server did not answer /health (exit code {proc.poll()})")
+
+
+def _teacher_forced(model_dir: Path, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+
+
+def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vlrollout.cli", "serve", "--model", str(TINY)]
+        + ["--protocol", "sglang", "--port", str(port), "--threads", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    out = tmp_path / "run"
+    try:
+        _wait_for_health(url, server)
+        trainer = subprocess.run(
+            [sys.executable, "-m", "vlrollout.cli", "train"]
+            + ["--config", "examples/train_grounding.yaml", f"vlrollout.output={out}", *SMALL]
+            + ["vlrollout.engine=sglang", f"vlrollout.addresses=[127.0.0.1:{port}]"]
+            + ["vlrollout.task=caption", "vlrollout.reward=tests.train.reward_fns.square_words"]
+            + ["actor.optimizer.lr=1e-3", "vlrollout.eval_every=0"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert trainer.returncode == 0, trainer.stderr[-3000:]
+        health = requests.get(f"{url}/health", timeout=5).json()
+        # Rollouts crossed HTTP, and both weight updates reached the server.
+        assert health["version"] == 2
+        assert health["requests"].get("/generate", 0) >= 2 * 4
+        steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in steps] == [1, 2]
+        assert all(r["n_trajectories"] == 4 for r in steps)
+
+        # The served model is the trainer's last checkpoint (and no longer the starting one).
+        prompt = [1, 2, 3, 4, 5]
+        r = requests.post(
+            f"{url}/generate",
+            json={
+                "input_ids": prompt,
+                "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True},
+                "return_logprob": True,
+            },
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        pairs = r.json()["meta_info"]["output_token_logprobs"]
+        served = torch.tensor([lp for lp, _, _ in pairs])
+        completion = [tok for _, tok, _ in pairs]
+        trained = _teacher_forced(out / "checkpoints" / "step_2", prompt, completion)
+        start = _teacher_forced(TINY, prompt, completion)
+        assert (served - trained).abs().max() < 1e-4
+        assert (served - start).abs().max() > 1e-3
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
