@@ -40,6 +40,7 @@ from vlrollout.rewards.box_parsing import PARSERS  # noqa: E402
 from vlrollout.rewards.caption import CaptionReward  # noqa: E402
 from vlrollout.rewards.format import ThinkAnswerFormat  # noqa: E402
 from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward  # noqa: E402
+from vlrollout.rewards.ptb_tokenize import ptb_tokenize  # noqa: E402
 from vlrollout.rewards.text_extract import extract_tag, last_boxed  # noqa: E402
 from vlrollout.rewards.text_tokenize import tokenize  # noqa: E402
 
@@ -86,6 +87,8 @@ CASES: list[Case] = [
     ("read_count '1,'", read_count, "1,"),
     ("read_count prose", read_count, "the one "),
     ("tokenize clitics", tokenize, "don't it's "),
+    ("ptb_tokenize captions", ptb_tokenize, "A man's dog, (red) $5 -- gonna 1,000. "),
+    ("ptb_tokenize symbols", ptb_tokenize, "$"),
     ("CountReward", _reward(CountReward(), answer=3), "1 a "),
     ("NumericReward spaces", _reward(NumericReward(), answer=3), " "),
     ("ChoiceReward", _reward(ChoiceReward(), answer="B"), "answer "),

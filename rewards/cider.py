@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from .text_tokenize import tokenize
+from .ptb_tokenize import ptb_tokenize
 
 Ngram = tuple[str, ...]
 Tokenizer = Callable[[str], list[str]]
@@ -124,7 +124,7 @@ class CiderD:
         *,
         n: int = 4,
         sigma: float = 6.0,
-        tokenizer: Tokenizer = tokenize,
+        tokenizer: Tokenizer = ptb_tokenize,
         cache_size: int = 4096,
     ) -> None:
         self._configure(num_docs, n, sigma, tokenizer, cache_size)
@@ -183,7 +183,7 @@ class CiderD:
         *,
         n: int = 4,
         sigma: float = 6.0,
-        tokenizer: Tokenizer = tokenize,
+        tokenizer: Tokenizer = ptb_tokenize,
         cache_size: int = 4096,
     ) -> CiderD:
         """Count document frequencies over a corpus: one sequence of reference captions per image."""
@@ -442,7 +442,7 @@ def cider_d_corpus(
     *,
     n: int = 4,
     sigma: float = 6.0,
-    tokenizer: Tokenizer = tokenize,
+    tokenizer: Tokenizer = ptb_tokenize,
 ) -> list[float]:
     """pycocoevalcap's corpus mode (``Cider().compute_score``): df from the scored references.
 
