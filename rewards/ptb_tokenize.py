@@ -74,6 +74,7 @@ _PATTERNS = [
     ("email", re.compile(rf"[\w.+-]+@{_ALNUM}[\w-]*(?:\.[\w-]+)+")),
     ("smiley", re.compile(rf"[:;]-?[()\[\]pPdD](?!{_ALNUM})")),
     ("tag", re.compile(rf"[#@]{_LETTER}\w*")),
+    ("sgml", re.compile(r"</?[A-Za-z][\w]*>")),
     ("cpp", re.compile(r"[cC]\+\+")),
     ("amp", re.compile(r"[A-Z]+&[A-Z]+")),
     ("decade", re.compile(r"'\d\ds")),
@@ -110,6 +111,8 @@ def _candidates(ch: str) -> list[tuple[str, re.Pattern[str]]]:
         names = ["decade", "tis", "clitic", "n"]
     elif ch in "#@":
         names = ["tag"]
+    elif ch == "<":
+        names = ["sgml"]
     elif ch in ":;":
         names = ["smiley", "fraction"]
     elif ch in "-+":
@@ -126,19 +129,28 @@ def _candidates(ch: str) -> list[tuple[str, re.Pattern[str]]]:
 _DISPATCH: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
 
 
-def _next_token(text: str, pos: int) -> tuple[str, str]:
-    """The longest match at ``pos``; ties go to the earlier pattern (JFlex's rule)."""
+def _next_token(text: str, pos: int, special: bool) -> tuple[str, str]:
+    """The longest match at ``pos``; ties go to the earlier pattern (JFlex's rule).
+    ``special``: the chunk has ``@`` or ``://``/``www.`` (else URL/e-mail patterns are skipped)."""
     ch = text[pos]
     cands = _DISPATCH.get(ch)
     if cands is None:
-        cands = _DISPATCH[ch] = _candidates(ch) if len(_DISPATCH) < 4096 else _candidates(ch)
-    best_kind, best = "punct", ch
+        cands = _candidates(ch)
+        if len(_DISPATCH) < 4096:
+            _DISPATCH[ch] = cands
+    best_kind, best_end = "punct", pos + 1
     for kind, pattern in cands:
+        if not special and kind in _SPECIAL:
+            continue
         m = pattern.match(text, pos)
-        if m and (len(m.group()) > len(best) or (best_kind == "punct" and len(m.group()) ==
-                                                  len(best) and kind != "punct")):  # fmt: skip
-            best_kind, best = kind, m.group()
-    return best_kind, best
+        if m is not None:
+            end = m.end()
+            if end > best_end or (end == best_end and best_kind == "punct" and kind != "punct"):
+                best_kind, best_end = kind, end
+    return best_kind, text[pos:best_end]
+
+
+_SPECIAL = frozenset(("url", "email"))
 
 
 _CLITIC = re.compile(r"(?i)^(.+?)(n't|'s|'re|'ve|'ll|'d|'m|'n)$")
@@ -171,6 +183,7 @@ def _keeps_period(word: str, rest: str) -> bool:
 
 
 _PLAIN = re.compile(_ALNUM + "+")
+_SIMPLE_RUN = re.compile(r"[^\w\s'#@<:;\-+.,?!*½¼¾⅓⅔]+")
 _JOINERS = frozenset("-'/.?@&+:,_\u2019")
 _ACRONYM = re.compile(r"[^\W\d_](?:\.[^\W\d_])+")
 _PERIOD_NUMBER = re.compile(r"\.\s*\d")
@@ -179,13 +192,19 @@ _PERIOD_NUMBER = re.compile(r"\.\s*\d")
 def _scan(chunk: str, after: str, out: list[str]) -> None:
     """Tokens of one whitespace-free chunk; ``after`` is the next chunk (for ``No. 7``)."""
     pos = 0
+    special = "@" in chunk or "://" in chunk or "www." in chunk.lower()
     while pos < len(chunk):
+        run = _SIMPLE_RUN.match(chunk, pos)
+        if run:  # symbols that are always tokens of one character: no pattern to try
+            out.extend(_SYMBOLS.get(c, c) for c in run.group())
+            pos = run.end()
+            continue
         m = _PLAIN.match(chunk, pos)
         if m and (m.end() == len(chunk) or chunk[m.end()] not in _JOINERS):
             # letters (or digits) then a character no longer pattern can continue with
             kind, tok = "word", m.group()
         else:
-            kind, tok = _next_token(chunk, pos)
+            kind, tok = _next_token(chunk, pos, special)
         end = pos + len(tok)
         pos = end
         if kind == "url":

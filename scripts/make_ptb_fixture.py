@@ -109,6 +109,8 @@ HAND = [
     "Whaddya want?",
     "D'ye see it?",
     "More'n enough.",
+    "A <b>bold</b> word and 5 <3 hearts.",
+    "$$$ and %% and &&& and ===",
 ]
 
 WORDS = (
