@@ -185,22 +185,40 @@ def _keeps_period(word: str, rest: str) -> bool:
 _PLAIN = re.compile(_ALNUM + "+")
 _SIMPLE_RUN = re.compile(r"[^\w\s'#@<:;\-+.,?!*½¼¾⅓⅔]+")
 _JOINERS = frozenset("-'/.?@&+:,_\u2019")
+
+
+def _ends_token(chunk: str, end: int) -> bool:
+    """Whether no pattern can extend a letter/digit run that stops at ``end``: the next
+    character is no joiner, or a joiner that only joins when a letter or digit follows it
+    (``dog.``, ``dog,``, ``red)``); ``+`` always may (``c++``)."""
+    if end == len(chunk):
+        return True
+    c = chunk[end]
+    if c not in _JOINERS:
+        return True
+    if c == "+" or end + 1 == len(chunk):
+        return c != "+" and c != "'"  # "dogs'" / "y'": let the patterns decide
+    return not chunk[end + 1].isalnum()
+
+
 _ACRONYM = re.compile(r"[^\W\d_](?:\.[^\W\d_])+")
 _PERIOD_NUMBER = re.compile(r"\.\s*\d")
 
 
-def _scan(chunk: str, after: str, out: list[str]) -> None:
-    """Tokens of one whitespace-free chunk; ``after`` is the next chunk (for ``No. 7``)."""
+def _scan(chunk: str, after: str, out: list[str], special: bool) -> None:
+    """Tokens of one whitespace-free chunk; ``after`` is the next chunk (for ``No. 7``);
+    ``special``: the chunk may hold a URL or an e-mail address."""
     pos = 0
-    special = "@" in chunk or "://" in chunk or "www." in chunk.lower()
+    special = special and ("@" in chunk or "://" in chunk or "www." in chunk.lower())
     while pos < len(chunk):
-        run = _SIMPLE_RUN.match(chunk, pos)
-        if run:  # symbols that are always tokens of one character: no pattern to try
-            out.extend(_SYMBOLS.get(c, c) for c in run.group())
-            pos = run.end()
-            continue
         m = _PLAIN.match(chunk, pos)
-        if m and (m.end() == len(chunk) or chunk[m.end()] not in _JOINERS):
+        if m is None:
+            run = _SIMPLE_RUN.match(chunk, pos)
+            if run:  # symbols that are always tokens of one character: no pattern to try
+                out.extend(_SYMBOLS.get(c, c) for c in run.group())
+                pos = run.end()
+                continue
+        if m and not special and _ends_token(chunk, m.end()):
             # letters (or digits) then a character no longer pattern can continue with
             kind, tok = "word", m.group()
         else:
@@ -238,12 +256,14 @@ def ptb_raw_tokens(text: str) -> list[str]:
     character; plain words (the common case) skip the scan.
     """
     out: list[str] = []
-    chunks = str(text).split()
+    text = str(text)
+    special = "@" in text or "://" in text or "www." in text or "WWW." in text or "Www." in text
+    chunks = text.split()
     for i, chunk in enumerate(chunks):
         if chunk.isalpha():
             out.append(chunk)  # assimilations are split below
         else:
-            _scan(chunk, chunks[i + 1] if i + 1 < len(chunks) else "", out)
+            _scan(chunk, chunks[i + 1] if i + 1 < len(chunks) else "", out, special)
     lowered = []
     for tok in out:
         low = tok.lower()
