@@ -65,9 +65,16 @@ def _assign(keys: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, int]:
     miss = ~hit
     extra = 0
     if miss.any():
-        uniq, inv = np.unique(keys[miss], return_inverse=True)
+        missing = keys[miss]
+        order = np.argsort(missing, kind="stable")
+        sorted_keys = missing[order]
+        new = np.ones(len(sorted_keys), bool)
+        new[1:] = sorted_keys[1:] != sorted_keys[:-1]
+        rank = np.cumsum(new) - 1  # rank among the distinct unknown keys, in key order
+        inv = np.empty(len(missing), np.int64)
+        inv[order] = rank
         ids[miss] = len(known) + inv
-        extra = len(uniq)
+        extra = int(rank[-1]) + 1
     if len(known) + extra >= _MAX_IDS:
         raise ValueError(f"{len(known) + extra} distinct n-grams of one order: more than 2**32")
     return ids, extra
@@ -398,8 +405,10 @@ def _extend(idf: np.ndarray, width: int, log_n: float) -> np.ndarray:
 
 def _doc_freq(owner_of_row: np.ndarray, ids: np.ndarray, width: int) -> np.ndarray:
     """Per n-gram id: the number of distinct owners (reference sets) with that n-gram."""
-    pairs = np.unique(owner_of_row.astype(np.int64) * width + ids)
-    return np.bincount(pairs % width, minlength=width).astype(np.float64)
+    pairs = np.sort(owner_of_row.astype(np.int64) * width + ids)
+    first = np.ones(len(pairs), bool)  # one count per (owner, n-gram): drop repeats
+    first[1:] = pairs[1:] != pairs[:-1]
+    return np.bincount(pairs[first] % width, minlength=width).astype(np.float64)
 
 
 def _cider(
