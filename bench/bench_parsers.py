@@ -52,7 +52,7 @@ NOISE_FLOOR_S = 0.05
 BOX = '{"bbox_2d": [1, 2, 3, 4]}'
 
 # (case name, function of the text, repeated unit); the text is the unit repeated to the size.
-Case = tuple[str, Callable[[str], object], str]
+Case = tuple[str, Callable[[str], object], str | None]  # unit None: see _distinct
 
 
 def _reward(r, **task):
@@ -89,6 +89,7 @@ CASES: list[Case] = [
     ("tokenize clitics", tokenize, "don't it's "),
     ("ptb_tokenize captions", ptb_tokenize, "A man's dog, (red) $5 -- gonna 1,000. "),
     ("ptb_tokenize symbols", ptb_tokenize, "$"),
+    ("ptb_tokenize distinct chunks", ptb_tokenize, None),  # no repeats: the chunk memo misses
     ("CountReward", _reward(CountReward(), answer=3), "1 a "),
     ("NumericReward spaces", _reward(NumericReward(), answer=3), " "),
     ("ChoiceReward", _reward(ChoiceReward(), answer="B"), "answer "),
@@ -113,6 +114,18 @@ CASES: list[Case] = [
     ("CaptionReward rouge_l", _reward(CaptionReward("rouge_l"), captions=["a dog runs"]), "a "),
     ("CaptionReward bleu4", _reward(CaptionReward("bleu4"), captions=["a dog runs"]), "dog "),
 ]
+
+
+def _distinct(n: int) -> str:
+    """Caption-like text whose punctuated chunks never repeat (``dog12,`` ``(red7)`` ...)."""
+    forms = ("w{}x's", "dog{},", "(red{})", "${}", "{},000.", "a{}-b")
+    parts, size, i = [], 0, 0
+    while size < n:
+        part = forms[i % len(forms)].format(i)
+        parts.append(part)
+        size += len(part) + 1
+        i += 1
+    return " ".join(parts)[:n]
 
 
 def _time(fn: Callable[[str], object], text: str) -> float:
@@ -149,7 +162,7 @@ def main() -> int:
     for name, fn, unit in CASES:
         times: list[float] = []
         for n in sizes:
-            text = (unit * (n // len(unit) + 1))[:n]
+            text = _distinct(n) if unit is None else (unit * (n // len(unit) + 1))[:n]
             times.append(_time(fn, text))
             if times[-1] > CASE_LIMIT_S:
                 break

@@ -253,26 +253,39 @@ def ptb_raw_tokens(text: str) -> list[str]:
     """PTB tokens of ``text`` before pycocoevalcap's punctuation filter, lower-cased.
 
     Linear time: whitespace splitting and a per-chunk scan whose patterns are chosen by the first
-    character; plain words (the common case) skip the scan.
+    character. Plain words (the common case) skip the scan, and the tokens of other chunks are
+    memoised (captions repeat ``dog,``, ``table.``, ``man's``): a chunk's tokens depend only on
+    the chunk, whether the text may hold URLs, and whether the next chunk starts with a digit.
     """
     out: list[str] = []
     text = str(text)
     special = "@" in text or "://" in text or "www." in text or "WWW." in text or "Www." in text
     chunks = text.split()
+    cache = _CHUNK_CACHE
     for i, chunk in enumerate(chunks):
         if chunk.isalpha():
-            out.append(chunk)  # assimilations are split below
-        else:
-            _scan(chunk, chunks[i + 1] if i + 1 < len(chunks) else "", out, special)
-    lowered = []
-    for tok in out:
-        low = tok.lower()
-        pair = _ASSIMILATIONS.get(low)
-        if pair is None:
-            lowered.append(low)
-        else:
-            lowered.extend(pair)
-    return lowered
+            low = chunk.lower()
+            out.extend(_ASSIMILATIONS.get(low, (low,)))
+            continue
+        after = chunks[i + 1] if i + 1 < len(chunks) else ""
+        key = (chunk, special, after[:1].isdigit())
+        tokens = cache.get(key)
+        if tokens is None:
+            raw: list[str] = []
+            _scan(chunk, after, raw, special)
+            tokens = []
+            for tok in raw:
+                low = tok.lower()
+                tokens.extend(_ASSIMILATIONS.get(low, (low,)))
+            if len(cache) >= _CHUNK_CACHE_SIZE:
+                cache.clear()
+            cache[key] = tokens
+        out.extend(tokens)
+    return out
+
+
+_CHUNK_CACHE: dict[tuple[str, bool, bool], list[str]] = {}
+_CHUNK_CACHE_SIZE = 1 << 16
 
 
 def ptb_tokenize(text: str) -> list[str]:
