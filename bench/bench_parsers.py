@@ -40,6 +40,7 @@ from vlrollout.rewards.box_parsing import PARSERS  # noqa: E402
 from vlrollout.rewards.caption import CaptionReward  # noqa: E402
 from vlrollout.rewards.format import ThinkAnswerFormat  # noqa: E402
 from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward  # noqa: E402
+from vlrollout.rewards.ptb_tokenize import _CHUNK_CACHE, ptb_tokenize  # noqa: E402
 from vlrollout.rewards.text_extract import extract_tag, last_boxed  # noqa: E402
 from vlrollout.rewards.text_tokenize import tokenize  # noqa: E402
 
@@ -51,7 +52,18 @@ NOISE_FLOOR_S = 0.05
 BOX = '{"bbox_2d": [1, 2, 3, 4]}'
 
 # (case name, function of the text, repeated unit); the text is the unit repeated to the size.
-Case = tuple[str, Callable[[str], object], str]
+Case = tuple[str, Callable[[str], object], str | None]  # unit None: see _distinct
+
+
+def _cold(fn):
+    """``fn`` with ptb_tokenize's chunk memo emptied first: repeated timing runs must not reuse
+    the previous run's chunks (within one call the memo works as it does for real captions)."""
+
+    def call(text):
+        _CHUNK_CACHE.clear()
+        return fn(text)
+
+    return call
 
 
 def _reward(r, **task):
@@ -86,6 +98,13 @@ CASES: list[Case] = [
     ("read_count '1,'", read_count, "1,"),
     ("read_count prose", read_count, "the one "),
     ("tokenize clitics", tokenize, "don't it's "),
+    ("ptb_tokenize captions", _cold(ptb_tokenize), "A man's dog, (red) $5 -- gonna 1,000. "),
+    ("ptb_tokenize symbols", _cold(ptb_tokenize), "$"),
+    (
+        "ptb_tokenize distinct chunks",
+        _cold(ptb_tokenize),
+        None,
+    ),  # no repeats: the chunk memo misses
     ("CountReward", _reward(CountReward(), answer=3), "1 a "),
     ("NumericReward spaces", _reward(NumericReward(), answer=3), " "),
     ("ChoiceReward", _reward(ChoiceReward(), answer="B"), "answer "),
@@ -112,16 +131,28 @@ CASES: list[Case] = [
 ]
 
 
+def _distinct(n: int) -> str:
+    """Caption-like text whose punctuated chunks never repeat (``dog12,`` ``(red7)`` ...)."""
+    forms = ("w{}x's", "dog{},", "(red{})", "${}", "{},000.", "a{}-b")
+    parts, size, i = [], 0, 0
+    while size < n:
+        part = forms[i % len(forms)].format(i)
+        parts.append(part)
+        size += len(part) + 1
+        i += 1
+    return " ".join(parts)[:n]
+
+
 def _time(fn: Callable[[str], object], text: str) -> float:
     best = float("inf")
     total = 0.0
     runs = 0
-    while total < 0.1 or runs < 3:
+    while total < 0.1 or runs < 3:  # the minimum of >= 3 runs: other processes add, never subtract
         t0 = time.perf_counter()
         fn(text)
         dt = time.perf_counter() - t0
         best, total, runs = min(best, dt), total + dt, runs + 1
-        if dt > 0.3:
+        if dt > 3.0:
             break
     return best
 
@@ -146,7 +177,7 @@ def main() -> int:
     for name, fn, unit in CASES:
         times: list[float] = []
         for n in sizes:
-            text = (unit * (n // len(unit) + 1))[:n]
+            text = _distinct(n) if unit is None else (unit * (n // len(unit) + 1))[:n]
             times.append(_time(fn, text))
             if times[-1] > CASE_LIMIT_S:
                 break
@@ -160,14 +191,15 @@ def main() -> int:
             failed.append(f"{name}: exponent {exp:.2f} > {MAX_EXPONENT}")
         elif sizes[-1] >= 1_000_000 and times[-1] > LIMIT_1MB_S:
             failed.append(f"{name}: {times[-1]:.2f} s at 1 MB > {LIMIT_1MB_S} s")
-        if exp > worst_exp:
+        if exp > worst_exp and times[-1] >= NOISE_FLOOR_S:
             worst_exp, worst_exp_case = exp, name
         if times[-1] > worst_time:
             worst_time, worst_time_case = times[-1], name
     for f in failed:
         print("FAIL", f)
     print(
-        f"headline: worst growth exponent {worst_exp:.2f} ({worst_exp_case}), worst time at "
+        f"headline: worst growth exponent {worst_exp:.2f} ({worst_exp_case}; cases >= "
+        f"{NOISE_FLOOR_S * 1000:.0f} ms at the largest size), worst time at "
         f"{sizes[-1] // 1000} KB {worst_time * 1000:.0f} ms ({worst_time_case}); "
         f"limits: exponent <= {MAX_EXPONENT}, <= {LIMIT_1MB_S:.0f} s at 1 MB"
     )

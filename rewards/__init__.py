@@ -23,6 +23,7 @@ _EXPORTS = {
     "RewardResult": "result",
     "Reward": "result",
     "tokenize": "text_tokenize",
+    "ptb_tokenize": "ptb_tokenize",
     "CiderD": "caption",
     "CaptionReward": "caption",
     "bleu": "caption",

@@ -9,8 +9,10 @@ Why our own implementation rather than calling ``pycocoevalcap``:
 - **Document frequencies fixed from the training references**, computed once by
   :meth:`CiderD.from_references` and reused (self-critical sequence training does the same,
   Rennie et al. 2017, arXiv:1612.00563; the "coco-train-df" mode of vrama91/cider).
-- **No Java.** The COCO toolkit's PTB tokenizer, METEOR and SPICE need a JVM; :mod:`.text_tokenize`
-  is a deterministic pure-Python tokenizer.
+- **No Java, same tokens.** The COCO toolkit's PTB tokenizer, METEOR and SPICE need a JVM. The
+  default tokenizer here is :func:`.ptb_tokenize.ptb_tokenize`, a pure-Python reproduction of the
+  toolkit's ``PTBTokenizer`` + punctuation filter validated against Java's output, so scores on
+  raw captions equal pycocoevalcap's (``tests/rewards/test_ptb_tokenize.py``).
 - **Speed and size.** :mod:`.cider` packs n-grams into integer ids and scores batches with one
   sparse matrix per order; a GRPO group is one batch whose references are counted once
   (``CiderD.score_group``), and the corpus state is a few arrays (see ``bench/bench_rewards.py``).
@@ -44,9 +46,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .cider import CiderD, cider_d_corpus  # noqa: F401 - re-exported
+from .ptb_tokenize import ptb_tokenize
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region
-from .text_tokenize import tokenize
 
 Ngram = tuple[str, ...]
 Tokenizer = Callable[[str], list[str]]
@@ -162,7 +164,7 @@ class CaptionReward(Reward):
         metric: str = "cider_d",
         corpus: CiderD | Iterable[Sequence[str]] | None = None,
         *,
-        tokenizer: Tokenizer = tokenize,
+        tokenizer: Tokenizer = ptb_tokenize,
         use_answer_tag: bool = False,
     ) -> None:
         if metric not in CAPTION_METRICS:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from .text_tokenize import tokenize
+from .ptb_tokenize import ptb_tokenize
 
 Ngram = tuple[str, ...]
 Tokenizer = Callable[[str], list[str]]
@@ -65,9 +65,16 @@ def _assign(keys: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, int]:
     miss = ~hit
     extra = 0
     if miss.any():
-        uniq, inv = np.unique(keys[miss], return_inverse=True)
+        missing = keys[miss]
+        order = np.argsort(missing, kind="stable")
+        sorted_keys = missing[order]
+        new = np.ones(len(sorted_keys), bool)
+        new[1:] = sorted_keys[1:] != sorted_keys[:-1]
+        rank = np.cumsum(new) - 1  # rank among the distinct unknown keys, in key order
+        inv = np.empty(len(missing), np.int64)
+        inv[order] = rank
         ids[miss] = len(known) + inv
-        extra = len(uniq)
+        extra = int(rank[-1]) + 1
     if len(known) + extra >= _MAX_IDS:
         raise ValueError(f"{len(known) + extra} distinct n-grams of one order: more than 2**32")
     return ids, extra
@@ -124,7 +131,7 @@ class CiderD:
         *,
         n: int = 4,
         sigma: float = 6.0,
-        tokenizer: Tokenizer = tokenize,
+        tokenizer: Tokenizer = ptb_tokenize,
         cache_size: int = 4096,
     ) -> None:
         self._configure(num_docs, n, sigma, tokenizer, cache_size)
@@ -183,7 +190,7 @@ class CiderD:
         *,
         n: int = 4,
         sigma: float = 6.0,
-        tokenizer: Tokenizer = tokenize,
+        tokenizer: Tokenizer = ptb_tokenize,
         cache_size: int = 4096,
     ) -> CiderD:
         """Count document frequencies over a corpus: one sequence of reference captions per image."""
@@ -314,23 +321,47 @@ class CiderD:
 
     def _vectors(self, sentences: list[list[str]]) -> list[_Vector]:
         """tf-idf vectors keyed by n-gram tuple (stable across calls, so reference vectors can
-        be cached), their norms and lengths; idf from one vectorised corpus lookup."""
+        be cached), their norms and lengths. Python lists plus one ``searchsorted`` per order:
+        for a handful of sentences that is cheaper than building arrays per sentence."""
         local: dict[str, int] = {}
-        batch = _Batch([self._ids(t, self.vocab, local=local) for t in sentences], self.n)
-        starts = (np.cumsum(batch.lengths) - batch.lengths).tolist()
+        ids = [self._ids(t, self.vocab, local=local) for t in sentences]
         out: list[_Vector] = [([{} for _ in range(self.n)], [0.0] * self.n, len(t))
                               for t in sentences]  # fmt: skip
-        for k, (rows, ids, _, _, valid) in enumerate(_ngram_ids(batch, self._keys), 1):
-            idf = self._idf[k - 1]
-            known = ids < len(idf)
-            weights = np.where(known, idf[np.where(known, ids, 0)] if len(idf) else 0.0,
-                               self._log_n)  # fmt: skip
-            for r, p, w in zip(rows.tolist(), np.flatnonzero(valid).tolist(), weights.tolist(),
-                               strict=True):  # fmt: skip
-                i = p - starts[r]
-                gram = tuple(sentences[r][i : i + k])
-                vec = out[r][0][k - 1]
-                vec[gram] = vec.get(gram, 0.0) + w
+        prev = ids  # per sentence: the id of the (k-1)-gram starting at each position
+        shift = 1 << 31
+        for k in range(1, self.n + 1):
+            if k == 1:
+                keys = ids
+            else:
+                keys = [[p[i] * shift + s[i + k - 1] for i in range(len(s) - k + 1)]
+                        for p, s in zip(prev, ids, strict=True)]  # fmt: skip
+            flat = [x for row in keys for x in row]
+            corpus, idf = self._keys[k - 1], self._idf[k - 1]
+            if flat and len(corpus):
+                arr = np.array(flat, np.int64)
+                idx = np.minimum(np.searchsorted(corpus, arr), len(corpus) - 1)
+                hit = (corpus[idx] == arr).tolist()
+                ranks, weights = idx.tolist(), idf[idx].tolist()
+            else:
+                hit, ranks, weights = [False] * len(flat), [0] * len(flat), [0.0] * len(flat)
+            unknown: dict[int, int] = {}
+            base = len(corpus)
+            j = 0
+            prev = []
+            for r, row in enumerate(keys):
+                vec, words = out[r][0][k - 1], sentences[r]
+                row_ids = []
+                for i, key in enumerate(row):
+                    if hit[j]:
+                        row_ids.append(ranks[j])
+                        w = weights[j]
+                    else:  # not in the corpus: df 0, an id after the corpus's for this call
+                        row_ids.append(unknown.setdefault(key, base + len(unknown)))
+                        w = self._log_n
+                    gram = tuple(words[i : i + k])
+                    vec[gram] = vec.get(gram, 0.0) + w
+                    j += 1
+                prev.append(row_ids)
         for vecs, norms, _ in out:
             for k in range(self.n):
                 norms[k] = math.sqrt(sum(w * w for w in vecs[k].values()))
@@ -398,8 +429,10 @@ def _extend(idf: np.ndarray, width: int, log_n: float) -> np.ndarray:
 
 def _doc_freq(owner_of_row: np.ndarray, ids: np.ndarray, width: int) -> np.ndarray:
     """Per n-gram id: the number of distinct owners (reference sets) with that n-gram."""
-    pairs = np.unique(owner_of_row.astype(np.int64) * width + ids)
-    return np.bincount(pairs % width, minlength=width).astype(np.float64)
+    pairs = np.sort(owner_of_row.astype(np.int64) * width + ids)
+    first = np.ones(len(pairs), bool)  # one count per (owner, n-gram): drop repeats
+    first[1:] = pairs[1:] != pairs[:-1]
+    return np.bincount(pairs[first] % width, minlength=width).astype(np.float64)
 
 
 def _cider(
@@ -442,7 +475,7 @@ def cider_d_corpus(
     *,
     n: int = 4,
     sigma: float = 6.0,
-    tokenizer: Tokenizer = tokenize,
+    tokenizer: Tokenizer = ptb_tokenize,
 ) -> list[float]:
     """pycocoevalcap's corpus mode (``Cider().compute_score``): df from the scored references.
 

@@ -125,17 +125,26 @@ class RewardRecipe:
         return self.build()(*args, **kwargs)
 
 
-def replace_pool(wrapper: Any) -> bool:
+def current_pool(wrapper: Any) -> Any:
+    """The executor ``wrapper`` (an ``AsyncRewardWrapper``) submits to right now."""
+    from areal.api.reward_api import AsyncRewardWrapper
+
+    return AsyncRewardWrapper._executors.get(wrapper._executor_key)
+
+
+def replace_pool(wrapper: Any, expected: Any = None) -> bool:
     """Give ``wrapper`` (an ``AsyncRewardWrapper``) a fresh executor and kill the old workers.
 
     Uses AReaL's own ``_recreate_executor`` so every wrapper sharing the pool moves to the new
     one; the old workers are killed because ``shutdown`` cannot stop a function that never
-    returns. Returns whether a pool was replaced.
+    returns. With ``expected`` (the executor the timed-out call was sent to, from
+    :func:`current_pool`), nothing happens when the pool was already replaced since: several
+    episodes timing out together replace it once, not once each. Returns whether it replaced.
     """
     from areal.api.reward_api import AsyncRewardWrapper
 
     old = AsyncRewardWrapper._executors.get(wrapper._executor_key)
-    if old is None:
+    if old is None or (expected is not None and old is not expected):
         return False
     processes = list((getattr(old, "_processes", None) or {}).values())
     AsyncRewardWrapper._recreate_executor(wrapper._executor_key, wrapper.max_workers, old)

@@ -101,3 +101,33 @@ def test_recipe_refuses_a_rewritten_file(tmp_path):
 def test_unpicklable_reward_names_the_fix():
     with pytest.raises(ValueError, match="module-level function"):
         RewardCaller(lambda *a, **k: 1.0)
+
+
+def test_two_hung_rewards_at_once_replace_the_pool_once(monkeypatch):
+    from areal.api.reward_api import AsyncRewardWrapper
+
+    from vlrollout.rewards.pool import current_pool
+
+    recreated = []
+    original = AsyncRewardWrapper._recreate_executor.__func__
+
+    def counting(cls, key, workers, broken):
+        recreated.append(cls._executors.get(key) is broken)  # True: this call replaces it
+        return original(cls, key, workers, broken)
+
+    monkeypatch.setattr(AsyncRewardWrapper, "_recreate_executor", classmethod(counting))
+    sleepy = RewardCaller(sleepy_reward, timeout_s=1.0)
+    ordinary = RewardCaller(length_reward, timeout_s=10.0)
+    before = current_pool(ordinary._wrapper)
+
+    async def main():
+        return await asyncio.gather(
+            _call(sleepy, "x"), _call(sleepy, "y"), *(_call(ordinary, "a" * k) for k in (1, 2)),
+            return_exceptions=True,
+        )  # fmt: skip
+
+    a, b, *rest = asyncio.run(main())
+    assert all(isinstance(e, EpisodeRejected) and e.reason == "reward_timeout" for e in (a, b))
+    assert rest == [1.0, 2.0]
+    assert current_pool(ordinary._wrapper) is not before
+    assert sum(recreated) == 1  # AReaL's retries ask again, but the pool is replaced once

@@ -21,7 +21,7 @@ from areal.utils.perf_tracer import atrace_session_phase, trace_session
 from vlrollout.checks import check_request_images
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
-from vlrollout.rewards.pool import RewardRecipe, replace_pool
+from vlrollout.rewards.pool import RewardRecipe, current_pool, replace_pool
 
 # Keys of a data item that do not reach the reward function: raw images are heavy to pickle into
 # the reward process pool, and rewards get each image's geometry instead — unless the reward says
@@ -236,13 +236,14 @@ class RewardCaller:
                 # hang, so they run in a thread of this process (torch releases the GIL).
                 call = asyncio.to_thread(self.reward_fn, *args, **kwargs)
             else:
+                pool = current_pool(self._wrapper)
                 call = self._wrapper(*args, **kwargs)
             value = await asyncio.wait_for(call, timeout=self.timeout_s)
         except TimeoutError as e:
             if not getattr(self.reward_fn, "run_in_thread", False):
                 # The hung call still occupies a pool worker: replace the pool so the next
                 # rewards do not queue behind it (calls beside it are retried by AReaL).
-                replace_pool(self._wrapper)
+                replace_pool(self._wrapper, expected=pool)
             raise EpisodeRejected(
                 "reward_timeout", f"reward function took longer than {self.timeout_s}s"
             ) from e
