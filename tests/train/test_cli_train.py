@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+
+from tests.train.procs import subprocess_env
 
 SMALL = [
     "total_train_steps=2",
@@ -34,7 +35,7 @@ def _train(out, *extra):
         *SMALL,
         *extra,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = subprocess_env(OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

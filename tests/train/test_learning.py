@@ -7,13 +7,14 @@ GRPO steps move it; the control runs the same seeded loop with ``actor.optimizer
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.train.procs import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 10
@@ -42,7 +43,7 @@ def _run(out: Path, lr: str) -> list[dict]:
         "vlrollout.progress=false",
         "seed=7",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

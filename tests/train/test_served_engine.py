@@ -6,7 +6,6 @@ weights reach the server through AReaL's disk update over HTTP."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 import requests
 import torch
 
+from tests.train.procs import subprocess_env
 from tests.train.test_cli_train import SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def _teacher_forced(model_dir: Path, prompt: list[int], completion: list[int]) -
 def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = subprocess_env(OMP_NUM_THREADS="1")
     server = subprocess.Popen(
         [sys.executable, "-m", "vlrollout.cli", "serve", "--model", str(TINY)]
         + ["--protocol", "sglang", "--port", str(port), "--threads", "1"],

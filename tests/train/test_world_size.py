@@ -9,7 +9,6 @@ only where |g| is not tiny.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from tests.train.conftest import rollout
+from tests.train.procs import subprocess_env
 
 SCRIPT = Path(__file__).with_name("distributed_step.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ def _run(world: int, batch: Path, out: Path) -> dict:
         str(batch),
         str(out),
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = subprocess_env(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(out, weights_only=False)
