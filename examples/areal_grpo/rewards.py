@@ -23,7 +23,7 @@ grounding_iou = get_reward("iou", family="qwen2_5_vl")
 
 #: BLEU-4 against the item's ``captions``. (CIDEr-D needs the training references to fix its
 #: document frequencies; build it with ``corpus=`` once the data is known, as
-#: ``vlrollout.run.main.tiny_task_reward`` does.)
+#: ``vlrollout.tiny.rewards.shapes_task_reward`` does.)
 caption_bleu4 = get_reward("bleu4")
 
 #: The mixed synthetic set from ``vlrollout make-samples``: routed by each item's ``task`` field.

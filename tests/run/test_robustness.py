@@ -13,10 +13,10 @@ from PIL import Image
 
 from vlrollout.run.datasets import load_items
 from vlrollout.run.files import atomic_write_json, item_stem
-from vlrollout.run.main import tiny_task_reward
 from vlrollout.run.report import normalise_box, write_report
 from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine
+from vlrollout.tiny.rewards import shapes_task_reward
 from vlrollout.workflows import RLVRWorkflow, VisionRLVRWorkflow
 
 REWARD = "tests.workflows.reward_fns.contains_answer"
@@ -186,7 +186,7 @@ def test_random_items_and_completions_never_end_a_run(
     eos = tokenizer.eos_token_id
     script = [tokenizer.encode(c, add_special_tokens=False)[:40] + [eos] for c in completions]
     wf = VisionRLVRWorkflow(
-        tiny_task_reward(items), GenerationHyperparameters(), tokenizer, qwen2vl_processor
+        shapes_task_reward(items), GenerationHyperparameters(), tokenizer, qwen2vl_processor
     )
     out = folder / "out"
     group = 2

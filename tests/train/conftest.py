@@ -64,11 +64,11 @@ def rollout(engine, items, max_new_tokens: int = 24):
     """One episode per item with our vision workflow and the tiny tasks' reward."""
     from areal.api.cli_args import GenerationHyperparameters
 
-    from vlrollout.train.rewards import shapes_reward
+    from vlrollout.tiny.rewards import shapes_task_reward
     from vlrollout.workflows import VisionRLVRWorkflow
 
     gconfig = GenerationHyperparameters(max_new_tokens=max_new_tokens, temperature=TEMPERATURE)
-    wf = VisionRLVRWorkflow(shapes_reward(items), gconfig, engine.tokenizer, engine.processor)
+    wf = VisionRLVRWorkflow(shapes_task_reward(items), gconfig, engine.tokenizer, engine.processor)
 
     async def run():
         return await asyncio.gather(*(wf.arun_episode(engine, it) for it in items))

@@ -24,34 +24,6 @@ from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
 
 
-def tiny_task_reward(items: list[dict[str, Any]]) -> Any:
-    """The reward of the synthetic shapes tasks: count → exact count, ground → IoU of the
-    Qwen2-VL box (0–1000) against the original-pixel label, caption → CIDEr-D.
-
-    CIDEr-D's document frequencies come from the captions of ``items`` (the references), computed
-    once, so a caption's score does not depend on which other captions share its batch.
-    """
-    from vlrollout.rewards import ByTask
-    from vlrollout.rewards.answer import CountReward
-    from vlrollout.rewards.caption import CaptionReward
-    from vlrollout.rewards.grounding import GroundingReward
-
-    references = [
-        item["captions"]
-        for item in items
-        if isinstance(item.get("captions"), list)
-        and item["captions"]
-        and all(isinstance(c, str) for c in item["captions"])
-    ]
-    rewards: dict[str, Any] = {
-        "count": CountReward(),
-        "ground": GroundingReward("qwen2_vl", "iou"),
-    }
-    if references:
-        rewards["caption"] = CaptionReward("cider_d", corpus=references)
-    return ByTask(rewards)
-
-
 def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
     """A reward by registry name or import path; ``tiny_task`` for the synthetic sample tasks.
 
@@ -59,9 +31,10 @@ def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
         ConfigError: the name is unknown or the import path does not resolve.
     """
     from vlrollout.rewards.registry import get_reward
+    from vlrollout.tiny.rewards import shapes_task_reward
 
     if name == "tiny_task":
-        return tiny_task_reward(items)
+        return shapes_task_reward(items)
     try:
         return get_reward(name)
     except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:

@@ -1,0 +1,38 @@
+"""The reward of the tiny model's synthetic shapes tasks (:mod:`vlrollout.tiny.synthetic`).
+
+One definition for ``vlrollout run``'s and ``vlrollout train``'s ``tiny_task`` reward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") -> Any:
+    """count → exact count; ground → ``ground_metric`` (``iou``, or the denser ``giou``) of the
+    Qwen2-VL box (0–1000) against the original-pixel label; caption → CIDEr-D.
+
+    CIDEr-D's document frequencies come from the captions of ``items`` (the references), computed
+    once, so a caption's score does not depend on which other captions share its batch (an RL
+    reward must not depend on its batch). Items whose ``captions`` are not a list of strings are
+    left out of the references (their episodes are rejected by the reward itself).
+    """
+    from vlrollout.rewards import ByTask
+    from vlrollout.rewards.answer import CountReward
+    from vlrollout.rewards.caption import CaptionReward
+    from vlrollout.rewards.grounding import GroundingReward
+
+    references = [
+        item["captions"]
+        for item in items
+        if isinstance(item.get("captions"), list)
+        and item["captions"]
+        and all(isinstance(c, str) for c in item["captions"])
+    ]
+    routes: dict[str, Any] = {
+        "count": CountReward(),
+        "ground": GroundingReward("qwen2_vl", ground_metric),
+    }
+    if references:
+        routes["caption"] = CaptionReward("cider_d", corpus=references)
+    return ByTask(routes)
