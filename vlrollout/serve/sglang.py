@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 from areal.api.io_struct import ModelRequest
 
+from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, token_ids, typed
 from vlrollout.serve.state import STATE, ServerState
 
@@ -103,33 +104,12 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     return {"text": text, "output_ids": resp.output_tokens, "meta_info": meta}
 
 
-async def pause_generation(request: web.Request, body: Any) -> dict[str, Any]:
-    check_fields(body or {}, ("mode",), "/pause_generation")
-    aborted = await request.app[STATE].pause()
-    return {"success": True, "message": f"paused; aborted {aborted} request(s)"}
-
-
-async def continue_generation(request: web.Request, body: Any) -> dict[str, Any]:
-    check_fields(body or {}, (), "/continue_generation")
-    await request.app[STATE].resume()
-    return {"success": True, "message": "generation continued"}
-
-
-async def update_weights_from_disk(request: web.Request, body: Any) -> dict[str, Any]:
-    where = "/update_weights_from_disk"
-    check_fields(
-        body, ("model_path", "abort_all_requests", "load_format"), where, required=["model_path"]
-    )
-    path = typed(body, "model_path", str, where)
-    version = await request.app[STATE].update_weights(
-        path, bool(body.get("abort_all_requests", False))
-    )
-    return {"success": True, "message": f"loaded {path}", "weight_version": version}
-
-
 ROUTES = {
     "/generate": generate,
-    "/pause_generation": pause_generation,
-    "/continue_generation": continue_generation,
-    "/update_weights_from_disk": update_weights_from_disk,
+    **control_routes(
+        "/pause_generation",
+        "/continue_generation",
+        "/update_weights_from_disk",
+        pause_fields=("mode",),
+    ),
 }

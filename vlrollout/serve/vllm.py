@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 from areal.api.io_struct import ModelRequest
 
+from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, token_ids, typed
 from vlrollout.serve.state import STATE, ServerState, encoded_image
 
@@ -199,34 +200,10 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
     }
 
 
-async def pause_generation(request: web.Request, body: Any) -> dict[str, Any]:
-    check_fields(body or {}, (), "/areal_pause_generation")
-    aborted = await request.app[STATE].pause()
-    return {"success": True, "message": f"Generation paused; aborted {aborted} request(s)"}
-
-
-async def continue_generation(request: web.Request, body: Any) -> dict[str, Any]:
-    check_fields(body or {}, (), "/areal_continue_generation")
-    await request.app[STATE].resume()
-    return {"success": True, "message": "Generation continued"}
-
-
-async def update_weights(request: web.Request, body: Any) -> dict[str, Any]:
-    where = "/areal_update_weights"
-    check_fields(
-        body, ("model_path", "load_format", "abort_all_requests"), where, required=["model_path"]
-    )
-    path = typed(body, "model_path", str, where)
-    version = await request.app[STATE].update_weights(
-        path, bool(body.get("abort_all_requests", False))
-    )
-    return {"success": True, "message": f"loaded {path} (version {version})"}
-
-
 ROUTES = {
     "/v1/chat/completions": chat_completions,
     "/v1/completions": completions,
-    "/areal_pause_generation": pause_generation,
-    "/areal_continue_generation": continue_generation,
-    "/areal_update_weights": update_weights,
+    **control_routes(
+        "/areal_pause_generation", "/areal_continue_generation", "/areal_update_weights"
+    ),
 }
