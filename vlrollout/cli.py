@@ -89,6 +89,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "minus --max-new-tokens)",
     )
     a(
+        "--prompt-cache-bytes",
+        type=int,
+        dest="prompt_cache_bytes",
+        metavar="N",
+        help="bytes of prepared prompts kept after their group is done (default 1 GiB)",
+    )
+    a(
         "--reward-timeout",
         type=float,
         dest="reward_timeout_s",

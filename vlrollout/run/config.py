@@ -113,6 +113,9 @@ class RunConfig:
         max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long`` (``None``: the
             model's context length minus ``gconfig.max_new_tokens`` when the model states one).
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
+        prompt_cache_bytes: Bound on the bytes of prepared prompts kept after their group is done
+            (``None``: :data:`vlrollout.processors.cache.DEFAULT_CACHE_BYTES`, 1 GiB; prompts in
+            use by a running group are always kept).
         fail_fast: Stop at the first rejected item instead of recording it and going on.
         seed: Seed for sampling (``None``: unseeded). With a seed the engine's deterministic
             scheduling is on unless ``engine.deterministic`` says otherwise.
@@ -135,6 +138,7 @@ class RunConfig:
     max_pixels: int | None = None
     max_prompt_tokens: int | None = None
     reward_timeout_s: float = 15.0
+    prompt_cache_bytes: int | None = None
     fail_fast: bool = False
     seed: int | None = None
     gconfig: GenerationHyperparameters = field(default_factory=_default_gconfig)
@@ -154,6 +158,10 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{_flag(name)} must be at least 1, got {value}")
+        if self.prompt_cache_bytes is not None and self.prompt_cache_bytes < 0:
+            raise ConfigError(
+                f"{_flag('prompt_cache_bytes')} must be 0 or more, got {self.prompt_cache_bytes}"
+            )
         if self.reward_timeout_s <= 0:
             raise ConfigError(
                 f"reward_timeout_s (--reward-timeout) must be positive, got {self.reward_timeout_s}"

@@ -174,6 +174,15 @@ def _context_length(engine: Any) -> int | None:
     return n if isinstance(n, int) else None
 
 
+def apply_process_settings(cfg: RunConfig) -> None:
+    """Settings that hold for the whole process: the prepared-prompt cache's byte bound."""
+    from vlrollout.processors.cache import DEFAULT_CACHE_BYTES, set_default_cache_bytes
+
+    set_default_cache_bytes(
+        DEFAULT_CACHE_BYTES if cfg.prompt_cache_bytes is None else cfg.prompt_cache_bytes
+    )
+
+
 def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """``deterministic=`` for the local engine (remote servers choose their own scheduling)."""
     return {"deterministic": cfg.deterministic} if cfg.engine.kind == "local" else {}
@@ -226,6 +235,7 @@ def run_from_config(
     from vlrollout.run.runner import Runner
 
     prepared = prepare(cfg, overwrite=overwrite)
+    apply_process_settings(cfg)
     items = prepared.items
     seed = cfg.seed if cfg.seed is not None else 0
     engine = make_engine(

@@ -25,6 +25,7 @@ NOT_RESULT_SHAPING = (
     "fail_fast",
     "engine.addresses",
     "reward_timeout_s",
+    "prompt_cache_bytes",
 )
 RUN_OUTPUTS = ("items", "trajectories", "summary.json", "report.html", RUN_FILE)
 
