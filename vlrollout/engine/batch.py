@@ -69,3 +69,38 @@ def select_rows(
         (layer.keys[index, :, start:], layer.values[index, :, start:]) for layer in cache.layers
     ]
     return DynamicCache(layers), mask[:, start:]
+
+
+class MaskBuffer:
+    """The decode batch's ``[rows, columns]`` bool attention mask, stored with spare columns.
+
+    A decode step adds one column (every row attends to its new token); writing it into spare
+    room avoids re-allocating the mask each step, and :meth:`for_sdpa` hands the model the
+    ``[rows, 1, 1, columns]`` view that transformers' SDPA path uses as-is, skipping its
+    per-step mask construction (``masking_utils.create_causal_mask`` returns 4-D masks
+    unchanged; one query token per row needs no causal part).
+    """
+
+    def __init__(self, mask: torch.Tensor, spare: int = 64):
+        rows, columns = mask.shape
+        self._buf = torch.zeros(rows, columns + spare, dtype=torch.bool, device=mask.device)
+        self._buf[:, :columns] = mask.bool()
+        self.columns = columns
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """``[rows, columns]`` bool view (True = a real token)."""
+        return self._buf[:, : self.columns]
+
+    def add_column(self) -> None:
+        """Append a column of True: the token each row feeds in the next decode step."""
+        if self.columns == self._buf.shape[1]:
+            grown = self._buf.new_zeros(self._buf.shape[0], 2 * self.columns + 1)
+            grown[:, : self.columns] = self._buf
+            self._buf = grown
+        self._buf[:, self.columns] = True
+        self.columns += 1
+
+    def for_sdpa(self) -> torch.Tensor:
+        """``[rows, 1, 1, columns]`` bool view for a one-token decode step under SDPA."""
+        return self.mask[:, None, None, :]
