@@ -47,14 +47,14 @@ def merge_caches(
     for la, lb in zip(a.layers, b.layers, strict=True):
         keys = torch.cat([_left_pad(la.keys, length), _left_pad(lb.keys, length)], dim=0)
         values = torch.cat([_left_pad(la.values, length), _left_pad(lb.values, length)], dim=0)
-        layers.append((keys, values))
+        layers.append(_layer(keys, values))
     mask = torch.cat(
         [
             torch.nn.functional.pad(mask_a, (length - mask_a.shape[1], 0)),
             torch.nn.functional.pad(mask_b, (length - mask_b.shape[1], 0)),
         ]
     )
-    return DynamicCache(layers), mask
+    return _cache(layers), mask
 
 
 def select_rows(
@@ -66,9 +66,25 @@ def select_rows(
     used = mask.any(dim=0).nonzero()
     start = int(used[0]) if used.numel() else mask.shape[1]
     layers = [
-        (layer.keys[index, :, start:], layer.values[index, :, start:]) for layer in cache.layers
+        _layer(layer.keys[index, :, start:], layer.values[index, :, start:])
+        for layer in cache.layers
     ]
-    return DynamicCache(layers), mask[:, start:]
+    return _cache(layers), mask[:, start:]
+
+
+def _layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
+    """A ``DynamicLayer`` holding these (freshly made) tensors: ``DynamicCache(pairs)`` would
+    copy each once more (``torch.cat`` onto an empty tensor)."""
+    layer = DynamicLayer()
+    layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+    return layer
+
+
+def _cache(layers: list[DynamicLayer]) -> DynamicCache:
+    cache = DynamicCache()
+    cache.layers, cache.layer_class_to_replicate = layers, None
+    return cache
 
 
 class MaskBuffer:
