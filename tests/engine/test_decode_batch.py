@@ -77,3 +77,37 @@ def test_sdpa_decode_mask_matches_the_eager_two_d_path(vision_prompt):
     for a, b in zip(results["sdpa"], results["eager"], strict=True):
         assert a.output_tokens == b.output_tokens and len(a.output_tokens) >= 3
         torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-5, rtol=0)
+
+
+def test_sliding_window_model_keeps_its_window(recwarn):
+    """A sliding-window model gets the 2-D mask (the model builds its windowed masks): greedy
+    tokens past the window equal ``model.generate``'s."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=0,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    torch.nn.init.normal_(model.lm_head.weight, std=2.0)
+    prompt = [5, 9, 3, 7, 11, 2, 8]
+    with torch.no_grad():
+        ref = model.generate(
+            torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False
+        )[0, len(prompt) :].tolist()
+    req = ModelRequest(
+        input_ids=prompt,
+        gconfig=GenerationHyperparameters(max_new_tokens=12, min_new_tokens=12, greedy=True),
+    )
+    with LocalInferenceEngine(model, None, max_batch_size=4) as engine:
+        (resp,) = _generate(engine, [req])
+    assert resp.output_tokens == ref

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicCache
 
-from vlrollout.engine.batch import MaskBuffer, merge_caches, select_rows
+from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
 from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch
 
@@ -116,8 +117,12 @@ class DecodeWorker:
         self._active: list[GenerationTask] = []
         self._cache = None
         self._mask: MaskBuffer | None = None
-        # Transformers' SDPA path takes a prepared 4-D bool mask as-is (see MaskBuffer).
-        self._sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+        # Transformers' SDPA path takes a prepared 4-D bool mask as-is (see MaskBuffer); not for
+        # sliding-window layers, whose window the model would then no longer apply.
+        text_config = model.config.get_text_config(decoder=True)
+        self._sdpa = getattr(text_config, "_attn_implementation", None) == "sdpa" and can_merge(
+            DynamicCache(config=model.config)
+        )
 
     # ---------------------------------------------------------------- called from other threads
     @property
