@@ -378,9 +378,14 @@ class DecodeWorker:
             self.stats["decode_steps"] += 1
             self.stats["decode_rows"] += rows
             live = [i for i, t in enumerate(self._active) if not t.future.cancelled()]
-            done = (
-                self._sample([self._active[i] for i in live], out.logits[live, -1]) if live else []
-            )
+            if len(live) == rows:  # the usual case: no row copies
+                done = self._sample(self._active, out.logits[:, -1])
+            else:
+                done = (
+                    self._sample([self._active[i] for i in live], out.logits[live, -1])
+                    if live
+                    else []
+                )
             keep = [i for i, d in zip(live, done, strict=True) if not d]
         except Exception as e:  # a model failure fails every task in the batch
             for task in self._active:
