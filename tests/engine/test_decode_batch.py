@@ -111,3 +111,28 @@ def test_sliding_window_model_keeps_its_window(recwarn):
     with LocalInferenceEngine(model, None, max_batch_size=4) as engine:
         (resp,) = _generate(engine, [req])
     assert resp.output_tokens == ref
+
+
+def test_pause_during_the_arrival_wait_generates_nothing(tiny, vision_prompt, monkeypatch):
+    """A pause that lands while the idle worker waits for more arrivals holds the request: no
+    token is generated after ``pause_generation`` returns, and it finishes after continue."""
+    import threading
+    import time
+
+    import vlrollout.engine.worker as worker
+
+    monkeypatch.setattr(worker, "_ARRIVAL_GAP_S", 0.3)  # widen the window to hit it surely
+    monkeypatch.setattr(worker, "_ARRIVAL_MAX_S", 0.3)
+    model, processor = tiny
+    (req,) = _requests(vision_prompt, 1)
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        out = []
+        thread = threading.Thread(target=lambda: out.extend(_generate(engine, [req])))
+        thread.start()
+        time.sleep(0.1)  # the worker is now waiting for more arrivals
+        engine.pause_generation()
+        time.sleep(0.5)  # past the arrival window
+        assert engine.stats().get("tokens", 0) == 0 and not out
+        engine.continue_generation()
+        thread.join(timeout=30)
+    assert len(out[0].output_tokens) == 3

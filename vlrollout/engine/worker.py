@@ -234,16 +234,23 @@ class DecodeWorker:
                 if self._stopping:
                     return
                 if not self._active and not self._controls and self.max_batch_size > 1:
-                    self._await_arrivals()
+                    self._await_arrivals()  # releases the condition while it waits
+                    if not (self._stopping or self._controls or self._has_work()):
+                        continue  # paused meanwhile
                 controls = list(self._controls)
                 self._controls.clear()
-            with self._step_lock:
+                # Taken before the condition is released, so a pause() that comes after the
+                # checks above waits for this step: pause returns only once the worker is idle.
+                self._step_lock.acquire()
+            try:
                 if controls:
                     self._run_controls(controls)
                     continue
                 self._admit()
                 if self._active:
                     self._decode_step()
+            finally:
+                self._step_lock.release()
 
     def _await_arrivals(self) -> None:
         """With the condition held and no running rows: wait while more requests keep arriving
