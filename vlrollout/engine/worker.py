@@ -235,7 +235,9 @@ class DecodeWorker:
                     return
                 if not self._active and not self._controls and self.max_batch_size > 1:
                     self._await_arrivals()  # releases the condition while it waits
-                    if not (self._stopping or self._controls or self._has_work()):
+                    if self._stopping:
+                        return
+                    if not (self._controls or self._has_work()):
                         continue  # paused meanwhile
                 controls = list(self._controls)
                 self._controls.clear()
