@@ -4,9 +4,15 @@ Requests arrive from any thread or event loop through :meth:`DecodeWorker.submit
 :class:`GenerationTask` whose ``future`` (a ``concurrent.futures.Future``) resolves when the
 task is done. The worker admits pending tasks up to ``max_batch_size``, prefills them together
 (left-padded; one at a time in deterministic mode, where ``max_batch_size`` is 1), merges their
-KV caches into the running left-padded decode batch (:mod:`vlrollout.engine.batch`) and decodes one token per row per step. Control operations
-(weight updates, offload) run between steps; those that change weights send the running tasks
-back to the queue, to be prefilled again (prompt + tokens so far) with the new weights.
+KV caches into the running left-padded decode batch (:mod:`vlrollout.engine.batch`) and
+decodes one token per row per step; finished rows leave at once. Control operations (weight
+updates, offload) run between steps; those that change weights send the running tasks back to
+the queue, to be prefilled again (prompt + tokens so far) with the new weights.
+
+Speed (the tiny model on a CPU is bound by per-step overhead, so it is measured against
+``model.generate`` in ``bench/bench_engine.py``): steps run under ``torch.inference_mode``; the
+decode mask grows in place and reaches SDPA models as a prepared 4-D mask; an idle worker waits
+a moment for requests submitted together so they share one prefill.
 """
 
 from __future__ import annotations
