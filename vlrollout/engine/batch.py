@@ -47,14 +47,14 @@ def merge_caches(
     for la, lb in zip(a.layers, b.layers, strict=True):
         keys = torch.cat([_left_pad(la.keys, length), _left_pad(lb.keys, length)], dim=0)
         values = torch.cat([_left_pad(la.values, length), _left_pad(lb.values, length)], dim=0)
-        layers.append((keys, values))
+        layers.append(_layer(keys, values))
     mask = torch.cat(
         [
             torch.nn.functional.pad(mask_a, (length - mask_a.shape[1], 0)),
             torch.nn.functional.pad(mask_b, (length - mask_b.shape[1], 0)),
         ]
     )
-    return DynamicCache(layers), mask
+    return _cache(layers), mask
 
 
 def select_rows(
@@ -66,6 +66,57 @@ def select_rows(
     used = mask.any(dim=0).nonzero()
     start = int(used[0]) if used.numel() else mask.shape[1]
     layers = [
-        (layer.keys[index, :, start:], layer.values[index, :, start:]) for layer in cache.layers
+        _layer(layer.keys[index, :, start:], layer.values[index, :, start:])
+        for layer in cache.layers
     ]
-    return DynamicCache(layers), mask[:, start:]
+    return _cache(layers), mask[:, start:]
+
+
+def _layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
+    """A ``DynamicLayer`` holding these (freshly made) tensors: ``DynamicCache(pairs)`` would
+    copy each once more (``torch.cat`` onto an empty tensor)."""
+    layer = DynamicLayer()
+    layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+    return layer
+
+
+def _cache(layers: list[DynamicLayer]) -> DynamicCache:
+    cache = DynamicCache()
+    cache.layers, cache.layer_class_to_replicate = layers, None
+    return cache
+
+
+class MaskBuffer:
+    """The decode batch's ``[rows, columns]`` bool attention mask, stored with spare columns.
+
+    A decode step adds one column (every row attends to its new token); writing it into spare
+    room avoids re-allocating the mask each step, and :meth:`for_sdpa` hands the model the
+    ``[rows, 1, 1, columns]`` view that transformers' SDPA path uses as-is, skipping its
+    per-step mask construction (``masking_utils.create_causal_mask`` returns 4-D masks
+    unchanged; one query token per row needs no causal part).
+    """
+
+    def __init__(self, mask: torch.Tensor, spare: int = 64):
+        rows, columns = mask.shape
+        self._buf = torch.zeros(rows, columns + spare, dtype=torch.bool, device=mask.device)
+        self._buf[:, :columns] = mask.bool()
+        self.columns = columns
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """``[rows, columns]`` bool view (True = a real token)."""
+        return self._buf[:, : self.columns]
+
+    def add_column(self) -> None:
+        """Append a column of True: the token each row feeds in the next decode step."""
+        if self.columns == self._buf.shape[1]:
+            grown = self._buf.new_zeros(self._buf.shape[0], 2 * self.columns + 1)
+            grown[:, : self.columns] = self._buf
+            self._buf = grown
+        self._buf[:, self.columns] = True
+        self.columns += 1
+
+    def for_sdpa(self) -> torch.Tensor:
+        """``[rows, 1, 1, columns]`` bool view for a one-token decode step under SDPA."""
+        return self.mask[:, None, None, :]

@@ -22,6 +22,7 @@ greedy (as in SGLang) and logprobs at temperature 1.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,9 +218,13 @@ def sample_batch(
     """
     logits = logits.float()
     rows, vocab = logits.shape
+    device = logits.device
     n_generated = n_generated or [0] * rows
-    temps = torch.tensor([[p.logprob_temperature] for p in params], device=logits.device)
-    logp = torch.log_softmax(logits / temps, dim=-1)
+    temps = [p.logprob_temperature for p in params]
+    if len(set(temps)) == 1:  # one scalar: no per-row tensor to build each step
+        logp = torch.log_softmax(logits / temps[0] if temps[0] != 1.0 else logits, dim=-1)
+    else:
+        logp = torch.log_softmax(logits / torch.tensor(temps, device=device)[:, None], dim=-1)
 
     scores = logits.clone()
     if banned is not None and banned.numel():
@@ -231,22 +236,26 @@ def sample_batch(
         if n_generated[i] < p.min_new_tokens and p.stop_token_ids:
             too_early.setdefault(p.stop_token_ids, []).append(i)
     for stop_ids, rows_ in too_early.items():
-        ids = torch.tensor([t for t in stop_ids if 0 <= t < vocab], device=scores.device)
-        if ids.numel():
-            index = torch.tensor(rows_, device=scores.device)
+        ids = _id_tensor(stop_ids, vocab, device)
+        if not ids.numel():
+            continue
+        if len(rows_) == rows:
+            scores.index_fill_(1, ids, float("-inf"))
+        else:
+            index = torch.tensor(rows_, device=device)
             scores[index.unsqueeze(1), ids.unsqueeze(0)] = float("-inf")
     for i, p in enumerate(params):
         if p.frequency_penalty and counts and counts[i]:
             ids, n = zip(*counts[i].items(), strict=True)
-            scores[i, list(ids)] -= p.frequency_penalty * torch.tensor(n, device=scores.device)
-    if not torch.isfinite(scores).any(dim=-1).all():
-        raise RuntimeError("Every token is masked in some row; nothing can be sampled.")
+            scores[i, list(ids)] -= p.frequency_penalty * torch.tensor(n, device=device)
 
-    tokens = scores.argmax(dim=-1)
+    best, tokens = scores.max(dim=-1)  # the first maximum, as argmax
+    if not bool(torch.isfinite(best).all()):
+        raise RuntimeError("Every token is masked in some row; nothing can be sampled.")
     sampled = [i for i, p in enumerate(params) if not p.is_greedy]
     if sampled:
-        index = torch.tensor(sampled, device=logits.device)
-        t = torch.tensor([[params[i].temperature] for i in sampled], device=logits.device)
+        index = torch.tensor(sampled, device=device)
+        t = torch.tensor([[params[i].temperature] for i in sampled], device=device)
         probs = torch.softmax(scores[index] / t, dim=-1)
         by_generator: dict[int, tuple[torch.Generator | None, list[int]]] = {}
         for j, i in enumerate(sampled):
@@ -257,6 +266,12 @@ def sample_batch(
             drawn = torch.multinomial(probs[js], 1, generator=gen).squeeze(1)
             tokens[index[js]] = drawn
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+@functools.lru_cache(maxsize=256)
+def _id_tensor(ids: frozenset[int], vocab: int, device: torch.device) -> torch.Tensor:
+    """The ids in ``[0, vocab)`` as an int64 tensor, built once per set (stop ids repeat)."""
+    return torch.tensor(sorted(t for t in ids if 0 <= t < vocab), dtype=torch.long, device=device)
 
 
 def sample_token(

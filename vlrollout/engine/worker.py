@@ -4,9 +4,15 @@ Requests arrive from any thread or event loop through :meth:`DecodeWorker.submit
 :class:`GenerationTask` whose ``future`` (a ``concurrent.futures.Future``) resolves when the
 task is done. The worker admits pending tasks up to ``max_batch_size``, prefills them together
 (left-padded; one at a time in deterministic mode, where ``max_batch_size`` is 1), merges their
-KV caches into the running left-padded decode batch (:mod:`vlrollout.engine.batch`) and decodes one token per row per step. Control operations
-(weight updates, offload) run between steps; those that change weights send the running tasks
-back to the queue, to be prefilled again (prompt + tokens so far) with the new weights.
+KV caches into the running left-padded decode batch (:mod:`vlrollout.engine.batch`) and
+decodes one token per row per step; finished rows leave at once. Control operations (weight
+updates, offload) run between steps; those that change weights send the running tasks back to
+the queue, to be prefilled again (prompt + tokens so far) with the new weights.
+
+Speed (the tiny model on a CPU is bound by per-step overhead, so it is measured against
+``model.generate`` in ``bench/bench_engine.py``): steps run under ``torch.inference_mode``; the
+decode mask grows in place and reaches SDPA models as a prepared 4-D mask; an idle worker waits
+a moment for requests submitted together so they share one prefill.
 """
 
 from __future__ import annotations
@@ -20,12 +26,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicCache
 
-from vlrollout.engine.batch import merge_caches, select_rows
+from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
 from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch
 
 _STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
+# Requests submitted together (``asyncio.gather``, a GRPO group) reach the queue a fraction of a
+# millisecond apart. An idle worker waits while they keep coming, so they are prefilled in one
+# forward instead of the first alone and the rest one step later.
+_ARRIVAL_GAP_S = 0.001
+_ARRIVAL_MAX_S = 0.005
 
 
 @dataclass(eq=False)
@@ -110,7 +122,13 @@ class DecodeWorker:
         self._thread: threading.Thread | None = None
         self._active: list[GenerationTask] = []
         self._cache = None
-        self._mask: torch.Tensor | None = None
+        self._mask: MaskBuffer | None = None
+        # Transformers' SDPA path takes a prepared 4-D bool mask as-is (see MaskBuffer); not for
+        # sliding-window layers, whose window the model would then no longer apply.
+        text_config = model.config.get_text_config(decoder=True)
+        self._sdpa = getattr(text_config, "_attn_implementation", None) == "sdpa" and can_merge(
+            DynamicCache(config=model.config)
+        )
 
     # ---------------------------------------------------------------- called from other threads
     @property
@@ -191,8 +209,7 @@ class DecodeWorker:
             running = [t for t in self._active if hit(t)]
             if running:
                 if keep:
-                    self._cache, self._mask = select_rows(self._cache, self._mask, keep)
-                    self._active = [self._active[i] for i in keep]
+                    self._select(keep)
                 else:
                     self._reset_batch()
             for task in [*running, *queued]:
@@ -222,15 +239,41 @@ class DecodeWorker:
                     self._cond.wait()
                 if self._stopping:
                     return
+                if not self._active and not self._controls and self.max_batch_size > 1:
+                    self._await_arrivals()  # releases the condition while it waits
+                    if self._stopping:
+                        return
+                    if not (self._controls or self._has_work()):
+                        continue  # paused meanwhile
                 controls = list(self._controls)
                 self._controls.clear()
-            with self._step_lock:
+                # Taken before the condition is released, so a pause() that comes after the
+                # checks above waits for this step: pause returns only once the worker is idle.
+                self._step_lock.acquire()
+            try:
                 if controls:
                     self._run_controls(controls)
                     continue
                 self._admit()
                 if self._active:
                     self._decode_step()
+            finally:
+                self._step_lock.release()
+
+    def _await_arrivals(self) -> None:
+        """With the condition held and no running rows: wait while more requests keep arriving
+        (each within ``_ARRIVAL_GAP_S`` of the last, ``_ARRIVAL_MAX_S`` in all)."""
+        deadline = time.perf_counter() + _ARRIVAL_MAX_S
+        while (
+            self._has_work()
+            and len(self._pending) < self.max_batch_size
+            and not (self._controls or self._stopping)
+            and time.perf_counter() < deadline
+        ):
+            before = len(self._pending)
+            self._cond.wait(_ARRIVAL_GAP_S)
+            if len(self._pending) == before:
+                return
 
     def _has_work(self) -> bool:
         return not (self._paused or self._halted) and bool(self._pending or self._active)
@@ -249,6 +292,13 @@ class DecodeWorker:
 
     def _reset_batch(self) -> None:
         self._active, self._cache, self._mask = [], None, None
+
+    @torch.inference_mode()
+    def _select(self, keep: list[int]) -> None:
+        """Keep only the running rows ``keep`` (indices into ``self._active``)."""
+        self._cache, mask = select_rows(self._cache, self._mask.mask, keep)
+        self._mask = MaskBuffer(mask)
+        self._active = [self._active[i] for i in keep]
 
     def _admit(self) -> None:
         """Take queued tasks up to ``max_batch_size`` rows and prefill them together."""
@@ -274,7 +324,7 @@ class DecodeWorker:
                     except Exception as e1:
                         _resolve(task.future, error=e1)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _prefill(self, tasks: list[GenerationTask]) -> None:
         """One forward over the prompts (+ tokens so far) of ``tasks``, left-padded to a common
         length; per-row positions come from each prompt alone, so padding only shifts columns.
@@ -310,17 +360,16 @@ class DecodeWorker:
         keep = [i for i, d in enumerate(done) if not d]
         if not keep:
             return
-        cache = out.past_key_values
+        cache, mask = out.past_key_values, mask.bool()
         if len(keep) < len(tasks):
             cache, mask = select_rows(cache, mask, keep)
         new = [tasks[i] for i in keep]
-        if self._cache is None:
-            self._active, self._cache, self._mask = new, cache, mask
-        else:
-            self._cache, self._mask = merge_caches(self._cache, self._mask, cache, mask)
-            self._active.extend(new)
+        if self._cache is not None:
+            cache, mask = merge_caches(self._cache, self._mask.mask, cache, mask)
+            new = self._active + new
+        self._active, self._cache, self._mask = new, cache, MaskBuffer(mask)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _decode_step(self) -> None:
         rows = len(self._active)
         try:
@@ -332,21 +381,26 @@ class DecodeWorker:
             )
             if self._mrope:
                 pos = pos.view(1, rows, 1).expand(3, rows, 1)
-            mask = torch.cat([self._mask, self._mask.new_ones(rows, 1)], dim=1)
+            self._mask.add_column()
             out = self.model(
                 input_ids=last,
-                attention_mask=mask,
+                attention_mask=self._mask.for_sdpa() if self._sdpa else self._mask.mask,
                 position_ids=pos,
                 past_key_values=self._cache,
                 use_cache=True,
             )
-            self._cache, self._mask = out.past_key_values, mask
+            self._cache = out.past_key_values
             self.stats["decode_steps"] += 1
             self.stats["decode_rows"] += rows
             live = [i for i, t in enumerate(self._active) if not t.future.cancelled()]
-            done = (
-                self._sample([self._active[i] for i in live], out.logits[live, -1]) if live else []
-            )
+            if len(live) == rows:  # the usual case: no row copies
+                done = self._sample(self._active, out.logits[:, -1])
+            else:
+                done = (
+                    self._sample([self._active[i] for i in live], out.logits[live, -1])
+                    if live
+                    else []
+                )
             keep = [i for i, d in zip(live, done, strict=True) if not d]
         except Exception as e:  # a model failure fails every task in the batch
             for task in self._active:
@@ -356,8 +410,7 @@ class DecodeWorker:
         if not keep:
             self._reset_batch()
         elif len(keep) < rows:
-            self._cache, self._mask = select_rows(self._cache, self._mask, keep)
-            self._active = [self._active[i] for i in keep]
+            self._select(keep)
 
     def _sample(self, tasks: list[GenerationTask], logits: torch.Tensor) -> list[bool]:
         """Sample one token per task from ``[len(tasks), vocab]`` logits; True where finished."""

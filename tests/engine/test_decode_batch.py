@@ -1,0 +1,138 @@
+"""The decode batch's speed mechanics keep results intact: the incremental mask, one prefill for
+requests that arrive together, and the SDPA 4-D mask against the 2-D mask path."""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+from areal.api.cli_args import GenerationHyperparameters
+from areal.api.io_struct import ModelRequest
+
+from vlrollout.engine import LocalInferenceEngine
+from vlrollout.engine.batch import MaskBuffer
+from vlrollout.testing.tiny_model import tiny_qwen2vl
+
+
+def _generate(engine, reqs):
+    async def run():
+        return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
+
+    return asyncio.run(run())
+
+
+def _requests(vision_prompt, n: int) -> list[ModelRequest]:
+    reqs = []
+    for i in range(n):
+        p = vision_prompt(
+            seed=i, question="Where?" + " And why?" * (i % 3), width=56 + 28 * (i % 3)
+        )
+        new = 3 + 2 * i  # rows finish at different steps: the batch shrinks
+        reqs.append(
+            ModelRequest(
+                input_ids=p["input_ids"],
+                metadata={"multi_modal_input": p["mm"]},
+                gconfig=GenerationHyperparameters(
+                    max_new_tokens=new, min_new_tokens=new, greedy=True
+                ),
+            )
+        )
+    return reqs
+
+
+def test_mask_buffer_adds_columns_past_its_spare_room():
+    buf = MaskBuffer(torch.tensor([[0, 1], [1, 1]]), spare=1)
+    for _ in range(3):
+        buf.add_column()
+    assert buf.mask.tolist() == [[False, True, True, True, True], [True] * 5]
+    four_d = buf.for_sdpa()
+    assert four_d.shape == (2, 1, 1, 5) and four_d.dtype == torch.bool
+    assert four_d[:, 0, 0].tolist() == buf.mask.tolist()
+
+
+def test_requests_arriving_together_share_one_prefill(tiny, vision_prompt):
+    """``asyncio.gather`` submits requests a fraction of a millisecond apart; an idle worker
+    waits for the burst instead of prefilling the first request alone."""
+    model, processor = tiny
+    reqs = _requests(vision_prompt, 6)
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        for _ in range(3):
+            _generate(engine, reqs)
+        stats = engine.stats()
+    assert stats["prefills"] == 18
+    assert stats["prefill_batches"] == 3
+
+
+def test_sdpa_decode_mask_matches_the_eager_two_d_path(vision_prompt):
+    """SDPA models get a prepared 4-D bool mask each step, other attention implementations the
+    2-D mask; both give the same tokens and logprobs on a shrinking, left-padded batch."""
+    reqs = _requests(vision_prompt, 5)
+    results = {}
+    for impl in ("sdpa", "eager"):
+        model, processor = tiny_qwen2vl(seed=0)
+        model.set_attn_implementation(impl)
+        with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+            results[impl] = _generate(engine, reqs)
+            assert engine.stats()["decode_rows"] > 2 * engine.stats()["decode_steps"]
+    for a, b in zip(results["sdpa"], results["eager"], strict=True):
+        assert a.output_tokens == b.output_tokens and len(a.output_tokens) >= 3
+        torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-5, rtol=0)
+
+
+def test_sliding_window_model_keeps_its_window(recwarn):
+    """A sliding-window model gets the 2-D mask (the model builds its windowed masks): greedy
+    tokens past the window equal ``model.generate``'s."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=0,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    torch.nn.init.normal_(model.lm_head.weight, std=2.0)
+    prompt = [5, 9, 3, 7, 11, 2, 8]
+    with torch.no_grad():
+        ref = model.generate(
+            torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False
+        )[0, len(prompt) :].tolist()
+    req = ModelRequest(
+        input_ids=prompt,
+        gconfig=GenerationHyperparameters(max_new_tokens=12, min_new_tokens=12, greedy=True),
+    )
+    with LocalInferenceEngine(model, None, max_batch_size=4) as engine:
+        (resp,) = _generate(engine, [req])
+    assert resp.output_tokens == ref
+
+
+def test_pause_during_the_arrival_wait_generates_nothing(tiny, vision_prompt, monkeypatch):
+    """A pause that lands while the idle worker waits for more arrivals holds the request: no
+    token is generated after ``pause_generation`` returns, and it finishes after continue."""
+    import threading
+    import time
+
+    import vlrollout.engine.worker as worker
+
+    monkeypatch.setattr(worker, "_ARRIVAL_GAP_S", 0.3)  # widen the window to hit it surely
+    monkeypatch.setattr(worker, "_ARRIVAL_MAX_S", 0.3)
+    model, processor = tiny
+    (req,) = _requests(vision_prompt, 1)
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        out = []
+        thread = threading.Thread(target=lambda: out.extend(_generate(engine, [req])))
+        thread.start()
+        time.sleep(0.1)  # the worker is now waiting for more arrivals
+        engine.pause_generation()
+        time.sleep(0.5)  # past the arrival window
+        assert engine.stats().get("tokens", 0) == 0 and not out
+        engine.continue_generation()
+        thread.join(timeout=30)
+    assert len(out[0].output_tokens) == 3
