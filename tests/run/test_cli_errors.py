@@ -52,7 +52,7 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
     not_jsonl = tmp_path / "d.csv"
     not_jsonl.write_text("a,b\n")
     bad_line = tmp_path / "bad.jsonl"
-    bad_line.write_text('{"id": 1, "messages": "x"}\n{oops\n')
+    bad_line.write_text("{oops\n[1]\n")
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     a_file = tmp_path / "file"
@@ -72,7 +72,7 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ("missing data", [*ok, "--data", str(tmp_path / "no.jsonl")], "no.jsonl does not exist"),
         ("data is a folder", [*ok, "--data", str(tmp_path)], "is a folder"),
         ("not JSONL", [*ok, "--data", str(not_jsonl)], "expected a .jsonl or .parquet file"),
-        ("invalid JSON line", [*ok, "--data", str(bad_line)], "bad.jsonl:2: not valid JSON"),
+        ("no line is an item", [*ok, "--data", str(bad_line)], "bad.jsonl: no line is a data item"),
         ("empty data", [*ok, "--data", str(empty)], "has no items"),
         ("output is a file", [*ok, "--output", str(a_file / "out")], "is a file, not a folder"),
         ("read-only output", [*ok, "--output", "/proc/self"], "is not writable"),

@@ -201,3 +201,34 @@ def test_random_items_and_completions_never_end_a_run(
     page = write_report(out, items, summary, processor=qwen2vl_processor).read_text()
     assert "could not draw" not in page
     assert page.count("<section>") == len(items)
+
+
+def test_a_data_file_with_bad_lines_runs_to_the_end(tmp_path, capsys):
+    """Bad lines (not JSON, not an object, a repeated id) are rejected items with their reason;
+    the good lines run, the report is written and the exit status is 0."""
+    import json as _json
+
+    from vlrollout.cli import main
+
+    repo = Path(__file__).resolve().parents[2]
+    good = (repo / "assets" / "samples" / "data.jsonl").read_text().splitlines()[:2]
+    data = tmp_path / "d.jsonl"
+    first_id = _json.loads(good[0])["id"]
+    data.write_text("\n".join([good[0], "{oops", "[1, 2]", good[1], good[0]]) + "\n")
+    (tmp_path / "images").symlink_to(repo / "assets" / "samples" / "images")  # relative paths
+    out = tmp_path / "out"
+    code = main(
+        ["run", "--data", str(data), "--model", str(repo / "assets" / "tiny-qwen2vl")]
+        + ["--output", str(out), "--group-size", "1", "--max-new-tokens", "4", "--no-progress"]
+    )
+    assert code == 0, capsys.readouterr().err
+    summary = _json.loads((out / "summary.json").read_text())
+    assert summary["items"] == {"total": 5, "done": 5, "accepted": 2, "rejected": 3}
+    reasons = {r["id"]: r["reason"] for r in summary["rejections"]}
+    assert reasons == {
+        "line-2": "bad_json",
+        "line-3": "bad_item",
+        f"{first_id}@line-5": "duplicate_id",
+    }
+    assert (out / "report.html").is_file()
+    assert f"{first_id}@line-5" in (out / "report.html").read_text()

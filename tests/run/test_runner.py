@@ -95,15 +95,23 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
-def test_data_file_errors_name_the_line(tmp_path):
+def test_bad_lines_become_rejectable_items_naming_the_line(tmp_path):
+    from vlrollout.run.datasets import LOAD_ERROR
+    from vlrollout.run.items import BLOCKING, item_problems
+
     bad = tmp_path / "d.jsonl"
-    bad.write_text('{"id": 1}\n{not json\n')
-    with pytest.raises(DataFileError, match=r"d.jsonl:2"):
-        load_items(bad)
-    dup = tmp_path / "dup.jsonl"
-    dup.write_text('{"id": 1}\n{"id": 1}\n')
-    with pytest.raises(DataFileError, match="appears more than once"):
-        load_items(dup)
+    bad.write_text('{"id": 1}\n{not json\n[1, 2]\n{"id": 1}\n')
+    items = load_items(bad)
+    assert [i["id"] for i in items] == ["1", "line-2", "line-3", "1@line-4"]
+    problems = [item_problems(i)[0] for i in items[1:]]
+    assert [r for r, _ in problems] == ["bad_json", "bad_item", "duplicate_id"]
+    assert all(r in BLOCKING for r, _ in problems)
+    assert "line 1" in problems[2][1]
+    assert LOAD_ERROR not in items[0]
+    only_bad = tmp_path / "only_bad.jsonl"
+    only_bad.write_text("{oops\n")
+    with pytest.raises(DataFileError, match="no line is a data item"):
+        load_items(only_bad)
 
 
 def test_killed_run_resumes_without_losing_or_repeating_items(tmp_path):

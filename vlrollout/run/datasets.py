@@ -143,40 +143,56 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
     return rows
 
 
+LOAD_ERROR = "_load_error"
+"""Key of the placeholder item that a line which cannot be an item becomes (not valid JSON, not an
+object, an id seen before): ``{"reason": ..., "detail": ...}``. ``vlrollout run`` rejects it with
+that reason like any other bad item (:data:`vlrollout.run.items.BLOCKING`) instead of stopping."""
+
+
+def _unreadable(item_id: str, reason: str, detail: str) -> dict[str, Any]:
+    return {"id": item_id, LOAD_ERROR: {"reason": reason, "detail": detail}}
+
+
 def load_items(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
     """Load data items; every item gets an ``id`` (its own, else its 0-based position).
+
+    A line that cannot be an item (not valid JSON, not a JSON object, an id already used) becomes a
+    placeholder item with id ``line-N`` (or ``ID@line-N``) carrying :data:`LOAD_ERROR`, so one bad
+    line is one rejected item, not a stopped run.
 
     Args:
         path: A ``.jsonl`` or ``.parquet`` file.
         limit: Only the first ``limit`` items.
 
     Raises:
-        DataFileError: the file is missing, a folder, empty, has an unknown extension, a line that
-            is not a JSON object, or repeated ids (``vlrollout validate-data`` lists every bad line).
+        DataFileError: the file is missing, a folder, empty, has an unknown extension, or not one
+            of its lines is an item (``vlrollout validate-data`` lists every bad line).
     """
     path = check_data_path(path)
     rows = read_rows(path)
     if not rows:
         raise DataFileError(f"data file {path} has no items")
-    out = []
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
     for index, (lineno, item) in enumerate(rows[:limit] if limit is not None else rows):
         if isinstance(item, json.JSONDecodeError):
-            raise DataFileError(
-                f"{path}:{lineno}: not valid JSON ({item.msg}); "
-                f"run `vlrollout validate-data {path}` to list every bad line"
-            )
+            out.append(_unreadable(f"line-{lineno}", "bad_json", f"not valid JSON ({item.msg})"))
+            continue
         if not isinstance(item, dict):
-            raise DataFileError(
-                f"{path}:{lineno}: item is a {type(item).__name__}, not a JSON object"
-            )
+            detail = f"item is a {type(item).__name__}, not a JSON object"
+            out.append(_unreadable(f"line-{lineno}", "bad_item", detail))
+            continue
         item = {"id": str(index), **item}
         item["id"] = str(item["id"])
+        if item["id"] in seen:
+            detail = f"id {item['id']!r} already used on line {seen[item['id']]}"
+            out.append(_unreadable(f"{item['id']}@line-{lineno}", "duplicate_id", detail))
+            continue
+        seen[item["id"]] = lineno
         out.append(resolve_item_sources(item, path.parent))
-    ids = [item["id"] for item in out]
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+    if all(LOAD_ERROR in item for item in out):
         raise DataFileError(
-            f"{path}: item id {dup!r} appears more than once; resuming a run needs unique ids"
+            f"data file {path}: no line is a data item ({out[0][LOAD_ERROR]['detail']} on the "
+            f"first); run `vlrollout validate-data {path}` to list every bad line"
         )
     return out

@@ -1,8 +1,9 @@
 """The data item format (``docs/item_format.md``) as checks: what ``vlrollout run`` rejects before
 an item reaches a workflow, and what ``vlrollout validate-data`` reports for every line.
 
-A problem is ``(reason, detail)``. ``bad_message`` and ``bad_images`` make the run reject the item
-(every episode of its group, with that reason); ``bad_field`` (a task field such as ``boxes`` of
+A problem is ``(reason, detail)``. ``bad_message``, ``bad_images`` and the line-level ``bad_json``,
+``bad_item`` and ``duplicate_id`` make the run reject the item (every episode of its group, with
+that reason); ``bad_field`` (a task field such as ``boxes`` of
 the wrong shape) is only reported by ``validate-data``: the reward decides what it can score.
 """
 
@@ -14,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlrollout.run.datasets import check_data_path, read_rows
+from vlrollout.run.datasets import LOAD_ERROR, check_data_path, read_rows
 
 PART_TYPES = ("text", "image", "image_url")
 #: Problems that make ``vlrollout run`` reject the item before any episode runs.
-BLOCKING = ("bad_message", "bad_images")
+BLOCKING = ("bad_message", "bad_images", "bad_json", "bad_item", "duplicate_id")
 
 
 def _part_problem(part: Any, where: str) -> str | None:
@@ -100,6 +101,8 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
     """
     if not isinstance(item, dict):
         return [("bad_item", f"item is a {type(item).__name__}, not a JSON object")]
+    if LOAD_ERROR in item:  # a line load_items could not make an item of
+        return [(item[LOAD_ERROR]["reason"], item[LOAD_ERROR]["detail"])]
     if "messages" not in item:
         return [("bad_message", "item has no 'messages'")]
     problems = [("bad_message", p) for p in message_problems(item["messages"])]

@@ -35,11 +35,19 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
 
     vl = cfg.vlrollout
     if cfg.train_dataset.path:
-        from vlrollout.run.datasets import load_items
+        from vlrollout.run.datasets import LOAD_ERROR, load_items
 
-        train = load_items(cfg.train_dataset.path)
+        def readable(path: str) -> list[dict]:
+            """The file's items; lines that are not items are skipped with a warning each."""
+            items = load_items(path)
+            for item in items:
+                if LOAD_ERROR in item:
+                    logger.warning("%s %s skipped: %s", path, item["id"], item[LOAD_ERROR])
+            return [item for item in items if LOAD_ERROR not in item]
+
+        train = readable(cfg.train_dataset.path)
         valid = (
-            load_items(cfg.valid_dataset.path)
+            readable(cfg.valid_dataset.path)
             if cfg.valid_dataset is not None and cfg.valid_dataset.path
             else generate_items(vl.task, vl.eval_items, vl.eval_seed)
         )
