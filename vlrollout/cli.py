@@ -404,11 +404,13 @@ def _error(command: str, message: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; returns the exit status (see :func:`run_command`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
     if argv and argv[0] in PASS_THROUGH:
-        return PASS_THROUGH[argv[0]](argparse.Namespace(rest=argv[1:]))
+        rest = argparse.Namespace(rest=[a for a in argv[1:] if a != "--debug"])
+        return run_command(argv[0], lambda: PASS_THROUGH[argv[0]](rest), debug=debug)
     parser = build_parser()
     args = parser.parse_args(argv)
-    return run_command(args.command, lambda: args.func(args), debug="--debug" in argv)
+    return run_command(args.command, lambda: args.func(args), debug=debug)
 
 
 def run_command(command: str, func: Callable[[], int], debug: bool = False) -> int:

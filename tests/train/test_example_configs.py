@@ -27,3 +27,20 @@ def test_group_size_one_is_refused(tmp_path):
         load_config(
             "examples/train_grounding.yaml", [f"vlrollout.output={tmp_path}", "gconfig.n_samples=1"]
         )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--config", "nope.yaml"], "config file nope.yaml does not exist"),
+        (["--config", "examples/train_grounding.yaml", "vlrollout.tsk=count"], "vlrollout.tsk"),
+        (["--config", "examples/train_grounding.yaml", "gconfig.n_samples=1"], "group size"),
+    ],
+)
+def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):
+    from vlrollout.cli import main
+
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and expected in err
+    assert len(err.strip().splitlines()) <= 2

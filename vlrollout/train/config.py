@@ -92,12 +92,28 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
 
     This also points AReaL's name_resolve at ``cluster.name_resolve`` (the key the weight
     update waits on) and writes the resolved config under ``cluster.fileroot``.
-    """
-    from areal.api.cli_args import load_expr_config
 
-    cfg, _ = load_expr_config(["--config", path, *(overrides or [])], TrainConfig)
+    Raises:
+        vlrollout.run.errors.ConfigError: a missing file, an unknown key or a bad value, in one
+            line naming it (``vlrollout train`` prints it and exits 2).
+    """
+    from pathlib import Path
+
+    from areal.api.cli_args import load_expr_config
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from vlrollout.run.errors import ConfigError
+
+    if not Path(path).is_file():
+        raise ConfigError(f"config file {path} does not exist; pass --config PATH to a YAML file")
+    try:
+        cfg, _ = load_expr_config(["--config", path, *(overrides or [])], TrainConfig)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{path}: {first}") from e
     if cfg.gconfig.n_samples < 2:
-        raise ValueError(
+        raise ConfigError(
             f"gconfig.n_samples is the GRPO group size and must be >= 2, got "
             f"{cfg.gconfig.n_samples}"
         )
