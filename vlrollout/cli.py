@@ -34,6 +34,27 @@ def subcommand(add: Callable[[argparse._SubParsersAction], None]):
     return add
 
 
+#: Commands whose arguments belong to another module's own parser: name → ``main(argv)``.
+PASS_THROUGH: dict[str, Callable[[list[str]], int]] = {}
+
+
+def pass_through(name: str, help: str, module: str) -> None:
+    """Register ``vlrollout NAME ARGS...`` as ``MODULE.main(ARGS)`` (imported when it runs); an
+    ``int`` it returns is the exit status, anything else (a path, a record) means 0."""
+
+    def run(rest: list[str]) -> int:
+        import importlib
+
+        status = importlib.import_module(module).main(rest)
+        return status if isinstance(status, int) else 0
+
+    def add(sub: argparse._SubParsersAction) -> None:  # listed in --help; main() dispatches
+        sub.add_parser(name, help=help, add_help=False)
+
+    PASS_THROUGH[name] = run
+    subcommand(add)
+
+
 # Flags of `vlrollout run` that are not RunConfig fields.
 RUN_ONLY_FLAGS = ("config", "settings", "func", "command", "no_progress", "overwrite", "debug")
 
@@ -206,57 +227,25 @@ def _cmd_validate_data(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-@subcommand
-def _add_make_samples(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "make-samples",
-        help="generate the synthetic sample set (images + JSONL; arguments go to the generator)",
-        add_help=False,
-    )
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_make_samples)
+pass_through(
+    "make-samples",
+    "generate the synthetic sample set (images + JSONL; arguments go to the generator)",
+    "vlrollout.tiny.synthetic",
+)
 
 
-def _cmd_make_samples(args: argparse.Namespace) -> int:
-    from vlrollout.tiny import synthetic
-
-    synthetic.main(args.rest)
-    return 0
-
-
-@subcommand
-def _add_train_tiny(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "train-tiny",
-        help="train the tiny Qwen2-VL model shipped in assets/ (arguments go to the trainer)",
-        add_help=False,
-    )
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_train_tiny)
+pass_through(
+    "train-tiny",
+    "train the tiny Qwen2-VL model shipped in assets/ (arguments go to the trainer)",
+    "vlrollout.tiny.train",
+)
 
 
-def _cmd_train_tiny(args: argparse.Namespace) -> int:
-    from vlrollout.tiny import train
-
-    train.main(args.rest)
-    return 0
-
-
-@subcommand
-def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "train",
-        help="GRPO with AReaL's actor on the embedded engine (--config YAML, key=value overrides)",
-        add_help=False,
-    )
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_train)
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    from vlrollout.train.main import main as train_main
-
-    return train_main(args.rest)
+pass_through(
+    "train",
+    "GRPO with AReaL's actor on the embedded engine (--config YAML, key=value overrides)",
+    "vlrollout.train.main",
+)
 
 
 def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
@@ -377,14 +366,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Commands whose arguments belong to another module's own parser.
-PASS_THROUGH = {
-    "make-samples": _cmd_make_samples,
-    "train-tiny": _cmd_train_tiny,
-    "train": _cmd_train,
-}
-
-
 class SignalExit(BaseException):  # noqa: N818 - a request to stop, like KeyboardInterrupt
     """SIGTERM outside the rollout loop (e.g. while the model loads)."""
 
@@ -406,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     if argv and argv[0] in PASS_THROUGH:
-        rest = argparse.Namespace(rest=[a for a in argv[1:] if a != "--debug"])
+        rest = [a for a in argv[1:] if a != "--debug"]
         return run_command(argv[0], lambda: PASS_THROUGH[argv[0]](rest), debug=debug)
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -6,15 +6,11 @@ bounded in time by AReaL's own client timeouts, and are always stopped by the fi
 
 from __future__ import annotations
 
-import base64
-import io
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.serve.app import build_app
@@ -80,17 +76,6 @@ def areal_client(protocol: str, address: str, **config):
     engine = cls.from_pretrained(tokenizer_path=str(ASSET), max_concurrent_rollouts=8, **config)
     engine.initialize(addr=address)
     return engine
-
-
-def image(seed: int, width: int = 100, height: int = 90) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
-
-
-def png_base64(im: Image.Image) -> str:
-    buf = io.BytesIO()
-    im.save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 def vision_prompt(processor, images, question: str = "How many shapes are there?"):

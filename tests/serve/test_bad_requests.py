@@ -7,7 +7,9 @@ import base64
 import pytest
 import requests
 
-from tests.serve.conftest import image, png_base64, serving, vision_prompt
+from tests.engine.conftest import make_image as image
+from tests.engine.conftest import to_base64 as png_base64
+from tests.serve.conftest import serving, vision_prompt
 
 GARBAGE_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"not really a png" * 8).decode()
 

@@ -6,7 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from tests.serve.conftest import image, load_engine, png_base64, serving, vision_prompt
+from tests.engine.conftest import make_image as image
+from tests.engine.conftest import to_base64 as png_base64
+from tests.serve.conftest import load_engine, serving, vision_prompt
 
 
 def _bodies(engine):

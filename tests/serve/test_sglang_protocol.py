@@ -9,7 +9,9 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 
-from tests.serve.conftest import image, png_base64, teacher_forced, vision_prompt
+from tests.engine.conftest import make_image as image
+from tests.engine.conftest import to_base64 as png_base64
+from tests.serve.conftest import teacher_forced, vision_prompt
 
 
 def _generate(server, **body):

@@ -139,7 +139,7 @@ def test_vllm_chat_request_is_held_not_aborted_across_an_update(name_root):
     """AReaL's vLLM client cannot resume an aborted chat request (it resends the unchanged
     messages), so the server holds it: one coherent completion, the tokens after the update
     from the new weights."""
-    from tests.serve.conftest import image
+    from tests.engine.conftest import make_image as image
     from vlrollout.processors.auto import AutoProcessorPreprocessor
 
     n = 40

@@ -61,18 +61,8 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     check_fields(sp, SAMPLING_FIELDS, f"{where}: sampling_params")
     if sp.get("n", 1) != 1:
         raise BadRequest(f"{where}: sampling_params.n must be 1, got {sp['n']!r}")
-    spw = f"{where}: sampling_params"
     gconfig = state.gconfig(
-        where,
-        sp.get("max_new_tokens"),
-        temperature=typed(sp, "temperature", float, spw),
-        top_p=typed(sp, "top_p", float, spw),
-        top_k=typed(sp, "top_k", int, spw),
-        stop_token_ids=typed(sp, "stop_token_ids", list, spw),
-        stop=typed(sp, "stop", (str, list), spw),
-        ignore_eos=typed(sp, "ignore_eos", bool, spw),
-        frequency_penalty=typed(sp, "frequency_penalty", float, spw),
-        min_new_tokens=typed(sp, "min_new_tokens", int, spw),
+        where, sp, sp.get("max_new_tokens"), fields_where=f"{where}: sampling_params"
     )
     images = body.get("image_data")
     if isinstance(images, str):

@@ -17,6 +17,7 @@ import binascii
 import collections
 import concurrent.futures
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from aiohttp import web
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest, ModelResponse
 
-from vlrollout.serve.errors import BadRequest
+from vlrollout.serve.errors import BadRequest, typed
 
 # SGLang/vLLM spell "no top-k" as -1 (or 0); AReaL sends int(1e8).
 _NO_TOP_K = int(1e8)
@@ -74,17 +75,27 @@ class ServerState:
     def gconfig(
         self,
         where: str,
+        fields: Mapping[str, Any],
         max_new_tokens: Any,
-        temperature: Any = None,
-        top_p: Any = None,
-        top_k: Any = None,
-        stop_token_ids: Any = None,
-        stop: Any = None,
-        ignore_eos: Any = None,
-        frequency_penalty: Any = None,
-        min_new_tokens: Any = None,
+        *,
+        fields_where: str | None = None,
+        min_tokens_key: str = "min_new_tokens",
     ) -> GenerationHyperparameters:
-        """AReaL generation settings from a request's sampling fields (validated here)."""
+        """AReaL generation settings from a request's sampling ``fields`` (validated here).
+
+        The protocols share the field names except the minimum length (SGLang
+        ``min_new_tokens``, vLLM ``min_tokens``) and where the maximum comes from, so those two
+        are arguments; type errors name ``fields_where`` (default ``where``).
+        """
+        fw = fields_where or where
+        temperature = typed(fields, "temperature", float, fw)
+        top_p = typed(fields, "top_p", float, fw)
+        top_k = typed(fields, "top_k", int, fw)
+        stop_token_ids = typed(fields, "stop_token_ids", list, fw)
+        stop = typed(fields, "stop", (str, list), fw)
+        ignore_eos = typed(fields, "ignore_eos", bool, fw)
+        frequency_penalty = typed(fields, "frequency_penalty", float, fw)
+        min_new_tokens = typed(fields, min_tokens_key, int, fw)
         if max_new_tokens is None:
             max_new_tokens = 128  # SGLang's default
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):

@@ -32,7 +32,7 @@ from aiohttp import web
 from areal.api.io_struct import ModelRequest
 
 from vlrollout.serve.control import control_routes
-from vlrollout.serve.errors import BadRequest, check_fields, token_ids, typed
+from vlrollout.serve.errors import BadRequest, check_fields, token_ids
 from vlrollout.serve.state import STATE, ServerState, encoded_image
 
 SAMPLING_FIELDS = (
@@ -65,18 +65,8 @@ def _gconfig(state: ServerState, body: dict[str, Any], where: str):
     if body.get("n", 1) != 1:
         raise BadRequest(f"{where}: n must be 1, got {body['n']!r}")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    return state.gconfig(
-        where,
-        16 if max_tokens is None else max_tokens,  # vLLM's completions default
-        temperature=typed(body, "temperature", float, where),
-        top_p=typed(body, "top_p", float, where),
-        top_k=typed(body, "top_k", int, where),
-        stop_token_ids=typed(body, "stop_token_ids", list, where),
-        stop=typed(body, "stop", (str, list), where),
-        ignore_eos=typed(body, "ignore_eos", bool, where),
-        frequency_penalty=typed(body, "frequency_penalty", float, where),
-        min_new_tokens=typed(body, "min_tokens", int, where),
-    )
+    max_tokens = 16 if max_tokens is None else max_tokens  # vLLM's completions default
+    return state.gconfig(where, body, max_tokens, min_tokens_key="min_tokens")
 
 
 def _finish(resp: Any) -> str:
