@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DIST_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
 """Set in this process by a session actor (``vlrollout.train.actor``); inherited, they would make
@@ -14,3 +19,15 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     env.update(extra)
     return env
+
+
+def run_train(out: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``vlrollout train --config examples/train_grounding.yaml vlrollout.output=OUT OVERRIDES``
+    as a user runs it (a subprocess: its own torch.distributed), from the repository root;
+    asserts it succeeded."""
+    cmd = [sys.executable, "-m", "vlrollout.cli", "train"]
+    cmd += ["--config", "examples/train_grounding.yaml", f"vlrollout.output={out}", *overrides]
+    env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc

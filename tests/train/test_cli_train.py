@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.train.procs import subprocess_env
+from tests.train.procs import run_train
 
 SMALL = [
     "total_train_steps=2",
@@ -24,21 +22,7 @@ SMALL = [
 
 
 def _train(out, *extra):
-    cmd = [
-        sys.executable,
-        "-m",
-        "vlrollout.cli",
-        "train",
-        "--config",
-        "examples/train_grounding.yaml",
-        f"vlrollout.output={out}",
-        *SMALL,
-        *extra,
-    ]
-    env = subprocess_env(OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    return run_train(out, *SMALL, *extra)
 
 
 def _jsonl(path):

@@ -8,27 +8,19 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.train.procs import subprocess_env
+from tests.train.procs import run_train
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 10
 
 
 def _run(out: Path, lr: str) -> list[dict]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "vlrollout.cli",
-        "train",
-        "--config",
-        "examples/train_grounding.yaml",
-        f"vlrollout.output={out}",
+    run_train(
+        out,
         "vlrollout.task=caption",
         "vlrollout.reward=tests.train.reward_fns.square_words",
         f"total_train_steps={STEPS}",
@@ -42,10 +34,8 @@ def _run(out: Path, lr: str) -> list[dict]:
         f"vlrollout.save_every={STEPS}",
         "vlrollout.progress=false",
         "seed=7",
-    ]
-    env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+        timeout=1200,
+    )
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import requests
 import torch
 
-from tests.train.procs import subprocess_env
+from tests.train.procs import run_train, subprocess_env
 from tests.train.test_cli_train import SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,19 +66,16 @@ def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
     out = tmp_path / "run"
     try:
         _wait_for_health(url, server)
-        trainer = subprocess.run(
-            [sys.executable, "-m", "vlrollout.cli", "train"]
-            + ["--config", "examples/train_grounding.yaml", f"vlrollout.output={out}", *SMALL]
-            + ["vlrollout.engine=sglang", f"vlrollout.addresses=[127.0.0.1:{port}]"]
-            + ["vlrollout.task=caption", "vlrollout.reward=tests.train.reward_fns.square_words"]
-            + ["actor.optimizer.lr=1e-3", "vlrollout.eval_every=0"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+        run_train(
+            out,
+            *SMALL,
+            "vlrollout.engine=sglang",
+            f"vlrollout.addresses=[127.0.0.1:{port}]",
+            "vlrollout.task=caption",
+            "vlrollout.reward=tests.train.reward_fns.square_words",
+            "actor.optimizer.lr=1e-3",
+            "vlrollout.eval_every=0",
         )
-        assert trainer.returncode == 0, trainer.stderr[-3000:]
         health = requests.get(f"{url}/health", timeout=5).json()
         # Rollouts crossed HTTP, and both weight updates reached the server.
         assert health["version"] == 2
