@@ -136,3 +136,67 @@ def test_pause_during_the_arrival_wait_generates_nothing(tiny, vision_prompt, mo
         engine.continue_generation()
         thread.join(timeout=30)
     assert len(out[0].output_tokens) == 3
+
+
+def _record_prefills(engine) -> list[tuple[int, int, int]]:
+    """``(new rows, running rows, decode steps so far)`` for every prefill the worker runs."""
+    worker, seen = engine._worker, []
+    prefill = worker._prefill
+
+    def recording(tasks):
+        seen.append((len(tasks), len(worker._active), worker.stats["decode_steps"]))
+        return prefill(tasks)
+
+    worker._prefill = recording
+    return seen
+
+
+def _fixed_length(vision_prompt, seed: int, new: int) -> ModelRequest:
+    p = vision_prompt(seed=seed, width=56 + 28 * (seed % 3))
+    return ModelRequest(
+        input_ids=p["input_ids"],
+        metadata={"multi_modal_input": p["mm"]},
+        gconfig=GenerationHyperparameters(max_new_tokens=new, min_new_tokens=new, greedy=True),
+    )
+
+
+def test_queued_requests_join_a_running_batch_in_groups(tiny, vision_prompt):
+    """A prefill costs a few decode steps, a free row almost nothing: while rows run, queued
+    requests are admitted a quarter of the batch at a time (2 of 8), not one per finished row;
+    tokens are those of each request run alone."""
+    model, processor = tiny
+    reqs = [_fixed_length(vision_prompt, i, 2 + 3 * (i % 8)) for i in range(20)]
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        seen = _record_prefills(engine)
+        batched = _generate(engine, reqs)
+    joined = [new for new, running, _ in seen if running]
+    assert sum(new for new, _, _ in seen) == 20 and joined
+    # Only the queue's last request may join alone (fewer queued than a quarter of the batch).
+    assert all(n >= 2 for n in joined[:-1]), seen
+    with LocalInferenceEngine(model, processor, max_batch_size=1) as engine:
+        alone = _generate(engine, reqs)
+    for a, b in zip(batched, alone, strict=True):
+        assert a.output_tokens == b.output_tokens
+        torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)
+
+
+def test_a_queued_request_waits_at_most_a_few_steps_for_company(tiny, vision_prompt):
+    """One row falls free while the others run long: the queued requests (more than fit) wait
+    for a second free row at most ``_ADMIT_MAX_WAIT_STEPS`` decode steps, never for the long
+    rows to finish."""
+    from vlrollout.engine.worker import _ADMIT_MAX_WAIT_STEPS
+
+    model, processor = tiny
+    reqs = [_fixed_length(vision_prompt, 0, 3)] + [
+        _fixed_length(vision_prompt, i, 40) for i in range(1, 11)
+    ]
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        seen = _record_prefills(engine)
+        _generate(engine, reqs)
+    first, joined = seen[0], [s for s in seen if s[1]]
+    assert first[0] == 8 and joined
+    new, running, steps = joined[0]
+    # The short row finished after 2 decode steps (its first token came from the prefill).
+    assert running == 7 and new == 1
+    assert steps == 2 + _ADMIT_MAX_WAIT_STEPS
+    assert steps < 39  # not held until the long rows finish

@@ -38,6 +38,11 @@ _STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look
 # forward instead of the first alone and the rest one step later.
 _ARRIVAL_GAP_S = 0.001
 _ARRIVAL_MAX_S = 0.005
+# A prefill has a fixed cost of a few decode steps (one more forward, a cache merge), while a free
+# row in a decode step costs almost nothing. So while rows are running, queued requests are
+# admitted in groups of a quarter of the batch (or all of a shorter queue), and no later than
+# this many decode steps after a row fell free for them.
+_ADMIT_MAX_WAIT_STEPS = 8
 
 
 @dataclass(eq=False)
@@ -123,6 +128,8 @@ class DecodeWorker:
         self._active: list[GenerationTask] = []
         self._cache = None
         self._mask: MaskBuffer | None = None
+        self._admit_rows = max(1, max_batch_size // 4)
+        self._waited_steps = 0  # decode steps run while a free row and a queued request waited
         # Transformers' SDPA path takes a prepared 4-D bool mask as-is (see MaskBuffer); not for
         # sliding-window layers, whose window the model would then no longer apply.
         text_config = model.config.get_text_config(decoder=True)
@@ -300,8 +307,25 @@ class DecodeWorker:
         self._mask = MaskBuffer(mask)
         self._active = [self._active[i] for i in keep]
 
+    def _admission_due(self) -> bool:
+        """Whether to prefill queued tasks now (see ``_ADMIT_MAX_WAIT_STEPS``)."""
+        free = self.max_batch_size - len(self._active)
+        if not self._active:
+            return True
+        if free <= 0 or not self._pending:
+            self._waited_steps = 0
+            return False
+        if free >= min(len(self._pending), self._admit_rows):
+            return True
+        self._waited_steps += 1
+        return self._waited_steps > _ADMIT_MAX_WAIT_STEPS
+
     def _admit(self) -> None:
         """Take queued tasks up to ``max_batch_size`` rows and prefill them together."""
+        with self._cond:
+            if not self._admission_due():
+                return
+            self._waited_steps = 0
         tasks = []
         with self._cond:
             while self._pending and len(self._active) + len(tasks) < self.max_batch_size:
