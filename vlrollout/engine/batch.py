@@ -65,10 +65,13 @@ def select_rows(
     mask = mask[index]
     used = mask.any(dim=0).nonzero()
     start = int(used[0]) if used.numel() else mask.shape[1]
+    # index_select copies the kept rows (several times faster than advanced indexing); the
+    # column trim stays a view, which the next decode step's cache update copies anyway.
     layers = [
-        _layer(layer.keys[index, :, start:], layer.values[index, :, start:])
+        _layer(layer.keys.index_select(0, index)[:, :, start:],
+               layer.values.index_select(0, index)[:, :, start:])
         for layer in cache.layers
-    ]
+    ]  # fmt: skip
     return _cache(layers), mask[:, start:]
 
 
