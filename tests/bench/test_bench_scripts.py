@@ -35,6 +35,20 @@ def test_workflow_overhead_quick_prints_every_input_class_and_the_worst_last():
         rows = [line for line in lines if line.startswith(f"{name} (fast)")]
         assert len(rows) == 2, lines  # one row in each table
     assert lines[-1].startswith("headline (worst class)") and "AReaL/ours" in lines[-1]
+    assert "bound AReaL/floor" in lines[-1]
+    (header,) = [line for line in lines if line.startswith("input class") and "subject" in line]
+    assert "AReaL/floor" in header
+
+
+def test_a_single_episode_miss_says_when_the_floor_puts_the_target_out_of_reach(monkeypatch):
+    """Every workflow pays at least the floor, so AReaL/floor bounds AReaL/ours: a miss where
+    that bound is itself under the target is marked as such, a reachable miss is a plain MISS."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_workflow_overhead import TARGET_AREAL, verdict_vs_areal
+
+    assert verdict_vs_areal(TARGET_AREAL, 5.0) == "ok"
+    assert verdict_vs_areal(TARGET_AREAL - 0.5, 5.0) == "MISS"
+    assert verdict_vs_areal(1.0, TARGET_AREAL - 0.1) == "MISS (bound)"
 
 
 def test_subjects_differ(monkeypatch):
