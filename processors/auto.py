@@ -20,6 +20,7 @@ from .errors import PreprocessError
 from .families import FamilyAdapter, adapter_for
 from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
 from .messages import normalize_messages
+from .merge_kwargs_cache import with_merged_kwargs_cache
 
 TEXT_KEYS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"})
 ID_FIELDS = ("id", "uid", "idx", "index")
@@ -81,6 +82,8 @@ class AutoProcessorPreprocessor:
 
             processor = AutoProcessor.from_pretrained(str(processor), local_files_only=True)
         self.processor = processor
+        # What prepare() calls: the same processor, validating its fixed arguments only once.
+        self._call_processor = with_merged_kwargs_cache(processor)
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.has_vision = getattr(processor, "image_processor", None) is not None
         self.adapter = adapter or adapter_for(processor)
@@ -175,7 +178,7 @@ class AutoProcessorPreprocessor:
         else:  # a bare tokenizer: the chat template already placed any BOS
             kwargs.update({"add_special_tokens": False, **self.processor_kwargs})
         try:
-            return dict(self.processor(**kwargs))
+            return dict(self._call_processor(**kwargs))
         except ValueError as e:
             raise PreprocessError(item, "processor_error", str(e)) from e
 
