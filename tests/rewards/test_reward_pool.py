@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from vlrollout.rewards.pool import RewardRecipe
+from vlrollout.rewards.pool import RewardBatch, RewardRecipe
 from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
 
 
@@ -131,3 +131,32 @@ def test_two_hung_rewards_at_once_replace_the_pool_once(monkeypatch):
     assert rest == [1.0, 2.0]
     assert current_pool(ordinary._wrapper) is not before
     assert sum(recreated) == 1  # AReaL's retries ask again, but the pool is replaced once
+
+
+# Rewards that become ready together (a group's episodes) reach the pool as one task per worker:
+# with one worker each task costs ~1-2 ms of IPC, serialized (issue 16).
+
+
+def length_or_raise(prompt, completions, prompt_ids, completion_ids, **task_data):
+    if completions == "boom":
+        raise ValueError("no reward for boom")
+    if completions == "odd":
+        raise OddError("odd", 2)
+    return float(len(completions))
+
+
+class OddError(Exception):
+    """Pickles but cannot be unpickled (its ``__init__`` needs two arguments)."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}{b}")
+
+
+def test_reward_batch_gives_each_call_its_value_or_its_exception(tmp_path):
+    batch = RewardBatch(RewardRecipe.from_reward(length_or_raise, tmp_path))
+    calls = [(("p", text, [], []), {}) for text in ("ab", "boom", "odd", "abc")]
+    two, boom, odd, three = pickle.loads(pickle.dumps(batch(calls)))  # as the caller gets them
+    assert (two, three) == (2.0, 3.0)
+    assert isinstance(boom, ValueError) and str(boom) == "no reward for boom"
+    # OddError would break the pool on the way back; it arrives as a RuntimeError naming it.
+    assert isinstance(odd, RuntimeError) and "OddError('odd2')" in str(odd)
