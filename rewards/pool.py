@@ -14,6 +14,11 @@ cancel a function running in another process), and with one worker every later r
 times out too. :func:`replace_pool` swaps AReaL's shared executor for a fresh one and kills the
 old workers: the hung call dies with its episode, and calls that were running beside it get
 ``BrokenProcessPool``, which AReaL's wrapper answers by retrying them once on the new executor.
+
+Each task sent to the pool costs about 1-2 ms of inter-process round trip, and on a machine without
+GPUs AReaL's pool has one worker, so the eight rewards of a group cost more than preparing its
+image (issue 16). :class:`RewardBatch` scores several calls in one task; ``RewardCaller`` sends the
+calls that become ready together as one task per worker.
 """
 
 from __future__ import annotations
@@ -123,6 +128,40 @@ class RewardRecipe:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.build()(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class RewardBatch:
+    """Scores several reward calls in one pool task: ``[(args, kwargs), ...] -> [value or error]``.
+
+    A call that raises gives its exception in its place, so one failing reward does not fail its
+    neighbours. An exception that would not survive the trip back (pickling it, or unpickling it
+    in the caller, fails) becomes a ``RuntimeError`` naming it: the executor would otherwise
+    report the whole pool broken.
+
+    Attributes:
+        recipe: The reward to call, built once per worker as for single calls.
+    """
+
+    recipe: RewardRecipe
+
+    def __call__(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        reward = self.recipe.build()
+        results: list[Any] = []
+        for args, kwargs in calls:
+            try:
+                results.append(reward(*args, **kwargs))
+            except Exception as e:  # noqa: BLE001 - handed back as this call's outcome
+                results.append(_returnable(e))
+        return results
+
+
+def _returnable(error: Exception) -> Exception:
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - replaced by an error that names it
+        return RuntimeError(repr(error))
+    return error
 
 
 def current_pool(wrapper: Any) -> Any:

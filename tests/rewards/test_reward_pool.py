@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from vlrollout.rewards.pool import RewardRecipe
+from vlrollout.rewards.pool import RewardBatch, RewardRecipe
 from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
 
 
@@ -131,3 +131,198 @@ def test_two_hung_rewards_at_once_replace_the_pool_once(monkeypatch):
     assert rest == [1.0, 2.0]
     assert current_pool(ordinary._wrapper) is not before
     assert sum(recreated) == 1  # AReaL's retries ask again, but the pool is replaced once
+
+
+# Rewards that become ready together (a group's episodes) reach the pool as one task per worker:
+# with one worker each task costs ~1-2 ms of IPC, serialized (issue 16).
+
+
+def length_or_raise(prompt, completions, prompt_ids, completion_ids, **task_data):
+    if completions == "boom":
+        raise ValueError("no reward for boom")
+    if completions == "odd":
+        raise OddError("odd", 2)
+    return float(len(completions))
+
+
+def slow_length(prompt, completions, prompt_ids, completion_ids, **task_data):
+    time.sleep(0.3)
+    return float(len(completions))
+
+
+class OddError(Exception):
+    """Pickles but cannot be unpickled (its ``__init__`` needs two arguments)."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}{b}")
+
+
+def test_reward_batch_gives_each_call_its_value_or_its_exception(tmp_path):
+    batch = RewardBatch(RewardRecipe.from_reward(length_or_raise, tmp_path))
+    calls = [(("p", text, [], []), {}) for text in ("ab", "boom", "odd", "abc")]
+    two, boom, odd, three = pickle.loads(pickle.dumps(batch(calls)))  # as the caller gets them
+    assert (two, three) == (2.0, 3.0)
+    assert isinstance(boom, ValueError) and str(boom) == "no reward for boom"
+    # OddError would break the pool on the way back; it arrives as a RuntimeError naming it.
+    assert isinstance(odd, RuntimeError) and "OddError('odd2')" in str(odd)
+
+
+def _caller(monkeypatch, workers, reward, timeout_s=10.0):
+    """A ``RewardCaller`` whose AReaL pool has ``workers`` workers whatever this machine has."""
+    from areal.api import reward_api
+
+    with monkeypatch.context() as m:  # AReaL: max((cpu_count // device_count) // 2, 1)
+        m.setattr(reward_api, "_get_device_count_safely", lambda: 1)
+        m.setattr(os, "cpu_count", lambda: 2 * workers)
+        caller = RewardCaller(reward, timeout_s=timeout_s)
+    assert caller._wrapper.max_workers == workers
+    return caller
+
+
+def _record_submissions(monkeypatch, caller):
+    """What reaches ``caller``'s pool, per task: ``"call"`` for one call, else the batch size."""
+    from vlrollout.rewards.pool import current_pool, replace_pool
+
+    if current_pool(caller._wrapper)._broken:  # left broken by an earlier test: start clean
+        replace_pool(caller._wrapper)
+    pool = current_pool(caller._wrapper)
+    real_submit = pool.submit
+    sent = []
+
+    def submit(fn, /, *args, **kwargs):
+        sent.append("call" if fn.func == caller.recipe else len(fn.args[0]))
+        return real_submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(pool, "submit", submit)
+    return sent
+
+
+def _gather(caller, texts):
+    async def main():
+        return await asyncio.gather(*(_call(caller, t) for t in texts), return_exceptions=True)
+
+    return asyncio.run(main())
+
+
+def test_calls_ready_together_reach_a_one_worker_pool_as_one_task(monkeypatch):
+    caller = _caller(monkeypatch, 1, length_reward)
+    sent = _record_submissions(monkeypatch, caller)
+    assert _gather(caller, ["a" * k for k in range(1, 9)]) == [float(k) for k in range(1, 9)]
+    assert sent == [8]
+
+
+def test_a_batch_is_split_across_the_pool_workers(monkeypatch):
+    caller = _caller(monkeypatch, 4, length_reward)
+    sent = _record_submissions(monkeypatch, caller)
+    assert _gather(caller, ["a" * k for k in range(1, 9)]) == [float(k) for k in range(1, 9)]
+    assert sent == [2, 2, 2, 2]
+    sent.clear()
+    # Fewer calls than workers: each goes alone, through the per-call path.
+    assert _gather(caller, ["ab", "abc", "abcd"]) == [2.0, 3.0, 4.0]
+    assert sent == ["call"] * 3
+
+
+def test_a_reward_that_raises_rejects_only_its_own_call_in_a_batch(monkeypatch):
+    caller = _caller(monkeypatch, 1, length_or_raise)
+    sent = _record_submissions(monkeypatch, caller)
+    texts = ["a", "boom", "abc", "odd", "abcde", "ab", "abcd", "abcdef"]
+    results = _gather(caller, texts)
+    assert sent == [8]
+    boom, odd = results[1], results[3]
+    assert isinstance(boom, EpisodeRejected) and boom.reason == "reward_error"
+    assert "ValueError" in boom.detail and "no reward for boom" in boom.detail
+    # An exception that cannot cross back from the worker is still named.
+    assert isinstance(odd, EpisodeRejected) and odd.reason == "reward_error"
+    assert "OddError" in odd.detail
+    rest = [r for i, r in enumerate(results) if i not in (1, 3)]
+    assert rest == [1.0, 3.0, 5.0, 2.0, 4.0, 6.0]
+
+
+def test_a_lone_call_goes_through_the_per_call_path(monkeypatch):
+    caller = _caller(monkeypatch, 1, length_reward)
+    sent = _record_submissions(monkeypatch, caller)
+
+    async def main():
+        return [await _call(caller, "abc"), await _call(caller, "ab")]
+
+    assert asyncio.run(main()) == [3.0, 2.0]
+    assert sent == ["call", "call"]  # awaited one after the other: nothing to batch
+
+
+def test_a_hung_batch_rejects_its_calls_and_the_next_call_runs_on_a_new_pool(monkeypatch):
+    from vlrollout.rewards.pool import current_pool
+
+    sleepy = _caller(monkeypatch, 1, sleepy_reward, timeout_s=1.0)
+    ordinary = _caller(monkeypatch, 1, length_reward)
+    sent = _record_submissions(monkeypatch, sleepy)
+    before = current_pool(sleepy._wrapper)
+
+    async def main():
+        hung = await asyncio.gather(*(_call(sleepy, t) for t in "xyz"), return_exceptions=True)
+        await asyncio.sleep(0.5)  # a retried batch would have taken the new worker by now
+        return hung, await _call(ordinary, "abcd")
+
+    t0 = time.perf_counter()
+    hung, after = asyncio.run(main())
+    assert sent == [3]
+    assert all(isinstance(e, EpisodeRejected) and e.reason == "reward_timeout" for e in hung)
+    # The hung batch is not retried on the new pool, so the next call does not queue behind it.
+    assert after == 4.0
+    assert current_pool(ordinary._wrapper) is not before
+    assert time.perf_counter() - t0 < 10
+
+
+def test_cancelling_one_call_leaves_the_rest_of_its_batch(monkeypatch):
+    caller = _caller(monkeypatch, 1, slow_length)
+    sent = _record_submissions(monkeypatch, caller)
+
+    async def main():
+        tasks = [asyncio.create_task(_call(caller, "a" * k)) for k in range(1, 5)]
+        await asyncio.sleep(0.1)  # the batch is running in the worker
+        tasks[0].cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    first, *rest = asyncio.run(main())
+    assert sent == [4]
+    assert isinstance(first, asyncio.CancelledError)
+    assert rest == [2.0, 3.0, 4.0]
+
+
+def test_a_group_of_eight_scores_in_one_pool_task(monkeypatch, tokenizer, qwen2vl_processor):
+    import logging
+
+    from areal.api.cli_args import GenerationHyperparameters
+    from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
+    from areal.infra.workflow_executor import check_trajectory_format
+    from PIL import Image
+
+    from vlrollout.testing.scripted_engine import ScriptedEngine
+    from vlrollout.workflows import VisionRLVRWorkflow
+
+    with monkeypatch.context() as m:  # one pool worker, as on a CPU-only machine
+        from areal.api import reward_api
+
+        m.setattr(reward_api, "_get_device_count_safely", lambda: 1)
+        m.setattr(os, "cpu_count", lambda: 2)
+        wf = VisionRLVRWorkflow(
+            "tests.workflows.reward_fns.contains_answer",
+            GenerationHyperparameters(max_new_tokens=8),
+            tokenizer,
+            qwen2vl_processor,
+        )
+    sent = _record_submissions(monkeypatch, wf.ctx.reward)
+    item = {
+        "id": "g1",
+        "messages": [{"role": "user", "content": "<image>How many shapes?"}],
+        "images": [Image.new("RGB", (150, 100), "red")],
+        "answer": "3",
+    }
+    answers = [
+        tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in "34"
+    ]
+    group = GroupedRolloutWorkflow(wf, 8, logging.getLogger("test"))
+    traj = asyncio.run(group.arun_episode(ScriptedEngine(answers), item))
+    assert check_trajectory_format(traj, batch_size=8)
+    assert sorted(traj["rewards"].tolist()) == [0.0] * 4 + [1.0] * 4
+    assert wf.ledger.accepted == 8 and wf.ledger.rejected == 0
+    assert sent == [8]

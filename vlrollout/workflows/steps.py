@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,7 +23,7 @@ from areal.utils.perf_tracer import atrace_session_phase, trace_session
 from vlrollout.checks import check_request_images
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
-from vlrollout.rewards.pool import RewardRecipe, current_pool, replace_pool
+from vlrollout.rewards.pool import RewardBatch, RewardRecipe, current_pool, replace_pool
 
 # Keys of a data item that do not reach the reward function: raw images are heavy to pickle into
 # the reward process pool, and rewards get each image's geometry instead — unless the reward says
@@ -183,8 +185,15 @@ class RewardCaller:
     ``reward_timeout``, and an exception rejects it with ``reward_error`` — never an unexplained 0.
     A crashed worker process is recovered by the wrapper (it recreates the pool and retries once);
     after a timeout the pool is replaced (:func:`vlrollout.rewards.pool.replace_pool`), so a hung
-    reward takes down only its own episode. The pool receives a :class:`RewardRecipe`, not the
-    reward: each worker builds the reward once.
+    reward takes down only its own batch (below). The pool receives a :class:`RewardRecipe`, not
+    the reward: each worker builds the reward once.
+
+    Calls that become ready in the same event-loop iteration (the episodes of a group) go to the
+    pool as one task per worker (:class:`~vlrollout.rewards.pool.RewardBatch`): each task costs
+    ~1-2 ms of inter-process round trip, and without GPUs AReaL's pool has one worker (issue 16).
+    A lone call still leaves in the next iteration, through the per-call path. Each call keeps
+    its own timeout and reason; a reward that raises rejects only its own episode, but a reward
+    that hangs times out the calls batched with it.
 
     Args:
         reward_fn: ``(prompt, completions, prompt_ids, completion_ids, **task_data) -> float``,
@@ -213,6 +222,15 @@ class RewardCaller:
         self._wrapper = AsyncRewardWrapper(
             self.recipe, timeout_seconds=2 * timeout_s + 1, max_retries=1
         )
+        # Same settings and, as AReaL keys executors by max_workers, the same pool.
+        self._batch_wrapper = AsyncRewardWrapper(
+            RewardBatch(self.recipe),
+            timeout_seconds=2 * timeout_s + 1,
+            max_workers=self._wrapper.max_workers,
+            max_retries=1,
+        )
+        self._pending: dict[asyncio.AbstractEventLoop, list[_PendingCall]] = {}
+        self._running: set[asyncio.Task[None]] = set()
 
     @trace_session("reward")
     async def __call__(
@@ -237,12 +255,13 @@ class RewardCaller:
                 call = asyncio.to_thread(self.reward_fn, *args, **kwargs)
             else:
                 pool = current_pool(self._wrapper)
-                call = self._wrapper(*args, **kwargs)
+                call = self._submit(args, kwargs)
             value = await asyncio.wait_for(call, timeout=self.timeout_s)
         except TimeoutError as e:
             if not getattr(self.reward_fn, "run_in_thread", False):
                 # The hung call still occupies a pool worker: replace the pool so the next
-                # rewards do not queue behind it (calls beside it are retried by AReaL).
+                # rewards do not queue behind it (calls beside it are retried by AReaL; calls
+                # batched with it time out with it).
                 replace_pool(self._wrapper, expected=pool)
             raise EpisodeRejected(
                 "reward_timeout", f"reward function took longer than {self.timeout_s}s"
@@ -260,6 +279,76 @@ class RewardCaller:
         if value != value:  # NaN
             raise EpisodeRejected("reward_error", "reward function returned NaN")
         return value
+
+    def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
+        """Queue one call for the pool; the first call of a loop iteration schedules the flush."""
+        loop = asyncio.get_running_loop()
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = []
+            loop.call_soon(self._flush, loop)
+        future = loop.create_future()
+        pending.append(_PendingCall(args, kwargs, future))
+        return future
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send the queued calls as one task per pool worker (fewer if fewer calls)."""
+        calls = [c for c in self._pending.pop(loop) if not c.future.done()]  # done: cancelled
+        n = min(len(calls), self._wrapper.max_workers)
+        for i in range(n):
+            chunk = calls[i * len(calls) // n : (i + 1) * len(calls) // n]
+            task = loop.create_task(self._run(chunk))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+            for call in chunk:
+                call.future.add_done_callback(functools.partial(_stop_if_abandoned, task, chunk))
+
+    async def _run(self, chunk: list[_PendingCall]) -> None:
+        """One pool task for ``chunk``; each call's future gets its own value or exception."""
+        try:
+            if len(chunk) == 1:  # the per-call path
+                _settle(chunk[0].future, await self._wrapper(*chunk[0].args, **chunk[0].kwargs))
+                return
+            outcomes = await self._batch_wrapper([(c.args, c.kwargs) for c in chunk])
+            if not isinstance(outcomes, list) or len(outcomes) != len(chunk):
+                # AReaL's wrapper answers 0 after its own (longer) timeout.
+                raise RuntimeError(f"reward batch of {len(chunk)} returned {outcomes!r}")
+        except Exception as e:  # noqa: BLE001 - every call of the task fails with it
+            for call in chunk:
+                _settle(call.future, error=e)
+            return
+        for call, outcome in zip(chunk, outcomes, strict=True):
+            if isinstance(outcome, Exception):  # RewardBatch hands back what a call raised
+                _settle(call.future, error=outcome)
+            else:
+                _settle(call.future, outcome)
+
+
+@dataclass
+class _PendingCall:
+    """A reward call waiting for the pool; its episode awaits :attr:`future`."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    future: asyncio.Future[Any]
+
+
+def _settle(future: asyncio.Future[Any], value: Any = None, error: Exception | None = None) -> None:
+    if future.done():  # its episode gave up (timeout or cancelled)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _stop_if_abandoned(
+    task: asyncio.Task[None], chunk: list[_PendingCall], _: asyncio.Future[Any]
+) -> None:
+    # Nobody waits for the task any more: cancel it, so a hung batch is not retried on the
+    # fresh pool after replace_pool broke the old one.
+    if all(c.future.done() for c in chunk):
+        task.cancel()
 
 
 def close_turn_tokens(output_tokens: Sequence[int], eos_token_id: int) -> list[int]:
