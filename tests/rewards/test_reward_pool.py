@@ -274,6 +274,8 @@ def test_a_hung_batch_rejects_its_calls_and_the_next_call_runs_on_a_new_pool(mon
 
 def test_cancelling_one_call_leaves_the_rest_of_its_batch(monkeypatch):
     caller = _caller(monkeypatch, 1, slow_length)
+    # A budget past the whole batch: the four calls share one task however slow.
+    caller._batch_wrapper.reward_fn = RewardBatch(caller.recipe, budget_s=60.0)
     sent = _record_submissions(monkeypatch, caller)
 
     async def main():
@@ -326,3 +328,35 @@ def test_a_group_of_eight_scores_in_one_pool_task(monkeypatch, tokenizer, qwen2v
     assert sorted(traj["rewards"].tolist()) == [0.0] * 4 + [1.0] * 4
     assert wf.ledger.accepted == 8 and wf.ledger.rejected == 0
     assert sent == [8]
+
+
+def slow_when_long(prompt, completions, prompt_ids, completion_ids, **task_data):
+    """0.2 s for completions longer than 3 characters, instant otherwise."""
+    if len(completions) > 3:
+        time.sleep(0.2)
+    return float(len(completions))
+
+
+def test_a_batch_stops_at_its_time_budget_and_a_slow_reward_goes_per_call(monkeypatch):
+    """Batching saves ~1 ms of round trip per call; a reward slower than the batch's time budget
+    must not make its neighbours wait in line inside one task (with the per-call path they would
+    finish one by one). The batch hands back the calls it did not start, they go per call, and
+    the caller stops batching that reward."""
+    from vlrollout.rewards.pool import BATCH_BUDGET_S
+
+    assert BATCH_BUDGET_S < 0.2
+    caller = _caller(monkeypatch, 1, slow_when_long)
+    sent = _record_submissions(monkeypatch, caller)
+    texts = ["abcd", "a", "abcde", "ab"]
+    assert _gather(caller, texts) == [4.0, 1.0, 5.0, 2.0]
+    # The first call spent the budget: the other three were handed back unstarted.
+    assert sent == [4, "call", "call", "call"]
+    sent.clear()
+    assert _gather(caller, ["ab", "abc"]) == [2.0, 3.0]
+    assert sent == ["call", "call"]
+
+
+def test_a_batch_of_fast_rewards_runs_whole(tmp_path):
+    batch = RewardBatch(RewardRecipe.from_reward(length_reward, tmp_path))
+    results = batch([(("p", "a" * k, [], []), {}) for k in range(1, 40)])
+    assert results == [float(k) for k in range(1, 40)]

@@ -23,7 +23,7 @@ from areal.utils.perf_tracer import atrace_session_phase, trace_session
 from vlrollout.checks import check_request_images
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
-from vlrollout.rewards.pool import RewardBatch, RewardRecipe, current_pool, replace_pool
+from vlrollout.rewards.pool import NotStarted, RewardBatch, RewardRecipe, current_pool, replace_pool
 
 # Keys of a data item that do not reach the reward function: raw images are heavy to pickle into
 # the reward process pool, and rewards get each image's geometry instead — unless the reward says
@@ -193,7 +193,9 @@ class RewardCaller:
     ~1-2 ms of inter-process round trip, and without GPUs AReaL's pool has one worker (issue 16).
     A lone call still leaves in the next iteration, through the per-call path. Each call keeps
     its own timeout and reason; a reward that raises rejects only its own episode, but a reward
-    that hangs times out the calls batched with it.
+    that hangs times out the calls batched with it. A batch starts no further call after
+    ``BATCH_BUDGET_S`` (50 ms): the calls it hands back go one per task, and a reward that slow is
+    not batched again (the round trip saved is then noise, and queueing behind it is not).
 
     Args:
         reward_fn: ``(prompt, completions, prompt_ids, completion_ids, **task_data) -> float``,
@@ -230,6 +232,7 @@ class RewardCaller:
             max_retries=1,
         )
         self._pending: dict[asyncio.AbstractEventLoop, list[_PendingCall]] = {}
+        self._batching = True  # off once a batch ran past its budget: the reward is slow
         self._running: set[asyncio.Task[None]] = set()
 
     @trace_session("reward")
@@ -294,14 +297,16 @@ class RewardCaller:
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         """Send the queued calls as one task per pool worker (fewer if fewer calls)."""
         calls = [c for c in self._pending.pop(loop) if not c.future.done()]  # done: cancelled
-        n = min(len(calls), self._wrapper.max_workers)
+        n = min(len(calls), self._wrapper.max_workers) if self._batching else len(calls)
         for i in range(n):
-            chunk = calls[i * len(calls) // n : (i + 1) * len(calls) // n]
-            task = loop.create_task(self._run(chunk))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
-            for call in chunk:
-                call.future.add_done_callback(functools.partial(_stop_if_abandoned, task, chunk))
+            self._start(loop, calls[i * len(calls) // n : (i + 1) * len(calls) // n])
+
+    def _start(self, loop: asyncio.AbstractEventLoop, chunk: list[_PendingCall]) -> None:
+        task = loop.create_task(self._run(chunk))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        for call in chunk:
+            call.future.add_done_callback(functools.partial(_stop_if_abandoned, task, chunk))
 
     async def _run(self, chunk: list[_PendingCall]) -> None:
         """One pool task for ``chunk``; each call's future gets its own value or exception."""
@@ -317,7 +322,16 @@ class RewardCaller:
             for call in chunk:
                 _settle(call.future, error=e)
             return
+        handed_back = [c for c, o in zip(chunk, outcomes, strict=True) if isinstance(o, NotStarted)]
+        if handed_back:  # the batch spent its time budget: this reward is too slow to batch
+            self._batching = False
+            loop = asyncio.get_running_loop()
+            for call in handed_back:
+                if not call.future.done():
+                    self._start(loop, [call])
         for call, outcome in zip(chunk, outcomes, strict=True):
+            if isinstance(outcome, NotStarted):
+                continue
             if isinstance(outcome, Exception):  # RewardBatch hands back what a call raised
                 _settle(call.future, error=outcome)
             else:
