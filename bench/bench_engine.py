@@ -21,6 +21,13 @@ against in-process ``agenerate`` with the processor's tensors.
 
 Targets (issue 14): engine/generate >= 1.0x on equal lengths, >= 1.5x on mixed lengths.
 
+``bound``: ``generate``'s time over the time the engine spent inside the model's forward calls
+(prefills and decode steps) in the same run, i.e. the ratio an engine with no overhead of its own
+would reach with the same forward calls. On **mixed** the engine already makes the fewest calls
+the workload allows (one prefill, as many decode steps as the longest request, only live rows in
+each), so where that bound is under the target no scheduling can reach it with this model's
+transformers forward; the row then says ``MISS (bound)``.
+
     .venv/bin/python bench/bench_engine.py            # ~1 min on 2 shared CPU cores
     .venv/bin/python bench/bench_engine.py --quick    # smaller, for the test suite
     .venv/bin/python bench/bench_engine.py --device cuda --threads 8
@@ -144,17 +151,50 @@ def run_generate(
     return tokens, time.perf_counter() - start
 
 
-def run_engine(engine, reqs) -> tuple[list[list[int]], float]:
+def run_engine(engine, reqs) -> tuple[list[list[int]], float, float]:
     """All requests at once; timed inside the event loop (creating and closing a loop is not
-    the engine's cost)."""
+    the engine's cost). Also returns the seconds spent inside the model's forward calls."""
 
     async def go():
         start = time.perf_counter()
         resps = await asyncio.gather(*(engine.agenerate(r) for r in reqs))
         return resps, time.perf_counter() - start
 
-    resps, seconds = asyncio.run(go())
-    return [r.output_tokens for r in resps], seconds
+    with ForwardTimer(engine.model) as timer:
+        resps, seconds = asyncio.run(go())
+    return [r.output_tokens for r in resps], seconds, timer.seconds
+
+
+class ForwardTimer:
+    """Sums the wall time of a module's top-level forward calls (hooks, removed on exit)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module, self.seconds, self._start, self._handles = module, 0.0, 0.0, []
+
+    def __enter__(self) -> ForwardTimer:
+        def pre(*_):
+            self._start = time.perf_counter()
+
+        def post(*_):
+            self.seconds += time.perf_counter() - self._start
+
+        self._handles = [
+            self.module.register_forward_pre_hook(pre),
+            self.module.register_forward_hook(post),
+        ]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def verdict(ratio: float, bound: float, target: float) -> str:
+    """``ok``; ``MISS``; or ``MISS (bound)`` when even an engine with no overhead of its own,
+    making the same forward calls, would stay under ``target``."""
+    if ratio >= target:
+        return "ok"
+    return "MISS (bound)" if bound < target else "MISS"
 
 
 def png_base64(image: Image.Image) -> str:
@@ -278,15 +318,16 @@ def main() -> None:
             batches = generate_batches(processor, cases, args.batch)
             run_engine(engine, reqs[:2])  # warm-up
             run_generate(model, processor, generate_batches(processor, cases[:2], 2), banned)
-            gen_s, eng_s = float("inf"), float("inf")
+            gen_s, eng_s, fwd_s = float("inf"), float("inf"), float("inf")
             for _ in range(args.repeat):
                 gen_tokens, s = run_generate(model, processor, batches, banned)
                 gen_s = min(gen_s, s)
-                eng_tokens, s = run_engine(engine, reqs)
-                eng_s = min(eng_s, s)
+                eng_tokens, s, f = run_engine(engine, reqs)
+                if s < eng_s:
+                    eng_s, fwd_s = s, f
             useful = sum(c.new_tokens for c in cases)
             same = sum(a == b for a, b in zip(gen_tokens, eng_tokens, strict=True))
-            rows.append((name, len(cases), useful, gen_s, eng_s, same, target))
+            rows.append((name, len(cases), useful, gen_s, eng_s, same, target, fwd_s))
         in_proc, over_http, overhead, round_trip, decode = http_overhead(
             engine, cases * 2, reqs * 2, new_tokens=1
         )
@@ -295,12 +336,12 @@ def main() -> None:
         f"model: {source}; device {args.device}; torch threads {args.threads}; engine batch {args.batch}"
     )
     print(
-        f"{'lengths':<9}{'requests':>9}{'tokens':>8}{'generate tok/s':>16}{'engine tok/s':>14}{'ratio':>7}{'same tokens':>13}{'target':>8}"
+        f"{'lengths':<9}{'requests':>9}{'tokens':>8}{'generate tok/s':>16}{'engine tok/s':>14}{'ratio':>7}{'same tokens':>13}{'bound':>7}{'target':>8}"
     )
-    for name, n, useful, gen_s, eng_s, same, target in rows:
-        verdict = "ok" if gen_s / eng_s >= target else "MISS"
+    for name, n, useful, gen_s, eng_s, same, target, fwd_s in rows:
+        bound = gen_s / fwd_s
         print(
-            f"{name:<9}{n:>9}{useful:>8}{useful / gen_s:>16.1f}{useful / eng_s:>14.1f}{gen_s / eng_s:>6.2f}x{same:>9}/{n}{target:>7.1f}x {verdict}"
+            f"{name:<9}{n:>9}{useful:>8}{useful / gen_s:>16.1f}{useful / eng_s:>14.1f}{gen_s / eng_s:>6.2f}x{same:>9}/{n}{bound:>6.2f}x{target:>7.1f}x {verdict(gen_s / eng_s, bound, target)}"
         )
     print(
         "HTTP (SGLang /generate with a PNG image, one at a time, 1 new token): in-process "
@@ -314,7 +355,8 @@ def main() -> None:
     worst = min(rows, key=lambda r: r[3] / r[4] / r[6])
     print(
         f"headline engine/generate tokens/s: {worst[3] / worst[4]:.2f}x against a target of "
-        f"{worst[6]:.1f}x ({worst[0]}, the case furthest below or closest to its target)"
+        f"{worst[6]:.1f}x ({worst[0]}, the case furthest below or closest to its target; "
+        f"forward-call bound {worst[3] / worst[7]:.2f}x)"
     )
 
 
