@@ -458,8 +458,16 @@ class DecodeWorker:
             task.out_tokens.append(token)
             task.out_logprobs.append(logprob)
             task.out_versions.append(version)
-            task.counts[token] += 1
-            done.append(self._check_finished(task, token))
+            p = task.params
+            if p.frequency_penalty:
+                task.counts[token] += 1
+            n = len(task.out_tokens)
+            # The common case in one comparison: not yet at the length limit, no stop token and
+            # no stop string possible.
+            if n < p.max_new_tokens and token not in p.stop_token_ids and not p.stop:
+                done.append(False)
+            else:
+                done.append(self._check_finished(task, token))
         self.stats["tokens"] += len(tasks)
         return done
 
