@@ -128,7 +128,15 @@ class RewardRecipe:
         return reward
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.build()(*args, **kwargs)
+        try:
+            return self.build()(*args, **kwargs)
+        except Exception as e:
+            # An exception that cannot make the trip back would kill the executor's result
+            # thread and break the pool for every call in flight: send one that names it.
+            returnable = _returnable(e)
+            if returnable is e:
+                raise
+            raise returnable from None
 
 
 # Batching saves about a millisecond of round trip per call. Once a batch has run this long, the

@@ -360,3 +360,27 @@ def test_a_batch_of_fast_rewards_runs_whole(tmp_path):
     batch = RewardBatch(RewardRecipe.from_reward(length_reward, tmp_path))
     results = batch([(("p", "a" * k, [], []), {}) for k in range(1, 40)])
     assert results == [float(k) for k in range(1, 40)]
+
+
+def test_a_lone_reward_raising_an_exception_that_cannot_cross_back_leaves_the_pool_whole(
+    monkeypatch,
+):
+    """Pickled in the worker but not unpicklable here, such an exception used to kill the
+    executor's result thread: the pool broke and every call in flight with it."""
+    from vlrollout.rewards.pool import current_pool
+
+    caller = _caller(monkeypatch, 1, length_or_raise)
+    sent = _record_submissions(monkeypatch, caller)
+    pool = current_pool(caller._wrapper)
+
+    async def main():
+        with pytest.raises(EpisodeRejected) as e:
+            await _call(caller, "odd")
+        return e.value, await _call(caller, "abc")
+
+    rejected, after = asyncio.run(main())
+    assert rejected.reason == "reward_error" and "OddError" in rejected.detail
+    assert after == 3.0
+    # AReaL's wrapper retries a raising reward once (max_retries=1), on the same pool.
+    assert sent == ["call", "call", "call"]
+    assert current_pool(caller._wrapper) is pool and not pool._broken
