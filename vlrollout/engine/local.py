@@ -11,8 +11,11 @@ Concurrency: one worker thread owns the model. ``agenerate`` (from any event loo
 the background loop of AReaL's ``WorkflowExecutor``) puts the request in a thread-safe queue and
 awaits a ``concurrent.futures.Future``, so the event loop never runs model code. The worker
 batches up to ``max_batch_size`` sequences: those admitted together are prefilled in one
-forward, then join a left-padded decode batch (:mod:`vlrollout.engine.batch`); new requests join between decode steps and
-finished ones leave (continuous batching). ``max_batch_size=1`` serialises requests.
+forward, then join a left-padded decode batch (:mod:`vlrollout.engine.batch`); new requests
+join between decode steps and finished ones leave (continuous batching). While rows are running,
+queued requests are admitted a quarter of the batch at a time (a prefill costs a few decode
+steps, an idle row almost nothing), never later than 8 steps after a row fell free for them.
+``max_batch_size=1`` serialises requests.
 
 Weight updates, offload and onload run on the worker between decode steps. After new weights
 the in-flight sequences are prefilled again (prompt + tokens so far) with the new weights, like
