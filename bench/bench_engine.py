@@ -147,7 +147,9 @@ def run_generate(
                 pad_token_id=processor.tokenizer.pad_token_id,
             )
         prompt_len = batch["input_ids"].shape[1]
-        tokens += [out[i, prompt_len : prompt_len + c.new_tokens].tolist() for i, c in enumerate(cases)]
+        tokens += [
+            out[i, prompt_len : prompt_len + c.new_tokens].tolist() for i, c in enumerate(cases)
+        ]
     return tokens, time.perf_counter() - start
 
 
@@ -280,7 +282,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument(
-        "--batch", type=int, default=16, help="rows at a time: engine max_batch_size, generate chunk"
+        "--batch",
+        type=int,
+        default=16,
+        help="rows at a time: engine max_batch_size, generate chunk",
     )
     parser.add_argument(
         "--queued", type=int, default=4, help="the queued case sends this many times --requests"

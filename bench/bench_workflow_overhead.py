@@ -320,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
             gc.unfreeze()
             results[kind] = res
             for c in cases:
-                f, fm, o, a = (median_ms(res[k][c.name]) for k in ("floor", "floor_min", "ours", "areal"))
+                f, fm, o, a = (
+                    median_ms(res[k][c.name]) for k in ("floor", "floor_min", "ours", "areal")
+                )
                 go, ga = median_ms(res["g_ours"][c.name]), median_ms(res["g_areal"][c.name])
                 label = f"{c.name} ({kind})"
                 rows_single.append([label, c.subject, f"{f:.1f}", f"{fm:.1f}", f"{o:.1f}",
@@ -346,8 +348,16 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     print_table(
         f"Group of {g} (GroupedRolloutWorkflow), ms per group (target ours/floor <= {TARGET_GROUP}x)",
-        ["input class (processor)", "floor", "ours", "AReaL", "ours/floor", "ours/floor*",
-         "AReaL/ours", "target"],
+        [
+            "input class (processor)",
+            "floor",
+            "ours",
+            "AReaL",
+            "ours/floor",
+            "ours/floor*",
+            "AReaL/ours",
+            "target",
+        ],
         rows_group,
     )
     worst_group = max(worst)

@@ -19,8 +19,8 @@ from .base import LAZY, EngineImages, PreparedPrompt
 from .errors import PreprocessError
 from .families import FamilyAdapter, adapter_for
 from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
-from .messages import normalize_messages
 from .merge_kwargs_cache import with_merged_kwargs_cache
+from .messages import normalize_messages
 
 TEXT_KEYS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"})
 ID_FIELDS = ("id", "uid", "idx", "index")

@@ -30,7 +30,9 @@ def _frozen(value: Any) -> Any:
         return _UNHASHABLE if any(v is _UNHASHABLE for _, v in items) else ("dict", items)
     if isinstance(value, list | tuple):
         items = tuple(_frozen(v) for v in value)
-        return _UNHASHABLE if any(v is _UNHASHABLE for v in items) else (type(value).__name__, items)
+        return (
+            _UNHASHABLE if any(v is _UNHASHABLE for v in items) else (type(value).__name__, items)
+        )
     return _UNHASHABLE
 
 

@@ -86,6 +86,8 @@ def test_engine_quick_prints_ratios_tokens_and_http_overhead():
     for name, n in (("equal", 8), ("mixed", 8), ("queued", 32)):
         (row,) = [line for line in lines if line.startswith(name)]
         # Greedy tokens identical to generate, and the ratio judged against its target.
-        assert re.search(rf"\d+\.\d\dx\s+{n}/{n}\s+\d+\.\d\dx\s+1\.[05]x (ok|MISS|MISS \(bound\))$", row), row
+        assert re.search(
+            rf"\d+\.\d\dx\s+{n}/{n}\s+\d+\.\d\dx\s+1\.[05]x (ok|MISS|MISS \(bound\))$", row
+        ), row
     assert any(line.startswith("HTTP") and "ms/request" in line for line in lines)
     assert lines[-1].startswith("headline engine/generate")
