@@ -3,13 +3,13 @@
 transformers 5.3's ``ProcessorMixin._merge_kwargs`` merges a call's keyword arguments with the
 processor's defaults and validates them against a ``TypedDict`` that it builds anew on every call,
 so huggingface_hub's cached strict-dataclass builder misses every time (``exec`` plus dataclass
-creation): about 3.4 ms of a 5 ms Qwen2.5-VL processor call on a 336x252 image, about 6 ms on an
-800x600 one (``bench/bench_workflow_overhead.py``: its "floor" is a plain processor call). The
-merged result depends only on those arguments and on the processor's own settings, and a
-preprocessor passes the same arguments on every call, so :func:`with_merged_kwargs_cache` returns a
-shallow copy of the processor whose ``_merge_kwargs`` runs (and validates) once per distinct set of
-arguments and hands every call its own deep copy (processors pop entries from it). The caller's
-processor object is left as it was.
+creation): about 3 ms per Qwen2.5-VL processor call whatever the image, two thirds of the call on
+a 336x252 image (``bench/bench_processor_call.py``). The merged result depends only on those
+arguments and on the processor's own settings, and a preprocessor passes the same arguments on
+every call, so :func:`with_merged_kwargs_cache` returns a shallow copy of the processor whose
+``_merge_kwargs`` runs (and validates) once per distinct set of arguments and hands every call its
+own deep copy (processors pop entries from it). The caller's processor object is left as it was;
+attributes later re-bound on it (``processor.image_processor = ...``) are not seen by the copy.
 """
 
 from __future__ import annotations

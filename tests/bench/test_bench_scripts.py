@@ -91,3 +91,10 @@ def test_engine_quick_prints_ratios_tokens_and_http_overhead():
         ), row
     assert any(line.startswith("HTTP") and "ms/request" in line for line in lines)
     assert lines[-1].startswith("headline engine/generate")
+
+
+def test_processor_call_quick_prints_identical_outputs_and_the_headline():
+    lines = _run_quick("bench_processor_call.py", timeout_s=300)
+    rows = [line for line in lines if re.match(r"\d+x\d+ \w+ \((fast|slow)\)", line)]
+    assert len(rows) == 6 and all(row.endswith("True") for row in rows), lines
+    assert lines[-1].startswith("headline") and lines[-1].endswith("outputs identical: True")
