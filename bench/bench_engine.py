@@ -308,7 +308,7 @@ def main() -> None:
         model, processor = tiny_qwen2vl(seed=0)
         source = "random tiny Qwen2-VL (vlrollout.testing.tiny_model)"
 
-    rows = []
+    rows, forwards = [], {}
     with LocalInferenceEngine(
         model, processor, device=args.device, max_batch_size=args.batch
     ) as engine:
@@ -324,12 +324,17 @@ def main() -> None:
             run_engine(engine, reqs[:2])  # warm-up
             run_generate(model, processor, generate_batches(processor, cases[:2], 2), banned)
             gen_s, eng_s, fwd_s = float("inf"), float("inf"), float("inf")
+            calls = {}
             for _ in range(args.repeat):
                 gen_tokens, s = run_generate(model, processor, batches, banned)
                 gen_s = min(gen_s, s)
+                before = engine.stats()
                 eng_tokens, s, f = run_engine(engine, reqs)
                 if s < eng_s:
+                    after = engine.stats()
+                    calls = {k: after.get(k, 0) - before.get(k, 0) for k in after}
                     eng_s, fwd_s = s, f
+            forwards[name] = calls
             useful = sum(c.new_tokens for c in cases)
             same = sum(a == b for a, b in zip(gen_tokens, eng_tokens, strict=True))
             rows.append((name, len(cases), useful, gen_s, eng_s, same, target, fwd_s))
@@ -348,6 +353,14 @@ def main() -> None:
         print(
             f"{name:<9}{n:>9}{useful:>8}{useful / gen_s:>16.1f}{useful / eng_s:>14.1f}{gen_s / eng_s:>6.2f}x{same:>9}/{n}{bound:>6.2f}x{target:>7.1f}x {verdict(gen_s / eng_s, bound, target)}"
         )
+    print(
+        "engine forward calls: "
+        + "; ".join(
+            f"{name} {c.get('prefill_batches', 0)} prefills + {c.get('decode_steps', 0)} decode "
+            f"steps ({c.get('decode_rows', 0) / max(1, c.get('decode_steps', 0)):.1f} rows each)"
+            for name, c in forwards.items()
+        )
+    )
     print(
         "HTTP (SGLang /generate with a PNG image, one at a time, 1 new token): in-process "
         f"{in_proc * 1e3:.1f} ms, over HTTP {over_http * 1e3:.1f} ms, overhead "
