@@ -154,8 +154,8 @@ class NotStarted:
 class RewardBatch:
     """Scores several reward calls in one pool task: ``[(args, kwargs), ...] -> [outcome]``.
 
-    A call that raises gives its exception in its place, so one failing reward does not fail its
-    neighbours. An exception that would not survive the trip back (pickling it, or unpickling it
+    A call that raises is tried once more (as AReaL's wrapper retries a lone call), then gives its
+    exception in its place, so one failing reward does not fail its neighbours. An exception that would not survive the trip back (pickling it, or unpickling it
     in the caller, fails) becomes a ``RuntimeError`` naming it: the executor would otherwise
     report the whole pool broken. Calls not started once ``budget_s`` has passed come back as
     :class:`NotStarted` (the first call always runs).
@@ -176,11 +176,21 @@ class RewardBatch:
             if results and time.perf_counter() - start > self.budget_s:
                 results.append(NotStarted())
                 continue
-            try:
-                results.append(reward(*args, **kwargs))
-            except Exception as e:  # noqa: BLE001 - handed back as this call's outcome
-                results.append(_returnable(e))
+            results.append(_call_with_one_retry(reward, args, kwargs))
         return results
+
+
+def _call_with_one_retry(reward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The value, or the second attempt's exception: AReaL's wrapper gives a lone call one retry
+    (``max_retries=1``), and a batched call gets the same."""
+    try:
+        return reward(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - tried once more below
+        pass
+    try:
+        return reward(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - handed back as this call's outcome
+        return _returnable(e)
 
 
 def _returnable(error: Exception) -> Exception:

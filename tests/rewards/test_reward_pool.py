@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import pathlib
 import pickle
 import time
 
@@ -384,3 +385,25 @@ def test_a_lone_reward_raising_an_exception_that_cannot_cross_back_leaves_the_po
     # AReaL's wrapper retries a raising reward once (max_retries=1), on the same pool.
     assert sent == ["call", "call", "call"]
     assert current_pool(caller._wrapper) is pool and not pool._broken
+
+
+def flaky_reward(prompt, completions, prompt_ids, completion_ids, **task_data):
+    """Fails the first time for each ``completions`` path (it leaves the file), then scores 1."""
+    marker = pathlib.Path(completions)
+    if not marker.exists():
+        marker.write_text("tried")
+        raise RuntimeError("flaky first attempt")
+    return 1.0
+
+
+def test_a_call_that_fails_once_in_a_batch_is_retried_once_as_alone(monkeypatch, tmp_path):
+    """AReaL's wrapper retries a lone call once (max_retries=1); a batched call gets the same."""
+    caller = _caller(monkeypatch, 1, flaky_reward)
+    sent = _record_submissions(monkeypatch, caller)
+    paths = [str(tmp_path / f"m{k}") for k in range(3)]
+    assert _gather(caller, paths) == [1.0, 1.0, 1.0]
+    assert sent == [3]
+    always = _caller(monkeypatch, 1, length_or_raise)
+    results = _gather(always, ["boom", "ab"])
+    assert isinstance(results[0], EpisodeRejected) and results[0].reason == "reward_error"
+    assert results[1] == 2.0
