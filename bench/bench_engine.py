@@ -379,4 +379,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run
+
+    run(main)

@@ -73,4 +73,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from entry import run
+
+    run(lambda: main(sys.argv[1:]))

@@ -307,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     logging.getLogger("bench_workflow_overhead").setLevel(logging.ERROR)
     kinds = (args.processors or ("fast" if args.quick else "fast,slow")).split(",")
+    if not kinds or any(k not in ("fast", "slow") for k in kinds):
+        parser.error(f"--processors takes fast, slow or fast,slow; got {args.processors!r}")
     reps = Reps(3, 2, 2, 1) if args.quick else Reps(7, 4, 5, 2)
     g = args.group_size
     results: dict[str, dict] = {}
@@ -372,4 +374,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from entry import run
+
+    run(main)

@@ -98,3 +98,29 @@ def test_processor_call_quick_prints_identical_outputs_and_the_headline():
     rows = [line for line in lines if re.match(r"\d+x\d+ \w+ \((fast|slow)\)", line)]
     assert len(rows) == 6 and all(row.endswith("True") for row in rows), lines
     assert lines[-1].startswith("headline") and lines[-1].endswith("outputs identical: True")
+
+
+def test_a_benchmark_stopped_with_ctrl_c_says_so_in_one_line(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(BENCH))
+    from entry import run
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as stop:
+        run(interrupted)
+    assert stop.value.code == 130
+    err = capsys.readouterr().err
+    assert err.strip().endswith("interrupted, no result") and "Traceback" not in err
+    with pytest.raises(SystemExit) as done:
+        run(lambda: None)
+    assert done.value.code == 0
+
+
+def test_workflow_overhead_refuses_an_unknown_processor_kind(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_workflow_overhead import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--processors", "fast,medium"])
+    assert stop.value.code == 2 and "fast,medium" in capsys.readouterr().err

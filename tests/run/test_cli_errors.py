@@ -231,3 +231,14 @@ def test_prompts_are_limited_to_the_models_context_by_default():
     engine = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(text_config=text)))
     assert _context_length(engine) == 512
     assert _context_length(SimpleNamespace()) is None  # remote engines: no model here
+
+
+def test_run_from_another_folder_names_the_shipped_model(
+    capsys, no_model, data, monkeypatch, tmp_path
+):
+    """The default model path is relative to where the command runs; from elsewhere the error
+    says where the tiny model of this checkout lives."""
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(capsys, "--data", str(data), "--output", str(tmp_path / "out"))
+    assert code == 2 and "Traceback" not in err
+    assert "does not exist" in err and MODEL in err

@@ -94,9 +94,11 @@ def check_engine(cfg: EngineConfig) -> None:
     model = Path(cfg.model).expanduser()
     if not model.is_dir():
         what = "is a file" if model.exists() else "does not exist"
+        shipped = Path(__file__).resolve().parents[2] / "assets" / "tiny-qwen2vl"
+        hint = f" (the tiny model shipped in this checkout: {shipped})" if shipped.is_dir() else ""
         raise ConfigError(
             f"model folder {cfg.model} {what}; pass --model PATH to a local folder with "
-            "config.json and the weights (nothing is downloaded)"
+            f"config.json and the weights (nothing is downloaded){hint}"
         )
     if cfg.kind == "local" and not (model / "config.json").is_file():
         raise ConfigError(
