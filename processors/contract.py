@@ -57,11 +57,7 @@ def plugin_name(obj: Any) -> str:
 
 
 def check_factory(factory: Any, name: str) -> None:
-    """The factory accepts the contract's keywords."""
-    if not callable(factory):
-        raise PreprocessorContractError(
-            name, f"resolved to a non-callable {type(factory).__name__}"
-        )
+    """The factory (callable: the registry checks that) accepts the contract's keywords."""
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):  # builtins without a signature: trust them

@@ -10,9 +10,6 @@ first.
 from __future__ import annotations
 
 from vlrollout.geometry import (
-    SIZE_KEYS as _GEOMETRY_KEYS,
-)
-from vlrollout.geometry import (
     Box,
     Frame,
     ImageGeometry,
@@ -32,5 +29,4 @@ __all__ = [
     "convert_points",
     "frame_size",
     "geometry_dict",
-    "_GEOMETRY_KEYS",
 ]

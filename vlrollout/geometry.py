@@ -209,11 +209,7 @@ class ImageGeometry:
             def get(k: str, d: Any = None) -> Any:
                 return getattr(geometry, k, d)
 
-        sizes = [float(get(k)) for k in SIZE_KEYS]
-        if not all(v > 0 for v in sizes):
-            raise ValueError(
-                f"geometry sizes must be positive, got {dict(zip(SIZE_KEYS, sizes, strict=True))}"
-            )
+        sizes = [float(get(k)) for k in SIZE_KEYS]  # __post_init__ checks they are positive
         sx, sy = get("scale_x"), get("scale_y")
         return cls(
             *sizes,  # type: ignore[arg-type]
@@ -274,16 +270,11 @@ def _converter(src: Frame | str, dst: Frame | str, geometry: Any):
         dw, dh = frame_size(dst, geo)
         return lambda x, y: (x / sw * dw, y / sh * dh)
 
-    def model_size(frame: Frame) -> tuple[float, float]:
-        if geo is not None:
-            return float(geo.model_width), float(geo.model_height)
-        return frame_size(frame)  # norm→norm: any common size works
-
-    mw, mh = model_size(src)
+    mw, mh = float(geo.model_width), float(geo.model_height)
 
     def to_model(x: float, y: float) -> Point:
         if src is Frame.ORIGINAL:
-            return geo.to_model(x, y)  # type: ignore[union-attr]
+            return geo.to_model(x, y)
         if src is Frame.MODEL:
             return x, y
         w, h = frame_size(src)
@@ -291,7 +282,7 @@ def _converter(src: Frame | str, dst: Frame | str, geometry: Any):
 
     def from_model(x: float, y: float) -> Point:
         if dst is Frame.ORIGINAL:
-            return geo.to_original(x, y)  # type: ignore[union-attr]
+            return geo.to_original(x, y)
         if dst is Frame.MODEL:
             return x, y
         w, h = frame_size(dst)

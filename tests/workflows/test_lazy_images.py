@@ -56,3 +56,22 @@ def test_an_engine_that_reads_image_data_gets_the_trainer_pixels(tokenizer, qwen
         images=[decoded], text=[pre.prepare(_item()).prompt_text], return_tensors="pt"
     )
     assert (traj["multi_modal_input"][0]["pixel_values"] == direct["pixel_values"]).all()
+
+
+def test_multi_attempt_turns_leave_images_unencoded_until_an_engine_reads_them(
+    tokenizer, qwen2vl_processor
+):
+    """Later turns only append messages: a tensor-reading engine never triggers encoding, and
+    an engine that reads the vLLM messages gets the prompt's plus each earlier turn."""
+    from vlrollout.workflows import VisionMultiAttemptWorkflow
+
+    wrong = tokenizer.encode("no", add_special_tokens=False) + [tokenizer.eos_token_id]
+    wf = VisionMultiAttemptWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, 2, 0.9)
+    engine = ScriptedEngine([wrong, wrong])
+    assert asyncio.run(wf.arun_episode(engine, _item())) is not None
+    assert len(engine.requests) == 2
+    assert all(req.images_unread for req in engine.requests)
+    reading = Reading([wrong, wrong])
+    asyncio.run(wf.arun_episode(reading, _item()))
+    (msgs,) = json.loads(reading.payload)["msgs"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user"]

@@ -331,8 +331,7 @@ class LocalInferenceEngine(InferenceEngine):
         SGLang's abort does; AReaL's remote client then resends prompt + those tokens. Works
         while paused. The future resolves to the number of requests aborted.
         """
-        if not self.initialized:
-            raise RuntimeError("Call LocalInferenceEngine.initialize() first.")
+        self._require_initialized()
         return self._worker.abort(rids)
 
     def update_weights_from_state_dict(
@@ -473,8 +472,7 @@ class LocalInferenceEngine(InferenceEngine):
         self._control(lambda: self.model.to(self.device), invalidates=True, halt=False).result()
 
     def _control(self, fn, invalidates: bool, halt: bool | None = None):
-        if not self.initialized:
-            raise RuntimeError("Call LocalInferenceEngine.initialize() first.")
+        self._require_initialized()
         return self._worker.control(fn, invalidates, halt)
 
     # ------------------------------------------------------------------ AReaL rollout API

@@ -215,10 +215,7 @@ class DecodeWorker:
             keep = [i for i, t in enumerate(self._active) if not hit(t)]
             running = [t for t in self._active if hit(t)]
             if running:
-                if keep:
-                    self._select(keep)
-                else:
-                    self._reset_batch()
+                self._select(keep)
             for task in [*running, *queued]:
                 task.stop_reason = "abort"
                 _resolve(task.future)
@@ -302,7 +299,10 @@ class DecodeWorker:
 
     @torch.inference_mode()
     def _select(self, keep: list[int]) -> None:
-        """Keep only the running rows ``keep`` (indices into ``self._active``)."""
+        """Keep only the running rows ``keep`` (indices into ``self._active``); none: reset."""
+        if not keep:
+            self._reset_batch()
+            return
         self._cache, mask = select_rows(self._cache, self._mask.mask, keep)
         self._mask = MaskBuffer(mask)
         self._active = [self._active[i] for i in keep]
@@ -326,8 +326,7 @@ class DecodeWorker:
             if not self._admission_due():
                 return
             self._waited_steps = 0
-        tasks = []
-        with self._cond:
+            tasks = []
             while self._pending and len(self._active) + len(tasks) < self.max_batch_size:
                 task = self._pending.popleft()
                 if not task.future.cancelled():
@@ -419,21 +418,17 @@ class DecodeWorker:
             live = [i for i, t in enumerate(self._active) if not t.future.cancelled()]
             if len(live) == rows:  # the usual case: no row copies
                 done = self._sample(self._active, out.logits[:, -1])
+            elif live:
+                done = self._sample([self._active[i] for i in live], out.logits[live, -1])
             else:
-                done = (
-                    self._sample([self._active[i] for i in live], out.logits[live, -1])
-                    if live
-                    else []
-                )
+                done = []
             keep = [i for i, d in zip(live, done, strict=True) if not d]
         except Exception as e:  # a model failure fails every task in the batch
             for task in self._active:
                 _resolve(task.future, error=e)
             self._reset_batch()
             return
-        if not keep:
-            self._reset_batch()
-        elif len(keep) < rows:
+        if len(keep) < rows:
             self._select(keep)
 
     def _sample(self, tasks: list[GenerationTask], logits: torch.Tensor) -> list[bool]:
@@ -443,7 +438,7 @@ class DecodeWorker:
             [t.params for t in tasks],
             self.banned,
             [len(t.out_tokens) for t in tasks],
-            [t.counts if t.params.frequency_penalty else None for t in tasks],
+            [t.counts for t in tasks],
             [t.generator for t in tasks],
             self.generator,
         )

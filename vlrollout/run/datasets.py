@@ -153,6 +153,19 @@ def _unreadable(item_id: str, reason: str, detail: str) -> dict[str, Any]:
     return {"id": item_id, LOAD_ERROR: {"reason": reason, "detail": detail}}
 
 
+def row_problem(row: Any) -> tuple[str, str] | None:
+    """``(reason, detail)`` when a row read from a data file is not an item at all, else ``None``.
+
+    >>> row_problem([1, 2])
+    ('bad_item', 'item is a list, not a JSON object')
+    """
+    if isinstance(row, json.JSONDecodeError):
+        return "bad_json", f"not valid JSON ({row.msg})"
+    if not isinstance(row, dict):
+        return "bad_item", f"item is a {type(row).__name__}, not a JSON object"
+    return None
+
+
 def load_items(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
     """Load data items; every item gets an ``id`` (its own, else its 0-based position).
 
@@ -175,12 +188,9 @@ def load_items(path: str | Path, limit: int | None = None) -> list[dict[str, Any
     out: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     for index, (lineno, item) in enumerate(rows[:limit] if limit is not None else rows):
-        if isinstance(item, json.JSONDecodeError):
-            out.append(_unreadable(f"line-{lineno}", "bad_json", f"not valid JSON ({item.msg})"))
-            continue
-        if not isinstance(item, dict):
-            detail = f"item is a {type(item).__name__}, not a JSON object"
-            out.append(_unreadable(f"line-{lineno}", "bad_item", detail))
+        problem = row_problem(item)
+        if problem is not None:
+            out.append(_unreadable(f"line-{lineno}", *problem))
             continue
         item = {"id": str(index), **item}
         item["id"] = str(item["id"])

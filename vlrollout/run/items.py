@@ -9,13 +9,12 @@ the wrong shape) is only reported by ``validate-data``: the reward decides what 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlrollout.run.datasets import LOAD_ERROR, check_data_path, read_rows
+from vlrollout.run.datasets import LOAD_ERROR, check_data_path, read_rows, row_problem
 
 PART_TYPES = ("text", "image", "image_url")
 #: Problems that make ``vlrollout run`` reject the item before any episode runs.
@@ -99,8 +98,9 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
     >>> item_problems({"id": "x", "messages": [{"role": "user", "content": None}]})
     [('bad_message', 'message 0: content is null; use a string or a list of parts')]
     """
-    if not isinstance(item, dict):
-        return [("bad_item", f"item is a {type(item).__name__}, not a JSON object")]
+    problem = row_problem(item)
+    if problem is not None:
+        return [problem]
     if LOAD_ERROR in item:  # a line load_items could not make an item of
         return [(item[LOAD_ERROR]["reason"], item[LOAD_ERROR]["detail"])]
     if "messages" not in item:
@@ -140,9 +140,6 @@ def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
     bad: list[BadLine] = []
     seen: dict[str, int] = {}
     for index, (lineno, item) in enumerate(rows):
-        if isinstance(item, json.JSONDecodeError):
-            bad.append(BadLine(lineno, None, "bad_json", f"not valid JSON ({item.msg})"))
-            continue
         item_id = str(item.get("id", index)) if isinstance(item, dict) else None
         for reason, detail in item_problems(item):
             bad.append(BadLine(lineno, item_id, reason, detail))

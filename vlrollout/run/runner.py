@@ -132,6 +132,7 @@ class Runner:
             rejections = [rejection] * self.group_size
             return self._finish(item, None, rejections)
         before = sum(1 for r in self.ledger.records if r.item == label)
+        failed = None
         try:
             traj = await self.group.arun_episode(self.engine, item)
         except Exception as e:  # noqa: BLE001 - recorded as the item's rejection reason
@@ -142,10 +143,9 @@ class Runner:
                 "reason": "workflow_error",
                 "detail": f"{type(e).__name__}: {e}",
             }
-            recorded = [r.to_dict() for r in self.ledger.records if r.item == label][before:]
-            rejections = recorded + [failed] * max(1, self.group_size - len(recorded))
-            return self._finish(item, None, rejections)
         rejections = [r.to_dict() for r in self.ledger.records if r.item == label][before:]
+        if failed is not None:
+            rejections += [failed] * max(1, self.group_size - len(rejections))
         return self._finish(item, traj, rejections)
 
     def _finish(

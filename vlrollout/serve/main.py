@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 PROTOCOLS = ("sglang", "vllm")
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -83,13 +82,6 @@ def serve(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    placement: dict[str, Any] = {}
-    if args.device_map:
-        placement = {
-            "device_map": args.device_map,
-            "max_memory": max_memory,
-            "offload_folder": args.offload_folder,
-        }
     engine = LocalInferenceEngine.from_pretrained(
         args.model,
         device=args.device,
@@ -97,7 +89,9 @@ def serve(args: argparse.Namespace) -> int:
         max_batch_size=args.max_batch_size,
         seed=args.seed,
         deterministic=args.deterministic,
-        **placement,
+        device_map=args.device_map or None,  # from_pretrained ignores the rest without it
+        max_memory=max_memory,
+        offload_folder=args.offload_folder,
     ).initialize()
     app = build_app(
         engine,

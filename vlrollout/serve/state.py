@@ -143,19 +143,17 @@ class ServerState:
         for k, src in enumerate(images, start=1):
             label = f"{where} image {k}"
             try:
-                loaded.append(self._load(load_image, encoded_image(src, label), label))
+                pre = self.preprocessor  # its limits, with load_image's defaults filled in
+                raw = encoded_image(src, label)
+                loaded.append(
+                    load_image(
+                        raw, label, max_pixels=pre.max_image_pixels, max_bytes=pre.max_image_bytes
+                    )
+                )
             except PreprocessError as e:
                 raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
         out = processor.image_processor(images=[im.image for im in loaded], return_tensors="pt")
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
-
-    def _load(self, load_image, raw: bytes, label: str):
-        limits = {}
-        if self.max_image_pixels is not None:
-            limits["max_pixels"] = self.max_image_pixels
-        if self.max_image_bytes is not None:
-            limits["max_bytes"] = self.max_image_bytes
-        return load_image(raw, label, **limits)
 
     async def generate(self, req: ModelRequest, abort_on_pause: bool, where: str) -> ModelResponse:
         """Wait while paused, then run ``req`` on the engine; bad inputs become 400s."""

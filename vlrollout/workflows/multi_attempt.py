@@ -100,8 +100,9 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         prepared = await ctx.prepare(data)
         builder = TrajectoryBuilder.from_prepared(prepared)
         geometry = [g.to_dict() for g in prepared.geometry]
-        # vLLM re-renders the conversation from messages, so they grow with the token sequence.
-        messages = list(prepared.vision_msg_vllm) if prepared.vision_msg_vllm else None
+        # vLLM re-renders the conversation from messages, so they grow with the token sequence
+        # (appended to the prompt's messages only when an engine reads them).
+        later_messages: list[dict[str, Any]] = []
         reward, discount = 0.0, 1.0
         for turn in range(self.max_turns):
             if turn > 0:
@@ -112,7 +113,7 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
                 ctx.tokenizer,
                 ctx.processor,
                 builder.token_ids,
-                vision_msg_vllm=messages,
+                later_messages=later_messages,
             )
             resp = await generate(engine, req)
             builder.add_generated(resp)
@@ -127,11 +128,10 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
             if reward > 0 or turn == self.max_turns - 1:
                 break
             builder.add_observation(self._between_turns(resp.output_tokens))
-            if messages is not None:
-                messages += [
-                    {"role": "assistant", "content": ctx.decode_completion(resp.output_tokens)},
-                    {"role": "user", "content": self.feedback},
-                ]
+            later_messages += [
+                {"role": "assistant", "content": ctx.decode_completion(resp.output_tokens)},
+                {"role": "user", "content": self.feedback},
+            ]
         final = float(reward * discount)
         log_reward(reward=final, num_turns=builder.num_generated_turns)
         return builder.build(final)

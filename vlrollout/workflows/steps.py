@@ -61,6 +61,7 @@ def build_request(
     multi_modal_inputs: Sequence[Mapping[str, torch.Tensor]] = (),
     image_data: Sequence[str] | None = None,
     vision_msg_vllm: Sequence[dict[str, Any]] | None = None,
+    later_messages: Sequence[dict[str, Any]] = (),
 ) -> ModelRequest:
     """A ``ModelRequest`` that every engine can serve.
 
@@ -68,7 +69,8 @@ def build_request(
     gets the exact training tensors in ``metadata["multi_modal_input"]``, so the engine and the
     trainer see the same pixels by construction. ``input_ids``/``multi_modal_inputs``/
     ``image_data``/``vision_msg_vllm`` override the prompt's for later turns of a multi-turn
-    episode. AReaL's vLLM client sends ``vision_msg_vllm`` (not ``input_ids``) and rewrites its
+    episode; ``later_messages`` are appended to the prompt's vLLM messages (when it has any)
+    without encoding its images before an engine reads them. AReaL's vLLM client sends ``vision_msg_vllm`` (not ``input_ids``) and rewrites its
     image URLs in place, so the messages are deep-copied: the cached prompt stays untouched.
 
     Raises:
@@ -91,23 +93,31 @@ def build_request(
     }
     if image_data is None and vision_msg_vllm is None and prepared.engine_images_pending:
         # Encoded only if the engine reads them (our local engine uses the tensors).
-        req: ModelRequest = LazyImagesRequest(prepared, **common)
+        req: ModelRequest = LazyImagesRequest(prepared, later_messages, **common)
     else:
         messages = vision_msg_vllm if vision_msg_vllm is not None else prepared.vision_msg_vllm
         req = ModelRequest(
             image_data=list(image_data if image_data is not None else prepared.image_data),
-            vision_msg_vllm=[copy.deepcopy(list(messages))] if messages else None,
+            vision_msg_vllm=_vllm_messages(messages, later_messages),
             **common,
         )
     check_request_images(
         req,
         prepared.image_token_id,
-        require_vllm_messages=not getattr(prepared, "templated", False),
+        require_vllm_messages=not prepared.templated,
     )
     return req
 
 
 _UNREAD = object()
+
+
+def _vllm_messages(
+    messages: Sequence[dict[str, Any]] | None, later: Sequence[dict[str, Any]]
+) -> list | None:
+    """``ModelRequest.vision_msg_vllm`` for ``messages`` + ``later`` (a copy: AReaL's vLLM client
+    rewrites image URLs in place), ``None`` without messages."""
+    return [copy.deepcopy([*messages, *later])] if messages else None
 
 
 class LazyImagesRequest(ModelRequest):
@@ -117,8 +127,10 @@ class LazyImagesRequest(ModelRequest):
     ``image_count`` and ``has_vllm_messages`` answer the request checks without encoding.
     """
 
-    def __init__(self, prepared: PreparedPrompt, **kwargs: Any) -> None:
-        self._prepared = prepared
+    def __init__(
+        self, prepared: PreparedPrompt, later_messages: Sequence[dict[str, Any]] = (), **kwargs: Any
+    ) -> None:
+        self._prepared, self._later = prepared, list(later_messages)
         super().__init__(image_data=_UNREAD, vision_msg_vllm=_UNREAD, **kwargs)
 
     @property
@@ -134,8 +146,9 @@ class LazyImagesRequest(ModelRequest):
     @property
     def vision_msg_vllm(self) -> list | None:  # type: ignore[override]
         if self.__dict__["_vision_msg"] is _UNREAD:
-            messages = self._prepared.vision_msg_vllm
-            self.__dict__["_vision_msg"] = [copy.deepcopy(list(messages))] if messages else None
+            self.__dict__["_vision_msg"] = _vllm_messages(
+                self._prepared.vision_msg_vllm, self._later
+            )
         return self.__dict__["_vision_msg"]
 
     @vision_msg_vllm.setter
