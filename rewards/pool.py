@@ -15,10 +15,10 @@ times out too. :func:`replace_pool` swaps AReaL's shared executor for a fresh on
 old workers: the hung call dies with its episode, and calls that were running beside it get
 ``BrokenProcessPool``, which AReaL's wrapper answers by retrying them once on the new executor.
 
-Each task sent to the pool costs about 1-2 ms of inter-process round trip, and on a machine without
-GPUs AReaL's pool has one worker, so the eight rewards of a group cost more than preparing its
-image (issue 16). :class:`RewardBatch` scores several calls in one task; ``RewardCaller`` sends the
-calls that become ready together as one task per worker.
+Each task sent to the pool costs 0.5-1 ms of inter-process round trip (bench/bench_reward_pool.py),
+and on a machine without GPUs AReaL's pool has one worker, so the eight rewards of a group cost
+more than preparing its image (issue 16). :class:`RewardBatch` scores several calls in one task;
+``RewardCaller`` sends the calls that become ready together as one task per worker.
 """
 
 from __future__ import annotations

@@ -203,12 +203,13 @@ class RewardCaller:
 
     Calls that become ready in the same event-loop iteration (the episodes of a group) go to the
     pool as one task per worker (:class:`~vlrollout.rewards.pool.RewardBatch`): each task costs
-    ~1-2 ms of inter-process round trip, and without GPUs AReaL's pool has one worker (issue 16).
-    A lone call still leaves in the next iteration, through the per-call path. Each call keeps
-    its own timeout and reason; a reward that raises rejects only its own episode, but a reward
-    that hangs times out the calls batched with it. A batch starts no further call after
-    ``BATCH_BUDGET_S`` (50 ms): the calls it hands back go one per task, and a reward that slow is
-    not batched again (the round trip saved is then noise, and queueing behind it is not).
+    0.5-1 ms of inter-process round trip (bench/bench_reward_pool.py), and without GPUs AReaL's
+    pool has one worker (issue 16). A lone call still leaves in the next iteration, through the
+    per-call path. Each call keeps its own timeout and reason; a reward that raises rejects only
+    its own episode, but a reward that hangs times out the calls batched with it. A batch starts no
+    further call after ``BATCH_BUDGET_S`` (50 ms): the calls it hands back go one per task, and a
+    reward that slow is not batched again (the round trip saved is then noise, and queueing behind
+    it is not).
 
     Args:
         reward_fn: ``(prompt, completions, prompt_ids, completion_ids, **task_data) -> float``,
