@@ -168,22 +168,30 @@ def run_engine(engine, reqs) -> tuple[list[list[int]], float, float]:
 
 
 class ForwardTimer:
-    """Sums the wall time of a module's top-level forward calls (hooks, removed on exit)."""
+    """Sums the wall time of a model's outermost forward calls (hooks, removed on exit): the
+    model itself, and its text decoder and LM head, which the engine's decode steps call
+    directly (``vlrollout.engine.step_forward``); a call inside another is not counted again."""
 
-    def __init__(self, module: torch.nn.Module) -> None:
-        self.module, self.seconds, self._start, self._handles = module, 0.0, 0.0, []
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.modules = [model, model.get_decoder(), model.get_output_embeddings()]
+        self.seconds, self._start, self._depth, self._handles = 0.0, 0.0, 0, []
 
     def __enter__(self) -> ForwardTimer:
         def pre(*_):
-            self._start = time.perf_counter()
+            if self._depth == 0:
+                self._start = time.perf_counter()
+            self._depth += 1
 
         def post(*_):
-            self.seconds += time.perf_counter() - self._start
+            self._depth -= 1
+            if self._depth == 0:
+                self.seconds += time.perf_counter() - self._start
 
-        self._handles = [
-            self.module.register_forward_pre_hook(pre),
-            self.module.register_forward_hook(post),
-        ]
+        for module in self.modules:
+            self._handles += [
+                module.register_forward_pre_hook(pre),
+                module.register_forward_hook(post),
+            ]
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,6 +9,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from vlrollout.engine.sampling import (
     SamplingParams,
     filter_top_k_top_p,
+    sample_batch,
     sample_token,
     token_logprobs,
 )
@@ -71,7 +72,7 @@ def test_sample_token_masks_and_filters():
     logits = torch.tensor([5.0, 4.0, 3.0, 0.0])
     gen = torch.Generator().manual_seed(0)
     p = SamplingParams(max_new_tokens=4)
-    banned = torch.tensor([0])
+    banned = frozenset({0})
     draws = {sample_token(logits, p, banned, 0, generator=gen) for _ in range(300)}
     assert 0 not in draws and {1, 2} <= draws
     top1 = SamplingParams(max_new_tokens=4, top_k=1)
@@ -84,7 +85,7 @@ def test_sample_token_masks_and_filters():
     pen = SamplingParams(max_new_tokens=4, greedy=True, frequency_penalty=1.5)
     assert sample_token(logits, pen, None, 3, counts={0: 1}) == 1
     with pytest.raises(RuntimeError, match="masked"):
-        sample_token(torch.zeros(2), p, torch.tensor([0, 1]), 0)
+        sample_token(torch.zeros(2), p, frozenset({0, 1}), 0)
 
 
 def test_sampling_follows_temperature():
@@ -95,3 +96,20 @@ def test_sampling_follows_temperature():
     freq = torch.bincount(draws, minlength=3) / 4000
     expected = torch.softmax(logits / 2.0, -1)
     torch.testing.assert_close(freq, expected, atol=0.03, rtol=0)
+
+
+def test_each_row_masks_its_own_stop_ids_until_min_new_tokens():
+    """Rows of different workflows in one batch: banned ids for all, stop ids only for rows
+    still under their ``min_new_tokens`` (one shared set, or one set per group of rows)."""
+    logits = torch.tensor([[0.0, 5.0, 4.0, 6.0]] * 4)  # token 3 is best, but banned
+    a = SamplingParams(8, min_new_tokens=2, stop_token_ids=frozenset({1}), greedy=True)
+    b = SamplingParams(8, min_new_tokens=2, stop_token_ids=frozenset({2}), greedy=True)
+    banned = frozenset({3})
+    tokens, logprobs = sample_batch(logits, [a, a, b, b], banned, n_generated=[0, 2, 0, 2])
+    assert tokens.tolist() == [2, 1, 1, 1]
+    torch.testing.assert_close(logprobs, token_logprobs(logits, tokens, 1.0))
+    shared, _ = sample_batch(logits[:2], [a, a], banned, n_generated=[0, 1])
+    assert shared.tolist() == [2, 2]
+    late, _ = sample_batch(logits[:2], [a, b], banned, n_generated=[5, 5])
+    assert late.tolist() == [1, 1]
+    assert sample_batch(logits[:1], [a], None, n_generated=[5])[0].tolist() == [3]

@@ -143,7 +143,7 @@ class LocalInferenceEngine(InferenceEngine):
             self.model,
             self.device,
             max_batch_size,
-            banned=torch.tensor(sorted(self.banned_token_ids), device=self.device),
+            banned=self.banned_token_ids,
             generator=torch.Generator(device=self.device).manual_seed(seed),
             version=self.get_version,
         )

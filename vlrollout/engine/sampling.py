@@ -23,6 +23,7 @@ greedy (as in SGLang) and logprobs at temperature 1.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,7 +187,7 @@ def filter_top_k_top_p(probs: torch.Tensor, top_k: int, top_p: float) -> torch.T
 def sample_batch(
     logits: torch.Tensor,
     params: Sequence[SamplingParams],
-    banned: torch.Tensor | None = None,
+    banned: frozenset[int] | None = None,
     n_generated: Sequence[int] | None = None,
     counts: Sequence[Mapping[int, int] | None] | None = None,
     generators: Sequence[torch.Generator | None] | None = None,
@@ -202,7 +203,7 @@ def sample_batch(
     Args:
         logits: ``[B, vocab]`` raw logits of the last position.
         params: One :class:`SamplingParams` per row.
-        banned: int64 ids that are never sampled, or ``None``.
+        banned: Token ids that are never sampled (vision placeholders), or ``None``.
         n_generated: Tokens each row generated so far (default 0).
         counts: Per row, occurrences of each token in its completion (frequency penalty).
         generators: Per row, its own generator or ``None`` for ``default_generator``.
@@ -212,7 +213,7 @@ def sample_batch(
         ``(tokens, logprobs)``: int64 ``[B]`` and float32 ``[B]``.
 
     >>> logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 0.0]])
-    >>> tokens, logprobs = sample_batch(logits, [SamplingParams(1, greedy=True)] * 2, banned=torch.tensor([1]))
+    >>> tokens, logprobs = sample_batch(logits, [SamplingParams(1, greedy=True)] * 2, banned=frozenset({1}))
     >>> tokens.tolist()
     [2, 0]
     """
@@ -226,24 +227,7 @@ def sample_batch(
     else:
         logp = torch.log_softmax(logits / torch.tensor(temps, device=device)[:, None], dim=-1)
 
-    scores = logits.clone()
-    if banned is not None and banned.numel():
-        scores.index_fill_(1, banned, float("-inf"))
-    # Rows still under min_new_tokens may not stop: one masked write per set of stop ids (rows
-    # of one workflow share them), not one per row.
-    too_early: dict[frozenset[int], list[int]] = {}
-    for i, p in enumerate(params):
-        if n_generated[i] < p.min_new_tokens and p.stop_token_ids:
-            too_early.setdefault(p.stop_token_ids, []).append(i)
-    for stop_ids, rows_ in too_early.items():
-        ids = _id_tensor(stop_ids, vocab, device)
-        if not ids.numel():
-            continue
-        if len(rows_) == rows:
-            scores.index_fill_(1, ids, float("-inf"))
-        else:
-            index = torch.tensor(rows_, device=device)
-            scores[index.unsqueeze(1), ids.unsqueeze(0)] = float("-inf")
+    scores = _masked(logits, params, banned or frozenset(), n_generated)
     for i, p in enumerate(params):
         if p.frequency_penalty and counts and counts[i]:
             ids, n = zip(*counts[i].items(), strict=True)
@@ -268,6 +252,34 @@ def sample_batch(
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def _masked(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    banned: frozenset[int],
+    n_generated: Sequence[int],
+) -> torch.Tensor:
+    """A copy of ``logits`` with ``banned`` ids, and the stop ids of rows still under
+    ``min_new_tokens``, set to -inf: one write when every row masks the same ids (the rows of
+    one workflow share their stop ids), else one per set of stop ids."""
+    rows, vocab = logits.shape
+    early = [
+        p.stop_token_ids if n < p.min_new_tokens else frozenset()
+        for p, n in zip(params, n_generated, strict=True)
+    ]
+    if all(e == early[0] for e in early):
+        return logits.index_fill(1, _id_tensor(banned | early[0], vocab, logits.device), -math.inf)
+    scores = logits.index_fill(1, _id_tensor(banned, vocab, logits.device), -math.inf)
+    by_stop_ids: dict[frozenset[int], list[int]] = {}
+    for i, stop_ids in enumerate(early):
+        if stop_ids:
+            by_stop_ids.setdefault(stop_ids, []).append(i)
+    for stop_ids, rows_ in by_stop_ids.items():
+        index = torch.tensor(rows_, device=logits.device)
+        ids = _id_tensor(stop_ids, vocab, logits.device)
+        scores[index.unsqueeze(1), ids.unsqueeze(0)] = -math.inf
+    return scores
+
+
 @functools.lru_cache(maxsize=256)
 def _id_tensor(ids: frozenset[int], vocab: int, device: torch.device) -> torch.Tensor:
     """The ids in ``[0, vocab)`` as an int64 tensor, built once per set (stop ids repeat)."""
@@ -277,7 +289,7 @@ def _id_tensor(ids: frozenset[int], vocab: int, device: torch.device) -> torch.T
 def sample_token(
     logits: torch.Tensor,
     params: SamplingParams,
-    banned: torch.Tensor | None,
+    banned: frozenset[int] | None,
     n_generated: int,
     counts: Mapping[int, int] | None = None,
     generator: torch.Generator | None = None,

@@ -31,6 +31,7 @@ from transformers.cache_utils import DynamicCache
 from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
 from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch
+from vlrollout.engine.step_forward import DirectStep, FullStep, choose_step
 
 _STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
 # Requests submitted together (``asyncio.gather``, a GRPO group) reach the queue a fraction of a
@@ -95,7 +96,7 @@ class DecodeWorker:
         model: The model, already on ``device`` and in eval mode.
         device: Where inputs are built.
         max_batch_size: Rows decoded together.
-        banned: int64 token ids never sampled.
+        banned: Token ids never sampled (vision placeholders).
         generator: Sampling generator for tasks without their own.
         version: Returns the weight version stamped on each sampled token.
     """
@@ -105,7 +106,7 @@ class DecodeWorker:
         model: torch.nn.Module,
         device: torch.device,
         max_batch_size: int,
-        banned: torch.Tensor,
+        banned: frozenset[int],
         generator: torch.Generator,
         version: Callable[[], int],
     ):
@@ -128,6 +129,11 @@ class DecodeWorker:
         self._active: list[GenerationTask] = []
         self._cache = None
         self._mask: MaskBuffer | None = None
+        # [rows, 1] int64: the token each running row feeds in the next decode step, and its
+        # position (its index in the sequence, shifted by the M-RoPE delta of the prompt's
+        # images); kept as tensors, so a step builds no inputs from Python lists.
+        self._next_ids: torch.Tensor | None = None
+        self._next_pos: torch.Tensor | None = None
         self._admit_rows = max(1, max_batch_size // 4)
         self._waited_steps = 0  # decode steps run while a free row and a queued request waited
         # Transformers' SDPA path takes a prepared 4-D bool mask as-is (see MaskBuffer); not for
@@ -135,6 +141,9 @@ class DecodeWorker:
         text_config = model.config.get_text_config(decoder=True)
         self._sdpa = getattr(text_config, "_attn_implementation", None) == "sdpa" and can_merge(
             DynamicCache(config=model.config)
+        )
+        self._step_forward: FullStep | DirectStep | None = (
+            None  # chosen at the first decode step (a probe)
         )
 
     # ---------------------------------------------------------------- called from other threads
@@ -296,6 +305,7 @@ class DecodeWorker:
 
     def _reset_batch(self) -> None:
         self._active, self._cache, self._mask = [], None, None
+        self._next_ids = self._next_pos = None
 
     @torch.inference_mode()
     def _select(self, keep: list[int]) -> None:
@@ -306,6 +316,8 @@ class DecodeWorker:
         self._cache, mask = select_rows(self._cache, self._mask.mask, keep)
         self._mask = MaskBuffer(mask)
         self._active = [self._active[i] for i in keep]
+        index = torch.tensor(keep, device=self.device)
+        self._next_ids, self._next_pos = self._next_ids[index], self._next_pos[index]
 
     def _admission_due(self) -> bool:
         """Whether to prefill queued tasks now (see ``_ADMIT_MAX_WAIT_STEPS``)."""
@@ -379,49 +391,52 @@ class DecodeWorker:
         )
         self.stats["prefills"] += len(tasks)
         self.stats["prefill_batches"] += 1
-        done = self._sample(tasks, out.logits[:, -1])
+        tokens, done = self._sample(tasks, out.logits[:, -1])
         keep = [i for i, d in enumerate(done) if not d]
         if not keep:
             return
-        cache, mask = out.past_key_values, mask.bool()
+        new = [tasks[i] for i in keep]
+        cache, mask, next_ids = out.past_key_values, mask.bool(), tokens.view(-1, 1)
+        next_pos = torch.tensor([[t.length - 1 + t.rope_delta] for t in new], device=self.device)
         if len(keep) < len(tasks):
             cache, mask = select_rows(cache, mask, keep)
-        new = [tasks[i] for i in keep]
+            next_ids = next_ids[torch.tensor(keep, device=self.device)]
         if self._cache is not None:
             cache, mask = merge_caches(self._cache, self._mask.mask, cache, mask)
+            next_ids = torch.cat([self._next_ids, next_ids])
+            next_pos = torch.cat([self._next_pos, next_pos])
             new = self._active + new
         self._active, self._cache, self._mask = new, cache, MaskBuffer(mask)
+        self._next_ids, self._next_pos = next_ids, next_pos
 
     @torch.inference_mode()
     def _decode_step(self) -> None:
         rows = len(self._active)
         try:
-            last = torch.tensor([[t.out_tokens[-1]] for t in self._active], device=self.device)
-            # The fed token sits at index length - 1; later text positions are shifted by the
-            # M-RoPE delta of the prompt's images.
-            pos = torch.tensor(
-                [[t.length - 1 + t.rope_delta] for t in self._active], device=self.device
-            )
+            pos = self._next_pos
             if self._mrope:
                 pos = pos.view(1, rows, 1).expand(3, rows, 1)
             self._mask.add_column()
-            out = self.model(
-                input_ids=last,
-                attention_mask=self._mask.for_sdpa() if self._sdpa else self._mask.mask,
-                position_ids=pos,
-                past_key_values=self._cache,
-                use_cache=True,
+            if self._step_forward is None:
+                self._step_forward = choose_step(self.model, self.device, self._mrope, self._sdpa)
+            logits, self._cache = self._step_forward(
+                self._next_ids,
+                self._mask.for_sdpa() if self._sdpa else self._mask.mask,
+                pos,
+                self._cache,
             )
-            self._cache = out.past_key_values
             self.stats["decode_steps"] += 1
             self.stats["decode_rows"] += rows
             live = [i for i, t in enumerate(self._active) if not t.future.cancelled()]
             if len(live) == rows:  # the usual case: no row copies
-                done = self._sample(self._active, out.logits[:, -1])
-            elif live:
-                done = self._sample([self._active[i] for i in live], out.logits[live, -1])
+                tokens, done = self._sample(self._active, logits)
+                self._next_ids = tokens.view(rows, 1)
+            elif live:  # cancelled rows leave below; their next token does not matter
+                tokens, done = self._sample([self._active[i] for i in live], logits[live])
+                self._next_ids[live] = tokens.view(-1, 1)
             else:
                 done = []
+            self._next_pos += 1
             keep = [i for i, d in zip(live, done, strict=True) if not d]
         except Exception as e:  # a model failure fails every task in the batch
             for task in self._active:
@@ -431,8 +446,11 @@ class DecodeWorker:
         if len(keep) < rows:
             self._select(keep)
 
-    def _sample(self, tasks: list[GenerationTask], logits: torch.Tensor) -> list[bool]:
-        """Sample one token per task from ``[len(tasks), vocab]`` logits; True where finished."""
+    def _sample(
+        self, tasks: list[GenerationTask], logits: torch.Tensor
+    ) -> tuple[torch.Tensor, list[bool]]:
+        """Sample one token per task from ``[len(tasks), vocab]`` logits: the ``[len(tasks)]``
+        tokens, and per task whether it finished."""
         tokens, logprobs = sample_batch(
             logits,
             [t.params for t in tasks],
@@ -464,7 +482,7 @@ class DecodeWorker:
             else:
                 done.append(self._check_finished(task, token))
         self.stats["tokens"] += len(tasks)
-        return done
+        return tokens, done
 
     def _check_finished(self, task: GenerationTask, token: int) -> bool:
         p, n = task.params, len(task.out_tokens)
