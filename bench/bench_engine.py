@@ -4,6 +4,8 @@ Tiny-model vision requests, greedy, one run, the same requests for both:
 
 - **equal**: 16 requests, every one the same prompt length and 64 new tokens;
 - **mixed**: 16 requests, images of different sizes (prompt lengths vary) and 8..64 new tokens;
+- **sampled**: the mixed requests sampled at temperature 1 (no top-k/top-p) on both sides, as RL
+  rollouts are; no target, and the tokens differ (each side draws its own);
 - **queued**: 64 such mixed requests, more than fit at once (``--batch`` rows): the workload
   continuous batching exists for (an RL rollout batch of prompts x group size).
 
@@ -88,7 +90,8 @@ def prompt_text(processor, case: Case) -> str:
     )
 
 
-def engine_requests(processor, cases: list[Case]) -> list[ModelRequest]:
+def engine_requests(processor, cases: list[Case], sample: bool = False) -> list[ModelRequest]:
+    """One request per case: greedy, or sampled at temperature 1 (no top-k/top-p)."""
     reqs = []
     for case in cases:
         out = processor(
@@ -96,7 +99,10 @@ def engine_requests(processor, cases: list[Case]) -> list[ModelRequest]:
         )
         mm = {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
         g = GenerationHyperparameters(
-            max_new_tokens=case.new_tokens, min_new_tokens=case.new_tokens, greedy=True
+            max_new_tokens=case.new_tokens,
+            min_new_tokens=case.new_tokens,
+            greedy=not sample,
+            temperature=1.0,
         )
         reqs.append(
             ModelRequest(
@@ -129,10 +135,15 @@ def generate_batches(processor, cases: list[Case], rows: int) -> list[tuple[list
 
 
 def run_generate(
-    model, processor, batches: list[tuple[list[Case], dict]], banned: list[int]
+    model,
+    processor,
+    batches: list[tuple[list[Case], dict]],
+    banned: list[int],
+    sample: bool = False,
 ) -> tuple[list[list[int]], float]:
     """Each chunk through ``model.generate`` in turn (a static batch runs until its longest
-    request is done); returns every row cut to its own length."""
+    request is done), greedy or sampled as the engine's requests (temperature 1, generate's
+    default top-k of 50 switched off); returns every row cut to its own length."""
     tokens: list[list[int]] = []
     start = time.perf_counter()
     for cases, batch in batches:
@@ -142,7 +153,10 @@ def run_generate(
                 **batch,
                 max_new_tokens=longest,
                 min_new_tokens=longest,
-                do_sample=False,
+                do_sample=sample,
+                top_k=0,
+                top_p=1.0,
+                temperature=1.0,
                 suppress_tokens=banned,
                 pad_token_id=processor.tokenizer.pad_token_id,
             )
@@ -321,20 +335,21 @@ def main() -> None:
         model, processor, device=args.device, max_batch_size=args.batch
     ) as engine:
         banned = sorted(engine.banned_token_ids)
-        for name, n, mixed, target in (
-            ("equal", args.requests, False, TARGET_EQUAL),
-            ("mixed", args.requests, True, TARGET_MIXED),
-            ("queued", args.queued * args.requests, True, TARGET_MIXED),
+        for name, n, mixed, target, sample in (
+            ("equal", args.requests, False, TARGET_EQUAL, False),
+            ("mixed", args.requests, True, TARGET_MIXED, False),
+            ("sampled", args.requests, True, None, True),
+            ("queued", args.queued * args.requests, True, TARGET_MIXED, False),
         ):
             cases = build_cases(n, args.new_tokens, mixed)
-            reqs = engine_requests(processor, cases)
+            reqs = engine_requests(processor, cases, sample)
             batches = generate_batches(processor, cases, args.batch)
             run_engine(engine, reqs[:2])  # warm-up
             run_generate(model, processor, generate_batches(processor, cases[:2], 2), banned)
             gen_s, eng_s, fwd_s = float("inf"), float("inf"), float("inf")
             calls = {}
             for _ in range(args.repeat):
-                gen_tokens, s = run_generate(model, processor, batches, banned)
+                gen_tokens, s = run_generate(model, processor, batches, banned, sample)
                 gen_s = min(gen_s, s)
                 before = engine.stats()
                 eng_tokens, s, f = run_engine(engine, reqs)
@@ -344,7 +359,9 @@ def main() -> None:
                     eng_s, fwd_s = s, f
             forwards[name] = calls
             useful = sum(c.new_tokens for c in cases)
-            same = sum(a == b for a, b in zip(gen_tokens, eng_tokens, strict=True))
+            same = (
+                None if sample else sum(a == b for a, b in zip(gen_tokens, eng_tokens, strict=True))
+            )
             rows.append((name, len(cases), useful, gen_s, eng_s, same, target, fwd_s))
         in_proc, over_http, overhead, round_trip, decode = http_overhead(
             engine, cases * 2, reqs * 2, new_tokens=1
@@ -358,8 +375,10 @@ def main() -> None:
     )
     for name, n, useful, gen_s, eng_s, same, target, fwd_s in rows:
         bound = gen_s / fwd_s
+        agree = f"{same:>9}/{n}" if same is not None else f"{'(sampled)':>13}"
+        aim = f"{target:>7.1f}x {verdict(gen_s / eng_s, bound, target)}" if target else f"{'-':>8}"
         print(
-            f"{name:<9}{n:>9}{useful:>8}{useful / gen_s:>16.1f}{useful / eng_s:>14.1f}{gen_s / eng_s:>6.2f}x{same:>9}/{n}{bound:>6.2f}x{target:>7.1f}x {verdict(gen_s / eng_s, bound, target)}"
+            f"{name:<9}{n:>9}{useful:>8}{useful / gen_s:>16.1f}{useful / eng_s:>14.1f}{gen_s / eng_s:>6.2f}x{agree}{bound:>6.2f}x{aim}"
         )
     print(
         "engine forward calls: "
@@ -378,7 +397,7 @@ def main() -> None:
         f"HTTP fixed costs: GET /health round trip {round_trip * 1e3:.2f} ms; server-side PNG "
         f"decode + image processor {decode * 1e3:.2f} ms per image"
     )
-    worst = min(rows, key=lambda r: r[3] / r[4] / r[6])
+    worst = min((r for r in rows if r[6]), key=lambda r: r[3] / r[4] / r[6])
     print(
         f"headline engine/generate tokens/s: {worst[3] / worst[4]:.2f}x against a target of "
         f"{worst[6]:.1f}x ({worst[0]}, the case furthest below or closest to its target; "

@@ -113,3 +113,16 @@ def test_each_row_masks_its_own_stop_ids_until_min_new_tokens():
     late, _ = sample_batch(logits[:2], [a, b], banned, n_generated=[5, 5])
     assert late.tolist() == [1, 1]
     assert sample_batch(logits[:1], [a], None, n_generated=[5])[0].tolist() == [3]
+
+
+def test_sampled_tokens_follow_the_distribution_and_skip_zero_probabilities():
+    """Many rows drawn in one call: each token's frequency is its probability, tokens of
+    probability 0 (anywhere in the vocabulary, here after top-k) are never drawn."""
+    logits = torch.log(torch.tensor([0.12, 0.0, 0.5, 0.0, 0.3, 0.08, 0.0]))
+    params = [SamplingParams(max_new_tokens=1, top_k=3)] * 6000
+    gen = torch.Generator().manual_seed(3)
+    tokens, _ = sample_batch(logits.expand(6000, -1), params, None, default_generator=gen)
+    freq = torch.bincount(tokens, minlength=7) / 6000
+    expected = torch.tensor([0.12, 0, 0.5, 0, 0.3, 0, 0]) / 0.92  # top_k=3, renormalised
+    torch.testing.assert_close(freq, expected, atol=0.02, rtol=0)
+    assert freq[[1, 3, 5, 6]].sum() == 0
