@@ -200,3 +200,27 @@ def test_a_queued_request_waits_at_most_a_few_steps_for_company(tiny, vision_pro
     assert running == 7 and new == 1
     assert steps == 2 + _ADMIT_MAX_WAIT_STEPS
     assert steps < 39  # not held until the long rows finish
+
+
+def test_a_group_sharing_a_prompt_computes_its_positions_once(tiny, vision_prompt, monkeypatch):
+    """The n episodes of a GRPO group send one prompt n times: one M-RoPE position computation
+    per distinct prompt in a prefill, and each episode's results are those of running alone."""
+    model, processor = tiny
+    calls = []
+    rope_index = model.model.get_rope_index
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return rope_index(*args, **kwargs)
+
+    monkeypatch.setattr(model.model, "get_rope_index", counted)
+    reqs = [_fixed_length(vision_prompt, 0, 4)] * 4 + [_fixed_length(vision_prompt, 1, 6)]
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        together = _generate(engine, reqs)
+        assert engine.stats()["prefill_batches"] == 1
+    assert len(calls) == 2
+    with LocalInferenceEngine(model, processor, max_batch_size=1) as engine:
+        alone = _generate(engine, reqs)
+    for a, b in zip(together, alone, strict=True):
+        assert a.output_tokens == b.output_tokens
+        torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)

@@ -113,9 +113,14 @@ def _as_vision_dict(mm: Any) -> dict[str, torch.Tensor]:
     return {k: torch.as_tensor(v) for k, v in mm.items()}
 
 
-def _count_runs(ids: torch.Tensor, token_id: int) -> int:
-    hit = ids == token_id
-    return int((hit[1:] & ~hit[:-1]).sum() + hit[:1].sum())
+def _count(input_ids: list[int], token_id: int | None) -> tuple[int, int]:
+    """``(tokens, runs)`` of ``token_id`` in ``input_ids``; a prompt without it (most have no
+    video) costs one ``list.count``."""
+    n_tokens = input_ids.count(token_id) if token_id is not None else 0
+    if not n_tokens:
+        return 0, 0
+    hit = torch.tensor(input_ids) == token_id
+    return n_tokens, int((hit[1:] > hit[:-1]).sum()) + int(hit[0])
 
 
 def check_placeholders(
@@ -136,14 +141,12 @@ def check_placeholders(
     ...
     vlrollout.engine.inputs.PlaceholderMismatchError: input_ids hold 1 image placeholder tokens in 1 run(s), but image_grid_thw implies 2 tokens for 1 image(s) (merge size 2). Build input_ids and the images with the same processor settings (min/max pixels, patch and merge size).
     """
-    ids = torch.tensor(input_ids)
     for kind, token_id, grid_key, data_key in (
         ("image", image_token_id, "image_grid_thw", "pixel_values"),
         ("video", video_token_id, "video_grid_thw", "pixel_values_videos"),
     ):
         grid = vision.get(grid_key)
-        n_tokens = int((ids == token_id).sum()) if token_id is not None else 0
-        n_runs = _count_runs(ids, token_id) if token_id is not None else 0
+        n_tokens, n_runs = _count(input_ids, token_id)
         if grid is None:
             if data_key in vision:
                 raise PlaceholderMismatchError(f"{data_key} was given without {grid_key}.")
@@ -231,6 +234,9 @@ def prepare_inputs(
     return PreparedInputs(input_ids=input_ids, vision=vision, mm_token_type_ids=mm_types.to(device))
 
 
+_POSITION_GRIDS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
+
+
 def uses_mrope(model: Any) -> bool:
     """Whether the model takes 3-D (M-RoPE) position ids: the Qwen-VL families."""
     return hasattr(getattr(model, "model", None), "get_rope_index")
@@ -258,10 +264,21 @@ def prompt_positions(
     if types.shape[1] < length:  # re-prefill after generated (text) tokens
         pad = torch.zeros(1, length - types.shape[1], dtype=types.dtype, device=types.device)
         types = torch.cat([types, pad], dim=1)
-    grids = {
-        k: vision[k]
-        for k in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
-        if k in vision
-    }
+    grids = {k: vision[k] for k in _POSITION_GRIDS if k in vision}
     pos, delta = model.model.get_rope_index(ids, mm_token_type_ids=types, **grids)
     return pos, int(delta.reshape(-1)[0])
+
+
+def positions_key(ids: list[int], inputs: PreparedInputs) -> tuple:
+    """What :func:`prompt_positions` reads for prompt (+ tokens so far) ``ids`` of ``inputs``:
+    equal keys, equal positions."""
+    types = inputs.mm_token_type_ids
+    return (
+        tuple(ids),
+        tuple(types.flatten().tolist()) if types is not None else None,
+        *(
+            (k, tuple(inputs.vision[k].flatten().tolist()))
+            for k in _POSITION_GRIDS
+            if k in inputs.vision
+        ),
+    )

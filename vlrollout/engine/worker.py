@@ -29,7 +29,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
-from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
+from vlrollout.engine.inputs import PreparedInputs, positions_key, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch
 from vlrollout.engine.step_forward import DirectStep, FullStep, choose_step
 
@@ -366,16 +366,21 @@ class DecodeWorker:
         The new rows' caches then join the running decode batch."""
         rows = [task.inputs.input_ids + task.out_tokens for task in tasks]
         length = max(len(r) for r in rows)
-        ids = torch.zeros(len(rows), length, dtype=torch.long, device=self.device)
-        mask = torch.zeros_like(ids)
+        ids = torch.tensor([[0] * (length - len(r)) + r for r in rows], device=self.device)
+        mask = torch.tensor(
+            [[0] * (length - len(r)) + [1] * len(r) for r in rows], device=self.device
+        )
+        # The episodes of a GRPO group send one prompt n times: its positions are computed once.
+        computed: dict[tuple, tuple[torch.Tensor, int]] = {}
         positions = []
-        for i, (task, row) in enumerate(zip(tasks, rows, strict=True)):
-            one = torch.tensor([row], device=self.device)
-            pos, task.rope_delta = prompt_positions(
-                self.model, one, task.inputs.mm_token_type_ids, task.inputs.vision
-            )
-            ids[i, length - len(row) :] = one[0]
-            mask[i, length - len(row) :] = 1
+        for task, row in zip(tasks, rows, strict=True):
+            key = positions_key(row, task.inputs)
+            if key not in computed:
+                one = torch.tensor([row], device=self.device)
+                computed[key] = prompt_positions(
+                    self.model, one, task.inputs.mm_token_type_ids, task.inputs.vision
+                )
+            pos, task.rope_delta = computed[key]
             positions.append(torch.nn.functional.pad(pos, (length - len(row), 0), value=1))
         position_ids = torch.cat(positions, dim=-2)  # [3, B, L] (M-RoPE) or [B, L]
         vision = {
