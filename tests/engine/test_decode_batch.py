@@ -224,3 +224,35 @@ def test_a_group_sharing_a_prompt_computes_its_positions_once(tiny, vision_promp
     for a, b in zip(together, alone, strict=True):
         assert a.output_tokens == b.output_tokens
         torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)
+
+
+def test_a_pause_of_the_whole_process_does_not_split_a_burst(tiny, vision_prompt):
+    """A garbage collection stops every thread: the worker's wait for the next arrival overruns
+    while the submitter is stopped too. That is no quiet gap; the burst still shares one
+    prefill. (The pause here: the submitting thread keeps the GIL for 50 ms.)"""
+    import sys
+    import time
+
+    model, processor = tiny
+    reqs = _requests(vision_prompt, 4)
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        submit, count = engine._worker.submit, [0]
+
+        def pausing_submit(task):
+            count[0] += 1
+            future = submit(task)
+            if count[0] == 2:
+                interval = sys.getswitchinterval()
+                sys.setswitchinterval(1.0)  # no forced GIL hand-over during the busy loop
+                try:
+                    end = time.perf_counter() + 0.05
+                    while time.perf_counter() < end:
+                        pass
+                finally:
+                    sys.setswitchinterval(interval)
+            return future
+
+        engine._worker.submit = pausing_submit
+        _generate(engine, reqs)
+        stats = engine.stats()
+    assert stats["prefills"] == 4 and stats["prefill_batches"] == 1

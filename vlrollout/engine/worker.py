@@ -39,6 +39,7 @@ _STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look
 # forward instead of the first alone and the rest one step later.
 _ARRIVAL_GAP_S = 0.001
 _ARRIVAL_MAX_S = 0.005
+_ARRIVAL_PAUSES = 3  # process-wide pauses (a garbage collection) forgiven while waiting
 # A prefill has a fixed cost of a few decode steps (one more forward, a cache merge), while a free
 # row in a decode step costs almost nothing. So while rows are running, queued requests are
 # admitted in groups of a quarter of the batch (or all of a shorter queue), and no later than
@@ -276,15 +277,21 @@ class DecodeWorker:
     def _await_arrivals(self) -> None:
         """With the condition held and no running rows: wait while more requests keep arriving
         (each within ``_ARRIVAL_GAP_S`` of the last, ``_ARRIVAL_MAX_S`` in all)."""
-        deadline = time.perf_counter() + _ARRIVAL_MAX_S
+        deadline, pauses = time.perf_counter() + _ARRIVAL_MAX_S, 0
         while (
             self._has_work()
             and len(self._pending) < self.max_batch_size
             and not (self._controls or self._stopping)
             and time.perf_counter() < deadline
         ):
-            before = len(self._pending)
+            before, start = len(self._pending), time.perf_counter()
             self._cond.wait(_ARRIVAL_GAP_S)
+            waited = time.perf_counter() - start
+            if waited > 2 * _ARRIVAL_GAP_S and pauses < _ARRIVAL_PAUSES:
+                # The whole process stood still (a garbage collection, the OS): so did whoever
+                # was submitting, so this was no quiet gap. Wait again, the pause not counted.
+                deadline, pauses = deadline + waited, pauses + 1
+                continue
             if len(self._pending) == before:
                 return
 
