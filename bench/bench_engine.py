@@ -235,11 +235,13 @@ def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, ...]:
     from vlrollout.serve.app import build_app
     from vlrollout.serve.background import BackgroundServer
 
+    loop = asyncio.new_event_loop()  # one loop, as a server has: no loop set-up per request
+
     def local(req):
         g = GenerationHyperparameters(
             max_new_tokens=new_tokens, min_new_tokens=new_tokens, greedy=True
         )
-        return asyncio.run(
+        return loop.run_until_complete(
             engine.agenerate(
                 ModelRequest(input_ids=req.input_ids, metadata=req.metadata, gconfig=g)
             )
@@ -278,6 +280,7 @@ def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, ...]:
             t = time.perf_counter()
             session.get(f"{server.url}/health", timeout=10).raise_for_status()
             health.append(time.perf_counter() - t)
+    loop.close()
     from vlrollout.serve.state import ServerState
 
     async def decode_time() -> float:  # ServerState needs a running loop (its Event)
