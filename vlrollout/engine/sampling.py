@@ -260,9 +260,10 @@ def sample_batch(
 def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of ``[rows, vocab]`` probabilities by inverting the cumulative sum
     with one uniform draw per row: index ``i`` with probability ``p_i``, as
-    ``torch.multinomial`` draws, at a fraction of its cost on a CPU. The draw is scaled by the
-    row's own total, so it always lands inside the row, and never on a token of probability 0
-    (that token's cumulative sum equals its predecessor's)."""
+    ``torch.multinomial`` draws, in a few vector ops (multinomial was most of a sampled step's
+    bookkeeping on a CPU). The draw is scaled by the row's own total, so it always lands inside
+    the row, and never on a token of probability 0 (its cumulative sum equals its
+    predecessor's)."""
     cdf = probs.cumsum(dim=-1)
     u = torch.rand(probs.shape[0], 1, generator=generator, dtype=cdf.dtype, device=cdf.device)
     return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)

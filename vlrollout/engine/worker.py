@@ -10,7 +10,9 @@ updates, offload) run between steps; those that change weights send the running 
 the queue, to be prefilled again (prompt + tokens so far) with the new weights.
 
 Speed (the tiny model on a CPU is bound by per-step overhead, so it is measured against
-``model.generate`` in ``bench/bench_engine.py``): steps run under ``torch.inference_mode``; the
+``model.generate`` in ``bench/bench_engine.py``): steps run under ``torch.inference_mode``; a
+decode step calls the text decoder and LM head directly where a probe shows the model's own
+logits (:mod:`vlrollout.engine.step_forward`), feeding tokens and positions kept as tensors; the
 decode mask grows in place and reaches SDPA models as a prepared 4-D mask; an idle worker waits
 a moment for requests submitted together so they share one prefill.
 """
