@@ -3,41 +3,14 @@ requests that arrive together, and the SDPA 4-D mask against the 2-D mask path."
 
 from __future__ import annotations
 
-import asyncio
-
 import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 
+from tests.engine.batches import generate_all, shrinking_requests
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.batch import MaskBuffer
-from vlrollout.testing.tiny_model import tiny_qwen2vl
-
-
-def _generate(engine, reqs):
-    async def run():
-        return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
-
-    return asyncio.run(run())
-
-
-def _requests(vision_prompt, n: int) -> list[ModelRequest]:
-    reqs = []
-    for i in range(n):
-        p = vision_prompt(
-            seed=i, question="Where?" + " And why?" * (i % 3), width=56 + 28 * (i % 3)
-        )
-        new = 3 + 2 * i  # rows finish at different steps: the batch shrinks
-        reqs.append(
-            ModelRequest(
-                input_ids=p["input_ids"],
-                metadata={"multi_modal_input": p["mm"]},
-                gconfig=GenerationHyperparameters(
-                    max_new_tokens=new, min_new_tokens=new, greedy=True
-                ),
-            )
-        )
-    return reqs
+from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
 
 
 def test_mask_buffer_adds_columns_past_its_spare_room():
@@ -54,10 +27,10 @@ def test_requests_arriving_together_share_one_prefill(tiny, vision_prompt):
     """``asyncio.gather`` submits requests a fraction of a millisecond apart; an idle worker
     waits for the burst instead of prefilling the first request alone."""
     model, processor = tiny
-    reqs = _requests(vision_prompt, 6)
+    reqs = shrinking_requests(vision_prompt, 6)
     with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
         for _ in range(3):
-            _generate(engine, reqs)
+            generate_all(engine, reqs)
         stats = engine.stats()
     assert stats["prefills"] == 18
     assert stats["prefill_batches"] == 3
@@ -66,13 +39,13 @@ def test_requests_arriving_together_share_one_prefill(tiny, vision_prompt):
 def test_sdpa_decode_mask_matches_the_eager_two_d_path(vision_prompt):
     """SDPA models get a prepared 4-D bool mask each step, other attention implementations the
     2-D mask; both give the same tokens and logprobs on a shrinking, left-padded batch."""
-    reqs = _requests(vision_prompt, 5)
+    reqs = shrinking_requests(vision_prompt, 5)
     results = {}
     for impl in ("sdpa", "eager"):
         model, processor = tiny_qwen2vl(seed=0)
         model.set_attn_implementation(impl)
         with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
-            results[impl] = _generate(engine, reqs)
+            results[impl] = generate_all(engine, reqs)
             assert engine.stats()["decode_rows"] > 2 * engine.stats()["decode_steps"]
     for a, b in zip(results["sdpa"], results["eager"], strict=True):
         assert a.output_tokens == b.output_tokens and len(a.output_tokens) >= 3
@@ -82,22 +55,9 @@ def test_sdpa_decode_mask_matches_the_eager_two_d_path(vision_prompt):
 def test_sliding_window_model_keeps_its_window(recwarn):
     """A sliding-window model gets the 2-D mask (the model builds its windowed masks): greedy
     tokens past the window equal ``model.generate``'s."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        use_sliding_window=True,
-        sliding_window=4,
-        max_window_layers=0,
-        attn_implementation="sdpa",
+    model = tiny_qwen2_text(
+        use_sliding_window=True, sliding_window=4, max_window_layers=0, attn_implementation="sdpa"
     )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).eval()
     torch.nn.init.normal_(model.lm_head.weight, std=2.0)
     prompt = [5, 9, 3, 7, 11, 2, 8]
     with torch.no_grad():
@@ -109,7 +69,7 @@ def test_sliding_window_model_keeps_its_window(recwarn):
         gconfig=GenerationHyperparameters(max_new_tokens=12, min_new_tokens=12, greedy=True),
     )
     with LocalInferenceEngine(model, None, max_batch_size=4) as engine:
-        (resp,) = _generate(engine, [req])
+        (resp,) = generate_all(engine, [req])
     assert resp.output_tokens == ref
 
 
@@ -124,10 +84,10 @@ def test_pause_during_the_arrival_wait_generates_nothing(tiny, vision_prompt, mo
     monkeypatch.setattr(worker, "_ARRIVAL_GAP_S", 0.3)  # widen the window to hit it surely
     monkeypatch.setattr(worker, "_ARRIVAL_MAX_S", 0.3)
     model, processor = tiny
-    (req,) = _requests(vision_prompt, 1)
+    (req,) = shrinking_requests(vision_prompt, 1)
     with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
         out = []
-        thread = threading.Thread(target=lambda: out.extend(_generate(engine, [req])))
+        thread = threading.Thread(target=lambda: out.extend(generate_all(engine, [req])))
         thread.start()
         time.sleep(0.1)  # the worker is now waiting for more arrivals
         engine.pause_generation()
@@ -168,13 +128,13 @@ def test_queued_requests_join_a_running_batch_in_groups(tiny, vision_prompt):
     reqs = [_fixed_length(vision_prompt, i, 2 + 3 * (i % 8)) for i in range(20)]
     with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
         seen = _record_prefills(engine)
-        batched = _generate(engine, reqs)
+        batched = generate_all(engine, reqs)
     joined = [new for new, running, _ in seen if running]
     assert sum(new for new, _, _ in seen) == 20 and joined
     # Only the queue's last request may join alone (fewer queued than a quarter of the batch).
     assert all(n >= 2 for n in joined[:-1]), seen
     with LocalInferenceEngine(model, processor, max_batch_size=1) as engine:
-        alone = _generate(engine, reqs)
+        alone = generate_all(engine, reqs)
     for a, b in zip(batched, alone, strict=True):
         assert a.output_tokens == b.output_tokens
         torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)
@@ -192,7 +152,7 @@ def test_a_queued_request_waits_at_most_a_few_steps_for_company(tiny, vision_pro
     ]
     with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
         seen = _record_prefills(engine)
-        _generate(engine, reqs)
+        generate_all(engine, reqs)
     first, joined = seen[0], [s for s in seen if s[1]]
     assert first[0] == 8 and joined
     new, running, steps = joined[0]
@@ -216,11 +176,11 @@ def test_a_group_sharing_a_prompt_computes_its_positions_once(tiny, vision_promp
     monkeypatch.setattr(model.model, "get_rope_index", counted)
     reqs = [_fixed_length(vision_prompt, 0, 4)] * 4 + [_fixed_length(vision_prompt, 1, 6)]
     with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
-        together = _generate(engine, reqs)
+        together = generate_all(engine, reqs)
         assert engine.stats()["prefill_batches"] == 1
     assert len(calls) == 2
     with LocalInferenceEngine(model, processor, max_batch_size=1) as engine:
-        alone = _generate(engine, reqs)
+        alone = generate_all(engine, reqs)
     for a, b in zip(together, alone, strict=True):
         assert a.output_tokens == b.output_tokens
         torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)
@@ -234,7 +194,7 @@ def test_a_pause_of_the_whole_process_does_not_split_a_burst(tiny, vision_prompt
     import time
 
     model, processor = tiny
-    reqs = _requests(vision_prompt, 4)
+    reqs = shrinking_requests(vision_prompt, 4)
     with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
         submit, count = engine._worker.submit, [0]
 
@@ -253,6 +213,6 @@ def test_a_pause_of_the_whole_process_does_not_split_a_burst(tiny, vision_prompt
             return future
 
         engine._worker.submit = pausing_submit
-        _generate(engine, reqs)
+        generate_all(engine, reqs)
         stats = engine.stats()
     assert stats["prefills"] == 4 and stats["prefill_batches"] == 1

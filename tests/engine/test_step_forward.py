@@ -3,33 +3,17 @@ model's own, and then the engine's results are bit-identical to steps through th
 
 from __future__ import annotations
 
-import asyncio
 import types
 
 import pytest
 import torch
-from areal.api.cli_args import GenerationHyperparameters
-from areal.api.io_struct import ModelRequest
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from tests.engine.batches import generate_all, shrinking_requests
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.step_forward import DirectStep, FullStep, choose_step
-from vlrollout.testing.tiny_model import tiny_qwen2vl
+from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
 
 CPU = torch.device("cpu")
-
-
-def _text_model() -> Qwen2ForCausalLM:
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).eval()
 
 
 @pytest.mark.parametrize("impl, prepared_mask", [("sdpa", True), ("eager", False)])
@@ -37,7 +21,7 @@ def test_the_direct_step_is_taken_where_it_matches(impl, prepared_mask):
     vlm, _ = tiny_qwen2vl(seed=0)
     vlm.set_attn_implementation(impl)
     assert isinstance(choose_step(vlm, CPU, mrope=True, prepared_mask=prepared_mask), DirectStep)
-    text = _text_model()
+    text = tiny_qwen2_text(num_key_value_heads=1)
     text.set_attn_implementation(impl)
     assert isinstance(choose_step(text, CPU, mrope=False, prepared_mask=prepared_mask), DirectStep)
 
@@ -68,29 +52,13 @@ def test_engine_results_equal_those_of_full_forward_steps(tiny, vision_prompt):
     """A shrinking batch that later admits queued requests: tokens and logprobs of the direct
     steps are exactly those of steps through the model's forward."""
     model, processor = tiny
-    reqs = []
-    for i in range(10):
-        p = vision_prompt(seed=i, question="Why?" * (1 + i % 3), width=56 + 28 * (i % 3))
-        new = 2 + 3 * i
-        reqs.append(
-            ModelRequest(
-                input_ids=p["input_ids"],
-                metadata={"multi_modal_input": p["mm"]},
-                gconfig=GenerationHyperparameters(
-                    max_new_tokens=new, min_new_tokens=new, greedy=True
-                ),
-            )
-        )
-
-    async def run(engine):
-        return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
-
+    reqs = shrinking_requests(vision_prompt, 10)
     results = {}
     for kind in ("direct", "full"):
         with LocalInferenceEngine(model, processor, max_batch_size=4) as engine:
             if kind == "full":
                 engine._worker._step_forward = FullStep(model)
-            results[kind] = asyncio.run(run(engine))
+            results[kind] = generate_all(engine, reqs)
             step = engine._worker._step_forward
             assert isinstance(step, DirectStep if kind == "direct" else FullStep)
             assert engine.stats()["prefill_batches"] > 1  # rows joined a running batch

@@ -52,3 +52,21 @@ def tiny_qwen2vl(seed: int = 0, dtype: torch.dtype = torch.float32, lm_head_std:
     torch.nn.init.normal_(model.lm_head.weight, std=lm_head_std)
     model = model.to(dtype).eval()
     return model, processor
+
+
+def tiny_qwen2_text(seed: int = 0, **config: Any):
+    """A tiny random text-only ``Qwen2ForCausalLM`` (vocabulary 64, 2 layers 32 wide) in eval
+    mode; ``config`` overrides ``Qwen2Config`` fields (a sliding window, the attention
+    implementation)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    fields = {
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+    }
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(Qwen2Config(**{**fields, **config})).eval()

@@ -1,0 +1,38 @@
+"""Request sets for the decode-batch tests: rows of different prompts and lengths."""
+
+from __future__ import annotations
+
+import asyncio
+
+from areal.api.cli_args import GenerationHyperparameters
+from areal.api.io_struct import ModelRequest
+
+
+def generate_all(engine, reqs):
+    """All of ``reqs`` at once (one ``asyncio.gather``)."""
+
+    async def run():
+        return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
+
+    return asyncio.run(run())
+
+
+def shrinking_requests(vision_prompt, n: int) -> list[ModelRequest]:
+    """``n`` greedy vision requests of different prompts and lengths (3, 5, 7, ... tokens), so
+    rows finish at different steps and the batch shrinks."""
+    reqs = []
+    for i in range(n):
+        p = vision_prompt(
+            seed=i, question="Where?" + " And why?" * (i % 3), width=56 + 28 * (i % 3)
+        )
+        new = 3 + 2 * i
+        reqs.append(
+            ModelRequest(
+                input_ids=p["input_ids"],
+                metadata={"multi_modal_input": p["mm"]},
+                gconfig=GenerationHyperparameters(
+                    max_new_tokens=new, min_new_tokens=new, greedy=True
+                ),
+            )
+        )
+    return reqs
