@@ -89,8 +89,19 @@ def test_engine_quick_prints_ratios_tokens_and_http_overhead():
         assert re.search(
             rf"\d+\.\d\dx\s+{n}/{n}\s+\d+\.\d\dx\s+1\.[05]x (ok|MISS|MISS \(bound\))$", row
         ), row
+    (sampled,) = [line for line in lines if line.startswith("sampled")]
+    assert re.search(r"\d+\.\d\dx\s+\(sampled\)\s+\d+\.\d\dx\s+-$", sampled), sampled
     assert any(line.startswith("HTTP") and "ms/request" in line for line in lines)
     assert lines[-1].startswith("headline engine/generate")
+
+
+def test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs():
+    lines = _run_quick("bench_decode_step.py", timeout_s=300)
+    assert sum(line.startswith("decode step, ") for line in lines) == 2
+    (saved,) = [line for line in lines if line.startswith("decode step saved")]
+    assert saved.endswith("logits bit-identical: True"), saved
+    kinds = [line for line in lines if line.startswith("sample_batch, ")]
+    assert len(kinds) == 4 and all(re.search(r"median\s+\d+\.\d us", k) for k in kinds)
 
 
 def test_processor_call_quick_prints_identical_outputs_and_the_headline():
