@@ -145,9 +145,8 @@ class DecodeWorker:
         self._sdpa = getattr(text_config, "_attn_implementation", None) == "sdpa" and can_merge(
             DynamicCache(config=model.config)
         )
-        self._step_forward: FullStep | DirectStep | None = (
-            None  # chosen at the first decode step (a probe)
-        )
+        # Chosen at the first decode step, by a probe forward (see step_forward).
+        self._step_forward: FullStep | DirectStep | None = None
 
     # ---------------------------------------------------------------- called from other threads
     @property
