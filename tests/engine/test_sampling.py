@@ -126,3 +126,14 @@ def test_sampled_tokens_follow_the_distribution_and_skip_zero_probabilities():
     expected = torch.tensor([0.12, 0, 0.5, 0, 0.3, 0, 0]) / 0.92  # top_k=3, renormalised
     torch.testing.assert_close(freq, expected, atol=0.02, rtol=0)
     assert freq[[1, 3, 5, 6]].sum() == 0
+
+
+def test_a_draw_at_either_end_of_the_unit_interval_stays_on_a_positive_token(monkeypatch):
+    """The uniform draw's extremes: 0 lands on the last positive token, the largest float
+    below 1 on the first; neither falls past the vocabulary nor on a zero-probability token."""
+    from vlrollout.engine import sampling
+
+    probs = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0]])
+    for u, expected in ((0.0, 3), (1.0 - 2**-24, 1)):
+        monkeypatch.setattr(sampling.torch, "rand", lambda *a, u=u, **k: torch.full((1, 1), u))
+        assert sampling._draw(probs, None).tolist() == [expected]

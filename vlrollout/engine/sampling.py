@@ -261,12 +261,13 @@ def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tenso
     """One token per row of ``[rows, vocab]`` probabilities by inverting the cumulative sum
     with one uniform draw per row: index ``i`` with probability ``p_i``, as
     ``torch.multinomial`` draws, in a few vector ops (multinomial was most of a sampled step's
-    bookkeeping on a CPU). The draw is scaled by the row's own total, so it always lands inside
-    the row, and never on a token of probability 0 (its cumulative sum equals its
-    predecessor's)."""
+    bookkeeping on a CPU). The target is in ``(0, total]`` of the row's own total (``1 - rand``
+    times it, which rounding cannot push past the total), and the token is the first whose
+    cumulative sum reaches it: always inside the row, never one of probability 0 (its
+    cumulative sum equals its predecessor's, which reached the target first)."""
     cdf = probs.cumsum(dim=-1)
     u = torch.rand(probs.shape[0], 1, generator=generator, dtype=cdf.dtype, device=cdf.device)
-    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+    return torch.searchsorted(cdf, (1 - u) * cdf[:, -1:]).squeeze(1)
 
 
 def _masked(
