@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 from bench_engine import build_cases, generate_batches
+from entry import positive_int
 
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.sampling import SamplingParams, sample_batch
@@ -38,8 +39,8 @@ def quantiles(seconds: list[float]) -> str:
 @torch.inference_mode()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=16)
-    parser.add_argument("--calls", type=int, default=300, help="calls per path")
+    parser.add_argument("--rows", type=positive_int, default=16)
+    parser.add_argument("--calls", type=positive_int, default=300, help="calls per path")
     parser.add_argument("--quick", action="store_true", help="4 rows, 20 calls (the test suite)")
     args = parser.parse_args()
     if args.quick:

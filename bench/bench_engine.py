@@ -53,6 +53,7 @@ import requests as http
 import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
+from entry import positive_int
 from PIL import Image
 
 from vlrollout.engine import LocalInferenceEngine
@@ -78,7 +79,7 @@ def build_cases(n: int, new_tokens: int, mixed: bool) -> list[Case]:
         question = "How many shapes are there?" + (
             " Answer with a number." * (i % 4) if mixed else ""
         )
-        length = int(rng.integers(new_tokens // 8, new_tokens + 1)) if mixed else new_tokens
+        length = int(rng.integers(max(1, new_tokens // 8), new_tokens + 1)) if mixed else new_tokens
         cases.append(Case(image, question, length))
     return cases
 
@@ -153,10 +154,12 @@ def run_generate(
                 **batch,
                 max_new_tokens=longest,
                 min_new_tokens=longest,
-                do_sample=sample,
-                top_k=0,
-                top_p=1.0,
-                temperature=1.0,
+                # Sampling flags only when sampling: generate warns about them otherwise.
+                **(
+                    {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 1.0}
+                    if sample
+                    else {"do_sample": False}
+                ),
                 suppress_tokens=banned,
                 pad_token_id=processor.tokenizer.pad_token_id,
             )
@@ -304,20 +307,25 @@ def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, ...]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--requests", type=positive_int, default=16)
+    parser.add_argument("--new-tokens", type=positive_int, default=64)
     parser.add_argument(
         "--batch",
-        type=int,
+        type=positive_int,
         default=16,
         help="rows at a time: engine max_batch_size, generate chunk",
     )
     parser.add_argument(
-        "--queued", type=int, default=4, help="the queued case sends this many times --requests"
+        "--queued",
+        type=positive_int,
+        default=4,
+        help="the queued case sends this many times --requests",
     )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs; the best is reported")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--repeat", type=positive_int, default=5, help="timed runs; the best is reported"
+    )
     parser.add_argument("--quick", action="store_true", help="8 requests, 16 tokens, 1 run")
     args = parser.parse_args()
     if args.quick:

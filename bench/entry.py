@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 
@@ -14,3 +15,14 @@ def run(main: Callable[[], int | None]) -> None:
         print(f"{sys.argv[0]}: interrupted, no result", file=sys.stderr)
         sys.exit(130)
     sys.exit(status or 0)
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer of at least 1 (a count of rows, requests, runs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

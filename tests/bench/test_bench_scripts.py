@@ -135,3 +135,22 @@ def test_workflow_overhead_refuses_an_unknown_processor_kind(monkeypatch, capsys
     with pytest.raises(SystemExit) as stop:
         main(["--processors", "fast,medium"])
     assert stop.value.code == 2 and "fast,medium" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "script, args, named",
+    [
+        ("bench_engine.py", ["--batch", "0"], "--batch: must be at least 1"),
+        ("bench_engine.py", ["--repeat", "x"], "--repeat: expected a whole number"),
+        ("bench_decode_step.py", ["--rows", "0"], "--rows: must be at least 1"),
+    ],
+)
+def test_engine_benchmarks_refuse_counts_below_one_in_one_line(script, args, named):
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr
