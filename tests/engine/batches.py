@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
+
+from vlrollout.engine import LocalInferenceEngine
 
 
 def generate_all(engine, reqs):
@@ -36,3 +39,13 @@ def shrinking_requests(vision_prompt, n: int) -> list[ModelRequest]:
             )
         )
     return reqs
+
+
+def assert_as_if_alone(model, processor, reqs, results) -> None:
+    """Each of ``results`` has the tokens of its request run alone (``max_batch_size=1``) and
+    its logprobs to float rounding (1e-4)."""
+    with LocalInferenceEngine(model, processor, max_batch_size=1) as engine:
+        alone = generate_all(engine, reqs)
+    for a, b in zip(results, alone, strict=True):
+        assert a.output_tokens == b.output_tokens
+        torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)

@@ -7,7 +7,7 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 
-from tests.engine.batches import generate_all, shrinking_requests
+from tests.engine.batches import assert_as_if_alone, generate_all, shrinking_requests
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.batch import MaskBuffer
 from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
@@ -133,11 +133,7 @@ def test_queued_requests_join_a_running_batch_in_groups(tiny, vision_prompt):
     assert sum(new for new, _, _ in seen) == 20 and joined
     # Only the queue's last request may join alone (fewer queued than a quarter of the batch).
     assert all(n >= 2 for n in joined[:-1]), seen
-    with LocalInferenceEngine(model, processor, max_batch_size=1) as engine:
-        alone = generate_all(engine, reqs)
-    for a, b in zip(batched, alone, strict=True):
-        assert a.output_tokens == b.output_tokens
-        torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)
+    assert_as_if_alone(model, processor, reqs, batched)
 
 
 def test_a_queued_request_waits_at_most_a_few_steps_for_company(tiny, vision_prompt):
@@ -179,11 +175,7 @@ def test_a_group_sharing_a_prompt_computes_its_positions_once(tiny, vision_promp
         together = generate_all(engine, reqs)
         assert engine.stats()["prefill_batches"] == 1
     assert len(calls) == 2
-    with LocalInferenceEngine(model, processor, max_batch_size=1) as engine:
-        alone = generate_all(engine, reqs)
-    for a, b in zip(together, alone, strict=True):
-        assert a.output_tokens == b.output_tokens
-        torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)
+    assert_as_if_alone(model, processor, reqs, together)
 
 
 def test_a_pause_of_the_whole_process_does_not_split_a_burst(tiny, vision_prompt):

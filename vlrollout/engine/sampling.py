@@ -239,9 +239,9 @@ def sample_batch(
     sampled = [i for i, p in enumerate(params) if not p.is_greedy]
     if sampled:
         index = torch.tensor(sampled, device=device)
-        temps = {params[i].temperature for i in sampled}
-        if len(temps) == 1:  # rows of one workflow share it: a scalar, no per-row tensor
-            t = temps.pop()
+        sampling_temps = {params[i].temperature for i in sampled}
+        if len(sampling_temps) == 1:  # rows of one workflow share it: a scalar, no tensor
+            t = sampling_temps.pop()
         else:
             t = torch.tensor([[params[i].temperature] for i in sampled], device=device)
         probs = torch.softmax((scores if len(sampled) == rows else scores[index]) / t, dim=-1)
