@@ -242,13 +242,13 @@ def open_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> I
         raise PreprocessError(
             item, "image_decode", f"cannot identify image data ({len(raw)} bytes)"
         ) from None
-    except (OSError, SyntaxError, ValueError) as e:
+    except Exception as e:  # PIL's plug-ins raise many kinds on corrupt data (TIFF: TypeError)
         raise PreprocessError(item, "image_decode", f"cannot open image: {e}") from None
     check_size(image.size, item, max_pixels)
     try:
         image.seek(0)
         image.load()
-    except (OSError, SyntaxError, ValueError, EOFError) as e:
+    except Exception as e:  # as above: whatever a corrupt file makes the decoder raise
         raise PreprocessError(item, "image_decode", f"corrupt or truncated image: {e}") from None
     return image
 
@@ -271,8 +271,17 @@ def first_frame(image: Image.Image, item: str) -> Image.Image:
                 image.seek(where)
         image.load()
         return image
-    except (OSError, SyntaxError, ValueError, EOFError) as e:
+    except Exception as e:  # whatever a corrupt file makes PIL's decoder raise
         raise PreprocessError(item, "image_decode", f"corrupt or truncated image: {e}") from None
+
+
+def frame_count(image: Image.Image, item: str) -> int:
+    """How many frames ``image`` has. Counting walks the file (TIFF reads every frame's
+    header), so a corrupt later frame fails here as ``image_decode``."""
+    try:
+        return getattr(image, "n_frames", 1)
+    except Exception as e:  # whatever a corrupt file makes PIL's plug-in raise
+        raise PreprocessError(item, "image_decode", f"corrupt frames: {e}") from None
 
 
 def check_size(size: tuple[int, int], item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
@@ -328,12 +337,12 @@ def load_image(
     if kind == "pil":
         image = raw
         check_size(image.size, item, max_pixels)
-        n_frames = getattr(image, "n_frames", 1)
+        n_frames = frame_count(image, item)
         image = first_frame(image, item)
         fmt = None
     else:
         image = open_image(raw, item, max_pixels)
-        n_frames = getattr(image, "n_frames", 1)
+        n_frames = frame_count(image, item)
         fmt = image.format
     notes: list[str] = []
     if n_frames > 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -84,3 +85,13 @@ def test_format_reward_is_defined_on_any_text(text):
     for completion in (text, f"<think>{text}</think><answer>{text}</answer>"):
         value = reward("p", completion, [], [])
         assert 0.0 <= value <= 1.0
+
+
+def test_a_corrupt_tiff_whose_decoder_raises_type_error_is_an_image_decode_error():
+    """Found by the fuzz test above: PIL's TIFF plug-in raises ``TypeError: Missing dimensions``
+    on this byte flip, which once escaped as a traceback."""
+    data = bytearray(VALID["TIFF"][:599])
+    data[130] = 1
+    with pytest.raises(PreprocessError) as raised:
+        load_image(bytes(data), "item fuzz, image 1", max_pixels=4096 * 4096)
+    assert raised.value.reason == "image_decode"
