@@ -65,11 +65,11 @@ def select_rows(
     mask = mask[index]
     used = mask.any(dim=0).nonzero()
     start = int(used[0]) if used.numel() else mask.shape[1]
-    # index_select copies the kept rows (several times faster than advanced indexing); the
-    # column trim stays a view, which the next decode step's cache update copies anyway.
+    # index_select copies the kept rows of the kept columns (several times faster than
+    # advanced indexing) into contiguous tensors: one memory layout for a compiled decode step.
     layers = [
-        _layer(layer.keys.index_select(0, index)[:, :, start:],
-               layer.values.index_select(0, index)[:, :, start:])
+        _layer(layer.keys[:, :, start:].index_select(0, index),
+               layer.values[:, :, start:].index_select(0, index))
         for layer in cache.layers
     ]  # fmt: skip
     return _cache(layers), mask[:, start:]

@@ -72,6 +72,12 @@ class LocalInferenceEngine(InferenceEngine):
             each request samples from its own generator seeded from ``seed`` and a digest of its
             content, and sequences run one at a time (``max_batch_size`` becomes 1), so no
             batch composition can change a floating-point result. Costs the batching speed-up.
+        compile_decode: Decode through ``torch.compile`` (inductor; on a CPU it needs a C++
+            compiler): several times less per-step overhead for small models, at the price of
+            compiling at the first decode step (tens of seconds on a CPU). Taken only where the
+            compiled step's logprobs agree with the model's own (see
+            :mod:`vlrollout.engine.step_forward`); otherwise, or if compiling fails, the engine
+            warns and decodes uncompiled.
 
     A model already dispatched by accelerate (loaded with ``device_map``, see
     :meth:`from_pretrained`) stays where it is; inputs go to the device of its first module.
@@ -99,6 +105,7 @@ class LocalInferenceEngine(InferenceEngine):
         seed: int = 0,
         banned_token_ids: tuple[int, ...] | list[int] = (),
         deterministic: bool = False,
+        compile_decode: bool = False,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}.")
@@ -146,6 +153,7 @@ class LocalInferenceEngine(InferenceEngine):
             banned=self.banned_token_ids,
             generator=torch.Generator(device=self.device).manual_seed(seed),
             version=self.get_version,
+            compile=compile_decode,
         )
 
     # ------------------------------------------------------------------ construction

@@ -102,6 +102,7 @@ class DecodeWorker:
         banned: Token ids never sampled (vision placeholders).
         generator: Sampling generator for tasks without their own.
         version: Returns the weight version stamped on each sampled token.
+        compile: Decode through a ``torch.compile``d step (see ``step_forward``).
     """
 
     def __init__(
@@ -112,8 +113,10 @@ class DecodeWorker:
         banned: frozenset[int],
         generator: torch.Generator,
         version: Callable[[], int],
+        compile: bool = False,
     ):
         self.model = model
+        self.compile = compile
         self.device = device
         self.max_batch_size = max_batch_size
         self.banned = banned
@@ -431,7 +434,9 @@ class DecodeWorker:
                 pos = pos.view(1, rows, 1).expand(3, rows, 1)
             self._mask.add_column()
             if self._step_forward is None:
-                self._step_forward = choose_step(self.model, self.device, self._mrope, self._sdpa)
+                self._step_forward = choose_step(
+                    self.model, self.device, self._mrope, self._sdpa, self.compile
+                )
             logits, self._cache = self._step_forward(
                 self._next_ids,
                 self._mask.for_sdpa() if self._sdpa else self._mask.mask,

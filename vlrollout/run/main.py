@@ -186,8 +186,11 @@ def apply_process_settings(cfg: RunConfig) -> None:
 
 
 def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
-    """``deterministic=`` for the local engine (remote servers choose their own scheduling)."""
-    return {"deterministic": cfg.deterministic} if cfg.engine.kind == "local" else {}
+    """``deterministic=`` and ``compile_decode=`` for the local engine (remote servers choose
+    their own scheduling and kernels)."""
+    if cfg.engine.kind != "local":
+        return {}
+    return {"deterministic": cfg.deterministic, "compile_decode": cfg.engine.compile}
 
 
 async def run_items(runner: Any, items: list[dict[str, Any]], progress: bool) -> dict[str, Any]:

@@ -27,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="completions depend only on request and seed, not on load (one sequence at a time)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the decode step with torch.compile (compiles at the first request)",
+    )
     p.add_argument("--device-map", help="accelerate device map, e.g. auto (spreads the model)")
     p.add_argument(
         "--max-memory",
@@ -89,6 +94,7 @@ def serve(args: argparse.Namespace) -> int:
         max_batch_size=args.max_batch_size,
         seed=args.seed,
         deterministic=args.deterministic,
+        compile_decode=args.compile,
         device_map=args.device_map or None,  # from_pretrained ignores the rest without it
         max_memory=max_memory,
         offload_folder=args.offload_folder,
