@@ -30,11 +30,18 @@ the workload allows (one prefill, as many decode steps as the longest request, o
 each), so where that bound is under the target no scheduling can reach it with this model's
 transformers forward; the row then says ``MISS (bound)``.
 
-    .venv/bin/python bench/bench_engine.py            # ~1 min on 2 shared CPU cores
+Two tables: the engine as it starts by default (uncompiled decode steps), then the engine with
+``compile_decode=True`` (``vlrollout serve --compile``), whose decode steps run the decoder
+through ``torch.compile`` (compiled at the first decode step, timed separately and not in the
+table; each case runs ``generate`` alongside it again, and both tables use ``generate``'s best
+time of either phase). The headline names both worst cases.
+
+    .venv/bin/python bench/bench_engine.py            # ~2 min on 2 shared CPU cores
     .venv/bin/python bench/bench_engine.py --quick    # smaller, for the test suite
+    .venv/bin/python bench/bench_engine.py --no-compile   # the default engine only, ~1 min
     .venv/bin/python bench/bench_engine.py --device cuda --threads 8
 
-The last line is the headline (the worst engine/generate ratio).
+The last line is the headline (the worst engine/generate ratio of each engine).
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from entry import positive_int
 from PIL import Image
 
 from vlrollout.engine import LocalInferenceEngine
+from vlrollout.engine.step_forward import CompiledStep
 from vlrollout.testing.tiny_model import tiny_qwen2vl
 
 TARGET_EQUAL, TARGET_MIXED = 1.0, 1.5
@@ -170,15 +178,20 @@ def run_generate(
     return tokens, time.perf_counter() - start
 
 
-def run_engine(engine, reqs) -> tuple[list[list[int]], float, float]:
+def run_engine(engine, reqs, timed: bool = True) -> tuple[list[list[int]], float, float | None]:
     """All requests at once; timed inside the event loop (creating and closing a loop is not
-    the engine's cost). Also returns the seconds spent inside the model's forward calls."""
+    the engine's cost). Also returns the seconds spent inside the model's forward calls
+    (``timed``; not for a compiled engine, whose compiled decoder the timing hooks would
+    break into pieces)."""
 
     async def go():
         start = time.perf_counter()
         resps = await asyncio.gather(*(engine.agenerate(r) for r in reqs))
         return resps, time.perf_counter() - start
 
+    if not timed:
+        resps, seconds = asyncio.run(go())
+        return [r.output_tokens for r in resps], seconds, None
     with ForwardTimer(engine.model) as timer:
         resps, seconds = asyncio.run(go())
     return [r.output_tokens for r in resps], seconds, timer.seconds
@@ -305,6 +318,81 @@ def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, ...]:
     )
 
 
+@dataclass
+class Measured:
+    """One case on one engine: best seconds over the timed runs, and what they produced."""
+
+    name: str
+    requests: int
+    useful: int
+    target: float | None
+    generate_s: float
+    engine_s: float
+    forward_s: float | None  # inside the model's forward calls (the uncompiled engine only)
+    same: int | None  # requests whose greedy tokens equal generate's; None when sampled
+    calls: dict
+
+
+CASES = (  # name, requests (times --requests), mixed lengths, target, sampled
+    ("equal", 1, False, TARGET_EQUAL, False),
+    ("mixed", 1, True, TARGET_MIXED, False),
+    ("sampled", 1, True, None, True),
+    ("queued", None, True, TARGET_MIXED, False),
+)
+
+
+def measure(engine, model, processor, args, timed_forwards: bool) -> list[Measured]:
+    """Every case on ``engine``, ``generate`` and the engine in turn, ``--repeat`` times each."""
+    banned = sorted(engine.banned_token_ids)
+    out = []
+    for name, times, mixed, target, sample in CASES:
+        n = args.requests * (times or args.queued)
+        cases = build_cases(n, args.new_tokens, mixed)
+        reqs = engine_requests(processor, cases, sample)
+        batches = generate_batches(processor, cases, args.batch)
+        run_engine(engine, reqs[:2], timed=False)  # warm-up
+        run_generate(model, processor, generate_batches(processor, cases[:2], 2), banned)
+        gen_s, eng_s, fwd_s, calls = float("inf"), float("inf"), None, {}
+        for _ in range(args.repeat):
+            gen_tokens, s = run_generate(model, processor, batches, banned, sample)
+            gen_s = min(gen_s, s)
+            before = engine.stats()
+            eng_tokens, s, f = run_engine(engine, reqs, timed=timed_forwards)
+            if s < eng_s:
+                after = engine.stats()
+                calls = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+                eng_s, fwd_s = s, f
+        same = None if sample else sum(a == b for a, b in zip(gen_tokens, eng_tokens, strict=True))
+        useful = sum(c.new_tokens for c in cases)
+        out.append(Measured(name, n, useful, target, gen_s, eng_s, fwd_s, same, calls))
+    return out
+
+
+def print_table(title: str, rows: list[Measured]) -> None:
+    print(title)
+    print(
+        f"{'lengths':<9}{'requests':>9}{'tokens':>8}{'generate tok/s':>16}{'engine tok/s':>14}{'ratio':>7}{'same tokens':>13}{'bound':>7}{'target':>8}"
+    )
+    for r in rows:
+        ratio = r.generate_s / r.engine_s
+        bound = r.generate_s / r.forward_s if r.forward_s else None
+        agree = f"{r.same:>9}/{r.requests}" if r.same is not None else f"{'(sampled)':>13}"
+        shown = f"{bound:>6.2f}x" if bound else f"{'-':>7}"
+        aim = (
+            f"{r.target:>7.1f}x {verdict(ratio, bound or float('inf'), r.target)}"
+            if r.target
+            else f"{'-':>8}"
+        )
+        print(
+            f"{r.name:<9}{r.requests:>9}{r.useful:>8}{r.useful / r.generate_s:>16.1f}{r.useful / r.engine_s:>14.1f}{ratio:>6.2f}x{agree}{shown}{aim}"
+        )
+
+
+def worst(rows: list[Measured]) -> Measured:
+    """The case furthest below (or closest to) its target."""
+    return min((r for r in rows if r.target), key=lambda r: r.generate_s / r.engine_s / r.target)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=positive_int, default=16)
@@ -326,6 +414,12 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=positive_int, default=5, help="timed runs; the best is reported"
     )
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure the engine with compile_decode=True (compiles for ~30 s first)",
+    )
     parser.add_argument("--quick", action="store_true", help="8 requests, 16 tokens, 1 run")
     args = parser.parse_args()
     if args.quick:
@@ -341,64 +435,49 @@ def main() -> None:
         model, processor = tiny_qwen2vl(seed=0)
         source = "random tiny Qwen2-VL (vlrollout.testing.tiny_model)"
 
-    rows, forwards = [], {}
     with LocalInferenceEngine(
         model, processor, device=args.device, max_batch_size=args.batch
     ) as engine:
-        banned = sorted(engine.banned_token_ids)
-        for name, n, mixed, target, sample in (
-            ("equal", args.requests, False, TARGET_EQUAL, False),
-            ("mixed", args.requests, True, TARGET_MIXED, False),
-            ("sampled", args.requests, True, None, True),
-            ("queued", args.queued * args.requests, True, TARGET_MIXED, False),
-        ):
-            cases = build_cases(n, args.new_tokens, mixed)
-            reqs = engine_requests(processor, cases, sample)
-            batches = generate_batches(processor, cases, args.batch)
-            run_engine(engine, reqs[:2])  # warm-up
-            run_generate(model, processor, generate_batches(processor, cases[:2], 2), banned)
-            gen_s, eng_s, fwd_s = float("inf"), float("inf"), float("inf")
-            calls = {}
-            for _ in range(args.repeat):
-                gen_tokens, s = run_generate(model, processor, batches, banned, sample)
-                gen_s = min(gen_s, s)
-                before = engine.stats()
-                eng_tokens, s, f = run_engine(engine, reqs)
-                if s < eng_s:
-                    after = engine.stats()
-                    calls = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-                    eng_s, fwd_s = s, f
-            forwards[name] = calls
-            useful = sum(c.new_tokens for c in cases)
-            same = (
-                None if sample else sum(a == b for a, b in zip(gen_tokens, eng_tokens, strict=True))
-            )
-            rows.append((name, len(cases), useful, gen_s, eng_s, same, target, fwd_s))
+        eager = measure(engine, model, processor, args, timed_forwards=True)
+        cases = build_cases(args.requests, args.new_tokens, True)
+        reqs = engine_requests(processor, cases)
         in_proc, over_http, overhead, round_trip, decode = http_overhead(
             engine, cases * 2, reqs * 2, new_tokens=1
         )
+    compiled, compile_s, compiled_step = None, 0.0, False
+    if args.compile:
+        with LocalInferenceEngine(
+            model, processor, device=args.device, max_batch_size=args.batch, compile_decode=True
+        ) as engine:
+            start = time.perf_counter()  # the first decode step compiles
+            run_engine(engine, engine_requests(processor, build_cases(2, 4, False)), timed=False)
+            compile_s = time.perf_counter() - start
+            compiled_step = isinstance(engine._worker._step_forward, CompiledStep)
+            compiled = measure(engine, model, processor, args, timed_forwards=False)
 
+    if compiled is not None:  # both tables against generate's best time in either phase
+        for a, b in zip(eager, compiled, strict=True):
+            a.generate_s = b.generate_s = min(a.generate_s, b.generate_s)
     print(
         f"model: {source}; device {args.device}; torch threads {args.threads}; engine batch {args.batch}"
     )
-    print(
-        f"{'lengths':<9}{'requests':>9}{'tokens':>8}{'generate tok/s':>16}{'engine tok/s':>14}{'ratio':>7}{'same tokens':>13}{'bound':>7}{'target':>8}"
-    )
-    for name, n, useful, gen_s, eng_s, same, target, fwd_s in rows:
-        bound = gen_s / fwd_s
-        agree = f"{same:>9}/{n}" if same is not None else f"{'(sampled)':>13}"
-        aim = f"{target:>7.1f}x {verdict(gen_s / eng_s, bound, target)}" if target else f"{'-':>8}"
-        print(
-            f"{name:<9}{n:>9}{useful:>8}{useful / gen_s:>16.1f}{useful / eng_s:>14.1f}{gen_s / eng_s:>6.2f}x{agree}{bound:>6.2f}x{aim}"
-        )
+    print_table("engine (default: uncompiled decode steps)", eager)
     print(
         "engine forward calls: "
         + "; ".join(
-            f"{name} {c.get('prefill_batches', 0)} prefills + {c.get('decode_steps', 0)} decode "
-            f"steps ({c.get('decode_rows', 0) / max(1, c.get('decode_steps', 0)):.1f} rows each)"
-            for name, c in forwards.items()
+            f"{r.name} {r.calls.get('prefill_batches', 0)} prefills + "
+            f"{r.calls.get('decode_steps', 0)} decode steps "
+            f"({r.calls.get('decode_rows', 0) / max(1, r.calls.get('decode_steps', 0)):.1f} rows each)"
+            for r in eager
         )
     )
+    if compiled is not None:
+        state = "compiled" if compiled_step else "NOT compiled (see the warning above)"
+        print_table(
+            f"engine with compile_decode=True (vlrollout serve --compile): decode steps "
+            f"{state}; first decode step {compile_s:.1f} s (compiling)",
+            compiled,
+        )
     print(
         "HTTP (SGLang /generate with a PNG image, one at a time, 1 new token): in-process "
         f"{in_proc * 1e3:.1f} ms, over HTTP {over_http * 1e3:.1f} ms, overhead "
@@ -408,11 +487,20 @@ def main() -> None:
         f"HTTP fixed costs: GET /health round trip {round_trip * 1e3:.2f} ms; server-side PNG "
         f"decode + image processor {decode * 1e3:.2f} ms per image"
     )
-    worst = min((r for r in rows if r[6]), key=lambda r: r[3] / r[4] / r[6])
+    w = worst(eager)
+    line = (
+        f"default {w.generate_s / w.engine_s:.2f}x against {w.target:.1f}x ({w.name}; "
+        f"forward-call bound {w.generate_s / w.forward_s:.2f}x)"
+    )
+    if compiled is not None:
+        c = worst(compiled)
+        line = (
+            f"compile_decode {c.generate_s / c.engine_s:.2f}x against {c.target:.1f}x "
+            f"({c.name}); " + line
+        )
     print(
-        f"headline engine/generate tokens/s: {worst[3] / worst[4]:.2f}x against a target of "
-        f"{worst[6]:.1f}x ({worst[0]}, the case furthest below or closest to its target; "
-        f"forward-call bound {worst[3] / worst[7]:.2f}x)"
+        "headline engine/generate tokens/s, the case furthest below or closest to its target: "
+        + line
     )
 
 

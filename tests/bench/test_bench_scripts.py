@@ -82,17 +82,23 @@ def test_bench_photos_are_jpegs_of_the_requested_sizes(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_engine_quick_prints_ratios_tokens_and_http_overhead():
-    lines = _run_quick("bench_engine.py", timeout_s=300)
-    for name, n in (("equal", 8), ("mixed", 8), ("queued", 32)):
-        (row,) = [line for line in lines if line.startswith(name)]
-        # Greedy tokens identical to generate, and the ratio judged against its target.
-        assert re.search(
-            rf"\d+\.\d\dx\s+{n}/{n}\s+\d+\.\d\dx\s+1\.[05]x (ok|MISS|MISS \(bound\))$", row
-        ), row
-    (sampled,) = [line for line in lines if line.startswith("sampled")]
-    assert re.search(r"\d+\.\d\dx\s+\(sampled\)\s+\d+\.\d\dx\s+-$", sampled), sampled
+    lines = _run_quick("bench_engine.py", timeout_s=400)
+    compiled_title = [i for i, line in enumerate(lines) if "compile_decode=True" in line]
+    assert len(compiled_title) == 1 and "decode steps compiled;" in lines[compiled_title[0]]
+    tables = {"default": lines[: compiled_title[0]], "compiled": lines[compiled_title[0] :]}
+    for table, rows in tables.items():
+        bound = r"\d+\.\d\dx" if table == "default" else "-"
+        for name, n in (("equal", 8), ("mixed", 8), ("queued", 32)):
+            (row,) = [line for line in rows if line.startswith(name)]
+            # Greedy tokens identical to generate, and the ratio judged against its target.
+            assert re.search(
+                rf"\d+\.\d\dx\s+{n}/{n}\s+{bound}\s+1\.[05]x (ok|MISS|MISS \(bound\))$", row
+            ), row
+        (sampled,) = [line for line in rows if line.startswith("sampled")]
+        assert re.search(rf"\d+\.\d\dx\s+\(sampled\)\s+{bound}\s+-$", sampled), sampled
     assert any(line.startswith("HTTP") and "ms/request" in line for line in lines)
     assert lines[-1].startswith("headline engine/generate")
+    assert "compile_decode " in lines[-1] and "default " in lines[-1]
 
 
 def test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs():
