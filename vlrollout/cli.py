@@ -131,6 +131,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="batch requests independently of timing (default: on when --seed is given)",
     )
     a(
+        "--compile",
+        action="store_const",
+        const=True,
+        dest="engine.compile",
+        help="compile the local engine's decode step with torch.compile (~30 s at the start)",
+    )
+    a(
         "--max-new-tokens",
         type=int,
         dest="gconfig.max_new_tokens",

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _cfg(*flags: str) -> RunConfig:
     args = build_parser().parse_args(["run", *flags])
-    return RunConfig.load(None, **{k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS})
+    overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
+    return RunConfig.load(None, dotlist=args.settings, **overrides)
 
 
 def test_a_seed_turns_deterministic_scheduling_on_unless_told_otherwise():
@@ -30,7 +31,11 @@ def test_a_seed_turns_deterministic_scheduling_on_unless_told_otherwise():
 
 
 def test_the_local_engine_gets_the_setting():
-    assert _engine_kwargs(_cfg("--seed", "5")) == {"deterministic": True}
+    assert _engine_kwargs(_cfg("--seed", "5")) == {"deterministic": True, "compile_decode": False}
+    for flags in (["--compile"], ["engine.compile=true"]):
+        assert _engine_kwargs(_cfg(*flags))["compile_decode"] is True
+    remote = _cfg("--compile", "--engine", "sglang", "--address", "127.0.0.1:1")
+    assert _engine_kwargs(remote) == {}  # a server chooses its own kernels
 
 
 @pytest.mark.slow

@@ -23,6 +23,26 @@ def test_serve_is_a_subcommand_with_the_documented_flags():
     assert (args.model, args.protocol, args.port, args.host) == ("m", "vllm", 1234, "127.0.0.1")
 
 
+@pytest.mark.parametrize("flags, compiled", [([], False), (["--compile"], True)])
+def test_compile_reaches_the_engine(monkeypatch, flags, compiled):
+    """``--compile`` builds the engine with ``compile_decode=True`` (the compiled step itself:
+    ``tests/engine/test_compiled_step.py``); stopped before any server starts."""
+    from vlrollout.engine import LocalInferenceEngine
+
+    seen = {}
+
+    def load(path, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt  # stop here: no server
+
+    monkeypatch.setattr(LocalInferenceEngine, "from_pretrained", staticmethod(load))
+    from vlrollout.serve.main import serve
+
+    with pytest.raises(KeyboardInterrupt):
+        serve(build_parser().parse_args(["serve", "--model", str(ASSET), *flags]))
+    assert seen["compile_decode"] is compiled
+
+
 def test_missing_model_folder_is_a_one_line_error(tmp_path, capsys):
     assert main(["serve", "--model", str(tmp_path / "nope")]) == 2
     assert "is not a model folder" in capsys.readouterr().out
