@@ -5,6 +5,9 @@ decode step, and still right after rows leave and join and after a weight update
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from vlrollout.engine.step_forward import CompiledStep, DirectStep, choose_step
 from vlrollout.testing.tiny_model import tiny_qwen2vl
 
 CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Perturbed(torch.nn.Module):
@@ -110,3 +114,32 @@ def test_compiled_engine_matches_the_uncompiled_one_and_never_recompiles(vision_
         assert fast.stats()["prefill_batches"] > 4  # queued rows joined running batches
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
     assert tokens[True] != tokens[False]  # the compiled step decodes with the new weights
+
+
+def test_training_in_the_same_process_after_compiling_on_the_worker_thread():
+    """The worker thread compiles before the process's first backward; a training step after
+    it must not crash (torch 2.10 segfaulted in the autograd engine's thread start-up)."""
+    script = """
+import asyncio, torch
+from areal.api.cli_args import GenerationHyperparameters
+from areal.api.io_struct import ModelRequest
+from vlrollout.engine import LocalInferenceEngine
+from vlrollout.engine.step_forward import CompiledStep
+from vlrollout.testing.tiny_model import tiny_qwen2vl
+model, processor = tiny_qwen2vl(seed=0)
+g = GenerationHyperparameters(max_new_tokens=3, min_new_tokens=3, greedy=True)
+with LocalInferenceEngine(model, processor, compile_decode=True) as engine:
+    req = ModelRequest(input_ids=[1, 100, 101], gconfig=g)
+    asyncio.run(engine.agenerate(req))
+    assert isinstance(engine._worker._step_forward, CompiledStep)
+trained, _ = tiny_qwen2vl(seed=1)
+trained.train()
+loss = trained(input_ids=torch.randint(20, 400, (2, 16))).logits.logsumexp(-1).mean()
+loss.backward()
+print("trained", float(loss))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "trained" in done.stdout

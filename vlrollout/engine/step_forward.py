@@ -154,6 +154,7 @@ def _compiled(
     """The compiled step if it compiles and passes its probe (one row and three), else
     ``None`` after a warning."""
     full = FullStep(model)
+    _start_autograd_threads()
     step = CompiledStep(
         DirectStep(torch.compile(decoder, dynamic=True), head, prepared_mask)
         if separate
@@ -228,6 +229,16 @@ def _probe(
         if step >= warm:
             pairs.append((out["reference"], out["candidate"]))
     return pairs
+
+
+def _start_autograd_threads() -> None:
+    """Run one tiny backward before compiling. With torch 2.10, compiling on a thread other
+    than the main one (the engine's worker) before the process's first backward leaves the
+    autograd engine's device-thread start-up broken: that first backward, e.g. a training step
+    in the same process, then dies with a segmentation fault. Once started, they stay fine."""
+    with torch.inference_mode(False), torch.enable_grad():
+        x = torch.zeros((), requires_grad=True)
+        (x * 1).backward()
 
 
 def _mark_dynamic(ids, mask, positions, cache) -> None:
