@@ -86,7 +86,7 @@ def test_a_compiled_step_is_taken_only_within_the_tolerance(monkeypatch, shift, 
 def test_compiled_engine_matches_the_uncompiled_one_and_never_recompiles(vision_prompt):
     """Real ``torch.compile`` on the CPU (inductor, C++): a batch that shrinks to one row and
     admits queued requests, then a weight update. Tokens equal the uncompiled engine's, logprobs
-    within 1e-4, and every graph is compiled at the first decode step (none later: not for
+    within 1e-4, and every graph is compiled when the engine is built (none later: not for
     other row counts or lengths, merged or trimmed caches, nor new weights)."""
     model, processor = tiny_qwen2vl(seed=0)
     reference, _ = tiny_qwen2vl(seed=0)
@@ -99,8 +99,8 @@ def test_compiled_engine_matches_the_uncompiled_one_and_never_recompiles(vision_
     ):
         fast.initialize()
         slow.initialize()
-        generate_all(fast, reqs[:2])  # compiles at its first decode step
-        assert isinstance(fast._worker._step_forward, CompiledStep)
+        assert isinstance(fast._worker._step_forward, CompiledStep)  # compiled when built
+        generate_all(fast, reqs[:2])
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         for update in (False, True):
             if update:
@@ -117,8 +117,9 @@ def test_compiled_engine_matches_the_uncompiled_one_and_never_recompiles(vision_
 
 
 def test_training_in_the_same_process_after_compiling_on_the_worker_thread():
-    """The worker thread compiles before the process's first backward; a training step after
-    it must not crash (torch 2.10 segfaulted in the autograd engine's thread start-up)."""
+    """A compiled engine, used and destroyed before the process's first backward: a training
+    step after it must not crash (compiling on the engine's worker thread, which ends with the
+    engine, made torch 2.10 segfault in that backward's autograd thread start-up)."""
     script = """
 import asyncio, torch
 from areal.api.cli_args import GenerationHyperparameters

@@ -73,8 +73,10 @@ class LocalInferenceEngine(InferenceEngine):
             content, and sequences run one at a time (``max_batch_size`` becomes 1), so no
             batch composition can change a floating-point result. Costs the batching speed-up.
         compile_decode: Decode through ``torch.compile`` (inductor; on a CPU it needs a C++
-            compiler): several times less per-step overhead for small models, at the price of
-            compiling at the first decode step (tens of seconds on a CPU). Taken only where the
+            compiler): much less per-step overhead for small models, at the price of compiling
+            here, in the constructor, on the calling thread (tens of seconds on a CPU; build
+            the engine on the main thread: with torch 2.10, compiling on a thread that later
+            ends breaks later backwards and FSDP set-up in the process). Taken only where the
             compiled step's logprobs agree with the model's own (see
             :mod:`vlrollout.engine.step_forward`); otherwise, or if compiling fails, the engine
             warns and decodes uncompiled.

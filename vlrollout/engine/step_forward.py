@@ -21,10 +21,11 @@ batches: on a CPU most of a small model's decode step is per-operator overhead, 
 fused kernels remove. Fused kernels round differently, so the compiled step is taken where its
 log-probabilities on the probe are within :data:`COMPILED_LOGPROB_TOLERANCE` of the model's own
 and it picks the same greedy tokens; the probe compiles both graphs the engine needs (several
-rows and one row; sizes of 1 are specialised), so the first decode step takes tens of seconds
-on a CPU and none later does. Weight updates copy into the same parameters and need no
-recompilation; moving the model to another device recompiles once. If compiling fails (no C++
-compiler, an unsupported operator) the engine warns and decodes uncompiled.
+rows and one row; sizes of 1 are specialised) when the engine is built, on the thread that
+builds it (tens of seconds on a CPU), so no decode step compiles. Weight updates copy into the
+same parameters and need no recompilation; moving the model to another device recompiles once
+(on the worker thread). If compiling fails (no C++ compiler, an unsupported operator) the
+engine warns and decodes uncompiled.
 """
 
 from __future__ import annotations
@@ -154,7 +155,6 @@ def _compiled(
     """The compiled step if it compiles and passes its probe (one row and three), else
     ``None`` after a warning."""
     full = FullStep(model)
-    _start_autograd_threads()
     step = CompiledStep(
         DirectStep(torch.compile(decoder, dynamic=True), head, prepared_mask)
         if separate
@@ -229,16 +229,6 @@ def _probe(
         if step >= warm:
             pairs.append((out["reference"], out["candidate"]))
     return pairs
-
-
-def _start_autograd_threads() -> None:
-    """Run one tiny backward before compiling. With torch 2.10, compiling on a thread other
-    than the main one (the engine's worker) before the process's first backward leaves the
-    autograd engine's device-thread start-up broken: that first backward, e.g. a training step
-    in the same process, then dies with a segmentation fault. Once started, they stay fine."""
-    with torch.inference_mode(False), torch.enable_grad():
-        x = torch.zeros((), requires_grad=True)
-        (x * 1).backward()
 
 
 def _mark_dynamic(ids, mask, positions, cache) -> None:

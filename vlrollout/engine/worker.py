@@ -33,7 +33,7 @@ from transformers.cache_utils import DynamicCache
 from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
 from vlrollout.engine.inputs import PreparedInputs, positions_key, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch
-from vlrollout.engine.step_forward import DirectStep, FullStep, choose_step
+from vlrollout.engine.step_forward import CompiledStep, DirectStep, FullStep, choose_step
 
 _STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
 # Requests submitted together (``asyncio.gather``, a GRPO group) reach the queue a fraction of a
@@ -102,7 +102,9 @@ class DecodeWorker:
         banned: Token ids never sampled (vision placeholders).
         generator: Sampling generator for tasks without their own.
         version: Returns the weight version stamped on each sampled token.
-        compile: Decode through a ``torch.compile``d step (see ``step_forward``).
+        compile: Decode through a ``torch.compile``d step (see ``step_forward``), compiled
+            here, on the constructing thread: construct on one that lives as long as the
+            process (the main thread).
     """
 
     def __init__(
@@ -116,7 +118,6 @@ class DecodeWorker:
         compile: bool = False,
     ):
         self.model = model
-        self.compile = compile
         self.device = device
         self.max_batch_size = max_batch_size
         self.banned = banned
@@ -148,8 +149,12 @@ class DecodeWorker:
         self._sdpa = getattr(text_config, "_attn_implementation", None) == "sdpa" and can_merge(
             DynamicCache(config=model.config)
         )
-        # Chosen at the first decode step, by a probe forward (see step_forward).
-        self._step_forward: FullStep | DirectStep | None = None
+        # Chosen by a probe forward (see step_forward) at the first decode step, on the worker
+        # thread; a compiled one here and now, on the caller's thread (with torch 2.10, state
+        # left by compiling on a thread that later ends crashes later backwards and FSDP set-up).
+        self._step_forward: FullStep | DirectStep | CompiledStep | None = None
+        if compile:
+            self._step_forward = choose_step(model, device, self._mrope, self._sdpa, True)
 
     # ---------------------------------------------------------------- called from other threads
     @property
@@ -434,9 +439,7 @@ class DecodeWorker:
                 pos = pos.view(1, rows, 1).expand(3, rows, 1)
             self._mask.add_column()
             if self._step_forward is None:
-                self._step_forward = choose_step(
-                    self.model, self.device, self._mrope, self._sdpa, self.compile
-                )
+                self._step_forward = choose_step(self.model, self.device, self._mrope, self._sdpa)
             logits, self._cache = self._step_forward(
                 self._next_ids,
                 self._mask.for_sdpa() if self._sdpa else self._mask.mask,

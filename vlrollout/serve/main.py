@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="compile the decode step with torch.compile (compiles at the first request)",
+        help="compile the decode step with torch.compile (~30 s more at start-up)",
     )
     p.add_argument("--device-map", help="accelerate device map, e.g. auto (spreads the model)")
     p.add_argument(
