@@ -11,7 +11,7 @@ import stat
 import pytest
 from areal.api.cli_args import GenerationHyperparameters
 
-from vlrollout.run.config import RunConfig
+from vlrollout.run.config import EngineConfig, RunConfig
 from vlrollout.run.datasets import load_items
 from vlrollout.run.errors import OutputFolderError
 from vlrollout.run.files import atomic_write_bytes
@@ -88,6 +88,21 @@ def test_rerun_with_other_settings_is_refused_naming_the_differences(tmp_path):
     prepare_output(out, RunConfig(group_size=2, workflow="text"), overwrite=True)
     assert not (out / "items").exists()
     prepare_output(out, RunConfig(group_size=2, workflow="text"))  # now the folder is the new run's
+
+
+def test_compiling_the_decode_step_resumes_a_run_with_or_without_it(tmp_path):
+    """A speed setting: toggling it, or resuming a folder written before the setting existed
+    (no ``engine.compile`` in its run.json), is a resume, not another configuration."""
+    out = tmp_path / "out"
+    prepare_output(out, RunConfig())
+    (out / "items").mkdir()
+    (out / "items" / "x.json").write_text('{"id": "x"}')
+    prepare_output(out, RunConfig(engine=EngineConfig(compile=True)))
+    run = json.loads((out / "run.json").read_text())
+    run["config"].pop("engine.compile", None)  # as written before the setting existed
+    (out / "run.json").write_text(json.dumps(run))
+    prepare_output(out, RunConfig())
+    assert (out / "items" / "x.json").exists()
 
 
 def test_output_that_is_a_file_is_refused(tmp_path):

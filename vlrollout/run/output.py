@@ -26,6 +26,9 @@ NOT_RESULT_SHAPING = (
     "engine.addresses",
     "reward_timeout_s",
     "prompt_cache_bytes",
+    # How decode steps run, not what they compute (the compiled step is taken only where its
+    # logprobs are within 1e-4 of the model's own); absent from run folders written before it.
+    "engine.compile",
 )
 RUN_OUTPUTS = ("items", "trajectories", "summary.json", "report.html", RUN_FILE)
 
