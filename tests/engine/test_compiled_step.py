@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch._dynamo
+from areal.api.cli_args import GenerationHyperparameters
+from areal.api.io_struct import ModelRequest
 
 from tests.engine.batches import generate_all, shrinking_requests
 from vlrollout.engine import LocalInferenceEngine, step_forward
 from vlrollout.engine.step_forward import CompiledStep, DirectStep, choose_step
-from vlrollout.testing.tiny_model import tiny_qwen2vl
+from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,3 +146,28 @@ print("trained", float(loss))
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "trained" in done.stdout
+
+
+def test_a_text_only_model_compiles_and_matches_too():
+    """A text-only causal LM (1-D positions, grouped KV heads): the compiled engine's tokens and
+    logprobs are the uncompiled one's, prompts and lengths of different sizes in one batch."""
+    model = tiny_qwen2_text(num_key_value_heads=1)
+    reference = tiny_qwen2_text(num_key_value_heads=1)
+    reference.load_state_dict(model.state_dict())
+    reqs = [
+        ModelRequest(
+            input_ids=[1, 5 + i, 7, 9][: 2 + i % 3],
+            gconfig=GenerationHyperparameters(
+                max_new_tokens=3 + 2 * i, min_new_tokens=3 + 2 * i, greedy=True
+            ),
+        )
+        for i in range(6)
+    ]
+    with (
+        LocalInferenceEngine(model, None, max_batch_size=4, compile_decode=True) as fast,
+        LocalInferenceEngine(reference, None, max_batch_size=4) as slow,
+    ):
+        assert isinstance(fast._worker._step_forward, CompiledStep)
+        for a, b in zip(generate_all(fast, reqs), generate_all(slow, reqs), strict=True):
+            assert a.output_tokens == b.output_tokens
+            torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)
