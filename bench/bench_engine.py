@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import io
 import statistics
 import time
@@ -189,12 +190,9 @@ def run_engine(engine, reqs, timed: bool = True) -> tuple[list[list[int]], float
         resps = await asyncio.gather(*(engine.agenerate(r) for r in reqs))
         return resps, time.perf_counter() - start
 
-    if not timed:
+    with ForwardTimer(engine.model) if timed else contextlib.nullcontext() as timer:
         resps, seconds = asyncio.run(go())
-        return [r.output_tokens for r in resps], seconds, None
-    with ForwardTimer(engine.model) as timer:
-        resps, seconds = asyncio.run(go())
-    return [r.output_tokens for r in resps], seconds, timer.seconds
+    return [r.output_tokens for r in resps], seconds, timer.seconds if timed else None
 
 
 class ForwardTimer:

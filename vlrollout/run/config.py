@@ -56,7 +56,7 @@ class EngineConfig:
             seeded run gives the same tokens under any load. ``None``: on when a seed is given.
         compile: Compile the local engine's decode step with ``torch.compile`` (see
             ``LocalInferenceEngine(compile_decode=...)``): faster steps after tens of seconds
-            of compiling at the first one.
+            of compiling when the engine is built.
     """
 
     kind: str = "local"
