@@ -7,12 +7,19 @@ STAMP := $(VENV)/.vlrollout-installed
 .PHONY: setup demo demo-baseline train test test-all lint bench lock snapshots
 
 # Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
-# pyproject.toml or the lock changes.
+# pyproject.toml or the lock changes. The venv takes about 10 GiB (areal pins a torch whose Linux
+# wheels carry CUDA), so set-up says how much room there is before pip fails half-way with
+# "No space left on device"; --no-cache-dir keeps pip from storing a second copy of the wheels.
+SETUP_NEEDS_GIB := 11
 setup: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock
+	@free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
+	if [ "$$free" -lt $(SETUP_NEEDS_GIB) ]; then \
+	  echo "warning: installing into $(VENV) needs about $(SETUP_NEEDS_GIB) GiB free; $$free GiB free on $$(df -P . | awk 'NR==2 {print $$6}')" >&2; \
+	fi
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c requirements.lock -e '.[test]'
+	$(BIN)/pip install --quiet --no-cache-dir --upgrade pip
+	$(BIN)/pip install --quiet --no-cache-dir -c requirements.lock -e '.[test]'
 	touch $(STAMP)
 
 # The main job: rollouts of the tiny model on the sample images -> runs/demo/
