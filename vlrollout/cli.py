@@ -381,6 +381,14 @@ class SignalExit(BaseException):  # noqa: N818 - a request to stop, like Keyboar
         super().__init__(signum)
 
 
+#: What a command stopped by a signal leaves to resume from (said on its last line); commands
+#: not listed (serve, snapshot, ...) keep nothing worth naming.
+KEPT_WHEN_STOPPED = {
+    "run": "finished items are kept: rerun the same command to resume",
+    "train": "saved checkpoints are kept: rerun the same command to resume from the last one",
+}
+
+
 def _raise_signal_exit(signum: int, frame: Any) -> None:
     raise SignalExit(signum)
 
@@ -432,9 +440,10 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
         signum = e.signum if isinstance(e, SignalExit) else signal.SIGINT
         if debug:
             traceback.print_exc()
+        kept = KEPT_WHEN_STOPPED.get(command)
         print(
-            f"vlrollout {command}: stopped by {signal.Signals(signum).name}; finished items are "
-            "kept: rerun the same command to resume",
+            f"vlrollout {command}: stopped by {signal.Signals(signum).name}"
+            + (f"; {kept}" if kept else ""),
             file=sys.stderr,
         )
         return 128 + signum

@@ -103,3 +103,23 @@ def test_vlrollout_run_on_the_tiny_model_stops_cleanly(tmp_path, sig, to_group):
     ]  # fmt: skip
     proc = _start(cmd, out, ready=1)
     _check_stop(proc, sig, to_group, out, total=12)
+
+
+@pytest.mark.parametrize(
+    ("command", "kept"),
+    [("run", "finished items are kept"), ("train", "checkpoints are kept"), ("serve", None)],
+)
+def test_the_stop_line_names_what_the_command_keeps(capsys, command, kept):
+    """A stopped `serve` (or `snapshot`, ...) has no items to resume: its line must not say so."""
+    from vlrollout.cli import run_command
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert run_command(command, interrupted) == 130
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"vlrollout {command}: stopped by SIGINT"), line
+    if kept is None:
+        assert "resume" not in line and "kept" not in line, line
+    else:
+        assert kept in line and "rerun the same command to resume" in line, line
