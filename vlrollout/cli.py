@@ -417,8 +417,10 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
     SIGTERM return 130 and 143 after one line saying what was kept; no worker process outlives
     the command.
     """
+    from vlrollout.logs import log_to_stderr
     from vlrollout.run.errors import Interrupted, UsageError
 
+    log_to_stderr()
     previous = signal.signal(signal.SIGTERM, _raise_signal_exit)
     workers = _worker_state()
     try:

@@ -7,12 +7,13 @@ The :class:`EpisodeLedger` keeps the reason: ``submitted == accepted + rejected`
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import Counter, deque
 from dataclasses import asdict, dataclass
 
-logger = logging.getLogger("vlrollout")
+from vlrollout.logs import get_logger
+
+logger = get_logger("vlrollout")
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,9 @@ def test_serve_process_starts_answers_and_stops(protocol):
                 timeout=30,
             )
         assert r.status_code == 200, r.text
+        path = "/generate" if protocol == "sglang" else "/v1/chat/completions"
+        bad = requests.post(f"http://127.0.0.1:{port}{path}", data=b"{not json", timeout=30)
+        assert bad.status_code == 400, bad.text
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -97,3 +100,6 @@ def test_serve_process_starts_answers_and_stops(protocol):
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
+    # The server's log says why it refused (AReaL's logging resets used to swallow this line).
+    log = proc.stdout.read().decode()
+    assert f"POST {path} -> 400: {path}: malformed JSON body" in log, log[-2000:]

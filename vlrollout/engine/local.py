@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import threading
 import time
 from typing import Any
@@ -42,8 +41,9 @@ from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
 from vlrollout.engine.inputs import placeholder_token_ids, prepare_inputs
 from vlrollout.engine.sampling import SamplingParams
 from vlrollout.engine.worker import DecodeWorker, GenerationTask
+from vlrollout.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _split_processor(obj: Any) -> tuple[Any, Any]:

@@ -30,12 +30,13 @@ engine warns and decodes uncompiled.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 
-logger = logging.getLogger(__name__)
+from vlrollout.logs import get_logger
+
+logger = get_logger(__name__)
 
 # Largest |difference| of a compiled step's log-probabilities from the model's own on the probe:
 # the bar for remote vs teacher-forced logprobs in float32; wider for half precision.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import logging
 import os
 import tempfile
 from pathlib import Path
@@ -18,7 +17,9 @@ from typing import Any
 
 import torch
 
-logger = logging.getLogger("vlrollout.run")
+from vlrollout.logs import get_logger
+
+logger = get_logger("vlrollout.run")
 
 TEMP_SUFFIX = ".tmp"
 

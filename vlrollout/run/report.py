@@ -18,7 +18,6 @@ import base64
 import html
 import io
 import json
-import logging
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -27,10 +26,11 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from vlrollout.logs import get_logger
 from vlrollout.run.files import atomic_write_bytes, item_stem, read_outcomes
 from vlrollout.run.report_summary import overview_html
 
-logger = logging.getLogger("vlrollout.run")
+logger = get_logger("vlrollout.run")
 
 THUMB = 224
 GT_COLOUR = (255, 0, 255)  # magenta

@@ -17,7 +17,6 @@ the item files on disk (each holds its id), so it counts exactly what was writte
 from __future__ import annotations
 
 import asyncio
-import logging
 import statistics
 import time
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from areal.api import InferenceEngine, RolloutWorkflow
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 
 from vlrollout.ledger import EpisodeLedger
+from vlrollout.logs import get_logger
 from vlrollout.run.files import (
     atomic_torch_save,
     atomic_write_json,
@@ -38,7 +38,7 @@ from vlrollout.run.files import (
 )
 from vlrollout.run.items import BLOCKING, item_problems
 
-logger = logging.getLogger("vlrollout.run")
+logger = get_logger("vlrollout.run")
 
 
 def generated_segments(traj: dict[str, Any], row: int) -> list[list[int]]:

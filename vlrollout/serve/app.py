@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from vlrollout.logs import get_logger
 from vlrollout.serve.errors import BadRequest
 from vlrollout.serve.main import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
 from vlrollout.serve.state import STATE, ServerState
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 Route = Callable[[web.Request, Any], Awaitable[dict[str, Any]]]
 

@@ -72,9 +72,10 @@ def serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from vlrollout.engine import LocalInferenceEngine
+    from vlrollout.logs import get_logger, log_to_stderr
     from vlrollout.serve.app import build_app
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    log_to_stderr(logging.INFO)  # each refused request is logged with its reason
     if not Path(args.model, "config.json").is_file():
         print(f"vlrollout serve: --model {args.model!r} is not a model folder (no config.json)")
         return 2
@@ -108,7 +109,14 @@ def serve(args: argparse.Namespace) -> int:
     print(
         f"vlrollout serve: {args.protocol} protocol on http://{args.host}:{args.port}", flush=True
     )
-    web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None)
+    web.run_app(
+        app,
+        host=args.host,
+        port=args.port,
+        handler_cancellation=True,
+        print=None,
+        access_log=get_logger("vlrollout.serve.access"),  # one line per request, on stderr
+    )
     return 0
 
 

@@ -14,16 +14,17 @@ Error policy (what the model sees as the tool's output, and counted as a tool er
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from PIL import Image
 
+from vlrollout.logs import get_logger
+
 from .base import Tool, ToolContext, ToolError, ToolResult
 from .parsing import ToolCall
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 @dataclass(frozen=True)

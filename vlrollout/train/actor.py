@@ -7,12 +7,13 @@ them for several).
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from vlrollout.logs import get_logger
+
+logger = get_logger(__name__)
 
 
 def _free_port() -> int:

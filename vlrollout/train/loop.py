@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import logging
 import random
 import statistics
 import time
@@ -23,9 +22,10 @@ from typing import Any
 
 import torch
 
+from vlrollout.logs import get_logger
 from vlrollout.train.config import TrainConfig
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 # ----------------------------------------------------------------------------- data and rewards

@@ -7,6 +7,8 @@ import json
 import logging
 from collections.abc import Sequence
 
+from vlrollout.logs import log_to_stderr
+
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
@@ -16,7 +18,7 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--config", required=True, help="YAML with GRPOConfig keys + vlrollout:")
     args, overrides = parser.parse_known_args(list(argv))
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    log_to_stderr(logging.WARNING)
 
     from pathlib import Path
 

@@ -1,0 +1,41 @@
+"""Our log records reach a command's stderr even after AReaL resets logging (its ``getLogger``
+replaces the root logger and manager on every call, orphaning handlers set on the old root)."""
+
+from __future__ import annotations
+
+import logging
+
+from areal.utils import logging as areal_logging
+
+from vlrollout.logs import get_logger, log_to_stderr
+
+
+def test_records_reach_stderr_through_areals_resets_once_each(capsys):
+    before = get_logger("vlrollout.test_logs.before")
+    logging.basicConfig(level=logging.INFO)  # a root handler too: records must not print twice
+    log_to_stderr(logging.INFO)
+    areal_logging.getLogger("AnAReaLModule")  # what AReaL does on import and engine builds
+    after = get_logger("vlrollout.test_logs.after")
+    areal_logging.getLogger("AnotherAReaLModule")
+    before.info("made before the resets")
+    after.warning("made after one")
+    after.debug("below the level")
+    err = capsys.readouterr().err
+    assert err.count("INFO vlrollout.test_logs.before: made before the resets") == 1, err
+    assert err.count("WARNING vlrollout.test_logs.after: made after one") == 1, err
+    assert "below the level" not in err
+
+
+def test_every_module_logger_of_ours_is_made_with_get_logger():
+    """A module that used ``logging.getLogger`` would be back to losing its records."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    offenders = [
+        str(path.relative_to(root))
+        for folder in ("vlrollout", "processors", "rewards")
+        for path in (root / folder).rglob("*.py")
+        if path.name != "logs.py" and re.search(r"(?<!\w)logging\.getLogger\(", path.read_text())
+    ]
+    assert offenders == []
