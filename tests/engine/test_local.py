@@ -412,6 +412,12 @@ def test_not_initialized_and_bad_requests(tiny, text_prompt):
             generate(eng, ModelRequest(input_ids=text_prompt(), gconfig=gconfig(n_samples=2)))
         with pytest.raises(ValueError, match="No room"):
             generate(eng, ModelRequest(input_ids=text_prompt(), gconfig=gconfig(max_tokens=3)))
+        vocab = model.get_input_embeddings().num_embeddings
+        for bad, at in ((vocab, 2), (-1, 0)):  # the embedding would raise IndexError mid-batch
+            ids = text_prompt()
+            ids[at] = bad
+            with pytest.raises(ValueError, match=f"token id {bad} at position {at}.*{vocab}"):
+                generate(eng, ModelRequest(input_ids=ids))
         with pytest.raises(KeyError, match="not parameters"):
             eng.update_weights_from_state_dict({"lm_head.nope": torch.zeros(1)}).result()
     with pytest.raises(NotImplementedError, match="update_weights_from_state_dict"):

@@ -32,6 +32,10 @@ def test_from_gconfig_caps_and_merges_stop_ids():
         ({"max_tokens": 10}, "No room"),
         ({"top_p": 0.0}, "top_p"),
         ({"temperature": -1.0}, "temperature"),
+        ({"temperature": float("nan")}, "temperature must be a finite number >= 0, got nan"),
+        ({"temperature": float("inf")}, "temperature must be a finite number >= 0, got inf"),
+        ({"frequency_penalty": float("nan")}, "frequency_penalty must be a finite number"),
+        ({"frequency_penalty": float("-inf")}, "frequency_penalty must be a finite number"),
     ],
 )
 def test_from_gconfig_rejects(kw, match):

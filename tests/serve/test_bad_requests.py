@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import math
 
 import pytest
 import requests
@@ -21,6 +23,11 @@ def prompts(sglang_server):
     two, _, _ = vision_prompt(engine.processor, [image(0), image(1)])
     text = engine.tokenizer("Hello there")["input_ids"]
     return {"one": one, "two": two, "text": text, "img": png_base64(image(0))}
+
+
+def _json(body) -> bytes:
+    """``body`` as JSON bytes, NaN and Infinity literals included (``requests`` refuses them)."""
+    return json.dumps(body).encode()
 
 
 def _sglang_cases(p):
@@ -85,13 +92,40 @@ def _sglang_cases(p):
             "negative temperature",
             {"input_ids": p["text"], "sampling_params": {"temperature": -1}},
             400,
-            "temperature must be >= 0",
+            "temperature must be a finite number >= 0, got -1.0",
         ),
         (
             "wrong type",
             {"input_ids": p["text"], "sampling_params": {"top_p": "high"}},
             400,
             "sampling_params: top_p must be float",
+        ),
+        (
+            "token id outside the vocabulary",
+            {"input_ids": [*p["text"], 10**9], "sampling_params": sp},
+            400,
+            "token id 1000000000 at position",
+        ),
+        # Python's json writes and reads NaN / Infinity literals; a client can send them.
+        (
+            "NaN temperature",
+            b'{"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2, "temperature": NaN}}',
+            400,
+            "temperature must be a finite number >= 0, got nan",
+        ),
+        (
+            "infinite temperature",
+            _json({"input_ids": p["text"], "sampling_params": {**sp, "temperature": math.inf}}),
+            400,
+            "temperature must be a finite number >= 0, got inf",
+        ),
+        (
+            "NaN frequency penalty",
+            _json(
+                {"input_ids": p["text"], "sampling_params": {**sp, "frequency_penalty": math.nan}}
+            ),
+            400,
+            "frequency_penalty must be a finite number, got nan",
         ),
         (
             "longer than the context",
@@ -167,6 +201,8 @@ def test_vllm_bad_requests(vllm_server, prompts):
         ("/v1/chat/completions", chat(url(img), n=2), 400, "n must be 1"),
         ("/v1/completions", {"prompt": prompts["one"], "max_tokens": 2}, 400, "has no images"),
         ("/v1/completions", {"prompt": [-1], "max_tokens": 2}, 400, "non-negative token ids"),
+        ("/v1/completions", {"prompt": [1, 10**9], "max_tokens": 2}, 400, "outside the model"),
+        ("/v1/chat/completions", _json(chat(url(img), temperature=math.inf)), 400, "finite"),
         ("/v1/completions", {"max_tokens": 2}, 400, "missing required field(s) ['prompt']"),
     ]
     good = chat(url(img))

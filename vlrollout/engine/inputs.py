@@ -113,6 +113,18 @@ def _as_vision_dict(mm: Any) -> dict[str, torch.Tensor]:
     return {k: torch.as_tensor(v) for k, v in mm.items()}
 
 
+def check_token_ids(input_ids: list[int], vocab_size: int) -> None:
+    """Every id indexes the model's input embedding: a bad one would otherwise raise an
+    ``IndexError`` inside the batched forward, failing every request sharing the batch."""
+    low, high = min(input_ids), max(input_ids)
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"input_ids hold token id {bad} at position {input_ids.index(bad)}, outside the "
+            f"model's vocabulary of {vocab_size} ids (0..{vocab_size - 1})."
+        )
+
+
 def _count(input_ids: list[int], token_id: int | None) -> tuple[int, int]:
     """``(tokens, runs)`` of ``token_id`` in ``input_ids``; a prompt without it (most have no
     video) costs one ``list.count``."""

@@ -38,7 +38,7 @@ from transformers.cache_utils import DynamicCache
 
 from vlrollout.engine.batch import can_merge
 from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
-from vlrollout.engine.inputs import placeholder_token_ids, prepare_inputs
+from vlrollout.engine.inputs import check_token_ids, placeholder_token_ids, prepare_inputs
 from vlrollout.engine.sampling import SamplingParams
 from vlrollout.engine.worker import DecodeWorker, GenerationTask
 from vlrollout.logs import get_logger
@@ -137,6 +137,7 @@ class LocalInferenceEngine(InferenceEngine):
         banned.update(int(t) for t in banned_token_ids)
         vocab = model.get_output_embeddings().weight.shape[0]
         self.banned_token_ids = frozenset(t for t in banned if 0 <= t < vocab)
+        self.input_vocab_size = model.get_input_embeddings().num_embeddings
 
         eos: set[int] = set()
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -291,6 +292,7 @@ class LocalInferenceEngine(InferenceEngine):
             inputs = await asyncio.to_thread(prepare_inputs, *args)  # decode + resize images
         else:
             inputs = prepare_inputs(*args)
+        check_token_ids(inputs.input_ids, self.input_vocab_size)
         params = SamplingParams.from_gconfig(
             req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
         )

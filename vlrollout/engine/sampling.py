@@ -70,8 +70,12 @@ class SamplingParams:
                 f"max_new_tokens must be positive, got {self.max_new_tokens}; raise "
                 "gconfig.max_new_tokens or gconfig.max_tokens (which caps prompt + completion)."
             )
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}.")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}.")
+        if not math.isfinite(self.frequency_penalty):
+            raise ValueError(
+                f"frequency_penalty must be a finite number, got {self.frequency_penalty}."
+            )
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
         if self.top_k <= 0:

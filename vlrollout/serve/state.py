@@ -16,6 +16,7 @@ import base64
 import binascii
 import collections
 import concurrent.futures
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -103,8 +104,10 @@ class ServerState:
         if max_new_tokens < 1:
             raise BadRequest(f"{where}: max new tokens must be >= 1, got {max_new_tokens}")
         temperature = 1.0 if temperature is None else float(temperature)
-        if temperature < 0:
-            raise BadRequest(f"{where}: temperature must be >= 0, got {temperature}")
+        if not (math.isfinite(temperature) and temperature >= 0):  # NaN would pass `< 0`
+            raise BadRequest(
+                f"{where}: temperature must be a finite number >= 0, got {temperature}"
+            )
         top_p = 1.0 if top_p is None else float(top_p)
         if not 0.0 < top_p <= 1.0:
             raise BadRequest(f"{where}: top_p must be in (0, 1], got {top_p}")
