@@ -114,8 +114,9 @@ def _as_vision_dict(mm: Any) -> dict[str, torch.Tensor]:
 
 
 def check_token_ids(input_ids: list[int], vocab_size: int) -> None:
-    """Every id indexes the model's input embedding: a bad one would otherwise raise an
-    ``IndexError`` inside the batched forward, failing every request sharing the batch."""
+    """Every id indexes the model's input embedding: checked before the request is queued, so a
+    bad one is the caller's ``ValueError`` (a 400 from serve), not an ``IndexError`` from inside
+    the model's forward."""
     low, high = min(input_ids), max(input_ids)
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
