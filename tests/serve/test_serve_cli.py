@@ -45,7 +45,51 @@ def test_compile_reaches_the_engine(monkeypatch, flags, compiled):
 
 def test_missing_model_folder_is_a_one_line_error(tmp_path, capsys):
     assert main(["serve", "--model", str(tmp_path / "nope")]) == 2
-    assert "is not a model folder" in capsys.readouterr().out
+    assert "is not a model folder" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fails the test if the command gets as far as loading the model."""
+    from vlrollout.engine import LocalInferenceEngine
+
+    def load(path, **kwargs):
+        raise AssertionError("a bad flag must be refused before the model loads")
+
+    monkeypatch.setattr(LocalInferenceEngine, "from_pretrained", staticmethod(load))
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--port", "99999"], "--port must be in 1..65535, got 99999"),
+        (["--port", "-1"], "--port must be in 1..65535, got -1"),
+        (["--threads", "0"], "--threads must be >= 1, got 0"),
+        (["--max-batch-size", "0"], "--max-batch-size must be >= 1, got 0"),
+        (["--max-body-mb", "0"], "--max-body-mb must be > 0, got 0"),
+        (["--max-memory", "cpu=-5GB"], "--max-memory cpu=-5GB: `size` -5GB is not in a valid"),
+        (["--max-memory", "cpu=0GB"], "--max-memory cpu=0GB: the size must be positive"),
+        (["--max-memory", "cpu=lots"], "--max-memory cpu=lots: `size` lots is not in a valid"),
+        (["--max-memory", "garbage"], "--max-memory expects DEVICE=SIZE, got 'garbage'"),
+        (["--host", "999.1.1.1"], "cannot listen on 999.1.1.1:"),
+    ],
+)
+def test_bad_flags_are_refused_before_the_model_loads(no_model_load, capsys, flags, message):
+    status = main(["serve", "--model", str(ASSET), *flags])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert message in err, err
+    assert "Traceback" not in err
+
+
+def test_a_port_in_use_is_refused_before_the_model_loads(no_model_load, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--model", str(ASSET), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "in use" in err, err
 
 
 def _free_port() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from pathlib import Path
@@ -55,6 +56,10 @@ def parse_max_memory(items: list[str] | None) -> dict[int | str, str] | None:
     >>> parse_max_memory(["0=20GiB", "cpu=1GB"])
     {0: '20GiB', 'cpu': '1GB'}
     """
+    from accelerate.utils import convert_file_size_to_int
+
+    from vlrollout.run.errors import UsageError
+
     if not items:
         return None
     out: dict[int | str, str] = {}
@@ -62,9 +67,52 @@ def parse_max_memory(items: list[str] | None) -> dict[int | str, str] | None:
         for part in item.replace(",", " ").split():
             key, sep, size = part.partition("=")
             if not sep or not size:
-                raise ValueError(f"--max-memory expects DEVICE=SIZE, got {part!r}")
+                raise UsageError(f"--max-memory expects DEVICE=SIZE, got {part!r}")
+            try:  # accelerate's own size parser: what from_pretrained will do with it
+                n_bytes = convert_file_size_to_int(int(size) if size.isdigit() else size)
+            except ValueError as e:
+                raise UsageError(f"--max-memory {part}: {e}") from None
+            if n_bytes <= 0:
+                raise UsageError(f"--max-memory {part}: the size must be positive")
             out[int(key) if key.isdigit() else key] = size
     return out
+
+
+def check_flags(args: argparse.Namespace) -> dict[int | str, str] | None:
+    """Refuse impossible flags before the model loads (seconds to minutes); returns the parsed
+    ``--max-memory``. Raises ``UsageError`` naming the flag."""
+    from vlrollout.run.errors import UsageError
+
+    if not Path(args.model, "config.json").is_file():
+        raise UsageError(f"--model {args.model!r} is not a model folder (no config.json)")
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be in 1..65535, got {args.port}")
+    for flag, value in (("--threads", args.threads), ("--max-batch-size", args.max_batch_size)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    if not args.max_body_mb > 0:
+        raise UsageError(f"--max-body-mb must be > 0, got {args.max_body_mb:g}")
+    max_memory = parse_max_memory(args.max_memory)
+    check_can_listen(args.host, args.port)
+    return max_memory
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Bind ``host:port`` once (as aiohttp will, with address reuse) so an unknown host or a port
+    in use is said before the model loads, not after."""
+    import socket
+
+    from vlrollout.run.errors import UsageError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as e:  # gaierror included
+        reason = "the port is in use" if getattr(e, "errno", None) == errno.EADDRINUSE else e
+        raise UsageError(f"cannot listen on {host}:{port}: {reason}") from None
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -76,14 +124,7 @@ def serve(args: argparse.Namespace) -> int:
     from vlrollout.serve.app import build_app
 
     log_to_stderr(logging.INFO)  # each refused request is logged with its reason
-    if not Path(args.model, "config.json").is_file():
-        print(f"vlrollout serve: --model {args.model!r} is not a model folder (no config.json)")
-        return 2
-    try:
-        max_memory = parse_max_memory(args.max_memory)
-    except ValueError as e:
-        print(f"vlrollout serve: {e}")
-        return 2
+    max_memory = check_flags(args)
     if args.threads:
         import torch
 
@@ -121,9 +162,12 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from vlrollout.cli import run_command
+
     parser = argparse.ArgumentParser(prog="vlrollout serve", description=__doc__)
     add_arguments(parser)
-    return serve(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return run_command("serve", lambda: serve(args))
 
 
 if __name__ == "__main__":
