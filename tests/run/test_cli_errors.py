@@ -92,6 +92,37 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ),
         ("negative limit", [*ok, "--limit", "-1"], "limit (--limit) must be 0 or more, got -1"),
         ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
+        # NaN slips past `< 0` checks; these used to reject every item (or crash) at run time.
+        (
+            "NaN temperature",
+            [*ok, "--temperature", "nan"],
+            "gconfig.temperature (--temperature) must be a finite number >= 0, got nan",
+        ),
+        (
+            "infinite temperature",
+            [*ok, "--temperature", "inf"],
+            "gconfig.temperature (--temperature) must be a finite number >= 0, got inf",
+        ),
+        (
+            "NaN frequency penalty",
+            [*ok, "gconfig.frequency_penalty=nan"],
+            "gconfig.frequency_penalty must be a finite number, got nan",
+        ),
+        (
+            "NaN reward timeout",
+            [*ok, "--reward-timeout", "nan"],
+            "reward_timeout_s (--reward-timeout) must be a positive finite number, got nan",
+        ),
+        (
+            "NaN turn discount",
+            [*ok, "--turn-discount", "nan"],
+            "turn_discount (--turn-discount) must be in (0, 1], got nan",
+        ),
+        (
+            "turn discount above 1",
+            [*ok, "--turn-discount", "1.5"],
+            "turn_discount (--turn-discount) must be in (0, 1], got 1.5",
+        ),
         ("bad setting", [*ok, "seed=abc"], "invalid value for 'seed'"),
         ("setting without =", [*ok, "seed"], "must be KEY=VALUE"),
     ]

@@ -33,8 +33,24 @@ def test_group_size_one_is_refused(tmp_path):
     ("args", "expected"),
     [
         (["--config", "nope.yaml"], "config file nope.yaml does not exist"),
-        (["--config", "examples/train_grounding.yaml", "vlrollout.tsk=count"], "vlrollout.tsk"),
+        (
+            ["--config", "examples/train_grounding.yaml", "vlrollout.tsk=count"],
+            "unknown key 'vlrollout.tsk'; did you mean vlrollout.task?",
+        ),
         (["--config", "examples/train_grounding.yaml", "gconfig.n_samples=1"], "group size"),
+        (
+            ["--config", "examples/train_grounding.yaml", "gconfig.temperature=nan"],
+            "gconfig.temperature must be a finite number >= 0, got nan",
+        ),
+        (  # a key the YAML leaves out: AReaL's loader needs `+`, and hydra's hint says so
+            ["--config", "examples/train_grounding.yaml", "gconfig.top_p=0"],
+            "does not set gconfig.top_p, and AReaL's loader overrides only keys the file sets: "
+            "pass +gconfig.top_p=VALUE",
+        ),
+        (
+            ["--config", "examples/train_grounding.yaml", "+gconfig.top_p=0"],
+            "gconfig.top_p must be in (0, 1], got 0",
+        ),
     ],
 )
 def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):

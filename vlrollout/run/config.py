@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,9 +167,15 @@ class RunConfig:
             raise ConfigError(
                 f"{_flag('prompt_cache_bytes')} must be 0 or more, got {self.prompt_cache_bytes}"
             )
-        if self.reward_timeout_s <= 0:
+        # Written so that NaN fails them too (NaN passes any `x < 0` test).
+        if not (math.isfinite(self.reward_timeout_s) and self.reward_timeout_s > 0):
             raise ConfigError(
-                f"reward_timeout_s (--reward-timeout) must be positive, got {self.reward_timeout_s}"
+                "reward_timeout_s (--reward-timeout) must be a positive finite number, got "
+                f"{self.reward_timeout_s}"
+            )
+        if not 0 < self.turn_discount <= 1:
+            raise ConfigError(
+                f"{_flag('turn_discount')} must be in (0, 1], got {self.turn_discount}"
             )
         if self.workflow not in WORKFLOWS and "." not in self.workflow:
             raise ConfigError(
@@ -183,17 +190,7 @@ class RunConfig:
                     f"{{name: ..., option: value}}, got {spec!r}"
                 )
             self.preprocessor = dict(spec)
-        g = self.gconfig
-        if g.max_new_tokens < 1:
-            raise ConfigError(
-                f"gconfig.max_new_tokens (--max-new-tokens) must be at least 1, got {g.max_new_tokens}"
-            )
-        if g.temperature < 0:
-            raise ConfigError(
-                f"gconfig.temperature (--temperature) must be >= 0, got {g.temperature}"
-            )
-        if not 0 < g.top_p <= 1:
-            raise ConfigError(f"gconfig.top_p (--top-p) must be in (0, 1], got {g.top_p}")
+        check_gconfig(self.gconfig, flags=True)
 
     @property
     def deterministic(self) -> bool:
@@ -247,6 +244,39 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
+#: The ``vlrollout run`` flags that set gconfig fields.
+GCONFIG_FLAGS = {
+    "max_new_tokens": "--max-new-tokens",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+}
+
+
+def check_gconfig(g: GenerationHyperparameters, flags: bool = False) -> None:
+    """Refuse sampling settings no engine can use, before any model loads (else every episode
+    fails with the engine's error). Written so that NaN fails every check. ``flags`` names
+    ``vlrollout run``'s flag beside each key.
+
+    Raises:
+        ConfigError: naming the key and its value.
+    """
+
+    def key(name: str) -> str:
+        flag = GCONFIG_FLAGS.get(name) if flags else None
+        return f"gconfig.{name}" + (f" ({flag})" if flag else "")
+
+    if not g.max_new_tokens >= 1:
+        raise ConfigError(f"{key('max_new_tokens')} must be at least 1, got {g.max_new_tokens}")
+    if not (math.isfinite(g.temperature) and g.temperature >= 0):
+        raise ConfigError(f"{key('temperature')} must be a finite number >= 0, got {g.temperature}")
+    if not math.isfinite(g.frequency_penalty):
+        raise ConfigError(
+            f"{key('frequency_penalty')} must be a finite number, got {g.frequency_penalty}"
+        )
+    if not 0 < g.top_p <= 1:
+        raise ConfigError(f"{key('top_p')} must be in (0, 1], got {g.top_p}")
+
+
 def _flag(name: str) -> str:
     """``group_size (--group-size)``: the key as it appears in a file and on the command line."""
     return f"{name} (--{name.replace('_', '-')})"
@@ -286,7 +316,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def _known_keys(cls: type, dotted: str) -> list[str]:
+def known_keys(cls: type, dotted: str) -> list[str]:
     """Field names of the (nested) dataclass at ``dotted`` (the parent of a bad key)."""
     for part in [p for p in dotted.split(".") if p]:
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -305,7 +335,7 @@ def _explain(e: OmegaConfBaseException, cls: type, where: str) -> ConfigError:
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
     if isinstance(e, ConfigKeyError) or "not in" in reason:
         parent, _, leaf = key.rpartition(".")
-        known = _known_keys(cls, parent)
+        known = known_keys(cls, parent)
         close = difflib.get_close_matches(leaf, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return ConfigError(

@@ -103,6 +103,7 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from vlrollout.run.config import check_gconfig
     from vlrollout.run.errors import ConfigError
 
     if not Path(path).is_file():
@@ -110,11 +111,38 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     try:
         cfg, _ = load_expr_config(["--config", path, *(overrides or [])], TrainConfig)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"{path}: {first}") from e
+        raise _explain_override(e, path) from e
+    check_gconfig(cfg.gconfig)
     if cfg.gconfig.n_samples < 2:
         raise ConfigError(
             f"gconfig.n_samples is the GRPO group size and must be >= 2, got "
             f"{cfg.gconfig.n_samples}"
         )
     return cfg
+
+
+def _explain_override(e: Exception, path: str) -> Exception:
+    """One line for a failed load. AReaL's loader overrides only keys the YAML sets, and hydra
+    says "Could not override 'KEY'" both for a typo and for a real key the file leaves out (with
+    a hint to append that is wrong for a typo): tell the two apart with the config's fields."""
+    import difflib
+    import re
+
+    from vlrollout.run.config import known_keys
+    from vlrollout.run.errors import ConfigError
+
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    match = re.match(r"Could not override '([\w.]+)'", first)
+    if not match:
+        return ConfigError(f"{path}: {first}")
+    key = match.group(1)
+    parent, _, leaf = key.rpartition(".")
+    known = known_keys(TrainConfig, parent)
+    if leaf in known:
+        return ConfigError(
+            f"{path} does not set {key}, and AReaL's loader overrides only keys the file sets: "
+            f"pass +{key}=VALUE"
+        )
+    close = difflib.get_close_matches(leaf, known, n=1)
+    hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
+    return ConfigError(f"{path}: unknown key {key!r}{hint}")
