@@ -29,6 +29,7 @@ import pickle
 import tempfile
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,8 +182,9 @@ class RewardBatch:
 
 
 def _call_with_one_retry(reward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The value, or the second attempt's exception: AReaL's wrapper gives a lone call one retry
-    (``max_retries=1``), and a batched call gets the same."""
+    """The value, or the second attempt's exception with the worker's traceback as a note (an
+    exception handed back is not raised, so it carries no remote traceback of its own): AReaL's
+    wrapper gives a lone call one retry (``max_retries=1``), and a batched call gets the same."""
     try:
         return reward(*args, **kwargs)
     except Exception:  # noqa: BLE001 - tried once more below
@@ -190,6 +192,7 @@ def _call_with_one_retry(reward: Any, args: tuple[Any, ...], kwargs: dict[str, A
     try:
         return reward(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 - handed back as this call's outcome
+        e.add_note("in the reward worker:\n" + traceback.format_exc().rstrip())
         return _returnable(e)
 
 

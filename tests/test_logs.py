@@ -39,3 +39,32 @@ def test_every_module_logger_of_ours_is_made_with_get_logger():
         if path.name != "logs.py" and re.search(r"(?<!\w)logging\.getLogger\(", path.read_text())
     ]
     assert offenders == []
+
+
+def test_debug_shows_the_traceback_of_a_rejection_and_its_reward_worker_note(capsys):
+    """``vlrollout run --debug`` logs at DEBUG: each rejection's traceback, down to the reward
+    worker's (kept as a note on the exception the worker handed back)."""
+    from vlrollout.ledger import EpisodeLedger
+    from vlrollout.workflows.steps import EpisodeRejected
+
+    def reject_one(ledger: EpisodeLedger) -> None:
+        cause = ValueError("no boxes")
+        cause.add_note("in the reward worker:\nTraceback ... in score")
+        try:
+            raise EpisodeRejected("reward_error", "ValueError: no boxes") from cause
+        except EpisodeRejected as e:
+            ledger.reject("item q", e.reason, e.detail, error=e)
+
+    try:
+        log_to_stderr(logging.WARNING)
+        reject_one(EpisodeLedger())
+        quiet = capsys.readouterr().err
+        log_to_stderr(logging.DEBUG)
+        reject_one(EpisodeLedger())
+        loud = capsys.readouterr().err
+    finally:
+        log_to_stderr(logging.WARNING)
+    assert "rejected item q: reward_error: ValueError: no boxes" in quiet
+    assert "Traceback" not in quiet
+    assert "traceback of the rejection of item q" in loud
+    assert "in the reward worker:" in loud and "raise EpisodeRejected" in loud

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import traceback
@@ -420,7 +421,7 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
     from vlrollout.logs import log_to_stderr
     from vlrollout.run.errors import Interrupted, UsageError
 
-    log_to_stderr()
+    log_to_stderr(logging.DEBUG if debug else logging.WARNING)
     previous = signal.signal(signal.SIGTERM, _raise_signal_exit)
     workers = _worker_state()
     try:

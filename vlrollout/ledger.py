@@ -65,12 +65,18 @@ class EpisodeLedger:
         with self._lock:
             self.accepted += 1
 
-    def reject(self, item: str, reason: str, detail: str) -> Rejection:
+    def reject(
+        self, item: str, reason: str, detail: str, error: BaseException | None = None
+    ) -> Rejection:
+        """Count and log one rejection; ``error``'s traceback (with a reward worker's, kept as a
+        note) is logged at DEBUG, which ``--debug`` turns on."""
         record = Rejection(item=item, reason=reason, detail=detail)
         with self._lock:
             self.by_reason[reason] += 1
             self.records.append(record)
         logger.warning("rejected %s: %s: %s", item, reason, detail)
+        if error is not None:
+            logger.debug("traceback of the rejection of %s:", item, exc_info=error)
         return record
 
     def summary(self) -> dict:

@@ -1,6 +1,7 @@
 """Rewards through the pool workflows use: built once per worker, and a hung reward is isolated."""
 
 import asyncio
+import logging
 import os
 import pathlib
 import pickle
@@ -181,7 +182,7 @@ def _caller(monkeypatch, workers, reward, timeout_s=10.0):
 
 
 def _record_submissions(monkeypatch, caller):
-    """What reaches ``caller``'s pool, per task: ``"call"`` for one call, else the batch size."""
+    """What reaches ``caller``'s pool, per task: the number of calls in it."""
     from vlrollout.rewards.pool import current_pool, replace_pool
 
     if current_pool(caller._wrapper)._broken:  # left broken by an earlier test: start clean
@@ -191,7 +192,7 @@ def _record_submissions(monkeypatch, caller):
     sent = []
 
     def submit(fn, /, *args, **kwargs):
-        sent.append("call" if fn.func == caller.recipe else len(fn.args[0]))
+        sent.append(len(fn.args[0]))
         return real_submit(fn, *args, **kwargs)
 
     monkeypatch.setattr(pool, "submit", submit)
@@ -218,9 +219,9 @@ def test_a_batch_is_split_across_the_pool_workers(monkeypatch):
     assert _gather(caller, ["a" * k for k in range(1, 9)]) == [float(k) for k in range(1, 9)]
     assert sent == [2, 2, 2, 2]
     sent.clear()
-    # Fewer calls than workers: each goes alone, through the per-call path.
+    # Fewer calls than workers: each goes alone, a batch of one.
     assert _gather(caller, ["ab", "abc", "abcd"]) == [2.0, 3.0, 4.0]
-    assert sent == ["call"] * 3
+    assert sent == [1] * 3
 
 
 def test_a_reward_that_raises_rejects_only_its_own_call_in_a_batch(monkeypatch):
@@ -247,7 +248,7 @@ def test_a_lone_call_goes_through_the_per_call_path(monkeypatch):
         return [await _call(caller, "abc"), await _call(caller, "ab")]
 
     assert asyncio.run(main()) == [3.0, 2.0]
-    assert sent == ["call", "call"]  # awaited one after the other: nothing to batch
+    assert sent == [1, 1]  # awaited one after the other: nothing to batch
 
 
 def test_a_hung_batch_rejects_its_calls_and_the_next_call_runs_on_a_new_pool(monkeypatch):
@@ -340,8 +341,8 @@ def slow_when_long(prompt, completions, prompt_ids, completion_ids, **task_data)
 
 def test_a_batch_stops_at_its_time_budget_and_a_slow_reward_goes_per_call(monkeypatch):
     """Batching saves ~1 ms of round trip per call; a reward slower than the batch's time budget
-    must not make its neighbours wait in line inside one task (with the per-call path they would
-    finish one by one). The batch hands back the calls it did not start, they go per call, and
+    must not make its neighbours wait in line inside one task (one per task they would finish one
+    by one). The batch hands back the calls it did not start, they go one per task, and
     the caller stops batching that reward."""
     from vlrollout.rewards.pool import BATCH_BUDGET_S
 
@@ -351,10 +352,10 @@ def test_a_batch_stops_at_its_time_budget_and_a_slow_reward_goes_per_call(monkey
     texts = ["abcd", "a", "abcde", "ab"]
     assert _gather(caller, texts) == [4.0, 1.0, 5.0, 2.0]
     # The first call spent the budget: the other three were handed back unstarted.
-    assert sent == [4, "call", "call", "call"]
+    assert sent == [4, 1, 1, 1]
     sent.clear()
     assert _gather(caller, ["ab", "abc"]) == [2.0, 3.0]
-    assert sent == ["call", "call"]
+    assert sent == [1, 1]
 
 
 def test_a_batch_of_fast_rewards_runs_whole(tmp_path):
@@ -382,8 +383,8 @@ def test_a_lone_reward_raising_an_exception_that_cannot_cross_back_leaves_the_po
     rejected, after = asyncio.run(main())
     assert rejected.reason == "reward_error" and "OddError" in rejected.detail
     assert after == 3.0
-    # AReaL's wrapper retries a raising reward once (max_retries=1), on the same pool.
-    assert sent == ["call", "call", "call"]
+    # Retried once inside its task (as AReaL's wrapper would, max_retries=1), on the same pool.
+    assert sent == [1, 1]
     assert current_pool(caller._wrapper) is pool and not pool._broken
 
 
@@ -407,3 +408,35 @@ def test_a_call_that_fails_once_in_a_batch_is_retried_once_as_alone(monkeypatch,
     results = _gather(always, ["boom", "ab"])
     assert isinstance(results[0], EpisodeRejected) and results[0].reason == "reward_error"
     assert results[1] == 2.0
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("texts", [["boom"], ["boom", "a", "ab", "abc", "abcd"]])
+def test_a_reward_that_raises_is_rejected_quietly_with_its_traceback_kept(monkeypatch, texts):
+    """A data error in one item used to make AReaL's wrapper log its full traceback twice
+    (attempt 1/2, 2/2) on stdout, the stream that carries `vlrollout run`'s summary: about 30
+    lines per episode. The rejection names the error; the worker's traceback stays on it."""
+    import traceback
+
+    from areal.api import reward_api
+
+    caller = _caller(monkeypatch, 4, length_or_raise)
+    seen = _Records()
+    reward_api.logger.addHandler(seen)
+    try:
+        boom = _gather(caller, texts)[0]
+    finally:
+        reward_api.logger.removeHandler(seen)
+    assert isinstance(boom, EpisodeRejected) and boom.reason == "reward_error"
+    assert boom.detail == "ValueError: no reward for boom"
+    assert [r.getMessage() for r in seen.records if r.levelno >= logging.WARNING] == []
+    shown = "".join(traceback.format_exception(boom.__cause__))
+    assert "in length_or_raise" in shown and 'raise ValueError("no reward for boom")' in shown

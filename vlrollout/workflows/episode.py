@@ -185,10 +185,10 @@ class EpisodeContext:
             # item that started it: keep only its finer location, under this item's label.
             finer = e.item.split(", ", 1)[1] if e.item and ", " in e.item else ""
             where = f"{label}, {finer}: " if finer else ""
-            self.ledger.reject(label, e.reason, where + e.detail)
+            self.ledger.reject(label, e.reason, where + e.detail, error=e)
             return None
         except EpisodeRejected as e:
-            self.ledger.reject(label, e.reason, e.detail)
+            self.ledger.reject(label, e.reason, e.detail, error=e)
             return None
         except PackingError:
             raise

@@ -204,8 +204,8 @@ class RewardCaller:
     Calls that become ready in the same event-loop iteration (the episodes of a group) go to the
     pool as one task per worker (:class:`~vlrollout.rewards.pool.RewardBatch`): each task costs
     0.5-1 ms of inter-process round trip (bench/bench_reward_pool.py), and without GPUs AReaL's
-    pool has one worker (issue 16). A lone call still leaves in the next iteration, through the
-    per-call path. Each call keeps its own timeout and reason; a reward that raises rejects only
+    pool has one worker (issue 16). A lone call still leaves in the next iteration, as a batch of
+    one. Each call keeps its own timeout and reason; a reward that raises rejects only
     its own episode, but a reward that hangs times out the calls batched with it. A batch starts no
     further call after ``BATCH_BUDGET_S`` (50 ms): the calls it hands back go one per task, and a
     reward that slow is not batched again (the round trip saved is then noise, and queueing behind
@@ -325,9 +325,8 @@ class RewardCaller:
     async def _run(self, chunk: list[_PendingCall]) -> None:
         """One pool task for ``chunk``; each call's future gets its own value or exception."""
         try:
-            if len(chunk) == 1:  # the per-call path
-                _settle(chunk[0].future, await self._wrapper(*chunk[0].args, **chunk[0].kwargs))
-                return
+            # A lone call goes as a batch of one too: a reward that raises comes back as its
+            # outcome, where AReaL's wrapper would log its traceback twice on stdout.
             outcomes = await self._batch_wrapper([(c.args, c.kwargs) for c in chunk])
             if not isinstance(outcomes, list) or len(outcomes) != len(chunk):
                 # AReaL's wrapper answers 0 after its own (longer) timeout.
