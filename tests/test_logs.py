@@ -68,3 +68,30 @@ def test_debug_shows_the_traceback_of_a_rejection_and_its_reward_worker_note(cap
     assert "Traceback" not in quiet
     assert "traceback of the rejection of item q" in loud
     assert "in the reward worker:" in loud and "raise EpisodeRejected" in loud
+
+
+def test_a_group_failing_alike_logs_one_warning_and_counts_every_episode():
+    from vlrollout.ledger import EpisodeLedger, logger
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        ledger = EpisodeLedger()
+        for _ in range(4):
+            ledger.reject("item a", "image_decode", "truncated JPEG")
+        ledger.reject("item b", "image_decode", "truncated JPEG")
+        ledger.reject("item a", "reward_error", "KeyError: 'boxes'")
+    finally:
+        logger.removeHandler(handler)
+    assert seen == [
+        "rejected item a: image_decode: truncated JPEG",
+        "rejected item b: image_decode: truncated JPEG",
+        "rejected item a: reward_error: KeyError: 'boxes'",
+    ]
+    assert ledger.summary()["rejected_by_reason"] == {"image_decode": 5, "reward_error": 1}

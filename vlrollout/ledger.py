@@ -8,7 +8,7 @@ The :class:`EpisodeLedger` keeps the reason: ``submitted == accepted + rejected`
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import asdict, dataclass
 
 from vlrollout.logs import get_logger
@@ -52,6 +52,10 @@ class EpisodeLedger:
         self.accepted = 0
         self.by_reason: Counter[str] = Counter()
         self.records: deque[Rejection] = deque(maxlen=keep)
+        # Rejections already logged: the episodes of a group usually fail alike (a bad image,
+        # a row without the reward's field), and one warning per item says it.
+        self._logged: OrderedDict[Rejection, None] = OrderedDict()
+        self._keep = keep
 
     @property
     def rejected(self) -> int:
@@ -68,13 +72,20 @@ class EpisodeLedger:
     def reject(
         self, item: str, reason: str, detail: str, error: BaseException | None = None
     ) -> Rejection:
-        """Count and log one rejection; ``error``'s traceback (with a reward worker's, kept as a
-        note) is logged at DEBUG, which ``--debug`` turns on."""
+        """Count one rejection; log it unless the same item was just rejected for the same
+        reason and detail (counts stay exact). ``error``'s traceback (with a reward worker's, kept
+        as a note) is logged at DEBUG, which ``--debug`` turns on."""
         record = Rejection(item=item, reason=reason, detail=detail)
         with self._lock:
             self.by_reason[reason] += 1
             self.records.append(record)
-        logger.warning("rejected %s: %s: %s", item, reason, detail)
+            repeated = record in self._logged
+            self._logged[record] = None
+            self._logged.move_to_end(record)
+            if len(self._logged) > self._keep:
+                self._logged.popitem(last=False)
+        if not repeated:
+            logger.warning("rejected %s: %s: %s", item, reason, detail)
         if error is not None:
             logger.debug("traceback of the rejection of %s:", item, exc_info=error)
         return record

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
-import sys
 from pathlib import Path
 
 PROTOCOLS = ("sglang", "vllm")
@@ -159,16 +158,3 @@ def serve(args: argparse.Namespace) -> int:
         access_log=get_logger("vlrollout.serve.access"),  # one line per request, on stderr
     )
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vlrollout.cli import run_command
-
-    parser = argparse.ArgumentParser(prog="vlrollout serve", description=__doc__)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    return run_command("serve", lambda: serve(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
