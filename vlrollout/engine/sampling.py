@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,24 @@ import torch
 
 # A top_k at least this large means "no top-k" (AReaL's default is int(1e8)).
 _NO_TOP_K = 1 << 30
+
+
+def check_sampling_values(
+    temperature: float,
+    top_p: float,
+    frequency_penalty: float,
+    key: Callable[[str], str] = str,
+) -> None:
+    """The engine's rules for these three values, written so that NaN fails each; ``key`` names a
+    field in the message (``vlrollout run`` adds its flag). Raises ``ValueError``."""
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"{key('temperature')} must be a finite number >= 0, got {temperature}")
+    if not math.isfinite(frequency_penalty):
+        raise ValueError(
+            f"{key('frequency_penalty')} must be a finite number, got {frequency_penalty}"
+        )
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"{key('top_p')} must be in (0, 1], got {top_p}")
 
 
 @dataclass(frozen=True)
@@ -70,14 +88,7 @@ class SamplingParams:
                 f"max_new_tokens must be positive, got {self.max_new_tokens}; raise "
                 "gconfig.max_new_tokens or gconfig.max_tokens (which caps prompt + completion)."
             )
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}.")
-        if not math.isfinite(self.frequency_penalty):
-            raise ValueError(
-                f"frequency_penalty must be a finite number, got {self.frequency_penalty}."
-            )
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        check_sampling_values(self.temperature, self.top_p, self.frequency_penalty)
         if self.top_k <= 0:
             raise ValueError(f"top_k must be positive, got {self.top_k}.")
 

@@ -267,14 +267,12 @@ def check_gconfig(g: GenerationHyperparameters, flags: bool = False) -> None:
 
     if not g.max_new_tokens >= 1:
         raise ConfigError(f"{key('max_new_tokens')} must be at least 1, got {g.max_new_tokens}")
-    if not (math.isfinite(g.temperature) and g.temperature >= 0):
-        raise ConfigError(f"{key('temperature')} must be a finite number >= 0, got {g.temperature}")
-    if not math.isfinite(g.frequency_penalty):
-        raise ConfigError(
-            f"{key('frequency_penalty')} must be a finite number, got {g.frequency_penalty}"
-        )
-    if not 0 < g.top_p <= 1:
-        raise ConfigError(f"{key('top_p')} must be in (0, 1], got {g.top_p}")
+    from vlrollout.engine.sampling import check_sampling_values
+
+    try:
+        check_sampling_values(g.temperature, g.top_p, g.frequency_penalty, key=key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _flag(name: str) -> str:

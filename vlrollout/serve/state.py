@@ -16,7 +16,6 @@ import base64
 import binascii
 import collections
 import concurrent.futures
-import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from aiohttp import web
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest, ModelResponse
 
+from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.serve.errors import BadRequest, typed
 
 # SGLang/vLLM spell "no top-k" as -1 (or 0); AReaL sends int(1e8).
@@ -104,13 +104,12 @@ class ServerState:
         if max_new_tokens < 1:
             raise BadRequest(f"{where}: max new tokens must be >= 1, got {max_new_tokens}")
         temperature = 1.0 if temperature is None else float(temperature)
-        if not (math.isfinite(temperature) and temperature >= 0):  # NaN would pass `< 0`
-            raise BadRequest(
-                f"{where}: temperature must be a finite number >= 0, got {temperature}"
-            )
         top_p = 1.0 if top_p is None else float(top_p)
-        if not 0.0 < top_p <= 1.0:
-            raise BadRequest(f"{where}: top_p must be in (0, 1], got {top_p}")
+        frequency_penalty = float(frequency_penalty or 0.0)
+        try:  # before temperature 0 becomes greedy: a NaN must not become 1.0
+            check_sampling_values(temperature, top_p, frequency_penalty)
+        except ValueError as e:
+            raise BadRequest(f"{where}: {e}") from None
         top_k = _NO_TOP_K if top_k is None or top_k <= 0 else int(top_k)
         stop_ids = list(stop_token_ids or [])
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
@@ -129,7 +128,7 @@ class ServerState:
             stop_token_ids=stop_ids,
             stop=list(stop) if stop else None,
             ignore_eos=bool(ignore_eos),
-            frequency_penalty=float(frequency_penalty or 0.0),
+            frequency_penalty=frequency_penalty,
             max_tokens=self.context_len,
         )
 
