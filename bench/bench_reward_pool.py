@@ -2,7 +2,7 @@
 as the reference corpus grows: 12, 5,000, 20,000 and 118,000 reference sets (COCO train ~118k).
 
 Run: ``.venv/bin/python bench/bench_reward_pool.py`` (a few minutes on 2 CPU cores; ``--sizes``
-to choose). Per size it prints: building the reward in the caller, one call through AReaL's
+to choose, ``--quick`` for a smoke run). Per size it prints: building the reward in the caller, one call through AReaL's
 ``AsyncRewardWrapper`` given the reward itself (the old path: the reward is pickled into the
 pool on every call), the first call through ``RewardCaller`` (the worker loads the reward file
 once) and the mean of later calls through ``RewardCaller`` (only a recipe crosses), and a direct
@@ -49,7 +49,7 @@ async def _mean_ms(call, k: int) -> float:
     return (time.perf_counter() - t0) / k * 1000
 
 
-def run(n: int) -> dict[str, float]:
+def measure(n: int) -> dict[str, float]:
     refs = corpus(n)
     t0 = time.perf_counter()
     reward = CaptionReward("cider_d", corpus=CiderD.from_references(refs))
@@ -85,14 +85,17 @@ def run(n: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[12, 5_000, 20_000, 118_000])
+    parser.add_argument("--quick", action="store_true", help="sizes 12 and 500 (a smoke run)")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes = [12, 500]
     print(
         f"{'ref sets':>9s} {'build':>8s} {'recipe':>8s} {'old path/call':>14s} "
         f"{'1st call':>9s} {'RewardCaller/call':>18s} {'direct/call':>12s}"
     )
     results = {}
     for n in args.sizes:
-        r = results[n] = run(n)
+        r = results[n] = measure(n)
         old = f"{r['old_ms']:12.1f}ms" if "old_ms" in r else f"{'not run':>14s}"
         print(
             f"{n:9d} {r['build_s']:7.1f}s {r['recipe_s']:7.2f}s {old} {r['first_ms']:7.0f}ms "

@@ -160,3 +160,11 @@ def test_engine_benchmarks_refuse_counts_below_one_in_one_line(script, args, nam
         timeout=120,
     )
     assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_reward_pool_quick_prints_both_sizes_and_the_headline():
+    """It once ended in a TypeError: the module's own ``run`` was shadowed by bench/entry's."""
+    lines = _run_quick("bench_reward_pool.py", timeout_s=300)
+    rows = [line.split() for line in lines if re.match(r"\s*\d+\s", line)]
+    assert [int(r[0]) for r in rows] == [12, 500]
+    assert lines[-1].startswith("headline: RewardCaller per call")
