@@ -272,16 +272,20 @@ def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
 def _snapshot_inputs(args: argparse.Namespace):
     from vlrollout.processors.registry import get_preprocessor
     from vlrollout.run.datasets import load_items
-
-    if args.processor.startswith("offline:"):
-        from vlrollout.testing.offline_processors import build_offline_processor
-
-        processor = build_offline_processor(args.processor.split(":", 1)[1])
-    else:
-        from transformers import AutoProcessor
-
-        processor = AutoProcessor.from_pretrained(args.processor, local_files_only=True)
     from vlrollout.snapshots import SnapshotError
+
+    try:
+        if args.processor.startswith("offline:"):
+            from vlrollout.testing.offline_processors import build_offline_processor
+
+            processor = build_offline_processor(args.processor.split(":", 1)[1])
+        else:
+            from transformers import AutoProcessor
+
+            processor = AutoProcessor.from_pretrained(args.processor, local_files_only=True)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SnapshotError(f"--processor {args.processor!r}: {first}") from None
 
     limits = {k: getattr(args, k) for k in ("min_pixels", "max_pixels") if getattr(args, k)}
     preprocessor = get_preprocessor(args.preprocessor, processor=processor, **limits)
@@ -319,10 +323,14 @@ def _add_snapshot(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
-    from vlrollout.snapshots import save_snapshot, take_snapshot
+    from vlrollout.snapshots import SnapshotError, save_snapshot, take_snapshot
 
     preprocessor, items = _snapshot_inputs(args)
-    save_snapshot(take_snapshot(preprocessor, items), args.out)
+    snapshot = take_snapshot(preprocessor, items)
+    try:
+        save_snapshot(snapshot, args.out)
+    except OSError as e:
+        raise SnapshotError(f"cannot write --out {args.out}: {e.strerror or e}") from None
     print(f"wrote {args.out} ({len(items)} items)")
     return 0
 

@@ -47,14 +47,25 @@ from vlrollout.tiny.evaluate import (
     evaluate,
 )
 from vlrollout.tiny.model import TEXT_DEFAULTS, tiny_qwen2vl_config
-from vlrollout.tiny.synthetic import EVAL_SEED, MAX_SHAPES, TASKS, TRAIN_SEED, make_item
+from vlrollout.tiny.synthetic import (
+    EVAL_SEED,
+    MAX_SHAPES,
+    TASKS,
+    TRAIN_SEED,
+    make_item,
+    non_negative_int,
+)
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer, build_qwen2vl_processor
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="vlrollout train-tiny",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     p.add_argument("--out", default="assets/tiny-qwen2vl", help="output folder (save_pretrained)")
-    p.add_argument("--steps", type=int, default=3000, help="maximum optimizer steps")
+    p.add_argument("--steps", type=non_negative_int, default=3000, help="maximum optimizer steps")
     p.add_argument(
         "--max-minutes",
         type=float,
