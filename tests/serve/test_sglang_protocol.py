@@ -98,3 +98,36 @@ def test_sampling_fields_areal_sends(sglang_server):
     meta = r.json()["meta_info"]
     assert meta["finish_reason"] == {"type": "length", "length": 5}
     assert len(meta["output_token_logprobs"]) == 5
+
+
+def test_a_jpeg_whose_base64_starts_with_a_slash_is_an_image_not_a_path(sglang_server):
+    """Every JPEG's base64 starts with "/9j/" (bytes FF D8 FF). Our preprocessor sends an RGB
+    JPEG to the engine as its own bytes, so `vlrollout run --engine sglang` on photos had every
+    JPEG item refused as a "server-side path" (400 -> engine_error)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    server, engine = sglang_server
+    buf = io.BytesIO()
+    image(5, 120, 80).save(buf, format="JPEG", quality=90)
+    jpeg = base64.b64encode(buf.getvalue()).decode()
+    assert jpeg.startswith("/9j/")
+    decoded = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    ids, mm, _ = vision_prompt(engine.processor, [decoded])
+    r = _generate(
+        server,
+        input_ids=ids,
+        image_data=[jpeg],
+        sampling_params={"max_new_tokens": 4, "temperature": 0.0},
+        return_logprob=True,
+    )
+    assert r.status_code == 200, r.text
+    tokens = [t for _, t, _ in r.json()["meta_info"]["output_token_logprobs"]]
+    req = ModelRequest(
+        input_ids=ids,
+        metadata={"multi_modal_input": mm},
+        gconfig=GenerationHyperparameters(max_new_tokens=4, greedy=True),
+    )
+    assert asyncio.run(engine.agenerate(req)).output_tokens == tokens

@@ -223,11 +223,17 @@ def encoded_image(source: Any, label: str) -> bytes:
         header, sep, text = text.partition(",")
         if not sep or not header.endswith(";base64"):
             raise BadRequest(f"{label}: a data URL must be base64-encoded: {source[:40]!r}")
-    elif text.startswith(("http://", "https://", "file://", "/")):
+    elif text.startswith(("http://", "https://", "file://")):
         raise BadRequest(f"{label}: only inline images (base64 or data: URLs), got {source[:60]!r}")
     try:
         return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError) as e:
+        # Valid base64 may start with "/" (every JPEG's starts with "/9j/"), so a leading "/"
+        # means a path only when the text is not base64; it is never read either way.
+        if text.startswith("/"):
+            raise BadRequest(
+                f"{label}: only inline images (base64 or data: URLs), got {source[:60]!r}"
+            ) from None
         raise BadRequest(f"{label}: invalid base64: {e}") from None
 
 
