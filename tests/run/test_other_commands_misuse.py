@@ -34,13 +34,14 @@ def _status(argv: list[str]) -> int:
             ],
             "cannot write --out /proc/no/s.json",
         ),
-        (["make-samples", "-n", "-3", "--out", "unused"], "-n: must be 0 or more, got -3"),
-        (["train-tiny", "--steps", "-1", "--out", "unused"], "--steps: must be 0 or more, got -1"),
+        (["make-samples", "-n", "-3", "--out", "OUT"], "-n: must be 0 or more, got -3"),
+        (["train-tiny", "--steps", "-1", "--out", "OUT"], "--steps: must be 0 or more, got -1"),
     ],
 )
-def test_misuse_is_one_message_and_exit_2(argv, expected, capsys, monkeypatch):
+def test_misuse_is_one_message_and_exit_2(argv, expected, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(cli.__file__.rsplit("/vlrollout/", 1)[0])  # the checkout: sample data
-    status = _status(argv)
+    out = tmp_path / "out"  # a command that wrongly runs writes here, not into the checkout
+    status = _status([str(out) if a == "OUT" else a for a in argv])
     err = capsys.readouterr().err
     assert status == 2, err
     assert expected in err, err
