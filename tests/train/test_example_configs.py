@@ -60,3 +60,14 @@ def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and expected in err
     assert len(err.strip().splitlines()) <= 2
+
+
+def test_deterministic_rollouts_are_a_setting_of_the_example(tmp_path):
+    """The examples set ``vlrollout.deterministic`` (false), so it overrides without ``+``."""
+    cfg = load_config(
+        "examples/train_count.yaml",
+        [f"vlrollout.output={tmp_path}", "vlrollout.deterministic=true"],
+    )
+    assert cfg.vlrollout.deterministic is True
+    default = load_config("examples/train_grounding.yaml", [f"vlrollout.output={tmp_path}/g"])
+    assert default.vlrollout.deterministic is False

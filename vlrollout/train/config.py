@@ -36,6 +36,9 @@ class TrainSection:
             e.g. ``vlrollout serve`` in another process, the way AReaL deployments split inference
             from training; weights reach them through AReaL's disk update over HTTP).
         addresses: ``host:port`` of the servers for a remote ``engine``.
+        deterministic: ``local`` engine only: each completion depends only on ``seed`` and its
+            request, not on what else was batched with it, so a rerun with the same seed rolls
+            out the same episodes (sequences are decoded one at a time: slower).
     """
 
     output: str = "runs/train"
@@ -52,6 +55,7 @@ class TrainSection:
     progress: bool = True
     engine: str = "local"
     addresses: list[str] = field(default_factory=list)
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in ("ground", "count", "caption", "mix"):

@@ -125,7 +125,9 @@ def build_rollout_engine(cfg: TrainConfig, model_path: str, dtype: torch.dtype) 
     if vl.engine == "local":
         from vlrollout.engine.local import LocalInferenceEngine
 
-        engine = LocalInferenceEngine.from_pretrained(model_path, dtype=dtype, seed=cfg.seed)
+        engine = LocalInferenceEngine.from_pretrained(
+            model_path, dtype=dtype, seed=cfg.seed, deterministic=vl.deterministic
+        )
         engine.initialize(config=cfg.rollout, train_data_parallel_size=1)
         return engine, engine.processor
     if vl.engine == "sglang":
