@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
+
+from vlrollout.argtypes import whole_number
 
 
 def run(main: Callable[[], int | None]) -> None:
@@ -17,12 +18,5 @@ def run(main: Callable[[], int | None]) -> None:
     sys.exit(status or 0)
 
 
-def positive_int(text: str) -> int:
-    """An ``argparse`` type: an integer of at least 1 (a count of rows, requests, runs)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+positive_int = whole_number(1)
+"""An ``argparse`` type: an integer of at least 1 (a count of rows, requests, runs)."""

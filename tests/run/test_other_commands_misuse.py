@@ -34,8 +34,8 @@ def _status(argv: list[str]) -> int:
             ],
             "cannot write --out /proc/no/s.json",
         ),
-        (["make-samples", "-n", "-3", "--out", "OUT"], "-n: must be 0 or more, got -3"),
-        (["train-tiny", "--steps", "-1", "--out", "OUT"], "--steps: must be 0 or more, got -1"),
+        (["make-samples", "-n", "-3", "--out", "OUT"], "-n: must be at least 0, got -3"),
+        (["train-tiny", "--steps", "-1", "--out", "OUT"], "--steps: must be at least 0, got -1"),
     ],
 )
 def test_misuse_is_one_message_and_exit_2(argv, expected, capsys, monkeypatch, tmp_path):

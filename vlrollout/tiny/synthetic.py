@@ -271,22 +271,11 @@ def read_dataset(path: str | Path, load_images: bool = True) -> list[dict[str, A
     return items
 
 
-def non_negative_int(text: str) -> int:
-    """An ``argparse`` type: a whole number of at least 0 (a count of items or steps)."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> Path:
     """Write a mixed sample set: ``vlrollout make-samples --out assets/samples``."""
     import argparse
+
+    from vlrollout.argtypes import whole_number
 
     p = argparse.ArgumentParser(
         prog="vlrollout make-samples",
@@ -294,7 +283,7 @@ def main(argv: list[str] | None = None) -> Path:
     )
     p.add_argument("--out", default="assets/samples")
     p.add_argument("--task", default="mix", choices=[*TASKS, "mix"])
-    p.add_argument("-n", type=non_negative_int, default=12, help="items to write")
+    p.add_argument("-n", type=whole_number(0), default=12, help="items to write")
     p.add_argument("--seed", type=int, default=SAMPLES_SEED)
     args = p.parse_args(argv)
     path = write_dataset(generate_items(args.task, args.n, args.seed), args.out)

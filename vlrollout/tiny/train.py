@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vlrollout.argtypes import whole_number
 from vlrollout.tiny.evaluate import (
     IGNORE_INDEX,
     baselines_from_training,
@@ -53,7 +54,6 @@ from vlrollout.tiny.synthetic import (
     TASKS,
     TRAIN_SEED,
     make_item,
-    non_negative_int,
 )
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer, build_qwen2vl_processor
 
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     p.add_argument("--out", default="assets/tiny-qwen2vl", help="output folder (save_pretrained)")
-    p.add_argument("--steps", type=non_negative_int, default=3000, help="maximum optimizer steps")
+    p.add_argument("--steps", type=whole_number(0), default=3000, help="maximum optimizer steps")
     p.add_argument(
         "--max-minutes",
         type=float,
