@@ -55,7 +55,6 @@ class EpisodeLedger:
         # Rejections already logged: the episodes of a group usually fail alike (a bad image,
         # a row without the reward's field), and one warning per item says it.
         self._logged: OrderedDict[Rejection, None] = OrderedDict()
-        self._keep = keep
 
     @property
     def rejected(self) -> int:
@@ -82,7 +81,7 @@ class EpisodeLedger:
             repeated = record in self._logged
             self._logged[record] = None
             self._logged.move_to_end(record)
-            if len(self._logged) > self._keep:
+            if len(self._logged) > self.records.maxlen:
                 self._logged.popitem(last=False)
         if not repeated:
             logger.warning("rejected %s: %s: %s", item, reason, detail)

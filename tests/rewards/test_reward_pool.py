@@ -277,7 +277,7 @@ def test_a_hung_batch_rejects_its_calls_and_the_next_call_runs_on_a_new_pool(mon
 def test_cancelling_one_call_leaves_the_rest_of_its_batch(monkeypatch):
     caller = _caller(monkeypatch, 1, slow_length)
     # A budget past the whole batch: the four calls share one task however slow.
-    caller._batch_wrapper.reward_fn = RewardBatch(caller.recipe, budget_s=60.0)
+    caller._wrapper.reward_fn = RewardBatch(caller.recipe, budget_s=60.0)
     sent = _record_submissions(monkeypatch, caller)
 
     async def main():

@@ -261,14 +261,14 @@ def check_gconfig(g: GenerationHyperparameters, flags: bool = False) -> None:
         ConfigError: naming the key and its value.
     """
 
+    from vlrollout.engine.sampling import check_sampling_values
+
     def key(name: str) -> str:
         flag = GCONFIG_FLAGS.get(name) if flags else None
         return f"gconfig.{name}" + (f" ({flag})" if flag else "")
 
     if not g.max_new_tokens >= 1:
         raise ConfigError(f"{key('max_new_tokens')} must be at least 1, got {g.max_new_tokens}")
-    from vlrollout.engine.sampling import check_sampling_values
-
     try:
         check_sampling_values(g.temperature, g.top_p, g.frequency_penalty, key=key)
     except ValueError as e:

@@ -7,6 +7,8 @@ import errno
 import logging
 from pathlib import Path
 
+from vlrollout.run.errors import UsageError
+
 PROTOCOLS = ("sglang", "vllm")
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -57,8 +59,6 @@ def parse_max_memory(items: list[str] | None) -> dict[int | str, str] | None:
     """
     from accelerate.utils import convert_file_size_to_int
 
-    from vlrollout.run.errors import UsageError
-
     if not items:
         return None
     out: dict[int | str, str] = {}
@@ -80,7 +80,6 @@ def parse_max_memory(items: list[str] | None) -> dict[int | str, str] | None:
 def check_flags(args: argparse.Namespace) -> dict[int | str, str] | None:
     """Refuse impossible flags before the model loads (seconds to minutes); returns the parsed
     ``--max-memory``. Raises ``UsageError`` naming the flag."""
-    from vlrollout.run.errors import UsageError
 
     if not Path(args.model, "config.json").is_file():
         raise UsageError(f"--model {args.model!r} is not a model folder (no config.json)")
@@ -100,8 +99,6 @@ def check_can_listen(host: str, port: int) -> None:
     """Bind ``host:port`` once (as aiohttp will, with address reuse) so an unknown host or a port
     in use is said before the model loads, not after."""
     import socket
-
-    from vlrollout.run.errors import UsageError
 
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)

@@ -219,21 +219,22 @@ def encoded_image(source: Any, label: str) -> bytes:
             f"{label}: must be a base64 string or data: URL, got {type(source).__name__}"
         )
     text = source
+    not_inline = BadRequest(
+        f"{label}: only inline images (base64 or data: URLs), got {source[:60]!r}"
+    )
     if text.startswith("data:"):
         header, sep, text = text.partition(",")
         if not sep or not header.endswith(";base64"):
             raise BadRequest(f"{label}: a data URL must be base64-encoded: {source[:40]!r}")
     elif text.startswith(("http://", "https://", "file://")):
-        raise BadRequest(f"{label}: only inline images (base64 or data: URLs), got {source[:60]!r}")
+        raise not_inline
     try:
         return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError) as e:
         # Valid base64 may start with "/" (every JPEG's starts with "/9j/"), so a leading "/"
         # means a path only when the text is not base64; it is never read either way.
         if text.startswith("/"):
-            raise BadRequest(
-                f"{label}: only inline images (base64 or data: URLs), got {source[:60]!r}"
-            ) from None
+            raise not_inline from None
         raise BadRequest(f"{label}: invalid base64: {e}") from None
 
 

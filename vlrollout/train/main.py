@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from collections.abc import Sequence
-
-from vlrollout.logs import log_to_stderr
 
 
 def main(argv: Sequence[str]) -> int:
@@ -18,7 +15,6 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--config", required=True, help="YAML with GRPOConfig keys + vlrollout:")
     args, overrides = parser.parse_known_args(list(argv))
-    log_to_stderr(logging.WARNING)
 
     from pathlib import Path
 

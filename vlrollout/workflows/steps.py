@@ -233,17 +233,11 @@ class RewardCaller:
         # with the reward's state (a CIDEr-D corpus). Raises ValueError if it cannot pickle.
         self.recipe = RewardRecipe.from_reward(self.reward_fn)
         self.timeout_s = timeout_s
-        # Inner timeout is longer than ours so ours always fires first; one retry covers a
-        # broken process pool.
+        # Every call reaches the pool as a RewardBatch (a lone call as a batch of one). Inner
+        # timeout is longer than ours so ours always fires first; one retry covers a broken
+        # process pool.
         self._wrapper = AsyncRewardWrapper(
-            self.recipe, timeout_seconds=2 * timeout_s + 1, max_retries=1
-        )
-        # Same settings and, as AReaL keys executors by max_workers, the same pool.
-        self._batch_wrapper = AsyncRewardWrapper(
-            RewardBatch(self.recipe),
-            timeout_seconds=2 * timeout_s + 1,
-            max_workers=self._wrapper.max_workers,
-            max_retries=1,
+            RewardBatch(self.recipe), timeout_seconds=2 * timeout_s + 1, max_retries=1
         )
         self._pending: dict[asyncio.AbstractEventLoop, list[_PendingCall]] = {}
         self._batching = True  # off once a batch ran past its budget: the reward is slow
@@ -327,7 +321,7 @@ class RewardCaller:
         try:
             # A lone call goes as a batch of one too: a reward that raises comes back as its
             # outcome, where AReaL's wrapper would log its traceback twice on stdout.
-            outcomes = await self._batch_wrapper([(c.args, c.kwargs) for c in chunk])
+            outcomes = await self._wrapper([(c.args, c.kwargs) for c in chunk])
             if not isinstance(outcomes, list) or len(outcomes) != len(chunk):
                 # AReaL's wrapper answers 0 after its own (longer) timeout.
                 raise RuntimeError(f"reward batch of {len(chunk)} returned {outcomes!r}")
