@@ -51,6 +51,14 @@ def test_group_size_one_is_refused(tmp_path):
             ["--config", "examples/train_grounding.yaml", "+gconfig.top_p=0"],
             "gconfig.top_p must be in (0, 1], got 0",
         ),
+        (  # was hydra's "LexerNoViableAltException: --seeed"
+            ["--config", "examples/train_grounding.yaml", "--seeed", "1"],
+            "unknown flag '--seeed': vlrollout train takes --config and KEY=VALUE settings",
+        ),
+        (
+            ["--config", "examples/train_grounding.yaml", "seed"],
+            "setting 'seed' must be KEY=VALUE, e.g. seed=1",
+        ),
     ],
 )
 def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):

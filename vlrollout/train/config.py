@@ -112,6 +112,14 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
 
     if not Path(path).is_file():
         raise ConfigError(f"config file {path} does not exist; pass --config PATH to a YAML file")
+    for entry in overrides or []:  # hydra would answer with a lexer error naming neither
+        if entry.startswith("-"):
+            raise ConfigError(
+                f"unknown flag {entry!r}: vlrollout train takes --config and KEY=VALUE settings "
+                "(AReaL's syntax, e.g. seed=1)"
+            )
+        if "=" not in entry and not entry.startswith("~"):  # ~KEY deletes a key in hydra
+            raise ConfigError(f"setting {entry!r} must be KEY=VALUE, e.g. seed=1")
     try:
         cfg, _ = load_expr_config(["--config", path, *(overrides or [])], TrainConfig)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
