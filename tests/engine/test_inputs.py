@@ -55,8 +55,17 @@ def test_check_placeholders_counts_runs_and_videos():
         check_placeholders([9, 5, 5, 8], grid, 5, 6, 2)
     with pytest.raises(PlaceholderMismatchError, match="video"):
         check_placeholders([9, 6, 8], {}, 5, 6, 2)
-    with pytest.raises(PlaceholderMismatchError, match="without image_grid_thw"):
+    with pytest.raises(PlaceholderMismatchError, match="hold no image placeholder token"):
         check_placeholders([1], {"pixel_values": torch.zeros(4, 3)}, 5, 6, 2)
+
+
+def test_families_without_grids_need_placeholders_and_pixels_together():
+    """LLaVA, Gemma 3 and Idefics3 send pixel_values without image_grid_thw; their placeholder
+    layout (one run, or tiles plus a global view) is the model's to check."""
+    pixels = {"pixel_values": torch.zeros(1, 3, 8, 8)}
+    check_placeholders([9, 5, 5, 8, 5, 5], pixels, 5, None, 1)  # two runs: tiles of one image
+    with pytest.raises(PlaceholderMismatchError, match="has no images"):
+        check_placeholders([9, 5, 5, 8], {}, 5, None, 1)
 
 
 def test_decode_image_errors():

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from vlrollout import families
+
 # Keys of a processor output that are not model inputs for the images.
 _NOT_VISION_KEYS = {"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"}
 # Placeholder strings of common VLM families; any present in the tokenizer is never sampled.
@@ -143,10 +145,13 @@ def check_placeholders(
     video_token_id: int | None,
     merge_size: int,
 ) -> None:
-    """Raise :class:`PlaceholderMismatchError` unless placeholders match the grids.
+    """Raise :class:`PlaceholderMismatchError` unless placeholders match the images.
 
-    Each image ``i`` needs ``prod(image_grid_thw[i]) // merge_size**2`` consecutive
-    ``image_token_id`` tokens; videos likewise with ``video_grid_thw``.
+    With ``image_grid_thw`` (Qwen-VL), each image ``i`` needs ``prod(image_grid_thw[i]) //
+    merge_size**2`` consecutive ``image_token_id`` tokens; videos likewise with
+    ``video_grid_thw``. Families without grids (LLaVA, Gemma 3, Idefics3, ...) expand an image
+    into a layout of their own (tiles, several runs); for them placeholders and pixels must be
+    present together, and the model's forward checks the token count against its features.
 
     >>> check_placeholders([7, 5, 5, 8], {"image_grid_thw": torch.tensor([[1, 2, 4]])}, 5, None, 2)
     >>> check_placeholders([7, 5, 8], {"image_grid_thw": torch.tensor([[1, 2, 4]])}, 5, None, 2)
@@ -161,9 +166,12 @@ def check_placeholders(
         grid = vision.get(grid_key)
         n_tokens, n_runs = _count(input_ids, token_id)
         if grid is None:
-            if data_key in vision:
-                raise PlaceholderMismatchError(f"{data_key} was given without {grid_key}.")
-            if n_tokens:
+            if data_key in vision and not n_tokens:
+                raise PlaceholderMismatchError(
+                    f"{data_key} was given but input_ids hold no {kind} placeholder token "
+                    f"(id {token_id}): the {kind}s would never reach the model."
+                )
+            if n_tokens and data_key not in vision:
                 raise PlaceholderMismatchError(
                     f"input_ids hold {n_tokens} {kind} placeholder tokens but the request has no "
                     f"{kind}s: send them in metadata['multi_modal_input'] or image_data."
@@ -218,7 +226,7 @@ def prepare_inputs(
     mm_types = vision.pop("mm_token_type_ids", None)
     vision = {k: v for k, v in vision.items() if k not in _NOT_VISION_KEYS}
 
-    image_id = getattr(model_config, "image_token_id", None)
+    image_id = families.image_token_id(model_config)
     video_id = getattr(model_config, "video_token_id", None)
     vision_cfg = getattr(model_config, "vision_config", None)
     merge = getattr(vision_cfg, "spatial_merge_size", None) or 1
@@ -251,8 +259,8 @@ _POSITION_GRIDS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
 
 
 def uses_mrope(model: Any) -> bool:
-    """Whether the model takes 3-D (M-RoPE) position ids: the Qwen-VL families."""
-    return hasattr(getattr(model, "model", None), "get_rope_index")
+    """Whether the model takes 3-D (M-RoPE) position ids (:mod:`vlrollout.families`)."""
+    return families.family_of(model.config).positions == "mrope"
 
 
 def prompt_positions(
@@ -262,6 +270,14 @@ def prompt_positions(
     vision: dict[str, torch.Tensor],
 ) -> tuple[torch.Tensor, int]:
     """Position ids for a prefill of ``ids`` (``[1, L]``) and the offset of later tokens.
+
+    For M-RoPE the positions come from the model's own ``get_rope_index`` over the prompt plus
+    one appended text token, and the offset is that token's position minus ``L``: a generated
+    token continues exactly where a teacher-forced forward over prompt + completion (the
+    trainer's, ``generate``'s) puts it. ``get_rope_index``'s own delta is ``max(position) + 1 - L``,
+    which differs when an image's temporal positions are scaled past the text that follows it
+    (Qwen2.5-VL's ``tokens_per_second``: the temporal index of an image starting at position
+    ``s`` is ``s * tokens_per_second``).
 
     Returns:
         ``(position_ids, rope_delta)``: ``[3, 1, L]`` for M-RoPE models, else ``[1, L]``
@@ -277,9 +293,18 @@ def prompt_positions(
     if types.shape[1] < length:  # re-prefill after generated (text) tokens
         pad = torch.zeros(1, length - types.shape[1], dtype=types.dtype, device=types.device)
         types = torch.cat([types, pad], dim=1)
+    # One text token appended (its id is never read: the modality ids say "text").
+    ids = torch.cat([ids, ids[:, -1:]], dim=1)
+    types = torch.cat([types, torch.zeros_like(types[:, -1:])], dim=1)
     grids = {k: vision[k] for k in _POSITION_GRIDS if k in vision}
-    pos, delta = model.model.get_rope_index(ids, mm_token_type_ids=types, **grids)
-    return pos, int(delta.reshape(-1)[0])
+    pos, _ = model.model.get_rope_index(ids, mm_token_type_ids=types, **grids)
+    following = pos[:, 0, -1]
+    if bool((following != following[0]).any()):
+        raise ValueError(
+            f"{type(model).__name__}.get_rope_index puts a text token at {following.tolist()}, "
+            "not at one position on every axis: the engine cannot continue decoding from it."
+        )
+    return pos[..., :length], int(following[0]) - length
 
 
 def positions_key(ids: list[int], inputs: PreparedInputs) -> tuple:

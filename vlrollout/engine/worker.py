@@ -34,6 +34,7 @@ from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_r
 from vlrollout.engine.inputs import PreparedInputs, positions_key, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch
 from vlrollout.engine.step_forward import CompiledStep, DirectStep, FullStep, choose_step
+from vlrollout.families import family_of
 
 _STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
 # Requests submitted together (``asyncio.gather``, a GRPO group) reach the queue a fraction of a
@@ -124,6 +125,7 @@ class DecodeWorker:
         self.generator = generator
         self.version = version
         self.stats: collections.Counter = collections.Counter()
+        self._family = family_of(model.config)
         self._mrope = uses_mrope(model)
         self._cond = threading.Condition()
         self._step_lock = threading.Lock()  # held while computing
@@ -359,9 +361,9 @@ class DecodeWorker:
                 task = self._pending.popleft()
                 if not task.future.cancelled():
                     tasks.append(task)
-        groups: dict[frozenset, list[GenerationTask]] = {}
-        for task in tasks:  # one forward needs the same kinds of vision inputs in every row
-            groups.setdefault(frozenset(task.inputs.vision), []).append(task)
+        groups: dict[tuple, list[GenerationTask]] = {}
+        for task in tasks:  # one forward needs vision inputs that concatenate over its rows
+            groups.setdefault(self._batch_key(task.inputs), []).append(task)
         for group in groups.values():
             try:
                 self._prefill(group)
@@ -374,6 +376,26 @@ class DecodeWorker:
                         self._prefill([task])
                     except Exception as e1:
                         _resolve(task.future, error=e1)
+
+    def _batch_key(self, inputs: PreparedInputs) -> tuple:
+        """Requests with equal keys prefill in one forward: the same vision inputs, and for a
+        family whose vision tensors have one entry per sequence, the same shapes."""
+        if self._family.vision_rows == "sequences":
+            return tuple(sorted((k, tuple(v.shape)) for k, v in inputs.vision.items()))
+        return tuple(sorted(inputs.vision))
+
+    def _token_types(self, tasks: list[GenerationTask], length: int) -> dict[str, torch.Tensor]:
+        """The family's per-token modality input for a left-padded prefill (``{}`` when the
+        family takes none in the forward, or positions already carry it, as with M-RoPE)."""
+        name = self._family.token_types_input
+        if name is None or self._mrope or not tasks[0].inputs.vision:
+            return {}
+        rows = []
+        for task in tasks:
+            types = task.inputs.mm_token_type_ids.reshape(-1).to(self.device)
+            n = len(task.inputs.input_ids) + len(task.out_tokens)
+            rows.append(torch.nn.functional.pad(types, (length - n, n - types.shape[0])))
+        return {name: torch.stack(rows)}
 
     @torch.inference_mode()
     def _prefill(self, tasks: list[GenerationTask]) -> None:
@@ -408,6 +430,7 @@ class DecodeWorker:
             position_ids=position_ids,
             use_cache=True,
             logits_to_keep=1,
+            **self._token_types(tasks, length),
             **vision,
         )
         self.stats["prefills"] += len(tasks)
