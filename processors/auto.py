@@ -111,6 +111,7 @@ class AutoProcessorPreprocessor:
                 "(processor.chat_template = ...) or build the processor with chat_template="
             )
         self.image_token_id = self._image_token_id()
+        self.image_marker_id = self._token_id(*self.adapter.image_marker_attrs)
 
     @property
     def family(self) -> str:
@@ -120,10 +121,16 @@ class AutoProcessorPreprocessor:
         tid = getattr(self.processor, "image_token_id", None)
         if isinstance(tid, int):
             return tid
-        token = getattr(self.processor, "image_token", None)
-        if isinstance(token, str):
-            tid = self.tokenizer.convert_tokens_to_ids(token)
-            return tid if isinstance(tid, int) and tid != self.tokenizer.unk_token_id else None
+        return self._token_id("image_token")
+
+    def _token_id(self, *attrs: str) -> int | None:
+        """The id of the first token the processor names in ``attrs`` that the tokenizer has."""
+        for attr in attrs:
+            token = getattr(self.processor, attr, None)
+            if isinstance(token, str):
+                tid = self.tokenizer.convert_tokens_to_ids(token)
+                if isinstance(tid, int) and tid != self.tokenizer.unk_token_id:
+                    return tid
         return None
 
     # -- steps -------------------------------------------------------------------------------
@@ -227,6 +234,7 @@ class AutoProcessorPreprocessor:
             geometry=self.adapter.geometry(self.processor, sizes, outputs) if images else [],
             vision_msg_vllm=LAZY if images and messages is not None else None,
             image_token_id=self.image_token_id,
+            image_marker_id=self.image_marker_id,
             engine_images=engine_images(images, messages) if images else None,
         )
         if images and messages is None:

@@ -34,6 +34,9 @@ class PreparedPrompt:
         vision_msg_vllm: OpenAI-style messages with ``data:`` URLs, which AReaL's vLLM client needs
             to send images at all; ``None`` for text-only items.
         image_token_id: The placeholder token id the processor expands, if the family has one.
+        image_marker_id: A token written exactly once per image where one image becomes several
+            runs of ``image_token_id`` (Idefics3/SmolVLM tiles); ``None`` when each image is one
+            run.
         templated: The item came already chat-templated (AReaL's dataset format); vLLM then gets
             the item's ``messages_chat`` if it has one, else nothing (``vision_msg_vllm`` is None).
     """
@@ -46,6 +49,7 @@ class PreparedPrompt:
     geometry: list[ImageGeometry] = field(default_factory=list)
     vision_msg_vllm: list[dict[str, Any]] | None = None
     image_token_id: int | None = None
+    image_marker_id: int | None = None
     templated: bool = False
     engine_images: EngineImages | None = field(default=None, repr=False, compare=False)
 

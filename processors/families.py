@@ -201,6 +201,10 @@ class FamilyAdapter:
             family has no pixel-budget resize (setting min/max pixels is then an error).
         placeholder_attr: Processor attribute holding the text placeholder for one image.
         mm_type_key: Output key holding per-token modality ids.
+        image_marker_attrs: Processor attributes naming a token written exactly once per image,
+            for families that expand one image into several placeholder runs (Idefics3/SmolVLM:
+            one run per tile plus one for the global view, which ``<global-img>`` opens); empty
+            when each image is one run of placeholders.
     """
 
     name: str
@@ -208,6 +212,7 @@ class FamilyAdapter:
     resize_kwargs: Callable[[Any, int | None, int | None], dict] | None = None
     placeholder_attr: str = "image_token"
     mm_type_key: str = "mm_token_type_ids"
+    image_marker_attrs: tuple[str, ...] = ()
 
     def placeholder(self, processor) -> str | None:
         value = getattr(processor, self.placeholder_attr, None)
@@ -227,8 +232,12 @@ ADAPTERS: dict[str, FamilyAdapter] = {
         placeholder_attr="boi_token",
         mm_type_key="token_type_ids",
     ),
-    "Idefics3Processor": FamilyAdapter("idefics3", geometry=idefics3_geometry),
-    "SmolVLMProcessor": FamilyAdapter("smolvlm", geometry=idefics3_geometry),
+    "Idefics3Processor": FamilyAdapter(
+        "idefics3", geometry=idefics3_geometry, image_marker_attrs=("global_image_tag",)
+    ),
+    "SmolVLMProcessor": FamilyAdapter(
+        "smolvlm", geometry=idefics3_geometry, image_marker_attrs=("global_image_token",)
+    ),
 }
 GENERIC = FamilyAdapter("generic")
 

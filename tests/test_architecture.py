@@ -33,6 +33,7 @@ COMPONENTS = {
     "vlrollout.geometry",
     "vlrollout.ledger",
     "vlrollout.checks",
+    "vlrollout.families",
 }
 
 

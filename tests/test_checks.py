@@ -40,7 +40,7 @@ def test_prepared_requests_pass_and_stripped_requests_fail(qwen2vl_processor):
     with pytest.raises(ImagesMissingError) as e:
         check_request_images(blind, prepared.image_token_id)
     message = str(e.value)
-    assert "1 image placeholder run" in message
+    assert "hold 1 image(s) but" in message
     assert (
         "image_data has 0 images" in message
         and "vision_msg_vllm" in message

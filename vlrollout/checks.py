@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from areal.api import ModelRequest
 
+from vlrollout import families
+
 # Image-processor attributes that change what the model sees; compared when both sides have them.
 RESIZE_ATTRIBUTES = (
     "min_pixels",
@@ -55,10 +57,28 @@ def placeholder_runs(input_ids: Sequence[int], image_token_id: int) -> int:
     return runs
 
 
+def images_in_prompt(
+    input_ids: Sequence[int], image_token_id: int, image_marker_id: int | None = None
+) -> int:
+    """How many images ``input_ids`` hold: one per ``image_marker_id`` where the family writes
+    one (an image split into tiles is several placeholder runs), else one per placeholder run.
+
+    >>> images_in_prompt([1, 9, 9, 2, 9, 9], 9), images_in_prompt([7, 9, 9, 2, 7, 9, 9], 9, 7)
+    (2, 2)
+    """
+    if image_marker_id is not None:
+        return list(input_ids).count(image_marker_id)
+    return placeholder_runs(input_ids, image_token_id)
+
+
 def check_request_images(
-    req: ModelRequest, image_token_id: int | None, require_vllm_messages: bool = True
+    req: ModelRequest,
+    image_token_id: int | None,
+    require_vllm_messages: bool = True,
+    image_marker_id: int | None = None,
 ) -> None:
-    """Raise :class:`ImagesMissingError` unless the request carries one image per placeholder run.
+    """Raise :class:`ImagesMissingError` unless the request carries one image per image in its
+    prompt (:func:`images_in_prompt`).
 
     Checks ``image_data`` (SGLang), ``vision_msg_vllm`` (vLLM; AReaL's client silently drops
     images without it) and ``metadata["multi_modal_input"]`` (local engine) against the number of
@@ -68,7 +88,7 @@ def check_request_images(
     """
     if image_token_id is None:
         return
-    expected = placeholder_runs(req.input_ids, image_token_id)
+    expected = images_in_prompt(req.input_ids, image_token_id, image_marker_id)
     if expected == 0:
         return
     problems = []
@@ -90,8 +110,7 @@ def check_request_images(
         problems.append(f"image_grid_thw has {mm['image_grid_thw'].shape[0]} rows")
     if problems:
         raise ImagesMissingError(
-            f"request {req.rid}: input_ids hold {expected} image placeholder run(s) but "
-            + "; ".join(problems)
+            f"request {req.rid}: input_ids hold {expected} image(s) but " + "; ".join(problems)
         )
 
 
@@ -189,8 +208,10 @@ def modality_ids(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
     on the module by the previous call), which shifts every logprob after the first image.
     """
     types = torch.zeros_like(input_ids)
-    for value, name in ((1, "image_token_id"), (2, "video_token_id")):
-        token = getattr(model.config, name, None)
+    for value, token in (
+        (1, families.image_token_id(model.config)),
+        (2, families.video_token_id(model.config)),
+    ):
         if token is not None:
             types[input_ids == token] = value
     return types
@@ -202,11 +223,12 @@ def recompute_logprobs(
 ) -> torch.Tensor:
     """Log-probabilities of each token given its prefix, the way a trainer computes them.
 
-    One forward pass over the whole packed sequence with its ``multi_modal_input`` (and
-    ``mm_token_type_ids`` when present); the model derives the position ids its family needs
-    (3-D mRoPE for Qwen-VL) from ``input_ids``, ``image_grid_thw`` and ``mm_token_type_ids``
-    (derived with :func:`modality_ids` when the trajectory has none). Logits are divided by
-    ``temperature`` before ``log_softmax``, as AReaL's actor does.
+    One forward pass over the whole packed sequence with its ``multi_modal_input`` and every
+    input the family takes (:mod:`vlrollout.families`): per-token modality ids as
+    ``mm_token_type_ids`` for Qwen-VL, from which the model derives its 3-D positions, or as
+    ``token_type_ids`` for Gemma 3, whose image tokens attend to each other bidirectionally.
+    They come from the trajectory's ``mm_token_type_ids``, or from :func:`modality_ids` when it
+    has none. Logits are divided by ``temperature`` before ``log_softmax``, as AReaL's actor does.
 
     Returns:
         float32 ``[L]``: entry ``i`` is ``log p(input_ids[i] | input_ids[:i])``; entry 0 is 0.
@@ -219,12 +241,13 @@ def recompute_logprobs(
     if mm:
         for key, value in mm[row].items():
             kwargs[key] = value.to(device)
-    if "mm_token_type_ids" in trajectory:
-        kwargs["mm_token_type_ids"] = (
-            trajectory["mm_token_type_ids"][row][mask].unsqueeze(0).to(device)
-        )
-    elif mm and "image_grid_thw" in mm[row]:
-        kwargs["mm_token_type_ids"] = modality_ids(model, ids).to(device)
+    types_input = families.family_of(model.config).token_types_input
+    if types_input is not None and mm and mm[row]:
+        if "mm_token_type_ids" in trajectory:
+            types = trajectory["mm_token_type_ids"][row][mask].unsqueeze(0)
+        else:
+            types = modality_ids(model, ids)
+        kwargs[types_input] = types.to(device)
     logits = model(**kwargs).logits[0].float() / temperature
     logp = torch.log_softmax(logits[:-1], dim=-1)
     gathered = logp.gather(-1, ids[0, 1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()

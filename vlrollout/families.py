@@ -105,6 +105,15 @@ def family_of(config: Any) -> ModelFamily:
     return family
 
 
+def video_token_id(config: Any) -> int | None:
+    """The video placeholder id of a model config, ``None`` for image-only families."""
+    for attr in ("video_token_id", "video_token_index"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value >= 0:
+            return value
+    return None
+
+
 def image_token_id(config: Any) -> int | None:
     """The image placeholder id of a model config (``image_token_id`` or ``image_token_index``)."""
     for attr in IMAGE_TOKEN_ATTRS:

@@ -105,6 +105,7 @@ def build_request(
         req,
         prepared.image_token_id,
         require_vllm_messages=not prepared.templated,
+        image_marker_id=prepared.image_marker_id,
     )
     return req
 
