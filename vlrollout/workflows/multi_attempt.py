@@ -17,7 +17,12 @@ from areal.utils.perf_tracer import session_context
 
 from vlrollout.packaging import TrajectoryBuilder
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
-from vlrollout.workflows.steps import build_request, close_turn_tokens, generate
+from vlrollout.workflows.steps import (
+    build_request,
+    close_turn_tokens,
+    generate,
+    turn_end_token_id,
+)
 
 DEFAULT_FEEDBACK = (
     "Your answer is either wrong or not parsable to the reward function. "
@@ -29,11 +34,13 @@ def feedback_token_ids(tokenizer: Any, feedback: str) -> list[int]:
     """Tokens that follow an assistant turn's end-of-turn token up to the next generation prompt.
 
     Derived from the chat template itself (render a conversation with and without the feedback
-    turn and take the difference after the assistant's end token), so the packed sequence is
-    exactly what the template would produce for the whole conversation — including the newline
-    after ``<|im_end|>`` that AReaL's ``MultiTurnWorkflow`` drops.
+    turn and take the difference after the assistant's end token, :func:`turn_end_token_id`),
+    so the packed sequence is exactly what the template would produce for the whole
+    conversation — including the newline after ``<|im_end|>`` that AReaL's ``MultiTurnWorkflow``
+    drops. A template that ends turns with plain text (LLaVA-1.5) gets what follows the
+    rendered turn, after the eos token the model stops on.
     """
-    eos = tokenizer.eos_token_id
+    eos = turn_end_token_id(tokenizer)
     first = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     s1 = apply_chat_template(tokenizer, first, tokenize=True)
     s2 = apply_chat_template(
@@ -42,12 +49,8 @@ def feedback_token_ids(tokenizer: Any, feedback: str) -> list[int]:
         tokenize=True,
         add_generation_prompt=True,
     )
-    if eos not in s1:
-        raise ValueError(
-            "the chat template does not end an assistant turn with the tokenizer's eos token; "
-            "pass feedback_ids explicitly"
-        )
-    end = len(s1) - 1 - s1[::-1].index(eos)  # last eos of the assistant turn
+    # The last end-of-turn token of the assistant turn, or (none written) the turn's last token.
+    end = len(s1) - 1 - s1[::-1].index(eos) if eos in s1 else len(s1) - 1
     if s2[: end + 1] != s1[: end + 1]:
         raise ValueError("the chat template renders the first turns differently with feedback")
     return s2[end + 1 :]
@@ -89,10 +92,11 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         self.turn_discount = turn_discount
         self.feedback = feedback
         self.feedback_ids = feedback_token_ids(self.ctx.tokenizer, feedback)
+        self.turn_end_id = turn_end_token_id(self.ctx.tokenizer)
 
     def _between_turns(self, output_tokens: Sequence[int]) -> list[int]:
         """Observation tokens after a failed attempt: eos if the attempt was cut off, then feedback."""
-        return close_turn_tokens(output_tokens, self.ctx.tokenizer.eos_token_id) + self.feedback_ids
+        return close_turn_tokens(output_tokens, self.turn_end_id) + self.feedback_ids
 
     @session_context()
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:

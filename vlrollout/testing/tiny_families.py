@@ -1,0 +1,423 @@
+"""Tiny random models of every supported VLM family, each paired with its offline processor.
+
+Each model is the family's real transformers ``...ForConditionalGeneration`` class with a 2-layer,
+64-wide text decoder and a 2-layer, 32-wide vision tower, randomly initialised (no hub, no
+weights), so tests can run a family's real forward pass (placeholder expansion, vision tower,
+projector, M-RoPE or bidirectional image attention) in tens of milliseconds on a CPU. TRL tests
+its VLM trainers on such random tiny models for the same reason.
+
+Every config reads its numbers from the processor of :mod:`vlrollout.testing.offline_processors`
+instead of restating them: vocabulary size, pad/eos ids and the image placeholder ids come from the
+tokenizer; patch, image, merge and tile sizes from the image processor; the soft tokens per image
+from the processor. A config and a processor therefore cannot drift apart, and
+``model(**processor(text=..., images=..., return_tensors="pt"))`` works for every family.
+
+All models use ``attn_implementation="sdpa"`` (every family here supports it, vision towers
+included). Qwen3.5's linear-attention (Gated DeltaNet) layers have no attention implementation
+to choose: without the optional ``fla`` and ``causal-conv1d`` kernels they run transformers' torch
+fallback.
+
+>>> from vlrollout.testing.tiny_families import tiny_vlm
+>>> model, processor = tiny_vlm("gemma3")
+>>> type(model).__name__, model.config.image_token_id == processor.image_token_id
+('Gemma3ForConditionalGeneration', True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from vlrollout.testing.offline_processors import OFFLINE_BUILDERS
+from vlrollout.testing.tiny_model import SMALL_TEXT, SMALL_VISION
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, ProcessorMixin
+
+TINY_FAMILIES: tuple[str, ...] = (
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_5",
+    "gemma3",
+    "llava",
+    "llava_onevision",
+    "idefics3",
+    "smolvlm",
+)
+"""Families :func:`tiny_vlm` builds (``model_type`` spelling)."""
+
+MODEL_CLASSES: dict[str, str] = {
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "gemma3": "Gemma3ForConditionalGeneration",
+    "llava": "LlavaForConditionalGeneration",
+    "llava_onevision": "LlavaOnevisionForConditionalGeneration",
+    "idefics3": "Idefics3ForConditionalGeneration",
+    "smolvlm": "SmolVLMForConditionalGeneration",
+}
+"""The transformers class of each family's model (what ``AutoModelForImageTextToText`` picks)."""
+
+PROCESSOR_FAMILY: dict[str, str] = {family: family for family in TINY_FAMILIES} | {
+    "qwen3_5": "qwen3_vl"
+}
+"""The ``OFFLINE_BUILDERS`` entry each family uses. Qwen3.5 has no processor of its own:
+transformers' ``AutoProcessor`` and ``AutoImageProcessor`` map ``qwen3_5`` to ``Qwen3VLProcessor``
+and the Qwen2-VL image processor, with patch 16 and merge 2 as for Qwen3-VL and the same
+``<|vision_start|><|image_pad|><|vision_end|>`` placeholders."""
+
+TEXT: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+}
+"""Text decoder size shared by every family (head dim 16)."""
+
+VISION: dict[str, Any] = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
+"""CLIP/SigLIP/Idefics3 vision tower size (``num_attention_heads`` 2 is added per family)."""
+
+
+def _token_id(tokenizer: Any, token: str) -> int:
+    """The id of ``token``, which must be a single known token of ``tokenizer``."""
+    tid = tokenizer.convert_tokens_to_ids(token)
+    if tid is None or tid == tokenizer.unk_token_id:
+        raise ValueError(f"tokenizer has no {token!r} token")
+    return int(tid)
+
+
+def _text(processor: Any, **extra: Any) -> dict[str, Any]:
+    """The text sub-config: :data:`TEXT`, the tokenizer's vocabulary and pad/bos/eos ids."""
+    tok = processor.tokenizer
+    pad, eos = _token_id(tok, tok.pad_token), _token_id(tok, tok.eos_token)
+    ids = {"vocab_size": len(tok), "pad_token_id": pad, "bos_token_id": pad, "eos_token_id": eos}
+    return {**TEXT, **ids, "tie_word_embeddings": False, **extra}
+
+
+def _siglip(image_size: int, patch_size: int, model_type: str | None = "siglip_vision_model"):
+    """A CLIP-style vision tower config of :data:`VISION` size; ``model_type`` None for configs
+    whose vision class is fixed (Idefics3, SmolVLM)."""
+    vision = {
+        **VISION,
+        "num_attention_heads": 2,
+        "image_size": image_size,
+        "patch_size": patch_size,
+    }
+    return vision if model_type is None else {"model_type": model_type, **vision}
+
+
+def _qwen_ids(processor: Any) -> dict[str, int]:
+    tok = processor.tokenizer
+    return {
+        "image_token_id": _token_id(tok, "<|image_pad|>"),
+        "video_token_id": _token_id(tok, "<|video_pad|>"),
+        "vision_start_token_id": _token_id(tok, "<|vision_start|>"),
+        "vision_end_token_id": _token_id(tok, "<|vision_end|>"),
+    }
+
+
+def _qwen_vision(processor: Any, **extra: Any) -> dict[str, Any]:
+    """A Qwen ViT of 2 blocks, 32 wide; patch/merge/temporal sizes from the image processor."""
+    ip = processor.image_processor
+    return {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": ip.patch_size,
+        "spatial_merge_size": ip.merge_size,
+        "temporal_patch_size": ip.temporal_patch_size,
+        "out_hidden_size": TEXT["hidden_size"],  # the merger's output feeds the decoder
+        **extra,
+    }
+
+
+def _qwen2_vl(processor: Any):
+    """Qwen2-VL: the config of :func:`vlrollout.testing.tiny_model.tiny_qwen2vl`."""
+    from vlrollout.tiny.model import tiny_qwen2vl_config
+
+    return tiny_qwen2vl_config(processor.tokenizer, text=SMALL_TEXT, vision=SMALL_VISION)
+
+
+def _qwen2_5_vl(processor: Any):
+    """Qwen2.5-VL: window attention in block 0, full attention in block 1.
+
+    ``vision_config.tokens_per_second`` is 2, as in Qwen/Qwen2.5-VL-3B-Instruct and -7B-Instruct
+    ``config.json`` (the class default is 4); ``Qwen2_5_VLModel.get_rope_index`` reads it to space
+    video frames in M-RoPE time.
+    """
+    from transformers import Qwen2_5_VLConfig
+
+    vision = _qwen_vision(processor, tokens_per_second=2, fullatt_block_indexes=[1])
+    vision["window_size"] = vision["patch_size"] * vision["spatial_merge_size"] * 2
+    return Qwen2_5_VLConfig(
+        text_config=_text(processor, rope_parameters=SMALL_TEXT["rope_parameters"]),
+        vision_config=vision,
+        tie_word_embeddings=False,
+        **_qwen_ids(processor),
+    )
+
+
+def _qwen3_vl(processor: Any):
+    """Qwen3-VL: interleaved M-RoPE, DeepStack features from vision block 0 into decoder layer 0.
+
+    ``mrope_section`` [4, 2, 2] splits the 8 rotary frequencies of a 16-dim head roughly as
+    Qwen/Qwen3-VL-2B-Instruct's [24, 20, 20] splits 64.
+    """
+    from transformers import Qwen3VLConfig
+
+    rope = {
+        "rope_type": "default",
+        "rope_theta": 5_000_000.0,
+        "mrope_section": [4, 2, 2],
+        "mrope_interleaved": True,
+    }
+    return Qwen3VLConfig(
+        text_config=_text(processor, head_dim=16, rope_parameters=rope),
+        vision_config=_qwen_vision(
+            processor, num_position_embeddings=64, deepstack_visual_indexes=[0]
+        ),
+        tie_word_embeddings=False,
+        **_qwen_ids(processor),
+    )
+
+
+def _qwen3_5(processor: Any):
+    """Qwen3.5: one Gated DeltaNet (linear attention) layer, then one gated full-attention layer.
+
+    Qwen/Qwen3.5 configs alternate three linear-attention layers with one full-attention layer and
+    rotate a quarter of each head (``partial_rotary_factor`` 0.25, interleaved M-RoPE). Here heads
+    are 32 wide, so 8 dims rotate: 4 frequencies split [2, 1, 1] over time, height and width.
+    """
+    from transformers import Qwen3_5Config
+
+    rope = {
+        "rope_type": "default",
+        "rope_theta": 10_000_000.0,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [2, 1, 1],
+        "mrope_interleaved": True,
+    }
+    text = _text(
+        processor,
+        head_dim=32,
+        rope_parameters=rope,
+        layer_types=["linear_attention", "full_attention"],
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+    )
+    return Qwen3_5Config(
+        text_config=text,
+        vision_config=_qwen_vision(processor, num_position_embeddings=64),
+        tie_word_embeddings=False,
+        **_qwen_ids(processor),
+    )
+
+
+def _gemma3(processor: Any):
+    """Gemma 3: SigLIP tower at the processor's square size; soft tokens pooled to its count.
+
+    The projector average-pools the (image/patch)² patch grid to ``mm_tokens_per_image`` tokens,
+    so that must equal the processor's ``image_seq_length`` (and be a square). Embeddings are
+    untied (the real model ties them) so that re-initialising the output layer leaves the input
+    embeddings alone.
+    """
+    from transformers import Gemma3Config
+
+    tok, size = processor.tokenizer, processor.image_processor.size["height"]
+    patch = 14  # SigLIP's
+    per_side = math.isqrt(processor.image_seq_length)
+    if per_side**2 != processor.image_seq_length or (size // patch) % per_side:
+        raise ValueError(
+            f"{processor.image_seq_length} soft tokens cannot pool a {size // patch}² patch grid"
+        )
+    text = _text(
+        processor,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=64,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    return Gemma3Config(
+        text_config=text,
+        vision_config=_siglip(size, patch),
+        mm_tokens_per_image=processor.image_seq_length,
+        boi_token_index=_token_id(tok, processor.boi_token),
+        eoi_token_index=_token_id(tok, tok.eoi_token),
+        image_token_index=_token_id(tok, processor.image_token),
+        tie_word_embeddings=False,
+    )
+
+
+def _llava(processor: Any):
+    """LLaVA-1.5: CLIP tower (CLS dropped by the "default" strategy), Llama decoder."""
+    from transformers import LlavaConfig
+
+    size = processor.image_processor.crop_size["height"]
+    patch = processor.patch_size
+    return LlavaConfig(
+        vision_config=_siglip(size, patch, model_type="clip_vision_model"),
+        text_config=_text(processor, model_type="llama"),
+        image_token_index=_token_id(processor.tokenizer, processor.image_token),
+        image_seq_length=(size // patch) ** 2,
+        vision_feature_select_strategy=processor.vision_feature_select_strategy,
+        vision_feature_layer=-2,
+        tie_word_embeddings=False,
+    )
+
+
+def _llava_onevision(processor: Any):
+    """LLaVA-OneVision: SigLIP tower over anyres tiles, Qwen2 decoder; same pinpoints as the
+    processor, which counts the same unpadded features plus row newlines."""
+    from transformers import LlavaOnevisionConfig
+
+    tok, ip = processor.tokenizer, processor.image_processor
+    patch = ip.size["height"] // math.isqrt(processor.num_image_tokens)
+    return LlavaOnevisionConfig(
+        vision_config=_siglip(ip.size["height"], patch),
+        text_config=_text(processor, model_type="qwen2"),
+        image_token_index=_token_id(tok, processor.image_token),
+        video_token_index=_token_id(tok, processor.video_token),
+        vision_feature_select_strategy=processor.vision_feature_select_strategy,
+        vision_feature_layer=-1,
+        vision_aspect_ratio=processor.vision_aspect_ratio,
+        image_grid_pinpoints=[list(p) for p in ip.image_grid_pinpoints],
+        tie_word_embeddings=False,
+    )
+
+
+def _idefics3_like(processor: Any, config_class: Callable[..., Any]):
+    """Idefics3 and SmolVLM: a tile of T pixels gives (T/patch)² patches, which pixel shuffle by
+    ``scale_factor`` 2 reduces by 4 to the processor's ``image_seq_len``; patch size follows."""
+    tile = processor.image_processor.max_image_size["longest_edge"]
+    scale = 2
+    side = math.isqrt(processor.image_seq_len) * scale
+    if tile % side:
+        raise ValueError(f"tile {tile} px is not divisible into {side}x{side} patches")
+    return config_class(
+        vision_config=_siglip(tile, tile // side, model_type=None),
+        text_config=_text(processor, model_type="llama"),
+        image_token_id=_token_id(processor.tokenizer, processor.image_token),
+        scale_factor=scale,
+        pad_token_id=_token_id(processor.tokenizer, processor.tokenizer.pad_token),
+        tie_word_embeddings=False,
+    )
+
+
+def _idefics3(processor: Any):
+    from transformers import Idefics3Config
+
+    return _idefics3_like(processor, Idefics3Config)
+
+
+def _smolvlm(processor: Any):
+    from transformers import SmolVLMConfig
+
+    return _idefics3_like(processor, SmolVLMConfig)
+
+
+CONFIG_BUILDERS: dict[str, Callable[[Any], Any]] = {
+    "qwen2_vl": _qwen2_vl,
+    "qwen2_5_vl": _qwen2_5_vl,
+    "qwen3_vl": _qwen3_vl,
+    "qwen3_5": _qwen3_5,
+    "gemma3": _gemma3,
+    "llava": _llava,
+    "llava_onevision": _llava_onevision,
+    "idefics3": _idefics3,
+    "smolvlm": _smolvlm,
+}
+"""Per family: ``processor -> config`` of the tiny model that matches it."""
+
+
+def _randomize_zero_matrices(model: torch.nn.Module, std: float) -> None:
+    """Re-initialise every all-zero weight matrix with normal(0, ``std``).
+
+    Some families initialise a projection to zeros because a checkpoint always overwrites it:
+    Gemma 3's ``mm_input_projection_weight`` (``Gemma3PreTrainedModel._init_weights``). In a random
+    model that projection would map every image to zero features, so the image would never reach
+    the logits.
+    """
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2 and not param.any():
+                torch.nn.init.normal_(param, std=std)
+
+
+def tiny_vlm(
+    family: str, seed: int = 0, dtype: torch.dtype = torch.float32, lm_head_std: float = 0.3
+) -> tuple[PreTrainedModel, ProcessorMixin]:
+    """``(model, processor)``: a random tiny model of ``family`` in eval mode and its processor.
+
+    The processor is a fresh instance from :data:`OFFLINE_BUILDERS` (callers may mutate it).
+    ``lm_head_std`` re-initialises the untied output layer so the next-token distribution is far
+    from uniform; the default init (std 0.02) gives nearly uniform logits, under which sampling
+    bugs hide. The same ``seed`` gives the same weights.
+
+    Args:
+        family: One of :data:`TINY_FAMILIES`.
+        seed: Seed of the random initialisation.
+        dtype: Parameter dtype of the returned model.
+        lm_head_std: Standard deviation of the output layer's normal initialisation.
+
+    Raises:
+        ValueError: ``family`` is not in :data:`TINY_FAMILIES`.
+
+    >>> model, processor = tiny_vlm("qwen2_5_vl")
+    >>> model.config.vision_config.tokens_per_second, model.training
+    (2, False)
+    """
+    import transformers
+
+    if family not in CONFIG_BUILDERS:
+        raise ValueError(f"no tiny model for family {family!r}; known: {list(TINY_FAMILIES)}")
+    processor = OFFLINE_BUILDERS[PROCESSOR_FAMILY[family]]()
+    config = CONFIG_BUILDERS[family](processor)
+    torch.manual_seed(seed)
+    model = getattr(transformers, MODEL_CLASSES[family])(config)
+    model.set_attn_implementation("sdpa")
+    _randomize_zero_matrices(model, std=config.get_text_config().initializer_range)
+    if model.lm_head.weight is model.get_input_embeddings().weight:
+        raise RuntimeError(f"{family}: lm_head is tied to the input embeddings")
+    torch.nn.init.normal_(model.lm_head.weight, std=lm_head_std)
+    model.generation_config = transformers.GenerationConfig(
+        eos_token_id=config.get_text_config().eos_token_id,
+        pad_token_id=config.get_text_config().pad_token_id,
+    )
+    return model.to(dtype).eval(), processor
+
+
+def save_tiny_vlm(family: str, path: str | Path, seed: int = 0) -> Path:
+    """Write the float32 :func:`tiny_vlm` model and its processor to ``path``; return ``path``.
+
+    For code that takes a model directory. ``AutoModelForImageTextToText.from_pretrained(path)``
+    loads the model offline with bit-identical logits, its generation config carrying the eos
+    and pad ids. ``AutoProcessor.from_pretrained(path)`` loads the processor offline, but
+    transformers 5 upgrades a saved slow image processor (Qwen2-VL, Qwen2.5-VL, Gemma 3, LLaVA,
+    LLaVA-OneVision) to its fast variant: the same tokens and grids, pixels that differ by float
+    rounding, or for LLaVA's CLIP resize by up to about 0.015 after normalisation. Pass
+    ``use_fast=False`` for those families to reload exactly the saved processor.
+
+    >>> import tempfile
+    >>> from transformers import AutoModelForImageTextToText
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = save_tiny_vlm("llava", tmp)
+    ...     type(AutoModelForImageTextToText.from_pretrained(path)).__name__
+    'LlavaForConditionalGeneration'
+    """
+    path = Path(path)
+    model, processor = tiny_vlm(family, seed=seed, dtype=torch.float32)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
