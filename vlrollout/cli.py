@@ -65,7 +65,9 @@ overridden by flags (relative to the working folder). Rerunning the same command
 items are skipped. A rerun with different settings into the same --output is refused (use
 --overwrite to start over). Ctrl-C or SIGTERM stops after writing every finished item (exit
 130/143). Data items: docs/item_format.md; check a file with `vlrollout validate-data FILE`.
-Exit status: 0 done, 1 stopped early (--fail-fast) or an internal error, 2 a usage error.
+Exit status: 0 done (some episodes may be rejected: see summary.json), 1 stopped early
+(--fail-fast) or an internal error, 2 a usage error, 3 no episode was accepted (the counts and
+the top rejection reasons are printed; summary.json and report.html are still written).
 """
 
 
@@ -205,7 +207,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for (item_id, reason, detail), n in list(counts.items())[:20]:
         print(f"rejected item {item_id}: {reason}: {detail}" + (f" (×{n})" if n > 1 else ""))
     print(f"wrote {cfg.output}/summary.json and {cfg.output}/report.html")
-    return 1 if "stopped_early" in summary else 0
+    if "stopped_early" in summary:
+        return 1
+    if summary["episodes"]["accepted"] == 0:
+        from vlrollout.ledger import NothingAccepted
+
+        raise NothingAccepted(
+            "the run",
+            summary["episodes"]["rejected"],  # every episode of the run, as none was accepted
+            summary["rejections"],
+            hint=f"every rejection: {cfg.output}/summary.json (rejections) and report.html",
+        )
+    return 0
 
 
 @subcommand
@@ -398,6 +411,11 @@ KEPT_WHEN_STOPPED = {
 }
 
 
+#: Exit status of a command whose run, training step or held-out evaluation had no accepted
+#: episode (1 and 2 are taken by internal and usage errors).
+NOTHING_ACCEPTED = 3
+
+
 def _raise_signal_exit(signum: int, frame: Any) -> None:
     raise SignalExit(signum)
 
@@ -421,11 +439,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_command(command: str, func: Callable[[], int], debug: bool = False) -> int:
     """Call ``func`` the way every subcommand runs: errors become short messages and statuses.
 
-    Usage errors (a bad flag, key, value or file) print one or two lines and return 2; other
+    Usage errors (a bad flag, key, value or file) print one or two lines and return 2; a batch
+    with no accepted episode (:class:`~vlrollout.ledger.NothingAccepted`: a whole run, a training
+    step, a held-out evaluation) prints its counts and top rejection reasons and returns 3; other
     errors print their type and message and return 1; ``debug`` adds the traceback. SIGINT and
     SIGTERM return 130 and 143 after one line saying what was kept; no worker process outlives
     the command.
     """
+    from vlrollout.ledger import NothingAccepted
     from vlrollout.logs import log_to_stderr
     from vlrollout.run.errors import Interrupted, UsageError
 
@@ -439,6 +460,11 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
             traceback.print_exc()
         _error(command, str(e))
         return 2
+    except NothingAccepted as e:
+        if debug:
+            traceback.print_exc()
+        _error(command, str(e))
+        return NOTHING_ACCEPTED
     except Interrupted as e:
         name = signal.Signals(e.signum).name
         print(

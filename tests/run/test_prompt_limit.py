@@ -27,9 +27,10 @@ def test_a_prompt_longer_than_the_context_is_prompt_too_long(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"]["rejected_by_reason"] == {"prompt_too_long": 1}
     assert [r["id"] for r in summary["rejections"]] == ["long"]
-    # The same limit from the command line.
+    # The same limit from the command line; it rejects every episode, which fails the run (3).
     assert (
-        cli.main(["run", *flags, "--max-prompt-tokens", "3", "--output", str(tmp_path / "o2")]) == 0
+        cli.main(["run", *flags, "--max-prompt-tokens", "3", "--output", str(tmp_path / "o2")]) == 3
     )
+    assert "prompt_too_long: 2 (e.g. item " in capsys.readouterr().err
     summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
     assert summary["episodes"]["rejected_by_reason"] == {"prompt_too_long": 2}

@@ -92,16 +92,44 @@ def pick(stats: dict[str, float], name: str) -> float | None:
 
 
 def evaluate(
-    engine: Any, workflow: Any, items: list[dict], prefix: str = "eval", repeats: int = 1
+    engine: Any,
+    workflow: Any,
+    items: list[dict],
+    prefix: str = "eval",
+    repeats: int = 1,
+    step: int | None = None,
 ) -> dict[str, float]:
     """Held-out evaluation straight on the engine (outside AReaL's staleness budget): the mean
-    reward per task over ``repeats`` episodes per item (a rejected episode scores 0)."""
+    reward per task over ``repeats`` episodes per item.
+
+    A rejected episode scores 0 and stays in the denominator, so rejections never raise the
+    mean; ``{prefix}/n`` (episodes) and ``{prefix}/rejected`` say how many of the episodes
+    behind it were rejected (:func:`eval_line` prints both).
+
+    Raises:
+        NothingAccepted: Every episode was rejected: a mean of zeros would measure nothing.
+            ``step`` is named in the message.
+    """
+    from vlrollout.ledger import NothingAccepted
+
     episodes = [it for it in items for _ in range(repeats)]
+    ledger = getattr(workflow, "ledger", None)
+    mark = ledger.mark() if ledger is not None else None
 
     async def run():
         return await asyncio.gather(*(workflow.arun_episode(engine, it) for it in episodes))
 
     trajs = asyncio.run(run())
+    if all(t is None for t in trajs):
+        outcome = ledger.since(mark) if ledger is not None else {"rejected": 0, "rejections": []}
+        at = f" at step {step}" if step is not None else ""
+        raise NothingAccepted(
+            f"the held-out evaluation {prefix!r}{at}",
+            len(episodes),
+            outcome["rejections"],
+            rejected=outcome["rejected"],
+            hint="no score is reported from no episode; each rejection is logged above",
+        )
     by_task: dict[str, list[float]] = {}
     for it, t in zip(episodes, trajs, strict=True):
         score = float(t["rewards"].flatten()[0]) if t is not None else 0.0
@@ -111,6 +139,17 @@ def evaluate(
     out[f"{prefix}/n"] = len(episodes)
     out[f"{prefix}/rejected"] = sum(t is None for t in trajs)
     return out
+
+
+def eval_line(record: dict[str, Any], prefix: str = "eval") -> str:
+    """The mean of one evaluation with its denominator and rejections, for the log.
+
+    >>> eval_line({"eval/mean": 0.5, "eval/n": 8, "eval/rejected": 2})
+    'eval 0.5000 over 8 episodes (2 rejected, scored 0)'
+    """
+    n, rejected = record[f"{prefix}/n"], record[f"{prefix}/rejected"]
+    line = f"{prefix} {record[f'{prefix}/mean']:.4f} over {n} episodes"
+    return line + (f" ({rejected} rejected, scored 0)" if rejected else "")
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -154,7 +193,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     from vlrollout.train import checkpoint
     from vlrollout.train.actor import build_actor
-    from vlrollout.train.batch import restore_multi_modal_inputs
+    from vlrollout.train.batch import restore_multi_modal_inputs, rollout_step
     from vlrollout.train.report import append_jsonl, read_jsonl, write_report
     from vlrollout.train.rewards import build_rewards
     from vlrollout.workflows import VisionRLVRWorkflow
@@ -208,14 +247,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     def run_eval(step: int) -> None:
         t = time.perf_counter()
-        rec = {"step": step, **evaluate(engine, eval_workflow, eval_items)}
+        rec = {"step": step, **evaluate(engine, eval_workflow, eval_items, step=step)}
+        prefixes = ["eval"]
         if vl.eval_samples:
             rec.update(
-                evaluate(engine, sampled_workflow, eval_items, "eval_sampled", vl.eval_samples)
+                evaluate(
+                    engine, sampled_workflow, eval_items, "eval_sampled", vl.eval_samples, step
+                )
             )
+            prefixes.append("eval_sampled")
         rec["eval/seconds"] = time.perf_counter() - t
         append_jsonl(eval_path, rec)
-        logger.warning("held-out eval at step %d: %.4f", step, rec["eval/mean"])
+        lines = "; ".join(eval_line(rec, p) for p in prefixes)
+        logger.warning("held-out eval at step %d: %s", step, lines)
 
     record: dict[str, Any] = {}
     try:
@@ -225,7 +269,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         for step in bar:
             t0 = time.perf_counter()
             data = batch_items(train_items, step, bs, cfg.seed)
-            batch = actor.rollout_batch(data, workflow=workflow, group_size=cfg.gconfig.n_samples)
+            batch, outcome = rollout_step(actor, workflow, data, cfg.gconfig.n_samples, step + 1)
             t_rollout = time.perf_counter() - t0
 
             t = time.perf_counter()
@@ -252,6 +296,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             record = {
                 "step": step + 1,
                 **rollout_stats(batch, t_rollout),
+                "rejected": outcome["rejected"],
                 "kl": pick(areal_stats, "approx_kl"),
                 "entropy": pick(areal_stats, "entropy"),
                 "clip_ratio": pick(areal_stats, "clip_ratio"),

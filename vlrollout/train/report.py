@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+#: Prefixes of held-out metrics in ``eval.jsonl`` (greedy; sampled at the training temperature).
+EVAL_PREFIXES = ("eval", "eval_sampled")
+#: Keys under an evaluation prefix that count episodes or time rather than score them.
+EVAL_COUNTS = ("n", "rejected", "seconds")
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -82,9 +86,11 @@ def write_report(out: Path, cfg: Any = None) -> Path:
     def series(key: str, rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
         return [(r["step"], r[key]) for r in rows if r.get(key) is not None]
 
+    prefixes = [p for p in EVAL_PREFIXES if any(f"{p}/n" in r for r in evals)]
     eval_keys = sorted(
-        {k for r in evals for k in r if k.startswith("eval/")}
-        - {"eval/n", "eval/rejected", "eval/seconds"}
+        k
+        for k in {k for r in evals for k in r}
+        if k.partition("/")[0] in EVAL_PREFIXES and k.partition("/")[2] not in EVAL_COUNTS
     )
     charts = [
         svg_chart(
@@ -113,6 +119,8 @@ def write_report(out: Path, cfg: Any = None) -> Path:
         "reward_mean",
         "reward_std",
         "frac_all_equal_groups",
+        "n_trajectories",
+        "rejected",
         "kl",
         "entropy",
         "clip_ratio",
@@ -124,9 +132,13 @@ def write_report(out: Path, cfg: Any = None) -> Path:
         for r in steps[-20:]
     )
     eval_rows = "".join(
-        "<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in ("step", *eval_keys)) + "</tr>"
+        "<tr>"
+        + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in ("step", *eval_keys))
+        + "".join(f"<td>{_rejected(r, p)}</td>" for p in prefixes)
+        + "</tr>"
         for r in evals
     )
+    eval_head = [*("step", *eval_keys), *(f"{p}/rejected of n" for p in prefixes)]
     title = "vlrollout train"
     if cfg is not None:
         title += f": {html.escape(cfg.experiment_name)}/{html.escape(cfg.trial_name)}"
@@ -135,12 +147,19 @@ def write_report(out: Path, cfg: Any = None) -> Path:
 .charts svg{{margin:0 1em 1em 0;border:1px solid #eee}}</style></head><body>
 <h1>{title}</h1><p>{len(steps)} steps; {len(evals)} held-out evaluations.</p>
 <div class="charts">{"".join(charts)}</div>
-<h2>Held-out evaluation</h2><table><tr>{"".join(f"<th>{c}</th>" for c in ("step", *eval_keys))}</tr>{eval_rows}</table>
+<h2>Held-out evaluation</h2><p>Means over every episode; a rejected episode scores 0.</p>
+<table><tr>{"".join(f"<th>{c}</th>" for c in eval_head)}</tr>{eval_rows}</table>
 <h2>Last steps</h2><table><tr>{"".join(f"<th>{c}</th>" for c in columns)}</tr>{rows}</table>
 </body></html>"""
     path = out / "report.html"
     path.write_text(doc)
     return path
+
+
+def _rejected(record: dict[str, Any], prefix: str) -> str:
+    """``"2 of 8"``: rejected episodes of an evaluation, and all its episodes."""
+    n = record.get(f"{prefix}/n")
+    return "" if n is None else f"{record.get(f'{prefix}/rejected', 0)} of {n}"
 
 
 def _fmt(v: Any) -> str:
