@@ -17,6 +17,9 @@ forward need to feed a model exactly as its own forward and ``generate`` do:
   patches (two requests' tensors concatenate into one batch), ``"sequences"`` when it indexes
   sequences (Idefics3/SmolVLM ``pixel_values`` ``[batch, tiles, 3, H, W]``): such requests batch
   together only when their tensors have the same shape.
+- **one_row_decode**: why requests of the family decode one at a time, or ``None``: a cache the
+  engine cannot merge into a decode batch (Qwen3.5's linear-attention layers keep a recurrent
+  state per sequence in their own cache class).
 - **unsupported**: a reason the package cannot feed the family, raised when an engine is built.
 
 Sources (transformers 5.3): ``modeling_qwen2_vl.py``/``modeling_qwen2_5_vl.py``/
@@ -49,6 +52,7 @@ class ModelFamily:
         positions: ``"mrope"`` or ``"sequential"`` (see the module docstring).
         token_types_input: Forward argument taking per-token modality ids, or ``None``.
         vision_rows: ``"images"`` or ``"sequences"`` (see the module docstring).
+        one_row_decode: Why requests decode one at a time, or ``None`` (they batch).
         unsupported: Why the package refuses the family, or ``None``.
     """
 
@@ -56,17 +60,22 @@ class ModelFamily:
     positions: Literal["mrope", "sequential"] = "sequential"
     token_types_input: str | None = None
     vision_rows: Literal["images", "sequences"] = "images"
+    one_row_decode: str | None = None
     unsupported: str | None = None
 
 
 _QWEN = dict(positions="mrope", token_types_input="mm_token_type_ids")
+_LINEAR_ATTENTION = (
+    "its linear-attention layers keep a recurrent state per sequence in a cache the engine "
+    "cannot merge into a decode batch"
+)
 FAMILIES: dict[str, ModelFamily] = {
     "qwen2_vl": ModelFamily("qwen2_vl", **_QWEN),
     "qwen2_5_vl": ModelFamily("qwen2_5_vl", **_QWEN),
     "qwen3_vl": ModelFamily("qwen3_vl", **_QWEN),
     "qwen3_vl_moe": ModelFamily("qwen3_vl_moe", **_QWEN),
-    "qwen3_5": ModelFamily("qwen3_5", **_QWEN),
-    "qwen3_5_moe": ModelFamily("qwen3_5_moe", **_QWEN),
+    "qwen3_5": ModelFamily("qwen3_5", **_QWEN, one_row_decode=_LINEAR_ATTENTION),
+    "qwen3_5_moe": ModelFamily("qwen3_5_moe", **_QWEN, one_row_decode=_LINEAR_ATTENTION),
     "gemma3": ModelFamily("gemma3", token_types_input="token_type_ids"),
     "llava": ModelFamily("llava"),
     "llava_next": ModelFamily("llava_next"),

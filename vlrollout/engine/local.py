@@ -39,6 +39,7 @@ from transformers.cache_utils import DynamicCache
 from vlrollout.engine.batch import can_merge
 from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
 from vlrollout.engine.inputs import check_token_ids, placeholder_token_ids, prepare_inputs
+from vlrollout.families import family_of
 from vlrollout.engine.sampling import SamplingParams
 from vlrollout.engine.worker import DecodeWorker, GenerationTask
 from vlrollout.logs import get_logger
@@ -123,6 +124,14 @@ class LocalInferenceEngine(InferenceEngine):
         if deterministic:
             max_batch_size = 1
         self.processor, self.tokenizer = _split_processor(processor_or_tokenizer)
+        family = family_of(model.config)  # refuses a family the engine cannot feed
+        if max_batch_size > 1 and family.one_row_decode:
+            logger.warning(
+                "%s: %s; requests run one at a time (max_batch_size=1).",
+                type(model).__name__,
+                family.one_row_decode,
+            )
+            max_batch_size = 1
         if max_batch_size > 1 and not can_merge(DynamicCache(config=model.config)):
             logger.warning(
                 "%s has sliding-window attention layers, whose caches cannot be merged into a "

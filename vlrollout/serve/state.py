@@ -154,7 +154,10 @@ class ServerState:
                 )
             except PreprocessError as e:
                 raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
-        out = processor.image_processor(images=[im.image for im in loaded], return_tensors="pt")
+        # One prompt's images as one sample, as the processor's own call passes them: families
+        # that treat several images of one prompt differently (LLaVA-OneVision pads each to a
+        # square; Idefics3 tiles one sequence's images into one pixel_values row) need the nesting.
+        out = processor.image_processor(images=[[im.image for im in loaded]], return_tensors="pt")
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
 
     async def generate(self, req: ModelRequest, abort_on_pause: bool, where: str) -> ModelResponse:
