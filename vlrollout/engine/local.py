@@ -39,9 +39,9 @@ from transformers.cache_utils import DynamicCache
 from vlrollout.engine.batch import can_merge
 from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
 from vlrollout.engine.inputs import check_token_ids, placeholder_token_ids, prepare_inputs
-from vlrollout.families import family_of
 from vlrollout.engine.sampling import SamplingParams
 from vlrollout.engine.worker import DecodeWorker, GenerationTask
+from vlrollout.families import family_of
 from vlrollout.logs import get_logger
 
 logger = get_logger(__name__)
