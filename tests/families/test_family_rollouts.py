@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
 import pytest
 import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
-from PIL import Image
 
 from vlrollout.checks import logprob_consistency
 from vlrollout.engine.local import LocalInferenceEngine
 from vlrollout.families import family_of
+from vlrollout.testing.family_items import ITEMS
 from vlrollout.testing.tiny_families import TINY_FAMILIES, tiny_vlm
 from vlrollout.workflows import VisionMultiAttemptWorkflow, VisionRLVRWorkflow
 from vlrollout.workflows.steps import build_request
@@ -29,50 +28,6 @@ ATOL = 1e-4
 TEMPERATURE = 0.7
 NEW_TOKENS = 8
 REWARD = "tests.workflows.reward_fns.contains_answer"
-LONG_TEXT = " ".join(f"word{i % 17} is number {i}." for i in range(60))
-
-
-def _photo(seed: int, size: tuple[int, int]) -> Image.Image:
-    """A noisy gradient (not a flat colour: every patch differs)."""
-    rng = np.random.default_rng(seed)
-    w, h = size
-    x = np.linspace(0, 255, w)[None, :, None]
-    y = np.linspace(0, 255, h)[:, None, None]
-    base = (x * rng.uniform(0.2, 1, 3) + y * rng.uniform(0.2, 1, 3)) / 2
-    noise = rng.normal(0, 30, (h, w, 3))
-    return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
-
-
-def _user(*parts) -> dict:
-    return {"role": "user", "content": list(parts)}
-
-
-IMAGE, TEXT = {"type": "image"}, (lambda t: {"type": "text", "text": t})
-ITEMS = {
-    "one_image": {
-        "messages": [_user(IMAGE, TEXT("What is in the picture?"))],
-        "images": [_photo(1, (90, 60))],
-    },
-    "two_images": {
-        "messages": [_user(IMAGE, TEXT("and"), IMAGE, TEXT("Which is brighter?"))],
-        "images": [_photo(2, (64, 64)), _photo(3, (120, 50))],
-    },
-    "text_before_image": {
-        "messages": [
-            {"role": "system", "content": "You are a careful assistant."},
-            _user(TEXT(LONG_TEXT), IMAGE, TEXT("Describe it.")),
-        ],
-        "images": [_photo(4, (70, 100))],
-    },
-    "image_in_later_turn": {
-        "messages": [
-            _user(IMAGE, TEXT("Look at this.")),
-            {"role": "assistant", "content": "I see a gradient."},
-            _user(TEXT("Now this one:"), IMAGE, TEXT("What changed?")),
-        ],
-        "images": [_photo(5, (80, 80)), _photo(6, (50, 110))],
-    },
-}
 
 
 @pytest.fixture(scope="module", params=TINY_FAMILIES)

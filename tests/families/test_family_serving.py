@@ -13,11 +13,11 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from transformers import AutoProcessor
 
-from tests.families.test_family_rollouts import ITEMS
 from vlrollout.checks import logprob_consistency
 from vlrollout.engine.local import LocalInferenceEngine
 from vlrollout.serve.app import build_app
 from vlrollout.serve.background import BackgroundServer
+from vlrollout.testing.family_items import ITEMS
 from vlrollout.testing.tiny_families import TINY_FAMILIES, save_tiny_vlm
 from vlrollout.workflows import VisionRLVRWorkflow
 
