@@ -28,6 +28,7 @@ from vlrollout.processors.auto import TEXT_KEYS, AutoProcessorPreprocessor
 from vlrollout.processors.base import ImageGeometry
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import LoadedImage, load_image
+from vlrollout.processors.turns import turn_end_token_id
 
 from .base import ToolResult
 from .runner import ToolOutcome
@@ -114,10 +115,9 @@ class ObservationEncoder:
         self.processor = preprocessor.processor
         self.tokenizer = preprocessor.tokenizer
         self.role = role
-        self.eos_token_id = self.tokenizer.eos_token_id
-        self.eos_token = self.tokenizer.eos_token
-        if self.eos_token is None:
-            raise ValueError("the tokenizer has no eos token; tool turns need an end-of-turn token")
+        # The template's end of an assistant turn (Gemma 3's <end_of_turn>, Qwen's <|im_end|>).
+        self.eos_token_id = turn_end_token_id(self.tokenizer)
+        self.eos_token = self.tokenizer.convert_ids_to_tokens(self.eos_token_id)
         self._check_probe()
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:

@@ -16,13 +16,9 @@ from areal.utils.hf_utils import apply_chat_template
 from areal.utils.perf_tracer import session_context
 
 from vlrollout.packaging import TrajectoryBuilder
+from vlrollout.processors.turns import turn_end_token_id
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
-from vlrollout.workflows.steps import (
-    build_request,
-    close_turn_tokens,
-    generate,
-    turn_end_token_id,
-)
+from vlrollout.workflows.steps import build_request, close_turn_tokens, generate
 
 DEFAULT_FEEDBACK = (
     "Your answer is either wrong or not parsable to the reward function. "

@@ -373,46 +373,10 @@ def _stop_if_abandoned(
         task.cancel()
 
 
-def turn_end_token_id(tokenizer: Any) -> int:
-    """The token the chat template writes to end an assistant turn.
-
-    The first special token the template writes after an assistant message's text
-    (``<|im_end|>`` for Qwen, ``<end_of_turn>`` for Gemma 3, ``<end_of_utterance>`` for
-    Idefics3), which need not be the tokenizer's eos token; the eos token when the template ends
-    turns with plain text (LLaVA-1.5's ``"ASSISTANT: ... "``), as the model then stops on eos.
-
-    Raises:
-        ValueError: the tokenizer has no eos token and the template writes no end-of-turn token.
-    """
-    from areal.utils.hf_utils import apply_chat_template
-
-    probe = [{"role": "user", "content": "q"}]
-    prompt = apply_chat_template(tokenizer, probe, tokenize=True, add_generation_prompt=True)
-    answer = "turn end probe"
-    whole = apply_chat_template(
-        tokenizer, [*probe, {"role": "assistant", "content": answer}], tokenize=True
-    )
-    special = set(tokenizer.all_special_ids) | {
-        i for i, t in tokenizer.added_tokens_decoder.items() if t.special
-    }
-    if whole[: len(prompt)] == prompt:
-        text = tokenizer.encode(answer, add_special_tokens=False)
-        tail = whole[len(prompt) :]
-        start = len(text) if tail[: len(text)] == text else 0
-        for token in tail[start:]:
-            if token in special:
-                return int(token)
-    if tokenizer.eos_token_id is None:
-        raise ValueError(
-            "the chat template writes no end-of-turn token and the tokenizer has no eos token: "
-            "later turns cannot tell where a generated turn ends"
-        )
-    return int(tokenizer.eos_token_id)
-
-
 def close_turn_tokens(output_tokens: Sequence[int], eos_token_id: int) -> list[int]:
     """``[eos]`` when a generated turn was cut off before its end-of-turn token, else ``[]``
-    (``eos_token_id``: the template's end of turn, :func:`turn_end_token_id`).
+    (``eos_token_id``: the template's end of turn,
+    :func:`vlrollout.processors.turns.turn_end_token_id`).
 
     What follows a turn (feedback, a tool observation) must start after a closed turn, as the chat
     template renders the whole conversation.

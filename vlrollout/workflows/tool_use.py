@@ -179,7 +179,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
         outcomes = run_tool_calls(
             parse_tool_calls(text), self.tools, ep.tools, self.max_calls_per_turn
         )
-        close = bool(close_turn_tokens(output_tokens, self.ctx.tokenizer.eos_token_id))
+        close = bool(close_turn_tokens(output_tokens, self.encoder.eos_token_id))
         return self.encoder.encode(outcomes, ep.tools.num_images, close_turn=close)
 
     @session_context()
