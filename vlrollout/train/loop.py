@@ -196,8 +196,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from vlrollout.train.batch import restore_multi_modal_inputs, rollout_step
     from vlrollout.train.report import append_jsonl, read_jsonl, write_report
     from vlrollout.train.rewards import build_rewards
+    from vlrollout.train.support import check_trainable
     from vlrollout.workflows import VisionRLVRWorkflow
 
+    check_trainable(cfg.actor.path)
     vl = cfg.vlrollout
     out = Path(vl.output)
     out.mkdir(parents=True, exist_ok=True)

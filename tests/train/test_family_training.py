@@ -1,0 +1,177 @@
+"""AReaL's trainer on every family it treats as a vision model, on tiny random models.
+
+Trainable families: trainer logprobs on a packed batch equal the rollout's (1e-4, float32, sdpa)
+and a ``ppo_update`` runs. Gemma 3 is refused by ``vlrollout train`` before any model loads,
+and the reason it names is still what AReaL does with it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.train.procs import ROOT, subprocess_env
+from vlrollout.run.errors import ConfigError
+from vlrollout.testing.tiny_families import save_tiny_vlm, tiny_vlm
+from vlrollout.train.packing import (
+    linear_attention_layers,
+    mrope_positions,
+    separate_packed_sequences,
+)
+from vlrollout.train.support import check_trainable, refusal
+
+ATOL = 1e-4
+TRAINABLE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+
+
+def _family_logp(family: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests/train/family_logp.py"), family],
+        cwd=ROOT,
+        env=subprocess_env(OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", TRAINABLE)
+def test_trainer_logprobs_equal_rollout(family):
+    result = _family_logp(family)
+    assert "error" not in result, result
+    assert result["rejected"] == 0 and result["ppo_update"], result
+    assert result["fixed"] <= ATOL, result
+    assert result["unfixed"] > 0.1, result  # AReaL alone: packed sequences leak (or positions)
+
+
+@pytest.mark.slow
+def test_gemma3_fails_in_areal_as_the_refusal_says():
+    result = _family_logp("gemma3")
+    assert "mixed torch.Tensor and DTensor" in result.get("error", ""), result
+
+
+def _prepared(processor, text: str, image=None):
+    from PIL import Image
+
+    messages = [{"role": "user", "content": [{"type": "text", "text": text}]}]
+    if image is not None:
+        messages[0]["content"].insert(0, {"type": "image"})
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
+    size = image or (0, 0)
+    images = [Image.new("RGB", size, (90, 40, 200))] if image else None
+    return processor(text=[prompt], images=images, return_tensors="pt")
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_5"])
+def test_mrope_positions_equal_the_models_own_per_sequence(family):
+    """Three sequences packed into one row (image, text only, two-image-sized image) with trailing
+    padding: each sequence's 3-D positions are the model's own for it alone."""
+    model, processor = tiny_vlm(family)
+    seqs = [
+        _prepared(processor, "What is this?", (64, 48)),
+        _prepared(processor, "Only text here."),
+        _prepared(processor, "And this one?", (40, 90)),
+    ]
+    ids = torch.cat([s["input_ids"] for s in seqs], 1)
+    pad = 5
+    mb = {
+        "input_ids": torch.cat([ids, torch.zeros(1, pad, dtype=ids.dtype)], 1),
+        "mm_token_type_ids": torch.cat(
+            [*(s["mm_token_type_ids"] for s in seqs), torch.zeros(1, pad, dtype=torch.long)], 1
+        ),
+        "cu_seqlens": torch.tensor(
+            [0, *torch.tensor([s["input_ids"].shape[1] for s in seqs]).cumsum(0).tolist()],
+            dtype=torch.int32,
+        ),
+        "image_grid_thw": torch.cat([s["image_grid_thw"] for s in seqs if "image_grid_thw" in s]),
+    }
+    pos = mrope_positions(model.model, mb)
+    start = 0
+    for s in seqs:
+        n = s["input_ids"].shape[1]
+        own, _ = model.model.get_rope_index(
+            s["input_ids"],
+            image_grid_thw=s.get("image_grid_thw"),
+            attention_mask=torch.ones_like(s["input_ids"]),
+            mm_token_type_ids=s["mm_token_type_ids"],
+        )
+        assert torch.equal(pos[:, :, start : start + n], own), start
+        start += n
+    assert pos[:, 0, start:].tolist() == [list(range(pad))] * 3
+
+
+def test_qwen2_5_vl_packed_forward_equals_each_sequence_alone():
+    """Positions that restart per sequence, the model's own 3-D rule (``tokens_per_second``
+    spacing) and no mask, as the packing fix gives AReaL's micro-batches: a packed forward equals
+    each sequence's own."""
+    model, processor = tiny_vlm("qwen2_5_vl")
+    seqs = [
+        _prepared(processor, "What is this?", (64, 48)),
+        _prepared(processor, "Only text here."),
+    ]
+    lens = [s["input_ids"].shape[1] for s in seqs]
+    mb = {
+        "input_ids": torch.cat([s["input_ids"] for s in seqs], 1),
+        "mm_token_type_ids": torch.cat([s["mm_token_type_ids"] for s in seqs], 1),
+        "cu_seqlens": torch.tensor([0, lens[0], sum(lens)], dtype=torch.int32),
+        "image_grid_thw": seqs[0]["image_grid_thw"],
+    }
+    mb["position_ids"] = mrope_positions(model.model, mb)
+    separate_packed_sequences(mb)
+    with torch.no_grad():
+        packed = model(
+            input_ids=mb["input_ids"],
+            position_ids=mb["position_ids"],
+            attention_mask=None,
+            pixel_values=seqs[0]["pixel_values"],
+            image_grid_thw=mb["image_grid_thw"],
+            use_cache=False,  # as AReaL: transformers looks for packed sequences only without a cache
+        ).logits[0]
+        alone = torch.cat([model(**s).logits[0] for s in seqs])
+    assert (packed - alone).abs().max().item() < 1e-4
+
+
+def test_linear_attention_layers_are_counted():
+    assert linear_attention_layers(tiny_vlm("qwen3_5")[0].config) > 0
+    assert linear_attention_layers(tiny_vlm("qwen2_vl")[0].config) == 0
+
+
+def test_gemma3_is_refused_naming_family_and_reason(tmp_path):
+    path = save_tiny_vlm("gemma3", tmp_path / "gemma3")
+    with pytest.raises(ConfigError, match="'gemma3' cannot be trained: .*SigLIP.*token_type_ids"):
+        check_trainable(str(path))
+    for family in TRAINABLE:
+        assert refusal(tiny_vlm(family)[0].config) is None
+
+
+@pytest.mark.slow
+def test_vlrollout_train_refuses_gemma3_before_loading(tmp_path):
+    path = save_tiny_vlm("gemma3", tmp_path / "gemma3")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vlrollout.cli",
+            "train",
+            "--config",
+            "examples/train_grounding.yaml",
+            f"actor.path={path}",
+            f"vlrollout.output={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        env=subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "'gemma3' cannot be trained" in proc.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    assert "Loading weights" not in proc.stderr
