@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -54,6 +55,18 @@ def _split_processor(obj: Any) -> tuple[Any, Any]:
     if hasattr(obj, "image_processor") and hasattr(obj, "tokenizer"):
         return obj, obj.tokenizer
     return None, obj
+
+
+@dataclasses.dataclass
+class LocalModelResponse(ModelResponse):
+    """AReaL's ``ModelResponse`` plus what the local engine reports beyond it.
+
+    Attributes:
+        top_logprobs: Per generated token, the most likely ``(token id, logprob)`` pairs, when
+            the request asked for them (``metadata["top_logprobs"]``); else empty.
+    """
+
+    top_logprobs: list[list[tuple[int, float]]] = dataclasses.field(default_factory=list)
 
 
 class LocalInferenceEngine(InferenceEngine):
@@ -282,7 +295,9 @@ class LocalInferenceEngine(InferenceEngine):
         ``max_new_tokens`` (or ``max_tokens``) ran out; ``output_logprobs`` in AReaL's
         convention (:mod:`vlrollout.engine.sampling`); ``output_versions``: the engine's
         version when each token was sampled; ``latency``, ``ttft`` and ``itl`` in seconds;
-        the request's tokenizer and processor, or the engine's.
+        the request's tokenizer and processor, or the engine's. With
+        ``req.metadata["top_logprobs"] = k`` the response's ``top_logprobs`` holds, per generated
+        token, the ``k`` most likely ``(token id, logprob)`` pairs.
 
         Raises:
             RuntimeError: The engine is not initialized.
@@ -305,6 +320,9 @@ class LocalInferenceEngine(InferenceEngine):
         params = SamplingParams.from_gconfig(
             req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
         )
+        top = int((req.metadata or {}).get("top_logprobs") or 0)
+        if top:
+            params = dataclasses.replace(params, top_logprobs=top)
         task = GenerationTask(
             inputs=inputs,
             params=params,
@@ -318,7 +336,8 @@ class LocalInferenceEngine(InferenceEngine):
         )
         await asyncio.wrap_future(self._worker.submit(task))
         end = time.perf_counter()
-        return ModelResponse(
+        return LocalModelResponse(
+            top_logprobs=task.out_top,
             input_tokens=list(req.input_ids),
             output_tokens=task.out_tokens,
             output_logprobs=task.out_logprobs,

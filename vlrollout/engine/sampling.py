@@ -67,6 +67,8 @@ class SamplingParams:
         stop: Stop strings: generation stops once the decoded completion contains one.
         frequency_penalty: Subtracted from a token's sampling logit per earlier occurrence in the
             completion (OpenAI semantics); does not change the reported logprob.
+        top_logprobs: Also report this many most likely tokens per step, with their logprobs
+            (OpenAI's ``top_logprobs``); 0 reports none.
         seed: Seeds a per-request generator, for reproducible sampling; ``None`` uses the
             engine's generator.
     """
@@ -81,6 +83,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     frequency_penalty: float = 0.0
     seed: int | None = None
+    top_logprobs: int = 0
 
     def __post_init__(self):
         if self.max_new_tokens <= 0:
@@ -332,3 +335,16 @@ def sample_token(
         logits.unsqueeze(0), [params], banned, [n_generated], [counts], None, generator
     )
     return int(tokens[0])
+
+
+def top_logprobs(logits: torch.Tensor, params: SamplingParams) -> list[tuple[int, float]]:
+    """The ``params.top_logprobs`` most likely tokens of one row of raw ``logits`` and their
+    logprobs, most likely first, in the same convention as the sampled token's logprob (raw
+    logits over the logprob temperature; placeholders and penalties not applied).
+
+    >>> top_logprobs(torch.tensor([0.0, 2.0, 1.0]), SamplingParams(1, top_logprobs=2))[0][0]
+    1
+    """
+    logp = torch.log_softmax(logits.float() / params.logprob_temperature, dim=-1)
+    values, ids = logp.topk(min(params.top_logprobs, logp.shape[-1]))
+    return list(zip(ids.tolist(), values.tolist(), strict=True))

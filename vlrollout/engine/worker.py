@@ -32,7 +32,7 @@ from transformers.cache_utils import DynamicCache
 
 from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
 from vlrollout.engine.inputs import PreparedInputs, positions_key, prompt_positions, uses_mrope
-from vlrollout.engine.sampling import SamplingParams, sample_batch
+from vlrollout.engine.sampling import SamplingParams, sample_batch, top_logprobs
 from vlrollout.engine.step_forward import CompiledStep, DirectStep, FullStep, choose_step
 from vlrollout.families import family_of
 
@@ -69,6 +69,7 @@ class GenerationTask:
     out_logprobs: list[float] = field(default_factory=list)
     out_versions: list[int] = field(default_factory=list)
     counts: collections.Counter = field(default_factory=collections.Counter)
+    out_top: list[list[tuple[int, float]]] = field(default_factory=list)
     stop_reason: str | None = None
     t_first: float | None = None
     t_last: float | None = None
@@ -506,6 +507,9 @@ class DecodeWorker:
         )
         now, version = time.perf_counter(), self.version()
         done = []
+        for i, task in enumerate(tasks):
+            if task.params.top_logprobs:
+                task.out_top.append(top_logprobs(logits[i], task.params))
         for task, token, logprob in zip(tasks, tokens.tolist(), logprobs.tolist(), strict=True):
             if task.t_first is None:
                 task.t_first = now

@@ -15,7 +15,7 @@ from vlrollout.serve.state import STATE, ServerState
 
 logger = get_logger(__name__)
 
-Route = Callable[[web.Request, Any], Awaitable[dict[str, Any]]]
+Route = Callable[[web.Request, Any], Awaitable[dict[str, Any] | web.StreamResponse]]
 
 
 async def _read_json(request: web.Request) -> Any:
@@ -39,7 +39,8 @@ async def _read_json(request: web.Request) -> Any:
 def _json_route(fn: Route) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
         request.app[STATE].requests[request.path] += 1
-        return web.json_response(await fn(request, await _read_json(request)))
+        result = await fn(request, await _read_json(request))
+        return result if isinstance(result, web.StreamResponse) else web.json_response(result)
 
     return handler
 
@@ -99,7 +100,10 @@ def build_app(
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if protocol == "sglang":
         from vlrollout.serve.sglang import ROUTES
+
+        get_routes = {}
     else:
+        from vlrollout.serve.vllm import GET_ROUTES as get_routes
         from vlrollout.serve.vllm import ROUTES
 
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors])
@@ -121,4 +125,6 @@ def build_app(
     app.router.add_get("/health", _health)
     for path, fn in ROUTES.items():
         app.router.add_post(path, _json_route(fn))
+    for path, get in get_routes.items():
+        app.router.add_get(path, get)
     return app

@@ -13,6 +13,13 @@
 - ``POST /areal_pause_generation``, ``/areal_continue_generation``, ``/areal_update_weights
   {model_path}`` → ``{success, message}``.
 
+For OpenAI clients and evaluation harnesses: ``GET /v1/models`` lists the served model;
+chat completions take ``n`` (choices sampled independently), ``seed``, ``logprobs`` with
+``top_logprobs`` (token text unless ``return_tokens_as_token_ids``), report ``finish_reason``
+``"length"`` when ``max_tokens`` ran out and per-request ``usage``, and answer ``stream: true``
+with server-sent ``chat.completion.chunk`` events once the choices are done (no incremental
+decoding: the engine finishes a choice before it is sent).
+
 Pause: completions requests are aborted (``finish_reason: "abort"`` with the tokens so far) and
 AReaL resends prompt + tokens. Chat requests are *held* instead: on an abort AReaL's client
 appends the partial tokens to ``req.input_ids`` but resends the unchanged ``messages``, so the
@@ -24,6 +31,7 @@ weights if an update came in between).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
@@ -54,19 +62,112 @@ SAMPLING_FIELDS = (
     "stream",
     "n",
     "frequency_penalty",
+    "seed",
 )
 
 
+MAX_N = 16
+"""Most completions one request may ask for (``n``)."""
+MAX_TOP_LOGPROBS = 20
+"""Most alternatives per token (``top_logprobs``), OpenAI's limit."""
+
+
+def _count(body: dict[str, Any], key: str, default: int, low: int, high: int, where: str) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadRequest(f"{where}: {key} must be a whole number in [{low}, {high}], got {value!r}")
+    return value
+
+
 def _gconfig(state: ServerState, body: dict[str, Any], where: str):
-    if body.get("stream"):
-        raise BadRequest(f"{where}: stream=true is not supported; send stream=false")
     if body.get("use_beam_search"):
         raise BadRequest(f"{where}: use_beam_search is not supported")
-    if body.get("n", 1) != 1:
-        raise BadRequest(f"{where}: n must be 1, got {body['n']!r}")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     max_tokens = 16 if max_tokens is None else max_tokens  # vLLM's completions default
     return state.gconfig(where, body, max_tokens, min_tokens_key="min_tokens")
+
+
+def _served_name(state: ServerState) -> str:
+    """The model id ``/v1/models`` lists: the folder the model was loaded from."""
+    return getattr(state.engine.model.config, "_name_or_path", "") or "vlrollout"
+
+
+def _token_entry(state: ServerState, token: int, logprob: float, as_ids: bool) -> dict[str, Any]:
+    """One OpenAI logprob entry: ``"token:<id>"`` when the client asked for ids (AReaL's vLLM
+    client does), else the token's text, with its UTF-8 bytes."""
+    tok = state.engine.tokenizer
+    text = f"token:{token}" if as_ids or tok is None else tok.decode([token])
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+
+def _chat_logprobs(state: ServerState, resp: Any, body: dict[str, Any]) -> dict[str, Any]:
+    as_ids = bool(body.get("return_tokens_as_token_ids"))
+    tops = getattr(resp, "top_logprobs", None) or [[] for _ in resp.output_tokens]
+    return {
+        "content": [
+            {
+                **_token_entry(state, t, lp, as_ids),
+                "top_logprobs": [_token_entry(state, a, alp, as_ids) for a, alp in top],
+            }
+            for t, lp, top in zip(resp.output_tokens, resp.output_logprobs, tops, strict=True)
+        ]
+    }
+
+
+async def models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: the one served model, in OpenAI's list format."""
+    state: ServerState = request.app[STATE]
+    entry = {"id": _served_name(state), "object": "model", "created": 0, "owned_by": "vlrollout"}
+    return web.json_response({"object": "list", "data": [entry]})
+
+
+async def _sse(request: web.Request, chunks: list[dict[str, Any]]) -> web.StreamResponse:
+    """Send ``chunks`` as server-sent events, then ``data: [DONE]``, as OpenAI streams do."""
+    out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await out.prepare(request)
+    for chunk in chunks:
+        await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    await out.write(b"data: [DONE]\n\n")
+    await out.write_eof()
+    return out
+
+
+def _stream_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A finished chat completion as ``chat.completion.chunk`` events: per choice its role, its
+    text with its logprobs, then its finish reason; usage last."""
+    head = {k: response[k] for k in ("id", "created", "model")}
+    chunks = []
+    for choice in response["choices"]:
+        base = {**head, "object": "chat.completion.chunk"}
+        index = choice["index"]
+        delta = {"role": "assistant", "content": choice["message"]["content"]}
+        chunks.append(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": index,
+                        "delta": delta,
+                        "logprobs": choice["logprobs"],
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
+        chunks.append(
+            {
+                **base,
+                "choices": [
+                    {"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}
+                ],
+            }
+        )
+    chunks.append(
+        {**head, "object": "chat.completion.chunk", "choices": [], "usage": response["usage"]}
+    )
+    return chunks
 
 
 def _finish(resp: Any) -> str:
@@ -79,11 +180,12 @@ def _text(state: ServerState, resp: Any, body: dict[str, Any]) -> str:
     return tok.decode(resp.output_tokens, skip_special_tokens=skip) if tok else ""
 
 
-def _usage(n_prompt: int, resp: Any) -> dict[str, int]:
+def _usage(n_prompt: int, *resps: Any) -> dict[str, int]:
+    generated = sum(r.output_len for r in resps)
     return {
         "prompt_tokens": n_prompt,
-        "completion_tokens": resp.output_len,
-        "total_tokens": n_prompt + resp.output_len,
+        "completion_tokens": generated,
+        "total_tokens": n_prompt + generated,
     }
 
 
@@ -112,11 +214,19 @@ def _split_images(messages: Any, where: str) -> tuple[list[dict[str, Any]], list
     return out, images
 
 
-async def chat_completions(request: web.Request, body: Any) -> dict[str, Any]:
+async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | web.StreamResponse:
+    """OpenAI chat completions: ``n`` choices sampled independently from one prepared prompt,
+    ``logprobs`` with token text (or ``"token:<id>"`` with ``return_tokens_as_token_ids``) and
+    ``top_logprobs`` alternatives, ``finish_reason`` ``"length"`` when ``max_tokens`` ran out,
+    and ``stream: true`` answered as server-sent events once the choices are done."""
     state: ServerState = request.app[STATE]
     where = "/v1/chat/completions"
-    check_fields(body, (*SAMPLING_FIELDS, "messages"), where, required=["messages"])
+    check_fields(
+        body, (*SAMPLING_FIELDS, "messages", "stream_options"), where, required=["messages"]
+    )
     gconfig = _gconfig(state, body, where)
+    n = _count(body, "n", 1, 1, MAX_N, where)
+    top = _count(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, where)
     messages, images = _split_images(body["messages"], where)
     if state.preprocessor is None:
         raise BadRequest(f"{where}: the served model has no processor to render messages")
@@ -130,40 +240,56 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any]:
             raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
 
     prepared = await asyncio.to_thread(prepare)
-    metadata = {"multi_modal_input": prepared.multi_modal_input} if images else {}
-    req = ModelRequest(input_ids=list(prepared.input_ids), gconfig=gconfig, metadata=metadata)
-    resp = await state.generate(req, abort_on_pause=False, where=where)
-    content = [
-        {"token": f"token:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-        for t, lp in zip(resp.output_tokens, resp.output_logprobs, strict=True)
+    metadata: dict[str, Any] = {"multi_modal_input": prepared.multi_modal_input} if images else {}
+    if top and body.get("logprobs"):
+        metadata["top_logprobs"] = top
+    seed = _count(body, "seed", -1, 0, 2**63 - 1, where)
+    reqs = [
+        ModelRequest(
+            input_ids=list(prepared.input_ids),
+            gconfig=gconfig,
+            metadata={**metadata, **({"seed": seed + i} if seed >= 0 else {})},
+        )
+        for i in range(n)
     ]
-    return {
-        "id": f"chatcmpl-{req.rid}",
+    resps = await asyncio.gather(
+        *(state.generate(req, abort_on_pause=False, where=where) for req in reqs)
+    )
+    response = {
+        "id": f"chatcmpl-{reqs[0].rid}",
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": body.get("model") or "vlrollout",
+        "model": body.get("model") or _served_name(state),
         "choices": [
             {
-                "index": 0,
+                "index": i,
                 "message": {"role": "assistant", "content": _text(state, resp, body)},
-                "logprobs": {"content": content} if body.get("logprobs") else None,
+                "logprobs": _chat_logprobs(state, resp, body) if body.get("logprobs") else None,
                 "finish_reason": _finish(resp),
             }
+            for i, resp in enumerate(resps)
         ],
-        "usage": _usage(len(prepared.input_ids), resp),
+        "usage": _usage(len(prepared.input_ids), *resps),
     }
+    if body.get("stream"):
+        return await _sse(request, _stream_chunks(response))
+    return response
 
 
 async def completions(request: web.Request, body: Any) -> dict[str, Any]:
     state: ServerState = request.app[STATE]
     where = "/v1/completions"
     check_fields(body, (*SAMPLING_FIELDS, "prompt"), where, required=["prompt"])
+    if body.get("stream"):
+        raise BadRequest(f"{where}: stream=true is supported on /v1/chat/completions only")
+    _count(body, "n", 1, 1, 1, where)
     gconfig = _gconfig(state, body, where)
     prompt = body["prompt"]
     if isinstance(prompt, str) and state.engine.tokenizer is not None:
         prompt = state.engine.tokenizer(prompt)["input_ids"]
     ids = token_ids(prompt, f"{where}: prompt")
-    req = ModelRequest(input_ids=ids, gconfig=gconfig)
+    seed = _count(body, "seed", -1, 0, 2**63 - 1, where)
+    req = ModelRequest(input_ids=ids, gconfig=gconfig, metadata={"seed": seed} if seed >= 0 else {})
     resp = await state.generate(req, abort_on_pause=True, where=where)
     logprobs = None
     if body.get("logprobs") is not None:
@@ -189,6 +315,9 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
         "usage": _usage(len(ids), resp),
     }
 
+
+GET_ROUTES = {"/v1/models": models}
+"""Plain GET handlers (OpenAI clients and evaluation harnesses list the models first)."""
 
 ROUTES = {
     "/v1/chat/completions": chat_completions,
