@@ -40,7 +40,7 @@ def test_an_unknown_vision_family_is_refused_naming_it():
 
 
 def test_a_registered_family_is_used():
-    family = ModelFamily("brand_new_vlm", vision_rows="sequences")
+    family = ModelFamily("brand_new_vlm", token_types_input="token_type_ids")
     register_family("brand_new_vlm", family)
     try:
         assert family_of(_NewVLMConfig()) is family

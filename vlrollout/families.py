@@ -13,10 +13,6 @@ forward need to feed a model exactly as its own forward and ``generate`` do:
   image): ``mm_token_type_ids`` for Qwen-VL (its 3-D positions), ``token_type_ids`` for Gemma 3
   (image tokens attend to each other bidirectionally during prefill; without them the forward
   silently attends causally), ``None`` when the model takes none.
-- **vision_rows**: ``"images"`` when the first dimension of every vision tensor indexes images or
-  patches (two requests' tensors concatenate into one batch), ``"sequences"`` when it indexes
-  sequences (Idefics3/SmolVLM ``pixel_values`` ``[batch, tiles, 3, H, W]``): such requests batch
-  together only when their tensors have the same shape.
 - **one_row_decode**: why requests of the family decode one at a time, or ``None``: a cache the
   engine cannot merge into a decode batch (Qwen3.5's linear-attention layers keep a recurrent
   state per sequence in their own cache class).
@@ -51,7 +47,6 @@ class ModelFamily:
         name: The family (the config's ``model_type``, or ``"text"`` for causal LMs).
         positions: ``"mrope"`` or ``"sequential"`` (see the module docstring).
         token_types_input: Forward argument taking per-token modality ids, or ``None``.
-        vision_rows: ``"images"`` or ``"sequences"`` (see the module docstring).
         one_row_decode: Why requests decode one at a time, or ``None`` (they batch).
         unsupported: Why the package refuses the family, or ``None``.
     """
@@ -59,7 +54,6 @@ class ModelFamily:
     name: str
     positions: Literal["mrope", "sequential"] = "sequential"
     token_types_input: str | None = None
-    vision_rows: Literal["images", "sequences"] = "images"
     one_row_decode: str | None = None
     unsupported: str | None = None
 
@@ -80,8 +74,8 @@ FAMILIES: dict[str, ModelFamily] = {
     "llava": ModelFamily("llava"),
     "llava_next": ModelFamily("llava_next"),
     "llava_onevision": ModelFamily("llava_onevision"),
-    "idefics3": ModelFamily("idefics3", vision_rows="sequences"),
-    "smolvlm": ModelFamily("smolvlm", vision_rows="sequences"),
+    "idefics3": ModelFamily("idefics3"),
+    "smolvlm": ModelFamily("smolvlm"),
 }
 TEXT = ModelFamily("text")
 
@@ -105,7 +99,7 @@ def family_of(config: Any) -> ModelFamily:
             return TEXT
         raise UnsupportedModelError(
             f"model family {model_type!r} is not known to vlrollout: its position rule, "
-            "modality-id input and vision tensor layout are unknown. Known families: "
+            "and modality-id input are unknown. Known families: "
             f"{', '.join(sorted(FAMILIES))}; add yours with "
             "vlrollout.families.register_family(model_type, ModelFamily(...))."
         )

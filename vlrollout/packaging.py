@@ -282,7 +282,12 @@ def merge_multi_modal_inputs(
 
     Qwen-VL style models take all images of a sequence as one ``pixel_values`` of shape
     ``[sum of patches, patch_dim]`` and one ``image_grid_thw`` of shape ``[num_images, 3]``; both
-    concatenate on dim 0, which is also right for ``[num_images, C, H, W]`` families.
+    concatenate on dim 0, which is also right for ``[num_images, C, H, W]`` families. Tensors
+    whose later dimensions differ between segments (LLaVA-OneVision's ``[images, patches, C, H,
+    W]`` with a different patch count per image, Idefics3's ``[1, tiles, C, H, W]``) are padded
+    with zeros to the largest first, as the processors pad several images of one call: the
+    models drop the padding (LLaVA-OneVision by ``image_sizes``, Idefics3 by skipping all-zero
+    tiles).
 
     Raises:
         PackingError: when segments carry different keys (one model cannot take both).
@@ -295,7 +300,24 @@ def merge_multi_modal_inputs(
             )
     if len(parts) == 1:
         return dict(parts[0])
-    return {k: torch.cat([p[k] for p in parts], dim=0) for k in keys}
+    return {k: _cat_padded([p[k] for p in parts]) for k in keys}
+
+
+def _cat_padded(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat`` on dim 0 after zero-padding every later dimension to the largest."""
+    shapes = {t.shape[1:] for t in tensors}
+    if len(shapes) == 1:
+        return torch.cat(tensors, dim=0)
+    if len({t.dim() for t in tensors}) != 1:
+        raise PackingError(f"image tensors of different ranks: {sorted(map(tuple, shapes))}")
+    size = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].dim())]
+    padded = []
+    for t in tensors:
+        pad: list[int] = []
+        for d in reversed(range(1, t.dim())):
+            pad += [0, size[d - 1] - t.shape[d]]
+        padded.append(torch.nn.functional.pad(t, pad))
+    return torch.cat(padded, dim=0)
 
 
 def pack_single_turn(

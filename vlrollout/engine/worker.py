@@ -378,12 +378,12 @@ class DecodeWorker:
                     except Exception as e1:
                         _resolve(task.future, error=e1)
 
-    def _batch_key(self, inputs: PreparedInputs) -> tuple:
-        """Requests with equal keys prefill in one forward: the same vision inputs, and for a
-        family whose vision tensors have one entry per sequence, the same shapes."""
-        if self._family.vision_rows == "sequences":
-            return tuple(sorted((k, tuple(v.shape)) for k, v in inputs.vision.items()))
-        return tuple(sorted(inputs.vision))
+    @staticmethod
+    def _batch_key(inputs: PreparedInputs) -> tuple:
+        """Requests with equal keys prefill in one forward: the same vision inputs, each with
+        the same shape past its first dimension, so they concatenate on it (images or patches
+        for most families, sequences for Idefics3's ``[1, tiles, C, H, W]``)."""
+        return tuple(sorted((k, tuple(v.shape[1:])) for k, v in inputs.vision.items()))
 
     def _token_types(self, tasks: list[GenerationTask], length: int) -> dict[str, torch.Tensor]:
         """The family's per-token modality input for a left-padded prefill (``{}`` when the

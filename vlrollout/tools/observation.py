@@ -105,9 +105,9 @@ class ObservationEncoder:
             results; use ``"tool"`` for templates that render that role natively).
 
     Raises:
-        ValueError: the template does not end assistant turns with the tokenizer's eos token, renders
-            earlier turns differently once a tool turn follows, or tokenises the observation
-            differently on its own than inside the whole conversation.
+        ValueError: the template renders earlier turns differently once a tool turn follows,
+            or tokenises the observation differently on its own than inside the whole
+            conversation.
     """
 
     def __init__(self, preprocessor: AutoProcessorPreprocessor, role: str = "user") -> None:
@@ -130,18 +130,19 @@ class ObservationEncoder:
         )
         return text if isinstance(text, str) else text[0]
 
+    def _turn_end(self, first: str) -> int:
+        """Where the rendered probe's assistant turn ends: after its end-of-turn token, or, for a
+        template that writes none (LLaVA-1.5), at the end of the rendered turn (the model's
+        own stop token, generated, then closes the turn)."""
+        end = first.rfind(self.eos_token)
+        return len(first) if end < 0 else end + len(self.eos_token)
+
     def observation_text(self, parts: list[dict[str, Any]]) -> str:
         """Template text after the assistant's end-of-turn token, through the next generation prompt."""
         first = self._render(_PROBE, add_generation_prompt=False)
         message = {"role": self.role, "content": parts}
         both = self._render([*_PROBE, message], add_generation_prompt=True)
-        end = first.rfind(self.eos_token)
-        if end < 0:
-            raise ValueError(
-                f"the chat template does not end an assistant turn with the eos token "
-                f"{self.eos_token!r}; tool turns cannot be derived from it"
-            )
-        end += len(self.eos_token)
+        end = self._turn_end(first)
         if both[:end] != first[:end]:
             raise ValueError(
                 "the chat template renders earlier turns differently after a tool turn"
@@ -163,7 +164,7 @@ class ObservationEncoder:
         parts = response_parts([ToolOutcome("probe", ToolResult(text="ok 1, 2"))], 0)
         ours = self._call(self.observation_text(parts), [])["input_ids"][0].tolist()
         first = self._render(_PROBE, add_generation_prompt=False)
-        end = first.rfind(self.eos_token) + len(self.eos_token)
+        end = self._turn_end(first)
         both = self._render([*_PROBE, {"role": self.role, "content": parts}], True)
         whole = self._call(both, [])["input_ids"][0].tolist()
         prefix = self._call(first[:end], [])["input_ids"][0].tolist()
