@@ -1,0 +1,63 @@
+"""``vlrollout train`` with the embedded engine watched at each checkpoint; run as a subprocess.
+
+    python tests/train/family_train_run.py --config examples/train_grounding.yaml [key=value ...]
+
+Runs the command line's own ``vlrollout train`` with the given arguments. Each time the loop
+saves a checkpoint (after that step's weight update reached the engine), the engine's live
+parameters are compared with the checkpoint as transformers loads it
+(``AutoModelForImageTextToText``), and one JSON line is appended to
+``OUTPUT/engine_vs_checkpoint.jsonl``: ``step``, ``max_abs_diff`` over all tensors, and
+``same_keys`` (both state dicts name the same tensors). The loop itself is unchanged: only
+``build_rollout_engine`` (to keep a handle on the engine) and ``checkpoint.save`` are wrapped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+RECORD = "engine_vs_checkpoint.jsonl"
+
+
+def engine_vs_checkpoint(engine, path: Path) -> dict:
+    """Largest |engine − checkpoint| over every tensor of the checkpoint at ``path``."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    saved = AutoModelForImageTextToText.from_pretrained(
+        path, dtype=torch.float32, local_files_only=True
+    ).state_dict()
+    live = engine.model.state_dict()
+    diff = max((live[k].float() - v).abs().max().item() for k, v in saved.items() if k in live)
+    return {"max_abs_diff": diff, "same_keys": set(saved) == set(live)}
+
+
+def main(argv: list[str]) -> int:
+    from vlrollout import cli
+    from vlrollout.train import checkpoint, loop
+
+    engines = []
+    build, save = loop.build_rollout_engine, checkpoint.save
+
+    def watched_build(*args, **kwargs):
+        engine, processor = build(*args, **kwargs)
+        engines.append(engine)
+        return engine, processor
+
+    def watched_save(actor, out, step, *args, **kwargs):
+        ckpt = save(actor, out, step, *args, **kwargs)
+        record = {"step": step, **engine_vs_checkpoint(engines[-1], ckpt.path)}
+        with open(Path(out) / RECORD, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return ckpt
+
+    loop.build_rollout_engine, checkpoint.save = watched_build, watched_save
+    return cli.main(["train", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
