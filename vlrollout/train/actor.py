@@ -31,16 +31,25 @@ def ensure_dist_env() -> None:
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
 
 
-def build_actor(actor_config: Any, ft_spec: Any, *, packing_fix: bool = True) -> Any:
+def build_actor(
+    actor_config: Any,
+    ft_spec: Any,
+    *,
+    packing_fix: bool = True,
+    freeze_vision_tower: bool = False,
+    freeze_projector: bool = False,
+) -> Any:
     """An initialised ``FSDPPPOActor`` for ``actor_config`` (a ``PPOActorConfig``).
 
     CPU-safe defaults (:func:`vlrollout.train.cpu.apply_cpu_defaults`) are applied and logged
     when there is no GPU; the packing fix (:mod:`vlrollout.train.packing`) is installed where
-    flash-attn is absent (``packing_fix=False`` only to demonstrate the bug).
+    flash-attn is absent (``packing_fix=False`` only to demonstrate the bug). The vision parts
+    asked for are frozen before the optimizer is built (:mod:`vlrollout.train.freezing`); with
+    ``use_lora`` the actor's HF saves write merged weights (:mod:`vlrollout.train.lora`).
     """
     from areal.engine.fsdp_engine import FSDPPPOActor
 
-    from vlrollout.train import packing
+    from vlrollout.train import freezing, lora, packing
     from vlrollout.train.cpu import apply_cpu_defaults
 
     for line in apply_cpu_defaults(actor_config):
@@ -51,7 +60,17 @@ def build_actor(actor_config: Any, ft_spec: Any, *, packing_fix: bool = True) ->
         actor_config.backend = f"fsdp:d{os.environ['WORLD_SIZE']}"
     actor = FSDPPPOActor(config=actor_config)
     actor.create_process_group()
+    freezing.install(actor, vision_tower=freeze_vision_tower, projector=freeze_projector)
     actor.initialize(addr=None, ft_spec=ft_spec)
+    if getattr(actor, "vlrollout_frozen", None):
+        logger.warning("frozen (elements): %s", actor.vlrollout_frozen)
+    if lora.install(actor):
+        logger.warning(
+            "LoRA (rank %d, alpha %d): weight updates and checkpoints hold merged weights, the "
+            "adapter in their adapter/ folder",
+            actor_config.lora_rank,
+            actor_config.lora_alpha,
+        )
     if packing_fix and packing.install(actor):
         logger.warning(
             "packing fix installed: packed sequences kept apart by per-sequence positions "

@@ -39,6 +39,11 @@ class TrainSection:
         deterministic: ``local`` engine only: each completion depends only on ``seed`` and its
             request, not on what else was batched with it, so a rerun with the same seed rolls
             out the same episodes (sequences are decoded one at a time: slower).
+        freeze_vision_tower: Do not train the vision encoder (its projector excepted): its
+            parameters get ``requires_grad=False`` before the optimizer is built
+            (:mod:`vlrollout.train.freezing`; AReaL's config has no such key).
+        freeze_projector: Do not train the projector (Qwen-VL's ``merger``, LLaVA's
+            ``multi_modal_projector``, Idefics3's ``connector``).
     """
 
     output: str = "runs/train"
@@ -56,6 +61,8 @@ class TrainSection:
     engine: str = "local"
     addresses: list[str] = field(default_factory=list)
     deterministic: bool = False
+    freeze_vision_tower: bool = False
+    freeze_projector: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in ("ground", "count", "caption", "mix"):

@@ -216,12 +216,26 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     ckpt = checkpoint.latest(out)
     start = 0
-    if ckpt is not None:
-        start, cfg.actor.path = ckpt.step, str(ckpt.path)
-        logger.warning("resuming from %s (step %d)", ckpt.path, start)
     model_path = cfg.actor.path
-    actor = build_actor(cfg.actor, ft_spec)
     if ckpt is not None:
+        from vlrollout.train.lora import check_resume
+
+        check_resume(ckpt.path, cfg.actor.use_lora)
+        start, model_path = ckpt.step, str(ckpt.path)
+        if not cfg.actor.use_lora:  # LoRA: the frozen base, then the saved adapter
+            cfg.actor.path = model_path
+        logger.warning("resuming from %s (step %d)", ckpt.path, start)
+    actor = build_actor(
+        cfg.actor,
+        ft_spec,
+        freeze_vision_tower=vl.freeze_vision_tower,
+        freeze_projector=vl.freeze_projector,
+    )
+    if ckpt is not None:
+        if cfg.actor.use_lora:
+            from vlrollout.train.lora import load_adapter
+
+            load_adapter(actor, ckpt.path)
         checkpoint.load_optimizer(actor, ckpt)
     metrics_path, eval_path = out / "metrics.jsonl", out / "eval.jsonl"
     for path in (metrics_path, eval_path):  # drop records of steps after the checkpoint
