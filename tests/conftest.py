@@ -1,10 +1,23 @@
-"""Shared fixtures: an offline tokenizer and Qwen2-VL processor built in code (no hub)."""
+"""Shared fixtures: an offline tokenizer and Qwen2-VL processor built in code (no hub).
+
+Property-based tests explore new random examples on every local run; under CI (the ``CI``
+environment variable set, as ``.ci/run`` does) they run the ``ci`` Hypothesis profile instead:
+derandomised, so a CI failure reproduces on every rerun of the same commit, with the default
+number of examples and no per-example deadline (a shared CI machine is slow in bursts). Run ``CI=true make test`` to see exactly what CI sees.
+"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from vlrollout.tiny.tokenizer import build_bpe_tokenizer, build_qwen2vl_processor
+
+settings.register_profile("ci", derandomize=True, max_examples=100, deadline=None)
+if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vlrollout.cli import RUN_ONLY_FLAGS, build_parser
+from vlrollout.cli import run_config_from_flags
 from vlrollout.run.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,11 +60,9 @@ def test_yaml_then_flags(tmp_path):
     cfg_file.write_text(
         "group_size: 3\ngconfig: {max_new_tokens: 7, temperature: 0.5}\nengine: {kind: local, model: m}\n"
     )
-    args = build_parser().parse_args(
-        ["run", "--config", str(cfg_file), "--max-new-tokens", "9", "--model", "other"]
+    cfg = run_config_from_flags(
+        ["--config", str(cfg_file), "--max-new-tokens", "9", "--model", "other"]
     )
-    overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
-    cfg = RunConfig.load(args.config, **overrides)
     assert cfg.group_size == 3
     assert (cfg.gconfig.max_new_tokens, cfg.gconfig.temperature) == (9, 0.5)
     assert cfg.engine.model == "other" and cfg.engine.kind == "local"

@@ -14,7 +14,10 @@ import sys
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from vlrollout.run.config import RunConfig
 
 
 class _Parser(argparse.ArgumentParser):
@@ -194,12 +197,39 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_run)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def run_config_from_flags(argv: Sequence[str]) -> RunConfig:
+    """The settings that ``vlrollout run ARGV...`` runs with: ``--config``, then the
+    ``key=value`` settings, then the flags (see ``RUN_EPILOG``).
+
+    Args:
+        argv: The arguments after ``vlrollout run``.
+
+    Returns:
+        The :class:`~vlrollout.run.config.RunConfig` the command would run, built exactly as the
+        command builds it.
+
+    Raises:
+        SystemExit: a flag is unknown or malformed (status 2, as on the command line).
+        ConfigError: a setting is not valid (see :meth:`RunConfig.load`).
+
+    Example:
+        >>> run_config_from_flags(["--seed", "3", "gconfig.top_p=0.5"]).gconfig.top_p
+        0.5
+    """
+    return _run_config(build_parser().parse_args(["run", *argv]))
+
+
+def _run_config(args: argparse.Namespace) -> RunConfig:
     from vlrollout.run.config import RunConfig
-    from vlrollout.run.main import run_from_config
 
     overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
-    cfg = RunConfig.load(args.config, dotlist=args.settings, **overrides)
+    return RunConfig.load(args.config, dotlist=args.settings, **overrides)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from vlrollout.run.main import run_from_config
+
+    cfg = _run_config(args)
     summary = run_from_config(cfg, progress=not args.no_progress, overwrite=args.overwrite)
     brief = {k: summary[k] for k in ("items", "episodes", "reward", "tokens_per_s", "wall_s")}
     print(json.dumps(brief, indent=1))

@@ -35,7 +35,7 @@ from examples.areal_grpo.train_vision_grpo import (
     train_kwargs,
     workflow_kwargs,
 )
-from vlrollout.cli import RUN_ONLY_FLAGS, build_parser
+from vlrollout.cli import run_config_from_flags
 from vlrollout.engine.factory import remote_engine
 from vlrollout.run.config import EngineConfig, RunConfig
 from vlrollout.run.datasets import DataFileError
@@ -314,9 +314,7 @@ def test_vlrollout_run_commands_in_the_doc_parse_into_remote_configs():
     commands = _doc_commands("vlrollout run")
     assert commands, f"no `vlrollout run` command in {SCALE_OUT_DOC}"
     for command in commands:
-        args = build_parser().parse_args(shlex.split(command)[1:])
-        skip = RUN_ONLY_FLAGS
-        cfg = RunConfig.load(None, **{k: v for k, v in vars(args).items() if k not in skip})
+        cfg = run_config_from_flags(shlex.split(command)[2:])
         assert cfg.engine.kind in ("sglang", "vllm") and cfg.engine.addresses, command
 
 

@@ -193,11 +193,9 @@ def test_unexpected_errors_are_one_line_and_exit_1(capsys, monkeypatch):
 
 
 def test_key_value_settings_areal_style(tmp_path):
-    args = cli.build_parser().parse_args(
-        ["run", "--seed", "3", "gconfig.top_p=0.5", "engine.deterministic=false", "limit=2"]
+    cfg = cli.run_config_from_flags(
+        ["--seed", "3", "gconfig.top_p=0.5", "engine.deterministic=false", "limit=2"]
     )
-    overrides = {k: v for k, v in vars(args).items() if k not in cli.RUN_ONLY_FLAGS}
-    cfg = RunConfig.load(None, dotlist=args.settings, **overrides)
     assert (cfg.gconfig.top_p, cfg.limit, cfg.seed, cfg.deterministic) == (0.5, 2, 3, False)
     with pytest.raises(ConfigError, match="unknown key 'gconfig.top_q'.*did you mean 'top_p'"):
         RunConfig.load(None, dotlist=["gconfig.top_q=1"])
@@ -234,10 +232,7 @@ def test_run_help_documents_every_flag():
 def test_max_prompt_tokens_from_the_command_line_reaches_the_workflow(tokenizer):
     from vlrollout.run.main import build_workflow
 
-    args = cli.build_parser().parse_args(["run", "--workflow", "text", "--max-prompt-tokens", "7"])
-    cfg = RunConfig.load(
-        None, **{k: v for k, v in vars(args).items() if k not in cli.RUN_ONLY_FLAGS}
-    )
+    cfg = cli.run_config_from_flags(["--workflow", "text", "--max-prompt-tokens", "7"])
     assert cfg.max_prompt_tokens == 7
     workflow = build_workflow(cfg, tokenizer, None, "tests.workflows.reward_fns.contains_answer")
     assert workflow.ctx.max_prompt_tokens == 7

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from vlrollout.cli import RUN_ONLY_FLAGS, build_parser
+from vlrollout.cli import run_config_from_flags
 from vlrollout.processors import cache
 from vlrollout.run.config import ConfigError, RunConfig
 from vlrollout.run.main import apply_process_settings
 
 
 def _cfg(*flags: str) -> RunConfig:
-    args = build_parser().parse_args(["run", *flags])
-    overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
-    return RunConfig.load(None, **overrides)
+    return run_config_from_flags(flags)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vlrollout.cli import RUN_ONLY_FLAGS, build_parser
+from vlrollout.cli import run_config_from_flags
 from vlrollout.run.config import RunConfig
 from vlrollout.run.main import _engine_kwargs
 
@@ -18,9 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _cfg(*flags: str) -> RunConfig:
-    args = build_parser().parse_args(["run", *flags])
-    overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
-    return RunConfig.load(None, dotlist=args.settings, **overrides)
+    return run_config_from_flags(flags)
 
 
 def test_a_seed_turns_deterministic_scheduling_on_unless_told_otherwise():

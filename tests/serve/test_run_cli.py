@@ -11,30 +11,30 @@ from areal.infra.workflow_executor import check_trajectory_format
 from tests.serve.conftest import ASSET, SAMPLES
 from vlrollout.checks import logprob_consistency
 from vlrollout.cli import main
+from vlrollout.run.files import item_stem
 
 
 def _sample_items(tmp_path):
-    """The sample set without grounding items, image paths made absolute.
+    """The whole sample set (counting, grounding and captioning items), image paths made absolute.
 
-    Grounding items are left out only because the report crashes on a reversed predicted box
-    (issue 17, item 1, fixed on that branch); they run through the server like the others.
+    Returns:
+        The data file, and the ids of its items.
     """
-    lines = []
-    for line in SAMPLES.read_text().splitlines():
-        item = json.loads(line)
-        if item.get("task") == "ground":
-            continue
+    items = [json.loads(line) for line in SAMPLES.read_text().splitlines()]
+    for item in items:
         item["images"] = [str(SAMPLES.parent / p) for p in item["images"]]
-        lines.append(json.dumps(item))
     path = tmp_path / "data.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    return path, len(lines)
+    path.write_text("".join(json.dumps(item) + "\n" for item in items))
+    return path, [item["id"] for item in items]
 
 
 @pytest.mark.parametrize("protocol", ["sglang", "vllm"])
 def test_run_against_the_served_engine(protocol, sglang_server, vllm_server, tmp_path):
     server, engine = sglang_server if protocol == "sglang" else vllm_server
-    data, n_items = _sample_items(tmp_path)
+    data, ids = _sample_items(tmp_path)
+    n_items = len(ids)
+    # Grounding items travel the HTTP path too: their boxes are scored and drawn in the report.
+    assert any(i.startswith("ground-") for i in ids)
     out = tmp_path / "run"
     argv = ["run", "--engine", protocol, "--address", server.address, "--model", str(ASSET)]
     argv += ["--data", str(data), "--output", str(out), "--group-size", "2", "--no-progress"]
@@ -43,7 +43,8 @@ def test_run_against_the_served_engine(protocol, sglang_server, vllm_server, tmp
     # Summary keys may move with the run CLI's rework; the files on disk are the contract.
     assert summary["episodes"]["accepted"] == 2 * n_items, summary["rejections"]
     files = sorted((out / "trajectories").glob("*.pt"))
-    assert len(files) == n_items
+    assert sorted(f.name for f in files) == sorted(f"{item_stem(i)}.pt" for i in ids)
+    assert (out / "report.html").is_file()
     episodes = 0
     for f in files:
         traj = torch.load(f, weights_only=False)
