@@ -43,7 +43,7 @@ def test_train_writes_checkpoints_metrics_report_and_resumes(tmp_path):
             "reward_mean",
             "reward_std",
             "frac_all_equal_groups",
-            "kl",
+            "ppo_approx_kl",
             "entropy",
             "clip_ratio",
             "tokens_per_s",

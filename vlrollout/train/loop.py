@@ -313,7 +313,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 "step": step + 1,
                 **rollout_stats(batch, t_rollout),
                 "rejected": outcome["rejected"],
-                "kl": pick(areal_stats, "approx_kl"),
+                # PPO's approximate KL of the updated policy from the one that sampled (AReaL's
+                # approx_kl): the size of the step, not a KL to a reference model.
+                "ppo_approx_kl": pick(areal_stats, "approx_kl"),
                 "entropy": pick(areal_stats, "entropy"),
                 "clip_ratio": pick(areal_stats, "clip_ratio"),
                 "grad_norm": pick(areal_stats, "grad_norm"),

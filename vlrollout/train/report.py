@@ -106,8 +106,8 @@ def write_report(out: Path, cfg: Any = None) -> Path:
             {"fraction": series("frac_all_equal_groups", steps)},
         ),
         svg_chart(
-            "KL / entropy / clip fraction",
-            {k: series(k, steps) for k in ("kl", "entropy", "clip_ratio")},
+            "PPO approximate KL (updated vs sampling policy) / entropy / clip fraction",
+            {k: series(k, steps) for k in ("ppo_approx_kl", "entropy", "clip_ratio")},
         ),
         svg_chart(
             "seconds per step",
@@ -121,7 +121,7 @@ def write_report(out: Path, cfg: Any = None) -> Path:
         "frac_all_equal_groups",
         "n_trajectories",
         "rejected",
-        "kl",
+        "ppo_approx_kl",
         "entropy",
         "clip_ratio",
         "tokens_per_s",
