@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlrollout-installed
 
-.PHONY: setup demo demo-baseline train test test-all lint bench lock snapshots
+.PHONY: setup demo demo-baseline train test test-fast lint bench lock snapshots
 
 # Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
 # pyproject.toml or the lock changes. The venv takes about 10 GiB (areal pins a torch whose Linux
@@ -37,12 +37,15 @@ demo-baseline: setup
 train: setup
 	$(BIN)/vlrollout train --config examples/train_grounding.yaml $(ARGS)
 
-# Unit + integration tests (slow ones excluded); `make test-all` runs everything.
+# What CI runs: every test (slow ones included: the training, serving and learning tests behind
+# the README's claims; tests that need a GPU skip themselves without one), then the linter.
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory lint
 
-test-all: setup
-	$(BIN)/python -m pytest -q -m "not gpu"
+# The quick loop while developing: tests marked slow left out.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check .
