@@ -18,8 +18,7 @@ from areal.api.cli_args import GenerationHyperparameters
 
 from vlrollout.checks import logprob_consistency
 from vlrollout.engine.local import LocalInferenceEngine
-from vlrollout.families import family_of
-from vlrollout.testing.family_items import ITEMS
+from vlrollout.testing.family_items import ITEMS, generate_greedy
 from vlrollout.testing.tiny_families import TINY_FAMILIES, tiny_vlm
 from vlrollout.workflows import VisionMultiAttemptWorkflow, VisionRLVRWorkflow
 from vlrollout.workflows.steps import build_request
@@ -40,21 +39,7 @@ def _greedy_equal(model, processor, engine, item) -> bool:
     resp = asyncio.run(
         engine.agenerate(build_request(prepared, greedy, processor.tokenizer, processor))
     )
-    inputs = {"input_ids": torch.tensor([prepared.input_ids]), **prepared.multi_modal_input}
-    types_input = family_of(model.config).token_types_input
-    if types_input is not None:
-        inputs[types_input] = torch.tensor([prepared.mm_token_type_ids])
-    with torch.no_grad():
-        out = model.generate(
-            **inputs,
-            attention_mask=torch.ones_like(inputs["input_ids"]),
-            max_new_tokens=NEW_TOKENS,
-            do_sample=False,
-            suppress_tokens=sorted(engine.banned_token_ids),
-            eos_token_id=sorted(engine.eos_token_ids),
-            pad_token_id=processor.tokenizer.pad_token_id,
-        )
-    expected = out[0, prepared.prompt_len :].tolist()
+    expected = generate_greedy(model, engine, prepared, NEW_TOKENS)
     return resp.output_tokens == expected[: len(resp.output_tokens)]
 
 

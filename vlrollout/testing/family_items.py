@@ -5,8 +5,13 @@ turn). Images are noisy gradients, so every patch differs.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import torch
 from PIL import Image
+
+from vlrollout.families import family_of
 
 LONG_TEXT = " ".join(f"word{i % 17} is number {i}." for i in range(60))
 
@@ -52,3 +57,26 @@ ITEMS = {
         "images": [_photo(5, (80, 80)), _photo(6, (50, 110))],
     },
 }
+
+
+def generate_greedy(model: Any, engine: Any, prepared: Any, max_new_tokens: int) -> list[int]:
+    """``model.generate``'s greedy completion of a prepared prompt, fed as the family's own
+    forward takes it (images, modality ids), with the engine's banned and stop tokens."""
+    inputs = {
+        "input_ids": torch.tensor([prepared.input_ids]),
+        "attention_mask": torch.ones(1, prepared.prompt_len, dtype=torch.long),
+        **prepared.multi_modal_input,
+    }
+    types_input = family_of(model.config).token_types_input
+    if types_input is not None:
+        inputs[types_input] = torch.tensor([prepared.mm_token_type_ids])
+    with torch.no_grad():
+        out = model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            suppress_tokens=sorted(engine.banned_token_ids),
+            eos_token_id=sorted(engine.eos_token_ids),
+            pad_token_id=engine.tokenizer.pad_token_id,
+        )
+    return out[0, prepared.prompt_len :].tolist()

@@ -72,15 +72,9 @@ transformers' ``AutoProcessor`` and ``AutoImageProcessor`` map ``qwen3_5`` to ``
 and the Qwen2-VL image processor, with patch 16 and merge 2 as for Qwen3-VL and the same
 ``<|vision_start|><|image_pad|><|vision_end|>`` placeholders."""
 
-TEXT: dict[str, Any] = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 4096,
-}
-"""Text decoder size shared by every family (head dim 16)."""
+TEXT: dict[str, Any] = {k: v for k, v in SMALL_TEXT.items() if k != "rope_parameters"}
+"""Text decoder size shared by every family (head dim 16): the engine tests' Qwen2-VL size,
+with each family's own rope settings."""
 
 VISION: dict[str, Any] = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
 """CLIP/SigLIP/Idefics3 vision tower size (``num_attention_heads`` 2 is added per family)."""
