@@ -1,5 +1,5 @@
 """The layout is the architecture: one import identity per module, no package cycles, components
-that never import recipes or test doubles (STYLE.md practices 13 and 14).
+that never import recipes or test doubles.
 
 The import graph is read statically (``ast``), every ``import`` in a file counted — inside
 functions too, since a lazy import is still a dependency.

@@ -1,5 +1,5 @@
-"""Docstring examples are tests (STYLE.md: examples are executable), collected under the one import
-identity of each module (``vlrollout.processors.x``, never ``processors.x``)."""
+"""Docstring examples are tests (executable examples cannot drift from the code), collected under
+the one import identity of each module (``vlrollout.processors.x``, never ``processors.x``)."""
 
 from __future__ import annotations
 

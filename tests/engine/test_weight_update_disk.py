@@ -27,7 +27,7 @@ EXP, TRIAL = "disk-update-test", "t0"
 
 @pytest.fixture(autouse=True)
 def _name_resolve(tmp_path):
-    """AReaL's default repository is NFS-backed and needs a root (REFERENCE.md)."""
+    """AReaL's default name_resolve repository is NFS-backed and needs a root folder."""
     from areal.api.cli_args import NameResolveConfig
 
     name_resolve.reconfigure(NameResolveConfig(type="nfs", nfs_record_root=str(tmp_path / "nr")))

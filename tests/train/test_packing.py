@@ -1,7 +1,7 @@
 """Trainer logprobs on a packed batch equal the rollout's on the CPU (sdpa, float32).
 
 AReaL packs all 36 trajectories into one micro-batch here; without the packing fix later
-sequences attend to earlier ones (REFERENCE.md: up to 14 nats).
+sequences attend to earlier ones (trainer logprobs off by up to 14 nats on this CPU).
 """
 
 from __future__ import annotations

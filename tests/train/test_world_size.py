@@ -3,7 +3,7 @@
 One fixed batch of 8 GRPO groups; each run's rank 0 saves full gradients and AReaL's stats.
 Compared: generated-token logprobs vs the rollout, loss, grad norm and every gradient. Raw
 weights after the first Adam step are not compared element-wise: Adam's first step is about
-lr·sign(g), so float noise in a near-zero gradient flips it (REFERENCE.md); weights are compared
+lr·sign(g), so float noise in a near-zero gradient flips it; weights are compared
 only where |g| is not tiny.
 """
 

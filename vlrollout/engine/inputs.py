@@ -1,7 +1,7 @@
 """Turn a ``ModelRequest`` into the tensors the model's prefill needs, and check them.
 
 The images come from ``req.metadata["multi_modal_input"]`` when present (the tensors the trainer
-also gets, see DESIGN.md "How the prepared prompt reaches each engine"), otherwise from
+also gets, so the engine and the trainer see the same pixels by construction), otherwise from
 ``req.image_data`` (base64 strings, as SGLang receives them) run through the processor's image
 processor. Either way the image placeholders already expanded in ``req.input_ids`` must agree
 with the number of images and the tokens ``image_grid_thw`` implies; a mismatch raises

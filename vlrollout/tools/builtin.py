@@ -1,7 +1,7 @@
 """Built-in tools: ``zoom_in``/``crop``, ``rotate`` and the text-only ``image_info``.
 
 Boxes are written in the model family's own convention (:attr:`ToolContext.box_frame`, see
-``REFERENCE.md`` and :mod:`vlrollout.geometry`): 0–1000 normalised ``[x1, y1, x2, y2]`` for
+:mod:`vlrollout.geometry`): 0–1000 normalised ``[x1, y1, x2, y2]`` for
 Qwen2-VL (``<|box_start|>(x1,y1),(x2,y2)<|box_end|>`` in its model card) and Qwen3-VL, pixels of the
 resized image for Qwen2.5-VL (``bbox_2d`` in its cookbooks). The box is converted to pixels of the
 image being cropped with that image's recorded geometry, clamped to the image and rounded outward;

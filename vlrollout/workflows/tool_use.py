@@ -45,7 +45,8 @@ from vlrollout.workflows.steps import build_request, close_turn_tokens, generate
 DEFAULT_TOOLS = ("zoom_in", "rotate", "image_info")
 
 BOX_FRAMES = {"qwen2_vl": "norm1000", "qwen3_vl": "norm1000", "qwen2_5_vl": "model"}
-"""Box convention per processor family (``REFERENCE.md``); other families default to ``norm1000``."""
+"""Box convention per processor family (model cards: Qwen2-VL and Qwen3-VL 0-1000 normalised,
+Qwen2.5-VL pixels of the resized image); other families default to ``norm1000``."""
 
 
 @dataclass
