@@ -13,6 +13,7 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from transformers import AutoProcessor
 
+from tests.serve.conftest import areal_client
 from vlrollout.checks import logprob_consistency
 from vlrollout.engine.local import LocalInferenceEngine
 from vlrollout.serve.app import build_app
@@ -36,26 +37,6 @@ def saved(request, tmp_path_factory):
     engine.destroy()
 
 
-def _client(protocol: str, path, address: str):
-    if protocol == "sglang":
-        from areal.engine.sglang_remote import RemoteSGLangEngine as cls
-    else:
-        from areal.engine.vllm_remote import RemotevLLMEngine as cls
-    client = cls.from_pretrained(
-        tokenizer_path=str(path),
-        max_concurrent_rollouts=4,
-        setup_timeout=20,
-        request_timeout=60,
-        request_retries=1,
-        pause_grace_period=0.0,
-        max_head_offpolicyness=100,
-        consumer_batch_size=4,
-        check_trajectory_format=True,
-    )
-    client.initialize(addr=address)
-    return client
-
-
 @pytest.mark.parametrize("protocol", ["sglang", "vllm"])
 def test_served_rollouts_match_the_model(saved, protocol):
     path, engine = saved
@@ -64,7 +45,7 @@ def test_served_rollouts_match_the_model(saved, protocol):
     workflow = VisionRLVRWorkflow(REWARD, gconfig, processor.tokenizer, processor)
     items = [{"id": name, "answer": "never-matches", **ITEMS[name]} for name in SERVED_ITEMS]
     server = BackgroundServer(build_app(engine, protocol)).start()
-    client = _client(protocol, path, server.address)
+    client = areal_client(protocol, server.address, path, check_trajectory_format=True)
     try:
         trajs = client.rollout_batch(items, workflow=workflow, group_size=2)
     finally:

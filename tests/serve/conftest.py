@@ -61,8 +61,9 @@ def vllm_server():
         yield pair
 
 
-def areal_client(protocol: str, address: str, **config):
-    """AReaL's own remote engine for ``protocol``, connected to ``address``; destroy it after."""
+def areal_client(protocol: str, address: str, tokenizer_path: str | Path = ASSET, **config):
+    """AReaL's own remote engine for ``protocol``, connected to ``address`` (the tokenizer of
+    ``tokenizer_path``, default the shipped model); destroy it after."""
     if protocol == "sglang":
         from areal.engine.sglang_remote import RemoteSGLangEngine as cls
     else:
@@ -73,7 +74,9 @@ def areal_client(protocol: str, address: str, **config):
     config.setdefault("pause_grace_period", 0.0)
     config.setdefault("max_head_offpolicyness", 100)
     config.setdefault("consumer_batch_size", 4)
-    engine = cls.from_pretrained(tokenizer_path=str(ASSET), max_concurrent_rollouts=8, **config)
+    engine = cls.from_pretrained(
+        tokenizer_path=str(tokenizer_path), max_concurrent_rollouts=8, **config
+    )
     engine.initialize(addr=address)
     return engine
 
