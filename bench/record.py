@@ -1,0 +1,178 @@
+"""One benchmark run as a small JSON record: the command that printed the numbers, when, on what
+machine, and the tables the README shows.
+
+The README's benchmark tables are rendered from these records by
+``scripts/render_readme_numbers.py`` (``make readme-numbers``), never typed by hand, so every
+number there is one that a command in this repository printed, with the command beside it. A
+benchmark writes ``<record dir>/<name>.json`` when it finishes; ``--record-dir`` (default
+``bench/results``) lets the tests run benchmarks without rewriting the committed records.
+
+A record keeps the load average at the start and the end of the run: these machines are shared,
+and a number measured under load is only comparable with its load beside it.
+
+    >>> run = Run("demo", ["--quick"], script="bench/bench_demo.py")
+    >>> rec = run.record([Table(["case", "ms"], [["a", "1.0"]])], "headline: 1.0 ms", {"a_ms": 1.0})
+    >>> rec.command, Record.from_json(rec.to_json()) == rec
+    ('.venv/bin/python bench/bench_demo.py --quick', True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+PYTHON = ".venv/bin/python"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as the README shows it: column names and rows of already formatted cells."""
+
+    columns: list[str]
+    rows: list[list[str]]
+    title: str = ""
+
+    def __post_init__(self) -> None:
+        for row in self.rows:
+            if len(row) != len(self.columns):
+                raise ValueError(f"row {row} has {len(row)} cells for {len(self.columns)} columns")
+
+
+@dataclass(frozen=True)
+class Record:
+    """What one benchmark run printed, and the conditions it ran under.
+
+    Attributes:
+        name: The record's name: the file is ``<name>.json``, the README region ``bench:<name>``.
+        command: The command line that produced it, runnable from the repository root.
+        date: When the run finished (UTC, ISO 8601, seconds).
+        cores: CPU cores of the machine (``os.cpu_count()``).
+        load_start, load_end: 1-minute load average when the run started and finished.
+        seconds: Wall time of the run.
+        mode: ``"default"``, or what a shortened run left out (``"quick: ..."``).
+        tables: What the README shows, formatted by the benchmark itself.
+        headline: The benchmark's last printed line.
+        numbers: The same results unformatted, for anyone comparing runs.
+        notes: Lines the README prints under the tables (conditions of this run).
+    """
+
+    name: str
+    command: str
+    date: str
+    cores: int
+    load_start: float
+    load_end: float
+    seconds: float
+    mode: str
+    tables: list[Table]
+    headline: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Record:
+        raw = json.loads(text)
+        raw["tables"] = [Table(**t) for t in raw["tables"]]
+        return cls(**raw)
+
+
+def command_line(script: str, argv: list[str]) -> str:
+    """The command as someone would type it at the repository root, without ``--record-dir``
+    (where the record went does not change the numbers)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--record-dir":
+            skip = True
+        elif not arg.startswith("--record-dir="):
+            kept.append(arg)
+    path = Path(script)
+    if path.is_absolute() and path.is_relative_to(REPO):
+        path = path.relative_to(REPO)
+    prefix = [] if path.suffix == ".sh" else [PYTHON]
+    return shlex.join([*prefix, str(path), *kept])
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+class Run:
+    """Started when a benchmark starts; :meth:`record` makes its record when it ends.
+
+    Args:
+        name: The record's name (``bench_rewards.py`` records ``rewards``).
+        argv: The benchmark's arguments (``sys.argv[1:]`` when ``None``).
+        script: The benchmark's path (``sys.argv[0]`` when ``None``).
+    """
+
+    def __init__(self, name: str, argv: list[str] | None = None, script: str | None = None):
+        self.name = name
+        self.command = command_line(
+            script or sys.argv[0], list(sys.argv[1:] if argv is None else argv)
+        )
+        self.load_start = _load()
+        self._t0 = time.perf_counter()
+
+    def record(
+        self,
+        tables: list[Table],
+        headline: str,
+        numbers: dict[str, Any] | None = None,
+        mode: str = "default",
+        notes: list[str] | None = None,
+    ) -> Record:
+        return Record(
+            name=self.name,
+            command=self.command,
+            date=datetime.now(UTC).replace(microsecond=0).isoformat(),
+            cores=os.cpu_count() or 1,
+            load_start=self.load_start,
+            load_end=_load(),
+            seconds=round(time.perf_counter() - self._t0, 1),
+            mode=mode,
+            tables=tables,
+            headline=headline,
+            numbers=dict(numbers or {}),
+            notes=list(notes or []),
+        )
+
+
+def add_record_dir(parser: argparse.ArgumentParser) -> None:
+    """``--record-dir DIR``: where the run's record goes (default ``bench/results``)."""
+    parser.add_argument(
+        "--record-dir",
+        type=Path,
+        default=RESULTS,
+        help="write the run's JSON record here (default bench/results, which the README uses)",
+    )
+
+
+def write(record: Record, directory: Path = RESULTS) -> Path:
+    """Write ``<directory>/<name>.json`` (replacing it whole: the latest run is the record)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{record.name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(record.to_json(), encoding="utf-8")
+    tmp.replace(path)
+    print(f"record: {path}", file=sys.stderr)
+    return path
+
+
+def read(path: Path) -> Record:
+    return Record.from_json(path.read_text(encoding="utf-8"))
