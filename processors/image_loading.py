@@ -108,11 +108,45 @@ class LoadedImage:
         return f"data:{self.mime};base64,{self.to_base64()}"
 
 
-def _decode_b64(text: str, item: str, what: str) -> bytes:
+def decode_inline(text: str, item: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The encoded bytes of a base64 string or a ``data:...;base64,`` URL, at most ``max_bytes``.
+
+    The one decoder of inline images: :func:`load_image` uses it for strings, and the engine and
+    the server use it for what clients send, so every inline image meets the same rules. It never
+    reads a file or the network. Whitespace in the payload is ignored; anything else that is not
+    base64 is refused. A payload whose base64 text alone implies more than ``max_bytes`` is refused
+    before it is decoded.
+
+    Raises:
+        PreprocessError: ``image_source`` (a data URL that is not base64-encoded, invalid base64)
+            or ``image_too_large`` (more than ``max_bytes`` encoded bytes).
+
+    >>> decode_inline("data:image/png;base64,YWJj", "image 1")
+    b'abc'
+    """
+    what = "base64"
+    if text.startswith("data:"):
+        header, sep, payload = text.partition(",")
+        if not sep or not header.endswith(";base64"):
+            raise PreprocessError(
+                item, "image_source", f"data URL must be base64-encoded: {text[:40]!r}..."
+            )
+        text, what = payload, "base64 of the data URL"
+    payload = "".join(text.split())
+    at_least = len(payload) // 4 * 3 - 2  # 4 characters carry 3 bytes; padding takes up to 2
+    if at_least > max_bytes:
+        raise PreprocessError(
+            item, "image_too_large", f"{at_least} encoded bytes exceed max_bytes={max_bytes}"
+        )
     try:
-        return base64.b64decode("".join(text.split()), validate=True)
+        raw = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as e:
-        raise PreprocessError(item, "image_source", f"invalid base64 in {what}: {e}") from None
+        raise PreprocessError(item, "image_source", f"invalid {what}: {e}") from None
+    if len(raw) > max_bytes:
+        raise PreprocessError(
+            item, "image_too_large", f"{len(raw)} encoded bytes exceed max_bytes={max_bytes}"
+        )
+    return raw
 
 
 def read_source(source: Any, item: str, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, Any]:
@@ -201,12 +235,7 @@ def _exists(text: str) -> bool:
 
 def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
     if text.startswith("data:"):
-        header, sep, payload = text.partition(",")
-        if not sep or not header.endswith(";base64"):
-            raise PreprocessError(
-                item, "image_source", f"data URL must be base64-encoded: {text[:40]!r}..."
-            )
-        return "data_url", _decode_b64(payload, item, "data URL")
+        return "data_url", decode_inline(text, item, max_bytes)
     if text.startswith("file://"):
         return "path", _read_file(_file_url_path(text), item, max_bytes)
     if _URL.match(text):
@@ -220,8 +249,10 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
     if looks_like_path and _exists(text):
         return "path", _read_file(Path(text), item, max_bytes)
     try:
-        return "base64", base64.b64decode("".join(text.split()), validate=True)
-    except (binascii.Error, ValueError):
+        return "base64", decode_inline(text, item, max_bytes)
+    except PreprocessError as e:
+        if e.reason != "image_source":
+            raise
         raise PreprocessError(
             item, "image_not_found", f"not a file, data: URL or base64 string: {text[:120]!r}"
         ) from None

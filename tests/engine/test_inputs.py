@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 import torch
 from areal.api.io_struct import ModelRequest
+from PIL import Image
 
+from tests.processors.images import bomb_png, png_bytes
 from vlrollout.engine.inputs import (
     PlaceholderMismatchError,
     check_placeholders,
@@ -14,6 +18,8 @@ from vlrollout.engine.inputs import (
     prepare_inputs,
     prompt_positions,
 )
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.image_loading import DEFAULT_MAX_PIXELS, load_image
 
 
 def prepare(tiny, req):
@@ -73,6 +79,41 @@ def test_decode_image_errors():
         decode_image("bm90IGFuIGltYWdl")
     with pytest.raises(TypeError, match="base64"):
         decode_image(b"raw")
+
+
+def test_image_data_is_held_to_the_processors_limits():
+    """image_data arrives as base64 or data URLs and is decoded by the processors' loader: a
+    decompression bomb is refused by the processors' pixel limit before its pixels are decoded,
+    and an oversize payload by their byte limit."""
+    bomb = base64.b64encode(bomb_png(8193, 8192)).decode()  # 8193 * 8192 > DEFAULT_MAX_PIXELS
+    with pytest.raises(PreprocessError, match="image_too_large"):
+        load_image(bomb)
+    for source in (bomb, "data:image/png;base64," + bomb):
+        with pytest.raises(ValueError, match=f"image_too_large.*max_pixels={DEFAULT_MAX_PIXELS}"):
+            decode_image(source)
+    raw = png_bytes(Image.new("RGB", (8, 6)))
+    small = base64.b64encode(raw).decode()
+    assert decode_image(small, max_bytes=len(raw)).size == (8, 6)
+    with pytest.raises(ValueError, match=f"image_too_large.*max_bytes={len(raw) - 1}"):
+        decode_image(small, max_bytes=len(raw) - 1)
+    with pytest.raises(ValueError, match="image_too_large"):
+        decode_image(small, max_pixels=8 * 6 - 1)
+
+
+def test_image_data_is_loaded_like_the_processors_load_it():
+    """The engine sees the trainer's pixels: alpha composited on white (not dropped to black)."""
+    rgba = Image.new("RGBA", (4, 4), (255, 0, 0, 0))
+    source = base64.b64encode(png_bytes(rgba)).decode()
+    assert decode_image(source).tobytes() == load_image(source).image.tobytes()
+    assert decode_image(source).getpixel((0, 0)) == (255, 255, 255)
+
+
+def test_image_data_paths_are_not_read(tmp_path):
+    """Only inline images: a string naming a file is not base64, and the file is never opened."""
+    path = tmp_path / "a.png"
+    path.write_bytes(png_bytes(Image.new("RGB", (4, 4))))
+    with pytest.raises(ValueError, match="Cannot decode"):
+        decode_image(str(path))
 
 
 def test_placeholder_ids_come_from_config_processor_and_tokenizer(tiny):

@@ -11,9 +11,16 @@ import requests
 
 from tests.engine.conftest import make_image as image
 from tests.engine.conftest import to_base64 as png_base64
+from tests.processors.images import bomb_png
 from tests.serve.conftest import serving, vision_prompt
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.image_loading import DEFAULT_MAX_PIXELS, load_image
+from vlrollout.serve.errors import BadRequest
+from vlrollout.serve.state import encoded_image
 
 GARBAGE_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"not really a png" * 8).decode()
+BOMB_PNG = base64.b64encode(bomb_png(8193, 8192)).decode()
+"""A decompression bomb: 8193 x 8192 pixels, more than the processors' ``DEFAULT_MAX_PIXELS``."""
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +75,12 @@ def _sglang_cases(p):
             {"input_ids": p["one"], "image_data": [GARBAGE_PNG], "sampling_params": sp},
             400,
             "image_decode",
+        ),
+        (
+            "decompression bomb",
+            {"input_ids": p["one"], "image_data": [BOMB_PNG], "sampling_params": sp},
+            400,
+            f"image_too_large: 8193x8192 = 67117056 pixels exceed max_pixels={DEFAULT_MAX_PIXELS}",
         ),
         (
             "invalid base64",
@@ -136,6 +149,27 @@ def _sglang_cases(p):
     ]
 
 
+def test_inline_images_are_held_to_the_processors_byte_limit():
+    """The server decodes base64 and data URLs with the processors' decoder: an oversize payload is
+    a 400 naming the field and the processors' reason and limit, refused before it is decoded."""
+    raw = base64.b64decode(png_base64(image(0)))
+    text = base64.b64encode(raw).decode()
+    assert encoded_image(text, "image_data[0]", max_bytes=len(raw)) == raw
+    for source in (text, "data:image/png;base64," + text):
+        with pytest.raises(PreprocessError) as processors:
+            load_image(source, max_bytes=len(raw) - 1)
+        with pytest.raises(BadRequest) as server:
+            encoded_image(source, "image_data[0]", max_bytes=len(raw) - 1)
+        assert processors.value.reason == "image_too_large"
+        assert str(server.value).startswith("image_data[0]: image_too_large: ")
+        assert f"max_bytes={len(raw) - 1}" in str(server.value)
+    # Refused on the length of the text alone: the invalid tail is never reached.
+    with pytest.raises(BadRequest, match="image_too_large: 28 encoded bytes exceed max_bytes=8"):
+        encoded_image("AAAA" * 10 + "@@", "image_data[0]", max_bytes=8)
+    with pytest.raises(BadRequest, match="only inline images"):
+        encoded_image("file:///etc/passwd", "image_data[0]")
+
+
 def _post(server, path, body):
     if isinstance(body, bytes):
         return requests.post(
@@ -183,6 +217,12 @@ def test_vllm_bad_requests(vllm_server, prompts):
             chat(url("data:image/png;base64," + GARBAGE_PNG)),
             400,
             "image_decode",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(url("data:image/png;base64," + BOMB_PNG)),
+            400,
+            f"image_too_large: 8193x8192 = 67117056 pixels exceed max_pixels={DEFAULT_MAX_PIXELS}",
         ),
         (
             "/v1/chat/completions",

@@ -19,14 +19,19 @@ reaches through ``compute_3d_position_ids``; every later text token at index ``i
 
 from __future__ import annotations
 
-import base64
-import io
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from vlrollout import families
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.image_loading import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_PIXELS,
+    decode_inline,
+    load_image,
+)
 
 # Keys of a processor output that are not model inputs for the images.
 _NOT_VISION_KEYS = {"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"}
@@ -85,22 +90,32 @@ def placeholder_token_ids(model_config: Any, processor: Any, tokenizer: Any) -> 
     return ids
 
 
-def decode_image(data: Any):
-    """A PIL image from a base64 string, a ``data:`` URL or a PIL image (SGLang's inputs)."""
+def decode_image(
+    data: Any, *, max_pixels: int = DEFAULT_MAX_PIXELS, max_bytes: int = DEFAULT_MAX_BYTES
+):
+    """The RGB PIL image of one ``image_data`` entry: a base64 string, a ``data:`` URL (SGLang's
+    inputs) or a PIL image.
+
+    Strings are decoded by the processors' :func:`~vlrollout.processors.image_loading.decode_inline`
+    and every entry is loaded by their :func:`~vlrollout.processors.image_loading.load_image`, with
+    the processors' limits: the engine sees the pixels the trainer sees, an image over
+    ``max_pixels`` (a decompression bomb) is refused before its pixels are decoded, and files are
+    never read.
+
+    Raises:
+        TypeError: ``data`` is neither a string nor a PIL image.
+        ValueError: The image cannot be used; the message carries the processors' reason
+            (``image_too_large``, ``image_decode``, ...) and detail.
+    """
     from PIL import Image
 
-    if isinstance(data, Image.Image):
-        return data
-    if not isinstance(data, str):
+    if not isinstance(data, str | Image.Image):
         raise TypeError(f"image_data entries must be base64 strings, got {type(data).__name__}.")
-    if data.startswith("data:"):
-        data = data.split(",", 1)[1]
     try:
-        image = Image.open(io.BytesIO(base64.b64decode(data, validate=False)))
-        image.load()
-    except Exception as e:  # PIL raises several types for undecodable bytes
-        raise ValueError(f"Cannot decode an image from image_data: {e}") from e
-    return image.convert("RGB")
+        source = decode_inline(data, "image_data", max_bytes) if isinstance(data, str) else data
+        return load_image(source, "image_data", max_pixels=max_pixels, max_bytes=max_bytes).image
+    except PreprocessError as e:
+        raise ValueError(f"Cannot decode an image from image_data: {e.reason}: {e.detail}") from e
 
 
 def _as_vision_dict(mm: Any) -> dict[str, torch.Tensor]:

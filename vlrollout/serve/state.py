@@ -12,8 +12,6 @@ re-prefills them with the new weights.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import collections
 import concurrent.futures
 import uuid
@@ -28,6 +26,8 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest, ModelResponse
 
 from vlrollout.engine.sampling import check_sampling_values
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline
 from vlrollout.serve.errors import BadRequest, typed
 
 # SGLang/vLLM spell "no top-k" as -1 (or 0); AReaL sends int(1e8).
@@ -135,7 +135,6 @@ class ServerState:
     def vision_tensors(self, images: list[Any], where: str) -> dict[str, torch.Tensor]:
         """Decode ``images`` (base64 / data URLs, never paths) with our image loading and the
         model's image processor; run it off the event loop."""
-        from vlrollout.processors.errors import PreprocessError
         from vlrollout.processors.image_loading import load_image
 
         processor = self.engine.processor
@@ -146,7 +145,7 @@ class ServerState:
             label = f"{where} image {k}"
             try:
                 pre = self.preprocessor  # its limits, with load_image's defaults filled in
-                raw = encoded_image(src, label)
+                raw = encoded_image(src, label, pre.max_image_bytes)
                 loaded.append(
                     load_image(
                         raw, label, max_pixels=pre.max_image_pixels, max_bytes=pre.max_image_bytes
@@ -214,31 +213,31 @@ class ServerState:
         return version
 
 
-def encoded_image(source: Any, label: str) -> bytes:
-    """The bytes of a base64 string or ``data:...;base64,`` URL; paths and URLs are refused
-    (a server must not read its own files or the network on a client's behalf)."""
+def encoded_image(source: Any, label: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The bytes of a base64 string or ``data:...;base64,`` URL, decoded by the processors'
+    :func:`~vlrollout.processors.image_loading.decode_inline` under their byte limit ``max_bytes``.
+
+    Paths and URLs are refused here, before decoding: a server must not read its own files or the
+    network on a client's behalf. Every refusal is a :class:`BadRequest` naming ``label`` (the
+    field), with the processors' reason and detail when their decoder refused.
+    """
     if not isinstance(source, str):
         raise BadRequest(
             f"{label}: must be a base64 string or data: URL, got {type(source).__name__}"
         )
-    text = source
     not_inline = BadRequest(
         f"{label}: only inline images (base64 or data: URLs), got {source[:60]!r}"
     )
-    if text.startswith("data:"):
-        header, sep, text = text.partition(",")
-        if not sep or not header.endswith(";base64"):
-            raise BadRequest(f"{label}: a data URL must be base64-encoded: {source[:40]!r}")
-    elif text.startswith(("http://", "https://", "file://")):
+    if source.startswith(("http://", "https://", "file://")):
         raise not_inline
     try:
-        return base64.b64decode("".join(text.split()), validate=True)
-    except (binascii.Error, ValueError) as e:
+        return decode_inline(source, label, max_bytes)
+    except PreprocessError as e:
         # Valid base64 may start with "/" (every JPEG's starts with "/9j/"), so a leading "/"
         # means a path only when the text is not base64; it is never read either way.
-        if text.startswith("/"):
+        if e.reason == "image_source" and source.startswith("/"):
             raise not_inline from None
-        raise BadRequest(f"{label}: invalid base64: {e}") from None
+        raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
 
 
 STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)

@@ -39,6 +39,7 @@ from typing import Any
 from aiohttp import web
 from areal.api.io_struct import ModelRequest
 
+from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES
 from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, token_ids
 from vlrollout.serve.state import STATE, ServerState, encoded_image
@@ -189,8 +190,11 @@ def _usage(n_prompt: int, *resps: Any) -> dict[str, int]:
     }
 
 
-def _split_images(messages: Any, where: str) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """Messages with ``{"type": "image"}`` parts, and the decoded bytes of each image URL."""
+def _split_images(
+    messages: Any, where: str, max_bytes: int
+) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Messages with ``{"type": "image"}`` parts, and the decoded bytes of each image URL (each at
+    most ``max_bytes``)."""
     if not isinstance(messages, list) or not messages:
         raise BadRequest(f"{where}: messages must be a non-empty list")
     out, images = [], []
@@ -205,7 +209,7 @@ def _split_images(messages: Any, where: str) -> tuple[list[dict[str, Any]], list
                     url = part.get("image_url")
                     url = url.get("url") if isinstance(url, dict) else url
                     label = f"{where}: messages[{m}].content[{p}]"
-                    images.append(encoded_image(url, label))
+                    images.append(encoded_image(url, label, max_bytes))
                     parts.append({"type": "image"})
                 else:
                     parts.append(part)
@@ -227,7 +231,8 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     gconfig = _gconfig(state, body, where)
     n = _count(body, "n", 1, 1, MAX_N, where)
     top = _count(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, where)
-    messages, images = _split_images(body["messages"], where)
+    max_bytes = getattr(state.preprocessor, "max_image_bytes", DEFAULT_MAX_BYTES)
+    messages, images = _split_images(body["messages"], where, max_bytes)
     if state.preprocessor is None:
         raise BadRequest(f"{where}: the served model has no processor to render messages")
 
