@@ -354,7 +354,7 @@ def format_report(
 
 
 def save_snapshot(snapshot: Mapping[str, Any], path: str | Path) -> None:
-    from vlrollout.run.files import atomic_write_bytes
+    from vlrollout.files import atomic_write_bytes
 
     atomic_write_bytes(Path(path), (json.dumps(snapshot, indent=1, sort_keys=True) + "\n").encode())
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from vlrollout import cli
+from vlrollout.errors import ConfigError
 from vlrollout.run.config import RunConfig
-from vlrollout.run.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = str(REPO / "assets" / "tiny-qwen2vl")
@@ -201,23 +201,13 @@ def test_key_value_settings_areal_style(tmp_path):
         RunConfig.load(None, dotlist=["gconfig.top_q=1"])
 
 
-def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
-    folder = tmp_path / "cfg"
-    folder.mkdir()
-    (folder / "c.yaml").write_text("data: d.jsonl\noutput: ../runs/x\nengine: {model: m}\n")
-    monkeypatch.chdir(tmp_path.parent)
-    cfg = RunConfig.load(folder / "c.yaml", limit=3)
-    assert Path(cfg.data) == folder / "d.jsonl"
-    assert Path(cfg.output).resolve() == (tmp_path / "runs" / "x").resolve()
-    assert Path(cfg.engine.model) == folder / "m"
-    flagged = RunConfig.load(folder / "c.yaml", data="other.jsonl")  # flags: the working folder
-    assert flagged.data == "other.jsonl"
-
-
-def test_the_demo_config_works_from_any_folder(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_the_demo_config_works_from_the_repository_root(monkeypatch):
+    """Paths in a config are relative to the working folder (AReaL's rule): the README's
+    commands run from the repository root."""
+    monkeypatch.chdir(REPO)
     cfg = RunConfig.load(REPO / "examples" / "demo.yaml")
     assert Path(cfg.data).is_file() and (Path(cfg.engine.model) / "config.json").is_file()
+    assert not Path(cfg.data).is_absolute()
 
 
 def test_run_help_documents_every_flag():

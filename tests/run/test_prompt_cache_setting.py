@@ -6,7 +6,8 @@ import pytest
 
 from vlrollout.cli import run_config_from_flags
 from vlrollout.processors import cache
-from vlrollout.run.config import ConfigError, RunConfig
+from vlrollout.errors import ConfigError
+from vlrollout.run.config import RunConfig
 from vlrollout.run.main import apply_process_settings
 
 

@@ -9,7 +9,7 @@ import re
 
 from PIL import Image
 
-from vlrollout.run.files import atomic_write_json, item_stem
+from vlrollout.files import atomic_write_json, item_stem
 from vlrollout.run.report import EPISODE_COLOURS, _hex, write_report
 from vlrollout.run.report_summary import histogram
 from vlrollout.run.runner import summarize

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from vlrollout.run.datasets import load_items
-from vlrollout.run.files import atomic_write_json, item_stem
+from vlrollout.files import atomic_write_json, item_stem
 from vlrollout.run.report import normalise_box, write_report
 from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine

@@ -17,7 +17,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 
 from vlrollout.run.datasets import DataFileError, load_items
-from vlrollout.run.files import atomic_write_bytes, item_stem
+from vlrollout.files import atomic_write_bytes, item_stem
 from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import RLVRWorkflow

@@ -64,18 +64,16 @@ def vllm_server():
 def areal_client(protocol: str, address: str, tokenizer_path: str | Path = ASSET, **config):
     """AReaL's own remote engine for ``protocol``, connected to ``address`` (the tokenizer of
     ``tokenizer_path``, default the shipped model); destroy it after."""
-    if protocol == "sglang":
-        from areal.engine.sglang_remote import RemoteSGLangEngine as cls
-    else:
-        from areal.engine.vllm_remote import RemotevLLMEngine as cls
+    from vlrollout.engine.factory import remote_engine
+
     config.setdefault("setup_timeout", 20)
     config.setdefault("request_timeout", 60)
     config.setdefault("request_retries", 1)
     config.setdefault("pause_grace_period", 0.0)
     config.setdefault("max_head_offpolicyness", 100)
     config.setdefault("consumer_batch_size", 4)
-    engine = cls.from_pretrained(
-        tokenizer_path=str(tokenizer_path), max_concurrent_rollouts=8, **config
+    engine = remote_engine(
+        protocol, tokenizer_path=str(tokenizer_path), max_concurrent_rollouts=8, **config
     )
     engine.initialize(addr=address)
     return engine

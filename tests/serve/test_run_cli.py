@@ -11,7 +11,7 @@ from areal.infra.workflow_executor import check_trajectory_format
 from tests.serve.conftest import ASSET, SAMPLES
 from vlrollout.checks import logprob_consistency
 from vlrollout.cli import main
-from vlrollout.run.files import item_stem
+from vlrollout.files import item_stem
 
 
 def _sample_items(tmp_path):

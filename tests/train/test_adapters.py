@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.train.procs import ROOT, subprocess_env
-from vlrollout.run.errors import ConfigError
+from vlrollout.errors import ConfigError
 from vlrollout.testing.tiny_families import save_tiny_vlm, tiny_vlm
 from vlrollout.train.freezing import freeze_vision, vision_parts
 from vlrollout.train.lora import lora_scalings, merge_lora

@@ -71,11 +71,11 @@ def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):
 
 
 def test_deterministic_rollouts_are_a_setting_of_the_example(tmp_path):
-    """The examples set ``vlrollout.deterministic`` (false), so it overrides without ``+``."""
+    """The examples set ``vlrollout.engine.deterministic`` (false), so it overrides without ``+``."""
     cfg = load_config(
         "examples/train_count.yaml",
-        [f"vlrollout.output={tmp_path}", "vlrollout.deterministic=true"],
+        [f"vlrollout.output={tmp_path}", "vlrollout.engine.deterministic=true"],
     )
-    assert cfg.vlrollout.deterministic is True
+    assert cfg.vlrollout.engine.deterministic is True
     default = load_config("examples/train_grounding.yaml", [f"vlrollout.output={tmp_path}/g"])
-    assert default.vlrollout.deterministic is False
+    assert default.vlrollout.engine.deterministic is False

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.train.procs import ROOT, subprocess_env
-from vlrollout.run.errors import ConfigError
+from vlrollout.errors import ConfigError
 from vlrollout.testing.tiny_families import save_tiny_vlm, tiny_vlm
 from vlrollout.train.packing import (
     linear_attention_layers,

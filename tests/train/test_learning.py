@@ -2,7 +2,7 @@
 
 The reward is dense and learnable (fraction of caption words that are "square"), so a handful of
 GRPO steps move it; the control runs the same seeded loop with ``actor.optimizer.lr=0``. The
-engine is deterministic (``vlrollout.deterministic``): with batching-dependent sampling the test
+engine is deterministic (``vlrollout.engine.deterministic``): with batching-dependent sampling the test
 once failed (trained 0.04 -> 0.02 against a control at 0.08) and passed on the rerun.
 """
 
@@ -36,7 +36,7 @@ def _run(out: Path, lr: str) -> list[dict]:
         f"vlrollout.save_every={STEPS}",
         "vlrollout.progress=false",
         "seed=7",
-        "vlrollout.deterministic=true",  # same rollouts on every run: no lucky or unlucky draw
+        "vlrollout.engine.deterministic=true",  # same rollouts on every run: no lucky or unlucky draw
         timeout=1200,
     )
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

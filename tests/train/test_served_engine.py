@@ -69,8 +69,8 @@ def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
         run_train(
             out,
             *SMALL,
-            "vlrollout.engine=sglang",
-            f"vlrollout.addresses=[127.0.0.1:{port}]",
+            "vlrollout.engine.kind=sglang",
+            f"vlrollout.engine.addresses=[127.0.0.1:{port}]",
             "vlrollout.task=caption",
             "vlrollout.reward=tests.train.reward_fns.square_words",
             "actor.optimizer.lr=1e-3",

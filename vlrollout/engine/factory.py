@@ -1,36 +1,45 @@
-"""Building the engine ``vlrollout run`` uses: our local one, or AReaL's remote SGLang/vLLM ones."""
+"""Building an engine from the engine section: our local one, or AReaL's remote SGLang/vLLM ones.
+
+:func:`remote_engine` is the one place an AReaL remote engine is built, for ``vlrollout run``,
+``vlrollout train`` and the tests that drive ``vlrollout serve``; we never build our own client.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+import dataclasses
+from typing import Any
 
 from areal.api import InferenceEngine
+from areal.api.cli_args import InferenceEngineConfig
+
+from vlrollout.engine.config import EngineConfig
 
 
-class EngineConfig(Protocol):
-    """What the factory reads from a recipe's engine settings (``vlrollout run``'s ``engine:``)."""
+def remote_engine(
+    kind: str, config: InferenceEngineConfig | None = None, **fields: Any
+) -> InferenceEngine:
+    """AReaL's own remote engine for ``kind`` (``sglang``/``vllm``), not yet initialised.
 
-    kind: str  # "local", "sglang" or "vllm"
-    model: str  # local model folder; the tokenizer/processor path for remote engines
-    device: str  # local engine only
-    addresses: Sequence[str]  # host:port of the servers, remote engines only
+    Args:
+        kind: ``sglang`` (``RemoteSGLangEngine``) or ``vllm`` (``RemotevLLMEngine``).
+        config: AReaL's rollout config (``vlrollout train`` passes its ``rollout`` section);
+            ``None``: AReaL's defaults.
+        **fields: ``InferenceEngineConfig`` fields that replace the config's
+            (``tokenizer_path``, ``max_concurrent_rollouts``, ``experiment_name``, ...).
 
-
-def remote_engine(cfg: EngineConfig, max_concurrent_rollouts: int | None = None) -> InferenceEngine:
-    """AReaL's own remote engine for ``cfg.kind`` (``sglang``/``vllm``), not yet initialised.
-
-    Call ``engine.initialize(addr=cfg.addresses)`` to connect; we never build our own client.
+    The config's ``backend`` names the protocol (``sglang:d1``), as AReaL's ``from_pretrained``
+    writes it. Call ``engine.initialize(addr=addresses)`` to connect.
     """
-    if cfg.kind == "sglang":
+    if kind == "sglang":
         from areal.engine.sglang_remote import RemoteSGLangEngine as cls
-    elif cfg.kind == "vllm":
+    elif kind == "vllm":
         from areal.engine.vllm_remote import RemotevLLMEngine as cls
     else:
-        raise ValueError(f"{cfg.kind!r} is not a remote engine kind")
-    return cls.from_pretrained(
-        tokenizer_path=cfg.model, max_concurrent_rollouts=max_concurrent_rollouts
-    )
+        raise ValueError(f"{kind!r} is not a remote engine kind (sglang or vllm)")
+    config = dataclasses.replace(config or InferenceEngineConfig(), **fields)
+    if not config.backend.startswith(f"{kind}:"):
+        config = dataclasses.replace(config, backend=f"{kind}:d1")
+    return cls(config)
 
 
 def make_engine(
@@ -51,6 +60,8 @@ def make_engine(
         )
         engine.initialize()
         return engine
-    engine = remote_engine(cfg, max_concurrent_rollouts)
-    engine.initialize(addr=cfg.addresses)
+    engine = remote_engine(
+        cfg.kind, tokenizer_path=cfg.model, max_concurrent_rollouts=max_concurrent_rollouts
+    )
+    engine.initialize(addr=list(cfg.addresses))
     return engine

@@ -3,95 +3,41 @@
 AReaL's ``load_expr_config`` merges a YAML file into ``OmegaConf.structured(ConfigClass)`` and
 calls ``OmegaConf.to_object``; :meth:`RunConfig.load` does the same (without Hydra's search path),
 then merges the command-line flags. Unknown keys and wrongly typed values are refused by OmegaConf
-and reported as :class:`~vlrollout.run.errors.ConfigError` naming the key and the fix. ``gconfig``
-is AReaL's own ``GenerationHyperparameters``. Relative paths in a file (``data``, ``output``,
-``engine.model``) are relative to that file; paths given as flags are relative to the working
-folder. ``key=value`` arguments after the flags (``gconfig.top_p=0.9``) set any field, as in
-AReaL's launchers. Example file::
+and reported as :class:`~vlrollout.errors.ConfigError` naming the key and the fix. ``gconfig``
+is AReaL's own ``GenerationHyperparameters``; ``engine`` is the engine section ``vlrollout train``
+reads too (:class:`~vlrollout.engine.config.EngineConfig`). Relative paths, in a file or a flag,
+are relative to the working folder, as in AReaL (:mod:`vlrollout.config`). ``key=value``
+arguments after the flags (``gconfig.top_p=0.9``) set any field, as in AReaL's launchers.
+Example file::
 
-    data: ../assets/samples/data.jsonl
-    output: ../runs/demo
+    data: assets/samples/data.jsonl
+    output: runs/demo
     workflow: vision   # text | vision | multi_attempt | vision_multi_attempt | vision_tool | import path
     reward: tiny_task  # a name from vlrollout.rewards' registry or an import path
     group_size: 4
     seed: 1
     gconfig: {max_new_tokens: 24, temperature: 1.0}
-    engine: {kind: local, model: ../assets/tiny-qwen2vl}
+    engine: {kind: local, model: assets/tiny-qwen2vl}
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from areal.api.cli_args import GenerationHyperparameters
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException
 
-from vlrollout.run.errors import ConfigError
+from vlrollout.config import check_gconfig, explain, read_yaml
+from vlrollout.engine.config import EngineConfig
+from vlrollout.errors import ConfigError
 
-ENGINE_KINDS = ("local", "sglang", "vllm")
 WORKFLOWS = ("text", "vision", "multi_attempt", "vision_multi_attempt", "vision_tool")
-#: Keys holding paths; relative values in a config file are relative to that file.
-PATH_KEYS = (("data",), ("output",), ("engine", "model"))
-
-
-@dataclass
-class EngineConfig:
-    """Which engine serves the requests.
-
-    Attributes:
-        kind: ``local`` (embedded transformers engine), or ``sglang``/``vllm`` (AReaL's remote
-            engine classes, pointed at running servers).
-        model: Local model folder (weights, tokenizer, processor); also the tokenizer/processor
-            path for remote engines.
-        device: ``cpu``, ``cuda`` or ``cuda:N`` for the local engine.
-        addresses: ``host:port`` of the servers for remote engines.
-        deterministic: Form the local engine's batches independently of request timing, so a
-            seeded run gives the same tokens under any load. ``None``: on when a seed is given.
-        compile: Compile the local engine's decode step with ``torch.compile`` (see
-            ``LocalInferenceEngine(compile_decode=...)``): faster steps after tens of seconds
-            of compiling when the engine is built.
-    """
-
-    kind: str = "local"
-    model: str = "assets/tiny-qwen2vl"
-    device: str = "cpu"
-    addresses: list[str] = field(default_factory=list)
-    deterministic: bool | None = None
-    compile: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in ENGINE_KINDS:
-            raise ConfigError(
-                f"engine.kind must be one of {', '.join(ENGINE_KINDS)}, got {self.kind!r}"
-            )
-        if self.kind != "local" and not self.addresses:
-            raise ConfigError(
-                f"engine.kind={self.kind!r} needs engine.addresses (host:port of the servers); "
-                "pass --address HOST:PORT"
-            )
-        for address in self.addresses:
-            host, sep, port = address.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ConfigError(
-                    f"engine address {address!r} must be HOST:PORT, e.g. 127.0.0.1:30000"
-                )
-        device = self.device
-        if (
-            device != "cpu"
-            and device != "cuda"
-            and not (device.startswith("cuda:") and device[5:].isdigit())
-        ):
-            raise ConfigError(
-                f"engine.device (--device) must be cpu, cuda or cuda:N, got {device!r}"
-            )
 
 
 def _default_gconfig() -> GenerationHyperparameters:
@@ -213,7 +159,7 @@ class RunConfig:
         """
         raw: dict[str, Any] = {}
         if path is not None:
-            raw = _read_yaml(Path(path))
+            raw = read_yaml(Path(path))
         nested: dict[str, Any] = {}
         for key, value in overrides.items():
             if value is None:
@@ -227,7 +173,7 @@ class RunConfig:
         try:
             merged = OmegaConf.merge(OmegaConf.structured(cls), raw)
         except OmegaConfBaseException as e:
-            raise _explain(e, cls, where) from None
+            raise explain(e, cls, where) from None
         for entry in dotlist:
             if "=" not in entry:
                 raise ConfigError(
@@ -238,41 +184,10 @@ class RunConfig:
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(dotlist)), nested)
             return OmegaConf.to_object(merged)  # type: ignore[return-value]
         except OmegaConfBaseException as e:
-            raise _explain(e, cls, "") from None
+            raise explain(e, cls, "") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-#: The ``vlrollout run`` flags that set gconfig fields.
-GCONFIG_FLAGS = {
-    "max_new_tokens": "--max-new-tokens",
-    "temperature": "--temperature",
-    "top_p": "--top-p",
-}
-
-
-def check_gconfig(g: GenerationHyperparameters, flags: bool = False) -> None:
-    """Refuse sampling settings no engine can use, before any model loads (else every episode
-    fails with the engine's error). Written so that NaN fails every check. ``flags`` names
-    ``vlrollout run``'s flag beside each key.
-
-    Raises:
-        ConfigError: naming the key and its value.
-    """
-
-    from vlrollout.engine.sampling import check_sampling_values
-
-    def key(name: str) -> str:
-        flag = GCONFIG_FLAGS.get(name) if flags else None
-        return f"gconfig.{name}" + (f" ({flag})" if flag else "")
-
-    if not g.max_new_tokens >= 1:
-        raise ConfigError(f"{key('max_new_tokens')} must be at least 1, got {g.max_new_tokens}")
-    try:
-        check_sampling_values(g.temperature, g.top_p, g.frequency_penalty, key=key)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
 
 
 def _flag(name: str) -> str:
@@ -282,62 +197,3 @@ def _flag(name: str) -> str:
 
 def _gconfig_dict() -> dict[str, Any]:
     return dataclasses.asdict(_default_gconfig())
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    """The file's mapping, with relative paths made relative to the file's folder."""
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "does not exist"
-        raise ConfigError(f"config file {path} {what}; pass --config PATH to a YAML file")
-    try:
-        loaded = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid YAML{line}: {problem}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not a text file") from None
-    if not isinstance(loaded, dict):
-        raise ConfigError(
-            f"config file {path}: expected a mapping of keys (data: ..., output: ...), "
-            f"got a {type(loaded).__name__}"
-        )
-    for keys in PATH_KEYS:
-        node = loaded
-        for k in keys[:-1]:
-            node = node.get(k) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str):
-            value = Path(node[keys[-1]]).expanduser()
-            if not value.is_absolute():
-                node[keys[-1]] = str(path.parent / value)
-    return loaded
-
-
-def known_keys(cls: type, dotted: str) -> list[str]:
-    """Field names of the (nested) dataclass at ``dotted`` (the parent of a bad key)."""
-    for part in [p for p in dotted.split(".") if p]:
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        f = fields.get(part)
-        if f is None:
-            return []
-        cls = f.default_factory().__class__ if callable(f.default_factory) else type(f.default)
-        if not dataclasses.is_dataclass(cls):
-            return []
-    return [f.name for f in dataclasses.fields(cls)]
-
-
-def _explain(e: OmegaConfBaseException, cls: type, where: str) -> ConfigError:
-    """One line naming the key, what is wrong with it and the fix."""
-    key = str(getattr(e, "full_key", "") or "")
-    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if isinstance(e, ConfigKeyError) or "not in" in reason:
-        parent, _, leaf = key.rpartition(".")
-        known = known_keys(cls, parent)
-        close = difflib.get_close_matches(leaf, known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        return ConfigError(
-            f"unknown key {key!r}{where}; {hint}known keys{' in ' + parent if parent else ''}: "
-            f"{', '.join(known)}"
-        )
-    return ConfigError(f"invalid value for {key!r}{where}: {reason}")

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vlrollout.run.errors import UsageError
+from vlrollout.errors import UsageError
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}\s*$")

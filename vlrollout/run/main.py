@@ -2,7 +2,7 @@
 
 Everything that can be checked without the model is checked first (:func:`prepare`), so a typo
 costs no model loading. SIGINT/SIGTERM stop the run cleanly (:func:`run_items`): items in flight are
-dropped, finished ones stay, and :class:`~vlrollout.run.errors.Interrupted` says how many.
+dropped, finished ones stay, and :class:`~vlrollout.errors.Interrupted` says how many.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Any
 
 from areal.api import RolloutWorkflow
 
-from vlrollout.run.config import WORKFLOWS, EngineConfig, RunConfig
+from vlrollout.engine.config import EngineConfig
+from vlrollout.errors import ConfigError, Interrupted
+from vlrollout.run.config import WORKFLOWS, RunConfig
 from vlrollout.run.datasets import load_items
-from vlrollout.run.errors import ConfigError, Interrupted
 from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
 
@@ -195,7 +196,7 @@ def _engine_kwargs(cfg: RunConfig) -> dict[str, Any]:
 
 async def run_items(runner: Any, items: list[dict[str, Any]], progress: bool) -> dict[str, Any]:
     """``runner.run(items)``; SIGINT or SIGTERM cancels it and raises :class:`Interrupted`."""
-    from vlrollout.run.files import read_outcomes
+    from vlrollout.files import read_outcomes
 
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(runner.run(items, progress=progress))
@@ -235,7 +236,7 @@ def run_from_config(
 ) -> dict[str, Any]:
     """Run ``cfg`` end to end; returns the summary. Writes the report next to the summary."""
     from vlrollout.engine.factory import make_engine
-    from vlrollout.run.files import atomic_write_json
+    from vlrollout.files import atomic_write_json
     from vlrollout.run.report import write_report
     from vlrollout.run.runner import Runner
 
@@ -283,7 +284,7 @@ def run_from_config(
 
 
 def _partial_summary(cfg: RunConfig, items: list[dict[str, Any]]) -> dict[str, Any]:
-    from vlrollout.run.files import atomic_write_json
+    from vlrollout.files import atomic_write_json
     from vlrollout.run.runner import summarize
 
     summary = summarize(Path(cfg.output), items, wall_s=0.0)

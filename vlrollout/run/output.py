@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from vlrollout.run.errors import OutputFolderError
+from vlrollout.errors import OutputFolderError
 
 RUN_FILE = "run.json"
 #: Settings that do not change what an item's results are (resuming with them changed is fine).
@@ -128,6 +128,6 @@ def prepare_output(output: Path, cfg: Any, overwrite: bool = False) -> None:
                 f"output folder {output} holds results without a {RUN_FILE} (an older run?); "
                 "use another --output folder, or --overwrite to delete those results"
             )
-    from vlrollout.run.files import atomic_write_json
+    from vlrollout.files import atomic_write_json
 
     atomic_write_json(run_file, {"config": new})

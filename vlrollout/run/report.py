@@ -26,8 +26,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from vlrollout.files import atomic_write_bytes, item_stem, read_outcomes
 from vlrollout.logs import get_logger
-from vlrollout.run.files import atomic_write_bytes, item_stem, read_outcomes
 from vlrollout.run.report_summary import overview_html
 
 logger = get_logger("vlrollout.run")

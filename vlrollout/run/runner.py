@@ -9,7 +9,7 @@ the mode the umask gives, like any other file the user creates):
   item done, so a killed run resumes where it stopped without repeating or losing items;
 - ``summary.json`` and ``report.html`` at the end.
 
-``<name>`` is :func:`vlrollout.run.files.item_stem`: the id made file-safe and shortened, plus a digest of the id, so
+``<name>`` is :func:`vlrollout.files.item_stem`: the id made file-safe and shortened, plus a digest of the id, so
 two ids never share a file and no id is too long for the file system. The summary is computed from
 the item files on disk (each holds its id), so it counts exactly what was written.
 """
@@ -27,15 +27,15 @@ from typing import Any
 from areal.api import InferenceEngine, RolloutWorkflow
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 
-from vlrollout.ledger import EpisodeLedger
-from vlrollout.logs import get_logger
-from vlrollout.run.files import (
+from vlrollout.files import (
     atomic_torch_save,
     atomic_write_json,
     item_stem,
     read_outcomes,
     remove_temp_files,
 )
+from vlrollout.ledger import EpisodeLedger
+from vlrollout.logs import get_logger
 from vlrollout.run.items import BLOCKING, item_problems
 
 logger = get_logger("vlrollout.run")

@@ -7,7 +7,7 @@ import errno
 import logging
 from pathlib import Path
 
-from vlrollout.run.errors import UsageError
+from vlrollout.errors import UsageError
 
 PROTOCOLS = ("sglang", "vllm")
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024

@@ -1,7 +1,9 @@
 """``vlrollout train``'s config: AReaL's ``GRPOConfig`` plus a ``vlrollout`` section.
 
 Loaded with AReaL's own ``load_expr_config`` (YAML + Hydra-style ``key=value`` overrides), so an
-AReaL user recognises every key; only data, reward and reporting live under ``vlrollout:``.
+AReaL user recognises every key; only data, reward, the engine section (the same
+:class:`~vlrollout.engine.config.EngineConfig` as ``vlrollout run``'s ``engine:``) and reporting
+live under ``vlrollout:``. Paths and errors follow :mod:`vlrollout.config`.
 """
 
 from __future__ import annotations
@@ -9,6 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig
+
+from vlrollout.engine.config import EngineConfig
+from vlrollout.errors import ConfigError
+
+
+def _train_engine() -> EngineConfig:
+    return EngineConfig(model="")
 
 
 @dataclass
@@ -29,16 +38,20 @@ class TrainSection:
         eval_samples: Besides the greedy evaluation, this many sampled episodes per held-out item
             at the training temperature (``eval_sampled/*``: the policy's expected reward);
             0 skips it.
+        log_rollouts: Held-out rollouts shown per evaluation (the first items of the held-out
+            set, greedy): image with true and predicted boxes, completion and reward, in the
+            report, ``eval_rollouts.jsonl`` and the ``stats_logger`` trackers
+            (:mod:`vlrollout.train.samples`); 0 shows none.
         save_every: Checkpoint every this many steps (and at the end).
         progress: Show a progress bar.
-        engine: Where rollouts run: ``local`` (the embedded engine in this process) or
-            ``sglang``/``vllm`` (AReaL's own remote engine, talking to servers at ``addresses``,
-            e.g. ``vlrollout serve`` in another process, the way AReaL deployments split inference
-            from training; weights reach them through AReaL's disk update over HTTP).
-        addresses: ``host:port`` of the servers for a remote ``engine``.
-        deterministic: ``local`` engine only: each completion depends only on ``seed`` and its
-            request, not on what else was batched with it, so a rerun with the same seed rolls
-            out the same episodes (sequences are decoded one at a time: slower).
+        engine: Where rollouts run (:class:`~vlrollout.engine.config.EngineConfig`): ``kind:
+            local`` (the embedded engine in this process) or ``sglang``/``vllm`` (AReaL's own
+            remote engine, talking to servers at ``engine.addresses``, e.g. ``vlrollout serve`` in
+            another process, the way AReaL deployments split inference from training; weights
+            reach them through AReaL's disk update over HTTP). ``engine.model`` stays empty: the
+            engine rolls out the actor's weights (``actor.path``). ``engine.deterministic``
+            (local engine): each completion depends only on ``seed`` and its request, so a rerun
+            rolls out the same episodes; unset means off.
         freeze_vision_tower: Do not train the vision encoder (its projector excepted): its
             parameters get ``requires_grad=False`` before the optimizer is built
             (:mod:`vlrollout.train.freezing`; AReaL's config has no such key).
@@ -57,35 +70,35 @@ class TrainSection:
     eval_every: int = 5
     eval_samples: int = 0
     save_every: int = 10
+    log_rollouts: int = 4
     progress: bool = True
-    engine: str = "local"
-    addresses: list[str] = field(default_factory=list)
-    deterministic: bool = False
+    engine: EngineConfig = field(default_factory=_train_engine)
     freeze_vision_tower: bool = False
     freeze_projector: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.engine, dict):
+            self.engine = EngineConfig(**{"model": "", **self.engine})
+        if self.engine.model:
+            raise ConfigError(
+                f"vlrollout.engine.model={self.engine.model!r}: training rolls out the actor's "
+                "weights; set actor.path instead and leave vlrollout.engine.model empty"
+            )
         if self.task not in ("ground", "count", "caption", "mix"):
-            raise ValueError(
+            raise ConfigError(
                 f"vlrollout.task must be ground, count, caption or mix, got {self.task!r}"
             )
         if self.ground_metric not in ("iou", "giou"):
-            raise ValueError(
+            raise ConfigError(
                 f"vlrollout.ground_metric must be iou or giou, got {self.ground_metric!r}"
             )
         for name in ("train_items", "eval_items"):
             if getattr(self, name) < 1:
-                raise ValueError(f"vlrollout.{name} must be >= 1, got {getattr(self, name)}")
-        if self.engine not in ("local", "sglang", "vllm"):
-            raise ValueError(f"vlrollout.engine must be local, sglang or vllm, got {self.engine!r}")
-        if self.engine != "local" and not self.addresses:
-            raise ValueError(
-                f"vlrollout.engine={self.engine} needs vlrollout.addresses=[HOST:PORT,...] of the "
-                "running servers (e.g. `vlrollout serve --protocol "
-                f"{self.engine} --model MODEL --port PORT`)"
-            )
+                raise ConfigError(f"vlrollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.log_rollouts < 0:
+            raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")
         if self.eval_every < 0 or self.save_every < 1 or self.eval_samples < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"vlrollout.eval_every and eval_samples must be >= 0 and save_every >= 1, got "
                 f"{self.eval_every}, {self.eval_samples} and {self.save_every}"
             )
@@ -105,7 +118,7 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     update waits on) and writes the resolved config under ``cluster.fileroot``.
 
     Raises:
-        vlrollout.run.errors.ConfigError: a missing file, an unknown key or a bad value, in one
+        ConfigError: a missing file, an unknown key or a bad value, in one
             line naming it (``vlrollout train`` prints it and exits 2).
     """
     from pathlib import Path
@@ -114,8 +127,8 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from vlrollout.run.config import check_gconfig
-    from vlrollout.run.errors import ConfigError
+    from vlrollout.config import check_gconfig
+    from vlrollout.train.loggers import problem as stats_logger_problem
 
     if not Path(path).is_file():
         raise ConfigError(f"config file {path} does not exist; pass --config PATH to a YAML file")
@@ -132,6 +145,8 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise _explain_override(e, path) from e
     check_gconfig(cfg.gconfig)
+    if stats_logger_problem(cfg.stats_logger):
+        raise ConfigError(stats_logger_problem(cfg.stats_logger))
     if cfg.gconfig.n_samples < 2:
         raise ConfigError(
             f"gconfig.n_samples is the GRPO group size and must be >= 2, got "
@@ -147,8 +162,7 @@ def _explain_override(e: Exception, path: str) -> Exception:
     import difflib
     import re
 
-    from vlrollout.run.config import known_keys
-    from vlrollout.run.errors import ConfigError
+    from vlrollout.config import known_keys
 
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     match = re.match(r"Could not override '([\w.]+)'", first)

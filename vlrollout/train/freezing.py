@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from vlrollout.run.errors import ConfigError
+from vlrollout.errors import ConfigError
 
 TOWERS: tuple[str, ...] = ("visual", "vision_tower", "vision_model")
 """Module names of vision encoders in transformers' VLM classes."""

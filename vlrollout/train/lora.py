@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from vlrollout.run.errors import ConfigError
+from vlrollout.errors import ConfigError
 
 PEFT_PREFIX = "base_model.model."
 """What peft puts in front of the wrapped model's parameter names."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vlrollout.run.errors import ConfigError
+from vlrollout.errors import ConfigError
 
 NOT_TRAINABLE: dict[str, str] = {
     "gemma3": (
@@ -40,7 +40,7 @@ def check_trainable(path: str) -> None:
     A config that cannot be read here is left to the model loader, which reports it.
 
     Raises:
-        vlrollout.run.errors.ConfigError: the family and the reason, in one line.
+        vlrollout.errors.ConfigError: the family and the reason, in one line.
     """
     from transformers import AutoConfig
 

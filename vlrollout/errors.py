@@ -1,4 +1,5 @@
-"""Errors of ``vlrollout run`` that the user fixes: the CLI prints their message and exits 2."""
+"""Errors the user fixes (a flag, a config key, a file, an output folder): every command prints
+their message and exits 2, without a traceback."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import torch
 
 from vlrollout.logs import get_logger
 
-logger = get_logger("vlrollout.run")
+logger = get_logger("vlrollout.files")
 
 TEMP_SUFFIX = ".tmp"
 

@@ -1,0 +1,90 @@
+"""``vlrollout run`` and ``vlrollout train`` read one engine section, resolve paths by one rule
+and refuse bad settings with one error type."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from areal.api.cli_args import InferenceEngineConfig
+
+from vlrollout.engine.config import EngineConfig
+from vlrollout.engine.factory import remote_engine
+from vlrollout.errors import ConfigError
+from vlrollout.run.config import RunConfig
+from vlrollout.train.config import TrainSection, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+GROUNDING = str(REPO / "examples" / "train_grounding.yaml")
+
+
+def test_both_recipes_read_the_same_engine_section(tmp_path):
+    run = RunConfig.load(None, dotlist=["engine.kind=vllm", "engine.addresses=[h:1]"])
+    train = load_config(
+        GROUNDING,
+        [
+            f"vlrollout.output={tmp_path}",
+            "vlrollout.engine.kind=vllm",
+            "vlrollout.engine.addresses=[h:1]",
+        ],
+    )
+    assert type(run.engine) is type(train.vlrollout.engine) is EngineConfig
+    assert (train.vlrollout.engine.kind, train.vlrollout.engine.addresses) == ("vllm", ["h:1"])
+    assert dataclasses.replace(train.vlrollout.engine, model="m") == dataclasses.replace(
+        run.engine, model="m", deterministic=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("kind=sglang", "needs engine.addresses"),
+        ("kind=tpu", "engine.kind must be one of local, sglang, vllm"),
+        ("device=gpu0", "must be cpu, cuda or cuda:N"),
+    ],
+)
+def test_a_bad_engine_setting_is_the_same_config_error_in_both(tmp_path, setting, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig.load(None, dotlist=[f"engine.{setting}"])
+    with pytest.raises(ConfigError, match=message):
+        load_config(GROUNDING, [f"vlrollout.output={tmp_path}", f"vlrollout.engine.{setting}"])
+
+
+def test_train_section_problems_are_config_errors():
+    with pytest.raises(ConfigError, match="vlrollout.task must be"):
+        TrainSection(task="segment")
+    with pytest.raises(ConfigError, match="set actor.path instead"):
+        TrainSection(engine=EngineConfig(model="other/model"))
+
+
+def test_relative_paths_are_relative_to_the_working_folder_in_both(tmp_path, monkeypatch):
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    (folder / "run.yaml").write_text("data: d.jsonl\noutput: out\nengine: {model: m}\n")
+    monkeypatch.chdir(tmp_path)
+    run = RunConfig.load(folder / "run.yaml")
+    assert (run.data, run.output, run.engine.model) == ("d.jsonl", "out", "m")
+    train_yaml = folder / "train.yaml"
+    train_yaml.write_text(
+        "defaults:\n  - train_grounding\n  - _self_\nvlrollout:\n  output: out\nactor:\n  path: m\n"
+    )
+    (folder / "train_grounding.yaml").write_text(Path(GROUNDING).read_text())
+    train = load_config(str(train_yaml))
+    assert (train.vlrollout.output, train.actor.path) == ("out", "m")
+
+
+def test_one_remote_engine_builder_keeps_areals_rollout_settings():
+    rollout = InferenceEngineConfig(backend="local", max_head_offpolicyness=3, request_timeout=7)
+    engine = remote_engine("sglang", rollout, experiment_name="e", tokenizer_path="tok")
+    assert type(engine).__name__ == "RemoteSGLangEngine"
+    config = engine.config
+    assert (config.backend, config.max_head_offpolicyness, config.request_timeout) == (
+        "sglang:d1",
+        3,
+        7,
+    )
+    assert (config.experiment_name, config.tokenizer_path) == ("e", "tok")
+    assert rollout.backend == "local"  # the caller's config is not changed
+    with pytest.raises(ValueError, match="not a remote engine kind"):
+        remote_engine("local")

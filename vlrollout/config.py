@@ -1,0 +1,107 @@
+"""What ``vlrollout run``'s and ``vlrollout train``'s configurations share: one path rule, one
+error type, one explanation of a bad key, one check of the sampling settings.
+
+Paths follow AReaL's convention: a relative path, in a YAML file or a ``key=value`` setting, is
+relative to the working folder (AReaL's ``load_expr_config`` rewrites none), so a config moves
+between ``vlrollout`` and AReaL's launchers unchanged. Every problem is a
+:class:`~vlrollout.errors.ConfigError` naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from areal.api.cli_args import GenerationHyperparameters
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from vlrollout.errors import ConfigError
+
+#: The ``vlrollout run`` flags that set gconfig fields.
+GCONFIG_FLAGS = {
+    "max_new_tokens": "--max-new-tokens",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+}
+
+
+def check_gconfig(g: GenerationHyperparameters, flags: bool = False) -> None:
+    """Refuse sampling settings no engine can use, before any model loads (else every episode
+    fails with the engine's error). Written so that NaN fails every check. ``flags`` names
+    ``vlrollout run``'s flag beside each key.
+
+    Raises:
+        ConfigError: naming the key and its value.
+    """
+
+    from vlrollout.engine.sampling import check_sampling_values
+
+    def key(name: str) -> str:
+        flag = GCONFIG_FLAGS.get(name) if flags else None
+        return f"gconfig.{name}" + (f" ({flag})" if flag else "")
+
+    if not g.max_new_tokens >= 1:
+        raise ConfigError(f"{key('max_new_tokens')} must be at least 1, got {g.max_new_tokens}")
+    try:
+        check_sampling_values(g.temperature, g.top_p, g.frequency_penalty, key=key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping in the YAML file ``path``; its relative paths stay relative to the working
+    folder.
+
+    Raises:
+        ConfigError: the file is missing, not text, not YAML or not a mapping.
+    """
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ConfigError(f"config file {path} {what}; pass --config PATH to a YAML file")
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML{line}: {problem}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not a text file") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"config file {path}: expected a mapping of keys (data: ..., output: ...), "
+            f"got a {type(loaded).__name__}"
+        )
+    return loaded
+
+
+def known_keys(cls: type, dotted: str) -> list[str]:
+    """Field names of the (nested) dataclass at ``dotted`` (the parent of a bad key)."""
+    for part in [p for p in dotted.split(".") if p]:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        f = fields.get(part)
+        if f is None:
+            return []
+        cls = f.default_factory().__class__ if callable(f.default_factory) else type(f.default)
+        if not dataclasses.is_dataclass(cls):
+            return []
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def explain(e: OmegaConfBaseException, cls: type, where: str) -> ConfigError:
+    """One line naming the key, what is wrong with it and the fix."""
+    key = str(getattr(e, "full_key", "") or "")
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, ConfigKeyError) or "not in" in reason:
+        parent, _, leaf = key.rpartition(".")
+        known = known_keys(cls, parent)
+        close = difflib.get_close_matches(leaf, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return ConfigError(
+            f"unknown key {key!r}{where}; {hint}known keys{' in ' + parent if parent else ''}: "
+            f"{', '.join(known)}"
+        )
+    return ConfigError(f"invalid value for {key!r}{where}: {reason}")

@@ -1,0 +1,65 @@
+"""The engine section every recipe reads: ``engine:`` in ``vlrollout run``'s config and
+``vlrollout.engine`` in ``vlrollout train``'s, the same dataclass with the same checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vlrollout.errors import ConfigError
+
+ENGINE_KINDS = ("local", "sglang", "vllm")
+
+
+@dataclass
+class EngineConfig:
+    """Which engine serves the requests.
+
+    Attributes:
+        kind: ``local`` (embedded transformers engine), or ``sglang``/``vllm`` (AReaL's remote
+            engine classes, pointed at running servers such as ``vlrollout serve``).
+        model: Local model folder (weights, tokenizer, processor); also the tokenizer/processor
+            path for remote engines. ``vlrollout train`` rolls out the actor's weights, so there
+            it stays empty (the actor's ``path`` is used).
+        device: ``cpu``, ``cuda`` or ``cuda:N`` for the local engine.
+        addresses: ``host:port`` of the servers for remote engines.
+        deterministic: Form the local engine's batches independently of request timing, so a
+            seeded run gives the same tokens under any load (sequences are decoded one at a time:
+            slower). ``None``: on when ``vlrollout run`` is given a seed; off in training.
+        compile: Compile the local engine's decode step with ``torch.compile`` (see
+            ``LocalInferenceEngine(compile_decode=...)``): faster steps after tens of seconds
+            of compiling when the engine is built.
+    """
+
+    kind: str = "local"
+    model: str = "assets/tiny-qwen2vl"
+    device: str = "cpu"
+    addresses: list[str] = field(default_factory=list)
+    deterministic: bool | None = None
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINE_KINDS:
+            raise ConfigError(
+                f"engine.kind must be one of {', '.join(ENGINE_KINDS)}, got {self.kind!r}"
+            )
+        if self.kind != "local" and not self.addresses:
+            raise ConfigError(
+                f"engine.kind={self.kind!r} needs engine.addresses, the host:port of running "
+                f"servers (`vlrollout serve --protocol {self.kind}`); with vlrollout run, "
+                "pass --address HOST:PORT"
+            )
+        for address in self.addresses:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError(
+                    f"engine address {address!r} must be HOST:PORT, e.g. 127.0.0.1:30000"
+                )
+        device = self.device
+        if (
+            device != "cpu"
+            and device != "cuda"
+            and not (device.startswith("cuda:") and device[5:].isdigit())
+        ):
+            raise ConfigError(
+                f"engine.device (--device) must be cpu, cuda or cuda:N, got {device!r}"
+            )
