@@ -34,6 +34,7 @@ With several label boxes, single-box metrics score the best-matching label. Mult
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from .box_parsing import ParsedOutput, get_parser
@@ -45,10 +46,32 @@ from .text_extract import answer_region
 BOX_METRICS = ("iou", "giou", "acc", "box_f1", "mean_iou")
 
 
+def box_problem(box: Sequence[float]) -> str | None:
+    """Why ``box`` cannot be scored, else ``None``: ``not_4_numbers``, ``non_finite_box`` (NaN or
+    infinite) or ``inverted_box`` (``x2 < x1`` or ``y2 < y1``).
+
+    The one rule for label and predicted boxes, used by the rewards and by anything that shows
+    boxes next to their rewards (the run report): reversed corners are refused, never swapped,
+    because the corner convention is part of what the model learns.
+
+    >>> box_problem((1, 2, 3, 4)), box_problem((3, 2, 1, 4)), box_problem((1, 2, 3))
+    (None, 'inverted_box', 'not_4_numbers')
+    """
+    if len(box) != 4:
+        return "not_4_numbers"
+    if not all(math.isfinite(v) for v in box):
+        return "non_finite_box"
+    x1, y1, x2, y2 = box
+    if x2 < x1 or y2 < y1:
+        return "inverted_box"
+    return None
+
+
 def label_boxes(value: Any, field_name: str = "boxes") -> list[Box]:
     """Read label boxes from a dataset field: one ``[x1, y1, x2, y2]`` or a list of them.
 
-    Raises ``ValueError`` naming the field for anything else (a data bug, not a model mistake).
+    Raises ``ValueError`` naming the field and the :func:`box_problem` of the first box that
+    breaks the rule, or for anything that is not boxes (a data bug, not a model mistake).
     """
     try:
         items = list(value)
@@ -60,10 +83,11 @@ def label_boxes(value: Any, field_name: str = "boxes") -> list[Box]:
             f"task_data[{field_name!r}] must be [x1, y1, x2, y2] or a list of them"
         ) from e
     for b in boxes:
-        if len(b) != 4 or not all(math.isfinite(v) for v in b) or b[2] < b[0] or b[3] < b[1]:
+        problem = box_problem(b)
+        if problem is not None:
             raise ValueError(
-                f"task_data[{field_name!r}] has an invalid box {b}: need 4 finite numbers with "
-                f"x1 <= x2 and y1 <= y2"
+                f"task_data[{field_name!r}] has an invalid box {b}: {problem} (need 4 finite "
+                f"numbers with x1 <= x2 and y1 <= y2)"
             )
     return boxes  # type: ignore[return-value]
 
@@ -84,11 +108,10 @@ def image_geometry(task_data: dict[str, Any], image_index: int) -> Any:
 
 def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str | None, bool]:
     """Validate and clip one box already in the label frame: (box, reason, clipped)."""
-    if not all(math.isfinite(v) for v in box):
-        return None, "non_finite_box", False
+    problem = box_problem(box)
+    if problem is not None:
+        return None, problem, False
     x1, y1, x2, y2 = box
-    if x2 < x1 or y2 < y1:
-        return None, "inverted_box", False
     clipped_box = (min(max(x1, 0.0), width), min(max(y1, 0.0), height),
                    min(max(x2, 0.0), width), min(max(y2, 0.0), height))  # fmt: skip
     clipped = clipped_box != (x1, y1, x2, y2)

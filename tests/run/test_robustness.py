@@ -13,7 +13,7 @@ from PIL import Image
 
 from vlrollout.run.datasets import load_items
 from vlrollout.files import atomic_write_json, item_stem
-from vlrollout.run.report import normalise_box, write_report
+from vlrollout.run.report import write_report
 from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.tiny.rewards import shapes_task_reward
@@ -67,7 +67,7 @@ def test_a_workflow_exception_is_a_rejection_not_a_crash(tokenizer, tmp_path):
     assert "RuntimeError: workflow bug" in summary["rejections"][0]["detail"]
 
 
-def test_report_draws_reversed_boxes_and_lists_malformed_ones(tmp_path):
+def test_report_lists_reversed_and_malformed_boxes_instead_of_drawing_them(tmp_path):
     Image.new("RGB", (200, 100), (0, 128, 0)).save(tmp_path / "a.png")
     item = {
         "id": "g",
@@ -94,16 +94,10 @@ def test_report_draws_reversed_boxes_and_lists_malformed_ones(tmp_path):
     )
     page = write_report(out, [item], {"items": {"done": 1, "total": 1}}).read_text()
     assert "could not draw" not in page
-    assert "label box [1, 2, 3] is not 4 numbers" in page
-    assert "unparseable" in page  # the second episode's box is listed, not drawn
+    assert "label box [1, 2, 3] refused" in page and "not_4_numbers" in page
+    assert "inverted_box" in page  # the first episode's box is listed with the reward's reason
+    assert "(3)" in page  # the second episode's unreadable box is listed too
     assert page.count("<img") == 1
-
-
-def test_normalise_box_orders_corners_and_refuses_non_boxes():
-    assert normalise_box([774, 371, 971, 6]) == (774.0, 6.0, 971.0, 371.0)
-    assert normalise_box([1, 2, 3]) is None
-    assert normalise_box([0, 0, float("nan"), 1]) is None
-    assert normalise_box(["a", 1, 2, 3]) is None
 
 
 # -- property: random completions and random items through run + report ------------------------

@@ -7,9 +7,10 @@ converted from the model's frame to the image's pixels. The completions table re
 and number; each rejection reason is listed once per item with its count. Images are embedded as
 data URLs so the page can be mailed or attached to an issue.
 
-Nothing an item, a model output or a reward holds can stop the page from being written: reversed
-boxes are drawn normalised, boxes that cannot be read are listed, and an item that cannot be drawn
-at all gets a line saying why.
+Nothing an item, a model output or a reward holds can stop the page from being written: boxes the
+grounding reward refuses (reversed corners, non-finite or malformed numbers) are listed with the
+reward's reason instead of drawn, boxes that cannot be read are listed, and an item that cannot be
+drawn at all gets a line saying why.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import base64
 import html
 import io
 import json
-import math
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,49 +67,44 @@ def _load_image(image: Any) -> tuple[Image.Image | None, str]:
         return None, str(e)
 
 
-def normalise_box(box: Sequence[Any]) -> Box | None:
-    """``(min x, min y, max x, max y)`` of four finite numbers, else ``None``.
-
-    >>> normalise_box([774, 371, 971, 6]), normalise_box([1, 2, 3])
-    ((774.0, 6.0, 971.0, 371.0), None)
-    """
-    try:
-        if len(box) != 4:
-            return None
-        x1, y1, x2, y2 = (float(v) for v in box)
-    except (TypeError, ValueError):
-        return None
-    if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
-        return None
-    return (min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
-
-
 def label_boxes(value: Any) -> tuple[list[Box], list[str]]:
-    """Ground-truth boxes (one box or a list of boxes) and the entries that are not boxes."""
+    """Ground-truth boxes (one box or a list of boxes) and a note for each entry the reward refuses.
+
+    Entries are read one by one with the grounding reward's
+    :func:`~vlrollout.rewards.grounding.label_boxes`, so a box is drawn exactly when the reward
+    accepts it; a refused one (not 4 numbers, not finite, reversed corners) is not drawn and its
+    note carries the reward's own message. The reward refuses the whole field for one such entry;
+    the report still draws the others, for looking.
+    """
+    from vlrollout.rewards.grounding import label_boxes as reward_label_boxes
+
     if value is None or value == []:
         return [], []
-    rows = value if isinstance(value, list) and value and isinstance(value[0], list) else [value]
+    rows = value if isinstance(value, list) and isinstance(value[0], list | tuple) else [value]
     good, bad = [], []
     for row in rows:
-        box = normalise_box(row) if isinstance(row, list | tuple) else None
-        if box is None:
-            bad.append(f"label box {json.dumps(row, default=str)[:80]} is not 4 numbers")
-        else:
-            good.append(box)
+        try:
+            good += reward_label_boxes(row)
+        except ValueError as e:
+            bad.append(f"label box {json.dumps(row, default=str)[:80]} refused: {e}")
     return good, bad
 
 
 def predicted_boxes(
     text: str, width: int, height: int, family: str = "qwen2_vl"
 ) -> tuple[list[Box], list[str]]:
-    """Boxes in ``text`` (in ``family``'s format) in pixels of a ``width``×``height`` image,
-    normalised to ``x1 <= x2, y1 <= y2``, and what could not be read.
+    """Boxes in ``text`` (in ``family``'s format) in pixels of a ``width``×``height`` image, and
+    what could not be read or was refused.
 
-    Frames that need the processor's resized size (Qwen2.5-VL) are drawn as if the model saw the
-    original size; the report is for looking, the rewards use the recorded geometry.
+    Boxes are judged by the grounding reward's rule
+    (:func:`~vlrollout.rewards.grounding.box_problem`): a non-finite or reversed box is not drawn
+    and is listed with the reward's reason. Frames that need the processor's resized size
+    (Qwen2.5-VL) are drawn as if the model saw the original size; the report is for looking, the
+    rewards use the recorded geometry.
     """
     from vlrollout.rewards.box_parsing import get_parser
     from vlrollout.rewards.frames import Frame, convert_boxes
+    from vlrollout.rewards.grounding import box_problem
 
     parsed = get_parser(family)(text)
     geometry = {
@@ -120,13 +115,15 @@ def predicted_boxes(
     }
     boxes, problems = [], list(parsed.issues)
     for b in parsed.boxes:
-        box = normalise_box(b)
-        if box is None:
-            problems.append(f"box {list(b)} is not finite")
+        problem = box_problem(b)
+        if problem is None:  # as the reward, corners are judged in the frame they are scored in
+            b = convert_boxes([b], parsed.frame, Frame.ORIGINAL, geometry)[0]
+            problem = box_problem(b)
+        if problem is None:
+            boxes.append(tuple(float(v) for v in b))
         else:
-            boxes.append(box)
-    converted = convert_boxes(boxes, parsed.frame, Frame.ORIGINAL, geometry)
-    return [normalise_box(b) or b for b in converted], problems
+            problems.append(f"box {[float(v) for v in b]}: {problem}")
+    return boxes, problems
 
 
 def _data_url(image: Image.Image) -> str:
@@ -223,7 +220,7 @@ def render_item(
             preds.append((i, boxes))
         swatch = f"<span class=sw style='background:{_hex(episode_colour(i))}'></span>"
         unread = (
-            f"<div class=rej>unparseable: {html.escape('; '.join(problems))}</div>"
+            f"<div class=rej>boxes not drawn: {html.escape('; '.join(problems))}</div>"
             if problems
             else ""
         )
