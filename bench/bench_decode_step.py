@@ -19,6 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
+import record
 import torch
 from bench_engine import build_cases, generate_batches
 from entry import positive_int
@@ -42,7 +43,9 @@ def main() -> None:
     parser.add_argument("--rows", type=positive_int, default=16)
     parser.add_argument("--calls", type=positive_int, default=300, help="calls per path")
     parser.add_argument("--quick", action="store_true", help="4 rows, 20 calls (the test suite)")
+    record.add_record_dir(parser)
     args = parser.parse_args()
+    started = record.Run("decode_step")
     if args.quick:
         args.rows, args.calls = 4, 20
     torch.set_num_threads(1)
@@ -90,10 +93,32 @@ def main() -> None:
     for name, seconds in times.items():
         print(f"decode step, {name:<28} {quantiles(seconds)}")
     full, fast = (statistics.median(t) for t in times.values())
-    print(f"decode step saved by the direct path: {(full - fast) * 1e6:.1f} us per step "
-          f"({(full - fast) / full:.1%}); logits bit-identical: {same}")  # fmt: skip
+    saved = (
+        f"decode step saved by the direct path: {(full - fast) * 1e6:.1f} us per step "
+        f"({(full - fast) / full:.1%}); logits bit-identical: {same}"
+    )
+    print(saved)
     for name, seconds in sampling.items():
         print(f"sample_batch, {name:<34} {quantiles(seconds)}")
+
+    def row(what: str, seconds: list[float]) -> list[str]:
+        ordered = sorted(seconds)
+        return [what, f"{statistics.median(ordered) * 1e6:.1f}", f"{ordered[len(ordered) // 10] * 1e6:.1f}"]  # fmt: skip
+
+    table = record.Table(
+        ["step", "median us", "p10 us"],
+        [row(f"decode step, {name}", s) for name, s in times.items()]
+        + [row(f"sample_batch, {name}", s) for name, s in sampling.items()],
+        title=f"{rows} rows, {length} cached columns; torch threads 1; {args.calls} calls per path",
+    )
+    numbers = {
+        "saved_us": (full - fast) * 1e6,
+        "saved_fraction": (full - fast) / full,
+        "bit_identical": same,
+        "median_us": {k: statistics.median(v) * 1e6 for k, v in {**times, **sampling}.items()},
+    }
+    mode = f"quick: {rows} rows, {args.calls} calls" if args.quick else "default"
+    record.write(started.record([table], saved, numbers, mode=mode), args.record_dir)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ request at once). HTTP overhead: the same requests (1 new token, so fixed costs 
 time through ``vlrollout serve`` (SGLang protocol, PNG ``image_data`` decoded by the server)
 against in-process ``agenerate`` with the processor's tensors.
 
-Targets (issue 14): engine/generate >= 1.0x on equal lengths, >= 1.5x on mixed lengths.
+Targets: engine/generate >= 1.0x on equal lengths, >= 1.5x on mixed lengths.
 
 ``bound``: ``generate``'s time over the time the engine spent inside the model's forward calls
 (prefills and decode steps) in the same run, i.e. the ratio an engine with no overhead of its own
@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import record
 import requests as http
 import torch
 from areal.api.cli_args import GenerationHyperparameters
@@ -386,6 +387,31 @@ def print_table(title: str, rows: list[Measured]) -> None:
         )
 
 
+def readme_table(title: str, rows: list[Measured]) -> record.Table:
+    """The README's copy of :func:`print_table`."""
+    out = []
+    for r in rows:
+        ratio = r.generate_s / r.engine_s
+        bound = r.generate_s / r.forward_s if r.forward_s else None
+        out.append(
+            [
+                r.name,
+                str(r.requests),
+                f"{r.useful / r.generate_s:.1f}",
+                f"{r.useful / r.engine_s:.1f}",
+                f"{ratio:.2f}x",
+                f"{r.same}/{r.requests}" if r.same is not None else "(sampled)",
+                f"{bound:.2f}x" if bound else "-",
+                f"{r.target:.1f}x {verdict(ratio, bound or float('inf'), r.target)}"
+                if r.target
+                else "-",
+            ]
+        )
+    columns = ["lengths", "requests", "generate tok/s", "engine tok/s", "engine/generate",
+               "greedy tokens equal", "bound", "target"]  # fmt: skip
+    return record.Table(columns, out, title=title)
+
+
 def worst(rows: list[Measured]) -> Measured:
     """The case furthest below (or closest to) its target."""
     return min((r for r in rows if r.target), key=lambda r: r.generate_s / r.engine_s / r.target)
@@ -419,7 +445,9 @@ def main() -> None:
         help="also measure the engine with compile_decode=True (compiles for ~30 s first)",
     )
     parser.add_argument("--quick", action="store_true", help="8 requests, 16 tokens, 1 run")
+    record.add_record_dir(parser)
     args = parser.parse_args()
+    started = record.Run("engine")
     if args.quick:
         args.requests, args.new_tokens, args.repeat = 8, 16, 1
     torch.set_num_threads(args.threads)
@@ -495,10 +523,56 @@ def main() -> None:
             f"compile_decode {c.generate_s / c.engine_s:.2f}x against {c.target:.1f}x "
             f"({c.name}); " + line
         )
-    print(
+    headline = (
         "headline engine/generate tokens/s, the case furthest below or closest to its target: "
         + line
     )
+    print(headline)
+    tables = [readme_table("default engine (uncompiled decode steps)", eager)]
+    if compiled is not None:
+        tables.append(
+            readme_table(
+                f"compile_decode=True (vlrollout serve --compile): decode steps {state}; "
+                f"building the engine (compiling) took {compile_s:.1f} s",
+                compiled,
+            )
+        )
+    tables.append(
+        record.Table(
+            ["HTTP (SGLang /generate, PNG image, 1 new token)", "ms"],
+            [
+                ["in-process agenerate, per request", f"{in_proc * 1e3:.1f}"],
+                ["over HTTP, per request", f"{over_http * 1e3:.1f}"],
+                ["overhead per request (median of paired differences)", f"{overhead * 1e3:.1f}"],
+                ["of it: GET /health round trip", f"{round_trip * 1e3:.2f}"],
+                ["of it: server-side PNG decode + image processor", f"{decode * 1e3:.2f}"],
+            ],
+            title=f"medians of {2 * args.requests} paired requests",
+        )
+    )
+    numbers = {
+        "default": [vars(r) for r in eager],
+        "compiled": [vars(r) for r in compiled] if compiled is not None else None,
+        "compile_s": compile_s,
+        "http_ms": {
+            "in_process": in_proc * 1e3,
+            "over_http": over_http * 1e3,
+            "overhead": overhead * 1e3,
+            "health": round_trip * 1e3,
+            "decode": decode * 1e3,
+        },
+    }
+    mode = (
+        f"quick: {args.requests} requests, {args.new_tokens} new tokens, {args.repeat} run"
+        if args.quick
+        else "default"
+    )
+    notes = [
+        f"model: {source}; device {args.device}; torch threads {args.threads}; engine batch "
+        f"{args.batch}; best of {args.repeat} timed runs per case; both tables use generate's "
+        "best time of either phase"
+    ]
+    record.write(started.record(tables, headline, numbers, mode=mode, notes=notes), args.record_dir)
 
 
 if __name__ == "__main__":

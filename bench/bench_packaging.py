@@ -33,8 +33,10 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import record  # noqa: E402
 from areal.api import ModelResponse  # noqa: E402
 
 from vlrollout.packaging import TrajectoryBuilder, pack_single_turn  # noqa: E402
@@ -220,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, 1k and 8k only")
     parser.add_argument("--reps", type=int, default=None)
+    record.add_record_dir(parser)
     args = parser.parse_args(argv)
+    started = record.Run("packaging", argv)
     torch.set_num_threads(1)
     lengths = LENGTHS[:2] if args.quick else LENGTHS
     reps = args.reps or (3 if args.quick else 7)
@@ -235,9 +239,24 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t_start
 
     print(f"Packaging, us per trajectory (median of {reps}); torch threads=1; {elapsed:.0f} s")
-    print_table(["case", "tokens", "ours us", "AReaL-inline us", "ours/AReaL"], rows)
-    print(f"headline: ours/AReaL-inline packaging time, geomean over all cases {statistics.geometric_mean(ratios):.2f}x "
-          f"(range {min(ratios):.2f}x-{max(ratios):.2f}x; below 1: ours is faster)")  # fmt: skip
+    header = ["case", "tokens", "ours us", "AReaL-inline us", "ours/AReaL"]
+    print_table(header, rows)
+    geomean = statistics.geometric_mean(ratios)
+    headline = (
+        f"headline: ours/AReaL-inline packaging time, geomean over all cases {geomean:.2f}x "
+        f"(range {min(ratios):.2f}x-{max(ratios):.2f}x; below 1: ours is faster)"
+    )
+    print(headline)
+    table = record.Table(
+        header, rows, title=f"us per trajectory, median of {reps}; torch threads=1"
+    )
+    mode = f"quick: {reps} repetitions, {', '.join(f'{n // 1024}k' for n in lengths)} tokens"
+    record.write(
+        started.record(
+            [table], headline, {"ratios": ratios}, mode=mode if args.quick else "default"
+        ),
+        args.record_dir,
+    )
     return 0
 
 

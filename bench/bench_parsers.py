@@ -26,7 +26,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import record  # noqa: E402
 
 from vlrollout.rewards.answer import (  # noqa: E402
     ChoiceReward,
@@ -182,13 +185,31 @@ def _exponent(sizes: list[int], times: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
 
 
+def _summary_row(
+    title: str, group: list[Case], measured: dict[str, tuple[float, float]]
+) -> list[str]:
+    """One README row: how many cases, their exponent range, the slowest at the largest size."""
+    exps = [measured[name][0] for name, _, _ in group if not math.isnan(measured[name][0])]
+    slow_name = max((name for name, _, _ in group), key=lambda name: measured[name][1])
+    span = f"{min(exps):.2f}-{max(exps):.2f}" if exps else "-"
+    return [
+        f"{len(group)} {title}",
+        span,
+        f"{measured[slow_name][1] * 1000:.0f} ms ({slow_name})",
+        f"exponent <= {MAX_EXPONENT} where >= {NOISE_FLOOR_S * 1000:.0f} ms; <= {LIMIT_1MB_S:.0f} s at 1 MB",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="sizes up to 100 KB only")
+    record.add_record_dir(parser)
     args = parser.parse_args()
+    started = record.Run("parsers")
     sizes = [n for n in SIZES if n <= 100_000] if args.quick else SIZES
     print(f"{'case':34s}" + "".join(f"{n // 1000:>9d}KB" for n in sizes) + "   exponent")
     worst_exp, worst_time, worst_exp_case, worst_time_case, failed = 0.0, 0.0, "", "", []
+    measured: dict[str, tuple[float, float]] = {}  # case -> (exponent, seconds at the largest)
     for name, fn, unit in CASES:
         times: list[float] = []
         for n in sizes:
@@ -199,6 +220,7 @@ def main() -> int:
         cells = "".join(f"{t * 1000:9.1f}ms" for t in times)
         cells += " " * 11 * (len(sizes) - len(times))
         print(f"{name:34s}{cells}   {exp:8.2f}", flush=True)
+        measured[name] = (exp, times[-1])
         if len(times) < len(sizes):
             failed.append(f"{name}: {times[-1]:.1f} s at {sizes[len(times) - 1]} chars")
         elif exp > MAX_EXPONENT and times[-1] >= NOISE_FLOOR_S:
@@ -211,12 +233,27 @@ def main() -> int:
             worst_time, worst_time_case = times[-1], name
     for f in failed:
         print("FAIL", f)
-    print(
+    headline = (
         f"headline: worst growth exponent {worst_exp:.2f} ({worst_exp_case}; cases >= "
         f"{NOISE_FLOOR_S * 1000:.0f} ms at the largest size), worst time at "
         f"{sizes[-1] // 1000} KB {worst_time * 1000:.0f} ms ({worst_time_case}); "
         f"limits: exponent <= {MAX_EXPONENT}, <= {LIMIT_1MB_S:.0f} s at 1 MB"
     )
+    print(headline)
+    table = record.Table(
+        ["cases", "fitted exponents (sizes >= 100 KB)", f"slowest at {sizes[-1] // 1000} KB",
+         "limits"],
+        [_summary_row(title, group, measured)
+         for title, group in (("parsers and extractors, on the whole text", PARSER_CASES),
+                              ("rewards (score the first 64 Ki characters)", REWARD_CASES))],
+        title=f"hostile inputs, {sizes[0] // 1000} KB to {sizes[-1] // 1000} KB; failures: "
+        + ("; ".join(failed) if failed else "none"),
+    )  # fmt: skip
+    mode = f"quick: sizes up to {sizes[-1] // 1000} KB" if args.quick else "default"
+    numbers = {
+        "cases": {name: {"exponent": e, "largest_s": t} for name, (e, t) in measured.items()}
+    }
+    record.write(started.record([table], headline, numbers, mode=mode), args.record_dir)
     return 1 if failed else 0
 
 

@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import record  # noqa: E402
 from areal.api.cli_args import GenerationHyperparameters  # noqa: E402
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
 from images import synthetic_photo  # noqa: E402
@@ -95,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="640x480")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--in-flight", type=int, default=16)
+    record.add_record_dir(parser)
     args = parser.parse_args(argv)
+    started = record.Run("prompt_memory", argv)
     torch.set_num_threads(1)
     n = 60 if args.quick else args.items
     size = tuple(int(v) for v in args.size.split("x"))
@@ -109,10 +112,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"one prepared entry: {r['entry_bytes'] * mib:.1f} MiB")
     print(f"cache at the end: {r['held_at_end'] * mib:.1f} MiB; peak entries {r['peak_entries']}")
     print(f"process peak RSS: {r['max_rss_mib']:.0f} MiB")
-    print(
+    headline = (
         f"headline: prepared prompts peak {r['peak_bytes'] * mib:.0f} MiB "
         f"(keeping every entry, as a 1,024-entry LRU did: {r['keep_all_bytes'] * mib:.0f} MiB)"
     )
+    print(headline)
+    table = record.Table(
+        ["items", "prepared-prompt peak MiB", "held at the end MiB",
+         "keeping every entry MiB", "one entry MiB", "process peak RSS MiB"],
+        [[f"{n:,}", f"{r['peak_bytes'] * mib:.0f}", f"{r['held_at_end'] * mib:.0f}",
+          f"{r['keep_all_bytes'] * mib:,.0f}", f"{r['entry_bytes'] * mib:.1f}",
+          f"{r['max_rss_mib']:,.0f}"]],
+        title=f"{args.size} JPEG, groups of {args.group_size}, {args.in_flight} groups in flight",
+    )  # fmt: skip
+    mode = f"quick: {n} items" if args.quick else "default"
+    record.write(started.record([table], headline, r, mode=mode), args.record_dir)
     return 0
 
 

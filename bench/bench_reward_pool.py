@@ -1,4 +1,4 @@
-"""CIDEr-D reward cost through the path workflows use (``RewardCaller`` -> AReaL's process pool)
+"""CIDEr-D reward cost through the path workflows use (``RewardCaller`` -> vlrollout's reward pool)
 as the reference corpus grows: 12, 5,000, 20,000 and 118,000 reference sets (COCO train ~118k).
 
 Run: ``.venv/bin/python bench/bench_reward_pool.py`` (a few minutes on 2 CPU cores; ``--sizes``
@@ -21,12 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import record  # noqa: E402
 from areal.api.reward_api import AsyncRewardWrapper  # noqa: E402
 
+from vlrollout.rewards.caller import RewardCaller  # noqa: E402
 from vlrollout.rewards.caption import CaptionReward, CiderD  # noqa: E402
-from vlrollout.workflows.steps import RewardCaller  # noqa: E402
 
 OLD_PATH_MAX = 20_000
 
@@ -86,7 +88,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[12, 5_000, 20_000, 118_000])
     parser.add_argument("--quick", action="store_true", help="sizes 12 and 500 (a smoke run)")
+    record.add_record_dir(parser)
     args = parser.parse_args()
+    started = record.Run("reward_pool")
     if args.quick:
         args.sizes = [12, 500]
     print(
@@ -110,10 +114,24 @@ def main() -> int:
             f"old path at {n_old} sets: {old_ms:.0f} ms/call = "
             f"{old_ms / results[n_old]['pool_ms']:.0f}x RewardCaller"
         )
-    print(
+    headline = (
         f"headline: RewardCaller per call {small['pool_ms']:.2f} ms at {min(results)} sets, "
         f"{large['pool_ms']:.2f} ms at {max(results)} sets "
         f"(ratio {large['pool_ms'] / small['pool_ms']:.2f}x; the corpus does not cross per call)"
+    )
+    print(headline)
+    table = record.Table(
+        ["reference sets", "build s", "RewardCaller first call ms", "RewardCaller ms/call",
+         "the reward itself passed, ms/call", "in process ms/call"],
+        [[f"{n:,}", f"{r['build_s']:.1f}", f"{r['first_ms']:.0f}", f"{r['pool_ms']:.2f}",
+          f"{r['old_ms']:.1f}" if "old_ms" in r else "not run", f"{r['direct_ms']:.3f}"]
+         for n, r in results.items()],
+        title="one call at a time through AReaL's AsyncRewardWrapper process pool",
+    )  # fmt: skip
+    mode = f"quick: sizes {args.sizes}" if args.quick else "default"
+    record.write(
+        started.record([table], headline, {str(n): r for n, r in results.items()}, mode=mode),
+        args.record_dir,
     )
     return 0
 

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     record.add_record_dir(parser)
     args = parser.parse_args(argv)
-    run = record.Run("rewards", argv)
+    started = record.Run("rewards", argv)
     rng = random.Random(0)
     vocab = [f"w{i}" for i in range(300)] + ["a", "the", "on", "with", "of"] * 20
     refs = [[sentence(rng, vocab) for _ in range(REFS)] for _ in range(IMAGES)]
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "fixed_corpus_df_build_s": t_df, "fixed_corpus_score_s": t_fixed,
         "fixed_corpus_ratio": r_fixed,
     }  # fmt: skip
-    record.write(run.record([table], headline, numbers), args.record_dir)
+    record.write(started.record([table], headline, numbers), args.record_dir)
     return 0
 
 

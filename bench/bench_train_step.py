@@ -19,17 +19,27 @@ import sys
 import tempfile
 from pathlib import Path
 
+import record
+
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("rollout", "logp", "update", "weight_sync")
+KEPT = ("step", "tokens_per_s")
+DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP = 4, 8, 8
 
 
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=4, help="steps; the first is reported apart")
-    ap.add_argument("--batch", type=int, default=8, help="items per step")
-    ap.add_argument("--group", type=int, default=8, help="episodes per item (GRPO group)")
+    ap.add_argument(
+        "--steps", type=int, default=DEFAULT_STEPS, help="steps; the first is reported apart"
+    )
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="items per step")
+    ap.add_argument(
+        "--group", type=int, default=DEFAULT_GROUP, help="episodes per item (GRPO group)"
+    )
     ap.add_argument("--config", default=str(ROOT / "examples" / "train_grounding.yaml"))
+    record.add_record_dir(ap)
     args = ap.parse_args(argv)
+    started = record.Run("train_step", argv)
 
     import logging
 
@@ -69,7 +79,27 @@ def main(argv: list[str]) -> None:
     print("* steps after the first (the first includes warm-up)")
     for p in PARTS:
         print(f"share of step in {p:<12} {mean[p] / step:6.1%}")
-    print(f"fraction of the step the trainer waits on rollouts: {mean['rollout'] / step:.3f}")
+    headline = f"fraction of the step the trainer waits on rollouts: {mean['rollout'] / step:.3f}"
+    print(headline)
+    table = record.Table(
+        ["", "step", *PARTS],
+        [
+            ["seconds (mean of the steps after the first)", f"{step:.2f}"]
+            + [f"{mean[p]:.2f}" for p in PARTS],
+            ["share of the step", "100%"] + [f"{mean[p] / step:.0%}" for p in PARTS],
+        ],
+        title=f"{args.batch} items x {args.group} episodes per step, {len(rows)} steps "
+        "(the first, with warm-up, left out)",
+    )
+    kept = [{k: v for k, v in r.items() if k.startswith("time/") or k in KEPT} for r in rows]
+    numbers = {"steps": kept, "mean_s": mean, "step_s": step}
+    settings = (args.steps, args.batch, args.group)
+    mode = (
+        "default"
+        if settings == (DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP)
+        else f"shortened: {args.steps} steps of {args.batch} items x {args.group} episodes"
+    )
+    record.write(started.record([table], headline, numbers, mode=mode), args.record_dir)
 
 
 if __name__ == "__main__":

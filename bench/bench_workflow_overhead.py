@@ -1,9 +1,10 @@
-"""Episode overhead per input class: vlrollout's ``VisionRLVRWorkflow`` vs AReaL's, against a floor.
+"""Episode overhead per input class and engine: vlrollout's ``VisionRLVRWorkflow`` vs AReaL's,
+against a floor.
 
-Run: ``.venv/bin/python bench/bench_workflow_overhead.py`` (a few minutes on 2 shared CPU cores;
-``--quick``: fewer repetitions and only the fast processor, about a minute; ``--json PATH`` for the
-raw samples). Everything runs in one process and one event loop; every round times each column once
-per case in a shuffled order (seeded), so machine noise hits all columns alike.
+Run: ``.venv/bin/python bench/bench_workflow_overhead.py`` (about 10-15 minutes on 2 shared CPU
+cores; ``--quick``: fewer repetitions and only the fast processor, a few minutes; ``--json PATH``
+for the raw samples). Everything runs in one process and one event loop; every round times each
+column once per case in a shuffled order (seeded), so machine noise hits all columns alike.
 ``torch.set_num_threads(1)``.
 
 Input classes (each a different subject, drawn by ``bench/images.py``: photos of one image measure
@@ -18,35 +19,48 @@ Processors: Qwen2.5-VL built offline with Qwen2.5-VL's / AReaL's defaults ``min_
 ``max_pixels=12845056``, patch 14, merge 2, once with the **fast** image processor (what
 ``AutoProcessor`` loads for real checkpoints in transformers 5) and once with the **slow** one.
 
-Set-up, identical for both workflows: :class:`vlrollout.testing.scripted_engine.ScriptedEngine`, zero
-latency, a fixed 8-token answer (it reads the tensors, like our local engine, not ``image_data``);
-:func:`zero_reward` through AReaL's ``AsyncRewardWrapper`` process pool in both.
+Engines, each zero latency with a fixed 8-token answer, the same for both workflows:
 
-- AReaL gets what its dataset code produces (``areal/dataset/clevr_count_70k.py``): decoded RGB PIL
-  images (decoding is not in its time) and the chat-templated string.
+- ``local``: :class:`vlrollout.testing.scripted_engine.ScriptedEngine`, which reads the tensors
+  (as our local engine does) and never ``image_data``: our workflow encodes no engine images.
+- ``sglang`` / ``vllm``: :class:`remote_client_stub.RemoteClientStub`, which first does what
+  AReaL's remote clients do with a request (``req.copy()``, their backend's
+  ``build_generation_request``, ``json.dumps`` of the body): it reads ``image_data`` (and for vLLM
+  ``vision_msg_vllm``), so our lazily encoded engine images are encoded inside our time. This is
+  the production case.
+
+:func:`zero_reward` runs through AReaL's ``AsyncRewardWrapper`` process pool in both workflows.
+
+- AReaL gets what its dataset code produces (``areal/dataset/geometry3k.py``): decoded RGB PIL
+  images (``convert("RGB")``; decoding is not in its time), the chat-templated string and the
+  OpenAI-style ``messages_chat`` its vLLM client needs to send the image at all.
 - Ours gets the file path (or the PIL image for ``PIL input``) and chat messages.
 
-Columns: **floor** = decode the file + one processor call with the same settings (what any workflow
-calling the processor plainly spends per distinct image), timed in the event loop's worker thread
-where ours prepares too; **floor*** = the same with the processor's fixed call arguments validated
-once (``vlrollout.processors.merge_kwargs_cache``, what our preprocessor does: transformers 5.3
-re-validates them on every call for ~3-6 ms), the least any workflow must spend;
-**ours** = one episode with a cold prepared-prompt cache; **AReaL** = one episode. Medians over
-repetitions. The group table wraps both in AReaL's ``GroupedRolloutWorkflow(wf, 8)``. Both
-workflows' prompts are checked to give identical ``input_ids``.
+Columns: **floor*** = decode the input as ours does (``to_rgb``: alpha composited on white) + the
+processor call our preprocessor makes, identically: the same arguments through the same kind of
+copy that validates the processor's fixed arguments once
+(``vlrollout.processors.merge_kwargs_cache``; transformers 5.3 re-validates them on every call for
+~3-6 ms). It is checked to give exactly our prepared tensors, and it is the least any workflow
+must spend per distinct image. **floor** = the same decode with a plain processor call (what a
+workflow calling the processor naively spends). Both are timed in the event loop's worker thread,
+where ours prepares. **ours** = one episode with a cold prepared-prompt cache; **AReaL** = one
+episode. Medians over repetitions. The group table wraps both in AReaL's
+``GroupedRolloutWorkflow(wf, 8)``. Both workflows' prompts are checked to give identical
+``input_ids``, and on the remote engines to send one image each.
 
-Targets for every class and both processors: a group of 8 <= 1.5x the floor, and one episode >= 2x
-ahead of AReaL (AReaL/ours >= 2). The headline is the worst case, printed last. The column
-``AReaL/floor*`` is the most any workflow could reach (it must decode and process the image at
-least once; AReaL is handed decoded images, so its time holds no decode): where it is below 2 the
-single-episode target is out of reach by construction, and the row says ``MISS (bound)``. The
-group table also shows ours against floor*.
+Targets for every class, processor and engine: a group of 8 <= 1.5x floor*, and one episode >= 2x
+ahead of AReaL (AReaL/ours >= 2). The headline is the worst case over classes and engines (the
+worse of the local and the remote engines), printed last. The column ``AReaL/floor*`` is the most
+any workflow could reach (it must decode and process the image at least once; AReaL is handed
+decoded images, so its time holds no decode): where it is below 2 the single-episode target is out
+of reach by construction, and the row says ``MISS (bound)``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import gc
 import json
 import logging
@@ -63,13 +77,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import record  # noqa: E402
 from areal.api.cli_args import GenerationHyperparameters  # noqa: E402
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
 from areal.infra.workflow_executor import check_trajectory_format  # noqa: E402
 from areal.workflow.vision_rlvr import VisionRLVRWorkflow as ArealVisionRLVRWorkflow  # noqa: E402
 from images import subject_photo  # noqa: E402
 from PIL import Image  # noqa: E402
+from remote_client_stub import RemoteClientStub  # noqa: E402
 
+from vlrollout.processors.image_mode import to_rgb  # noqa: E402
 from vlrollout.processors.merge_kwargs_cache import with_merged_kwargs_cache  # noqa: E402
 from vlrollout.testing.offline_processors import build_qwen2_5_vl  # noqa: E402
 from vlrollout.testing.scripted_engine import ScriptedEngine  # noqa: E402
@@ -81,6 +98,7 @@ ANSWER = "A woman in a naval uniform."
 AREAL_IMAGE_TOKEN = "<|vision_start|><|image_pad|><|vision_end|>"  # clevr_count_70k.py
 TARGET_GROUP, TARGET_AREAL = 1.5, 2.0
 SIZE = (800, 600)
+ENGINES = ("local", "sglang", "vllm")
 
 
 def zero_reward(prompt, completions, prompt_ids, completion_ids, **task_data) -> float:
@@ -97,11 +115,21 @@ class Case:
     subject: str
 
 
-def _rgb(source) -> Image.Image:
-    """Decode to RGB, as the floor and AReaL's dataset code do (``convert("RGB")``)."""
+def _opened(source) -> Image.Image:
     image = source if isinstance(source, Image.Image) else Image.open(source)
     image.load()
+    return image
+
+
+def areal_rgb(source) -> Image.Image:
+    """Decode to RGB as AReaL's dataset code does (``convert("RGB")``: alpha dropped)."""
+    image = _opened(source)
     return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def our_rgb(source) -> Image.Image:
+    """Decode to the RGB pixels our preprocessor gives the processor (alpha on white)."""
+    return to_rgb(_opened(source))
 
 
 def make_cases(out: Path) -> list[Case]:
@@ -140,13 +168,28 @@ def our_item(case: Case) -> dict:
 
 
 def areal_item(tokenizer, case: Case) -> dict:
-    """What AReaL's workflow gets from its dataset code: decoded RGB images, templated text."""
+    """What AReaL's workflow gets from its dataset code (``geometry3k.py``): decoded RGB images,
+    the templated text, and ``messages_chat`` (its vLLM client sends no image without it)."""
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": AREAL_IMAGE_TOKEN + QUESTION}],
         add_generation_prompt=True,
         tokenize=False,
     )
-    return {"messages": text, "images": [_rgb(case.source)], "answer": ANSWER}
+    messages_chat = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": ""}},
+                {"type": "text", "text": QUESTION},
+            ],
+        }
+    ]
+    return {
+        "messages": text,
+        "messages_chat": messages_chat,
+        "images": [areal_rgb(case.source)],
+        "answer": ANSWER,
+    }
 
 
 def build_processor(fast: bool):
@@ -164,15 +207,27 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3
 
 
-class Bench:
-    """The workflows, engine and processor under test; all timing happens on one event loop."""
+def clear(engine: ScriptedEngine) -> None:
+    """Forget what an engine recorded (its requests, and a stub's request bodies)."""
+    if isinstance(engine, RemoteClientStub):
+        engine.clear()
+    else:
+        engine.requests.clear()
 
-    def __init__(self, fast: bool, group_size: int) -> None:
+
+class Bench:
+    """The workflows, engines and processor under test; all timing happens on one event loop."""
+
+    def __init__(self, fast: bool, group_size: int, engines: tuple[str, ...]) -> None:
         self.processor = build_processor(fast)
         self.tokenizer = self.processor.tokenizer
         gconfig = GenerationHyperparameters(max_new_tokens=16)
         answer = self.tokenizer.encode(ANSWER, add_special_tokens=False)[:7]
-        self.engine = ScriptedEngine([answer + [self.tokenizer.eos_token_id]])
+        script = [answer + [self.tokenizer.eos_token_id]]
+        self.engines: dict[str, ScriptedEngine] = {
+            e: ScriptedEngine(script) if e == "local" else RemoteClientStub(e, script)
+            for e in engines
+        }
         self.ours = VisionRLVRWorkflow(zero_reward, gconfig, self.tokenizer, self.processor)
         self.areal = ArealVisionRLVRWorkflow(
             zero_reward, gconfig, self.tokenizer, self.processor, enable_thinking=False
@@ -180,47 +235,90 @@ class Bench:
         log = logging.getLogger("bench_workflow_overhead")
         self.ours_group = GroupedRolloutWorkflow(self.ours, group_size, log)
         self.areal_group = GroupedRolloutWorkflow(self.areal, group_size, log)
-        # The cheapest call of this processor we know (vlrollout.processors.merge_kwargs_cache:
-        # its fixed arguments validated once): the floor that bounds any workflow.
-        self.min_processor = with_merged_kwargs_cache(self.processor)
+        # The processor call our preprocessor makes: its own kind of copy (fixed arguments
+        # validated once) with its arguments. check_floor proves the outputs are ours.
+        self.ours_processor = with_merged_kwargs_cache(self.processor)
         self.floor_text = self.processor.apply_chat_template(
             our_messages(), tokenize=False, add_generation_prompt=True
         )
 
-    def _floor_call(self, processor, case: Case) -> float:
+    def _floor_call(self, processor, case: Case) -> tuple[float, dict]:
         t0 = time.perf_counter()
-        # Decode + the call our preprocessor makes (nested images, a batch of one text).
-        processor(text=[self.floor_text], images=[[_rgb(case.source)]], return_tensors="pt")
-        return time.perf_counter() - t0
+        # Our decode + the call our preprocessor makes (nested images, a batch of one text).
+        out = processor(
+            text=[self.floor_text], return_tensors="pt", images=[[our_rgb(case.source)]]
+        )
+        return time.perf_counter() - t0, out
 
-    async def floor(self, case: Case, minimal: bool = False) -> float:
-        """Decode + one processor call (plain, or the ``minimal`` one), in the loop's worker
-        thread (where ours prepares)."""
+    async def floor(self, case: Case, ours_call: bool = True) -> float:
+        """Decode + one processor call (the call ours makes, or a plain one), in the loop's
+        worker thread (where ours prepares)."""
         gc.collect()
-        processor = self.min_processor if minimal else self.processor
-        return await asyncio.to_thread(self._floor_call, processor, case)
+        processor = self.ours_processor if ours_call else self.processor
+        seconds, _ = await asyncio.to_thread(self._floor_call, processor, case)
+        return seconds
 
-    async def episode(self, workflow, item: dict) -> float:
+    async def episode(self, workflow, engine: ScriptedEngine, item: dict) -> float:
         """Seconds for one ``arun_episode`` (ours starts from an empty prompt cache)."""
         self.ours.ctx.prompts.clear()
         gc.collect()
         t0 = time.perf_counter()
-        out = await workflow.arun_episode(self.engine, item)
+        out = await workflow.arun_episode(engine, item)
         elapsed = time.perf_counter() - t0
         del out
-        self.engine.requests.clear()
+        clear(engine)
         return elapsed
 
+    async def check_floor(self, case: Case) -> None:
+        """floor* computes exactly our prepared tensors: the same processor call on the same
+        pixels, so ours/floor* measures the workflow, not a different call."""
+        _, out = self._floor_call(self.ours_processor, case)
+        prepared = await self.ours.ctx.prepare(our_item(case))
+        same = out["input_ids"][0].tolist() == list(prepared.input_ids) and all(
+            torch.equal(out[k], v) for k, v in prepared.multi_modal_input.items()
+        )
+        self.ours.ctx.prompts.clear()
+        if not same:
+            raise RuntimeError(f"{case.name}: the floor's processor call is not the one ours makes")
+
     async def check_same_prompt(self, case: Case) -> None:
-        """Both workflows send the same tokens, ours passes AReaL's trajectory check."""
-        traj = await self.ours.arun_episode(self.engine, our_item(case))
-        if traj is None or not check_trajectory_format(traj):
-            raise RuntimeError(f"our workflow returned no valid trajectory: {self.ours.ledger}")
-        await self.areal.arun_episode(self.engine, areal_item(self.tokenizer, case))
-        ours, areal = (list(r.input_ids) for r in self.engine.requests[-2:])
-        if ours != areal:
-            raise RuntimeError(f"{case.name}: prompts differ ({len(ours)} vs {len(areal)} tokens)")
-        self.engine.requests.clear()
+        """Both workflows send the same tokens (and, to a remote engine, one image each); ours
+        passes AReaL's trajectory check."""
+        for name, engine in self.engines.items():
+            traj = await self.ours.arun_episode(engine, our_item(case))
+            self.ours.ctx.prompts.clear()
+            if traj is None or not check_trajectory_format(traj):
+                raise RuntimeError(f"our workflow returned no valid trajectory: {self.ours.ledger}")
+            await self.areal.arun_episode(engine, areal_item(self.tokenizer, case))
+            ours, areal = (list(r.input_ids) for r in engine.requests[-2:])
+            if ours != areal:
+                raise RuntimeError(
+                    f"{case.name}: prompts differ ({len(ours)} vs {len(areal)} tokens)"
+                )
+            if isinstance(engine, RemoteClientStub):
+                sent = [_images_sent(endpoint, body) for endpoint, body in engine.payloads]
+                if sent != [1, 1]:
+                    raise RuntimeError(f"{case.name} on {name}: images sent {sent}, not one each")
+            clear(engine)
+
+
+def _images_sent(endpoint: str, payload: dict) -> int:
+    """How many images a request body carries (SGLang ``image_data``, vLLM ``data:`` URLs)."""
+    if endpoint == "/generate":
+        return len(payload.get("image_data") or [])
+    return sum(
+        1
+        for msg in payload.get("messages", [])
+        if isinstance(msg["content"], list)
+        for part in msg["content"]
+        if part.get("type") == "image_url" and part["image_url"]["url"].startswith("data:")
+    )
+
+
+def fresh(item: dict) -> dict:
+    """The item with its own ``messages_chat`` (AReaL's vLLM client writes the image URLs into
+    it in place), as a dataset hands each episode its own row; the images are shared."""
+    return {**item, "messages_chat": copy.deepcopy(item["messages_chat"])}
 
 
 @dataclass(frozen=True)
@@ -238,13 +336,18 @@ def spread(n: int, total: int) -> set[int]:
 
 
 async def measure(bench: Bench, cases: list[Case], reps: Reps) -> dict[str, dict[str, list]]:
+    """Samples (seconds) per column and case: ``floor``, ``floor_min`` (floor*), and per engine
+    ``ours:<engine>``, ``areal:<engine>``, ``g_ours:<engine>``, ``g_areal:<engine>``."""
     order = random.Random(0)
     for case in cases:
+        await bench.check_floor(case)
         await bench.check_same_prompt(case)
     areal_items = {c.name: areal_item(bench.tokenizer, c) for c in cases}
     gc.collect()
     gc.freeze()
-    keys = ("floor", "floor_min", "ours", "areal", "g_ours", "g_areal")
+    keys = ["floor", "floor_min"] + [
+        f"{k}:{e}" for e in bench.engines for k in ("ours", "areal", "g_ours", "g_areal")
+    ]
     out: dict[str, dict[str, list]] = {k: {c.name: [] for c in cases} for k in keys}
 
     async def one_round(c: Case, grouped: bool, with_areal: bool) -> None:
@@ -253,13 +356,18 @@ async def measure(bench: Bench, cases: list[Case], reps: Reps) -> dict[str, dict
         )
         ok, ak = ("g_ours", "g_areal") if grouped else ("ours", "areal")
         steps = [
-            ("floor", lambda: bench.floor(c)),
-            ("floor_min", lambda: bench.floor(c, minimal=True)),
-            (ok, lambda: bench.episode(ours_wf, our_item(c))),
-            (ak, lambda: bench.episode(areal_wf, areal_items[c.name])),
+            ("floor", lambda: bench.floor(c, ours_call=False)),
+            ("floor_min", lambda: bench.floor(c)),
         ]
-        if not with_areal:
-            steps.pop()
+        for name, engine in bench.engines.items():
+            steps.append((f"{ok}:{name}", lambda e=engine: bench.episode(ours_wf, e, our_item(c))))
+            if with_areal:
+                steps.append(
+                    (
+                        f"{ak}:{name}",
+                        lambda e=engine: bench.episode(areal_wf, e, fresh(areal_items[c.name])),
+                    )
+                )
         order.shuffle(steps)
         for key, run in steps:
             out[key][c.name].append(await run())
@@ -297,79 +405,152 @@ def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
         print("  ".join(padded))
 
 
+@dataclass(frozen=True)
+class Result:
+    """Medians (ms) of one input class, processor and engine."""
+
+    label: str
+    subject: str
+    engine: str
+    floor: float
+    floor_min: float
+    ours: float
+    areal: float
+    g_ours: float
+    g_areal: float
+
+    @property
+    def group_ratio(self) -> float:
+        return self.g_ours / self.floor_min
+
+    @property
+    def areal_ratio(self) -> float:
+        return self.areal / self.ours
+
+    @property
+    def bound(self) -> float:
+        return self.areal / self.floor_min
+
+
+def results_of(res: dict[str, dict[str, list]], cases: list[Case], kind: str, engines) -> list:
+    out = []
+    for c in cases:
+        f, fm = median_ms(res["floor"][c.name]), median_ms(res["floor_min"][c.name])
+        for e in engines:
+            o, a, go, ga = (
+                median_ms(res[f"{k}:{e}"][c.name]) for k in ("ours", "areal", "g_ours", "g_areal")
+            )
+            out.append(Result(f"{c.name} ({kind})", c.subject, e, f, fm, o, a, go, ga))
+    return out
+
+
+def readme_table(results: list[Result], engines: tuple[str, ...], g: int) -> record.Table:
+    """One row per input class and processor: the target ratios on every engine."""
+    by_label: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by_label.setdefault(r.label, {})[r.engine] = r
+    rows = []
+    for label, per_engine in by_label.items():
+        rows.append(
+            [label]
+            + [fmt_ratio(per_engine[e].group_ratio) for e in engines]
+            + [fmt_ratio(per_engine[e].areal_ratio) for e in engines]
+            + [fmt_ratio(per_engine["local" if "local" in engines else engines[0]].bound)]
+        )
+    columns = (
+        ["input class (image processor)"]
+        + [f"group of {g}: ours/floor* ({e})" for e in engines]
+        + [f"one episode: AReaL/ours ({e})" for e in engines]
+        + ["AReaL/floor* (local)"]
+    )
+    return record.Table(
+        columns,
+        rows,
+        title=f"targets: group ours/floor* <= {TARGET_GROUP}x, one episode AReaL/ours >= "
+        f"{TARGET_AREAL}x; AReaL/floor* bounds AReaL/ours for any workflow",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few repetitions, fast processor only")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--processors", default=None, help="fast,slow (default both)")
+    parser.add_argument(
+        "--engines", default=",".join(ENGINES), help=f"some of {','.join(ENGINES)} (default all)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write raw samples (s) here")
+    record.add_record_dir(parser)
     args = parser.parse_args(argv)
+    started = record.Run("workflow_overhead", argv)
     torch.set_num_threads(1)
     logging.getLogger("bench_workflow_overhead").setLevel(logging.ERROR)
     kinds = (args.processors or ("fast" if args.quick else "fast,slow")).split(",")
     if not kinds or any(k not in ("fast", "slow") for k in kinds):
         parser.error(f"--processors takes fast, slow or fast,slow; got {args.processors!r}")
+    engines = tuple(args.engines.split(","))
+    if not engines or any(e not in ENGINES for e in engines) or len(set(engines)) < len(engines):
+        parser.error(f"--engines takes some of {','.join(ENGINES)}; got {args.engines!r}")
     reps = Reps(3, 2, 2, 1) if args.quick else Reps(7, 4, 5, 2)
     g = args.group_size
-    results: dict[str, dict] = {}
-    rows_single, rows_group, worst = [], [], []
+    raw: dict[str, dict] = {}
+    results: list[Result] = []
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_inputs_") as tmp:
         cases = make_cases(Path(tmp))
         for kind in kinds:
-            bench = Bench(kind == "fast", g)
+            bench = Bench(kind == "fast", g, engines)
             res = asyncio.run(measure(bench, cases, reps))
             gc.unfreeze()
-            results[kind] = res
-            for c in cases:
-                f, fm, o, a = (
-                    median_ms(res[k][c.name]) for k in ("floor", "floor_min", "ours", "areal")
-                )
-                go, ga = median_ms(res["g_ours"][c.name]), median_ms(res["g_areal"][c.name])
-                label = f"{c.name} ({kind})"
-                rows_single.append([label, c.subject, f"{f:.1f}", f"{fm:.1f}", f"{o:.1f}",
-                                    f"{a:.1f}", fmt_ratio(o / f), fmt_ratio(a / o),
-                                    fmt_ratio(a / fm), verdict_vs_areal(a / o, a / fm)])  # fmt: skip
-                rows_group.append([label, f"{f:.1f}", f"{go:.1f}", f"{ga:.1f}", fmt_ratio(go / f),
-                                   fmt_ratio(go / fm), fmt_ratio(ga / go),
-                                   "ok" if go / f <= TARGET_GROUP else "MISS"])  # fmt: skip
-                worst.append((go / f, a / o, label, a / fm))
+            raw[kind] = res
+            results += results_of(res, cases, kind, engines)
     elapsed = time.perf_counter() - t_start
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
-    print(f"Qwen2.5-VL processor (min_pixels={MIN_PIXELS}, max_pixels={MAX_PIXELS}, patch 14, "
-          f"merge 2), {SIZE[0]}x{SIZE[1]} inputs unless noted, zero-latency ScriptedEngine, trivial "
-          f"reward via AsyncRewardWrapper; torch threads=1; medians of {reps.single} (AReaL "
-          f"{reps.areal}) episodes and {reps.group} (AReaL {reps.areal_group}) groups; "
-          f"{elapsed:.0f} s")  # fmt: skip
+        args.json.write_text(json.dumps(raw, indent=1))
+    setting = (
+        f"Qwen2.5-VL processor (min_pixels={MIN_PIXELS}, max_pixels={MAX_PIXELS}, patch 14, "
+        f"merge 2), {SIZE[0]}x{SIZE[1]} inputs unless noted, zero-latency engines "
+        f"({', '.join(engines)}), trivial reward via AsyncRewardWrapper; torch threads=1; medians "
+        f"of {reps.single} (AReaL {reps.areal}) episodes and {reps.group} (AReaL "
+        f"{reps.areal_group}) groups"
+    )
+    print(f"{setting}; {elapsed:.0f} s")
     print_table(
         f"One episode, ms (target AReaL/ours >= {TARGET_AREAL}x)",
-        ["input class (processor)", "subject", "floor", "floor*", "ours", "AReaL", "ours/floor",
-         "AReaL/ours", "AReaL/floor*", "target"],
-        rows_single,
+        ["input class (processor)", "subject", "engine", "floor", "floor*", "ours", "AReaL",
+         "ours/floor*", "AReaL/ours", "AReaL/floor*", "target"],
+        [[r.label, r.subject, r.engine, f"{r.floor:.1f}", f"{r.floor_min:.1f}", f"{r.ours:.1f}",
+          f"{r.areal:.1f}", fmt_ratio(r.ours / r.floor_min), fmt_ratio(r.areal_ratio),
+          fmt_ratio(r.bound), verdict_vs_areal(r.areal_ratio, r.bound)] for r in results],
     )  # fmt: skip
     print_table(
-        f"Group of {g} (GroupedRolloutWorkflow), ms per group (target ours/floor <= {TARGET_GROUP}x)",
-        [
-            "input class (processor)",
-            "floor",
-            "ours",
-            "AReaL",
-            "ours/floor",
-            "ours/floor*",
-            "AReaL/ours",
-            "target",
-        ],
-        rows_group,
-    )
-    worst_group = max(worst)
-    worst_areal = min(worst, key=lambda w: w[1])
+        f"Group of {g} (GroupedRolloutWorkflow), ms per group (target ours/floor* <= "
+        f"{TARGET_GROUP}x)",
+        ["input class (processor)", "engine", "floor*", "ours", "AReaL", "ours/floor*",
+         "AReaL/ours", "target"],
+        [[r.label, r.engine, f"{r.floor_min:.1f}", f"{r.g_ours:.1f}", f"{r.g_areal:.1f}",
+          fmt_ratio(r.group_ratio), fmt_ratio(r.g_areal / r.g_ours),
+          "ok" if r.group_ratio <= TARGET_GROUP else "MISS"] for r in results],
+    )  # fmt: skip
+    worst_group = max(results, key=lambda r: r.group_ratio)
+    worst_areal = min(results, key=lambda r: r.areal_ratio)
     print()
-    print(
-        f"headline (worst class): group of {g} ours/floor {worst_group[0]:.2f}x "
-        f"[{worst_group[2]}]; one episode AReaL/ours {worst_areal[1]:.2f}x [{worst_areal[2]}, "
-        f"bound AReaL/floor* {worst_areal[3]:.2f}x]"
+    headline = (
+        f"headline (worst class and engine): group of {g} ours/floor* "
+        f"{worst_group.group_ratio:.2f}x [{worst_group.label}, {worst_group.engine}]; one "
+        f"episode AReaL/ours {worst_areal.areal_ratio:.2f}x [{worst_areal.label}, "
+        f"{worst_areal.engine}, bound AReaL/floor* {worst_areal.bound:.2f}x]"
     )
+    print(headline)
+    mode = "default" if not args.quick else f"quick: {reps} repetitions, processors {kinds}"
+    rec = started.record(
+        [readme_table(results, engines, g)],
+        headline,
+        {"results": [r.__dict__ for r in results], "reps": reps.__dict__},
+        mode=mode,
+        notes=[setting],
+    )
+    record.write(rec, args.record_dir)
     return 0
 
 

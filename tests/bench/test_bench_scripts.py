@@ -1,7 +1,9 @@
-"""The benchmark scripts run with one command (``--quick`` here) and print their table, headline last."""
+"""The benchmark scripts run with one command (``--quick`` here), print their table with the
+headline last, and write the same headline into their JSON record."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -14,30 +16,40 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 
 
-def _run_quick(script: str, timeout_s: int) -> list[str]:
+def _run_quick(script: str, timeout_s: int, record_dir: Path) -> list[str]:
+    """The script's non-empty stdout lines; its record (in ``record_dir``, never the committed
+    ``bench/results``) holds the quick command and the same last line."""
     proc = subprocess.run(
-        [sys.executable, str(BENCH / script), "--quick"],
+        [sys.executable, str(BENCH / script), "--quick", "--record-dir", str(record_dir)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=timeout_s,
     )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-    return [line for line in proc.stdout.splitlines() if line.strip()]
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    (path,) = record_dir.glob("*.json")
+    written = json.loads(path.read_text())
+    assert written["command"] == f".venv/bin/python bench/{script} --quick"
+    assert written["headline"] == lines[-1] and written["mode"].startswith("quick")
+    return lines
 
 
 @pytest.mark.slow
-def test_workflow_overhead_quick_prints_every_input_class_and_the_worst_last():
-    lines = _run_quick("bench_workflow_overhead.py", timeout_s=600)
+def test_workflow_overhead_quick_prints_every_input_class_and_engine_and_the_worst_last(tmp_path):
+    lines = _run_quick("bench_workflow_overhead.py", timeout_s=900, record_dir=tmp_path)
     assert any(line.startswith("One episode, ms") for line in lines)
     assert any(line.startswith("Group of 8") for line in lines)
     for name in ("RGB JPEG", "grey PNG", "RGBA PNG", "palette GIF", "PIL input", "small <=336^2"):
         rows = [line for line in lines if line.startswith(f"{name} (fast)")]
-        assert len(rows) == 2, lines  # one row in each table
-    assert lines[-1].startswith("headline (worst class)") and "AReaL/ours" in lines[-1]
-    assert "bound AReaL/floor*" in lines[-1]
+        # One row per engine in each table: the tensor-reading one and AReaL's two remote clients.
+        assert len(rows) == 6, lines
+        for engine in ("local", "sglang", "vllm"):
+            assert sum(f" {engine} " in row for row in rows) == 2, rows
+    assert lines[-1].startswith("headline (worst class and engine)") and "AReaL/ours" in lines[-1]
+    assert "ours/floor*" in lines[-1] and "bound AReaL/floor*" in lines[-1]
     (header,) = [line for line in lines if line.startswith("input class") and "subject" in line]
-    assert "AReaL/floor*" in header
+    assert "AReaL/floor*" in header and "engine" in header
 
 
 def test_a_single_episode_miss_says_when_the_floor_puts_the_target_out_of_reach(monkeypatch):
@@ -59,8 +71,8 @@ def test_subjects_differ(monkeypatch):
     assert len(set(pictures)) == len(SUBJECTS)
 
 
-def test_packaging_quick_prints_every_case_and_the_headline():
-    lines = _run_quick("bench_packaging.py", timeout_s=120)
+def test_packaging_quick_prints_every_case_and_the_headline(tmp_path):
+    lines = _run_quick("bench_packaging.py", timeout_s=120, record_dir=tmp_path)
     for case in ("single-turn", "single-turn + mm ids", "multi-turn 4 gen + 3 obs"):
         rows = [line for line in lines if re.match(rf"{re.escape(case)}\s+\d+k\s", line)]
         assert len(rows) == 2, lines  # 1k and 8k
@@ -81,8 +93,8 @@ def test_bench_photos_are_jpegs_of_the_requested_sizes(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_engine_quick_prints_ratios_tokens_and_http_overhead():
-    lines = _run_quick("bench_engine.py", timeout_s=400)
+def test_engine_quick_prints_ratios_tokens_and_http_overhead(tmp_path):
+    lines = _run_quick("bench_engine.py", timeout_s=400, record_dir=tmp_path)
     compiled_title = [i for i, line in enumerate(lines) if "compile_decode=True" in line]
     assert len(compiled_title) == 1 and "decode steps compiled;" in lines[compiled_title[0]]
     tables = {"default": lines[: compiled_title[0]], "compiled": lines[compiled_title[0] :]}
@@ -101,8 +113,8 @@ def test_engine_quick_prints_ratios_tokens_and_http_overhead():
     assert "compile_decode " in lines[-1] and "default " in lines[-1]
 
 
-def test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs():
-    lines = _run_quick("bench_decode_step.py", timeout_s=300)
+def test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs(tmp_path):
+    lines = _run_quick("bench_decode_step.py", timeout_s=300, record_dir=tmp_path)
     assert sum(line.startswith("decode step, ") for line in lines) == 2
     (saved,) = [line for line in lines if line.startswith("decode step saved")]
     assert saved.endswith("logits bit-identical: True"), saved
@@ -110,8 +122,8 @@ def test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs
     assert len(kinds) == 4 and all(re.search(r"median\s+\d+\.\d us", k) for k in kinds)
 
 
-def test_processor_call_quick_prints_identical_outputs_and_the_headline():
-    lines = _run_quick("bench_processor_call.py", timeout_s=300)
+def test_processor_call_quick_prints_identical_outputs_and_the_headline(tmp_path):
+    lines = _run_quick("bench_processor_call.py", timeout_s=300, record_dir=tmp_path)
     rows = [line for line in lines if re.match(r"\d+x\d+ \w+ \((fast|slow)\)", line)]
     assert len(rows) == 6 and all(row.endswith("True") for row in rows), lines
     assert lines[-1].startswith("headline") and lines[-1].endswith("outputs identical: True")
@@ -162,9 +174,9 @@ def test_engine_benchmarks_refuse_counts_below_one_in_one_line(script, args, nam
     assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_reward_pool_quick_prints_both_sizes_and_the_headline():
+def test_reward_pool_quick_prints_both_sizes_and_the_headline(tmp_path):
     """It once ended in a TypeError: the module's own ``run`` was shadowed by bench/entry's."""
-    lines = _run_quick("bench_reward_pool.py", timeout_s=300)
+    lines = _run_quick("bench_reward_pool.py", timeout_s=300, record_dir=tmp_path)
     rows = [line.split() for line in lines if re.match(r"\s*\d+\s", line)]
     assert [int(r[0]) for r in rows] == [12, 500]
     assert lines[-1].startswith("headline: RewardCaller per call")
