@@ -7,7 +7,13 @@ import json
 import pytest
 import torch
 
-from vlrollout.tiny.evaluate import IGNORE_INDEX, box_iou, encode_batch, first_int
+from vlrollout.tiny.evaluate import (
+    IGNORE_INDEX,
+    box_iou,
+    encode_batch,
+    score_completions,
+)
+from vlrollout.tiny.rewards import shapes_task_reward
 from vlrollout.tiny.synthetic import generate_items
 from vlrollout.tiny.train import (
     answer_loss,
@@ -83,7 +89,6 @@ def test_metric_helpers():
     assert box_iou([0, 0, 10, 10], [0, 0, 10, 10]) == 1.0
     assert box_iou([0, 0, 10, 10], [10, 0, 20, 10]) == 0.0
     assert box_iou([0, 0, 10, 10], [5, 0, 15, 10]) == pytest.approx(1 / 3)
-    assert first_int("there are 3 shapes") == 3 and first_int("none") is None
 
 
 def test_smoke_training_decreases_loss(tmp_path):
@@ -111,3 +116,24 @@ def test_smoke_training_decreases_loss(tmp_path):
     saved = json.loads((out / "TRAINING.json").read_text())
     assert saved["final"] and saved["steps_done"] == 20
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+
+
+def test_count_accuracy_reads_the_count_as_the_reward_does():
+    """Evaluation reads a count with the reward's reader (the last count, number words included),
+    so a completion scores in evaluation as it does in RL."""
+    items = [{"id": f"c{n}", "task": "count", "answer": n, "solution": str(n)} for n in (3, 4, 2)]
+    completions = ["1 row of 3 circles", "3 shapes? No: four", "2"]
+    reward = shapes_task_reward(items)
+    assert [reward("p", c, [], [], **it) for it, c in zip(items, completions, strict=True)] == [
+        1.0,
+        1.0,
+        1.0,
+    ]
+    assert score_completions(items, completions, {})["count"]["accuracy"] == 1.0
+    wrong = ["3 circles in 1 row", "four, or 3", "none"]
+    assert [reward("p", c, [], [], **it) for it, c in zip(items, wrong, strict=True)] == [
+        0.0,
+        0.0,
+        0.0,
+    ]
+    assert score_completions(items, wrong, {})["count"]["accuracy"] == 0.0

@@ -2,7 +2,9 @@
 
 Metrics, each against a baseline that needs no image understanding:
 
-* ``count``: accuracy of the first integer in the completion; chance is 1/4 (answers 1–4, uniform).
+* ``count``: accuracy, the mean of the count task's RL reward
+  (:func:`vlrollout.tiny.rewards.count_reward`: the last count in the answer, number words
+  included); chance is 1/4 (answers 1–4, uniform).
 * ``ground``: mean IoU in original pixels of the first ``(x1,y1),(x2,y2)`` box (0–1000 frame);
   baseline: the box of the training boxes' mean normalised size centred in the image.
 * ``caption``: CIDEr-D (0–10) against the item's references with ``vlrollout.rewards.caption.CiderD``,
@@ -12,7 +14,6 @@ Metrics, each against a baseline that needs no image understanding:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -20,10 +21,10 @@ from typing import Any
 import torch
 
 from vlrollout.rewards.caption import CiderD
+from vlrollout.tiny.rewards import count_reward
 from vlrollout.tiny.synthetic import generate_items, parse_qwen2vl_box
 
 IGNORE_INDEX = -100
-_INT_RE = re.compile(r"-?\d+")
 
 
 def prompt_texts(processor, items: Sequence[dict[str, Any]]) -> list[str]:
@@ -102,11 +103,6 @@ def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
     return float(iou(tuple(a), tuple(b)))
 
 
-def first_int(text: str) -> int | None:
-    m = _INT_RE.search(text)
-    return int(m.group()) if m else None
-
-
 def baselines_from_training(train_seed: int, n: int = 3000) -> dict[str, Any]:
     """Image-blind baselines fitted on ``n`` training items: mean box size, most frequent caption."""
     ground = generate_items("ground", n, train_seed)
@@ -118,14 +114,21 @@ def baselines_from_training(train_seed: int, n: int = 3000) -> dict[str, Any]:
 
 def evaluate(model, processor, items: Sequence[dict[str, Any]], baselines: dict[str, Any]) -> dict:
     """Greedy-decode ``items`` and score each task against its baseline."""
-    completions = greedy_completions(model, processor, items)
+    return score_completions(items, greedy_completions(model, processor, items), baselines)
+
+
+def score_completions(
+    items: Sequence[dict[str, Any]], completions: Sequence[str], baselines: dict[str, Any]
+) -> dict:
+    """The metrics of :func:`evaluate` for given ``completions`` (one per item, in order)."""
     res: dict[str, Any] = {}
     by_task: dict[str, list[tuple[dict, str]]] = {}
     for it, c in zip(items, completions, strict=True):
         by_task.setdefault(it["task"], []).append((it, c))
     if "count" in by_task:
         pairs = by_task["count"]
-        acc = sum(first_int(c) == it["answer"] for it, c in pairs) / len(pairs)
+        reward = count_reward()
+        acc = sum(reward("", c, [], [], answer=it["answer"]) for it, c in pairs) / len(pairs)
         res["count"] = {"n": len(pairs), "accuracy": acc, "chance": 0.25}
     if "ground" in by_task:
         pairs = by_task["ground"]

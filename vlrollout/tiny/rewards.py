@@ -8,6 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 
+def count_reward() -> Any:
+    """The count task's reward: 1.0 for the exact count, read by
+    :func:`~vlrollout.rewards.answer.read_count` (the last count in the answer, number words
+    included). The evaluation's count accuracy is its mean, so evaluation and RL read a completion
+    the same way."""
+    from vlrollout.rewards.answer import CountReward
+
+    return CountReward()
+
+
 def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") -> Any:
     """count → exact count; ground → ``ground_metric`` (``iou``, or the denser ``giou``) of the
     Qwen2-VL box (0–1000) against the original-pixel label; caption → CIDEr-D.
@@ -18,7 +28,6 @@ def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") 
     left out of the references (their episodes are rejected by the reward itself).
     """
     from vlrollout.rewards import ByTask
-    from vlrollout.rewards.answer import CountReward
     from vlrollout.rewards.caption import CaptionReward
     from vlrollout.rewards.grounding import GroundingReward
 
@@ -30,7 +39,7 @@ def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") 
         and all(isinstance(c, str) for c in item["captions"])
     ]
     routes: dict[str, Any] = {
-        "count": CountReward(),
+        "count": count_reward(),
         "ground": GroundingReward("qwen2_vl", ground_metric),
     }
     if references:
