@@ -98,9 +98,12 @@ def evaluate(
     prefix: str = "eval",
     repeats: int = 1,
     step: int | None = None,
+    episodes_out: list[tuple[dict, dict | None]] | None = None,
 ) -> dict[str, float]:
     """Held-out evaluation straight on the engine (outside AReaL's staleness budget): the mean
-    reward per task over ``repeats`` episodes per item.
+    reward per task over ``repeats`` episodes per item. ``episodes_out``, when given, gets each
+    ``(item, trajectory or None for a rejected episode)`` in item order (for the shown rollouts,
+    :mod:`vlrollout.train.samples`).
 
     A rejected episode scores 0 and stays in the denominator, so rejections never raise the
     mean; ``{prefix}/n`` (episodes) and ``{prefix}/rejected`` say how many of the episodes
@@ -120,6 +123,8 @@ def evaluate(
         return await asyncio.gather(*(workflow.arun_episode(engine, it) for it in episodes))
 
     trajs = asyncio.run(run())
+    if episodes_out is not None:
+        episodes_out.extend(zip(episodes, trajs, strict=True))
     if all(t is None for t in trajs):
         outcome = ledger.since(mark) if ledger is not None else {"rejected": 0, "rejections": []}
         at = f" at step {step}" if step is not None else ""
@@ -191,9 +196,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from areal.utils import name_resolve, names
     from tqdm import tqdm
 
-    from vlrollout.train import checkpoint
+    from vlrollout.train import checkpoint, samples
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import restore_multi_modal_inputs, rollout_step
+    from vlrollout.train.loggers import TrainLoggers
     from vlrollout.train.report import append_jsonl, read_jsonl, write_report
     from vlrollout.train.rewards import build_rewards
     from vlrollout.train.support import check_trainable
@@ -238,7 +244,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             load_adapter(actor, ckpt.path)
         checkpoint.load_optimizer(actor, ckpt)
     metrics_path, eval_path = out / "metrics.jsonl", out / "eval.jsonl"
-    for path in (metrics_path, eval_path):  # drop records of steps after the checkpoint
+    rollouts_path = out / samples.ROLLOUTS_FILE
+    for path in (metrics_path, eval_path, rollouts_path):  # drop records after the checkpoint
         kept = [r for r in read_jsonl(path) if r["step"] <= start]
         path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
@@ -263,7 +270,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     def run_eval(step: int) -> None:
         t = time.perf_counter()
-        rec = {"step": step, **evaluate(engine, eval_workflow, eval_items, step=step)}
+        episodes: list[tuple[dict, dict | None]] = []
+        rec = {
+            "step": step,
+            **evaluate(engine, eval_workflow, eval_items, step=step, episodes_out=episodes),
+        }
         prefixes = ["eval"]
         if vl.eval_samples:
             rec.update(
@@ -274,13 +285,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             prefixes.append("eval_sampled")
         rec["eval/seconds"] = time.perf_counter() - t
         append_jsonl(eval_path, rec)
+        shown = samples.collect(step, episodes, eval_workflow, eval_reward, vl.log_rollouts)
+        samples.save(out, shown)
+        loggers.add(rec)
+        loggers.rollouts(step, shown)
         lines = "; ".join(eval_line(rec, p) for p in prefixes)
         logger.warning("held-out eval at step %d: %s", step, lines)
 
     record: dict[str, Any] = {}
+    loggers = TrainLoggers.open(cfg, ft_spec)
     try:
         if start == 0 and not read_jsonl(eval_path):
             run_eval(0)
+            loggers.commit()
         bar = tqdm(range(start, total), initial=start, total=total, disable=not vl.progress)
         for step in bar:
             t0 = time.perf_counter()
@@ -329,15 +346,18 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 "areal": areal_stats,
             }
             append_jsonl(metrics_path, record)
+            loggers.add(record)
             bar.set_postfix(reward=f"{record['reward_mean']:.3f}", s=f"{record['time/step']:.1f}")
             done = step + 1
             if vl.eval_every and done % vl.eval_every == 0 or done == total:
                 run_eval(done)
+            loggers.commit()
             if done % vl.save_every == 0 or done == total:
                 checkpoint.save(actor, out, done)
             write_report(out, cfg)
             del batch, adv
     finally:
+        loggers.close()
         engine.destroy()
         actor.destroy()
     write_report(out, cfg)

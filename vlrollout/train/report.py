@@ -79,7 +79,10 @@ def svg_chart(
 
 
 def write_report(out: Path, cfg: Any = None) -> Path:
-    """(Re)write ``out/report.html`` from ``metrics.jsonl`` and ``eval.jsonl``."""
+    """(Re)write ``out/report.html`` from ``metrics.jsonl``, ``eval.jsonl`` and the shown
+    held-out rollouts (:func:`vlrollout.train.samples.section_html`)."""
+    from vlrollout.train.samples import SECTION_CSS, section_html
+
     steps = read_jsonl(out / "metrics.jsonl")
     evals = read_jsonl(out / "eval.jsonl")
 
@@ -144,12 +147,13 @@ def write_report(out: Path, cfg: Any = None) -> Path:
         title += f": {html.escape(cfg.experiment_name)}/{html.escape(cfg.trial_name)}"
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 8px;text-align:right}}
-.charts svg{{margin:0 1em 1em 0;border:1px solid #eee}}</style></head><body>
+.charts svg{{margin:0 1em 1em 0;border:1px solid #eee}}{SECTION_CSS}</style></head><body>
 <h1>{title}</h1><p>{len(steps)} steps; {len(evals)} held-out evaluations.</p>
 <div class="charts">{"".join(charts)}</div>
 <h2>Held-out evaluation</h2><p>Means over every episode; a rejected episode scores 0.</p>
 <table><tr>{"".join(f"<th>{c}</th>" for c in eval_head)}</tr>{eval_rows}</table>
 <h2>Last steps</h2><table><tr>{"".join(f"<th>{c}</th>" for c in columns)}</tr>{rows}</table>
+{section_html(out)}
 </body></html>"""
     path = out / "report.html"
     path.write_text(doc)
