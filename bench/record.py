@@ -7,8 +7,10 @@ number there is one that a command in this repository printed, with the command 
 benchmark writes ``<record dir>/<name>.json`` when it finishes; ``--record-dir`` (default
 ``bench/results``) lets the tests run benchmarks without rewriting the committed records.
 
-A record keeps the load average at the start and the end of the run: these machines are shared,
-and a number measured under load is only comparable with its load beside it.
+A record keeps the load average at the start and the end of the run (these machines are shared,
+and a number measured under load is only comparable with its load beside it) and the commit the
+code was at, saying whether tracked files differed from it (a number measured on someone's
+unfinished change is not the commit's).
 
     >>> run = Run("demo", ["--quick"], script="bench/bench_demo.py")
     >>> rec = run.record([Table(["case", "ms"], [["a", "1.0"]])], "headline: 1.0 ms", {"a_ms": 1.0})
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -56,6 +59,8 @@ class Record:
         name: The record's name: the file is ``<name>.json``, the README region ``bench:<name>``.
         command: The command line that produced it, runnable from the repository root.
         date: When the run finished (UTC, ISO 8601, seconds).
+        commit: The commit checked out when it ran (12 hex digits; ``"unknown"`` outside git).
+        dirty: Tracked files differed from ``commit`` (uncommitted changes were measured too).
         cores: CPU cores of the machine (``os.cpu_count()``).
         load_start, load_end: 1-minute load average when the run started and finished.
         seconds: Wall time of the run.
@@ -69,6 +74,8 @@ class Record:
     name: str
     command: str
     date: str
+    commit: str
+    dirty: bool
     cores: int
     load_start: float
     load_end: float
@@ -108,6 +115,22 @@ def command_line(script: str, argv: list[str]) -> str:
     return shlex.join([*prefix, str(path), *kept])
 
 
+def source_state(repo: Path = REPO) -> tuple[str, bool]:
+    """The commit ``repo`` has checked out, and whether its tracked files differ from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        return git("rev-parse", "--short=12", "HEAD"), bool(
+            git("status", "--porcelain", "--untracked-files=no")
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", True
+
+
 def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -126,6 +149,7 @@ class Run:
         self.command = command_line(
             script or sys.argv[0], list(sys.argv[1:] if argv is None else argv)
         )
+        self.commit, self.dirty = source_state()
         self.load_start = _load()
         self._t0 = time.perf_counter()
 
@@ -141,6 +165,8 @@ class Run:
             name=self.name,
             command=self.command,
             date=datetime.now(UTC).replace(microsecond=0).isoformat(),
+            commit=self.commit,
+            dirty=self.dirty,
             cores=os.cpu_count() or 1,
             load_start=self.load_start,
             load_end=_load(),

@@ -56,6 +56,7 @@ rec = dataclasses.replace(
     run.record([table], headline, {"seconds": int(seconds), "venv_gib": venv, "peak_gib": peak}),
     seconds=float(seconds),
     load_start=float(load_start),
+    dirty=False,  # the clone holds the commit only
 )
 record.write(rec, Path(record_dir))
 PY
