@@ -29,7 +29,8 @@ Engines, each zero latency with a fixed 8-token answer, the same for both workfl
   ``vision_msg_vllm``), so our lazily encoded engine images are encoded inside our time. This is
   the production case.
 
-:func:`zero_reward` runs through AReaL's ``AsyncRewardWrapper`` process pool in both workflows.
+:func:`zero_reward` runs in a reward process pool in both workflows (ours: ``RewardCaller``;
+AReaL's: its ``AsyncRewardWrapper``).
 
 - AReaL gets what its dataset code produces (``areal/dataset/geometry3k.py``): decoded RGB PIL
   images (``convert("RGB")``; decoding is not in its time), the chat-templated string and the
@@ -510,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     setting = (
         f"Qwen2.5-VL processor (min_pixels={MIN_PIXELS}, max_pixels={MAX_PIXELS}, patch 14, "
         f"merge 2), {SIZE[0]}x{SIZE[1]} inputs unless noted, zero-latency engines "
-        f"({', '.join(engines)}), trivial reward via AsyncRewardWrapper; torch threads=1; medians "
+        f"({', '.join(engines)}), trivial reward in a process pool; torch threads=1; medians "
         f"of {reps.single} (AReaL {reps.areal}) episodes and {reps.group} (AReaL "
         f"{reps.areal_group}) groups"
     )

@@ -228,7 +228,7 @@ class CountReward(Reward):
         self.use_answer_tag = use_answer_tag
         self.name = "count"
 
-    def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
+    def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         raw = _gold(task_data, self.answer_key, type(self).__name__)
         gold = raw if isinstance(raw, int) else parse_count(str(raw))
         if gold is None:
@@ -264,7 +264,7 @@ class ChoiceReward(Reward):
         self.use_answer_tag = use_answer_tag
         self.name = "choice"
 
-    def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
+    def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         raw = _gold(task_data, self.answer_key, type(self).__name__)
         choices = task_data.get("choices")
         n = len(choices) if choices else 26
@@ -313,7 +313,7 @@ class NumericReward(Reward):
         self.use_answer_tag = use_answer_tag
         self.name = "numeric"
 
-    def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
+    def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         raw = _gold(task_data, self.answer_key, type(self).__name__)
         gold = float(raw) if isinstance(raw, (int, float)) else parse_number(str(raw))
         if gold is None:
@@ -368,7 +368,7 @@ class MathReward(Reward):
         self.timeout_seconds = timeout_seconds
         self.name = "math"
 
-    def score(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
+    def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         from math_verify import verify
 
         raw = str(_gold(task_data, self.answer_key, type(self).__name__))

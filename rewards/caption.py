@@ -184,7 +184,7 @@ class CaptionReward(Reward):
         self.use_answer_tag = use_answer_tag
         self.name = metric
 
-    def score(
+    def compute(
         self,
         prompt: str,
         completions: str,

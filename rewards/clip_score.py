@@ -95,7 +95,7 @@ class CLIPScoreReward(Reward):
         vision = torch.nn.functional.normalize(vision.float(), dim=-1)
         return text, vision
 
-    def score(
+    def compute(
         self,
         prompt: str,
         completions: str,

@@ -73,7 +73,7 @@ class WeightedSum(Reward):
         results = self._results(prompt, completions, prompt_ids, completion_ids, **task_data)
         return {n: r.value for n, r in zip(self.names, results, strict=True)}
 
-    def score(
+    def compute(
         self,
         prompt: str,
         completions: str,
@@ -110,7 +110,7 @@ class ByTask(Reward):
         self.rewards = dict(rewards)
         self.key = key
 
-    def score(
+    def compute(
         self,
         prompt: str,
         completions: str,

@@ -29,7 +29,7 @@ class ThinkAnswerFormat(Reward):
         self.think_in_prompt = think_in_prompt
         self.name = "format"
 
-    def score(
+    def compute(
         self,
         prompt: str,
         completions: str,
@@ -84,7 +84,7 @@ class LengthPenalty(Reward):
         self.cache_length = cache_length
         self.name = "length_penalty"
 
-    def score(
+    def compute(
         self,
         prompt: str,
         completions: str,

@@ -199,7 +199,7 @@ class GroundingReward(Reward):
     def _fail(self, reason: str, **details: Any) -> RewardResult:
         return RewardResult(self.failure_value, reason, details)
 
-    def score(
+    def compute(
         self,
         prompt: str,
         completions: str,
@@ -290,7 +290,7 @@ class PointInBoxReward(Reward):
         self.use_answer_tag = use_answer_tag
         self.name = "point_in_box"
 
-    def score(
+    def compute(
         self,
         prompt: str,
         completions: str,

@@ -1,24 +1,18 @@
-"""Rewards in AReaL's process pool: built once per worker, and a hung reward cannot block the pool.
+"""What crosses into the reward pool: a small recipe built once per worker, and batches of calls.
 
-AReaL's ``AsyncRewardWrapper`` pickles the reward into its ``ProcessPoolExecutor`` on every call.
-For a reward with heavy state that costs time proportional to the state: a CIDEr-D reward over
-20,000 reference sets took 5.3 s per call through the pool (issue 15), so at COCO scale every
-caption episode would time out. Here the object that crosses the process boundary on each call
-is a :class:`RewardRecipe`: the reward's import path, the path of a file holding the pickled
-reward (written once, named by its content hash) and that hash. Each worker process loads the
-file the first time it sees the hash and keeps the built reward; later calls pickle only the
-recipe, a few hundred bytes whatever the corpus size. ``bench/bench_reward_pool.py`` measures it.
+A process pool pickles the callable into a worker on every call. For a reward with heavy state
+(a CIDEr-D reward over a COCO-sized reference corpus) that costs time proportional to the state,
+on every episode. Here the object that crosses the process boundary on each call is a
+:class:`RewardRecipe`: the reward's import path, the path of a file holding the pickled reward
+(written once, named by its content hash) and that hash. Each worker process loads the file the
+first time it sees the hash and keeps the built reward; later calls pickle only the recipe, a few
+hundred bytes whatever the corpus size. ``bench/bench_reward_pool.py`` measures it.
 
-A reward that hangs keeps its pool worker busy after the caller gave up on it (``asyncio`` cannot
-cancel a function running in another process), and with one worker every later reward then
-times out too. :func:`replace_pool` swaps AReaL's shared executor for a fresh one and kills the
-old workers: the hung call dies with its episode, and calls that were running beside it get
-``BrokenProcessPool``, which AReaL's wrapper answers by retrying them once on the new executor.
-
-Each task sent to the pool costs 0.5-1 ms of inter-process round trip (bench/bench_reward_pool.py),
-and on a machine without GPUs AReaL's pool has one worker, so the eight rewards of a group cost
-more than preparing its image (issue 16). :class:`RewardBatch` scores several calls in one task;
-``RewardCaller`` sends the calls that become ready together as one task per worker.
+Each task sent to the pool pays an inter-process round trip, and on a machine without GPUs the
+pool has one worker (:func:`vlrollout.rewards.executor.default_max_workers`), so the rewards of a
+group would queue one round trip each. :class:`RewardBatch` scores several calls in one task;
+:class:`~vlrollout.rewards.caller.RewardCaller` sends the calls that become ready together as one
+task per worker. The pools themselves live in :mod:`vlrollout.rewards.executor`.
 """
 
 from __future__ import annotations
@@ -91,7 +85,7 @@ class RewardRecipe:
             data = pickle.dumps(reward, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # noqa: BLE001 - re-raised with the fix
             raise ValueError(
-                f"reward function {reward!r} cannot be pickled ({e}); it runs in AReaL's "
+                f"reward function {reward!r} cannot be pickled ({e}); it runs in a "
                 "process pool, so use a module-level function or an instance of a module-level "
                 "class (not a lambda or a closure), or pass its import path"
             ) from e
@@ -155,8 +149,9 @@ class NotStarted:
 class RewardBatch:
     """Scores several reward calls in one pool task: ``[(args, kwargs), ...] -> [outcome]``.
 
-    A call that raises is tried once more (as AReaL's wrapper retries a lone call), then gives its
-    exception in its place, so one failing reward does not fail its neighbours. An exception that would not survive the trip back (pickling it, or unpickling it
+    A call that raises is tried once more (a transient failure gets a second chance, as AReaL's
+    wrapper gives one), then gives its exception in its place, so one failing reward does not fail
+    its neighbours. An exception that would not survive the trip back (pickling it, or unpickling it
     in the caller, fails) becomes a ``RuntimeError`` naming it: the executor would otherwise
     report the whole pool broken. Calls not started once ``budget_s`` has passed come back as
     :class:`NotStarted` (the first call always runs).
@@ -183,8 +178,7 @@ class RewardBatch:
 
 def _call_with_one_retry(reward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The value, or the second attempt's exception with the worker's traceback as a note (an
-    exception handed back is not raised, so it carries no remote traceback of its own): AReaL's
-    wrapper gives a lone call one retry (``max_retries=1``), and a batched call gets the same."""
+    exception handed back is not raised, so it carries no remote traceback of its own)."""
     try:
         return reward(*args, **kwargs)
     except Exception:  # noqa: BLE001 - tried once more below
@@ -202,32 +196,3 @@ def _returnable(error: Exception) -> Exception:
     except Exception:  # noqa: BLE001 - replaced by an error that names it
         return RuntimeError(repr(error))
     return error
-
-
-def current_pool(wrapper: Any) -> Any:
-    """The executor ``wrapper`` (an ``AsyncRewardWrapper``) submits to right now."""
-    from areal.api.reward_api import AsyncRewardWrapper
-
-    return AsyncRewardWrapper._executors.get(wrapper._executor_key)
-
-
-def replace_pool(wrapper: Any, expected: Any = None) -> bool:
-    """Give ``wrapper`` (an ``AsyncRewardWrapper``) a fresh executor and kill the old workers.
-
-    Uses AReaL's own ``_recreate_executor`` so every wrapper sharing the pool moves to the new
-    one; the old workers are killed because ``shutdown`` cannot stop a function that never
-    returns. With ``expected`` (the executor the timed-out call was sent to, from
-    :func:`current_pool`), nothing happens when the pool was already replaced since: several
-    episodes timing out together replace it once, not once each. Returns whether it replaced.
-    """
-    from areal.api.reward_api import AsyncRewardWrapper
-
-    old = AsyncRewardWrapper._executors.get(wrapper._executor_key)
-    if old is None or (expected is not None and old is not expected):
-        return False
-    processes = list((getattr(old, "_processes", None) or {}).values())
-    AsyncRewardWrapper._recreate_executor(wrapper._executor_key, wrapper.max_workers, old)
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-    return True

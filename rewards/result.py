@@ -13,9 +13,8 @@ the field instead of returning a value.
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,24 +54,31 @@ class RewardResult:
         return self.reason is not None
 
 
-class Reward:
+class Reward(ABC):
     """Base class: AReaL's per-sample reward signature on top of :meth:`score`.
 
-    Subclasses implement ``score(prompt, completions, prompt_ids, completion_ids, **task_data)``
-    returning a :class:`RewardResult`; ``__call__`` returns its float value. Subclasses keep only
-    picklable state so they run in ``areal.api.AsyncRewardWrapper``'s process pool.
+    Subclasses implement :meth:`compute` ``(prompt, completions, prompt_ids, completion_ids,
+    **task_data) -> RewardResult``. Callers use :meth:`score` (the result, with its reason) or the
+    instance itself (``__call__``: the float value, AReaL's contract); both apply the rules every
+    reward shares, so no subclass repeats them: a completion longer than
+    :attr:`max_output_chars` is scored on its first ``max_output_chars`` characters. Subclasses
+    keep only picklable state so they run in the reward process pool
+    (:mod:`vlrollout.rewards.executor`).
     """
 
     name: str = "reward"
     max_output_chars: int | None = MAX_OUTPUT_CHARS
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        # Every subclass's ``score`` sees at most ``max_output_chars`` characters, whoever calls
-        # it (``__call__``, WeightedSum, a test), without each reward repeating the rule.
-        super().__init_subclass__(**kwargs)
-        score = cls.__dict__.get("score")
-        if score is not None and not getattr(score, "_output_capped", False):
-            cls.score = _capped(score)  # type: ignore[method-assign]
+    @abstractmethod
+    def compute(
+        self,
+        prompt: str,
+        completions: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        **task_data: Any,
+    ) -> RewardResult:
+        """The metric on ``completions`` (already capped by :meth:`score`)."""
 
     def score(
         self,
@@ -82,7 +88,17 @@ class Reward:
         completion_ids: list[int],
         **task_data: Any,
     ) -> RewardResult:
-        raise NotImplementedError
+        """:meth:`compute` on at most :attr:`max_output_chars` characters of ``completions``.
+
+        A capped completion's result keeps the rule's reason (``"output_truncated"`` when the
+        metric decided) and records ``details["truncated_from_chars"]``.
+        """
+        limit = self.max_output_chars
+        if not isinstance(completions, str) or limit is None or len(completions) <= limit:
+            return self.compute(prompt, completions, prompt_ids, completion_ids, **task_data)
+        result = self.compute(prompt, completions[:limit], prompt_ids, completion_ids, **task_data)
+        details = {**result.details, "truncated_from_chars": len(completions)}
+        return RewardResult(result.value, result.reason or "output_truncated", details)
 
     def __call__(
         self,
@@ -97,27 +113,6 @@ class Reward:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
-
-
-def _capped(score: Callable[..., RewardResult]) -> Callable[..., RewardResult]:
-    @functools.wraps(score)
-    def wrapper(
-        self: Reward,
-        prompt: str,
-        completions: str,
-        prompt_ids: list[int],
-        completion_ids: list[int],
-        **task_data: Any,
-    ) -> RewardResult:
-        limit = self.max_output_chars
-        if not isinstance(completions, str) or limit is None or len(completions) <= limit:
-            return score(self, prompt, completions, prompt_ids, completion_ids, **task_data)
-        result = score(self, prompt, completions[:limit], prompt_ids, completion_ids, **task_data)
-        details = {**result.details, "truncated_from_chars": len(completions)}
-        return RewardResult(result.value, result.reason or "output_truncated", details)
-
-    wrapper._output_capped = True  # type: ignore[attr-defined]
-    return wrapper
 
 
 def require_field(task_data: dict[str, Any], key: str, reward_name: str) -> Any:

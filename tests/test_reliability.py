@@ -54,8 +54,8 @@ def crash_worker(prompt, completions, prompt_ids, completion_ids, **kw):
     return 1.0
 
 
-def test_crashed_reward_worker_is_recovered_by_areal(tokenizer):
-    """AReaL's AsyncRewardWrapper recreates a broken process pool and retries once."""
+def test_crashed_reward_worker_is_recovered(tokenizer):
+    """A pool broken by a dead worker is replaced and the call runs once more on the new one."""
     marker = f"/tmp/vlrollout-crash-{os.getpid()}"
     if os.path.exists(marker):
         os.remove(marker)

@@ -527,35 +527,24 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
         _stop_children(workers)
 
 
-def _worker_state() -> tuple[set[int], set[Any]]:
-    """Reward executors and child processes that exist now (so only newer ones are stopped)."""
+def _worker_state() -> tuple[list[Any], set[Any]]:
+    """Reward pools and child processes that exist now (so only newer ones are stopped)."""
     import multiprocessing
 
-    executors: set[int] = set()
-    if "areal.api.reward_api" in sys.modules:
-        from areal.api.reward_api import AsyncRewardWrapper
+    from vlrollout.rewards.executor import live_reward_pools
 
-        executors = {id(e) for e in AsyncRewardWrapper._executors.values()}
-    return executors, set(multiprocessing.active_children())
+    return live_reward_pools(), set(multiprocessing.active_children())
 
 
-def _stop_children(before: tuple[set[int], set[Any]]) -> None:
-    """Shut down the reward pools and child processes the command started, so none outlives it
-    (a SIGTERM'd run used to leave AReaL's reward pool behind). Older ones are left alone."""
+def _stop_children(before: tuple[list[Any], set[Any]]) -> None:
+    """Shut down the reward pools and child processes the command started, so none outlives it,
+    even after SIGTERM or with a reward still running. Older ones are left alone."""
     import multiprocessing
 
-    executors, children = before
-    if "areal.api.reward_api" in sys.modules:
-        from areal.api.reward_api import AsyncRewardWrapper
+    from vlrollout.rewards.executor import shutdown_reward_pools
 
-        with AsyncRewardWrapper._lock:  # AReaL keeps its pools in this class-level dict
-            started = {
-                k: e for k, e in AsyncRewardWrapper._executors.items() if id(e) not in executors
-            }
-            for key in started:
-                del AsyncRewardWrapper._executors[key]
-        for executor in started.values():
-            executor.shutdown(wait=True, cancel_futures=True)
+    pools, children = before
+    shutdown_reward_pools(keep=pools)
     for child in set(multiprocessing.active_children()) - children:
         child.terminate()
         child.join(timeout=5)

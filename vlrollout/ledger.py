@@ -18,6 +18,19 @@ from vlrollout.logs import get_logger
 logger = get_logger("vlrollout")
 
 
+class EpisodeRejected(Exception):
+    """Raised inside an episode to reject it with a reason; the workflow records it and returns None.
+
+    Defined here, beside the :class:`Rejection` it becomes, so that every step that can reject an
+    episode (the workflows' steps, the reward caller in ``vlrollout.rewards``) raises the same type.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}")
+
+
 @dataclass(frozen=True)
 class Rejection:
     """One rejected episode.

@@ -2,8 +2,8 @@
 
 AReaL's single-controller mode sends ``workflow_kwargs`` to the rollout workers as JSON, so a
 reward cannot travel as an object: the YAML gives an import path (``vlrollout.reward``) and each
-worker imports the object built here. The objects are picklable (they run in AReaL's
-``AsyncRewardWrapper`` process pool).
+worker imports the object built here. The objects are picklable (they run in vlrollout's reward
+process pool, ``vlrollout.rewards.executor``).
 
 The grounding reward parses Qwen2.5-VL's box format (``{"bbox_2d": [...]}`` in pixels of the
 resized image), matching the YAML's ``actor.path``; change ``family`` with the model

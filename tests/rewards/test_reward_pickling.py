@@ -1,4 +1,4 @@
-"""Every reward pickles (AReaL's AsyncRewardWrapper runs them in a process pool)."""
+"""Every reward pickles (rewards run in a process pool, vlrollout.rewards.executor)."""
 
 import asyncio
 import pickle
@@ -56,17 +56,17 @@ def test_pickle_round_trip_gives_equal_scores(reward, text, task_data, expected)
     assert before == after == pytest.approx(expected)
 
 
-def test_reward_through_areal_async_wrapper():
-    from areal.api.reward_api import AsyncRewardWrapper
+def test_reward_through_the_reward_pool():
+    from vlrollout.rewards.caller import RewardCaller
 
     cider = CiderD.from_references(CORPUS)
     reward = CaptionReward("cider_d", corpus=cider)
     local = reward("p", "a dog runs on grass", [], [], captions=CORPUS[0])
-    wrapped = AsyncRewardWrapper(reward, timeout_seconds=120, max_workers=1, max_retries=0)
+    caller = RewardCaller(reward, timeout_s=120, max_workers=1)
 
     async def main():
-        return await wrapped("p", "a dog runs on grass", [], [], captions=CORPUS[0])
+        return await caller("p", "a dog runs on grass", [], [], {"captions": CORPUS[0]})
 
     remote = asyncio.run(main())
-    assert 0.0 < remote < 10.0  # a partial match, not a default 0 from a timeout
+    assert 0.0 < remote < 10.0  # a partial match, not a default 0
     assert remote == pytest.approx(local, abs=1e-12)

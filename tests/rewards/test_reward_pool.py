@@ -9,8 +9,11 @@ import time
 
 import pytest
 
+from vlrollout.ledger import EpisodeRejected
+from vlrollout.rewards import executor
+from vlrollout.rewards.caller import RewardCaller
+from vlrollout.rewards.executor import current_pool
 from vlrollout.rewards.pool import RewardBatch, RewardRecipe
-from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
 
 
 def sleepy_reward(prompt, completions, prompt_ids, completion_ids, **task_data):
@@ -43,8 +46,7 @@ def _call(caller, text):
 
 
 def test_a_hung_reward_takes_only_its_own_episode():
-    # Issue 15: with one pool worker, the three ordinary rewards after a 60 s sleeper were all
-    # rejected reward_timeout because the sleeper kept the worker.
+    # With one pool worker, a 60 s sleeper must not keep the worker from the rewards after it.
     sleepy = RewardCaller(sleepy_reward, timeout_s=1.0)
     ordinary = RewardCaller(length_reward, timeout_s=10.0)
 
@@ -106,21 +108,17 @@ def test_unpicklable_reward_names_the_fix():
 
 
 def test_two_hung_rewards_at_once_replace_the_pool_once(monkeypatch):
-    from areal.api.reward_api import AsyncRewardWrapper
+    replaced = []
+    original = executor.replace_pool
 
-    from vlrollout.rewards.pool import current_pool
+    def counting(pool):
+        replaced.append(original(pool))  # True: this call replaced it
+        return replaced[-1]
 
-    recreated = []
-    original = AsyncRewardWrapper._recreate_executor.__func__
-
-    def counting(cls, key, workers, broken):
-        recreated.append(cls._executors.get(key) is broken)  # True: this call replaces it
-        return original(cls, key, workers, broken)
-
-    monkeypatch.setattr(AsyncRewardWrapper, "_recreate_executor", classmethod(counting))
-    sleepy = RewardCaller(sleepy_reward, timeout_s=1.0)
-    ordinary = RewardCaller(length_reward, timeout_s=10.0)
-    before = current_pool(ordinary._wrapper)
+    monkeypatch.setattr(executor, "replace_pool", counting)
+    sleepy = RewardCaller(sleepy_reward, timeout_s=1.0, max_workers=1)
+    ordinary = RewardCaller(length_reward, timeout_s=10.0, max_workers=1)
+    before = current_pool(1)
 
     async def main():
         return await asyncio.gather(
@@ -131,12 +129,13 @@ def test_two_hung_rewards_at_once_replace_the_pool_once(monkeypatch):
     a, b, *rest = asyncio.run(main())
     assert all(isinstance(e, EpisodeRejected) and e.reason == "reward_timeout" for e in (a, b))
     assert rest == [1.0, 2.0]
-    assert current_pool(ordinary._wrapper) is not before
-    assert sum(recreated) == 1  # AReaL's retries ask again, but the pool is replaced once
+    assert current_pool(1) is not before
+    assert len(replaced) >= 2  # both timeouts (and the retries of the calls beside) ask
+    assert sum(replaced) == 1  # but the pool is replaced once
 
 
 # Rewards that become ready together (a group's episodes) reach the pool as one task per worker:
-# with one worker each task costs ~1-2 ms of IPC, serialized (issue 16).
+# with one worker each task's inter-process round trip is paid in series.
 
 
 def length_or_raise(prompt, completions, prompt_ids, completion_ids, **task_data):
@@ -169,33 +168,22 @@ def test_reward_batch_gives_each_call_its_value_or_its_exception(tmp_path):
     assert isinstance(odd, RuntimeError) and "OddError('odd2')" in str(odd)
 
 
-def _caller(monkeypatch, workers, reward, timeout_s=10.0):
-    """A ``RewardCaller`` whose AReaL pool has ``workers`` workers whatever this machine has."""
-    from areal.api import reward_api
-
-    with monkeypatch.context() as m:  # AReaL: max((cpu_count // device_count) // 2, 1)
-        m.setattr(reward_api, "_get_device_count_safely", lambda: 1)
-        m.setattr(os, "cpu_count", lambda: 2 * workers)
-        caller = RewardCaller(reward, timeout_s=timeout_s)
-    assert caller._wrapper.max_workers == workers
-    return caller
+def _caller(workers, reward, timeout_s=10.0):
+    """A ``RewardCaller`` whose pool has ``workers`` workers whatever this machine has."""
+    return RewardCaller(reward, timeout_s=timeout_s, max_workers=workers)
 
 
 def _record_submissions(monkeypatch, caller):
     """What reaches ``caller``'s pool, per task: the number of calls in it."""
-    from vlrollout.rewards.pool import current_pool, replace_pool
-
-    if current_pool(caller._wrapper)._broken:  # left broken by an earlier test: start clean
-        replace_pool(caller._wrapper)
-    pool = current_pool(caller._wrapper)
-    real_submit = pool.submit
+    pool = current_pool(caller.max_workers)
+    real_submit = pool.executor.submit
     sent = []
 
     def submit(fn, /, *args, **kwargs):
-        sent.append(len(fn.args[0]))
+        sent.append(len(args[0]))  # a RewardBatch's one argument: the calls
         return real_submit(fn, *args, **kwargs)
 
-    monkeypatch.setattr(pool, "submit", submit)
+    monkeypatch.setattr(pool.executor, "submit", submit)
     return sent
 
 
@@ -207,14 +195,14 @@ def _gather(caller, texts):
 
 
 def test_calls_ready_together_reach_a_one_worker_pool_as_one_task(monkeypatch):
-    caller = _caller(monkeypatch, 1, length_reward)
+    caller = _caller(1, length_reward)
     sent = _record_submissions(monkeypatch, caller)
     assert _gather(caller, ["a" * k for k in range(1, 9)]) == [float(k) for k in range(1, 9)]
     assert sent == [8]
 
 
 def test_a_batch_is_split_across_the_pool_workers(monkeypatch):
-    caller = _caller(monkeypatch, 4, length_reward)
+    caller = _caller(4, length_reward)
     sent = _record_submissions(monkeypatch, caller)
     assert _gather(caller, ["a" * k for k in range(1, 9)]) == [float(k) for k in range(1, 9)]
     assert sent == [2, 2, 2, 2]
@@ -225,7 +213,7 @@ def test_a_batch_is_split_across_the_pool_workers(monkeypatch):
 
 
 def test_a_reward_that_raises_rejects_only_its_own_call_in_a_batch(monkeypatch):
-    caller = _caller(monkeypatch, 1, length_or_raise)
+    caller = _caller(1, length_or_raise)
     sent = _record_submissions(monkeypatch, caller)
     texts = ["a", "boom", "abc", "odd", "abcde", "ab", "abcd", "abcdef"]
     results = _gather(caller, texts)
@@ -241,7 +229,7 @@ def test_a_reward_that_raises_rejects_only_its_own_call_in_a_batch(monkeypatch):
 
 
 def test_a_lone_call_goes_through_the_per_call_path(monkeypatch):
-    caller = _caller(monkeypatch, 1, length_reward)
+    caller = _caller(1, length_reward)
     sent = _record_submissions(monkeypatch, caller)
 
     async def main():
@@ -252,12 +240,10 @@ def test_a_lone_call_goes_through_the_per_call_path(monkeypatch):
 
 
 def test_a_hung_batch_rejects_its_calls_and_the_next_call_runs_on_a_new_pool(monkeypatch):
-    from vlrollout.rewards.pool import current_pool
-
-    sleepy = _caller(monkeypatch, 1, sleepy_reward, timeout_s=1.0)
-    ordinary = _caller(monkeypatch, 1, length_reward)
+    sleepy = _caller(1, sleepy_reward, timeout_s=1.0)
+    ordinary = _caller(1, length_reward)
     sent = _record_submissions(monkeypatch, sleepy)
-    before = current_pool(sleepy._wrapper)
+    before = current_pool(1)
 
     async def main():
         hung = await asyncio.gather(*(_call(sleepy, t) for t in "xyz"), return_exceptions=True)
@@ -270,14 +256,15 @@ def test_a_hung_batch_rejects_its_calls_and_the_next_call_runs_on_a_new_pool(mon
     assert all(isinstance(e, EpisodeRejected) and e.reason == "reward_timeout" for e in hung)
     # The hung batch is not retried on the new pool, so the next call does not queue behind it.
     assert after == 4.0
-    assert current_pool(ordinary._wrapper) is not before
+    assert current_pool(1) is not before
+    assert before.running_workers(wait_s=10) == []  # the hung worker was killed
     assert time.perf_counter() - t0 < 10
 
 
 def test_cancelling_one_call_leaves_the_rest_of_its_batch(monkeypatch):
-    caller = _caller(monkeypatch, 1, slow_length)
+    caller = _caller(1, slow_length)
     # A budget past the whole batch: the four calls share one task however slow.
-    caller._wrapper.reward_fn = RewardBatch(caller.recipe, budget_s=60.0)
+    caller._batch = RewardBatch(caller.recipe, budget_s=60.0)
     sent = _record_submissions(monkeypatch, caller)
 
     async def main():
@@ -304,9 +291,7 @@ def test_a_group_of_eight_scores_in_one_pool_task(monkeypatch, tokenizer, qwen2v
     from vlrollout.workflows import VisionRLVRWorkflow
 
     with monkeypatch.context() as m:  # one pool worker, as on a CPU-only machine
-        from areal.api import reward_api
-
-        m.setattr(reward_api, "_get_device_count_safely", lambda: 1)
+        m.setattr(executor, "accelerator_count", lambda: 1)
         m.setattr(os, "cpu_count", lambda: 2)
         wf = VisionRLVRWorkflow(
             "tests.workflows.reward_fns.contains_answer",
@@ -347,7 +332,7 @@ def test_a_batch_stops_at_its_time_budget_and_a_slow_reward_goes_per_call(monkey
     from vlrollout.rewards.pool import BATCH_BUDGET_S
 
     assert BATCH_BUDGET_S < 0.2
-    caller = _caller(monkeypatch, 1, slow_when_long)
+    caller = _caller(1, slow_when_long)
     sent = _record_submissions(monkeypatch, caller)
     texts = ["abcd", "a", "abcde", "ab"]
     assert _gather(caller, texts) == [4.0, 1.0, 5.0, 2.0]
@@ -367,13 +352,11 @@ def test_a_batch_of_fast_rewards_runs_whole(tmp_path):
 def test_a_lone_reward_raising_an_exception_that_cannot_cross_back_leaves_the_pool_whole(
     monkeypatch,
 ):
-    """Pickled in the worker but not unpicklable here, such an exception used to kill the
-    executor's result thread: the pool broke and every call in flight with it."""
-    from vlrollout.rewards.pool import current_pool
-
-    caller = _caller(monkeypatch, 1, length_or_raise)
+    """Pickled in the worker but not unpicklable here, such an exception would kill the
+    executor's result thread: the pool would break and every call in flight with it."""
+    caller = _caller(1, length_or_raise)
     sent = _record_submissions(monkeypatch, caller)
-    pool = current_pool(caller._wrapper)
+    pool = current_pool(1)
 
     async def main():
         with pytest.raises(EpisodeRejected) as e:
@@ -383,9 +366,9 @@ def test_a_lone_reward_raising_an_exception_that_cannot_cross_back_leaves_the_po
     rejected, after = asyncio.run(main())
     assert rejected.reason == "reward_error" and "OddError" in rejected.detail
     assert after == 3.0
-    # Retried once inside its task (as AReaL's wrapper would, max_retries=1), on the same pool.
+    # Retried once inside its task, on the same pool: a broken pool would have been replaced.
     assert sent == [1, 1]
-    assert current_pool(caller._wrapper) is pool and not pool._broken
+    assert current_pool(1) is pool
 
 
 def flaky_reward(prompt, completions, prompt_ids, completion_ids, **task_data):
@@ -398,13 +381,13 @@ def flaky_reward(prompt, completions, prompt_ids, completion_ids, **task_data):
 
 
 def test_a_call_that_fails_once_in_a_batch_is_retried_once_as_alone(monkeypatch, tmp_path):
-    """AReaL's wrapper retries a lone call once (max_retries=1); a batched call gets the same."""
-    caller = _caller(monkeypatch, 1, flaky_reward)
+    """A reward that raises is tried once more, in a batch as alone."""
+    caller = _caller(1, flaky_reward)
     sent = _record_submissions(monkeypatch, caller)
     paths = [str(tmp_path / f"m{k}") for k in range(3)]
     assert _gather(caller, paths) == [1.0, 1.0, 1.0]
     assert sent == [3]
-    always = _caller(monkeypatch, 1, length_or_raise)
+    always = _caller(1, length_or_raise)
     results = _gather(always, ["boom", "ab"])
     assert isinstance(results[0], EpisodeRejected) and results[0].reason == "reward_error"
     assert results[1] == 2.0
@@ -420,23 +403,22 @@ class _Records(logging.Handler):
 
 
 @pytest.mark.parametrize("texts", [["boom"], ["boom", "a", "ab", "abc", "abcd"]])
-def test_a_reward_that_raises_is_rejected_quietly_with_its_traceback_kept(monkeypatch, texts):
-    """A data error in one item used to make AReaL's wrapper log its full traceback twice
-    (attempt 1/2, 2/2) on stdout, the stream that carries `vlrollout run`'s summary: about 30
-    lines per episode. The rejection names the error; the worker's traceback stays on it."""
+def test_a_reward_that_raises_is_rejected_quietly_with_its_traceback_kept(capfd, texts):
+    """A data error in one item must not print its traceback (stdout carries `vlrollout run`'s
+    summary) nor log a warning per attempt. The rejection names the error; the worker's traceback
+    stays on it."""
     import traceback
 
-    from areal.api import reward_api
-
-    caller = _caller(monkeypatch, 4, length_or_raise)
+    caller = _caller(4, length_or_raise)
     seen = _Records()
-    reward_api.logger.addHandler(seen)
+    logging.getLogger().addHandler(seen)
     try:
         boom = _gather(caller, texts)[0]
     finally:
-        reward_api.logger.removeHandler(seen)
+        logging.getLogger().removeHandler(seen)
     assert isinstance(boom, EpisodeRejected) and boom.reason == "reward_error"
     assert boom.detail == "ValueError: no reward for boom"
     assert [r.getMessage() for r in seen.records if r.levelno >= logging.WARNING] == []
+    assert capfd.readouterr().out == ""
     shown = "".join(traceback.format_exception(boom.__cause__))
     assert "in length_or_raise" in shown and 'raise ValueError("no reward for boom")' in shown

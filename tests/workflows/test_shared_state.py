@@ -12,10 +12,10 @@ from areal.infra.remote_inf_engine import RemoteInfEngine
 from areal.infra.workflow_executor import check_trajectory_format
 from PIL import Image
 
+from vlrollout.rewards.caller import RewardCaller
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import VisionRLVRWorkflow
 from vlrollout.workflows import episode as episode_mod
-from vlrollout.workflows.steps import RewardCaller
 
 GCONFIG = GenerationHyperparameters(max_new_tokens=8)
 REWARD = "tests.workflows.reward_fns.contains_answer"

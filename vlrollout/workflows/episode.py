@@ -19,15 +19,15 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.utils import stats_tracker
 
 from vlrollout.checks import check_processor_parity
-from vlrollout.ledger import EpisodeLedger
+from vlrollout.ledger import EpisodeLedger, EpisodeRejected
 from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
 from vlrollout.processors.cache import PreparedPromptCache, item_key
 from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
+from vlrollout.rewards.caller import RewardCaller
 from vlrollout.workflows.shared import shared_instance_init
-from vlrollout.workflows.steps import EpisodeRejected, RewardCaller
 
 # Cache keys the current episode holds; released when the episode ends (see EpisodeWorkflow).
 _HELD: contextvars.ContextVar[list[tuple[PreparedPromptCache, str]] | None] = (

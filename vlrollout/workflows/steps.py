@@ -1,4 +1,7 @@
-"""Steps every workflow shares: prepare, request, generate, score, and turning failures into reasons.
+"""Steps every workflow shares: build the request, generate, and turn failures into reasons.
+
+Scoring is :class:`vlrollout.rewards.caller.RewardCaller`; a step rejects an episode by raising
+:class:`~vlrollout.ledger.EpisodeRejected`.
 
 Workflows compose these functions instead of inheriting copies of them (AReaL's
 ``VisionRLVRWorkflow`` re-implements ``RLVRWorkflow``'s methods and the copies already disagree).
@@ -8,36 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from areal.api import AsyncRewardWrapper, InferenceEngine, ModelRequest, ModelResponse
+from areal.api import InferenceEngine, ModelRequest, ModelResponse
 from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.dynamic_import import import_from_string
-from areal.utils.perf_tracer import atrace_session_phase, trace_session
+from areal.utils.perf_tracer import atrace_session_phase
 
 from vlrollout.checks import check_request_images
+from vlrollout.ledger import EpisodeRejected
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
-from vlrollout.rewards.pool import NotStarted, RewardBatch, RewardRecipe, current_pool, replace_pool
-
-# Keys of a data item that do not reach the reward function: raw images are heavy to pickle into
-# the reward process pool, and rewards get each image's geometry instead — unless the reward says
-# it needs them (``needs_images = True``, e.g. CLIPScore).
-_NOT_FOR_REWARD = ("images",)
-
-
-class EpisodeRejected(Exception):
-    """Raised inside an episode to reject it with a reason; the workflow records it and returns None."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        self.detail = detail
-        super().__init__(f"{reason}: {detail}")
 
 
 def resolve_callable(fn: Callable[..., Any] | str, what: str) -> Callable[..., Any]:
@@ -189,188 +176,6 @@ async def generate(engine: InferenceEngine, req: ModelRequest) -> ModelResponse:
     if resp.output_len == 0:
         raise EpisodeRejected("empty_output", f"engine returned no tokens for request {req.rid}")
     return resp
-
-
-class RewardCaller:
-    """Runs a synchronous reward function in AReaL's ``AsyncRewardWrapper`` process pool.
-
-    AReaL's wrapper returns 0 after a timeout, indistinguishable from a wrong answer; here the
-    timeout is enforced outside it, so a timeout rejects the episode with reason
-    ``reward_timeout``, and an exception rejects it with ``reward_error`` — never an unexplained 0.
-    A crashed worker process is recovered by the wrapper (it recreates the pool and retries once);
-    after a timeout the pool is replaced (:func:`vlrollout.rewards.pool.replace_pool`), so a hung
-    reward takes down only its own batch (below). The pool receives a :class:`RewardRecipe`, not
-    the reward: each worker builds the reward once.
-
-    Calls that become ready in the same event-loop iteration (the episodes of a group) go to the
-    pool as one task per worker (:class:`~vlrollout.rewards.pool.RewardBatch`): each task costs
-    0.5-1 ms of inter-process round trip (bench/bench_reward_pool.py), and without GPUs AReaL's
-    pool has one worker (issue 16). A lone call still leaves in the next iteration, as a batch of
-    one. Each call keeps its own timeout and reason; a reward that raises rejects only
-    its own episode, but a reward that hangs times out the calls batched with it. A batch starts no
-    further call after ``BATCH_BUDGET_S`` (50 ms): the calls it hands back go one per task, and a
-    reward that slow is not batched again (the round trip saved is then noise, and queueing behind
-    it is not).
-
-    Args:
-        reward_fn: ``(prompt, completions, prompt_ids, completion_ids, **task_data) -> float``,
-            a built-in reward name (``"iou"``, ``"cider_d"``... see
-            :mod:`vlrollout.rewards.registry`) or an import path (a class is instantiated).
-            Must be picklable.
-        timeout_s: Seconds before the episode is rejected with ``reward_timeout``.
-    """
-
-    def __init__(self, reward_fn: Callable[..., float] | str, timeout_s: float = 15.0) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"reward timeout must be positive, got {timeout_s}")
-        if isinstance(reward_fn, str):
-            # Built-in reward names and import paths; a class path is instantiated.
-            from vlrollout.rewards.registry import get_reward
-
-            reward_fn = get_reward(reward_fn)
-        self.reward_fn = resolve_callable(reward_fn, "reward function")
-        # What crosses into the pool per call is a small recipe; each worker builds the reward
-        # once from the file it names (vlrollout.rewards.pool), so per-call cost does not grow
-        # with the reward's state (a CIDEr-D corpus). Raises ValueError if it cannot pickle.
-        self.recipe = RewardRecipe.from_reward(self.reward_fn)
-        self.timeout_s = timeout_s
-        # Every call reaches the pool as a RewardBatch (a lone call as a batch of one). Inner
-        # timeout is longer than ours so ours always fires first; one retry covers a broken
-        # process pool.
-        self._wrapper = AsyncRewardWrapper(
-            RewardBatch(self.recipe), timeout_seconds=2 * timeout_s + 1, max_retries=1
-        )
-        self._pending: dict[asyncio.AbstractEventLoop, list[_PendingCall]] = {}
-        self._batching = True  # off once a batch ran past its budget: the reward is slow
-        self._running: set[asyncio.Task[None]] = set()
-
-    @trace_session("reward")
-    async def __call__(
-        self,
-        prompt: str,
-        completion: str,
-        prompt_ids: Sequence[int],
-        completion_ids: Sequence[int],
-        task_data: Mapping[str, Any],
-        geometry: Sequence[Mapping[str, int]] = (),
-    ) -> float:
-        # Rewards that score the image itself (CLIPScore) declare ``needs_images = True``.
-        dropped = () if getattr(self.reward_fn, "needs_images", False) else _NOT_FOR_REWARD
-        kwargs = {k: v for k, v in task_data.items() if k not in dropped}
-        if geometry:
-            kwargs["geometry"] = [dict(g) for g in geometry]
-        try:
-            args = (prompt, completion, list(prompt_ids), list(completion_ids))
-            if getattr(self.reward_fn, "run_in_thread", False):
-                # Torch-model rewards: a forked pool worker inherits torch's thread pools and can
-                # hang, so they run in a thread of this process (torch releases the GIL).
-                call = asyncio.to_thread(self.reward_fn, *args, **kwargs)
-            else:
-                pool = current_pool(self._wrapper)
-                call = self._submit(args, kwargs)
-            value = await asyncio.wait_for(call, timeout=self.timeout_s)
-        except TimeoutError as e:
-            if not getattr(self.reward_fn, "run_in_thread", False):
-                # The hung call still occupies a pool worker: replace the pool so the next
-                # rewards do not queue behind it (calls beside it are retried by AReaL; calls
-                # batched with it time out with it).
-                replace_pool(self._wrapper, expected=pool)
-            raise EpisodeRejected(
-                "reward_timeout", f"reward function took longer than {self.timeout_s}s"
-            ) from e
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - recorded as the rejection reason
-            raise EpisodeRejected("reward_error", f"{type(e).__name__}: {e}") from e
-        try:
-            value = float(value)
-        except (TypeError, ValueError) as e:
-            raise EpisodeRejected(
-                "reward_error", f"reward function returned {value!r}, not a number"
-            ) from e
-        if value != value:  # NaN
-            raise EpisodeRejected("reward_error", "reward function returned NaN")
-        return value
-
-    def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
-        """Queue one call for the pool; the first call of a loop iteration schedules the flush."""
-        loop = asyncio.get_running_loop()
-        pending = self._pending.get(loop)
-        if pending is None:
-            pending = self._pending[loop] = []
-            loop.call_soon(self._flush, loop)
-        future = loop.create_future()
-        pending.append(_PendingCall(args, kwargs, future))
-        return future
-
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Send the queued calls as one task per pool worker (fewer if fewer calls)."""
-        calls = [c for c in self._pending.pop(loop) if not c.future.done()]  # done: cancelled
-        n = min(len(calls), self._wrapper.max_workers) if self._batching else len(calls)
-        for i in range(n):
-            self._start(loop, calls[i * len(calls) // n : (i + 1) * len(calls) // n])
-
-    def _start(self, loop: asyncio.AbstractEventLoop, chunk: list[_PendingCall]) -> None:
-        task = loop.create_task(self._run(chunk))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-        for call in chunk:
-            call.future.add_done_callback(functools.partial(_stop_if_abandoned, task, chunk))
-
-    async def _run(self, chunk: list[_PendingCall]) -> None:
-        """One pool task for ``chunk``; each call's future gets its own value or exception."""
-        try:
-            # A lone call goes as a batch of one too: a reward that raises comes back as its
-            # outcome, where AReaL's wrapper would log its traceback twice on stdout.
-            outcomes = await self._wrapper([(c.args, c.kwargs) for c in chunk])
-            if not isinstance(outcomes, list) or len(outcomes) != len(chunk):
-                # AReaL's wrapper answers 0 after its own (longer) timeout.
-                raise RuntimeError(f"reward batch of {len(chunk)} returned {outcomes!r}")
-        except Exception as e:  # noqa: BLE001 - every call of the task fails with it
-            for call in chunk:
-                _settle(call.future, error=e)
-            return
-        handed_back = [c for c, o in zip(chunk, outcomes, strict=True) if isinstance(o, NotStarted)]
-        if handed_back:  # the batch spent its time budget: this reward is too slow to batch
-            self._batching = False
-            loop = asyncio.get_running_loop()
-            for call in handed_back:
-                if not call.future.done():
-                    self._start(loop, [call])
-        for call, outcome in zip(chunk, outcomes, strict=True):
-            if isinstance(outcome, NotStarted):
-                continue
-            if isinstance(outcome, Exception):  # RewardBatch hands back what a call raised
-                _settle(call.future, error=outcome)
-            else:
-                _settle(call.future, outcome)
-
-
-@dataclass
-class _PendingCall:
-    """A reward call waiting for the pool; its episode awaits :attr:`future`."""
-
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    future: asyncio.Future[Any]
-
-
-def _settle(future: asyncio.Future[Any], value: Any = None, error: Exception | None = None) -> None:
-    if future.done():  # its episode gave up (timeout or cancelled)
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-
-
-def _stop_if_abandoned(
-    task: asyncio.Task[None], chunk: list[_PendingCall], _: asyncio.Future[Any]
-) -> None:
-    # Nobody waits for the task any more: cancel it, so a hung batch is not retried on the
-    # fresh pool after replace_pool broke the old one.
-    if all(c.future.done() for c in chunk):
-        task.cancel()
 
 
 def close_turn_tokens(output_tokens: Sequence[int], eos_token_id: int) -> list[int]:

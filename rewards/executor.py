@@ -1,0 +1,227 @@
+"""The process pools rewards run in: owned by this package, replaced when a reward hangs.
+
+Rewards are synchronous CPU-bound functions, so they run in a
+``concurrent.futures.ProcessPoolExecutor`` and the event loop awaits them. AReaL's
+``AsyncRewardWrapper`` keeps such a pool, but its public API only submits: it cannot replace a
+pool whose worker is stuck in a reward that never returns, name the workers to kill, or shut the
+pools down on demand. Those are what keep one hung reward from timing out every later one, so this
+module owns the pools and the package does not use ``AsyncRewardWrapper`` at all. It keeps the
+wrapper's observable rules: the same worker count (:func:`default_max_workers`), the default
+multiprocessing start method, one pool shared per worker count, and a call that finds its pool
+broken (a worker died) tried once more on a fresh pool.
+
+Killing a pool's workers. ``shutdown`` cannot stop a function that never returns, and the
+executor does not publish its processes. Each executor is therefore built with a
+multiprocessing context of our own (:class:`_RecordingContext`): the default context, except that
+every ``Process`` it creates is also recorded in :attr:`RewardPool.workers`. The executor starts
+all its workers through the context it is given, so the list holds exactly this pool's workers,
+and they are stopped with the public ``multiprocessing.Process`` API. This needs no initializer,
+no ``psutil`` scan of children (which could not tell a reward worker from another child such as an
+inference server), and no private executor attribute.
+
+Replacing (:func:`replace_pool`) swaps in a fresh pool, then kills the old workers: the hung call
+dies, and calls that were queued or running beside it get ``BrokenProcessPool``, which
+:func:`run_in_pool` answers by running them once more on the new pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import multiprocessing.connection
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+ACCELERATOR_PREFIXES = ("nvidia", "davinci")
+"""Device nodes counted as accelerators: ``/dev/nvidia0``, ``/dev/davinci3``... (a prefix followed
+only by digits, so ``/dev/nvidiactl`` is not one)."""
+
+ACCELERATORS_IF_UNKNOWN = 8
+"""Accelerators assumed when none are found or ``/dev`` cannot be read, as AReaL's wrapper does: a
+cautious guess that keeps the pool small on a machine whose devices are not visible."""
+
+KILL_WAIT_S = 10.0
+"""Seconds to wait for killed workers to end (``SIGKILL`` cannot be caught, so they do)."""
+
+
+_POOLS: dict[int, RewardPool] = {}  # worker count -> the pool calls go to now
+_LOCK = threading.Lock()
+
+
+def accelerator_count(dev: Path = Path("/dev")) -> int:
+    """Accelerators on this machine, counted from device nodes (no CUDA context is created).
+
+    Returns :data:`ACCELERATORS_IF_UNKNOWN` when there are none or ``dev`` cannot be listed.
+    """
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return ACCELERATORS_IF_UNKNOWN
+    for prefix in ACCELERATOR_PREFIXES:
+        found = [n for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()]
+        if found:
+            return len(found)
+    return ACCELERATORS_IF_UNKNOWN
+
+
+def default_max_workers() -> int:
+    """Reward workers per pool: ``max((cpu_count // accelerators) // 2, 1)``, AReaL's rule.
+
+    Half the CPU cores of one accelerator's share, so the rollout process keeps cores for
+    preparing prompts; one worker on a machine without visible accelerators and few cores.
+    """
+    return max(((os.cpu_count() or 1) // accelerator_count()) // 2, 1)
+
+
+class _RecordingContext:
+    """The default multiprocessing context, also recording each process it creates in ``workers``.
+
+    ``ProcessPoolExecutor`` asks its context for ``Process``, ``Queue``, ``SimpleQueue``, locks
+    and the start method; only ``Process`` differs from the default context.
+    """
+
+    def __init__(self, workers: list[BaseProcess]) -> None:
+        self._context = multiprocessing.get_context()
+        self._workers = workers
+
+    def Process(self, *args: Any, **kwargs: Any) -> BaseProcess:  # noqa: N802 - the context API
+        process = self._context.Process(*args, **kwargs)
+        self._workers.append(process)
+        return process
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+@dataclass(eq=False)
+class RewardPool:
+    """One process pool and the worker processes it started.
+
+    Attributes:
+        max_workers: Its size, and its key among the pools: rewards that ask for the same size
+            share it.
+        executor: Where calls are submitted.
+        workers: Every process the executor started (see the module docstring).
+    """
+
+    max_workers: int
+    executor: ProcessPoolExecutor = field(init=False)
+    workers: list[BaseProcess] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.executor = ProcessPoolExecutor(
+            max_workers=self.max_workers, mp_context=_RecordingContext(self.workers)
+        )
+
+    def kill(self) -> None:
+        """Stop accepting calls and kill every worker now, busy or not.
+
+        Calls still queued or running get ``BrokenProcessPool`` (nothing is cancelled: a cancelled
+        call would look like its caller was cancelled).
+        """
+        self.executor.shutdown(wait=False)
+        for process in self.running_workers():
+            process.kill()
+
+    def stop(self, grace_s: float) -> None:
+        """Shut down: queued calls are cancelled, running ones get ``grace_s`` seconds to finish,
+        then their workers are killed (a hung reward would otherwise keep the process alive).
+        Returns once every worker has ended."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for process in self.running_workers(grace_s):
+            process.kill()
+        self.running_workers(KILL_WAIT_S)
+
+    def running_workers(self, wait_s: float = 0.0) -> list[BaseProcess]:
+        """The workers still running after waiting up to ``wait_s`` seconds for all to end.
+
+        Reads each process's sentinel rather than ``is_alive()``: the executor's own thread reaps
+        its workers at the same time, and ``is_alive()`` can answer True for a worker it is
+        reaping.
+        """
+        deadline = time.monotonic() + wait_s
+        running = [p for p in self.workers if p.pid is not None]  # started
+        while running:
+            left = max(deadline - time.monotonic(), 0.0)
+            ended = set(multiprocessing.connection.wait([p.sentinel for p in running], left))
+            running = [p for p in running if p.sentinel not in ended]
+            if left == 0.0:
+                break
+        return running
+
+
+def current_pool(max_workers: int | None = None) -> RewardPool:
+    """The pool of ``max_workers`` workers (default :func:`default_max_workers`) that calls go
+    to now, created on first use."""
+    size = default_max_workers() if max_workers is None else max_workers
+    if size < 1:
+        raise ValueError(f"a reward pool needs at least one worker, got {size}")
+    with _LOCK:
+        pool = _POOLS.get(size)
+        if pool is None:
+            pool = _POOLS[size] = RewardPool(size)
+        return pool
+
+
+def replace_pool(pool: RewardPool) -> bool:
+    """Give ``pool``'s size a fresh pool and kill ``pool``'s workers, if ``pool`` is still current.
+
+    Several calls that time out on the same pool replace it once: the later ones find it already
+    replaced and do nothing. Returns whether this call replaced it.
+    """
+    with _LOCK:
+        if _POOLS.get(pool.max_workers) is not pool:
+            return False
+        _POOLS[pool.max_workers] = RewardPool(pool.max_workers)
+    pool.kill()
+    return True
+
+
+def live_reward_pools() -> list[RewardPool]:
+    """The pools calls go to now (one per worker count asked for)."""
+    with _LOCK:
+        return list(_POOLS.values())
+
+
+def shutdown_reward_pools(keep: Iterable[RewardPool] = (), grace_s: float = 5.0) -> None:
+    """Shut down every current pool except those in ``keep`` (see :meth:`RewardPool.stop`).
+
+    A later call creates a fresh pool. ``keep`` lets a command stop only the pools it started
+    (take :func:`live_reward_pools` before it runs).
+    """
+    kept = {id(p) for p in keep}
+    with _LOCK:
+        stopping = [p for p in _POOLS.values() if id(p) not in kept]
+        for pool in stopping:
+            del _POOLS[pool.max_workers]
+    for pool in stopping:
+        pool.stop(grace_s)
+
+
+async def run_in_pool(fn: Callable[..., T], *args: Any, max_workers: int | None = None) -> T:
+    """``fn(*args)`` in the current pool of ``max_workers`` workers, awaited without blocking.
+
+    Fails over once, as AReaL's wrapper does with ``max_retries=1``: a pool found broken (a worker
+    crashed, or :func:`replace_pool` killed it under a hung neighbour) is replaced and the call
+    runs again on the fresh pool; any other failure of the first attempt is tried once more too.
+    ``fn`` and ``args`` must be picklable.
+    """
+    loop = asyncio.get_running_loop()
+    pool = current_pool(max_workers)
+    try:
+        return await loop.run_in_executor(pool.executor, fn, *args)
+    except BrokenProcessPool:
+        replace_pool(pool)
+    except Exception:  # noqa: BLE001 - tried once more below
+        pass
+    return await loop.run_in_executor(current_pool(max_workers).executor, fn, *args)

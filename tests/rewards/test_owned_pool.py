@@ -1,0 +1,141 @@
+"""The reward pools are the package's own: sized as AReaL sizes them, replaced when a reward hangs,
+shut down by the CLI, and reached without any private name of AReaL or of the executor."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+
+from vlrollout.rewards import executor
+from vlrollout.rewards.executor import (
+    current_pool,
+    live_reward_pools,
+    replace_pool,
+    run_in_pool,
+    shutdown_reward_pools,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PRIVATE = [
+    "_executors",
+    "_recreate_executor",
+    "AsyncRewardWrapper._lock",
+    "._processes",
+    "._broken",
+]
+"""AReaL's ``AsyncRewardWrapper`` internals and ``ProcessPoolExecutor`` internals."""
+
+
+def test_no_private_pool_state_is_reached_for():
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for folder in ("vlrollout", "processors", "rewards")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if any(name in line for name in PRIVATE)
+    ]
+    assert found == []
+
+
+def test_the_private_name_scan_sees_a_use():
+    line = "old = AsyncRewardWrapper._executors.get(key); old._processes"
+    assert [name for name in PRIVATE if name in line] == ["_executors", "._processes"]
+
+
+def test_worker_count_follows_areals_rule(monkeypatch):
+    monkeypatch.setattr(executor, "accelerator_count", lambda: 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert executor.default_max_workers() == 8
+    monkeypatch.setattr(executor, "accelerator_count", lambda: 8)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert executor.default_max_workers() == 1  # never below one
+
+
+def test_accelerators_are_counted_from_device_nodes(tmp_path):
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "sda"):
+        (tmp_path / name).touch()
+    assert executor.accelerator_count(tmp_path) == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert executor.accelerator_count(empty) == executor.ACCELERATORS_IF_UNKNOWN
+    assert executor.accelerator_count(tmp_path / "missing") == executor.ACCELERATORS_IF_UNKNOWN
+
+
+def _pids(pool):
+    return {w.pid for w in pool.workers}
+
+
+def test_a_pool_records_exactly_the_workers_that_run_its_calls():
+    async def main():
+        return {await run_in_pool(os.getpid, max_workers=2) for _ in range(6)}
+
+    seen = asyncio.run(main())
+    pool = current_pool(2)
+    assert seen <= _pids(pool) and len(pool.workers) == 2
+    assert os.getpid() not in _pids(pool)
+
+
+def test_replacing_a_hung_pool_kills_its_workers_and_reruns_the_call_beside_once():
+    async def main():
+        pool = current_pool(3)
+        await run_in_pool(os.getpid, max_workers=3)  # the workers are up
+        hung = [pool.executor.submit(time.sleep, 60) for _ in range(3)]  # every worker busy
+        beside = asyncio.create_task(run_in_pool(os.getpid, max_workers=3))  # queued behind
+        await asyncio.sleep(0.2)
+        assert replace_pool(pool)
+        assert not replace_pool(pool)  # already replaced: a second timeout does nothing
+        pid = await asyncio.wait_for(beside, 30)
+        return pool, hung, pid
+
+    t0 = time.perf_counter()
+    old, hung, pid = asyncio.run(main())
+    assert time.perf_counter() - t0 < 30
+    new = current_pool(3)
+    assert new is not old and pid in _pids(new)
+    assert all(isinstance(f.exception(timeout=10), BrokenProcessPool) for f in hung)
+    assert old.running_workers(wait_s=10) == []
+
+
+def test_shutdown_kills_a_worker_that_does_not_stop_and_keeps_the_pools_asked_for():
+    kept = current_pool(1)
+    pool = current_pool(4)
+    busy = pool.executor.submit(time.sleep, 60)
+    while not busy.running():
+        time.sleep(0.01)
+    t0 = time.perf_counter()
+    shutdown_reward_pools(keep=[kept], grace_s=0.5)
+    assert time.perf_counter() - t0 < 10
+    assert pool.running_workers() == []
+    live = live_reward_pools()
+    assert kept in live and pool not in live
+    with pytest.raises(RuntimeError):  # shut down (or broken, once its worker was killed)
+        pool.executor.submit(os.getpid)
+    assert current_pool(4) is not pool  # a later call gets a fresh pool
+
+
+def test_the_cli_shuts_down_the_pools_its_command_started():
+    from vlrollout.cli import run_command
+
+    older = current_pool(1)
+    started = []
+
+    def command() -> int:
+        async def main():
+            return await run_in_pool(os.getpid, max_workers=5)
+
+        asyncio.run(main())
+        started.append(current_pool(5))
+        return 0
+
+    assert run_command("run", command) == 0
+    (pool,) = started
+    live = live_reward_pools()
+    assert pool not in live and older in live
+    assert pool.workers and pool.running_workers() == []
+    with pytest.raises(RuntimeError):  # shut down (or broken, once its worker was killed)
+        pool.executor.submit(os.getpid)
