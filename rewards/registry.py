@@ -1,15 +1,17 @@
-"""Build rewards by name or import path, for configs.
+"""Build rewards by name or import path, for configs: the one way every recipe gets its reward.
 
 ``get_reward("iou", family="qwen2_5_vl")`` builds a built-in; ``get_reward("pkg.mod:attr")`` or
 ``get_reward("pkg.mod.attr")`` imports ``attr`` with AReaL's
 ``areal.utils.dynamic_import.import_from_string`` and, if it is a class, instantiates it with the
-keyword arguments.
+keyword arguments. Rewards built from the dataset they score (:class:`DatasetReward`, such as
+``tiny_task``) also get the recipe's ``items``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vlrollout.registry import Registry
@@ -43,6 +45,33 @@ def _lazy(module: str, attr: str, **fixed: Any) -> Callable[..., Any]:
     return build
 
 
+@dataclass(frozen=True)
+class DatasetReward:
+    """A reward built from the items it will score, as ``build(items, **options)``.
+
+    For rewards whose definition depends on the dataset, such as CIDEr-D's document frequencies
+    taken from the items' references (computed once, so a score does not depend on its batch).
+
+    Attributes:
+        build: The builder, or its import path (``"pkg.mod:attr"``), imported when the reward is
+            built: an entry may name a module that itself imports the rewards.
+        options: The keyword options ``build`` takes besides ``items``; a recipe passes its own
+            reward options (``vlrollout train``'s ``ground_metric``) only to entries that name them
+            (:func:`reward_options`).
+    """
+
+    build: Callable[..., Any] | str
+    options: tuple[str, ...] = ()
+
+    def __call__(self, items: Sequence[dict[str, Any]], **options: Any) -> Any:
+        build = self.build
+        if isinstance(build, str):
+            from areal.utils.dynamic_import import import_from_string
+
+            build = import_from_string(build.replace(":", "."))
+        return build(list(items), **options)
+
+
 BUILTINS: dict[str, Callable[..., Any]] = {
     "cider_d": _caption("cider_d"),
     "bleu1": _caption("bleu1"),
@@ -66,6 +95,11 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "geometry3k": _lazy("answer", "geometry3k_reward"),
     "format_think_answer": _lazy("format", "ThinkAnswerFormat"),
     "length_penalty": _lazy("format", "LengthPenalty"),
+    # The tiny model's synthetic shapes tasks: count exact, ground by ``ground_metric`` (IoU, or the
+    # denser GIoU) of Qwen2-VL boxes, caption by CIDEr-D against the items' references.
+    "tiny_task": DatasetReward(
+        "vlrollout.tiny.rewards:shapes_task_reward", options=("ground_metric",)
+    ),
 }
 
 
@@ -73,14 +107,18 @@ REWARDS: Registry[Callable[..., Any]] = Registry("reward", BUILTINS)
 """Built-in reward factories and rewards registered with ``REWARDS.register(name, obj)``."""
 
 
-def get_reward(name_or_path: str, **kwargs: Any) -> Callable[..., Any]:
+def get_reward(
+    name_or_path: str, *, items: Sequence[dict[str, Any]] = (), **kwargs: Any
+) -> Callable[..., Any]:
     """Return a reward callable for a built-in or registered name, or an import path.
 
     Args:
         name_or_path: A key of :data:`BUILTINS`, a registered name, or ``"pkg.module:attr"`` /
             ``"pkg.module.attr"``.
-        **kwargs: Constructor arguments (for built-ins and classes). Passing them for a function
-            binds them with ``functools.partial`` (picklable).
+        items: The dataset's items: a :class:`DatasetReward` is built from them; other rewards
+            do not get them.
+        **kwargs: Constructor arguments (for built-ins, classes and dataset rewards). Passing them
+            for a function binds them with ``functools.partial`` (picklable).
 
     Raises:
         vlrollout.registry.UnknownNameError: an unknown plain name (the message lists the known
@@ -91,6 +129,8 @@ def get_reward(name_or_path: str, **kwargs: Any) -> Callable[..., Any]:
     1
     """
     obj = REWARDS.resolve(name_or_path)
+    if isinstance(obj, DatasetReward):
+        return obj(items, **kwargs)
     if name_or_path in BUILTINS:
         return obj(**kwargs)
     if isinstance(obj, type):
@@ -98,3 +138,13 @@ def get_reward(name_or_path: str, **kwargs: Any) -> Callable[..., Any]:
     if not callable(obj):
         raise TypeError(f"reward {name_or_path!r} resolved to non-callable {obj!r}")
     return functools.partial(obj, **kwargs) if kwargs else obj
+
+
+def reward_options(name_or_path: str) -> tuple[str, ...]:
+    """The recipe options a reward takes: a :class:`DatasetReward`'s ``options``, else none.
+
+    >>> reward_options("tiny_task"), reward_options("count")
+    (('ground_metric',), ())
+    """
+    obj = REWARDS.resolve(name_or_path)
+    return obj.options if isinstance(obj, DatasetReward) else ()

@@ -26,18 +26,16 @@ from vlrollout.workflows.steps import resolve_callable
 
 
 def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
-    """A reward by registry name or import path; ``tiny_task`` for the synthetic sample tasks.
+    """A reward by registry name or import path, built from ``items`` when it is a dataset reward
+    (``tiny_task``, for the synthetic sample tasks).
 
     Raises:
         ConfigError: the name is unknown or the import path does not resolve.
     """
     from vlrollout.rewards.registry import get_reward
-    from vlrollout.tiny.rewards import shapes_task_reward
 
-    if name == "tiny_task":
-        return shapes_task_reward(items)
     try:
-        return get_reward(name)
+        return get_reward(name, items=items)
     except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
         raise ConfigError(f"--reward {name!r}: {str(e).splitlines()[0]}") from None
 

@@ -1,6 +1,8 @@
 """The reward of the tiny model's synthetic shapes tasks (:mod:`vlrollout.tiny.synthetic`).
 
-One definition for ``vlrollout run``'s and ``vlrollout train``'s ``tiny_task`` reward.
+:func:`shapes_task_reward` is the rewards registry's ``tiny_task`` entry (a
+:class:`~vlrollout.rewards.registry.DatasetReward`, built from the items it scores), which
+``vlrollout run`` and ``vlrollout train`` resolve like any other reward.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Rewards of ``vlrollout train``: the synthetic shapes tasks, or any reward by name/import path.
-
-The shapes-task reward is :func:`vlrollout.tiny.rewards.shapes_task_reward` (shared with
-``vlrollout run``).
-"""
+"""Rewards of ``vlrollout train``: any reward by registry name or import path, as ``vlrollout run``
+resolves it (:func:`vlrollout.rewards.registry.get_reward`)."""
 
 from __future__ import annotations
 
@@ -12,16 +9,18 @@ from typing import Any
 def build_rewards(
     name: str, ground_metric: str, train: list[dict], valid: list[dict]
 ) -> tuple[Any, Any]:
-    """``(training reward, evaluation reward)``.
+    """``(training reward, evaluation reward)``, each built from its own items (a dataset reward,
+    such as ``tiny_task``, takes its CIDEr-D references from them).
 
-    ``tiny_task`` trains grounding with ``ground_metric`` (GIoU: a miss still ranks by how far
-    it is) and evaluates with IoU, the metric the tiny model is reported with.
+    A reward that takes the ``ground_metric`` option (``tiny_task``) trains grounding with it
+    (GIoU: a miss still ranks by how far it is) and evaluates with IoU, the metric the tiny model
+    is reported with; other rewards are the same in training and evaluation.
     """
-    from vlrollout.tiny.rewards import shapes_task_reward
+    from vlrollout.rewards.registry import get_reward, reward_options
 
-    if name == "tiny_task":
-        return shapes_task_reward(train, ground_metric), shapes_task_reward(valid, "iou")
-    from vlrollout.rewards.registry import get_reward
-
-    reward = get_reward(name)
-    return reward, reward
+    if "ground_metric" not in reward_options(name):
+        return get_reward(name, items=train), get_reward(name, items=valid)
+    return (
+        get_reward(name, items=train, ground_metric=ground_metric),
+        get_reward(name, items=valid, ground_metric="iou"),
+    )
