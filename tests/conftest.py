@@ -38,3 +38,15 @@ def _fresh_shared_workflow_state():
     reset_shared_state()
     yield
     reset_shared_state()
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """The output folder of a two-step ``vlrollout train`` of the tiny model with every tracker
+    (TensorBoard in ``tensorboard/``, W&B and SwanLab offline): read by the tracker tests, its
+    checkpoint served by the OpenAI client tests."""
+    from tests.train.procs import TINY_RUN, TRACKERS, run_train
+
+    out = tmp_path_factory.mktemp("trained") / "run"
+    run_train(out, *TINY_RUN, *TRACKERS, f"stats_logger.tensorboard.path={out / 'tensorboard'}")
+    return out

@@ -31,3 +31,24 @@ def run_train(out: Path, *overrides: str, timeout: int = 600) -> subprocess.Comp
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+TINY_RUN = (
+    "total_train_steps=2",
+    "train_dataset.batch_size=2",
+    "gconfig.n_samples=2",
+    "gconfig.max_new_tokens=20",  # a whole Qwen2-VL box is 18 tokens, then the stop token
+    "vlrollout.train_items=8",
+    "vlrollout.eval_items=4",
+    "vlrollout.eval_every=0",  # held-out evaluations before training and after step 2
+    "vlrollout.progress=false",
+)
+"""Two GRPO steps of the tiny model, a checkpoint after the last (``tests/conftest.py``'s
+``trained_run`` and ``trained_lora_run``)."""
+
+TRACKERS = (
+    "stats_logger.wandb.mode=offline",
+    "stats_logger.swanlab.mode=offline",
+    "vlrollout.log_rollouts=3",  # not the default 4: the setting is honoured
+)
+"""Every tracker, offline (TensorBoard's folder is given per run)."""

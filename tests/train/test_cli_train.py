@@ -50,6 +50,8 @@ def test_train_writes_checkpoints_metrics_report_and_resumes(tmp_path):
         ):
             assert r[key] is not None, key
     assert [r["step"] for r in _jsonl(out / "eval.jsonl")] == [0, 1, 2]
+    # vlrollout.log_rollouts (4) held-out rollouts shown per evaluation
+    assert [r["step"] for r in _jsonl(out / "eval_rollouts.jsonl")] == [0] * 4 + [1] * 4 + [2] * 4
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_2"
     assert list((out / "checkpoints" / "step_2").glob("*.safetensors"))
     report = (out / "report.html").read_text()
@@ -58,4 +60,5 @@ def test_train_writes_checkpoints_metrics_report_and_resumes(tmp_path):
     _train(out, "total_train_steps=3")  # resumes after step 2
     assert [r["step"] for r in _jsonl(out / "metrics.jsonl")] == [1, 2, 3]
     assert [r["step"] for r in _jsonl(out / "eval.jsonl")] == [0, 1, 2, 3]
+    assert [r["step"] for r in _jsonl(out / "eval_rollouts.jsonl")] == sorted([0, 1, 2, 3] * 4)
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_3"
