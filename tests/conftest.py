@@ -50,3 +50,14 @@ def trained_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trained") / "run"
     run_train(out, *TINY_RUN, *TRACKERS, f"stats_logger.tensorboard.path={out / 'tensorboard'}")
     return out
+
+
+@pytest.fixture(scope="session")
+def trained_lora_run(tmp_path_factory):
+    """The output folder of the same run with LoRA (``actor.use_lora``): its checkpoint holds
+    merged weights, the adapter in ``adapter/``."""
+    from tests.train.procs import TINY_RUN, run_train
+
+    out = tmp_path_factory.mktemp("trained-lora") / "run"
+    run_train(out, *TINY_RUN, "actor.use_lora=true", "actor.lora_rank=4")
+    return out

@@ -1,49 +1,109 @@
 """The OpenAI Python client, as evaluation harnesses use it, against ``vlrollout serve
---protocol vllm`` on the shipped tiny model: model listing, image chat with ``n`` choices,
-``logprobs`` with token text and ``top_logprobs``, ``finish_reason`` and ``usage``, streaming."""
+--protocol vllm``: model listing, image chat with ``n`` choices, ``logprobs`` with token text and
+``top_logprobs``, ``finish_reason`` and ``usage``, streaming.
+
+Every check runs on the shipped tiny model and on what ``vlrollout train`` leaves behind: the
+latest checkpoint of a trained run and of a LoRA run (merged weights), each copied alone into a
+fresh folder and served from there, so the checkpoint must hold everything the server loads
+(weights, config, processor, tokenizer, chat template)."""
 
 from __future__ import annotations
 
 import base64
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import torch
 from openai import OpenAI
 
-from tests.serve.conftest import ASSET, SAMPLES
+from tests.serve.conftest import ASSET, SAMPLES, serving
+from vlrollout.engine import LocalInferenceEngine
 
-IMAGE_URL = (
-    "data:image/png;base64,"
-    + base64.b64encode((SAMPLES.parent / "images" / "count-2-0.png").read_bytes()).decode()
-)
+IMAGE_PATH = SAMPLES.parent / "images" / "count-2-0.png"
+IMAGE_URL = "data:image/png;base64," + base64.b64encode(IMAGE_PATH.read_bytes()).decode()
+QUESTION = "How many shapes are there? Answer with a number."
 MESSAGES = [
     {
         "role": "user",
         "content": [
             {"type": "image_url", "image_url": {"url": IMAGE_URL}},
-            {"type": "text", "text": "How many shapes are there? Answer with a number."},
+            {"type": "text", "text": QUESTION},
         ],
     }
 ]
 
+MODELS = [
+    "shipped",
+    pytest.param("trained checkpoint", marks=pytest.mark.slow),
+    pytest.param("LoRA checkpoint", marks=pytest.mark.slow),
+]
+RUNS = {"trained checkpoint": "trained_run", "LoRA checkpoint": "trained_lora_run"}
 
-@pytest.fixture(scope="module")
-def client(vllm_server):
-    server, engine = vllm_server
-    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0), engine
+
+@dataclass
+class Served:
+    openai: OpenAI
+    engine: LocalInferenceEngine
+    model: str  # the folder served: the id /v1/models lists
+
+
+def latest_checkpoint_copy(run: Path, dest: Path) -> Path:
+    """A copy of the run's latest checkpoint (``checkpoints/latest`` names it) alone in ``dest``."""
+    from vlrollout.train import checkpoint
+
+    latest = checkpoint.latest(run)
+    assert latest is not None and latest.step == 2, run
+    assert (run / "checkpoints" / "latest").read_text().strip() == latest.path.name
+    return Path(shutil.copytree(latest.path, dest / latest.path.name))
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def client(request, tmp_path_factory):
+    model = ASSET
+    if request.param in RUNS:
+        run = request.getfixturevalue(RUNS[request.param])
+        model = latest_checkpoint_copy(run, tmp_path_factory.mktemp("served"))
+    engine = LocalInferenceEngine.from_pretrained(str(model), dtype=torch.float32).initialize()
+    try:
+        with serving("vllm", engine) as (server, _):
+            openai = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+            yield Served(openai, engine, str(model))
+    finally:
+        engine.destroy()
 
 
 def _chat(client, **kwargs):
-    return client.chat.completions.create(model=str(ASSET), messages=MESSAGES, **kwargs)
+    return client.openai.chat.completions.create(model=client.model, messages=MESSAGES, **kwargs)
 
 
 def test_models_lists_the_served_model(client):
-    openai, _ = client
-    assert [m.id for m in openai.models.list().data] == [str(ASSET)]
+    assert [m.id for m in client.openai.models.list().data] == [client.model]
+
+
+def test_served_processor_prepares_as_the_shipped_one(client):
+    """The served folder's processor, tokenizer and chat template (a checkpoint's own copies)
+    turn an image question into the shipped model's exact tokens and pixels."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    messages = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}
+    ]
+    image = Image.open(IMAGE_PATH).convert("RGB")
+    prepared = []
+    for processor in (client.engine.processor, AutoProcessor.from_pretrained(ASSET)):
+        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prepared.append(processor(text=[text], images=[[image]], return_tensors="pt"))
+    served, shipped = prepared
+    assert served.keys() == shipped.keys()
+    for key in shipped:
+        assert torch.equal(served[key], shipped[key]), key
 
 
 def test_length_finish_usage_and_token_text(client):
-    openai, engine = client
-    out = _chat(openai, max_tokens=3, temperature=0, logprobs=True, extra_body={"ignore_eos": True})
+    out = _chat(client, max_tokens=3, temperature=0, logprobs=True, extra_body={"ignore_eos": True})
     (choice,) = out.choices
     assert choice.finish_reason == "length"
     tokens = choice.logprobs.content
@@ -52,13 +112,12 @@ def test_length_finish_usage_and_token_text(client):
     for entry in tokens:
         assert not entry.token.startswith("token:")
         assert bytes(entry.bytes).decode("utf-8") == entry.token
-    special = set(engine.tokenizer.all_special_tokens)
+    special = set(client.engine.tokenizer.all_special_tokens)
     assert "".join(e.token for e in tokens if e.token not in special) == choice.message.content
 
 
 def test_n_choices_with_top_logprobs(client):
-    openai, _ = client
-    out = _chat(openai, n=3, max_tokens=4, temperature=1.0, logprobs=True, top_logprobs=4, seed=1)
+    out = _chat(client, n=3, max_tokens=4, temperature=1.0, logprobs=True, top_logprobs=4, seed=1)
     assert [c.index for c in out.choices] == [0, 1, 2]
     assert out.usage.completion_tokens == sum(len(c.logprobs.content) for c in out.choices)
     for choice in out.choices:
@@ -72,19 +131,17 @@ def test_n_choices_with_top_logprobs(client):
 
 
 def test_greedy_token_is_the_top_alternative(client):
-    openai, _ = client
-    out = _chat(openai, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2)
+    out = _chat(client, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2)
     for entry in out.choices[0].logprobs.content:
         best = entry.top_logprobs[0]
         assert (best.token, pytest.approx(best.logprob, abs=1e-6)) == (entry.token, entry.logprob)
 
 
 def test_stream_carries_the_same_completion(client):
-    openai, _ = client
     settings = dict(max_tokens=5, temperature=0, n=2)
-    whole = _chat(openai, **settings)
+    whole = _chat(client, **settings)
     text, finish = {0: "", 1: ""}, {}
-    for chunk in _chat(openai, stream=True, **settings):
+    for chunk in _chat(client, stream=True, **settings):
         for choice in chunk.choices:
             text[choice.index] += choice.delta.content or ""
             if choice.finish_reason:
@@ -95,14 +152,12 @@ def test_stream_carries_the_same_completion(client):
 
 def test_areal_token_ids_stay_available(client):
     """AReaL's vLLM client asks for ids; its ``"token:<id>"`` form is kept for it."""
-    openai, _ = client
     out = _chat(
-        openai, max_tokens=2, logprobs=True, extra_body={"return_tokens_as_token_ids": True}
+        client, max_tokens=2, logprobs=True, extra_body={"return_tokens_as_token_ids": True}
     )
     assert all(e.token.startswith("token:") for e in out.choices[0].logprobs.content)
 
 
 def test_a_seed_repeats_the_choices(client):
-    openai, _ = client
-    first, again = (_chat(openai, n=2, max_tokens=6, temperature=1.0, seed=7) for _ in range(2))
+    first, again = (_chat(client, n=2, max_tokens=6, temperature=1.0, seed=7) for _ in range(2))
     assert [c.message.content for c in first.choices] == [c.message.content for c in again.choices]
