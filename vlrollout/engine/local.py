@@ -408,11 +408,10 @@ class LocalInferenceEngine(InferenceEngine):
     def update_weights_from_disk(self, meta: WeightUpdateMeta) -> concurrent.futures.Future:
         """Load the weights a trainer saves at ``meta.path``, once the trainer says they are there.
 
-        AReaL's ``FSDPEngine._update_weights_from_disk`` (``areal/engine/fsdp_engine.py:1665``)
-        calls this *before* it saves, then publishes the name_resolve key
-        ``names.update_weights_from_disk(experiment, trial, version)`` and waits on the returned
-        future. So, like AReaL's ``RemoteInfEngine`` (``areal/infra/remote_inf_engine.py:1386``),
-        the load waits for that key, where ``version`` is this engine's version when the update
+        AReaL's ``FSDPEngine._update_weights_from_disk`` calls this *before* it saves, then
+        publishes the name_resolve key ``names.update_weights_from_disk(experiment, trial,
+        version)`` and waits on the returned future. So, like AReaL's ``RemoteInfEngine``, the
+        load waits for that key, where ``version`` is this engine's version when the update
         is requested (the trainer's version before ``set_version``), and for a timestamp not
         older than the request (a stale key from an earlier run is not the trainer's word). A
         folder that exists already (a reused path holding older weights) is therefore never read
@@ -420,8 +419,12 @@ class LocalInferenceEngine(InferenceEngine):
 
         Without :meth:`configure_disk_updates` (no trainer to wait for) the folder is loaded at
         once. Generation resumes when the load finishes, succeeded or not; in-flight sequences
-        are prefilled again with the new weights. ``meta.clear_checkpoint_after_load`` removes
-        the folder after a successful load, as AReaL's remote engines do.
+        are prefilled again with the new weights. ``meta.version`` (set by AReaL's
+        ``with_version``), when given, becomes the engine's version between the same two decode
+        steps as the weights: generation resumes before the trainer's ``set_version``, and a
+        token sampled in between must not carry the old version with the new weights.
+        ``meta.clear_checkpoint_after_load`` removes the folder after a successful load, as
+        AReaL's remote engines do.
 
         Returns:
             A future that completes after the load (raises ``TimeoutError`` if the key never
@@ -441,6 +444,8 @@ class LocalInferenceEngine(InferenceEngine):
                 meta.path, dtype=self._dtype, local_files_only=True
             )
             self.model.load_state_dict(new.state_dict(), strict=True)
+            if meta.version is not None:
+                self.set_version(meta.version)
 
         if names is None:
             return self._control(load, invalidates=True)
