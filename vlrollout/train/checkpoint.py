@@ -3,6 +3,8 @@
 Layout under ``OUTPUT/checkpoints``: ``step_N/`` (model ``*.safetensors``, config, processor,
 optimizer shards, ``state.json``) and ``latest`` (a one-line pointer, replaced atomically after
 the folder is complete, so a crash mid-save leaves the previous checkpoint as ``latest``).
+``state.json`` holds the step, the weight version and what else the loop needs to resume (the
+asynchronous rollouts' dataloader position, :mod:`vlrollout.train.asynchronous`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +21,17 @@ from typing import Any
 class Checkpoint:
     path: Path
     step: int  # steps completed; training resumes at this step index
+    state: dict[str, Any] = field(default_factory=dict)  # the rest of state.json
 
 
-def save(actor: Any, out: Path, step: int, keep: int = 2) -> Checkpoint:
-    """Save the actor (weights + optimizer) after ``step`` completed steps; keep the last ``keep``."""
+def save(
+    actor: Any, out: Path, step: int, keep: int = 2, state: dict[str, Any] | None = None
+) -> Checkpoint:
+    """Save the actor (weights + optimizer) after ``step`` completed steps; keep the last ``keep``.
+
+    ``state`` (JSON-serialisable) is written to ``state.json`` beside the step and the version,
+    and comes back as :attr:`Checkpoint.state`.
+    """
     from areal.api.io_struct import SaveLoadMeta
 
     root = out / "checkpoints"
@@ -38,7 +47,8 @@ def save(actor: Any, out: Path, step: int, keep: int = 2) -> Checkpoint:
             processor=actor.processor,
         )
     )
-    (tmp / "state.json").write_text(json.dumps({"step": step, "version": actor.get_version()}))
+    saved = {**(state or {}), "step": step, "version": actor.get_version()}
+    (tmp / "state.json").write_text(json.dumps(saved))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     pointer = root / "latest.tmp"
@@ -49,7 +59,7 @@ def save(actor: Any, out: Path, step: int, keep: int = 2) -> Checkpoint:
     )
     for old in done[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-    return Checkpoint(final, step)
+    return Checkpoint(final, step, saved)
 
 
 def latest(out: Path) -> Checkpoint | None:
@@ -59,20 +69,19 @@ def latest(out: Path) -> Checkpoint | None:
         return None
     path = out / "checkpoints" / pointer.read_text().strip()
     state = json.loads((path / "state.json").read_text())
-    return Checkpoint(path, int(state["step"]))
+    return Checkpoint(path, int(state["step"]), state)
 
 
 def load_optimizer(actor: Any, ckpt: Checkpoint) -> None:
     """Restore the optimizer state saved by :func:`save`; the weights come from building the actor
     with ``actor.path = ckpt.path``.
 
-    Why not ``actor.load(SaveLoadMeta(weight_format="hf", with_optim=True))``: its
-    ``_load_model_from_hf`` (``areal/engine/fsdp_engine.py:1729-1741``) reads the safetensors
-    keys raw, but transformers 5 saves Qwen2-VL under its checkpoint names (``visual.*``,
-    ``model.layers.*``) while the live model's are ``model.visual.*``,
-    ``model.language_model.layers.*``: every key is missing. Building the actor from the folder
-    goes through ``from_pretrained``, which converts them; the optimizer shard is then loaded with
-    AReaL's own ``_load_optimizer_state`` (line 1781). The LR scheduler restarts (constant LR in
-    the shipped config).
+    Why not ``actor.load(SaveLoadMeta(weight_format="hf", with_optim=True))``: AReaL's
+    ``FSDPEngine._load_model_from_hf`` reads the safetensors keys raw, but transformers 5 saves
+    Qwen2-VL under its checkpoint names (``visual.*``, ``model.layers.*``) while the live model's
+    are ``model.visual.*``, ``model.language_model.layers.*``: every key is missing. Building the
+    actor from the folder goes through ``from_pretrained``, which converts them; the optimizer
+    shard is then loaded with AReaL's own ``_load_optimizer_state``. The LR scheduler restarts
+    (constant LR in the shipped config).
     """
     actor._load_optimizer_state(str(ckpt.path))

@@ -1,12 +1,16 @@
 """The GRPO loop of ``vlrollout train``, wired from AReaL's own pieces.
 
-Per step, in the order of AReaL's ``PPOTrainer.train`` (``areal/trainer/rl_trainer.py:611-775``):
-``actor.rollout_batch`` (AReaL's ``WorkflowExecutor`` running our vision workflow on the embedded
-engine, ``gconfig.n_samples`` episodes per item) → ``compute_logp`` (only when the config asks
-for a proximal policy) → ``compute_advantages`` → ``ppo_update`` + ``step_lr_scheduler`` →
-``update_weights`` (disk; the engine waits for the trainer's name_resolve key) → ``set_version``
-on both sides. Nothing of the algorithm is ours; this module adds data, rewards, held-out
-evaluation, checkpoints and metrics.
+Per step, in the order of AReaL's ``PPOTrainer.train``: the batch → ``compute_logp`` (only when
+the config asks for a proximal policy) → ``compute_advantages`` → ``ppo_update`` +
+``step_lr_scheduler`` → ``update_weights`` (disk; the engine waits for the trainer's name_resolve
+key) → ``set_version`` on both sides. Nothing of the algorithm is ours; this module adds data,
+rewards, held-out evaluation, checkpoints and metrics.
+
+The batch: with ``rollout.max_head_offpolicyness = 0`` (on-policy), ``actor.rollout_batch`` of the
+step's items (AReaL's ``WorkflowExecutor`` running our vision workflow on the engine,
+``gconfig.n_samples`` episodes per item), the trainer idle meanwhile; with k > 0, AReaL's
+``actor.prepare_batch``, whose episodes keep running while the trainer updates, at most k weight
+versions behind it (:mod:`vlrollout.train.asynchronous`).
 """
 
 from __future__ import annotations
@@ -196,7 +200,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from areal.utils import name_resolve, names
     from tqdm import tqdm
 
-    from vlrollout.train import checkpoint, samples
+    from vlrollout.train import asynchronous, checkpoint, samples
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import restore_multi_modal_inputs, rollout_step
     from vlrollout.train.loggers import TrainLoggers
@@ -219,6 +223,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         train_batch_size=bs,
     )
     total = cfg.total_train_steps or ft_spec.total_train_steps
+    offpolicy = cfg.rollout.max_head_offpolicyness
+    if offpolicy > 0:
+        for line in asynchronous.check_config(cfg):
+            logger.warning("%s", line)
 
     ckpt = checkpoint.latest(out)
     start = 0
@@ -267,6 +275,21 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     )
     eval_workflow = VisionRLVRWorkflow(eval_reward, greedy, processor.tokenizer, processor)
     sampled_workflow = VisionRLVRWorkflow(eval_reward, one, processor.tokenizer, processor)
+    rollouts = None  # on-policy: each step's rollout_batch
+    if offpolicy > 0:
+        rollouts = asynchronous.start(
+            actor,
+            engine,
+            workflow,
+            train_items,
+            batch_size=bs,
+            group_size=cfg.gconfig.n_samples,
+            seed=cfg.seed,
+            start_step=start,
+            state=ckpt.state.get("rollouts") if ckpt is not None else None,
+        )
+        logger.warning("asynchronous rollouts, at most %d weight versions behind", offpolicy)
+    last_batch_at: float | None = None
 
     def run_eval(step: int) -> None:
         t = time.perf_counter()
@@ -301,9 +324,27 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         bar = tqdm(range(start, total), initial=start, total=total, disable=not vl.progress)
         for step in bar:
             t0 = time.perf_counter()
-            data = batch_items(train_items, step, bs, cfg.seed)
-            batch, outcome = rollout_step(actor, workflow, data, cfg.gconfig.n_samples, step + 1)
-            t_rollout = time.perf_counter() - t0
+            if rollouts is None:
+                data = batch_items(train_items, step, bs, cfg.seed)
+                batch, outcome = rollout_step(
+                    actor, workflow, data, cfg.gconfig.n_samples, step + 1
+                )
+            else:
+                batch, outcome = rollouts.next_batch(step + 1)
+            arrived = time.perf_counter()
+            t_rollout = arrived - t0  # the trainer's wait
+            # Asynchronous: the batch was generated over the whole time since the previous one.
+            t_generated = t_rollout if rollouts is None else arrived - (last_batch_at or t0)
+            last_batch_at = arrived
+            stale = asynchronous.staleness(batch, actor.get_version())
+            if stale["staleness_max"] > offpolicy:
+                logger.warning(
+                    "step %d trains tokens %d weight versions old (max_head_offpolicyness=%d): "
+                    "AReaL bounds when episodes start, and later ones finished first",
+                    step + 1,
+                    stale["staleness_max"],
+                    offpolicy,
+                )
 
             t = time.perf_counter()
             if cfg.actor.should_compute_prox_logp():
@@ -328,8 +369,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             areal_stats = actor.export_stats()
             record = {
                 "step": step + 1,
-                **rollout_stats(batch, t_rollout),
+                **rollout_stats(batch, t_generated),
                 "rejected": outcome["rejected"],
+                **stale,
                 # PPO's approximate KL of the updated policy from the one that sampled (AReaL's
                 # approx_kl): the size of the step, not a KL to a reference model.
                 "ppo_approx_kl": pick(areal_stats, "approx_kl"),
@@ -353,7 +395,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 run_eval(done)
             loggers.commit()
             if done % vl.save_every == 0 or done == total:
-                checkpoint.save(actor, out, done)
+                state = {"rollouts": rollouts.state()} if rollouts is not None else None
+                checkpoint.save(actor, out, done, state=state)
             write_report(out, cfg)
             del batch, adv
     finally:

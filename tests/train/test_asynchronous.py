@@ -1,0 +1,224 @@
+"""``vlrollout train`` with ``rollout.max_head_offpolicyness = k > 0``: batches from AReaL's
+``prepare_batch``, whose rollouts keep running while the trainer updates.
+
+The fast tests check the pieces (the dataloader's order and resumption, the nothing-accepted stop
+through AReaL's own ``WorkflowExecutor``, the config checks); the slow ones run the command line:
+every trained token at most k weight versions old and stamped with the version of the weights
+that sampled it (teacher-forced with those weights), and a run killed mid-way resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
+
+from tests.train.async_train_run import RECORD
+from tests.train.procs import ROOT, run_train, subprocess_env
+from tests.train.test_cli_train import SMALL
+from vlrollout.ledger import NothingAccepted
+from vlrollout.testing.scripted_engine import ScriptedEngine
+from vlrollout.train.asynchronous import AsyncRollouts, build_loader, check_config
+from vlrollout.train.loop import batch_items
+from vlrollout.workflows import RLVRWorkflow
+
+REWARD = "tests.workflows.reward_fns.contains_answer"
+ASYNC = [
+    "rollout.max_head_offpolicyness=1",
+    "actor.use_decoupled_loss=true",
+    "vlrollout.reward=tests.train.reward_fns.even_token_ids",  # differs per sample: weights move
+    "actor.optimizer.lr=1e-3",
+]
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# ----------------------------------------------------------------------------- the dataloader
+def test_the_loader_reads_the_steps_items_in_order_and_resumes_from_its_state():
+    items = [{"id": i} for i in range(7)]  # 2 steps of 3 per epoch, the 7th item left out
+    steps = [[it["id"] for it in batch_items(items, s, 3, 5)] for s in range(6)]
+    loader = build_loader(items, 3, seed=5)
+    batches = iter(loader)
+    assert [[it["id"] for it in next(batches)] for _ in range(4)] == steps[:4]
+    state = json.loads(json.dumps({"first": 0, "loader": loader.state_dict()}))  # state.json
+
+    resumed = iter(build_loader(items, 3, seed=5, state=state))
+    assert [[it["id"] for it in next(resumed)] for _ in range(2)] == steps[4:6]
+    # A checkpoint without a loader state (an on-policy run): start after its steps.
+    assert [it["id"] for it in next(iter(build_loader(items, 3, seed=5, start=5)))] == steps[5]
+
+
+# ----------------------------------------------------------------------------- nothing accepted
+def _item(i: int, question: str = "What is 2+2?") -> dict:
+    return {"id": f"q{i}", "messages": question, "answer": "4", "task": "count"}
+
+
+class _Actor:
+    """``prepare_batch`` as AReaL's actor runs it on one process: AReaL's own
+    ``WorkflowExecutor``, each item's group in AReaL's ``GroupedRolloutWorkflow``."""
+
+    def __init__(self, engine, k: int, batch_size: int) -> None:
+        from areal.infra.workflow_executor import WorkflowExecutor
+
+        config = InferenceEngineConfig(
+            consumer_batch_size=batch_size, max_head_offpolicyness=k, max_concurrent_rollouts=16
+        )
+        self.executor = WorkflowExecutor(config, engine)
+        self.executor.initialize(logger=logging.getLogger("test"), train_data_parallel_size=1)
+
+    def prepare_batch(self, loader, workflow, group_size):
+        from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
+
+        grouped = GroupedRolloutWorkflow(workflow, group_size, logging.getLogger("test"))
+        return self.executor.prepare_batch(loader, workflow=grouped)
+
+
+def _rollouts(tokenizer, items) -> tuple[AsyncRollouts, _Actor]:
+    answer = tokenizer.encode("It is 4", add_special_tokens=False) + [tokenizer.eos_token_id]
+
+    def script(req) -> list[int]:
+        if "broken" in tokenizer.decode(req.input_ids):
+            raise ConnectionError("server went away")
+        return answer
+
+    engine = ScriptedEngine(script, stop_token_ids=[tokenizer.eos_token_id], latency_s=(0, 0.01))
+    actor = _Actor(engine, k=1, batch_size=2)
+    wf = RLVRWorkflow(REWARD, GenerationHyperparameters(max_new_tokens=8), tokenizer)
+    return AsyncRollouts(actor, wf, 2, build_loader(items, 2, seed=0), first=0), actor
+
+
+def test_an_async_step_with_nothing_accepted_stops_with_counts_and_reasons(tokenizer):
+    items = [_item(i, "this is broken") for i in range(6)]
+    rollouts, actor = _rollouts(tokenizer, items)
+    try:
+        with pytest.raises(NothingAccepted) as caught:
+            rollouts.next_batch(3)
+    finally:
+        actor.executor.destroy()
+    lines = str(caught.value).splitlines()
+    # At least a step's worth of episodes (2 items x 2) was rejected before the stop.
+    match = re.fullmatch(
+        r"no episode of training step 3 was accepted \((\d+) episodes, (\d+) rejected\)", lines[0]
+    )
+    assert match and match[1] == match[2] and int(match[1]) >= 4
+    assert re.fullmatch(r"  engine_error: \d+ \(e\.g\. item q\d: ConnectionError: .*\)", lines[1])
+
+
+def test_an_async_step_with_some_rejections_waits_for_a_full_batch(tokenizer):
+    items = [_item(i) for i in range(8)]
+    first = batch_items(items, 0, 2, seed=0)[0]  # the first item pulled: its group is rejected
+    first["messages"] = "this is broken"
+    rollouts, actor = _rollouts(tokenizer, items)
+    try:
+        batch, outcome = rollouts.next_batch(1)
+    finally:
+        actor.executor.destroy()
+    assert len(batch) == 2  # two groups of accepted episodes
+    assert all(t["input_ids"].shape[0] == 2 for t in batch)
+    assert outcome["accepted"] >= 4 and outcome["rejected_by_reason"]["engine_error"] >= 2
+    assert rollouts.state()["loader"]["_num_yielded"] >= 2
+
+
+# ----------------------------------------------------------------------------- configuration
+def _config(tmp_path, *overrides):
+    from vlrollout.train.config import load_config
+
+    return load_config(
+        "examples/train_grounding.yaml", [f"vlrollout.output={tmp_path}", *overrides]
+    )
+
+
+def test_async_config_checks(tmp_path):
+    from vlrollout.errors import ConfigError
+
+    cfg = _config(tmp_path, "rollout.max_head_offpolicyness=2")
+    (line,) = check_config(cfg)
+    assert "actor.use_decoupled_loss=false" in line and "up to 2 weight versions old" in line
+    decoupled = _config(
+        tmp_path, "rollout.max_head_offpolicyness=2", "actor.use_decoupled_loss=true"
+    )
+    assert check_config(decoupled) == []
+    mismatch = _config(
+        tmp_path, "rollout.max_head_offpolicyness=1", "rollout.consumer_batch_size=4"
+    )
+    with pytest.raises(ConfigError, match="consumer_batch_size equal to train_dataset.batch_size"):
+        check_config(mismatch)
+
+
+# ----------------------------------------------------------------------------- whole runs
+@pytest.mark.slow
+def test_async_run_trains_fresh_tokens_from_the_weights_that_sampled_them(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "tests/train/async_train_run.py"), "0.15"]
+    cmd += ["--config", "examples/train_grounding.yaml", f"vlrollout.output={out}"]
+    # Equal lengths: episodes finish in the order they started, the order AReaL's bound assumes.
+    cmd += [*SMALL, *ASYNC, "total_train_steps=3", "vlrollout.eval_every=0"]
+    cmd += ["gconfig.max_new_tokens=12", "+gconfig.min_new_tokens=12"]
+    env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    steps = _jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert all(r["n_trajectories"] == 4 for r in steps)
+    # (a) Every trained token at most k = 1 version old, and the next batch really was under
+    # way during an update (else this run would test nothing asynchronous).
+    assert all(r["staleness_max"] <= 1 for r in steps)
+    assert max(r["staleness_max"] for r in steps) == 1
+
+    batches = _jsonl(out / RECORD)
+    assert [b["step"] for b in batches] == [1, 2, 3]
+    for b, r in zip(batches, steps, strict=True):
+        oldest = min(min(vs) for vs in b["versions"])
+        assert r["staleness_max"] == b["version"] - oldest
+        for vs in b["versions"]:
+            # (b) Versions never go down within a sequence, and none is ahead of the trainer.
+            assert vs == sorted(vs) and b["version"] - 1 <= vs[0] and vs[-1] <= b["version"]
+        # Each token's logprob is that of the weights its version names.
+        assert max(b["gap"].values()) <= 1e-4, b["gap"]
+    trained = [g for b in batches for v, g in b["gap_to_start"].items() if v != "0"]
+    assert trained and max(trained) > 1e-2  # those weights are not the starting ones
+
+
+@pytest.mark.slow
+def test_async_run_resumes_after_a_kill(tmp_path):
+    out = tmp_path / "run"
+    args = [*SMALL, *ASYNC, "total_train_steps=4", "vlrollout.eval_every=0"]
+    cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config"]
+    cmd += ["examples/train_grounding.yaml", f"vlrollout.output={out}", *args]
+    env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    latest = out / "checkpoints" / "latest"
+    log = tmp_path / "killed.log"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 600
+        while not (latest.exists() and latest.read_text().strip() == "step_2"):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    state = json.loads((out / "checkpoints" / "step_2" / "state.json").read_text())
+    pulled = state["rollouts"]["loader"]["_num_yielded"]
+    assert state["rollouts"]["first"] == 0 and pulled >= 2
+
+    run_train(out, *args)  # resumes after step 2
+    assert [r["step"] for r in _jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert [r["step"] for r in _jsonl(out / "eval.jsonl")] == [0, 4]
+    end = json.loads((out / "checkpoints" / "step_4" / "state.json").read_text())
+    # The resumed loader went on from the killed run's position (the same first position, two
+    # more steps' batches pulled), not from the start of the data.
+    assert end["rollouts"]["first"] == 0
+    assert end["rollouts"]["loader"]["_num_yielded"] >= pulled + 2

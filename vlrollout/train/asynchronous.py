@@ -1,0 +1,302 @@
+"""Asynchronous rollouts for ``vlrollout train``: ``rollout.max_head_offpolicyness = k > 0``.
+
+With k > 0 a step takes its batch from AReaL's ``actor.prepare_batch``, as AReaL's own
+``PPOTrainer.train`` does. AReaL's ``WorkflowExecutor`` keeps pulling items from a dataloader and
+running episodes (groups of ``gconfig.n_samples``) while the trainer computes logprobs and the PPO
+update; the trainer waits only for what is not finished yet. Its staleness manager admits a new
+episode only while ``accepted + running < (k + version + 1) × consumer_batch_size`` (``version``:
+the engine's weight version), so an episode starts at most k versions before the step that trains
+it when episodes finish in the order they started; one that is overtaken by later ones can be
+trained later than that (AReaL bounds admission, it filters nothing).
+:func:`staleness` measures what was trained, and the loop records it in ``metrics.jsonl``.
+``prepare_batch`` submits the next batch of items each time its wait for results times out (one
+second), so the rollouts overlap the update when a batch takes longer than that to roll out.
+
+Weight updates are the on-policy loop's: ``engine.pause()`` (AReaL's executor starts no new
+episode) → ``actor.update_weights`` → ``set_version`` → ``engine.resume()``. Episodes in flight
+carry on with the new weights; each token keeps the version of the weights that sampled it.
+
+The pieces here, each used by :func:`vlrollout.train.loop.train`:
+
+- :class:`StepOrderedItems` and :func:`build_loader`: a torchdata ``StatefulDataLoader`` (what
+  AReaL's ``prepare_batch`` pulls from) over the training items in the order
+  :func:`~vlrollout.train.loop.batch_items` gives them, step after step. Its state is saved with
+  each checkpoint (:meth:`AsyncRollouts.state`), so a resumed run pulls the next item the killed
+  one had not pulled yet; episodes in flight when it stopped are not run again.
+- :class:`GuardedLoader`: stops the run with :class:`~vlrollout.ledger.NothingAccepted` when a
+  step has seen a whole step's worth of rejected episodes and no accepted one. AReaL's
+  ``prepare_batch`` would otherwise keep submitting for ever: it returns only once
+  ``batch_size`` groups were accepted, and a rejected group only frees room for another.
+- :func:`check_config`: what k > 0 needs of the rest of the config.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from vlrollout.ledger import NothingAccepted
+
+ENDLESS = sys.maxsize
+"""Positions of :class:`StepOrderedItems`: epochs follow one another, so there is no last one."""
+
+
+# ----------------------------------------------------------------------------- configuration
+def check_config(cfg: Any) -> list[str]:
+    """Warnings for a ``TrainConfig`` with ``rollout.max_head_offpolicyness > 0``.
+
+    Returns:
+        Lines to log. Without ``actor.use_decoupled_loss`` AReaL trains anyway (the PPO ratio is
+        taken against the logprobs of the policy that sampled each token, up to k versions old,
+        or against a recomputed one with ``recompute_logprob``); its asynchronous recipe uses the
+        decoupled loss, so the run is told.
+
+    Raises:
+        ConfigError: ``rollout.consumer_batch_size`` differs from ``train_dataset.batch_size``.
+            AReaL's staleness manager counts versions in batches of ``consumer_batch_size`` while
+            a step takes ``batch_size`` groups, so the bound on k would not be the one asked for.
+    """
+    from vlrollout.errors import ConfigError
+
+    k = cfg.rollout.max_head_offpolicyness
+    bs = cfg.train_dataset.batch_size
+    if cfg.rollout.consumer_batch_size != bs:
+        raise ConfigError(
+            f"rollout.max_head_offpolicyness={k} needs rollout.consumer_batch_size equal to "
+            f"train_dataset.batch_size ({bs}), got {cfg.rollout.consumer_batch_size}: AReaL's "
+            "staleness manager counts weight versions in batches of that size"
+        )
+    warnings = []
+    if not cfg.actor.use_decoupled_loss:
+        old = (
+            "the trainer's recomputed logprobs (actor.recompute_logprob)"
+            if cfg.actor.recompute_logprob
+            else "the logprobs of the policy that sampled each token"
+        )
+        warnings.append(
+            f"rollout.max_head_offpolicyness={k} with actor.use_decoupled_loss=false: PPO's "
+            f"ratio is taken against {old}, up to {k} weight versions old, with no proximal "
+            "policy; AReaL's asynchronous recipe sets actor.use_decoupled_loss=true"
+        )
+    return warnings
+
+
+# ----------------------------------------------------------------------------- the data
+class StepOrderedItems(Dataset):
+    """The training items as ``batch_items`` orders them, from position ``first`` on.
+
+    Position ``p`` is item ``p % batch_size`` of step ``p // batch_size``, so reading positions in
+    order reads the steps' items in order, each epoch a fresh seeded permutation; a loader that
+    starts at ``first = start × batch_size`` continues a run that completed ``start`` steps
+    without a saved loader state (one trained with k = 0).
+
+    >>> items = [{"id": i} for i in range(5)]
+    >>> ds = StepOrderedItems(items, batch_size=2, seed=0, first=2)
+    >>> from vlrollout.train.loop import batch_items
+    >>> [ds[i]["id"] for i in range(4)] == [
+    ...     it["id"] for s in (1, 2) for it in batch_items(items, s, 2, 0)
+    ... ]
+    True
+    """
+
+    def __init__(self, items: list[dict], batch_size: int, seed: int, first: int = 0):
+        self.items, self.batch_size, self.seed, self.first = items, batch_size, seed, first
+        self._step: tuple[int, list[dict]] = (-1, [])  # the last step read, and its items
+
+    def __len__(self) -> int:
+        return ENDLESS - self.first
+
+    def __getitem__(self, index: int) -> dict:
+        from vlrollout.train.loop import batch_items
+
+        step, i = divmod(self.first + index, self.batch_size)
+        if self._step[0] != step:
+            self._step = (step, batch_items(self.items, step, self.batch_size, self.seed))
+        return self._step[1][i]
+
+
+def _as_list(items: list[dict]) -> list[dict]:
+    """The loader's collate function: the items as they are (AReaL's workflows take dicts)."""
+    return items
+
+
+def build_loader(
+    items: list[dict],
+    batch_size: int,
+    seed: int,
+    state: dict[str, Any] | None = None,
+    start: int = 0,
+) -> StatefulDataLoader:
+    """The ``StatefulDataLoader`` that ``prepare_batch`` pulls the training items from.
+
+    Args:
+        items: The training items.
+        batch_size: Items per step (``train_dataset.batch_size``).
+        seed: The run's seed (``batch_items``' permutations).
+        state: :meth:`AsyncRollouts.state` of the checkpoint resumed from, or ``None``.
+        start: Steps completed; where a loader without ``state`` starts.
+    """
+    first = state["first"] if state is not None else start * batch_size
+    loader = StatefulDataLoader(
+        StepOrderedItems(items, batch_size, seed, first),
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=0,
+        collate_fn=_as_list,
+    )
+    if state is not None:
+        loader.load_state_dict(state["loader"])
+    return loader
+
+
+# ----------------------------------------------------------------------------- the nothing-accepted stop
+class GuardedLoader:
+    """What ``prepare_batch`` pulls from: ``loader``'s batches, each pulled only while the step
+    under way has an accepted episode or fewer rejected ones than a step holds.
+
+    ``prepare_batch`` pulls a new batch whenever rejections free room, so when nothing is
+    accepted the next pull comes soon after the step's worth of rejections, and raises.
+
+    Args:
+        loader: The dataloader (its ``batch_size`` is what ``prepare_batch`` waits for).
+        ledger: The training workflow's :class:`~vlrollout.ledger.EpisodeLedger`.
+        episodes_per_step: ``batch_size × n_samples``.
+    """
+
+    def __init__(self, loader: StatefulDataLoader, ledger: Any, episodes_per_step: int):
+        self.loader, self.ledger, self.episodes_per_step = loader, ledger, episodes_per_step
+        self.batch_size = loader.batch_size
+        self._step = 0
+        self._mark = ledger.mark()
+
+    def begin(self, step: int) -> None:
+        """A new training step (numbered as ``metrics.jsonl`` numbers it) starts waiting."""
+        self._step, self._mark = step, self.ledger.mark()
+
+    def outcome(self) -> dict[str, Any]:
+        """The ledger's record of the episodes finished since :meth:`begin`."""
+        return self.ledger.since(self._mark)
+
+    def check(self) -> None:
+        """Raise :class:`~vlrollout.ledger.NothingAccepted` if the step has a step's worth of
+        rejected episodes and no accepted one."""
+        outcome = self.outcome()
+        if outcome["accepted"] == 0 and outcome["rejected"] >= self.episodes_per_step:
+            raise NothingAccepted(
+                f"training step {self._step}",
+                outcome["submitted"],
+                outcome["rejections"],
+                rejected=outcome["rejected"],
+                hint="each rejection is logged above as a warning (--debug adds its traceback)",
+            )
+
+    def __iter__(self) -> Iterator[list[dict]]:
+        batches = iter(self.loader)
+        while True:
+            self.check()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            yield batch
+
+
+# ----------------------------------------------------------------------------- the rollouts
+@dataclass
+class AsyncRollouts:
+    """The training batches of an asynchronous run, from AReaL's ``actor.prepare_batch``.
+
+    Attributes:
+        actor: AReaL's actor, connected to the engine.
+        workflow: The training workflow (its ``ledger`` counts every episode).
+        group_size: Episodes per item (``gconfig.n_samples``).
+        loader: The dataloader ``prepare_batch`` pulls from (:func:`build_loader`).
+        first: Its first position (:class:`StepOrderedItems`), saved with its state.
+    """
+
+    actor: Any
+    workflow: Any
+    group_size: int
+    loader: StatefulDataLoader
+    first: int
+    guard: GuardedLoader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.guard = GuardedLoader(
+            self.loader, self.workflow.ledger, self.loader.batch_size * self.group_size
+        )
+
+    def next_batch(self, step: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The batch of training step ``step`` (the first is 1) and the ledger's record of the
+        episodes that finished while the trainer waited for it.
+
+        Raises:
+            NothingAccepted: See :class:`GuardedLoader`.
+        """
+        self.guard.begin(step)
+        batch = self.actor.prepare_batch(
+            self.guard, workflow=self.workflow, group_size=self.group_size
+        )
+        return batch, self.guard.outcome()
+
+    def state(self) -> dict[str, Any]:
+        """The loader's position, for the checkpoint (``build_loader(state=...)`` restores it)."""
+        return {"first": self.first, "loader": self.loader.state_dict()}
+
+
+def start(
+    actor: Any,
+    engine: Any,
+    workflow: Any,
+    items: list[dict],
+    *,
+    batch_size: int,
+    group_size: int,
+    seed: int,
+    start_step: int,
+    state: dict[str, Any] | None,
+) -> AsyncRollouts:
+    """Asynchronous rollouts from ``start_step`` on (resumed from ``state`` when saved).
+
+    On a resumed run AReaL's staleness manager is told the version it starts at
+    (``on_version_recovered``, as AReaL's trainer does after recovery): it counts accepted
+    episodes from version 0, and would otherwise admit ``start_step`` batches at once.
+    """
+    loader = build_loader(items, batch_size, seed, state=state, start=start_step)
+    if start_step:
+        engine.workflow_executor.staleness_manager.on_version_recovered(start_step)
+    first = state["first"] if state is not None else start_step * batch_size
+    return AsyncRollouts(actor, workflow, group_size, loader, first)
+
+
+# ----------------------------------------------------------------------------- measuring
+def staleness(batch: list[dict[str, torch.Tensor]], version: int) -> dict[str, float]:
+    """How many weight versions behind ``version`` (the trainer's, about to update) the batch's
+    generated tokens were sampled.
+
+    Returns:
+        ``staleness_max``: ``version`` minus the oldest version of any generated token (0 for an
+        on-policy step); ``staleness_mean``: the mean over the batch's sequences of ``version``
+        minus the sequence's oldest version.
+
+    >>> traj = {"versions": torch.tensor([[-1, 3, 4], [-1, 4, 4]]),
+    ...         "loss_mask": torch.tensor([[0, 1, 1], [0, 1, 1]])}
+    >>> staleness([traj], 4)
+    {'staleness_max': 1, 'staleness_mean': 0.5}
+    """
+    heads = []
+    for traj in batch:
+        generated = traj["loss_mask"].bool() & (traj["versions"] >= 0)
+        for row, mask in zip(traj["versions"], generated, strict=True):
+            if mask.any():
+                heads.append(int(row[mask].min()))
+    if not heads:
+        return {"staleness_max": 0, "staleness_mean": 0.0}
+    behind = [version - h for h in heads]
+    return {"staleness_max": max(behind), "staleness_mean": sum(behind) / len(behind)}
