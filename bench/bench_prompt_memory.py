@@ -51,7 +51,7 @@ def item(k: int, size: tuple[int, int]) -> dict:
     }
 
 
-async def run(n_items: int, size: tuple[int, int], group: int, in_flight: int) -> dict:
+async def run_items(n_items: int, size: tuple[int, int], group: int, in_flight: int) -> dict:
     proc = build_qwen2_5_vl(MIN_PIXELS, MAX_PIXELS)
     tok = proc.tokenizer
     engine = ScriptedEngine([[tok.eos_token_id]])
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     n = 60 if args.quick else args.items
     size = tuple(int(v) for v in args.size.split("x"))
-    r = asyncio.run(run(n, size, args.group_size, args.in_flight))
+    r = asyncio.run(run_items(n, size, args.group_size, args.in_flight))
     mib = 1 / (1 << 20)
     print(
         f"{n} items of {args.size} JPEG, groups of {args.group_size}, {args.in_flight} groups in "

@@ -174,6 +174,12 @@ def test_engine_benchmarks_refuse_counts_below_one_in_one_line(script, args, nam
     assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_prompt_memory_quick_runs_and_prints_the_headline(tmp_path):
+    """It once ended in a TypeError: its own ``run`` was shadowed by bench/entry's."""
+    lines = _run_quick("bench_prompt_memory.py", timeout_s=300, record_dir=tmp_path)
+    assert lines[-1].startswith("headline: prepared prompts peak")
+
+
 def test_reward_pool_quick_prints_both_sizes_and_the_headline(tmp_path):
     """It once ended in a TypeError: the module's own ``run`` was shadowed by bench/entry's."""
     lines = _run_quick("bench_reward_pool.py", timeout_s=300, record_dir=tmp_path)
