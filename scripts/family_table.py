@@ -3,15 +3,19 @@
 Columns: episodes accepted (single-turn on every probe item, multi-attempt with 3 turns on the
 two-image item), the largest |rollout − teacher-forced| logprob over every generated token
 (:func:`vlrollout.checks.logprob_consistency`, float32), and how many greedy completions equal
-``model.generate``'s on the same prepared inputs. Usage::
+``model.generate``'s on the same prepared inputs. It also writes the table as a record,
+``bench/results/families.json`` (``bench/record.py``), which ``make readme-numbers`` renders into
+the README. Usage::
 
-    .venv/bin/python scripts/family_table.py [--seeds 2]
+    .venv/bin/python scripts/family_table.py [--seeds 2] [--record-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
+from pathlib import Path
 
 import torch
 from areal.api.cli_args import GenerationHyperparameters
@@ -22,6 +26,9 @@ from vlrollout.testing.family_items import ITEMS, generate_greedy
 from vlrollout.testing.tiny_families import TINY_FAMILIES, tiny_vlm
 from vlrollout.workflows import VisionMultiAttemptWorkflow, VisionRLVRWorkflow
 from vlrollout.workflows.steps import build_request
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import record  # noqa: E402
 
 REWARD = "format_think_answer"  # random text scores 0: multi-attempt runs all its turns
 TEMPERATURE = 0.7
@@ -75,18 +82,29 @@ def family_row(family: str, seed: int) -> tuple[int, int, float, int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=1, help="random models per family")
+    record.add_record_dir(parser)
     args = parser.parse_args()
+    started = record.Run("families")
     torch.set_num_threads(1)
-    print(
-        "| family | episodes accepted | max rollout vs teacher-forced logprob | greedy = generate |"
-    )
+    columns = ["family", "episodes accepted", "max rollout vs teacher-forced logprob",
+               "greedy = generate"]  # fmt: skip
+    print("| " + " | ".join(columns) + " |")
     print("|---|---|---|---|")
+    table: list[list[str]] = []
     for family in TINY_FAMILIES:
         rows = [family_row(family, seed) for seed in range(args.seeds)]
         accepted, episodes = sum(r[0] for r in rows), sum(r[1] for r in rows)
         gap = max(r[2] for r in rows)
         equal, tried = sum(r[3] for r in rows), sum(r[4] for r in rows)
-        print(f"| {family} | {accepted}/{episodes} | {gap:.1e} | {equal}/{tried} |")
+        table.append([family, f"{accepted}/{episodes}", f"{gap:.1e}", f"{equal}/{tried}"])
+        print("| " + " | ".join(table[-1]) + " |", flush=True)
+    worst = max(float(row[2]) for row in table)
+    headline = (
+        f"largest rollout vs teacher-forced logprob difference over every family: {worst:.1e}"
+    )
+    print(headline)
+    rec = started.record([record.Table(columns, table)], headline, {"seeds": args.seeds})
+    record.write(rec, args.record_dir)
 
 
 if __name__ == "__main__":
