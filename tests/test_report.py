@@ -34,7 +34,7 @@ def test_report_shows_completions_rewards_rejections_and_tool_images(
 
     from areal.api.cli_args import GenerationHyperparameters
 
-    from vlrollout.run.datasets import load_items
+    from vlrollout.datasets import load_items
     from vlrollout.run.report import write_report
     from vlrollout.run.runner import Runner
     from vlrollout.testing.scripted_engine import ScriptedEngine

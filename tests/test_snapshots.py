@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from vlrollout.datasets import load_items
 from vlrollout.processors.auto import AutoProcessorPreprocessor
-from vlrollout.run.datasets import load_items
 from vlrollout.snapshots import assert_matches_snapshot, compare, load_snapshot, take_snapshot
 from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, build_offline_processor
 

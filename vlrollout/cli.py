@@ -313,8 +313,8 @@ def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
 
 
 def _snapshot_inputs(args: argparse.Namespace):
+    from vlrollout.datasets import load_items
     from vlrollout.processors.registry import get_preprocessor
-    from vlrollout.run.datasets import load_items
     from vlrollout.snapshots import SnapshotError
 
     try:

@@ -20,7 +20,7 @@ from typing import Any
 from areal.api.cli_args import GenerationHyperparameters, load_expr_config
 
 from examples.areal_grpo.config import VisionGRPOConfig
-from vlrollout.run.datasets import DataFileError, load_items
+from vlrollout.datasets import DataFileError, load_items
 from vlrollout.workflows.steps import resolve_callable
 
 #: The workflow AReaL builds on each rollout worker, by import path.
@@ -44,7 +44,7 @@ def load_dataset(path: str | Path) -> list[dict[str, Any]]:
     >>> load_dataset("missing.jsonl")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    vlrollout.run.datasets.DataFileError: data file ... does not exist
+    vlrollout.datasets.DataFileError: data file ... does not exist
     """
     path = Path(path).resolve()
     items = load_items(path)

@@ -36,9 +36,9 @@ from examples.areal_grpo.train_vision_grpo import (
     workflow_kwargs,
 )
 from vlrollout.cli import run_config_from_flags
+from vlrollout.datasets import DataFileError
 from vlrollout.engine.factory import remote_engine
 from vlrollout.run.config import RunConfig
-from vlrollout.run.datasets import DataFileError
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.tiny.synthetic import generate_items, write_dataset
 from vlrollout.workflows import VisionRLVRWorkflow

@@ -12,7 +12,7 @@ import sys
 from areal.api.cli_args import GenerationHyperparameters
 
 from vlrollout.cli import run_command
-from vlrollout.run.datasets import load_items
+from vlrollout.datasets import load_items
 from vlrollout.run.main import run_items
 from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine

@@ -9,9 +9,9 @@ import json
 import pytest
 from PIL import Image
 
+from vlrollout.datasets import DataFileError, load_items, source_form
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import load_image
-from vlrollout.run.datasets import DataFileError, load_items, source_form
 from vlrollout.run.items import validate_data
 
 

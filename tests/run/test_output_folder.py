@@ -11,11 +11,11 @@ import stat
 import pytest
 from areal.api.cli_args import GenerationHyperparameters
 
+from vlrollout.datasets import load_items
 from vlrollout.engine.config import EngineConfig
-from vlrollout.run.config import RunConfig
-from vlrollout.run.datasets import load_items
 from vlrollout.errors import OutputFolderError
 from vlrollout.files import atomic_write_bytes
+from vlrollout.run.config import RunConfig
 from vlrollout.run.output import prepare_output
 from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine

@@ -9,9 +9,9 @@ import re
 
 from PIL import Image
 
+from vlrollout.charts import histogram
 from vlrollout.files import atomic_write_json, item_stem
 from vlrollout.run.report import EPISODE_COLOURS, _hex, write_report
-from vlrollout.run.report_summary import histogram
 from vlrollout.run.runner import summarize
 
 
@@ -119,6 +119,6 @@ def test_overview_has_histograms_per_task_and_the_all_equal_group_share(tmp_path
     assert summary["groups"] == {"groups": 3, "all_equal": 2, "fraction_all_equal": 2 / 3}
     page = write_report(out, items, summary).read_text()
     assert "2/3 GRPO groups (67%) have all-equal rewards" in page
-    assert page.count("class=hist") == 2  # one per task
+    assert page.count('class="hist"') == 2  # one per task
     assert histogram([1.0, 1.0, 0.0, 1.0], bins=4) == (0.0, 1.0, [1, 0, 0, 3])
     assert histogram([0.0, 10.0], bins=2) == (0.0, 10.0, [1, 1])  # CIDEr-D's range

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from vlrollout.run.datasets import load_items
+from vlrollout.datasets import load_items
 from vlrollout.files import atomic_write_json, item_stem
 from vlrollout.run.report import write_report
 from vlrollout.run.runner import Runner

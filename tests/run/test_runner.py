@@ -16,7 +16,7 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 
-from vlrollout.run.datasets import DataFileError, load_items
+from vlrollout.datasets import DataFileError, load_items
 from vlrollout.files import atomic_write_bytes, item_stem
 from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine
@@ -98,7 +98,7 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
 
 
 def test_bad_lines_become_rejectable_items_naming_the_line(tmp_path):
-    from vlrollout.run.datasets import LOAD_ERROR
+    from vlrollout.datasets import LOAD_ERROR
     from vlrollout.run.items import BLOCKING, item_problems
 
     bad = tmp_path / "d.jsonl"

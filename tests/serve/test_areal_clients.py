@@ -8,7 +8,7 @@ from areal.api.cli_args import GenerationHyperparameters
 
 from tests.serve.conftest import ASSET, SAMPLES, areal_client
 from vlrollout.checks import logprob_consistency
-from vlrollout.run.datasets import load_items
+from vlrollout.datasets import load_items
 from vlrollout.workflows import VisionRLVRWorkflow
 
 REWARD = "tests.workflows.reward_fns.contains_answer"

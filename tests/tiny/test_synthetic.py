@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from PIL import Image
 from scipy import ndimage
 
+from vlrollout.datasets import load_items
+from vlrollout.jsonl import write_jsonl
 from vlrollout.tiny.synthetic import (
     BACKGROUNDS,
     COLOURS,
@@ -183,3 +186,16 @@ def test_write_and_read_dataset_round_trip(tmp_path):
         assert _pixels(a) == _pixels(b)  # PNG is lossless
     paths = read_dataset(path, load_images=False)[0]["images"]
     assert paths[0].startswith(str(tmp_path))
+
+
+def test_read_dataset_reads_a_data_file_as_run_and_train_read_it(tmp_path):
+    """One loader: an item without an id whose image sits inside its messages, relative to the
+    file, is read by read_dataset exactly as vlrollout run and train read it."""
+    Image.new("RGB", (4, 4), (9, 9, 9)).save(tmp_path / "a.png")
+    part = {"type": "image", "image": "a.png"}
+    rows = [{"messages": [{"role": "user", "content": [part, "how many?"]}], "answer": "1"}]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    (item,) = read_dataset(path, load_images=False)
+    assert [item] == load_items(path)
+    assert item["id"] == "0"
+    assert item["messages"][0]["content"][0]["image"] == str(tmp_path / "a.png")

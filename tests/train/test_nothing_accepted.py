@@ -10,11 +10,12 @@ import re
 import pytest
 from areal.api.cli_args import GenerationHyperparameters
 
+from vlrollout.jsonl import append_jsonl
 from vlrollout.ledger import NothingAccepted
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.train.batch import rollout_step
 from vlrollout.train.loop import eval_line, evaluate
-from vlrollout.train.report import append_jsonl, write_report
+from vlrollout.train.report import write_report
 from vlrollout.workflows import RLVRWorkflow
 
 REWARD = "tests.workflows.reward_fns.contains_answer"

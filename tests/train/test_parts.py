@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from vlrollout.jsonl import append_jsonl
 from vlrollout.train.batch import restore_multi_modal_inputs
 from vlrollout.train.config import TrainSection
 from vlrollout.train.loop import batch_items, pick, rollout_stats
-from vlrollout.train.report import append_jsonl, write_report
+from vlrollout.train.report import write_report
 
 
 def _group(rewards, tokens):

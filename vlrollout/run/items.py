@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlrollout.run.datasets import LOAD_ERROR, check_data_path, read_rows, row_problem
+from vlrollout.datasets import LOAD_ERROR, check_data_path, read_rows, row_problem
 
 PART_TYPES = ("text", "image", "image_url")
 #: Problems that make ``vlrollout run`` reject the item before any episode runs.

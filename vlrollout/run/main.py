@@ -17,10 +17,10 @@ from typing import Any
 
 from areal.api import RolloutWorkflow
 
+from vlrollout.datasets import load_items
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError, Interrupted
 from vlrollout.run.config import WORKFLOWS, RunConfig
-from vlrollout.run.datasets import load_items
 from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
 

@@ -274,8 +274,7 @@ pre{margin:0;white-space:pre-wrap}
 table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8px;vertical-align:top}
 .r{text-align:right}.rej{color:#b00}
 .sw{display:inline-block;width:.8em;height:.8em;margin-right:.3em}
-.hist{display:inline-flex;align-items:flex-end;height:40px;gap:1px}
-.bar{display:inline-block;width:8px;background:#0072b2}
+.hist{vertical-align:middle}
 """
 
 

@@ -31,13 +31,14 @@ Qwen/Qwen2-VL-2B-Instruct's ``tokenizer_config.json``).
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from PIL import Image, ImageDraw
+
+from vlrollout.jsonl import write_jsonl
 
 TASKS = ("count", "ground", "caption")
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -230,13 +231,14 @@ def generate_items(
 
 
 def write_dataset(items: Sequence[dict[str, Any]], out_dir: str | Path, name: str = "data.jsonl"):
-    """Write ``items`` as ``out_dir/name`` (JSONL) plus ``out_dir/images/<id>.png``.
+    """Write ``items`` as ``out_dir/name`` (JSONL, :func:`vlrollout.jsonl.write_jsonl`) plus
+    ``out_dir/images/<id>.png``.
 
     Image paths in the JSONL are relative to the JSONL file's folder. Returns the JSONL path.
     """
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
-    lines = []
+    rows = []
     for item in items:
         rel = []
         for k, image in enumerate(item["images"]):
@@ -244,30 +246,28 @@ def write_dataset(items: Sequence[dict[str, Any]], out_dir: str | Path, name: st
             path = f"images/{item['id']}{suffix}.png"
             image.save(out / path, optimize=True)
             rel.append(path)
-        lines.append(json.dumps({**item, "images": rel}, sort_keys=False))
-    jsonl = out / name
-    jsonl.write_text("\n".join(lines) + "\n")
-    return jsonl
+        rows.append({**item, "images": rel})
+    return write_jsonl(out / name, rows)
 
 
 def read_dataset(path: str | Path, load_images: bool = True) -> list[dict[str, Any]]:
-    """Read a JSONL written by :func:`write_dataset`; image paths resolve against its folder.
+    """The items of a data file, read by :func:`vlrollout.datasets.load_items` (the loader of
+    ``vlrollout run`` and ``vlrollout train``: ids, image paths resolved against the file's folder).
 
-    With ``load_images`` the images are opened as RGB ``PIL.Image``; otherwise they are absolute
-    path strings.
+    With ``load_images`` the ``images`` are opened as RGB ``PIL.Image``; otherwise they are the
+    resolved path strings.
+
+    Raises:
+        ValueError: a line of the file is not an item (which line, and why).
     """
-    path = Path(path)
-    items = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        item = json.loads(line)
-        paths = [str((path.parent / p).resolve()) for p in item["images"]]
-        if load_images:
-            item["images"] = [Image.open(p).convert("RGB") for p in paths]
-        else:
-            item["images"] = paths
-        items.append(item)
+    from vlrollout.datasets import LOAD_ERROR, load_items
+
+    items = load_items(path)
+    for item in items:
+        if LOAD_ERROR in item:
+            raise ValueError(f"{path}: {item['id']} is not an item: {item[LOAD_ERROR]['detail']}")
+        if load_images and isinstance(item.get("images"), list):
+            item["images"] = [Image.open(p).convert("RGB") for p in item["images"]]
     return items
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import random
 import statistics
 import time
@@ -39,7 +38,7 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
 
     vl = cfg.vlrollout
     if cfg.train_dataset.path:
-        from vlrollout.run.datasets import LOAD_ERROR, load_items
+        from vlrollout.datasets import LOAD_ERROR, load_items
 
         def readable(path: str) -> list[dict]:
             """The file's items; lines that are not items are skipped with a warning each."""
@@ -200,11 +199,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from areal.utils import name_resolve, names
     from tqdm import tqdm
 
+    from vlrollout.jsonl import append_jsonl, read_jsonl, write_jsonl
     from vlrollout.train import asynchronous, checkpoint, samples
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import restore_multi_modal_inputs, rollout_step
     from vlrollout.train.loggers import TrainLoggers
-    from vlrollout.train.report import append_jsonl, read_jsonl, write_report
+    from vlrollout.train.report import write_report
     from vlrollout.train.rewards import build_rewards
     from vlrollout.train.support import check_trainable
     from vlrollout.workflows import VisionRLVRWorkflow
@@ -255,7 +255,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     rollouts_path = out / samples.ROLLOUTS_FILE
     for path in (metrics_path, eval_path, rollouts_path):  # drop records after the checkpoint
         kept = [r for r in read_jsonl(path) if r["step"] <= start]
-        path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        write_jsonl(path, kept)
 
     engine, processor = build_rollout_engine(cfg, model_path, getattr(torch, cfg.actor.dtype))
     meta = WeightUpdateMeta.from_disk(cfg.experiment_name, cfg.trial_name, cfg.cluster.fileroot)

@@ -21,9 +21,9 @@ def main(argv: Sequence[str]) -> int:
 
     from pathlib import Path
 
+    from vlrollout.jsonl import read_jsonl
     from vlrollout.train.config import load_config
     from vlrollout.train.loop import train
-    from vlrollout.train.report import read_jsonl
 
     cfg = load_config(args.config, overrides)
     last = train(cfg)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import html
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from vlrollout.geometry import Box, Frame, convert_boxes
+from vlrollout.jsonl import append_jsonl, read_jsonl
 
 ROLLOUTS_FILE = "eval_rollouts.jsonl"
 IMAGES_DIR = "eval_rollouts"
@@ -210,23 +210,19 @@ def draw(image: Image.Image, true_boxes: Sequence[Box], predicted: Sequence[Box]
 def save(out: Path, rollouts: Sequence[HeldOutRollout]) -> None:
     """Write the images under ``out/eval_rollouts/step_N/`` and append the records to
     ``out/eval_rollouts.jsonl``."""
-    with (out / ROLLOUTS_FILE).open("a") as f:
-        for shown in rollouts:
-            rel = None
-            if shown.image is not None:
-                rel = f"{IMAGES_DIR}/step_{shown.step}/{shown.index}.png"
-                (out / rel).parent.mkdir(parents=True, exist_ok=True)
-                shown.image.save(out / rel)
-            f.write(json.dumps(shown.to_record(rel)) + "\n")
+    for shown in rollouts:
+        rel = None
+        if shown.image is not None:
+            rel = f"{IMAGES_DIR}/step_{shown.step}/{shown.index}.png"
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            shown.image.save(out / rel)
+        append_jsonl(out / ROLLOUTS_FILE, shown.to_record(rel))
 
 
 def section_html(out: Path) -> str:
     """The report's section of shown rollouts: those of the first and of the last evaluation
     (before training and now), images embedded as PNG data URLs. Empty when there are none."""
-    path = out / ROLLOUTS_FILE
-    if not path.exists():
-        return ""
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = read_jsonl(out / ROLLOUTS_FILE)
     if not records:
         return ""
     steps = sorted({r["step"] for r in records})

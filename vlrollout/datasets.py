@@ -15,7 +15,9 @@ base64 (only ``A-Za-z0-9+/=``, no      passed through (decoded by the loader), u
 =====================================  ===========================================================
 
 The same applies to sources inside messages (``image_url`` parts and inline ``image`` values).
-The item format is described in ``docs/item_format.md``; :mod:`vlrollout.run.items` checks it.
+The item format is described in ``docs/item_format.md``; ``vlrollout validate-data`` checks it.
+This is the one loader of data items: ``vlrollout run``, ``vlrollout train`` and the tiny model's
+dataset reader all read items through :func:`load_items`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrollout.errors import UsageError
+from vlrollout.jsonl import iter_jsonl
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}\s*$")
@@ -122,25 +125,17 @@ def check_data_path(path: str | Path) -> Path:
 
 
 def read_rows(path: Path) -> list[tuple[int, Any]]:
-    """``(line number, parsed row)`` of every non-blank row; a row that is not JSON is its
-    ``json.JSONDecodeError`` (so a checker can report every bad line at once)."""
+    """``(line number, parsed row)`` of every non-blank row (JSONL by
+    :func:`vlrollout.jsonl.iter_jsonl`); a row that is not JSON is its ``json.JSONDecodeError``
+    (so a checker can report every bad line at once)."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         return list(enumerate(pq.read_table(path).to_pylist(), 1))
-    rows: list[tuple[int, Any]] = []
     try:
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append((lineno, json.loads(line)))
-                except json.JSONDecodeError as e:
-                    rows.append((lineno, e))
+        return list(iter_jsonl(path))
     except UnicodeDecodeError as e:
         raise DataFileError(f"data file {path} is not UTF-8 text ({e.reason})") from None
-    return rows
 
 
 LOAD_ERROR = "_load_error"
