@@ -3,8 +3,8 @@
 transformers 5.3's ``ProcessorMixin._merge_kwargs`` merges a call's keyword arguments with the
 processor's defaults and validates them against a ``TypedDict`` that it builds anew on every call,
 so huggingface_hub's cached strict-dataclass builder misses every time (``exec`` plus dataclass
-creation): about 3 ms per Qwen2.5-VL processor call whatever the image, two thirds of the call on
-a 336x252 image (``bench/bench_processor_call.py``). The merged result depends only on those
+creation): a fixed cost per call whatever the image, most of a call on a small image
+(``bench/bench_processor_call.py`` measures it). The merged result depends only on those
 arguments and on the processor's own settings, and a preprocessor passes the same arguments on
 every call, so :func:`with_merged_kwargs_cache` returns a shallow copy of the processor whose
 ``_merge_kwargs`` runs (and validates) once per distinct set of arguments and hands every call its
@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 import threading
 from typing import Any
+
+from vlrollout.compat.transformers import merge_kwargs_of, set_merge_kwargs
 
 _UNHASHABLE = object()
 
@@ -51,7 +53,7 @@ def with_merged_kwargs_cache(processor: Any) -> Any:
     ...  for _ in range(3)], P.calls
     (['pt', 'pt', 'pt'], 1)
     """
-    merge = getattr(type(processor), "_merge_kwargs", None)
+    merge = merge_kwargs_of(type(processor))
     if merge is None:
         return processor
     fast = copy.copy(processor)
@@ -71,5 +73,5 @@ def with_merged_kwargs_cache(processor: Any) -> Any:
                 memo[key] = cached
         return copy.deepcopy(cached)
 
-    fast._merge_kwargs = merged_kwargs
+    set_merge_kwargs(fast, merged_kwargs)
     return fast

@@ -151,13 +151,3 @@ def to_openai_messages(messages: list[dict[str, Any]], data_urls: Sequence[str])
         out.append({**message, "content": content})
     return out
 
-
-def count_images(messages: list[dict[str, Any]]) -> int:
-    """Number of ``{"type": "image"}`` parts in normalised messages."""
-    return sum(
-        1
-        for m in messages
-        if isinstance(m.get("content"), list)
-        for p in m["content"]
-        if p.get("type") == "image"
-    )

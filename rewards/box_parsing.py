@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -516,6 +515,3 @@ def get_parser(
         return partial(parse_plain, frame=Frame(plain_frame))
     return PARSERS[key]
 
-
-def is_finite_box(box: Box) -> bool:
-    return all(math.isfinite(v) for v in box)

@@ -7,8 +7,8 @@ zero-area boxes is defined as IoU 0 and GIoU -1 (those functions return NaN ther
 ``scipy.optimize.linear_sum_assignment``.
 
 Which code computes them: up to ``TORCH_MIN_PAIRS`` pairs (every per-sample reward) NumPy does,
-because a torch call costs ~100-200 us of dispatch on a busy 2-core machine versus ~10 us in NumPy;
-larger matrices call torchvision itself. ``tests/rewards/test_box_scores.py`` checks both paths
+because a torch call's dispatch costs an order of magnitude more than the NumPy arithmetic on so
+few pairs; larger matrices call torchvision itself. ``tests/rewards/test_box_scores.py`` checks both paths
 agree to 1e-12.
 """
 
@@ -146,7 +146,7 @@ def _match(hit: np.ndarray, quality: np.ndarray, n_pred: int, n_gt: int) -> Matc
     # Lexicographic objective: first the number of hits, then the total quality of the pairs that
     # *are* hits. quality <= 1 per pair and at most min(P, G) pairs, so the tie-break term stays
     # below one hit. A pair below the threshold earns nothing: counting its quality would prefer
-    # a worse hit whose partner happens to overlap a little (issue 15).
+    # a worse hit whose partner happens to overlap a little.
     weight = np.where(hit, 1.0 + quality / (min(n_pred, n_gt) + 1), 0.0)
     rows, cols = linear_sum_assignment(weight, maximize=True)
     matches = [

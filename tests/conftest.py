@@ -32,12 +32,12 @@ def qwen2vl_processor(tokenizer):
 
 @pytest.fixture(autouse=True)
 def _fresh_shared_workflow_state():
-    """Workflows share state per configuration and process; each test starts from none."""
-    from vlrollout.workflows.shared import reset_shared_state
+    """Each test starts with no named workflow state (``share=``) from another test."""
+    from vlrollout.workflows.shared import release_all
 
-    reset_shared_state()
+    release_all()
     yield
-    reset_shared_state()
+    release_all()
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,15 @@ ROOTS = {
     "vlrollout.processors": REPO / "processors",
     "vlrollout.rewards": REPO / "rewards",
 }
-RECIPES = {"vlrollout.run", "vlrollout.train", "vlrollout.serve", "vlrollout.cli"}
-"""Wire components into programs; nothing below may import them."""
+RECIPES = {
+    "vlrollout.run",
+    "vlrollout.train",
+    "vlrollout.serve",
+    "vlrollout.snapshots",
+    "vlrollout.cli",
+}
+"""Wire components into programs; nothing below may import them, and only the CLI (which starts
+every recipe) imports another recipe."""
 COMPONENTS = {
     "vlrollout.processors",
     "vlrollout.rewards",
@@ -37,6 +44,10 @@ COMPONENTS = {
     "vlrollout.ledger",
     "vlrollout.checks",
     "vlrollout.families",
+    "vlrollout.compat",
+    "vlrollout.config",
+    "vlrollout.errors",
+    "vlrollout.files",
 }
 
 
@@ -135,6 +146,13 @@ def test_components_import_no_recipe_and_no_test_double(component):
     graph = _graph()
     forbidden = graph.get(component, set()) & (RECIPES | {"vlrollout.testing"})
     assert not forbidden, f"{component} imports {sorted(forbidden)}"
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES - {"vlrollout.cli"}))
+def test_recipes_do_not_import_each_other(recipe):
+    """What two recipes need (errors, files, config rules, data loading) lives in a shared module."""
+    forbidden = _graph().get(recipe, set()) & RECIPES
+    assert not forbidden, f"{recipe} imports {sorted(forbidden)}"
 
 
 @pytest.mark.parametrize("folder", ["processors", "rewards"])

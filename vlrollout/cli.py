@@ -63,8 +63,8 @@ def pass_through(name: str, help: str, module: str) -> None:
 RUN_ONLY_FLAGS = ("config", "settings", "func", "command", "no_progress", "overwrite", "debug")
 
 RUN_EPILOG = """\
-Settings come from --config (YAML; relative paths in it are relative to the file) and are
-overridden by flags (relative to the working folder). Rerunning the same command resumes: finished
+Settings come from --config (YAML) and are overridden by flags; relative paths in both are
+relative to the working folder, as in AReaL's configs. Rerunning the same command resumes: finished
 items are skipped. A rerun with different settings into the same --output is refused (use
 --overwrite to start over). Ctrl-C or SIGTERM stops after writing every finished item (exit
 130/143). Data items: docs/item_format.md; check a file with `vlrollout validate-data FILE`.
@@ -478,7 +478,7 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
     """
     from vlrollout.ledger import NothingAccepted
     from vlrollout.logs import log_to_stderr
-    from vlrollout.run.errors import Interrupted, UsageError
+    from vlrollout.errors import Interrupted, UsageError
 
     log_to_stderr(logging.DEBUG if debug else logging.WARNING)
     previous = signal.signal(signal.SIGTERM, _raise_signal_exit)

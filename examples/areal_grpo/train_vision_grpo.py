@@ -59,12 +59,16 @@ def load_dataset(path: str | Path) -> list[dict[str, Any]]:
     return items
 
 
-def workflow_kwargs(config: VisionGRPOConfig, gconfig: GenerationHyperparameters) -> dict[str, Any]:
+def workflow_kwargs(
+    config: VisionGRPOConfig, gconfig: GenerationHyperparameters, purpose: str = "train"
+) -> dict[str, Any]:
     """Constructor arguments of ``VisionRLVRWorkflow``, all JSON-serialisable.
 
     AReaL builds the workflow on every rollout worker from these, so the tokenizer and processor
     are paths and the reward is an import path. ``gconfig.n_samples`` is the GRPO group size:
     AReaL runs the workflow that many times per item (the workflow asks for one sample each).
+    ``share`` makes the workflows AReaL builds per item use one prompt cache, ledger and set of
+    one-time checks per worker process (training and evaluation each their own).
     """
     vl = config.vlrollout
     return {
@@ -78,6 +82,7 @@ def workflow_kwargs(config: VisionGRPOConfig, gconfig: GenerationHyperparameters
         "max_pixels": vl.max_pixels,
         "reward_timeout_s": vl.reward_timeout_s,
         "max_prompt_tokens": vl.max_prompt_tokens,
+        "share": f"{config.experiment_name}/{config.trial_name}/{purpose}",
     }
 
 
@@ -87,7 +92,7 @@ def train_kwargs(config: VisionGRPOConfig) -> dict[str, Any]:
         "workflow": WORKFLOW,
         "workflow_kwargs": workflow_kwargs(config, config.gconfig),
         "eval_workflow": WORKFLOW,
-        "eval_workflow_kwargs": workflow_kwargs(config, config.eval_gconfig),
+        "eval_workflow_kwargs": workflow_kwargs(config, config.eval_gconfig, "eval"),
     }
 
 

@@ -1,7 +1,7 @@
 """Deterministic mode: a seeded completion depends on the request and the seed, never on load.
 
-Issue 17: two seeded runs started side by side differed because batches formed by timing and
-all requests shared one generator. Here two engines run at the same time, each fed the same
+Batches formed by timing and one generator shared by all requests would make two seeded runs
+started side by side differ. Here two engines run at the same time, each fed the same
 requests in a different order, one of them with unrelated load, and must agree bit for bit.
 """
 

@@ -10,9 +10,16 @@ from vlrollout.engine.sampling import (
     SamplingParams,
     filter_top_k_top_p,
     sample_batch,
-    sample_token,
     token_logprobs,
 )
+
+
+def sample_token(logits, params, banned, n_generated, counts=None, generator=None) -> int:
+    """:func:`sample_batch` for one ``[vocab]`` row."""
+    tokens, _ = sample_batch(
+        logits.unsqueeze(0), [params], banned, [n_generated], [counts], None, generator
+    )
+    return int(tokens[0])
 
 
 def test_from_gconfig_caps_and_merges_stop_ids():

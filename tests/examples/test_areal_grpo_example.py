@@ -167,6 +167,9 @@ def test_train_kwargs_bind_to_ppotrainer(config):
     assert kwargs["workflow"] == kwargs["eval_workflow"] == "vlrollout.workflows.VisionRLVRWorkflow"
     assert kwargs["workflow_kwargs"]["gconfig"] == config.gconfig
     assert kwargs["eval_workflow_kwargs"]["gconfig"] == config.eval_gconfig
+    # the per-item workflows share their state by name, training and evaluation apart
+    shares = {kwargs[k]["share"] for k in ("workflow_kwargs", "eval_workflow_kwargs")}
+    assert len(shares) == 2
 
 
 def test_main_hands_config_datasets_and_workflow_to_ppotrainer(monkeypatch, tmp_path, sample_file):

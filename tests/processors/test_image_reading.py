@@ -1,4 +1,4 @@
-"""Only regular files are read, and never past the byte limit (issue 17, item 2)."""
+"""Only regular files are read, and never past the byte limit."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 import pytest
 
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.messages import count_images, normalize_messages, to_openai_messages
+from vlrollout.processors.messages import normalize_messages, to_openai_messages
 
 
 def test_string_placeholders_become_parts_in_order():
@@ -38,7 +38,8 @@ def test_openai_parts_and_inline_sources_keep_prompt_order():
     ]
     msgs, sources = normalize_messages(messages, ["from_images"], "item 0")
     assert sources == ["data:inline1", "from_images", "inline2"]
-    assert count_images(msgs) == 3
+    parts = [p for m in msgs if isinstance(m["content"], list) for p in m["content"]]
+    assert sum(p["type"] == "image" for p in parts) == 3
     assert msgs[0] == {"role": "system", "content": "Be brief."}
 
 

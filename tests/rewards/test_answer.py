@@ -28,11 +28,11 @@ from vlrollout.rewards.answer import (
         ("2.5 cubes", None),  # not a count
         ("Seventeen", 17),
         ("none here", None),
-        ("twenty-one", 21),  # issue 15: read "one" and scored gold 1 as correct
+        ("twenty-one", 21),  # not "one": gold 1 must not score
         ("Twenty one cubes", 21),
-        ("1,000", 1000),  # issue 15: read "000" and scored gold 0 as correct
+        ("1,000", 1000),  # not "000": gold 0 must not score
         ("about 12,345 grains.", 12345),
-        ("-3", -3),  # issue 15: the sign was dropped and gold 3 scored 1.0
+        ("-3", -3),  # the sign counts: gold 3 must not score
         ("\u22123", -3),  # Unicode minus
         ("3, 4, and 5.", 5),
         ("someone saw ones", None),

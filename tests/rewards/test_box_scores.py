@@ -124,7 +124,7 @@ def test_large_inputs_use_torchvision_and_agree():
 
 
 def test_tie_break_uses_only_pairs_that_pass_the_threshold():
-    # Issue 15: pred 0 hits gt 0 (IoU 0.5) and gt 1 (IoU 0.6); pred 1 hits nothing (IoU 0 and
+    # pred 0 hits gt 0 (IoU 0.5) and gt 1 (IoU 0.6); pred 1 hits nothing (IoU 0 and
     # 1/7 are below 0.5). One hit either way; the matched pair must be the 0.6 one, not the one
     # whose sub-threshold partner (1,1) = 1/7 inflates the total.
     pred, gt = [(2, 5, 5, 9), (3, 8, 6, 12)], [(2, 5, 5, 7), (2, 6, 6, 9)]

@@ -1,4 +1,4 @@
-"""Every misuse of ``vlrollout run`` from issue 17: one or two lines naming the value and the fix,
+"""Every misuse of ``vlrollout run``: one or two lines naming the value and the fix,
 exit 2, no traceback, and found before any model loads."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Output files: collision-free bounded names, summary from disk, temp clean-up, umask, and a rerun
-with other settings refused (issue 17, item 3)."""
+with other settings refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A prompt longer than the model's context is rejected, not scored (issue 17, settings)."""
+"""A prompt longer than the model's context is rejected, not scored."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the report shows (issue 17, item 7): every image, rejections once with their count, boxes
+"""What the report shows: every image, rejections once with their count, boxes
 tied to their completion, reward histograms per task and the share of all-equal GRPO groups."""
 
 from __future__ import annotations

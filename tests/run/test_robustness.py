@@ -1,4 +1,4 @@
-"""No model output, reward value or data line ends a run (issue 17, item 1)."""
+"""No model output, reward value or data line ends a run."""
 
 from __future__ import annotations
 

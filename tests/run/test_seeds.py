@@ -1,5 +1,5 @@
 """``--seed``: deterministic scheduling on by default, and two seeded runs side by side write the
-same files (issue 17, item 4; the engine's deterministic mode comes from issue 14)."""
+same files (the engine's deterministic mode)."""
 
 from __future__ import annotations
 

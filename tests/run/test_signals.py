@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM: one line with the count and how to resume, exit 130/143, no traceback,
-no process left behind (issue 17, item 5). Resuming after a kill: tests/run/test_runner.py."""
+no process left behind. Resuming after a kill: tests/run/test_runner.py."""
 
 from __future__ import annotations
 

@@ -96,6 +96,7 @@ def test_areal_per_item_construction_keeps_prepare_once_checks_and_ledger(
         "gconfig": GCONFIG,
         "tokenizer": tokenizer,
         "processor": qwen2vl_processor,
+        "share": "run-1",
     }
     engine = ScriptedEngine([[tokenizer.eos_token_id]])
     engine.processor = qwen2vl_processor  # so the parity check runs
@@ -125,7 +126,7 @@ def test_areal_per_item_construction_keeps_prepare_once_checks_and_ledger(
     assert len(kept) == len(colours) and all(check_trajectory_format(r) for r in kept)
     assert all(r["input_ids"].shape[0] == group for r in kept)
 
-    wf = VisionRLVRWorkflow(**kwargs)  # the same configuration: the process-wide state
+    wf = VisionRLVRWorkflow(**kwargs)  # the same share name: the state the items used
     assert wf.ctx.prompts.misses == len(items)  # one preparation per group (the bad one too)
     assert len(parity_calls) == 1
     assert len(reward_builds) == 1
@@ -137,12 +138,33 @@ def test_areal_per_item_construction_keeps_prepare_once_checks_and_ledger(
     assert wf.ctx.prompts.peak_bytes > 0
 
 
-def test_other_configurations_get_their_own_state(tokenizer, qwen2vl_processor):
-    a = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
-    b = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, max_pixels=56 * 56)
-    c = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+def test_sharing_is_by_name_and_only_when_asked(tokenizer, qwen2vl_processor):
+    from vlrollout.workflows.shared import release
+
+    a = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, share="s")
+    c = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, share="s")
     assert a.ledger is c.ledger and a.ctx.prompts is c.ctx.prompts
-    assert a.ledger is not b.ledger
+    own = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+    again = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+    assert own.ledger is not again.ledger and own.ledger is not a.ledger
+    with pytest.raises(ValueError, match="'s' belongs to another configuration"):
+        VisionRLVRWorkflow(
+            REWARD, GCONFIG, tokenizer, qwen2vl_processor, max_pixels=3136, share="s"
+        )
+    release("s")
+    fresh = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, share="s")
+    assert fresh.ledger is not a.ledger
+
+
+def test_a_workflow_without_a_share_name_is_freed_with_it(tokenizer, qwen2vl_processor):
+    import gc
+    import weakref
+
+    wf = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+    ledger = weakref.ref(wf.ledger)
+    del wf
+    gc.collect()
+    assert ledger() is None
 
 
 def test_cache_bytes_is_a_setting(tokenizer, qwen2vl_processor):

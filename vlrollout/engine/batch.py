@@ -14,7 +14,8 @@ layers run one sequence at a time (``can_merge`` says which).
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from vlrollout.compat.transformers import DynamicCache, DynamicLayer, cache_of, layer_of
 
 
 def can_merge(cache: DynamicCache) -> bool:
@@ -47,14 +48,14 @@ def merge_caches(
     for la, lb in zip(a.layers, b.layers, strict=True):
         keys = torch.cat([_left_pad(la.keys, length), _left_pad(lb.keys, length)], dim=0)
         values = torch.cat([_left_pad(la.values, length), _left_pad(lb.values, length)], dim=0)
-        layers.append(_layer(keys, values))
+        layers.append(layer_of(keys, values))
     mask = torch.cat(
         [
             torch.nn.functional.pad(mask_a, (length - mask_a.shape[1], 0)),
             torch.nn.functional.pad(mask_b, (length - mask_b.shape[1], 0)),
         ]
     )
-    return _cache(layers), mask
+    return cache_of(layers), mask
 
 
 def select_rows(
@@ -68,26 +69,11 @@ def select_rows(
     # index_select copies the kept rows of the kept columns (several times faster than
     # advanced indexing) into contiguous tensors: one memory layout for a compiled decode step.
     layers = [
-        _layer(layer.keys[:, :, start:].index_select(0, index),
+        layer_of(layer.keys[:, :, start:].index_select(0, index),
                layer.values[:, :, start:].index_select(0, index))
         for layer in cache.layers
     ]  # fmt: skip
-    return _cache(layers), mask[:, start:]
-
-
-def _layer(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
-    """A ``DynamicLayer`` holding these (freshly made) tensors: ``DynamicCache(pairs)`` would
-    copy each once more (``torch.cat`` onto an empty tensor)."""
-    layer = DynamicLayer()
-    layer.lazy_initialization(keys, values)
-    layer.keys, layer.values = keys, values
-    return layer
-
-
-def _cache(layers: list[DynamicLayer]) -> DynamicCache:
-    cache = DynamicCache()
-    cache.layers, cache.layer_class_to_replicate = layers, None
-    return cache
+    return cache_of(layers), mask[:, start:]
 
 
 class MaskBuffer:

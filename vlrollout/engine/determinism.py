@@ -1,8 +1,8 @@
 """Deterministic scheduling: a completion that depends on the request and the seed, not on load.
 
 Serving engines batch whatever arrives together, so with one shared random generator the tokens a
-request gets depend on which other requests were in flight (issue 17: two seeded runs started
-side by side differed in 8 of 12 files). In deterministic mode the engine removes both sources:
+request gets depend on which other requests were in flight: two seeded runs started side by
+side would write different files. In deterministic mode the engine removes both sources:
 
 - **Sampling.** Each request draws from its own ``torch.Generator`` seeded from the engine seed
   and a stable key of the request: a digest of its content (prompt ids, images, sampling

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from vlrollout import families
+from vlrollout.compat.transformers import rope_index
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import (
     DEFAULT_MAX_BYTES,
@@ -312,7 +313,7 @@ def prompt_positions(
     ids = torch.cat([ids, ids[:, -1:]], dim=1)
     types = torch.cat([types, torch.zeros_like(types[:, -1:])], dim=1)
     grids = {k: vision[k] for k in _POSITION_GRIDS if k in vision}
-    pos, _ = model.model.get_rope_index(ids, mm_token_type_ids=types, **grids)
+    pos, _ = rope_index(model.model, ids, mm_token_type_ids=types, **grids)
     following = pos[:, 0, -1]
     if bool((following != following[0]).any()):
         raise ValueError(

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from areal.api.engine_api import InferenceEngine
 from areal.api.io_struct import ModelRequest, ModelResponse, WeightUpdateMeta
-from transformers.cache_utils import DynamicCache
 
+from vlrollout.compat.transformers import DynamicCache
 from vlrollout.engine.batch import can_merge
 from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
 from vlrollout.engine.inputs import check_token_ids, placeholder_token_ids, prepare_inputs
@@ -238,8 +238,9 @@ class LocalInferenceEngine(InferenceEngine):
         """
         self._worker.start()
         if config is not None and self._workflow_executor is None:
-            from areal.infra.workflow_executor import WorkflowExecutor
             from areal.utils import logging as areal_logging
+
+            from vlrollout.compat.areal import WorkflowExecutor
 
             if config.experiment_name and config.trial_name:
                 self.configure_disk_updates(config.experiment_name, config.trial_name)
@@ -544,7 +545,7 @@ class LocalInferenceEngine(InferenceEngine):
                 f"got {workflow!r}. Agent workflows need AReaL's OpenAI proxy (RemoteInfEngine)."
             )
         if group_size > 1:
-            from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
+            from vlrollout.compat.areal import GroupedRolloutWorkflow
 
             workflow = GroupedRolloutWorkflow(workflow, group_size, self.workflow_executor.logger)
         return workflow

@@ -322,21 +322,6 @@ def _id_tensor(ids: frozenset[int], vocab: int, device: torch.device) -> torch.T
     return torch.tensor(sorted(t for t in ids if 0 <= t < vocab), dtype=torch.long, device=device)
 
 
-def sample_token(
-    logits: torch.Tensor,
-    params: SamplingParams,
-    banned: frozenset[int] | None,
-    n_generated: int,
-    counts: Mapping[int, int] | None = None,
-    generator: torch.Generator | None = None,
-) -> int:
-    """:func:`sample_batch` for one ``[vocab]`` row; returns the token id."""
-    tokens, _ = sample_batch(
-        logits.unsqueeze(0), [params], banned, [n_generated], [counts], None, generator
-    )
-    return int(tokens[0])
-
-
 def top_logprobs(logits: torch.Tensor, params: SamplingParams) -> list[tuple[int, float]]:
     """The ``params.top_logprobs`` most likely tokens of one row of raw ``logits`` and their
     logprobs, most likely first, in the same convention as the sampled token's logprob (raw

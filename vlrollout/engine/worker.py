@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicCache
 
+from vlrollout.compat.transformers import DynamicCache
 from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
 from vlrollout.engine.inputs import PreparedInputs, positions_key, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch, top_logprobs

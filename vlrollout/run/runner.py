@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from areal.api import InferenceEngine, RolloutWorkflow
-from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 
+from vlrollout.compat.areal import GroupedRolloutWorkflow
 from vlrollout.files import (
     atomic_torch_save,
     atomic_write_json,

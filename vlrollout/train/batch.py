@@ -6,9 +6,8 @@ empty batch to its data-parallel redistribution (``redistribute_trajectories``),
 ``Number of values 0 is smaller than min_groups 1`` and says nothing of the rejections that
 emptied it.
 
-AReaL 1.0.4's ``PPOActor.compute_advantages`` (``areal/trainer/ppo/actor.py:142``) concatenates
-the trajectories with ``concat_batch`` and splits the result back with ``split_batch``
-(``areal/utils/data.py:393``), which copies every non-tensor entry whole: each returned dict
+AReaL 1.0's ``PPOActor.compute_advantages`` concatenates the trajectories with ``concat_batch``
+and splits the result back with ``split_batch`` (``areal.utils.data``), which copies every non-tensor entry whole: each returned dict
 holds the *whole batch's* ``multi_modal_input`` list (n× the image memory for n trajectories),
 and per-trajectory readers would see the first trajectory's images. :func:`restore_multi_modal_inputs`
 puts each trajectory's own list back, so ``ppo_update`` concatenates exactly what

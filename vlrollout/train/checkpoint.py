@@ -81,7 +81,9 @@ def load_optimizer(actor: Any, ckpt: Checkpoint) -> None:
     Qwen2-VL under its checkpoint names (``visual.*``, ``model.layers.*``) while the live model's
     are ``model.visual.*``, ``model.language_model.layers.*``: every key is missing. Building the
     actor from the folder goes through ``from_pretrained``, which converts them; the optimizer
-    shard is then loaded with AReaL's own ``_load_optimizer_state``. The LR scheduler restarts
+    shard is then loaded with AReaL's own loader (:mod:`vlrollout.compat.areal`). The LR scheduler restarts
     (constant LR in the shipped config).
     """
-    actor._load_optimizer_state(str(ckpt.path))
+    from vlrollout.compat.areal import load_optimizer_state
+
+    load_optimizer_state(actor, str(ckpt.path))

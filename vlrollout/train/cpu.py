@@ -1,9 +1,9 @@
 """CPU-safe trainer defaults, chosen automatically where there is no GPU.
 
-AReaL 1.0.4's defaults assume CUDA and flash-attn (measured on a CPU-only machine): ``attn_impl="flash_attention_2"`` raises ImportError,
-``dtype="bfloat16"`` makes trainer logprobs drift ~0.05 nats from a float32 rollout, and the
-logprob helper ``areal/utils/functional/vocab_parallel.py:36-38`` is ``torch.compile``d (10–30 s
-on the first call, and it needs a C++ compiler). :func:`apply_cpu_defaults` changes exactly those
+AReaL 1.0's defaults assume CUDA and flash-attn: on a CPU-only machine
+``attn_impl="flash_attention_2"`` raises ImportError, ``dtype="bfloat16"`` makes trainer logprobs
+drift from a float32 rollout by hundredths of a nat, and AReaL's vocab-parallel logprob helper is
+``torch.compile``d (slow on the first call, and it needs a C++ compiler). :func:`apply_cpu_defaults` changes exactly those
 and returns one line per change, for the log.
 """
 

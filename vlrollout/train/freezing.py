@@ -23,6 +23,7 @@ model), both freeze everything visual.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -122,12 +123,15 @@ def install(actor: Any, *, vision_tower: bool, projector: bool) -> None:
     """
     if not (vision_tower or projector):
         return
-    create_optimizer = actor._create_optimizer
+    from vlrollout.compat.areal import wrap_create_optimizer
 
-    def freeze_then_create(ft_spec: Any) -> None:
-        actor.vlrollout_frozen = freeze_vision(
-            actor.model, vision_tower=vision_tower, projector=projector
-        )
-        create_optimizer(ft_spec)
+    def freezing_first(create_optimizer: Callable[[Any], None]) -> Callable[[Any], None]:
+        def freeze_then_create(ft_spec: Any) -> None:
+            actor.vlrollout_frozen = freeze_vision(
+                actor.model, vision_tower=vision_tower, projector=projector
+            )
+            create_optimizer(ft_spec)
 
-    actor._create_optimizer = freeze_then_create
+        return freeze_then_create
+
+    wrap_create_optimizer(actor, freezing_first)

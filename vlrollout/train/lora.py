@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from vlrollout.compat.areal import replace_save_model_to_hf
 from vlrollout.errors import ConfigError
 
 PEFT_PREFIX = "base_model.model."
@@ -110,7 +111,7 @@ def merge_lora(
 
 
 def save_merged(actor: Any, path: str, tokenizer: Any, processor: Any) -> None:
-    """What :func:`install` puts in place of ``actor._save_model_to_hf`` (same signature).
+    """What :func:`install` makes the actor's HF save (same signature as AReaL's).
 
     Every rank takes part in gathering the full state dict (a collective); rank 0 writes the
     merged model, tokenizer and processor to ``path`` and the adapter to ``path/adapter``.
@@ -122,7 +123,11 @@ def save_merged(actor: Any, path: str, tokenizer: Any, processor: Any) -> None:
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(actor.model, options=options)
     if dist.get_rank() == 0:
-        cast = actor._cast_to_compute_dtype
+        from vlrollout.compat.areal import cast_to_compute_dtype
+
+        def cast(tensor: Any) -> Any:
+            return cast_to_compute_dtype(actor, tensor)
+
         merged = merge_lora(state, lora_scalings(actor.model))
         merged = {k: cast(v) if v.is_floating_point() else v for k, v in merged.items()}
         actor.model.get_base_model().save_pretrained(path, state_dict=merged)
@@ -154,7 +159,7 @@ def install(actor: Any) -> bool:
     def save(path: str, tokenizer: Any, processor: Any) -> None:
         save_merged(actor, path, tokenizer, processor)
 
-    actor._save_model_to_hf = save
+    replace_save_model_to_hf(actor, save)
     return True
 
 

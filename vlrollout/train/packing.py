@@ -1,8 +1,7 @@
 """Keep packed sequences apart in AReaL's trainer when flash-attn is absent.
 
-AReaL 1.0.4's ``FSDPEngine._prepare_mb_list`` (``areal/engine/fsdp_engine.py:1792-1904``) packs
-several sequences into one row and passes ``attention_mask={"full_attention": None, ...}``
-(lines 1896-1901): flash-attn's varlen kernels separate the sequences by ``cu_seqlens``. With
+AReaL 1.0's ``FSDPEngine._prepare_mb_list`` packs several sequences into one row and passes
+``attention_mask={"full_attention": None, ...}``: flash-attn's varlen kernels separate the sequences by ``cu_seqlens``. With
 ``sdpa`` or ``eager`` (the CPU) that mask means one causal mask over the whole row, so later
 sequences attend to earlier ones: trainer logprobs off by up to 14 nats, silently.
 
@@ -30,9 +29,13 @@ own ``get_rope_index``, one packed sequence at a time.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from vlrollout.compat.areal import wrap_prepare_mb_list
+from vlrollout.compat.transformers import rope_index
 
 
 def text_positions(cu_seqlens: torch.Tensor, length: int) -> torch.Tensor:
@@ -88,8 +91,9 @@ def _runs(types: torch.Tensor, value: int) -> int:
 
 def mrope_positions(model: Any, mb: dict[str, Any]) -> torch.Tensor:
     """``[3, 1, L]`` 3-D positions of a packed micro-batch, from the model's own
-    ``get_rope_index`` over each sequence alone (images and videos assigned to sequences in order, one grid row per
-    run of image or video tokens in ``mm_token_type_ids``); trailing padding gets ``0..n-1``.
+    ``get_rope_index`` over each sequence alone (images and videos assigned to sequences in order,
+    one grid row per run of image or video tokens in ``mm_token_type_ids``); trailing padding
+    gets ``0..n-1``.
     """
     ids, types = mb["input_ids"], mb["mm_token_type_ids"]
     bounds = [int(b) for b in mb["cu_seqlens"].tolist()]
@@ -109,7 +113,8 @@ def mrope_positions(model: Any, mb: dict[str, Any]) -> torch.Tensor:
                 )
             seq_grids[kind] = grid[used[kind] : used[kind] + n] if n else None
             used[kind] += n
-        seq_pos, _ = model.get_rope_index(
+        seq_pos, _ = rope_index(
+            model,
             ids[:, start:end],
             image_grid_thw=seq_grids[1],
             video_grid_thw=seq_grids[2],
@@ -187,23 +192,25 @@ def install(engine: Any) -> bool:
     fast = engine.config.attn_impl.startswith("flash") and has_flash_attn()
     if fast and not unpackable and not own_mrope:
         return False
-    original = engine._prepare_mb_list
 
-    @functools.wraps(original)
-    def prepare(input_: dict[str, Any]):
-        if getattr(engine, "enable_tree_training", False):
-            return original(input_)
-        if unpackable:
-            mb_list = _one_sequence_per_micro_batch(engine, original, input_)
-        else:
-            mb_list = original(input_)
-        # Only the padded micro-batches reach the model (``_prepare_mb_inputs``, line 1951).
-        for mb in mb_list.padded_mbs:
-            if own_mrope:
-                mb["position_ids"] = mrope_positions(engine.model.model, mb)
-            separate_packed_sequences(mb)
-        return mb_list
+    def keeping_sequences_apart(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def prepare(input_: dict[str, Any]):
+            if getattr(engine, "enable_tree_training", False):
+                return original(input_)
+            if unpackable:
+                mb_list = _one_sequence_per_micro_batch(engine, original, input_)
+            else:
+                mb_list = original(input_)
+            # Only the padded micro-batches reach the model.
+            for mb in mb_list.padded_mbs:
+                if own_mrope:
+                    mb["position_ids"] = mrope_positions(engine.model.model, mb)
+                separate_packed_sequences(mb)
+            return mb_list
 
-    engine._prepare_mb_list = prepare
+        return prepare
+
+    wrap_prepare_mb_list(engine, keeping_sequences_apart)
     engine._vlrollout_packing_fix = True
     return True

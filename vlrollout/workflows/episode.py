@@ -27,7 +27,7 @@ from vlrollout.processors.cache import PreparedPromptCache, item_key
 from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.rewards.caller import RewardCaller
-from vlrollout.workflows.shared import shared_instance_init
+from vlrollout.workflows.shared import config_key, shared_state
 
 # Cache keys the current episode holds; released when the episode ends (see EpisodeWorkflow).
 _HELD: contextvars.ContextVar[list[tuple[PreparedPromptCache, str]] | None] = (
@@ -74,9 +74,6 @@ class EpisodeContext:
         processor: The multimodal processor passed along in requests (``None`` for text).
         max_prompt_tokens: Reject prompts longer than this (``prompt_too_long``) instead of letting
             the engine fail on them; ``None`` disables the check.
-        cache_bytes: Bound of the prepared-prompt cache beyond entries in use (see
-            :class:`~vlrollout.processors.cache.PreparedPromptCache`); the process-wide default
-            (:func:`~vlrollout.processors.cache.set_default_cache_bytes`) when ``None``.
     """
 
     tokenizer: Any
@@ -85,8 +82,6 @@ class EpisodeContext:
     reward: RewardCaller
     processor: Any = None
     max_prompt_tokens: int | None = None
-    cache_size: int | None = None
-    cache_bytes: int | None = None
     ledger: EpisodeLedger = field(default_factory=EpisodeLedger)
 
     parity_checked: bool = field(default=False, init=False)
@@ -97,10 +92,9 @@ class EpisodeContext:
         # the cache prepares it once (concurrent callers share the in-flight preparation).
         # Entries are pinned by the episodes using them and dropped when the group is done.
         # A preprocessor whose output depends on more than the item (a schedule) keys it itself.
+        # The cache's bound is the process-wide default (set_default_cache_bytes).
         self.prompts = PreparedPromptCache(
             self.preprocessor,
-            maxsize=self.cache_size,
-            max_bytes=self.cache_bytes,
             key_fn=getattr(self.preprocessor, "cache_key", None) or item_key,
         )
         if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
@@ -222,14 +216,13 @@ class EpisodeWorkflow(RolloutWorkflow):
         min_pixels, max_pixels: Resize limits of the default vision preprocessor.
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
         max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long``.
-
-    **One state per configuration and process.** AReaL builds a new workflow for every submitted
-    item when given an import path or class (``_resolve_workflow`` in
-    ``areal/infra/remote_inf_engine.py``). Every instance built with the same constructor arguments
-    (same classes, equal plain values, the same objects) therefore shares the state of the first:
-    its context, prepared-prompt cache, ledger and one-time checks (see
-    :mod:`vlrollout.workflows.shared`). To read the ledger of a run AReaL drives, build the workflow
-    once more with the same arguments and read its :attr:`ledger`.
+        share: A name for this workflow's state (context, prepared-prompt cache, ledger, one-time
+            checks) when a caller builds a workflow per item, as AReaL's ``submit`` does with an
+            import path and ``workflow_kwargs``: every workflow built with the same ``share``
+            uses the state the first one built (:mod:`vlrollout.workflows.shared`; another
+            configuration under the same name is refused). Build one more with the same arguments
+            to read the run's :attr:`ledger`; ``vlrollout.workflows.shared.release(name)`` frees
+            it. ``None``: this instance has its own state.
     """
 
     def __init__(
@@ -245,30 +238,43 @@ class EpisodeWorkflow(RolloutWorkflow):
         max_pixels: int | None = None,
         reward_timeout_s: float = 15.0,
         max_prompt_tokens: int | None = None,
+        share: str | None = None,
     ) -> None:
         from vlrollout.workflows.preparation import build_preprocessor
 
-        tokenizer = load_tokenizer(tokenizer)
-        processor, preprocessor = build_preprocessor(
-            tokenizer,
-            processor,
-            preprocessor,
-            enable_thinking=enable_thinking,
-            min_pixels=min_pixels,
-            max_pixels=max_pixels,
-        )
-        self.ctx = EpisodeContext(
-            tokenizer=tokenizer,
-            preprocessor=preprocessor,
-            gconfig=gconfig,
-            reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
-            processor=processor,
-            max_prompt_tokens=max_prompt_tokens,
-        )
+        def build() -> EpisodeContext:
+            tok = load_tokenizer(tokenizer)
+            proc, prep = build_preprocessor(
+                tok,
+                processor,
+                preprocessor,
+                enable_thinking=enable_thinking,
+                min_pixels=min_pixels,
+                max_pixels=max_pixels,
+            )
+            return EpisodeContext(
+                tokenizer=tok,
+                preprocessor=prep,
+                gconfig=gconfig,
+                reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
+                processor=proc,
+                max_prompt_tokens=max_prompt_tokens,
+            )
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        shared_instance_init(cls)
+        if share is None:
+            self.ctx = build()
+            return
+        settings = {
+            "preprocessor": preprocessor,
+            "min_pixels": min_pixels,
+            "max_pixels": max_pixels,
+            "reward_timeout_s": reward_timeout_s,
+            "max_prompt_tokens": max_prompt_tokens,
+        }
+        key, refs = config_key(
+            type(self), (reward_fn, gconfig, tokenizer, processor, enable_thinking), settings
+        )
+        self.ctx = shared_state(share, key, refs, build)
 
     @property
     def ledger(self) -> EpisodeLedger:
@@ -287,10 +293,6 @@ class EpisodeWorkflow(RolloutWorkflow):
 
     async def _episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
-
-
-# The base's own constructor is shared too: SingleTurnWorkflow (= VisionRLVRWorkflow) has none.
-shared_instance_init(EpisodeWorkflow)
 
 
 def log_reward(**scalars: float) -> None:

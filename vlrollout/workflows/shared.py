@@ -1,40 +1,54 @@
-"""One workflow state per configuration and process, however often AReaL builds the workflow.
+"""Workflow state shared by name, for callers that build a workflow per item.
 
 AReaL's ``submit`` builds a new workflow instance for every item when it is given an import path
-or a class (``RemoteInfEngine._resolve_workflow``); ``GroupedRolloutWorkflow`` then runs
-``group_size`` episodes on that one instance. Without sharing, every item would get its own
-prepared-prompt cache (no prepare-once across the group's late members), its own ledger (thrown
-away with the instance) and its own one-time checks (processor parity, reward picklability).
+or a class and ``workflow_kwargs`` (``RemoteInfEngine._resolve_workflow``; in AReaL's
+single-controller mode the kwargs even arrive as JSON), and ``GroupedRolloutWorkflow`` then runs
+``group_size`` episodes on that one instance. Each instance would otherwise have its own
+prepared-prompt cache, its own ledger (thrown away with it) and its own one-time checks.
 
-:func:`shared_instance_init` wraps a workflow class's ``__init__``: the first instance built with a
-given configuration runs the real constructor and is remembered; later instances with the same
-configuration copy its state (``__dict__``) instead of building their own, so they share the
-context, cache, ledger and check flags. The configuration key (:func:`config_key`) is the class
-plus the constructor arguments: plain values (str, numbers, None, dataclasses such as
-``GenerationHyperparameters``) by value, any other object (a tokenizer, a processor, a reward
-instance) by identity, with a reference kept so the identity cannot be reused.
+A workflow built with ``share="NAME"`` takes its state from :func:`shared_state`: the first
+instance with that name builds it, later ones reuse it, and one built with another
+configuration under the same name is refused (two configurations would otherwise mix their
+ledgers). The name is a plain string, so it travels in ``workflow_kwargs``. The state lives until
+:func:`release` (or :func:`release_all`); a workflow built without ``share`` has its own state,
+freed with it.
 
->>> class W:
-...     def __init__(self, x):
-...         self.built = object()
->>> shared_instance_init(W)
->>> W(1).built is W(1).built, W(1).built is W(2).built
-(True, False)
+>>> built = []
+>>> def build():
+...     built.append(1)
+...     return object()
+>>> shared_state("demo", "config A", [], build) is shared_state("demo", "config A", [], build)
+True
+>>> len(built)
+1
+>>> release("demo")
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-_SHARED: dict[str, tuple[Any, list[Any]]] = {}
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class _Entry:
+    key: str
+    refs: list[Any]  # objects keyed by identity, kept so their ids cannot be reused
+    state: Any
+
+
+_BY_NAME: dict[str, _Entry] = {}
 _LOCK = threading.Lock()
 
 
 def config_key(cls: type, args: tuple, kwargs: dict[str, Any]) -> tuple[str, list[Any]]:
-    """``(key, objects_keyed_by_identity)`` for a constructor call of ``cls``."""
+    """``(key, objects_keyed_by_identity)`` for a constructor call of ``cls``: plain values (str,
+    numbers, None, dataclasses such as ``GenerationHyperparameters``) by value, any other object
+    (a tokenizer, a processor, a reward instance) by identity."""
     refs: list[Any] = []
 
     def fp(v: Any) -> str:
@@ -53,38 +67,31 @@ def config_key(cls: type, args: tuple, kwargs: dict[str, Any]) -> tuple[str, lis
     return key, refs
 
 
-def shared_instance_init(cls: type) -> None:
-    """Make instances of ``cls`` built with one configuration share the first one's state."""
-    init = cls.__dict__.get("__init__")
-    if init is None or getattr(init, "_vlrollout_shared", False):
-        return
+def shared_state(name: str, key: str, refs: list[Any], build: Callable[[], T]) -> T:
+    """The state named ``name``, built by ``build()`` the first time.
 
-    @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if type(self).__init__ is not __init__:  # a subclass's super().__init__: just build
-            init(self, *args, **kwargs)
-            return
-        key, refs = config_key(type(self), args, kwargs)
-        with _LOCK:
-            first = _SHARED.get(key)
-        if first is None:
-            init(self, *args, **kwargs)
-            with _LOCK:
-                first = _SHARED.setdefault(key, (self, refs))
-        if first[0] is not self:
-            self.__dict__.update(first[0].__dict__)
-
-    __init__._vlrollout_shared = True  # type: ignore[attr-defined]
-    cls.__init__ = __init__  # type: ignore[misc]
-
-
-def reset_shared_state() -> None:
-    """Forget every shared workflow state (tests; a new run in the same process)."""
+    Raises:
+        ValueError: ``name`` holds the state of another configuration (``key`` differs).
+    """
     with _LOCK:
-        _SHARED.clear()
+        entry = _BY_NAME.get(name)
+        if entry is None:
+            entry = _BY_NAME[name] = _Entry(key, refs, build())
+    if entry.key != key:
+        raise ValueError(
+            f"workflow state {name!r} belongs to another configuration: it was built for "
+            f"{entry.key}, not {key}; give each configuration its own share name"
+        )
+    return entry.state
 
 
-def shared_states() -> list[Any]:
-    """The first instance of each configuration built so far (e.g. to read their ledgers)."""
+def release(name: str) -> None:
+    """Forget the state named ``name`` (a later workflow with that name builds a new one)."""
     with _LOCK:
-        return [inst for inst, _ in _SHARED.values()]
+        _BY_NAME.pop(name, None)
+
+
+def release_all() -> None:
+    """Forget every shared state (a test; a new run in the same process)."""
+    with _LOCK:
+        _BY_NAME.clear()

@@ -108,6 +108,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
         box_frame: Override the box convention tools read (``BOX_FRAMES`` by family otherwise).
         tool_role: Role of tool turns in the chat template (``"user"``, as Qwen2.5 renders them).
         max_calls_per_turn: Calls run per turn; further calls get an error.
+        share: Name of a shared state, as in :class:`~vlrollout.workflows.episode.EpisodeWorkflow`.
 
     Example (``tests/workflows/test_tool_use.py`` runs this with a scripted engine)::
 
@@ -134,6 +135,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
         box_frame: str | None = None,
         tool_role: str = "user",
         max_calls_per_turn: int = 4,
+        share: str | None = None,
     ) -> None:
         if processor is None:
             raise ValueError("a tool workflow needs a multimodal processor (tools return images)")
@@ -155,6 +157,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
             max_pixels=max_pixels,
             reward_timeout_s=reward_timeout_s,
             max_prompt_tokens=None if max_total_tokens is None else max_total_tokens - 1,
+            share=share,
         )
         self.max_turns = max_turns
         self.max_total_tokens = max_total_tokens

@@ -1,0 +1,81 @@
+"""What vlrollout takes from AReaL beyond its public API, written for AReaL 1.0.
+
+- ``GroupedRolloutWorkflow`` and ``WorkflowExecutor`` live in ``areal.infra``; the embedded
+  engine runs them as AReaL's remote engines do.
+- The FSDP engine's ``_prepare_mb_list`` is wrapped (packed sequences kept apart without
+  flash-attn; the model's own M-RoPE positions), ``_create_optimizer`` is wrapped (freeze vision
+  parts first), ``_save_model_to_hf`` is replaced for LoRA (merged weights for the rollout
+  engine), and ``_cast_to_compute_dtype`` / ``_load_optimizer_state`` are called (LoRA saves,
+  resuming). AReaL has no public hook for any of these.
+
+Importing this module checks AReaL's version (:func:`vlrollout.compat.require`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vlrollout.compat import IncompatibleLibrary, installed, require
+
+LOWEST, BELOW = (1, 0), (1, 1)
+require("areal", LOWEST, BELOW, installed("areal"))
+
+from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
+from areal.infra.workflow_executor import WorkflowExecutor  # noqa: E402
+
+__all__ = [
+    "GroupedRolloutWorkflow",
+    "WorkflowExecutor",
+    "cast_to_compute_dtype",
+    "load_optimizer_state",
+    "replace_save_model_to_hf",
+    "wrap_create_optimizer",
+    "wrap_prepare_mb_list",
+]
+
+#: The private methods of AReaL's ``FSDPEngine`` / ``FSDPPPOActor`` used here.
+ENGINE_METHODS = (
+    "_prepare_mb_list",
+    "_create_optimizer",
+    "_save_model_to_hf",
+    "_cast_to_compute_dtype",
+    "_load_optimizer_state",
+)
+
+
+def _method(obj: Any, name: str) -> Callable[..., Any]:
+    found = getattr(obj, name, None)
+    if not callable(found):
+        raise IncompatibleLibrary(
+            f"{type(obj).__name__} has no {name}() in areal {installed('areal')}; "
+            "vlrollout.compat.areal was written for areal 1.0"
+        )
+    return found
+
+
+def wrap_prepare_mb_list(engine: Any, make: Callable[[Callable], Callable]) -> None:
+    """``engine._prepare_mb_list = make(engine._prepare_mb_list)``."""
+    engine._prepare_mb_list = make(_method(engine, "_prepare_mb_list"))
+
+
+def wrap_create_optimizer(actor: Any, make: Callable[[Callable], Callable]) -> None:
+    """``actor._create_optimizer = make(actor._create_optimizer)``."""
+    actor._create_optimizer = make(_method(actor, "_create_optimizer"))
+
+
+def replace_save_model_to_hf(actor: Any, save: Callable[[str, Any, Any], None]) -> None:
+    """Make ``save(path, tokenizer, processor)`` the actor's HF save (weight updates to the
+    rollout engine and checkpoints both go through it)."""
+    _method(actor, "_save_model_to_hf")
+    actor._save_model_to_hf = save
+
+
+def cast_to_compute_dtype(actor: Any, tensor: Any) -> Any:
+    """``tensor`` in the actor's compute dtype, as AReaL's own HF save writes it."""
+    return _method(actor, "_cast_to_compute_dtype")(tensor)
+
+
+def load_optimizer_state(actor: Any, path: str) -> None:
+    """Load the optimizer shard AReaL saved under ``path`` into ``actor``'s optimizer."""
+    _method(actor, "_load_optimizer_state")(path)
