@@ -126,7 +126,7 @@ def main() -> int:
         [[f"{n:,}", f"{r['build_s']:.1f}", f"{r['first_ms']:.0f}", f"{r['pool_ms']:.2f}",
           f"{r['old_ms']:.1f}" if "old_ms" in r else "not run", f"{r['direct_ms']:.3f}"]
          for n, r in results.items()],
-        title="one call at a time through AReaL's AsyncRewardWrapper process pool",
+        title="one call at a time; the old path is AReaL's AsyncRewardWrapper given the reward",
     )  # fmt: skip
     mode = f"quick: sizes {args.sizes}" if args.quick else "default"
     record.write(
