@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import requests
 import torch
 
@@ -110,3 +111,91 @@ def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _serve(port: int) -> subprocess.Popen:
+    """``vlrollout serve`` of the tiny model on ``port`` (SGLang protocol, one thread)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "vlrollout.cli", "serve", "--model", str(TINY)]
+        + ["--protocol", "sglang", "--port", str(port), "--threads", "1"],
+        cwd=ROOT,
+        env=subprocess_env(OMP_NUM_THREADS="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _stop(server: subprocess.Popen) -> None:
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def _greedy_logprobs(url: str, prompt: list[int]) -> tuple[torch.Tensor, list[int]]:
+    r = requests.post(
+        f"{url}/generate",
+        json={
+            "input_ids": prompt,
+            "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True},
+            "return_logprob": True,
+        },
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    pairs = r.json()["meta_info"]["output_token_logprobs"]
+    return torch.tensor([lp for lp, _, _ in pairs]), [tok for _, tok, _ in pairs]
+
+
+@pytest.mark.slow
+def test_train_rollouts_spread_over_two_served_engines(tmp_path):
+    """One trainer, two ``vlrollout serve`` processes in ``engine.addresses``: AReaL's
+    ``RemoteSGLangEngine`` sends each new request to the next server (round robin) and every
+    weight update to all of them, so both servers generate rollouts and both end on the trainer's
+    last weights. Each server's ``/health`` (its request counts per path and its weight version)
+    says what reached it."""
+    ports = [_free_port(), _free_port()]
+    while ports[1] == ports[0]:
+        ports[1] = _free_port()
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    servers = [_serve(p) for p in ports]
+    out = tmp_path / "run"
+    try:
+        for url, server in zip(urls, servers, strict=True):
+            _wait_for_health(url, server)
+        run_train(
+            out,
+            *SMALL,
+            "vlrollout.engine.kind=sglang",
+            f"vlrollout.engine.addresses=[127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}]",
+            "vlrollout.task=caption",
+            "vlrollout.reward=tests.train.reward_fns.square_words",
+            "actor.optimizer.lr=1e-3",
+            "vlrollout.eval_every=0",
+        )
+        healths = [requests.get(f"{url}/health", timeout=5).json() for url in urls]
+        generated = [h["requests"].get("/generate", 0) for h in healths]
+        # Both servers made rollouts, together at least the 2 steps x 2 items x 2 samples.
+        assert all(n > 0 for n in generated), generated
+        assert sum(generated) >= 2 * 4, generated
+        # Each server took both weight updates, and no other.
+        for h in healths:
+            assert h["requests"].get("/update_weights_from_disk", 0) == 2, h
+            assert h["version"] == 2, h
+        steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in steps] == [1, 2]
+        assert all(r["n_trajectories"] == 4 for r in steps)
+
+        # Each server serves the trainer's last checkpoint, not the starting weights.
+        prompt = [1, 2, 3, 4, 5]
+        for url in urls:
+            served, completion = _greedy_logprobs(url, prompt)
+            trained = _teacher_forced(out / "checkpoints" / "step_2", prompt, completion)
+            start = _teacher_forced(TINY, prompt, completion)
+            assert (served - trained).abs().max() < 1e-4, url
+            assert (served - start).abs().max() > 1e-3, url
+    finally:
+        for server in servers:
+            _stop(server)
