@@ -200,7 +200,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from tqdm import tqdm
 
     from vlrollout.jsonl import append_jsonl, read_jsonl, write_jsonl
-    from vlrollout.train import asynchronous, checkpoint, samples
+    from vlrollout.train import asynchronous, checkpoint, diagnostics, samples
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import restore_multi_modal_inputs, rollout_step
     from vlrollout.train.loggers import TrainLoggers
@@ -290,6 +290,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         )
         logger.warning("asynchronous rollouts, at most %d weight versions behind", offpolicy)
     last_batch_at: float | None = None
+    true_area = diagnostics.true_area_fraction(train_items)  # None unless grounding
 
     def run_eval(step: int) -> None:
         t = time.perf_counter()
@@ -385,6 +386,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 "time/update": t_update,
                 "time/weight_sync": t_sync,
                 "time/step": time.perf_counter() - t0,
+                **diagnostics.batch_diagnostics(batch, adv, processor.tokenizer, true_area),
                 "areal": areal_stats,
             }
             append_jsonl(metrics_path, record)
