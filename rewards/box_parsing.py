@@ -514,4 +514,3 @@ def get_parser(
     if key == "plain":
         return partial(parse_plain, frame=Frame(plain_frame))
     return PARSERS[key]
-

@@ -476,9 +476,9 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
     SIGTERM return 130 and 143 after one line saying what was kept; no worker process outlives
     the command.
     """
+    from vlrollout.errors import Interrupted, UsageError
     from vlrollout.ledger import NothingAccepted
     from vlrollout.logs import log_to_stderr
-    from vlrollout.errors import Interrupted, UsageError
 
     log_to_stderr(logging.DEBUG if debug else logging.WARNING)
     previous = signal.signal(signal.SIGTERM, _raise_signal_exit)

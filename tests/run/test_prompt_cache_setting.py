@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vlrollout.cli import run_config_from_flags
-from vlrollout.processors import cache
 from vlrollout.errors import ConfigError
+from vlrollout.processors import cache
 from vlrollout.run.config import RunConfig
 from vlrollout.run.main import apply_process_settings
 
