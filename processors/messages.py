@@ -150,4 +150,3 @@ def to_openai_messages(messages: list[dict[str, Any]], data_urls: Sequence[str])
             ]
         out.append({**message, "content": content})
     return out
-
