@@ -7,19 +7,20 @@ reads its ``metrics.jsonl``. Every run computes the trainer's proximal logprobs
 (``actor.recompute_logprob=true`` for k = 0; ``actor.use_decoupled_loss=true``, AReaL's
 asynchronous recipe, for k > 0), so the trainer's work per step is the same.
 
-``rollout`` is the trainer's wait for its batch: with k = 0 the whole rollout, with k > 0 what
-the rollouts running during the previous update had not finished. Here the engine and the trainer
-share the machine's cores, so rollouts running during an update slow it down. How the wait would
-look with the rollouts on a machine of their own is projected from the k = 0 run, whose phases
-are timed apart (nothing else runs while each runs): with ``R`` its rollout, ``S`` its weight
-sync (the engine generates nothing meanwhile) and ``T`` the trainer's whole step without the wait
-(logp + update + weight sync), k = 0 waits ``R`` per step of ``R + T``; k >= 1 rolls the next
-batch out during the update, so a step lasts ``max(T, R + S)`` of which ``max(0, R + S - T)`` is
-waiting (the steady state, ignoring the one second AReaL's ``prepare_batch`` waits before it
-submits the next batch).
+``tok/s`` is trained (generated) tokens per second of the trainer's step. ``rollout`` is the
+trainer's wait for its batch: with k = 0 the whole rollout, with k > 0 what the rollouts running
+during the previous update had not finished. Here the engine and the trainer share the machine's
+cores, so rollouts running during an update slow it down. How the wait would look with the rollouts
+on a machine of their own is projected from the k = 0 run, whose phases are timed apart (neither
+side runs while the other does): with ``R`` its rollout, ``S`` its weight sync (the engine
+generates nothing meanwhile) and ``T`` the trainer's whole step without the wait (logp + update +
+weight sync), k = 0 waits ``R`` per step of ``R + T``; k >= 1 rolls the next batch out during the
+update, so a step lasts ``max(T, R + S)`` of which ``max(0, R + S - T)`` is waiting (the steady
+state, ignoring the one second AReaL's ``prepare_batch`` waits before it submits the next batch).
 
-    .venv/bin/python bench/bench_train_step.py                 # ~5 min on 2 shared CPU cores
+    .venv/bin/python bench/bench_train_step.py
     .venv/bin/python bench/bench_train_step.py --steps 6 --batch 16 --group 8 --offpolicy 0 1
+    .venv/bin/python bench/bench_train_step.py --steps 3 --offpolicy 0 1 --threads 1
 """
 
 from __future__ import annotations
@@ -37,12 +38,16 @@ import record
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("rollout", "logp", "update", "weight_sync")
-KEPT = ("step", "tokens_per_s", "staleness_max")
+KEPT = ("step", "gen_tokens", "staleness_max")
 DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP, DEFAULT_OFFPOLICY = 4, 8, 8, (0, 1, 2)
 
 
-def run_loop(config: str, k: int, steps: int, batch: int, group: int) -> list[dict]:
-    """``metrics.jsonl`` of a ``vlrollout train`` run of ``steps`` steps with k = ``k``."""
+def run_loop(
+    config: str, k: int, steps: int, batch: int, group: int, threads: int | None
+) -> list[dict]:
+    """``metrics.jsonl`` of a ``vlrollout train`` run of ``steps`` steps with k = ``k``
+    (``threads``: ``OMP_NUM_THREADS``, torch's threads per calling thread; ``None``: torch's
+    default, one per core)."""
     proximal = ["actor.use_decoupled_loss=true"] if k else ["actor.recompute_logprob=true"]
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config", config]
@@ -59,6 +64,8 @@ def run_loop(config: str, k: int, steps: int, batch: int, group: int) -> list[di
             "vlrollout.progress=false",
         ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if threads is not None:
+            env["OMP_NUM_THREADS"] = str(threads)
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"k={k}: vlrollout train failed:\n{proc.stderr[-3000:]}")
@@ -72,6 +79,7 @@ def summary(rows: list[dict]) -> dict[str, float]:
     out = {p: statistics.fmean(r[f"time/{p}"] for r in steady) for p in PARTS}
     out["step"] = statistics.fmean(r["time/step"] for r in steady)
     out["wait_share"] = out["rollout"] / out["step"]
+    out["tokens_per_s"] = statistics.fmean(r["gen_tokens"] / r["time/step"] for r in steady)
     out["staleness_max"] = max(r.get("staleness_max", 0) for r in rows)
     return out
 
@@ -105,6 +113,13 @@ def main(argv: list[str]) -> None:
         default=list(DEFAULT_OFFPOLICY),
         help="values of rollout.max_head_offpolicyness to run (0 first: the projection uses it)",
     )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="OMP_NUM_THREADS of the runs: torch's threads for the trainer and for the engine "
+        "each (default: one per core, so with k > 0 both sides start that many during updates)",
+    )
     ap.add_argument("--config", default=str(ROOT / "examples" / "train_grounding.yaml"))
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
@@ -112,7 +127,7 @@ def main(argv: list[str]) -> None:
 
     runs: dict[int, list[dict]] = {}
     for k in args.offpolicy:
-        runs[k] = run_loop(args.config, k, args.steps, args.batch, args.group)
+        runs[k] = run_loop(args.config, k, args.steps, args.batch, args.group, args.threads)
         rows = runs[k]
         print(f"\nk={k}: {args.batch} items x {args.group} episodes per step, {len(rows)} steps")
         header = f"{'step':>6} " + " ".join(f"{p:>12}" for p in PARTS)
@@ -120,17 +135,18 @@ def main(argv: list[str]) -> None:
         for r in rows:
             parts = " ".join(f"{r[f'time/{p}']:12.2f}" for p in PARTS)
             print(
-                f"{r['step']:>6} {parts} {r['time/step']:9.2f} {r['tokens_per_s']:8.0f} "
-                f"{r.get('staleness_max', 0):>6}"
+                f"{r['step']:>6} {parts} {r['time/step']:9.2f} "
+                f"{r['gen_tokens'] / r['time/step']:8.0f} {r.get('staleness_max', 0):>6}"
             )
     means = {k: summary(rows) for k, rows in runs.items()}
 
-    columns = ["k", "s/step", "wait s", "wait share", *PARTS[1:], "staleness max"]
+    columns = ["k", "s/step", "tok/s", "wait s", "wait share", *PARTS[1:], "staleness max"]
     print("\nmeans of the steps after the first (the first includes warm-up)")
     print("  ".join(f"{c:>13}" for c in columns))
     body = []
     for k, m in means.items():
-        row = [str(k), f"{m['step']:.2f}", f"{m['rollout']:.2f}", f"{m['wait_share']:.0%}"]
+        row = [str(k), f"{m['step']:.2f}", f"{m['tokens_per_s']:.0f}", f"{m['rollout']:.2f}"]
+        row.append(f"{m['wait_share']:.0%}")
         row += [f"{m[p]:.2f}" for p in PARTS[1:]] + [str(m["staleness_max"])]
         body.append(row)
         print("  ".join(f"{c:>13}" for c in row))
@@ -180,12 +196,12 @@ def main(argv: list[str]) -> None:
             f"k>=1 {p['async_wait_share']:.0%}"
         )
     print(headline)
-    settings = (args.steps, args.batch, args.group, tuple(args.offpolicy))
+    settings = (args.steps, args.batch, args.group, tuple(args.offpolicy), args.threads)
     mode = (
         "default"
-        if settings == (DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP, DEFAULT_OFFPOLICY)
-        else f"shortened: {args.steps} steps of {args.batch} items x {args.group} episodes, "
-        f"k in {list(args.offpolicy)}"
+        if settings == (DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP, DEFAULT_OFFPOLICY, None)
+        else f"changed: {args.steps} steps of {args.batch} items x {args.group} episodes, "
+        f"k in {list(args.offpolicy)}, threads {args.threads or 'default'}"
     )
     record.write(started.record(tables, headline, numbers, mode=mode), args.record_dir)
 
