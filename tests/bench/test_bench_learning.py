@@ -1,0 +1,83 @@
+"""``bench/bench_learning.py``'s summary of its runs, on fabricated per-run metrics.
+
+The benchmark itself trains (minutes per run); what is checked here is that its tables and
+headline say what the runs measured: mean ± sd over seeds per arm and step, the difference
+trained - control, the sampled reward per step and the minutes, on steps every run has.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_learning import (  # noqa: E402
+    QUICK,
+    RunResult,
+    headline,
+    parse_args,
+    summarize,
+    tables,
+    train_overrides,
+)
+
+
+def _runs() -> list[RunResult]:
+    trained = [
+        RunResult("trained", 1, {0: 0.05, 5: 0.10, 10: 0.20}, {1: 0.1, 2: 0.3}, 3.0, 2.0),
+        RunResult("trained", 2, {0: 0.05, 5: 0.12, 10: 0.16}, {1: 0.2, 2: 0.4}, 4.0, 3.0),
+    ]
+    control = [
+        RunResult("control", 1, {0: 0.05, 5: 0.05, 10: 0.06}, {1: 0.1, 2: 0.1}, 2.5, 1.5),
+        # A run that stopped early: its steps bound the table.
+        RunResult("control", 2, {0: 0.05, 5: 0.07}, {1: 0.2}, 2.5, 1.5),
+    ]
+    return trained + control
+
+
+def test_summary_is_mean_and_sd_over_seeds_on_the_steps_every_run_has():
+    s = summarize(_runs())
+    assert s.eval_steps == [0, 5] and s.reward_steps == [1] and s.seeds == [1, 2]
+    assert s.eval_mean["trained"][5] == pytest.approx(0.11)
+    assert s.eval_sd["trained"][5] == pytest.approx(0.0141421, abs=1e-6)  # sample sd
+    assert s.eval_mean["control"][5] == pytest.approx(0.06)
+    assert s.reward_mean["trained"][1] == pytest.approx(0.15)
+    assert s.minutes["trained"] == [3.0, 4.0] and s.train_minutes["control"] == [1.5, 1.5]
+
+
+def test_tables_and_headline_show_both_arms_and_their_difference():
+    s = summarize(_runs())
+    held_out, reward, minutes = tables(s, "held-out greedy mean IoU")
+    assert held_out.columns[-1] == "trained - control"
+    assert held_out.rows[-1] == ["5", "0.110 ± 0.014", "0.060 ± 0.014", "+0.050"]
+    assert reward.rows == [["1", "0.150", "0.150"]]
+    assert minutes.rows[0] == ["trained", "2.0, 3.0", "3.0, 4.0"]
+    line = headline(s, "grounding")
+    assert line.startswith("headline: held-out greedy mean IoU at step 5")
+    assert "trained 0.110 ± 0.014" in line and "control 0.060 ± 0.014" in line
+    assert "difference +0.050" in line and "(start 0.050)" in line
+
+
+def test_a_trained_arm_alone_has_no_difference_column():
+    s = summarize([r for r in _runs() if r.arm == "trained"])
+    held_out, _, _ = tables(s, "m")
+    assert held_out.columns == ["step", "trained m"]
+    assert "difference" not in headline(s, "counting")
+
+
+def test_quick_fills_only_what_was_not_given_and_overrides_reach_every_run():
+    args = parse_args(["--quick", "--steps", "4", "vlrollout.ground_metric=iou"])
+    assert args.steps == 4 and args.seeds == QUICK["seeds"]
+    assert args.eval_items == QUICK["eval_items"] and args.overrides == [
+        "vlrollout.ground_metric=iou"
+    ]
+    settings = train_overrides(args)
+    assert "total_train_steps=4" in settings
+    assert f"train_dataset.batch_size={QUICK['batch_size']}" in settings
+    assert parse_args([]).seeds == [1, 2, 3] and train_overrides(parse_args([]))[-1].startswith(
+        "vlrollout.log_rollouts"
+    )
