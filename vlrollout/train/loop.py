@@ -162,32 +162,38 @@ def eval_line(record: dict[str, Any], prefix: str = "eval") -> str:
 
 # ----------------------------------------------------------------------------- the engine
 def build_rollout_engine(cfg: TrainConfig, model_path: str, dtype: torch.dtype) -> tuple[Any, Any]:
-    """``(engine, processor)``: the embedded engine, or AReaL's own remote engine connected to
-    ``vlrollout.addresses`` (SGLang or AReaL's vLLM protocol, e.g. ``vlrollout serve``).
+    """``(engine, processor)`` for ``vlrollout.engine``: the embedded engine, or AReaL's own
+    remote engine connected to ``engine.addresses`` (SGLang or AReaL's vLLM protocol, e.g.
+    ``vlrollout serve``).
 
     Either way the actor's ``update_weights`` reaches it through AReaL's disk path: the engine (or
     AReaL's client, for a server) waits for the trainer's name_resolve key before loading.
     """
-    vl = cfg.vlrollout
-    if vl.engine == "local":
+    section = cfg.vlrollout.engine
+    if section.kind == "local":
         from vlrollout.engine.local import LocalInferenceEngine
 
         engine = LocalInferenceEngine.from_pretrained(
-            model_path, dtype=dtype, seed=cfg.seed, deterministic=vl.deterministic
+            model_path,
+            dtype=dtype,
+            device=section.device,
+            seed=cfg.seed,
+            deterministic=bool(section.deterministic),
+            compile_decode=section.compile,
         )
         engine.initialize(config=cfg.rollout, train_data_parallel_size=1)
         return engine, engine.processor
-    if vl.engine == "sglang":
-        from areal.engine.sglang_remote import RemoteSGLangEngine as cls
-    else:
-        from areal.engine.vllm_remote import RemotevLLMEngine as cls
+    from vlrollout.engine.factory import remote_engine
     from vlrollout.workflows.episode import load_processor
 
-    rollout = dataclasses.replace(
-        cfg.rollout, experiment_name=cfg.experiment_name, trial_name=cfg.trial_name
+    engine = remote_engine(
+        section.kind,
+        cfg.rollout,
+        experiment_name=cfg.experiment_name,
+        trial_name=cfg.trial_name,
+        tokenizer_path=model_path,
     )
-    engine = cls(rollout)
-    engine.initialize(addr=list(vl.addresses), train_data_parallel_size=1)
+    engine.initialize(addr=list(section.addresses), train_data_parallel_size=1)
     return engine, load_processor(model_path)
 
 
