@@ -543,7 +543,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{worst_areal.engine}, bound AReaL/floor* {worst_areal.bound:.2f}x]"
     )
     print(headline)
-    mode = "default" if not args.quick else f"quick: {reps} repetitions, processors {kinds}"
+    mode = (
+        f"quick: {reps.single} episodes ({reps.areal} for AReaL) and {reps.group} groups "
+        f"({reps.areal_group} for AReaL) per case, the {' and '.join(kinds)} processor"
+        if args.quick
+        else "default"
+    )
     rec = started.record(
         [readme_table(results, engines, g)],
         headline,
