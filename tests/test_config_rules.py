@@ -88,3 +88,16 @@ def test_one_remote_engine_builder_keeps_areals_rollout_settings():
     assert rollout.backend == "local"  # the caller's config is not changed
     with pytest.raises(ValueError, match="not a remote engine kind"):
         remote_engine("local")
+
+
+def test_the_old_flat_engine_key_is_explained(tmp_path):
+    with pytest.raises(ConfigError, match=r"vlrollout.engine is a section .*vlrollout.engine.kind="):
+        load_config(GROUNDING, [f"vlrollout.output={tmp_path}", "vlrollout.engine=sglang"])
+
+
+def test_a_missing_relative_data_file_names_the_working_folder(tmp_path, monkeypatch):
+    from vlrollout.datasets import DataFileError, check_data_path
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataFileError, match=f"relative to the working folder {tmp_path}"):
+        check_data_path("assets/samples/data.jsonl")

@@ -116,7 +116,8 @@ def check_data_path(path: str | Path) -> Path:
     if path.is_dir():
         raise DataFileError(f"data path {path} is a folder; pass --data FILE.jsonl (or .parquet)")
     if not path.exists():
-        raise DataFileError(f"data file {path} does not exist; pass --data FILE.jsonl")
+        where = "" if path.is_absolute() else f" (relative to the working folder {Path.cwd()})"
+        raise DataFileError(f"data file {path} does not exist{where}; pass --data FILE.jsonl")
     if path.suffix not in (".jsonl", ".parquet"):
         raise DataFileError(
             f"data file {path}: expected a .jsonl or .parquet file, got {path.suffix or 'no'} suffix"

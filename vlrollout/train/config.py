@@ -165,6 +165,11 @@ def _explain_override(e: Exception, path: str) -> Exception:
     from vlrollout.config import known_keys
 
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if "is not a subclass of EngineConfig" in first:
+        return ConfigError(
+            f"{path}: vlrollout.engine is a section (the same as vlrollout run's engine:): "
+            "set vlrollout.engine.kind=local|sglang|vllm and vlrollout.engine.addresses=[...]"
+        )
     match = re.match(r"Could not override '([\w.]+)'", first)
     if not match:
         return ConfigError(f"{path}: {first}")
