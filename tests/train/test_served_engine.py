@@ -55,15 +55,7 @@ def _teacher_forced(model_dir: Path, prompt: list[int], completion: list[int]) -
 def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = subprocess_env(OMP_NUM_THREADS="1")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vlrollout.cli", "serve", "--model", str(TINY)]
-        + ["--protocol", "sglang", "--port", str(port), "--threads", "1"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = _serve(port)
     out = tmp_path / "run"
     try:
         _wait_for_health(url, server)
@@ -87,30 +79,13 @@ def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
 
         # The served model is the trainer's last checkpoint (and no longer the starting one).
         prompt = [1, 2, 3, 4, 5]
-        r = requests.post(
-            f"{url}/generate",
-            json={
-                "input_ids": prompt,
-                "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True},
-                "return_logprob": True,
-            },
-            timeout=60,
-        )
-        assert r.status_code == 200, r.text
-        pairs = r.json()["meta_info"]["output_token_logprobs"]
-        served = torch.tensor([lp for lp, _, _ in pairs])
-        completion = [tok for _, tok, _ in pairs]
+        served, completion = _greedy_logprobs(url, prompt)
         trained = _teacher_forced(out / "checkpoints" / "step_2", prompt, completion)
         start = _teacher_forced(TINY, prompt, completion)
         assert (served - trained).abs().max() < 1e-4
         assert (served - start).abs().max() > 1e-3
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        _stop(server)
 
 
 def _serve(port: int) -> subprocess.Popen:
