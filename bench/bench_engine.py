@@ -456,7 +456,8 @@ def main() -> None:
         base = LocalInferenceEngine.from_pretrained(
             str(ASSET), device=args.device, dtype=torch.float32
         )
-        model, processor, source = base.model, base.processor, str(ASSET)
+        model, processor = base.model, base.processor
+        source = str(ASSET.relative_to(ASSET.parents[1]))
     else:
         model, processor = tiny_qwen2vl(seed=0)
         source = "random tiny Qwen2-VL (vlrollout.testing.tiny_model)"
