@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlrollout-installed
 
-.PHONY: setup demo demo-baseline train test test-fast lint bench lock snapshots
+.PHONY: setup demo demo-baseline train test test-fast lint bench readme-numbers lock snapshots
 
 # Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
 # pyproject.toml or the lock changes. The venv takes about 10 GiB (areal pins a torch whose Linux
@@ -51,8 +51,14 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Each benchmark also writes its numbers to bench/results/<name>.json (command, date, cores, load).
 bench: setup
 	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# The README's benchmark tables, rendered from the latest records in bench/results/ between its
+# <!-- bench:NAME --> markers (run after a benchmark; commit the records with the README).
+readme-numbers: setup
+	$(BIN)/python scripts/render_readme_numbers.py
 
 # Re-record resolved versions after changing dependencies (review the diff).
 lock: setup
