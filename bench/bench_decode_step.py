@@ -97,9 +97,9 @@ def main() -> None:
         f"decode step saved by the direct path: {(full - fast) * 1e6:.1f} us per step "
         f"({(full - fast) / full:.1%}); logits bit-identical: {same}"
     )
-    print(saved)
     for name, seconds in sampling.items():
         print(f"sample_batch, {name:<34} {quantiles(seconds)}")
+    print(saved)  # the headline, last
 
     def row(what: str, seconds: list[float]) -> list[str]:
         ordered = sorted(seconds)
