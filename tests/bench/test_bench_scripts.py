@@ -175,7 +175,8 @@ def test_engine_benchmarks_refuse_counts_below_one_in_one_line(script, args, nam
 
 
 def test_prompt_memory_quick_runs_and_prints_the_headline(tmp_path):
-    """It once ended in a TypeError: its own ``run`` was shadowed by bench/entry's."""
+    """Its rollout coroutine and bench/entry's ``run`` are different names: one module-level
+    ``run`` would be rebound by the other when the script starts."""
     lines = _run_quick("bench_prompt_memory.py", timeout_s=300, record_dir=tmp_path)
     assert lines[-1].startswith("headline: prepared prompts peak")
 
