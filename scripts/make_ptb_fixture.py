@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "rewards" / "fixtures" / "ptb_tokens.json"
 
-# The punctuation cases of issue 15, then ordinary caption text, then harder cases.
+# Punctuation cases, then ordinary caption text, then harder cases.
 HAND = [
     "A man with 1,000 dollars at 10:30.",
     "$5 for a (red) hat.",
