@@ -91,7 +91,9 @@ def test_one_remote_engine_builder_keeps_areals_rollout_settings():
 
 
 def test_the_old_flat_engine_key_is_explained(tmp_path):
-    with pytest.raises(ConfigError, match=r"vlrollout.engine is a section .*vlrollout.engine.kind="):
+    with pytest.raises(
+        ConfigError, match=r"vlrollout.engine is a section .*vlrollout.engine.kind="
+    ):
         load_config(GROUNDING, [f"vlrollout.output={tmp_path}", "vlrollout.engine=sglang"])
 
 
