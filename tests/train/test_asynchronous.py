@@ -9,8 +9,10 @@ that sampled it (teacher-forced with those weights), and a run killed mid-way re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -199,16 +201,24 @@ def test_async_run_resumes_after_a_kill(tmp_path):
     latest = out / "checkpoints" / "latest"
     log = tmp_path / "killed.log"
     with open(log, "w") as stderr:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        # its own process group: the kill takes the run's child processes with it
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 600
         while not (latest.exists() and latest.read_text().strip() == "step_2"):
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
     finally:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     state = json.loads((out / "checkpoints" / "step_2" / "state.json").read_text())
     pulled = state["rollouts"]["loader"]["_num_yielded"]
