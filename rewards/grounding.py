@@ -38,12 +38,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from .box_parsing import ParsedOutput, get_parser
-from .box_scores import acc_at, box_area, match_boxes, match_points, pairwise_giou, pairwise_iou
+from .box_scores import (
+    acc_at,
+    box_area,
+    centre_closeness,
+    match_boxes,
+    match_points,
+    pairwise_giou,
+    pairwise_iou,
+)
 from .frames import Box, Frame, convert_boxes, convert_points, frame_size
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region
 
-BOX_METRICS = ("iou", "giou", "acc", "box_f1", "mean_iou")
+BOX_METRICS = ("iou", "giou", "acc", "centre", "iou_centre", "box_f1", "mean_iou")
 
 
 def box_problem(box: Sequence[float]) -> str | None:
@@ -134,9 +142,13 @@ class GroundingReward(Reward):
     Args:
         family: Output format, a key of ``box_parsing.PARSERS`` (``qwen2_vl``, ``qwen2_5_vl``,
             ``qwen3_vl``, ``internvl``, ``paligemma``, ``florence2``, ``plain``).
-        metric: ``iou``, ``giou``, ``acc`` (Acc@``iou_threshold``), ``box_f1`` or ``mean_iou``
-            (Hungarian matching; ``mean_iou`` is the mean IoU over matched pairs times recall, so
-            missing boxes cost).
+        metric: ``iou``, ``giou``, ``acc`` (Acc@``iou_threshold``), ``centre``
+            (:func:`~.box_scores.centre_closeness`: 1 minus the centre distance over the image
+            diagonal, in the label frame's image size; dense and blind to box size),
+            ``iou_centre`` (the mean of IoU and ``centre``: a miss still ranks by distance, and
+            only overlap pays for size), ``box_f1`` or ``mean_iou`` (Hungarian matching;
+            ``mean_iou`` is the mean IoU over matched pairs times recall, so missing boxes cost).
+            With several label boxes ``centre`` and ``iou_centre`` score the best label.
         label_frame: Frame of the label boxes in ``task_data``.
         plain_frame: Frame of the model's boxes when ``family="plain"``.
         boxes_key: ``task_data`` field holding the label boxes.
@@ -255,6 +267,13 @@ class GroundingReward(Reward):
             return RewardResult(value, None, details)
         if self.metric == "giou":
             return RewardResult(float(pairwise_giou(valid, gt).max()), None, details)
+        if self.metric in ("centre", "iou_centre"):
+            ious = pairwise_iou(valid, gt)[0]
+            closeness = [centre_closeness(valid[0], g, width, height) for g in gt]
+            scores = closeness if self.metric == "centre" else (ious + closeness) / 2
+            k = int(max(range(len(gt)), key=lambda j: scores[j]))
+            details.update(iou=float(ious[k]), centre=closeness[k])
+            return RewardResult(float(scores[k]), None, details)
         best = float(pairwise_iou(valid, gt).max())
         if self.metric == "acc":
             details["iou"] = best

@@ -1,4 +1,4 @@
-"""IoU, GIoU, Acc@tau, point-in-box and Hungarian matching: hand-computed values."""
+"""IoU, GIoU, Acc@tau, centre closeness, point-in-box and Hungarian matching: hand-computed values."""
 
 import numpy as np
 import pytest
@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from vlrollout.rewards.box_scores import (
     _match,
     acc_at,
+    centre_closeness,
     giou,
     iou,
     match_boxes,
@@ -133,3 +134,23 @@ def test_tie_break_uses_only_pairs_that_pass_the_threshold():
     r = match_boxes(pred, gt)
     assert [(p, g) for p, g, _ in r.matches] == [(0, 1)]
     assert r.mean_iou == pytest.approx(0.6)
+
+
+def test_centre_closeness_is_normalised_by_the_image_and_blind_to_box_size():
+    label = (40, 40, 60, 60)  # centre (50, 50) in a 200 x 100 image
+    # centre (150, 50): 100 px in x = 0.5 of the width, so 1 - 0.5 / sqrt(2)
+    assert centre_closeness((140, 40, 160, 60), label, 200, 100) == pytest.approx(
+        1 - 0.5 / np.sqrt(2)
+    )
+    # the same centre distance in pixels along y is 1.0 of the height: scaled per axis
+    assert centre_closeness((40, 140, 60, 160), label, 200, 100) == pytest.approx(
+        1 - 1 / np.sqrt(2)
+    )
+    # growing a missing box around its centre changes nothing (GIoU would rise)
+    small, big = (140, 40, 160, 60), (100, 0, 200, 100)
+    assert centre_closeness(small, label, 200, 100) == centre_closeness(big, label, 200, 100)
+    assert giou(big, label) > giou(small, label)
+    assert centre_closeness(label, label, 200, 100) == 1.0
+    assert centre_closeness((0, 0, 0, 0), (200, 100, 200, 100), 200, 100) == 0.0
+    with pytest.raises(ValueError, match="width and height"):
+        centre_closeness(label, label, 0, 100)

@@ -125,6 +125,28 @@ def test_giou_acc_and_multi_box_metrics():
     assert miou == pytest.approx(1.0 * 0.5)  # mean matched IoU 1.0 x recall 1/2
 
 
+def test_centre_metrics_pay_for_position_not_size():
+    kw = dict(boxes=LABEL, geometry=GEO)  # label (160,120)-(480,360) in a 640 x 480 image
+    # a miss centred 160 px right of the label's centre (0.25 of the width), two sizes; the model
+    # frame's integer coordinates land within 0.5 px of the original boxes named (tolerance 1e-3)
+    small = '{"bbox_2d": [443, 218, 523, 258]}'  # original (440,220)-(520,260)
+    large = '{"bbox_2d": [362, 99, 604, 377]}'  # original (360,100)-(600,380): overlaps
+    far = '{"bbox_2d": [564, 377, 644, 476]}'  # original (560,380)-(640,480)
+    centre = GroundingReward("qwen2_5_vl", "centre")
+    closeness = 1 - 0.25 / 2**0.5
+    assert centre("p", small, [], [], **kw) == pytest.approx(closeness, abs=1e-3)
+    assert centre("p", large, [], [], **kw) == pytest.approx(closeness, abs=1e-3)
+    assert centre("p", far, [], [], **kw) < closeness
+    assert centre("p", '{"bbox_2d": [161, 119, 483, 357]}', [], [], **kw) == pytest.approx(1.0)
+    both = GroundingReward("qwen2_5_vl", "iou_centre").score("p", large, [], [], **kw)
+    iou = (120 * 240) / (320 * 240 + 240 * 280 - 120 * 240)
+    assert both.value == pytest.approx((iou + closeness) / 2, abs=1e-3)
+    assert both.details["iou"] == pytest.approx(iou, abs=1e-3)
+    assert both.details["centre"] == pytest.approx(closeness, abs=1e-3)
+    none = GroundingReward("qwen2_5_vl", "iou_centre").score("p", "no box", [], [], **kw)
+    assert (none.value, none.reason) == (0.0, "no_box")
+
+
 def test_answer_tag_and_label_frame():
     r = GroundingReward("qwen3_vl", label_frame="norm1000")
     text = (
@@ -170,7 +192,7 @@ FRAGMENTS = ['{"bbox_2d": [', "]", "}", ",", "NaN", "-5", "161", "1e9", "700", "
     st.one_of(
         st.text(max_size=200), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)
     ),
-    st.sampled_from(["iou", "giou", "acc", "box_f1", "mean_iou"]),
+    st.sampled_from(["iou", "giou", "acc", "centre", "iou_centre", "box_f1", "mean_iou"]),
 )
 def test_grounding_never_raises_and_stays_in_range(text, metric):
     r = GroundingReward("qwen2_5_vl", metric).score("p", text, [], [], boxes=LABEL, geometry=GEO)

@@ -64,3 +64,18 @@ def test_config_rejects_bad_values():
         TrainSection(task="segment")
     with pytest.raises(ValueError, match="ground_metric"):
         TrainSection(ground_metric="dice")
+    with pytest.raises(ValueError, match="ground_metric"):
+        TrainSection(ground_metric="box_f1")  # a multi-box metric: the tasks have one label box
+
+
+def test_every_ground_metric_option_builds_the_training_reward():
+    from vlrollout.tiny.synthetic import generate_items
+    from vlrollout.train.config import GROUND_METRICS
+    from vlrollout.train.rewards import build_rewards
+
+    items = generate_items("ground", 2, seed=5)
+    for metric in GROUND_METRICS:
+        TrainSection(ground_metric=metric)
+        trained, evaluated = build_rewards("tiny_task", metric, items, items)
+        assert trained.rewards["ground"].metric == metric
+        assert evaluated.rewards["ground"].metric == "iou"

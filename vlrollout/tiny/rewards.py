@@ -21,8 +21,10 @@ def count_reward() -> Any:
 
 
 def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") -> Any:
-    """count → exact count; ground → ``ground_metric`` (``iou``, or the denser ``giou``) of the
-    Qwen2-VL box (0–1000) against the original-pixel label; caption → CIDEr-D.
+    """count → exact count; ground → ``ground_metric`` (a single-box metric of
+    :class:`~vlrollout.rewards.grounding.GroundingReward`: ``iou``, ``giou``, ``acc``, ``centre``
+    or ``iou_centre``) of the Qwen2-VL box (0–1000) against the original-pixel label;
+    caption → CIDEr-D.
 
     CIDEr-D's document frequencies come from the captions of ``items`` (the references), computed
     once, so a caption's score does not depend on which other captions share its batch (an RL

@@ -15,6 +15,9 @@ from areal.api.cli_args import GRPOConfig
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
 
+GROUND_METRICS = ("iou", "giou", "acc", "centre", "iou_centre")
+"""The values of ``vlrollout.ground_metric``."""
+
 
 def _train_engine() -> EngineConfig:
     return EngineConfig(model="")
@@ -32,8 +35,12 @@ class TrainSection:
         data_seed, eval_seed: Seeds of the two item sets (different, so evaluation is held out).
         reward: ``tiny_task`` (count → exact, ground → ``ground_metric``, caption → CIDEr-D) or a
             reward name / import path from :mod:`vlrollout.rewards`.
-        ground_metric: Box reward used in training for ``tiny_task`` (``iou`` or the denser
-            ``giou``). Evaluation always reports IoU.
+        ground_metric: Box reward used in training for ``tiny_task``, one of
+            :data:`GROUND_METRICS` (:class:`~vlrollout.rewards.grounding.GroundingReward`'s
+            single-box metrics): ``iou``; ``giou`` (dense, but its miss penalty shrinks as the
+            box grows); ``acc`` (1 for IoU >= 0.5, VLM-R1's accuracy reward); ``centre`` (1 minus
+            the centre distance over the image diagonal, blind to size); ``iou_centre`` (the mean
+            of ``iou`` and ``centre``). Evaluation always reports IoU.
         eval_every: Evaluate (held-out) every this many steps; 0 only at start and end.
         eval_samples: Besides the greedy evaluation, this many sampled episodes per held-out item
             at the training temperature (``eval_sampled/*``: the policy's expected reward);
@@ -88,9 +95,10 @@ class TrainSection:
             raise ConfigError(
                 f"vlrollout.task must be ground, count, caption or mix, got {self.task!r}"
             )
-        if self.ground_metric not in ("iou", "giou"):
+        if self.ground_metric not in GROUND_METRICS:
             raise ConfigError(
-                f"vlrollout.ground_metric must be iou or giou, got {self.ground_metric!r}"
+                f"vlrollout.ground_metric must be one of {', '.join(GROUND_METRICS)}, got "
+                f"{self.ground_metric!r}"
             )
         for name in ("train_items", "eval_items"):
             if getattr(self, name) < 1:
