@@ -1,0 +1,340 @@
+"""``vlrollout train`` side by side with TRL's ``GRPOTrainer`` on a shipped recipe: both held-out
+curves by our evaluator, and seconds per step.
+
+Ours is the recipe (``examples/train_grounding.yaml`` or ``examples/train_count.yaml`` plus any
+``KEY=VALUE`` overrides) run as a ``vlrollout train`` subprocess (``bench_learning.run_one``),
+read back from its ``eval.jsonl`` and ``metrics.jsonl``. The peer is TRL's ``GRPOTrainer`` on
+the same model, items, item order, reward object and hyper-parameters as far as TRL allows
+(:mod:`trl_peer`), evaluated at the same steps by our held-out greedy evaluation of its saved
+weights. The two run one after the other, never at once (they share the cores).
+
+Printed: what was checked equal and what could not be aligned, one table of the held-out metric
+per evaluation step for both, one of the sampled reward and seconds per step, each side's seconds
+per step by phase, the median and worst seconds per step, and the headline last: is ours at least
+TRL's at every evaluation, and are our seconds per step at most TRL's? A JSON record
+(:mod:`record`) goes to ``--record-dir`` as ``vs_trl_<recipe>.json``.
+
+TRL is an optional benchmark dependency (``pip install -e .[bench]``); without it this prints one
+line and exits 2.
+
+    .venv/bin/python bench/bench_vs_trl.py --recipe grounding
+    .venv/bin/python bench/bench_vs_trl.py --recipe counting seed=2
+    .venv/bin/python bench/bench_vs_trl.py --quick              # 4 steps of 8 items, 32 held out
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import record  # noqa: E402
+from bench_learning import METRIC, RECIPES, run_one, train_overrides  # noqa: E402
+
+QUICK = {"steps": 4, "eval_every": 2, "eval_items": 32, "batch_size": 8}
+"""``--quick``: a few small steps on a small evaluation (checks the script, measures nothing)."""
+
+OURS_PHASES = ("time/rollout", "time/logp", "time/update", "time/weight_sync")
+
+
+@dataclass
+class Side:
+    """One trainer's run as the comparison needs it.
+
+    Attributes:
+        evals: Held-out greedy ``eval/mean`` by step (step 0 is before training).
+        rewards: Sampled training reward (batch mean) by step.
+        step_seconds: Seconds of each training step, evaluations excluded, in step order.
+        phases: Mean seconds per step by phase (each side's own phases).
+        minutes: Wall minutes of the whole run (start-up and evaluations included).
+    """
+
+    evals: dict[int, float]
+    rewards: dict[int, float]
+    step_seconds: list[float]
+    phases: dict[str, float] = field(default_factory=dict)
+    minutes: float = 0.0
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.step_seconds)
+
+    @property
+    def worst_s(self) -> float:
+        return max(self.step_seconds)
+
+
+@dataclass
+class Comparison:
+    """Ours against TRL on the evaluation steps both have.
+
+    Attributes:
+        steps: Evaluation steps both sides evaluated, ascending.
+        behind: Steps where our held-out metric is below TRL's.
+        ratio: Our median seconds per step over TRL's.
+    """
+
+    steps: list[int]
+    behind: list[int]
+    ratio: float
+
+    @property
+    def at_least_every(self) -> bool:
+        """Ours is at least TRL's at every common evaluation."""
+        return not self.behind
+
+    @property
+    def not_slower(self) -> bool:
+        """Our median seconds per step is at most TRL's."""
+        return self.ratio <= 1.0
+
+
+def compare(ours: Side, trl: Side) -> Comparison:
+    """Compare the curves on the steps both evaluated, and the median seconds per step.
+
+    >>> ours = Side({0: 0.1, 5: 0.2, 10: 0.3}, {}, [2.0, 4.0, 3.0])
+    >>> trl = Side({0: 0.1, 5: 0.25, 10: 0.2}, {}, [1.0, 2.0])
+    >>> c = compare(ours, trl)
+    >>> c.steps, c.behind, c.ratio, c.at_least_every, c.not_slower
+    ([0, 5, 10], [5], 2.0, False, False)
+    """
+    steps = sorted(set(ours.evals) & set(trl.evals))
+    if not steps:
+        raise ValueError(
+            f"no common evaluation step: ours {sorted(ours.evals)}, TRL {sorted(trl.evals)}"
+        )
+    if not ours.step_seconds or not trl.step_seconds:
+        raise ValueError(
+            f"seconds per step missing: ours {len(ours.step_seconds)} steps, "
+            f"TRL {len(trl.step_seconds)}"
+        )
+    behind = [s for s in steps if ours.evals[s] < trl.evals[s]]
+    return Comparison(steps, behind, ours.median_s / trl.median_s)
+
+
+def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.Table]:
+    """The held-out table, the per-step table (reward, seconds), the phases and the summary."""
+    held_out = record.Table(
+        ["step", f"ours {metric}", f"TRL {metric}", "ours - TRL"],
+        [
+            [
+                str(s),
+                f"{ours.evals[s]:.3f}",
+                f"{trl.evals[s]:.3f}",
+                f"{ours.evals[s] - trl.evals[s]:+.3f}",
+            ]
+            for s in comp.steps
+        ],
+        title=f"{metric} per evaluation step (our evaluator on both)",
+    )
+    n = min(len(ours.step_seconds), len(trl.step_seconds))
+
+    def reward(side: Side, step: int) -> str:
+        return f"{side.rewards[step]:.3f}" if step in side.rewards else "-"
+
+    per_step = record.Table(
+        ["step", "ours sampled reward", "TRL sampled reward", "ours s", "TRL s"],
+        [
+            [
+                str(k + 1),
+                reward(ours, k + 1),
+                reward(trl, k + 1),
+                f"{ours.step_seconds[k]:.2f}",
+                f"{trl.step_seconds[k]:.2f}",
+            ]
+            for k in range(n)
+        ],
+        title="sampled training reward and seconds per step (evaluations excluded)",
+    )
+    phases = record.Table(
+        ["side", "phase", "mean s per step"],
+        [["ours", k, f"{v:.2f}"] for k, v in ours.phases.items()]
+        + [["TRL", k, f"{v:.2f}"] for k, v in trl.phases.items()],
+        title="where a step's time goes, each side's own phases",
+    )
+    speed = record.Table(
+        ["side", "median s/step", "worst s/step", "wall minutes"],
+        [
+            ["ours", f"{ours.median_s:.2f}", f"{ours.worst_s:.2f}", f"{ours.minutes:.1f}"],
+            ["TRL", f"{trl.median_s:.2f}", f"{trl.worst_s:.2f}", f"{trl.minutes:.1f}"],
+        ],
+        title="seconds per step (wall minutes include start-up and evaluations)",
+    )
+    return [held_out, per_step, phases, speed]
+
+
+def headline(comp: Comparison, ours: Side, trl: Side, recipe: str) -> str:
+    """One line: ours ≥ TRL at every evaluation?, and ours s/step ≤ TRL's?"""
+    last = comp.steps[-1]
+    held = (
+        "yes"
+        if comp.at_least_every
+        else "no, behind at step(s) " + ", ".join(map(str, comp.behind))
+    )
+    speed = "yes" if comp.not_slower else "no"
+    return (
+        f"headline: {recipe}, {METRIC[recipe]} at step {last} ours {ours.evals[last]:.3f} vs TRL "
+        f"{trl.evals[last]:.3f}; ours >= TRL at every evaluation: {held}; ours s/step <= TRL's: "
+        f"{speed} (median {ours.median_s:.2f} vs {trl.median_s:.2f} s, ours/TRL "
+        f"{comp.ratio:.2f}x)"
+    )
+
+
+def read_ours(out: Path, evals: dict[int, float], minutes: float) -> Side:
+    """Our side from a finished run folder's ``metrics.jsonl`` (and the evaluations read)."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows.sort(key=lambda r: r["step"])
+    return Side(
+        evals=evals,
+        rewards={int(r["step"]): float(r["reward_mean"]) for r in rows},
+        step_seconds=[float(r["time/step"]) for r in rows],
+        phases={
+            k.removeprefix("time/"): statistics.fmean(float(r[k]) for r in rows)
+            for k in OURS_PHASES
+        },
+        minutes=minutes,
+    )
+
+
+def print_table(table: record.Table) -> None:
+    print(f"\n{table.title}")
+    widths = [max(len(c), *(len(r[i]) for r in table.rows)) for i, c in enumerate(table.columns)]
+    for row in [table.columns, *table.rows]:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="grounding")
+    ap.add_argument("--steps", type=int, default=None, help="total_train_steps (recipe's)")
+    ap.add_argument("--eval-every", type=int, default=None, help="vlrollout.eval_every")
+    ap.add_argument("--eval-items", type=int, default=None, help="vlrollout.eval_items")
+    ap.add_argument("--batch-size", type=int, default=None, help="train_dataset.batch_size")
+    ap.add_argument("--quick", action="store_true", help="4 steps of 8 items, 32 held out")
+    ap.add_argument("--keep", type=Path, default=None, help="keep run folders under this folder")
+    ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to both sides")
+    record.add_record_dir(ap)
+    args = ap.parse_args(argv)
+    if args.quick:
+        for key, value in QUICK.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if importlib.util.find_spec("trl") is None:
+        print(
+            "bench_vs_trl: TRL is not installed; install the benchmark extra: "
+            ".venv/bin/pip install -e '.[bench]'",
+            file=sys.stderr,
+        )
+        return 2
+    import trl_peer
+
+    from vlrollout.train.config import load_config
+
+    started = record.Run(f"vs_trl_{args.recipe}", argv)
+    config = RECIPES[args.recipe]
+    overrides = train_overrides(args) + list(args.overrides)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = args.keep or Path(tmp)
+        cfg = load_config(config, [*overrides, f"vlrollout.output={base / 'trl-config'}"])
+        steps = cfg.total_train_steps
+        settings = trl_peer.peer_settings(cfg, steps)
+        print(
+            f"{args.recipe}: {steps} steps of {cfg.train_dataset.batch_size} items x "
+            f"{cfg.gconfig.n_samples}, seed {cfg.seed}, load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+
+        run = run_one(config, "trained", cfg.seed, base / "ours", overrides)
+        ours = read_ours(base / "ours", run.evals, run.minutes)
+        print(
+            f"ours: {ours.evals[min(ours.evals)]:.3f} -> {ours.evals[max(ours.evals)]:.3f} "
+            f"({run.minutes:.1f} min)",
+            flush=True,
+        )
+        t0 = time.perf_counter()
+        peer = trl_peer.run_trl(cfg, steps, base / "trl")
+        trl = Side(
+            peer.evals,
+            peer.rewards,
+            peer.step_seconds,
+            peer.phases,
+            (time.perf_counter() - t0) / 60,
+        )
+        print(
+            f"TRL: {trl.evals[min(trl.evals)]:.3f} -> {trl.evals[max(trl.evals)]:.3f} "
+            f"({trl.minutes:.1f} min)",
+            flush=True,
+        )
+
+    checks = dict(peer.alignment)
+    checks["item order"] = (
+        "equal: every step rewarded the loop's items of that step"
+        if peer.order_checked
+        else "DIFFERENT: TRL's steps rewarded other items than the loop's"
+    )
+    start = 0 if 0 in ours.evals and 0 in trl.evals else None
+    if start is not None:
+        same = ours.evals[0] == trl.evals[0]
+        checks["evaluator"] = (
+            f"{'equal' if same else 'DIFFERENT'} at step 0 (same weights): ours "
+            f"{ours.evals[0]:.4f}, TRL's saved weights {trl.evals[0]:.4f}"
+        )
+    if peer.rejected:
+        checks["TRL rejected episodes"] = json.dumps(peer.rejected)
+    print("\nchecked:")
+    for name, line in checks.items():
+        print(f"  {name}: {line}")
+    print("aligned settings:")
+    for line in settings.aligned:
+        print(f"  {line}")
+    print("not aligned:")
+    for line in settings.not_aligned:
+        print(f"  - {line}")
+
+    comp = compare(ours, trl)
+    metric = METRIC[args.recipe]
+    out = tables(comp, ours, trl, metric)
+    for table in out:
+        print_table(table)
+    line = headline(comp, ours, trl, args.recipe)
+    print(line)
+    mode = "default"
+    if args.quick:
+        mode = "quick: " + ", ".join(f"{k} {v}" for k, v in QUICK.items())
+    elif any([args.steps, args.eval_every, args.eval_items, args.batch_size, args.overrides]):
+        mode = "changed: " + " ".join(argv)
+    numbers = {
+        "recipe": args.recipe,
+        "config": config,
+        "overrides": overrides,
+        "ours": asdict(ours),
+        "trl": asdict(trl),
+        "trl_settings": settings.kwargs,
+        "checks": checks,
+        "behind_at": comp.behind,
+        "ratio_median_s": comp.ratio,
+    }
+    notes = [f"checked {k}: {v}" for k, v in checks.items()]
+    notes += [f"not aligned: {x}" for x in settings.not_aligned]
+    record.write(started.record(out, line, numbers, mode=mode, notes=notes), args.record_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    from entry import run
+
+    run(lambda: main(sys.argv[1:]))
