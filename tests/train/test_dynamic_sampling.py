@@ -1,0 +1,133 @@
+"""Dynamic sampling on a fake rollout: which groups are kept, how the batch is topped up, what is
+counted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlrollout.train.dynamic_sampling import merge_outcomes, reward_spread, rollout_with_spread
+
+
+class FakeRollout:
+    """An item is its group's rewards; an item ``None`` is an item whose episodes were all
+    rejected (no group comes back). Records each call's items."""
+
+    def __init__(self) -> None:
+        self.calls: list[list] = []
+
+    def __call__(self, items):
+        self.calls.append(list(items))
+        groups = [
+            {"rewards": torch.tensor(r, dtype=torch.float32), "item": r}
+            for r in items
+            if r is not None
+        ]
+        rejected = sum(r is None for r in items)
+        outcome = {
+            "submitted": len(items) * 2,
+            "accepted": len(groups) * 2,
+            "rejected": rejected * 2,
+            "rejected_by_reason": {"no_box": rejected * 2} if rejected else {},
+            "rejections": [{"reason": "no_box"}] * rejected,
+        }
+        return groups, outcome
+
+
+def pool(*rewards):
+    """``more_items`` over a fixed sequence; records the sizes asked for."""
+    it = iter(rewards)
+    asked: list[int] = []
+
+    def more(n: int):
+        asked.append(n)
+        return [next(it) for _ in range(n)]
+
+    more.asked = asked  # type: ignore[attr-defined]
+    return more
+
+
+SPREAD, FLAT = [0.0, 1.0], [0.5, 0.5]
+
+
+def test_all_groups_with_spread_take_one_round():
+    rollout = FakeRollout()
+    more = pool()
+    out = rollout_with_spread(rollout, [SPREAD, [0.2, 0.3]], more, batch_size=2, max_rounds=4)
+    assert (out.kept, out.dropped, out.surplus, out.rounds, out.items) == (2, 0, 0, 1, 2)
+    assert [g["item"] for g in out.groups] == [SPREAD, [0.2, 0.3]]
+    assert more.asked == [] and len(rollout.calls) == 1
+
+
+def test_all_equal_groups_are_dropped_and_the_batch_topped_up_in_order():
+    rollout = FakeRollout()
+    a, b, c = [0.0, 0.1], [0.0, 0.2], [0.0, 0.3]
+    more = pool(FLAT, a, b, c, [0.0, 0.4])
+    out = rollout_with_spread(rollout, [FLAT, a, FLAT, FLAT], more, batch_size=4, max_rounds=5)
+    # round 1 keeps 1 of 4 (share 1/4): 3 missing / (1/4) = 12 items, capped at batch_size 4
+    assert more.asked == [4]
+    assert [g["item"] for g in out.groups] == [a, a, b, c]
+    assert (out.kept, out.dropped, out.surplus, out.rounds, out.items) == (4, 4, 0, 2, 8)
+    assert out.metrics()["dynamic/dropped_frac"] == pytest.approx(4 / 8)
+
+
+def test_surplus_groups_are_counted_and_left_out():
+    rollout = FakeRollout()
+    more = pool(SPREAD, SPREAD, SPREAD)
+    out = rollout_with_spread(rollout, [FLAT, SPREAD], more, batch_size=2, max_rounds=3)
+    # share 1/2: 1 missing / (1/2) = 2 items; both have spread, one is beyond the batch
+    assert more.asked == [2]
+    assert (out.kept, out.dropped, out.surplus, len(out.groups)) == (2, 1, 1, 2)
+
+
+def test_the_round_limit_leaves_a_short_batch():
+    rollout = FakeRollout()
+    more = pool(FLAT, FLAT, FLAT, FLAT, FLAT, FLAT)
+    out = rollout_with_spread(rollout, [SPREAD, FLAT, FLAT], more, batch_size=3, max_rounds=2)
+    assert (out.kept, out.rounds, len(out.groups)) == (1, 2, 1)
+    assert out.groups[0]["item"] == SPREAD
+
+
+def test_no_group_with_spread_returns_the_first_round_with_kept_zero():
+    rollout = FakeRollout()
+    more = pool([1.0, 1.0], [1.0, 1.0])
+    out = rollout_with_spread(rollout, [FLAT, [0.0, 0.0]], more, batch_size=2, max_rounds=2)
+    assert out.kept == 0 and out.dropped == 4
+    assert [g["item"] for g in out.groups] == [FLAT, [0.0, 0.0]]
+    # nothing kept yet: the next round asks for the whole batch
+    assert more.asked == [2]
+
+
+def test_max_rounds_one_filters_without_topping_up():
+    more = pool()
+    out = rollout_with_spread(FakeRollout(), [FLAT, SPREAD], more, batch_size=2, max_rounds=1)
+    assert (out.kept, out.dropped, out.rounds, more.asked) == (1, 1, 1, [])
+
+
+def test_min_spread_is_a_strict_threshold():
+    out = rollout_with_spread(
+        FakeRollout(), [[0.0, 0.25], [0.0, 0.5]], pool(), 2, 1, min_spread=0.25
+    )
+    assert [g["item"] for g in out.groups] == [[0.0, 0.5]]
+
+
+def test_rejected_items_are_summed_into_the_outcome():
+    more = pool(None, SPREAD)
+    out = rollout_with_spread(FakeRollout(), [SPREAD, None], more, batch_size=2, max_rounds=3)
+    # round 2 asks for 1 missing / share 1/1 = 1 item, which is all rejected; round 3 gets one
+    assert more.asked == [1, 1]
+    assert (out.kept, out.rounds, out.items) == (2, 3, 4)
+    assert out.outcome["submitted"] == 8 and out.outcome["rejected"] == 4
+    assert out.outcome["rejected_by_reason"] == {"no_box": 4}
+    assert len(out.outcome["rejections"]) == 2
+
+
+def test_reward_spread_and_bad_arguments():
+    assert reward_spread({"rewards": torch.tensor([[0.25], [1.0]])}) == 0.75
+    with pytest.raises(ValueError, match="empty"):
+        reward_spread({"rewards": torch.tensor([])})
+    with pytest.raises(ValueError, match="batch_size and max_rounds"):
+        rollout_with_spread(FakeRollout(), [], pool(), 0, 1)
+    with pytest.raises(ValueError, match="min_spread"):
+        rollout_with_spread(FakeRollout(), [], pool(), 1, 1, min_spread=-1)
+    assert merge_outcomes([])["submitted"] == 0
