@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vlrollout.train.dynamic_sampling import merge_outcomes, reward_spread, rollout_with_spread
+from vlrollout.train.dynamic_sampling import (
+    merge_outcomes,
+    reward_spread,
+    rollout_with_spread,
+    top_up_items,
+)
 
 
 class FakeRollout:
@@ -131,3 +136,17 @@ def test_reward_spread_and_bad_arguments():
     with pytest.raises(ValueError, match="min_spread"):
         rollout_with_spread(FakeRollout(), [], pool(), 1, 1, min_spread=-1)
     assert merge_outcomes([])["submitted"] == 0
+
+
+def test_top_up_items_cover_the_items_before_repeating_and_depend_on_seed_and_step():
+    items = [{"id": i} for i in range(6)]
+    more = top_up_items(items, seed=3, step=7)
+    first = more(4) + more(2)
+    assert sorted(it["id"] for it in first) == list(range(6))
+    assert len(more(6)) == 6  # a fresh order after all were drawn
+    again = top_up_items(items, seed=3, step=7)
+    assert again(6) == first
+    others = [top_up_items(items, seed=3, step=s)(6) for s in range(8, 12)]
+    assert any(o != first for o in others)
+    with pytest.raises(ValueError, match="at least one item"):
+        top_up_items([], seed=0, step=0)

@@ -17,6 +17,7 @@ dict per item, its tensors ``[group_size, ...]``); its rewards are ``group["rewa
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,6 +100,37 @@ def merge_outcomes(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
         out["rejections"].extend(o.get("rejections", []))
     out["rejected_by_reason"] = dict(by_reason)
     return out
+
+
+def top_up_items(
+    items: list[dict[str, Any]], seed: int, step: int
+) -> Callable[[int], list[dict[str, Any]]]:
+    """``more_items`` for step ``step``: ``n -> n`` items drawn from ``items`` without repeats
+    (until all were drawn, then a fresh order), in an order fixed by ``(seed, step)``, so a
+    resumed run tops a step up with the same items.
+
+    >>> more = top_up_items(list(range(5)), seed=1, step=3)
+    >>> a, b = more(3), more(2)
+    >>> sorted(a + b)
+    [0, 1, 2, 3, 4]
+    >>> more2 = top_up_items(list(range(5)), seed=1, step=3)
+    >>> more2(3) == a
+    True
+    """
+    if not items:
+        raise ValueError("top_up_items needs at least one item to draw from")
+    rng = random.Random(f"{seed}:{step}:top-up")
+    order: list[int] = []
+
+    def more(n: int) -> list[dict[str, Any]]:
+        out = []
+        for _ in range(n):
+            if not order:
+                order.extend(rng.sample(range(len(items)), len(items)))
+            out.append(items[order.pop()])
+        return out
+
+    return more
 
 
 def rollout_with_spread(
