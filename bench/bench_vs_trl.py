@@ -5,7 +5,7 @@ Ours is the recipe (``examples/train_grounding.yaml`` or ``examples/train_count.
 ``KEY=VALUE`` overrides) run as a ``vlrollout train`` subprocess (``bench_learning.run_one``),
 read back from its ``eval.jsonl`` and ``metrics.jsonl``. The peer is TRL's ``GRPOTrainer`` on
 the same model, items, item order, reward object and hyper-parameters as far as TRL allows
-(:mod:`trl_peer`), evaluated at the same steps by our held-out greedy evaluation of its saved
+(:mod:`trl_peer`, :mod:`trl_settings`), evaluated at the same steps by our held-out greedy evaluation of its saved
 weights. The two run one after the other, never at once (they share the cores).
 
 Printed: what was checked equal and what could not be aligned, one table of the held-out metric
@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -56,6 +57,7 @@ class Side:
         step_seconds: Seconds of each training step, evaluations excluded, in step order.
         phases: Mean seconds per step by phase (each side's own phases).
         minutes: Wall minutes of the whole run (start-up and evaluations included).
+        load: The machine's 1-minute load average when the run started and when it ended.
     """
 
     evals: dict[int, float]
@@ -63,6 +65,7 @@ class Side:
     step_seconds: list[float]
     phases: dict[str, float] = field(default_factory=dict)
     minutes: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)
 
     @property
     def median_s(self) -> float:
@@ -162,12 +165,19 @@ def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.
         title="where a step's time goes, each side's own phases",
     )
     speed = record.Table(
-        ["side", "median s/step", "worst s/step", "wall minutes"],
+        ["side", "median s/step", "worst s/step", "wall minutes", "load start -> end"],
         [
-            ["ours", f"{ours.median_s:.2f}", f"{ours.worst_s:.2f}", f"{ours.minutes:.1f}"],
-            ["TRL", f"{trl.median_s:.2f}", f"{trl.worst_s:.2f}", f"{trl.minutes:.1f}"],
+            [
+                name,
+                f"{side.median_s:.2f}",
+                f"{side.worst_s:.2f}",
+                f"{side.minutes:.1f}",
+                f"{side.load[0]:.1f} -> {side.load[1]:.1f}",
+            ]
+            for name, side in (("ours", ours), ("TRL", trl))
         ],
-        title="seconds per step (wall minutes include start-up and evaluations)",
+        title="seconds per step (wall minutes include start-up and evaluations; the machine's "
+        "1-minute load average beside them)",
     )
     return [held_out, per_step, phases, speed]
 
@@ -231,63 +241,41 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    if importlib.util.find_spec("trl") is None:
-        print(
-            "bench_vs_trl: TRL is not installed; install the benchmark extra: "
-            ".venv/bin/pip install -e '.[bench]'",
-            file=sys.stderr,
-        )
-        return 2
+def load() -> float:
+    """The machine's 1-minute load average."""
+    return round(os.getloadavg()[0], 2)
+
+
+def run_ours(config: str, seed: int, out: Path, overrides: list[str]) -> Side:
+    """Our recipe as a ``vlrollout train`` subprocess (``bench_learning.run_one``)."""
+    before = load()
+    run = run_one(config, "trained", seed, out, overrides)
+    side = read_ours(out, run.evals, run.minutes)
+    side.load = (before, load())
+    return side
+
+
+def run_peer(cfg: Any, steps: int, folder: Path) -> tuple[Side, Any]:
+    """TRL's side (:func:`trl_peer.run_trl`) and its raw :class:`trl_peer.PeerRun`."""
     import trl_peer
 
-    from vlrollout.train.config import load_config
+    before, t0 = load(), time.perf_counter()
+    peer = trl_peer.run_trl(cfg, steps, folder)
+    minutes = (time.perf_counter() - t0) / 60
+    side = Side(peer.evals, peer.rewards, peer.step_seconds, peer.phases, minutes)
+    side.load = (before, load())
+    return side, peer
 
-    started = record.Run(f"vs_trl_{args.recipe}", argv)
-    config = RECIPES[args.recipe]
-    overrides = train_overrides(args) + list(args.overrides)
-    with tempfile.TemporaryDirectory() as tmp:
-        base = args.keep or Path(tmp)
-        cfg = load_config(config, [*overrides, f"vlrollout.output={base / 'trl-config'}"])
-        steps = cfg.total_train_steps
-        settings = trl_peer.peer_settings(cfg, steps)
-        print(
-            f"{args.recipe}: {steps} steps of {cfg.train_dataset.batch_size} items x "
-            f"{cfg.gconfig.n_samples}, seed {cfg.seed}, load {os.getloadavg()[0]:.2f}",
-            flush=True,
-        )
 
-        run = run_one(config, "trained", cfg.seed, base / "ours", overrides)
-        ours = read_ours(base / "ours", run.evals, run.minutes)
-        print(
-            f"ours: {ours.evals[min(ours.evals)]:.3f} -> {ours.evals[max(ours.evals)]:.3f} "
-            f"({run.minutes:.1f} min)",
-            flush=True,
-        )
-        t0 = time.perf_counter()
-        peer = trl_peer.run_trl(cfg, steps, base / "trl")
-        trl = Side(
-            peer.evals,
-            peer.rewards,
-            peer.step_seconds,
-            peer.phases,
-            (time.perf_counter() - t0) / 60,
-        )
-        print(
-            f"TRL: {trl.evals[min(trl.evals)]:.3f} -> {trl.evals[max(trl.evals)]:.3f} "
-            f"({trl.minutes:.1f} min)",
-            flush=True,
-        )
-
+def checks_of(peer: Any, ours: Side, trl: Side) -> dict[str, str]:
+    """What was checked equal between the two runs, one line each (``DIFFERENT`` when not)."""
     checks = dict(peer.alignment)
     checks["item order"] = (
         "equal: every step rewarded the loop's items of that step"
         if peer.order_checked
         else "DIFFERENT: TRL's steps rewarded other items than the loop's"
     )
-    start = 0 if 0 in ours.evals and 0 in trl.evals else None
-    if start is not None:
+    if 0 in ours.evals and 0 in trl.evals:
         same = ours.evals[0] == trl.evals[0]
         checks["evaluator"] = (
             f"{'equal' if same else 'DIFFERENT'} at step 0 (same weights): ours "
@@ -295,6 +283,10 @@ def main(argv: list[str]) -> int:
         )
     if peer.rejected:
         checks["TRL rejected episodes"] = json.dumps(peer.rejected)
+    return checks
+
+
+def print_alignment(checks: dict[str, str], settings: Any) -> None:
     print("\nchecked:")
     for name, line in checks.items():
         print(f"  {name}: {line}")
@@ -305,9 +297,51 @@ def main(argv: list[str]) -> int:
     for line in settings.not_aligned:
         print(f"  - {line}")
 
+
+def progress(name: str, side: Side) -> None:
+    first, last = min(side.evals), max(side.evals)
+    print(
+        f"{name}: {side.evals[first]:.3f} -> {side.evals[last]:.3f} at step {last} "
+        f"({side.minutes:.1f} min, load {side.load[0]:.1f} -> {side.load[1]:.1f})",
+        flush=True,
+    )
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if importlib.util.find_spec("trl") is None:
+        print(
+            "bench_vs_trl: TRL is not installed; install the benchmark extra: "
+            ".venv/bin/pip install -e '.[bench]'",
+            file=sys.stderr,
+        )
+        return 2
+    import trl_settings
+
+    from vlrollout.train.config import load_config
+
+    started = record.Run(f"vs_trl_{args.recipe}", argv)
+    config = RECIPES[args.recipe]
+    overrides = train_overrides(args) + list(args.overrides)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = args.keep or Path(tmp)
+        cfg = load_config(config, [*overrides, f"vlrollout.output={base / 'trl-config'}"])
+        steps = cfg.total_train_steps
+        settings = trl_settings.peer_settings(cfg, steps)
+        print(
+            f"{args.recipe}: {steps} steps of {cfg.train_dataset.batch_size} items x "
+            f"{cfg.gconfig.n_samples}, seed {cfg.seed}, load {load():.2f}",
+            flush=True,
+        )
+        ours = run_ours(config, cfg.seed, base / "ours", overrides)
+        progress("ours", ours)
+        trl, peer = run_peer(cfg, steps, base / "trl")
+        progress("TRL", trl)
+
+    checks = checks_of(peer, ours, trl)
+    print_alignment(checks, settings)
     comp = compare(ours, trl)
-    metric = METRIC[args.recipe]
-    out = tables(comp, ours, trl, metric)
+    out = tables(comp, ours, trl, METRIC[args.recipe])
     for table in out:
         print_table(table)
     line = headline(comp, ours, trl, args.recipe)

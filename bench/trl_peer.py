@@ -6,13 +6,13 @@ imports it at module level, and :func:`run_trl` is the only function that needs 
 What the peer shares with ``vlrollout train``, taken from the recipe's loaded config:
 
 - the model (``actor.path``), training items and held-out items (:func:`~vlrollout.train.loop.
-  load_data`), and the items of each step (:func:`step_order`: the loop's own
+  load_data`), and the items of each step (:func:`trl_settings.step_order`: the loop's own
   :func:`~vlrollout.train.loop.batch_items` fed to TRL through its train sampler);
 - the reward object (:func:`~vlrollout.train.rewards.build_rewards`), called by
   :class:`RewardAdapter` with the prompt text, geometry and decoded completion our workflow gives
   it, through the same :class:`~vlrollout.rewards.caller.RewardCaller`;
-- the hyper-parameters TRL has a key for (:func:`peer_settings`, which also lists what it cannot
-  set);
+- the hyper-parameters TRL has a key for (:func:`trl_settings.peer_settings`, which also lists
+  what it cannot set);
 - the evaluator: at every evaluation step the peer's weights are saved and evaluated by
   :func:`~vlrollout.train.loop.evaluate` on the engine and greedy workflow the loop builds
   (:class:`HeldOutEval`), its time left out of the peer's seconds per step.
@@ -26,171 +26,11 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LOSS_LINE = (
-    "loss aggregation: AReaL sums the clipped token losses of the batch and divides by the "
-    "batch's loss tokens (micro-batches weighted by their token counts); TRL's loss_type='dapo' "
-    "divides by the active tokens of the global batch: the same with one process, one "
-    "mini-batch and no gradient accumulation (TRL's default 'grpo' would average per sequence "
-    "first)"
-)
-"""How the two aggregate token losses; printed with the alignment."""
-
-FIXED_DIFFERENCES = [
-    "sampler: TRL samples with transformers' generate (one padded batch of items x group), ours "
-    "with the embedded engine; both plain temperature sampling, different random streams, so "
-    "the completions differ and only their distribution is shared",
-    "image placeholder: TRL's generate suppresses the image token (a sampled one would break its "
-    "forward), our engine does not (the tiny model all but never samples it)",
-    "pi_old: ours is the engine's sampling logprob (ratio exp(trainer - engine), 1 up to "
-    "numerics); TRL's is its own detached forward (ratio exactly 1); one update per batch clips "
-    "nothing in either",
-    "advantage: (r - group mean) / (group sd + eps), sample sd in both; eps 1e-5 (AReaL) vs "
-    "1e-4 (TRL)",
-    "rejected episode: ours leaves it out of the batch; TRL gets None (NaN reward, left out of "
-    "the group mean and sd, advantage 0)",
-    "seconds per step: ours is metrics.jsonl time/step (items -> rollout -> update -> weight "
-    "sync); TRL's is the wall time between step ends (data, generation, reward, loss, backward, "
-    "optimizer, logging), the evaluation callback's time taken out",
-]
-"""Differences no setting removes, printed with every run."""
-
-
-# ----------------------------------------------------------------------------- settings
-@dataclass
-class PeerSettings:
-    """``GRPOConfig`` keyword arguments for a recipe, and what they could not carry over.
-
-    Attributes:
-        kwargs: Arguments for ``trl.GRPOConfig`` (without ``output_dir``).
-        aligned: One line per setting carried over, ``ours = TRL``.
-        not_aligned: One line per setting TRL cannot reproduce, with both values.
-    """
-
-    kwargs: dict[str, Any]
-    aligned: list[str] = field(default_factory=list)
-    not_aligned: list[str] = field(default_factory=list)
-
-
-def peer_settings(cfg: Any, steps: int) -> PeerSettings:
-    """Map a loaded ``vlrollout train`` config (:class:`~vlrollout.train.config.TrainConfig`) to
-    TRL's ``GRPOConfig`` arguments for ``steps`` optimizer steps of one generation batch each.
-
-    One TRL step is one of ours: ``per_device_train_batch_size`` = items x group size, one
-    gradient-accumulation step, one update per generation (``num_iterations=1``).
-    """
-    actor, gen, opt = cfg.actor, cfg.gconfig, cfg.actor.optimizer
-    group, items = gen.n_samples, cfg.train_dataset.batch_size
-    top_k = 0 if gen.top_k >= 2**20 else int(gen.top_k)  # AReaL's 1e8 means no top-k
-    kwargs: dict[str, Any] = {
-        "max_steps": steps,
-        "per_device_train_batch_size": items * group,
-        "gradient_accumulation_steps": 1,
-        "num_generations": group,
-        "num_iterations": 1,
-        "max_completion_length": gen.max_new_tokens,
-        "temperature": gen.temperature,
-        "top_p": gen.top_p,
-        "top_k": top_k,
-        "learning_rate": opt.lr,
-        "lr_scheduler_type": opt.lr_scheduler_type,
-        "warmup_steps": round(opt.warmup_steps_proportion * steps),
-        "weight_decay": opt.weight_decay,
-        "adam_beta1": opt.beta1,
-        "adam_beta2": opt.beta2,
-        "adam_epsilon": opt.eps,
-        "max_grad_norm": opt.gradient_clipping,
-        "epsilon": actor.eps_clip,
-        "epsilon_high": actor.eps_clip_higher,
-        "beta": 0.0,
-        "loss_type": "dapo",
-        "scale_rewards": "group",
-        "disable_dropout": actor.disable_dropout,
-        "gradient_checkpointing": False,
-        "bf16": False,
-        "fp16": False,
-        "use_cpu": True,
-        "seed": cfg.seed,
-        "shuffle_dataset": False,
-        "remove_unused_columns": False,
-        "report_to": "none",
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "disable_tqdm": True,
-        "dataloader_num_workers": 0,
-    }
-    out = PeerSettings(kwargs)
-    out.aligned += [
-        f"model {actor.path} in {actor.dtype}, every weight trained",
-        f"group size {group} = num_generations; batch {items} items x {group} = "
-        f"per_device_train_batch_size {items * group}",
-        f"temperature {gen.temperature}, top_p {gen.top_p}, no top-k; max_new_tokens "
-        f"{gen.max_new_tokens} = max_completion_length",
-        f"lr {opt.lr} ({opt.lr_scheduler_type}), Adam betas ({opt.beta1}, {opt.beta2}), eps "
-        f"{opt.eps}, weight decay {opt.weight_decay}, grad clip {opt.gradient_clipping}",
-        f"eps clip {actor.eps_clip}"
-        + (f" / {actor.eps_clip_higher}" if actor.eps_clip_higher is not None else ""),
-        "one update per batch (ppo_n_minibatches 1 = gradient_accumulation_steps 1, "
-        "num_iterations 1)",
-        LOSS_LINE,
-    ]
-    miss = out.not_aligned
-    if actor.kl_ctl:
-        miss.append(
-            f"KL: AReaL kl_ctl={actor.kl_ctl} puts the KL into the reward; TRL's beta is a loss "
-            "term against a reference model: run with beta=0 here"
-        )
-    else:
-        out.aligned.append("no KL term (kl_ctl 0 = beta 0)")
-    norm = actor.reward_norm
-    if norm is None or (norm.mean_level, norm.std_level) != ("group", "group"):
-        levels = None if norm is None else (norm.mean_level, norm.std_level)
-        miss.append(f"reward_norm {levels}: TRL runs scale_rewards='group' (group mean and sd)")
-    else:
-        out.aligned.append("advantage = group-normalised reward on every token (GAE 1, 1)")
-    if actor.adv_norm is not None:
-        miss.append("adv_norm set: TRL has no second advantage normalisation")
-    if actor.ppo_n_minibatches != 1:
-        miss.append(f"ppo_n_minibatches {actor.ppo_n_minibatches}: the peer runs one update")
-    if opt.lr_scheduler_type != "constant" and opt.min_lr_ratio:
-        miss.append(f"min_lr_ratio {opt.min_lr_ratio}: TRL's schedulers decay to 0")
-    if cfg.rollout.max_head_offpolicyness > 0:
-        miss.append(
-            f"max_head_offpolicyness {cfg.rollout.max_head_offpolicyness}: TRL generates "
-            "on-policy, between updates"
-        )
-    if actor.use_decoupled_loss or actor.recompute_logprob:
-        miss.append("decoupled loss / recomputed logprobs: TRL's pi_old is its own forward")
-    if actor.use_lora:
-        miss.append("use_lora: the peer trains every weight")
-    vl = cfg.vlrollout
-    if vl.freeze_vision_tower or vl.freeze_projector:
-        miss.append("frozen vision tower / projector: the peer trains every weight")
-    if getattr(actor, "reward_scaling", 1.0) != 1.0 or getattr(actor, "reward_bias", 0.0):
-        miss.append("reward_scaling / reward_bias: TRL scores the raw reward")
-    miss += FIXED_DIFFERENCES
-    return out
-
-
-def step_order(n_items: int, steps: int, batch_size: int, seed: int, group: int) -> list[int]:
-    """Item indices in the order ``vlrollout train`` trains them, each repeated ``group`` times
-    in a row (TRL's ``RepeatSampler`` layout: a group's completions sit side by side).
-
-    >>> step_order(4, 2, 2, seed=1, group=2)[:4] == step_order(4, 1, 2, seed=1, group=2)
-    True
-    """
-    from vlrollout.train.loop import batch_items
-
-    indices = list(range(n_items))
-    return [
-        j
-        for step in range(steps)
-        for j in batch_items(indices, step, batch_size, seed)
-        for _ in range(group)
-    ]
+from trl_settings import order_per_step, peer_settings, step_order
 
 
 # ----------------------------------------------------------------------------- the reward
@@ -497,11 +337,6 @@ def run_trl(cfg: Any, steps: int, folder: Path) -> PeerRun:
         alignment=alignment,
         rejected=dict(adapter.rejected),
     )
-
-
-def order_per_step(order: list[int], per_step: int) -> list[list[int]]:
-    """``order`` cut into steps of ``per_step`` indices."""
-    return [order[k : k + per_step] for k in range(0, len(order), per_step)]
 
 
 def check_inputs(trainer: Any, dataset: Any, adapter: RewardAdapter, indices: list[int]) -> dict:
