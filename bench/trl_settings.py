@@ -6,8 +6,33 @@ imports TRL, so ``bench_vs_trl.py`` prints the alignment and the tests check it 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+SHARED_KEYS = frozenset(
+    {
+        "output",
+        "task",
+        "train_items",
+        "eval_items",
+        "data_seed",
+        "eval_seed",
+        "reward",
+        "ground_metric",
+        "eval_every",
+        "eval_samples",
+        "save_every",
+        "log_rollouts",
+        "progress",
+        "engine",
+        "freeze_vision_tower",
+        "freeze_projector",
+    }
+)
+"""``vlrollout`` keys both sides share (data, reward, evaluation, reporting) or that
+:func:`peer_settings` checks by name; any other key set away from its default is a training
+setting of ours that the peer lacks (a learning lever)."""
 
 LOSS_LINE = (
     "loss aggregation: AReaL sums the clipped token losses of the batch and divides by the "
@@ -150,7 +175,35 @@ def peer_settings(cfg: Any, steps: int) -> PeerSettings:
         miss.append("frozen vision tower / projector: the peer trains every weight")
     if getattr(actor, "reward_scaling", 1.0) != 1.0 or getattr(actor, "reward_bias", 0.0):
         miss.append("reward_scaling / reward_bias: TRL scores the raw reward")
+    miss += [
+        f"vlrollout.{name}={value!r}: a vlrollout train setting the peer does not have"
+        for name, value in changed_train_settings(vl).items()
+    ]
     miss += FIXED_DIFFERENCES
+    return out
+
+
+def changed_train_settings(section: Any) -> dict[str, Any]:
+    """The ``vlrollout`` keys outside :data:`SHARED_KEYS` whose values differ from their
+    defaults: training settings of ours that TRL's trainer does not have.
+
+    >>> from vlrollout.train.config import TrainSection
+    >>> changed_train_settings(TrainSection(eval_items=8))
+    {}
+    """
+    out = {}
+    for f in dataclasses.fields(section):
+        if f.name in SHARED_KEYS:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        value = getattr(section, f.name)
+        if value != default:
+            out[f.name] = value
     return out
 
 

@@ -254,3 +254,18 @@ def test_trl_rows_refuse_a_message_they_would_reorder():
         trl_rows([item])
     item["messages"][0]["content"].reverse()
     assert trl_rows([item])["prompt"] == [[{"role": "user", "content": "Hi"}]]
+
+
+def test_a_vlrollout_training_key_away_from_its_default_is_listed_as_not_aligned():
+    """A learning lever added to the ``vlrollout`` section later (here a made-up one) is named
+    without this benchmark knowing it; the shared data and evaluation keys are not."""
+    from trl_settings import changed_train_settings
+
+    from vlrollout.train.config import TrainSection
+
+    @dataclasses.dataclass
+    class Section(TrainSection):
+        lever: int = 0
+
+    assert changed_train_settings(Section(eval_items=8, task="count")) == {}
+    assert changed_train_settings(Section(lever=3, eval_items=8)) == {"lever": 3}
