@@ -224,7 +224,12 @@ def run_trl(cfg: Any, steps: int, folder: Path) -> PeerRun:
     import torch
     from areal.api.cli_args import GenerationHyperparameters
     from datasets import Dataset
-    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration, TrainerCallback
+    from transformers import (
+        AutoProcessor,
+        PrinterCallback,
+        Qwen2VLForConditionalGeneration,
+        TrainerCallback,
+    )
     from trl import GRPOConfig, GRPOTrainer
 
     from vlrollout.train.loop import build_rollout_engine, evaluate, load_data
@@ -307,6 +312,7 @@ def run_trl(cfg: Any, steps: int, folder: Path) -> PeerRun:
         callbacks=[Callback()],
     )
     callback.trainer = trainer
+    trainer.remove_callback(PrinterCallback)  # its per-step dicts; the benchmark prints its own
     alignment = check_inputs(trainer, dataset, adapter, order[:: cfg.gconfig.n_samples][:4])
     trainer.train()
 
