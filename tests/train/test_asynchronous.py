@@ -221,8 +221,8 @@ def test_async_run_resumes_after_a_kill(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     state = json.loads((out / "checkpoints" / "step_2" / "state.json").read_text())
-    pulled = state["rollouts"]["loader"]["_num_yielded"]
-    assert state["rollouts"]["first"] == 0 and pulled >= 2
+    pulled = state["rollouts"][0]["loader"]["_num_yielded"]
+    assert state["rollouts"][0]["first"] == 0 and pulled >= 2
 
     run_train(out, *args)  # resumes after step 2
     assert [r["step"] for r in _jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
@@ -230,5 +230,5 @@ def test_async_run_resumes_after_a_kill(tmp_path):
     end = json.loads((out / "checkpoints" / "step_4" / "state.json").read_text())
     # The resumed loader went on from the killed run's position (the same first position, two
     # more steps' batches pulled), not from the start of the data.
-    assert end["rollouts"]["first"] == 0
-    assert end["rollouts"]["loader"]["_num_yielded"] >= pulled + 2
+    assert end["rollouts"][0]["first"] == 0
+    assert end["rollouts"][0]["loader"]["_num_yielded"] >= pulled + 2

@@ -406,6 +406,26 @@ class LocalInferenceEngine(InferenceEngine):
         self._disk_update_names = (experiment_name, trial_name)
         self._disk_update_timeout_s = timeout_s
 
+    def load_weights_from_disk(self, meta: WeightUpdateMeta) -> concurrent.futures.Future:
+        """Load the weights at ``meta.path`` now, between two decode steps, and take
+        ``meta.version`` (when set) with them; the caller knows the folder is complete (another
+        process of the same trainer has seen it published). In-flight sequences are prefilled
+        again with the new weights.
+
+        Returns:
+            A future that completes after the load (or raises the loading error).
+        """
+
+        def load():
+            new = type(self.model).from_pretrained(
+                meta.path, dtype=self._dtype, local_files_only=True
+            )
+            self.model.load_state_dict(new.state_dict(), strict=True)
+            if meta.version is not None:
+                self.set_version(meta.version)
+
+        return self._control(load, invalidates=True)
+
     def update_weights_from_disk(self, meta: WeightUpdateMeta) -> concurrent.futures.Future:
         """Load the weights a trainer saves at ``meta.path``, once the trainer says they are there.
 
@@ -440,23 +460,15 @@ class LocalInferenceEngine(InferenceEngine):
         requested_at = time.time()
         version = self.get_version()
 
-        def load():
-            new = type(self.model).from_pretrained(
-                meta.path, dtype=self._dtype, local_files_only=True
-            )
-            self.model.load_state_dict(new.state_dict(), strict=True)
-            if meta.version is not None:
-                self.set_version(meta.version)
-
         if names is None:
-            return self._control(load, invalidates=True)
+            return self.load_weights_from_disk(meta)
         self._require_initialized()
         result: concurrent.futures.Future = concurrent.futures.Future()
 
         def wait_then_load():
             try:
                 self._wait_for_trainer(names, version, requested_at)
-                self._control(load, invalidates=True).result()
+                self.load_weights_from_disk(meta).result()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
                 self.continue_generation()
                 result.set_exception(exc)

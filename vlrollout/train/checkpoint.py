@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,19 +26,32 @@ class Checkpoint:
 
 
 def save(
-    actor: Any, out: Path, step: int, keep: int = 2, state: dict[str, Any] | None = None
+    actor: Any,
+    out: Path,
+    step: int,
+    keep: int = 2,
+    state: dict[str, Any] | None = None,
+    main: bool = True,
 ) -> Checkpoint:
     """Save the actor (weights + optimizer) after ``step`` completed steps; keep the last ``keep``.
 
     ``state`` (JSON-serialisable) is written to ``state.json`` beside the step and the version,
-    and comes back as :attr:`Checkpoint.state`.
+    and comes back as :attr:`Checkpoint.state`. Under ``torchrun`` every rank calls this (AReaL's
+    save is collective: rank 0 writes the weights, each rank its optimizer shard); only the rank
+    with ``main`` set touches the folders and pointers, and every rank returns once they are in
+    place.
     """
+    import torch.distributed as dist
     from areal.api.io_struct import SaveLoadMeta
 
+    several = dist.is_initialized() and dist.get_world_size() > 1
     root = out / "checkpoints"
     final = root / f"step_{step}"
     tmp = root / f".step_{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if several:
+        dist.barrier()
     actor.save(
         SaveLoadMeta(
             path=str(tmp),
@@ -48,17 +62,20 @@ def save(
         )
     )
     saved = {**(state or {}), "step": step, "version": actor.get_version()}
-    (tmp / "state.json").write_text(json.dumps(saved))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    pointer = root / "latest.tmp"
-    pointer.write_text(final.name + "\n")
-    os.replace(pointer, root / "latest")
-    done = sorted(
-        (p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1])
-    )
-    for old in done[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    if main:
+        (tmp / "state.json").write_text(json.dumps(saved))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        pointer = root / "latest.tmp"
+        pointer.write_text(final.name + "\n")
+        os.replace(pointer, root / "latest")
+        done = sorted(
+            (p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1])
+        )
+        for old in done[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    if several:
+        dist.barrier()
     return Checkpoint(final, step, saved)
 
 
@@ -70,6 +87,34 @@ def latest(out: Path) -> Checkpoint | None:
     path = out / "checkpoints" / pointer.read_text().strip()
     state = json.loads((path / "state.json").read_text())
     return Checkpoint(path, int(state["step"]), state)
+
+
+OPTIMIZER_SHARD = re.compile(r"optim_world_size_(\d+)_rank_\d+\.pt")
+"""AReaL's name for each rank's optimizer shard in a saved folder."""
+
+
+def saved_world_size(ckpt: Checkpoint) -> int | None:
+    """How many processes trained the run that saved ``ckpt`` (from its optimizer shards)."""
+    sizes = {int(m[1]) for p in ckpt.path.iterdir() if (m := OPTIMIZER_SHARD.fullmatch(p.name))}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def check_world_size(ckpt: Checkpoint, world: int) -> None:
+    """Refuse to resume with another number of processes than saved the optimizer state.
+
+    Raises:
+        ConfigError: The checkpoint's optimizer shards were written by another world size
+            (AReaL keeps one shard per rank; another split cannot load them).
+    """
+    from vlrollout.errors import ConfigError
+
+    saved = saved_world_size(ckpt)
+    if saved is not None and saved != world:
+        raise ConfigError(
+            f"{ckpt.path} was saved by {saved} training process(es) and this run has {world}: "
+            f"its optimizer state is split per process; resume with --nproc {saved} (or start "
+            "a new vlrollout.output)"
+        )
 
 
 def load_optimizer(actor: Any, ckpt: Checkpoint) -> None:

@@ -27,6 +27,7 @@ import torch
 
 from vlrollout.logs import get_logger
 from vlrollout.train.config import TrainConfig
+from vlrollout.train.ranks import ADVANTAGE_KEYS, Ranks, stats_view
 
 logger = get_logger(__name__)
 
@@ -161,14 +162,23 @@ def eval_line(record: dict[str, Any], prefix: str = "eval") -> str:
 
 
 # ----------------------------------------------------------------------------- the engine
-def build_rollout_engine(cfg: TrainConfig, model_path: str, dtype: torch.dtype) -> tuple[Any, Any]:
+def build_rollout_engine(
+    cfg: TrainConfig, model_path: str, dtype: torch.dtype, ranks: Ranks | None = None
+) -> tuple[Any, Any]:
     """``(engine, processor)`` for ``vlrollout.engine``: the embedded engine, or AReaL's own
     remote engine connected to ``engine.addresses`` (SGLang or AReaL's vLLM protocol, e.g.
     ``vlrollout serve``).
 
     Either way the actor's ``update_weights`` reaches it through AReaL's disk path: the engine (or
     AReaL's client, for a server) waits for the trainer's name_resolve key before loading.
+
+    With several processes (``ranks``) each builds its own client or embedded engine, told the
+    data-parallel size as AReaL's are (its executor admits its share of the concurrency and of
+    the batch). An embedded engine samples with ``seed + rank``, so ranks do not draw the same
+    random numbers; in deterministic mode the seed is shared, since each completion is a function
+    of the seed and its request: the same items give the same episodes on whichever rank.
     """
+    ranks = ranks or Ranks()
     section = cfg.vlrollout.engine
     if section.kind == "local":
         from vlrollout.engine.local import LocalInferenceEngine
@@ -177,11 +187,11 @@ def build_rollout_engine(cfg: TrainConfig, model_path: str, dtype: torch.dtype) 
             model_path,
             dtype=dtype,
             device=section.device,
-            seed=cfg.seed,
+            seed=cfg.seed if section.deterministic else cfg.seed + ranks.rank,
             deterministic=bool(section.deterministic),
             compile_decode=section.compile,
         )
-        engine.initialize(config=cfg.rollout, train_data_parallel_size=1)
+        engine.initialize(config=cfg.rollout, train_data_parallel_size=ranks.world)
         return engine, engine.processor
     from vlrollout.engine.factory import remote_engine
     from vlrollout.workflows.episode import load_processor
@@ -193,13 +203,34 @@ def build_rollout_engine(cfg: TrainConfig, model_path: str, dtype: torch.dtype) 
         trial_name=cfg.trial_name,
         tokenizer_path=model_path,
     )
-    engine.initialize(addr=list(section.addresses), train_data_parallel_size=1)
+    engine.initialize(addr=list(section.addresses), train_data_parallel_size=ranks.world)
     return engine, load_processor(model_path)
+
+
+def update_engine_weights(actor: Any, engine: Any, meta: Any, ranks: Ranks, local: bool) -> None:
+    """AReaL's weight update, then the same weights into this rank's own embedded engine.
+
+    AReaL's ``update_weights`` (disk) tells only rank 0's engine to load: with servers that is
+    every server, since rank 0's client reaches them all. An embedded engine lives in its rank's
+    process, so on the other ranks it loads the same files here, once ``update_weights`` has
+    returned: it ends with a barrier after rank 0's engine loaded them, so they are complete.
+    """
+    actor.update_weights(meta)
+    if local and not ranks.main:
+        engine.pause_generation()
+        try:
+            engine.load_weights_from_disk(meta).result()
+        finally:
+            engine.continue_generation()
 
 
 # ----------------------------------------------------------------------------- the loop
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Run GRPO as configured; returns the last step's record. Resumes from ``output``."""
+    """Run GRPO as configured; returns the last step's record. Resumes from ``output``.
+
+    Under ``torchrun`` every process runs this (:mod:`vlrollout.train.ranks`): each rolls out
+    its share of a step's items, and rank 0 evaluates and writes the files.
+    """
     from areal.api.cli_args import GenerationHyperparameters
     from areal.api.io_struct import FinetuneSpec, WeightUpdateMeta
     from areal.utils import name_resolve, names
@@ -217,12 +248,14 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     check_trainable(cfg.actor.path)
     vl = cfg.vlrollout
+    ranks = Ranks.from_env()
     out = Path(vl.output)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
     reward, eval_reward = build_rewards(vl.reward, vl.ground_metric, train_items, eval_items)
     bs = cfg.train_dataset.batch_size
+    check_world(bs, ranks)
     ft_spec = FinetuneSpec(
         total_train_epochs=cfg.total_train_epochs,
         dataset_size=len(train_items),
@@ -241,6 +274,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         from vlrollout.train.lora import check_resume
 
         check_resume(ckpt.path, cfg.actor.use_lora)
+        checkpoint.check_world_size(ckpt, ranks.world)
         start, model_path = ckpt.step, str(ckpt.path)
         if not cfg.actor.use_lora:  # LoRA: the frozen base, then the saved adapter
             cfg.actor.path = model_path
@@ -259,17 +293,29 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         checkpoint.load_optimizer(actor, ckpt)
     metrics_path, eval_path = out / "metrics.jsonl", out / "eval.jsonl"
     rollouts_path = out / samples.ROLLOUTS_FILE
-    for path in (metrics_path, eval_path, rollouts_path):  # drop records after the checkpoint
-        kept = [r for r in read_jsonl(path) if r["step"] <= start]
-        write_jsonl(path, kept)
+    if ranks.main:
+        for path in (metrics_path, eval_path, rollouts_path):  # drop records after the checkpoint
+            kept = [r for r in read_jsonl(path) if r["step"] <= start]
+            write_jsonl(path, kept)
 
-    engine, processor = build_rollout_engine(cfg, model_path, getattr(torch, cfg.actor.dtype))
-    meta = WeightUpdateMeta.from_disk(cfg.experiment_name, cfg.trial_name, cfg.cluster.fileroot)
-    # Keys of a run that crashed between a weight update and its checkpoint would make AReaL's
-    # name_resolve.add (no replace) fail on resume: start this run's update keys afresh.
-    name_resolve.clear_subtree(
-        names.update_weights_from_disk(cfg.experiment_name, cfg.trial_name, "")
+    engine, processor = build_rollout_engine(
+        cfg, model_path, getattr(torch, cfg.actor.dtype), ranks
     )
+    local = cfg.vlrollout.engine.kind == "local"
+    meta = WeightUpdateMeta.from_disk(
+        cfg.experiment_name,
+        cfg.trial_name,
+        cfg.cluster.fileroot,
+        # Rank 0's engine would remove the folder before the other ranks' engines read it.
+        clear_checkpoint_after_load=not (local and ranks.world > 1),
+    )
+    if ranks.main:
+        # Keys of a run that crashed between a weight update and its checkpoint would make
+        # AReaL's name_resolve.add (no replace) fail on resume: start this run's keys afresh.
+        name_resolve.clear_subtree(
+            names.update_weights_from_disk(cfg.experiment_name, cfg.trial_name, "")
+        )
+    ranks.barrier()
     actor.connect_engine(engine, meta)
     actor.set_version(start)
     engine.set_version(start)
@@ -283,16 +329,17 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     sampled_workflow = VisionRLVRWorkflow(eval_reward, one, processor.tokenizer, processor)
     rollouts = None  # on-policy: each step's rollout_batch
     if offpolicy > 0:
+        saved = ckpt.state.get("rollouts") if ckpt is not None else None  # one entry per rank
         rollouts = asynchronous.start(
             actor,
             engine,
             workflow,
-            train_items,
-            batch_size=bs,
+            ranks.share(train_items),
+            batch_size=bs // ranks.world,
             group_size=cfg.gconfig.n_samples,
             seed=cfg.seed,
             start_step=start,
-            state=ckpt.state.get("rollouts") if ckpt is not None else None,
+            state=saved[ranks.rank] if saved else None,
         )
         logger.warning("asynchronous rollouts, at most %d weight versions behind", offpolicy)
     last_batch_at: float | None = None
@@ -325,14 +372,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     record: dict[str, Any] = {}
     loggers = TrainLoggers.open(cfg, ft_spec)
     try:
-        if start == 0 and not read_jsonl(eval_path):
+        if ranks.main and start == 0 and not read_jsonl(eval_path):
             run_eval(0)
             loggers.commit()
-        bar = tqdm(range(start, total), initial=start, total=total, disable=not vl.progress)
+        bar = tqdm(
+            range(start, total),
+            initial=start,
+            total=total,
+            disable=not (vl.progress and ranks.main),
+        )
         for step in bar:
             t0 = time.perf_counter()
             if rollouts is None:
-                data = batch_items(train_items, step, bs, cfg.seed)
+                data = ranks.share(batch_items(train_items, step, bs, cfg.seed))
                 batch, outcome = rollout_step(
                     actor, workflow, data, cfg.gconfig.n_samples, step + 1
                 )
@@ -343,7 +395,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             # Asynchronous: the batch was generated over the whole time since the previous one.
             t_generated = t_rollout if rollouts is None else arrived - (last_batch_at or t0)
             last_batch_at = arrived
-            stale = asynchronous.staleness(batch, actor.get_version())
+            # Each rank holds its share of the redistributed batch; the metrics describe all.
+            whole = ranks.gather(stats_view(batch))
+            stale = asynchronous.staleness(whole, actor.get_version())
             if stale["staleness_max"] > offpolicy:
                 logger.warning(
                     "step %d trains tokens %d weight versions old (max_head_offpolicyness=%d): "
@@ -367,17 +421,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             t = time.perf_counter()
             engine.pause()
-            actor.update_weights(meta.with_version(step + 1))
+            update_engine_weights(actor, engine, meta.with_version(step + 1), ranks, local)
             actor.set_version(step + 1)
             engine.set_version(step + 1)
             engine.resume()
             t_sync = time.perf_counter() - t
 
-            areal_stats = actor.export_stats()
+            areal_stats = actor.export_stats()  # reduced over the ranks by AReaL
+            whole_adv = ranks.gather(stats_view(adv, ADVANTAGE_KEYS))
+            rejected = ranks.total({"rejected": outcome["rejected"]})["rejected"]
             record = {
                 "step": step + 1,
-                **rollout_stats(batch, t_generated),
-                "rejected": outcome["rejected"],
+                **rollout_stats(whole, t_generated),
+                "rejected": rejected,
                 **stale,
                 # PPO's approximate KL of the updated policy from the one that sampled (AReaL's
                 # approx_kl): the size of the step, not a KL to a reference model.
@@ -392,24 +448,50 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 "time/update": t_update,
                 "time/weight_sync": t_sync,
                 "time/step": time.perf_counter() - t0,
-                **diagnostics.batch_diagnostics(batch, adv, processor.tokenizer, true_area),
+                **diagnostics.batch_diagnostics(whole, whole_adv, processor.tokenizer, true_area),
                 "areal": areal_stats,
             }
-            append_jsonl(metrics_path, record)
-            loggers.add(record)
-            bar.set_postfix(reward=f"{record['reward_mean']:.3f}", s=f"{record['time/step']:.1f}")
+            if ranks.world > 1:
+                record["world_size"] = ranks.world
             done = step + 1
-            if vl.eval_every and done % vl.eval_every == 0 or done == total:
-                run_eval(done)
-            loggers.commit()
+            if ranks.main:
+                append_jsonl(metrics_path, record)
+                loggers.add(record)
+                bar.set_postfix(
+                    reward=f"{record['reward_mean']:.3f}", s=f"{record['time/step']:.1f}"
+                )
+                if vl.eval_every and done % vl.eval_every == 0 or done == total:
+                    run_eval(done)
+                loggers.commit()
             if done % vl.save_every == 0 or done == total:
-                state = {"rollouts": rollouts.state()} if rollouts is not None else None
-                checkpoint.save(actor, out, done, state=state)
-            write_report(out, cfg)
+                # Every rank's loader position: each resumes its own share of the items.
+                state = (
+                    {"rollouts": ranks.gather([rollouts.state()])} if rollouts is not None else None
+                )
+                checkpoint.save(actor, out, done, state=state, main=ranks.main)
+            if ranks.main:
+                write_report(out, cfg)
+            ranks.barrier()  # the other ranks wait here while rank 0 evaluates
             del batch, adv
     finally:
         loggers.close()
         engine.destroy()
         actor.destroy()
-    write_report(out, cfg)
+    if ranks.main:
+        write_report(out, cfg)
     return record
+
+
+def check_world(batch_size: int, ranks: Ranks) -> None:
+    """Refuse a batch that the processes cannot share equally.
+
+    Raises:
+        ConfigError: ``train_dataset.batch_size`` is not a multiple of the number of processes.
+    """
+    from vlrollout.errors import ConfigError
+
+    if batch_size % ranks.world:
+        raise ConfigError(
+            f"train_dataset.batch_size={batch_size} cannot be shared by {ranks.world} processes: "
+            f"each rolls out an equal share of a step's items; use a multiple of {ranks.world}"
+        )

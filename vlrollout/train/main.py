@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
+
+from vlrollout.argtypes import whole_number
 
 
 def main(argv: Sequence[str]) -> int:
@@ -17,7 +22,20 @@ def main(argv: Sequence[str]) -> int:
         "reasons are printed), 130/143 stopped by a signal.",
     )
     parser.add_argument("--config", required=True, help="YAML with GRPOConfig keys + vlrollout:")
+    parser.add_argument(
+        "--nproc",
+        type=whole_number(1),
+        default=1,
+        help="training processes, started by torchrun (FSDP data parallel; gloo on a CPU): each "
+        "rolls out its share of a step's items on its own engine, rank 0 evaluates and writes "
+        "the files. Same as `torchrun --nproc_per_node N -m vlrollout.cli train ...`",
+    )
     args, overrides = parser.parse_known_args(list(argv))
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return launch(args.nproc, ["--config", args.config, *overrides])
+    if args.nproc > 1 and launched != args.nproc:
+        parser.error(f"--nproc {args.nproc} under a launcher that started {launched} processes")
 
     from pathlib import Path
 
@@ -27,6 +45,8 @@ def main(argv: Sequence[str]) -> int:
 
     cfg = load_config(args.config, overrides)
     last = train(cfg)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0  # rank 0 reports
     out = Path(cfg.vlrollout.output)
     evals = read_jsonl(out / "eval.jsonl")
     brief = {
@@ -44,3 +64,13 @@ def main(argv: Sequence[str]) -> int:
     print(json.dumps(brief, indent=1))
     print(f"wrote {out}/metrics.jsonl, {out}/eval.jsonl, {out}/report.html, {out}/checkpoints/")
     return 0
+
+
+def launch(nproc: int, args: Sequence[str]) -> int:
+    """``vlrollout train ARGS`` in ``nproc`` processes under torchrun on this machine; its exit
+    status (torchrun's: 0, or 1 when a process failed; each process's error is printed)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += ["--nproc_per_node", str(nproc), "-m", "vlrollout.cli", "train", *args]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    return subprocess.run(cmd, env=env).returncode

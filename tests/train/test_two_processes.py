@@ -1,0 +1,124 @@
+"""``vlrollout train --nproc 2`` (two processes under torchrun, FSDP over gloo) takes the steps
+one process takes on the same data and seed.
+
+Both runs use the deterministic engine, where each completion is a function of the seed and its
+request: the two-process run rolls out each rank's share of a step's items on that rank's own
+engine, so it samples exactly the episodes the one-process run samples, but only if the other
+rank's engine holds the weights of each step (AReaL's update reaches rank 0's engine only; a
+stale engine on rank 1 would sample the second step with the first step's weights, and the
+rollout logprobs would no longer be the current policy's). Compared per step: the rewards and
+generated tokens (exactly), PPO's loss and gradient norm (float noise of the gradient
+all-reduce), held-out scores, and the saved weights after each step, which must be much closer
+to each other than to the weights they started from.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.train.procs import ROOT, run_train, subprocess_env
+
+STEPS = 2
+ARGS = (
+    f"total_train_steps={STEPS}",
+    "train_dataset.batch_size=4",
+    "gconfig.n_samples=2",
+    "gconfig.max_new_tokens=20",
+    "vlrollout.train_items=8",
+    "vlrollout.eval_items=4",
+    "vlrollout.eval_every=1",
+    "vlrollout.save_every=1",
+    "vlrollout.progress=false",
+    "vlrollout.engine.deterministic=true",
+    "seed=3",
+)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _weights(out: Path, step: int) -> dict:
+    from safetensors.torch import load_file
+
+    (path,) = (out / "checkpoints" / f"step_{step}").glob("*.safetensors")
+    return load_file(path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("two_processes")
+    run_train(root / "one", *ARGS, timeout=900)
+    run_train(root / "two", "--nproc", "2", *ARGS, timeout=900)
+    return root / "one", root / "two"
+
+
+@pytest.mark.slow
+def test_two_processes_take_the_steps_of_one(runs):
+    import torch
+    from safetensors.torch import load_file
+
+    one, two = runs
+    m1, m2 = _rows(one / "metrics.jsonl"), _rows(two / "metrics.jsonl")
+    assert [r["step"] for r in m2] == list(range(1, STEPS + 1))  # written once, by rank 0
+    assert all(r["world_size"] == 2 for r in m2) and "world_size" not in m1[0]
+    for a, b in zip(m1, m2, strict=True):
+        # The whole batch's numbers on rank 0, not its share: the same episodes, all of them.
+        assert b["reward_mean"] == pytest.approx(a["reward_mean"], abs=1e-12)
+        assert (b["n_trajectories"], b["gen_tokens"]) == (a["n_trajectories"], a["gen_tokens"])
+        assert b["diag/group_reward_std"] == pytest.approx(a["diag/group_reward_std"], abs=1e-12)
+        assert b["actor_loss"] == pytest.approx(a["actor_loss"], rel=1e-4, abs=1e-7)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+    e1, e2 = _rows(one / "eval.jsonl"), _rows(two / "eval.jsonl")
+    assert [r["step"] for r in e2] == [0, 1, 2]
+    assert [r["eval/mean"] for r in e2] == pytest.approx([r["eval/mean"] for r in e1], abs=1e-6)
+
+    (start,) = (ROOT / "assets" / "tiny-qwen2vl").glob("*.safetensors")
+    initial = load_file(start)
+    for step in range(1, STEPS + 1):
+        w1, w2 = _weights(one, step), _weights(two, step)
+        assert w1.keys() == w2.keys()
+        moved = torch.cat([(w1[k] - initial[k]).abs().flatten() for k in w1])
+        apart = torch.cat([(w1[k] - w2[k]).abs().flatten() for k in w1])
+        assert apart.mean() < 0.01 * moved.mean(), (step, apart.mean(), moved.mean())
+        assert apart.max() < 0.5 * moved.max()
+    saved = sorted(p.name for p in (two / "checkpoints" / f"step_{STEPS}").glob("optim_*"))
+    assert saved == ["optim_world_size_2_rank_0.pt", "optim_world_size_2_rank_1.pt"]
+
+
+@pytest.mark.slow
+def test_resuming_with_another_number_of_processes_is_refused(runs):
+    _, two = runs
+    cmd = [sys.executable, "-m", "vlrollout.cli", "train"]
+    cmd += ["--config", "examples/train_grounding.yaml", f"vlrollout.output={two}", *ARGS]
+    cmd += [f"total_train_steps={STEPS + 1}"]
+    env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "saved by 2 training process(es)" in proc.stderr and "--nproc 2" in proc.stderr
+    assert len(_rows(two / "metrics.jsonl")) == STEPS  # nothing trained or rewritten
+
+
+def test_a_batch_the_processes_cannot_share_is_refused():
+    from vlrollout.errors import ConfigError
+    from vlrollout.train.loop import check_world
+    from vlrollout.train.ranks import Ranks
+
+    check_world(4, Ranks(0, 2))
+    with pytest.raises(ConfigError, match="batch_size=5 cannot be shared by 2 processes"):
+        check_world(5, Ranks(1, 2))
+
+
+def test_each_rank_gets_its_own_share_and_together_all():
+    from vlrollout.train.ranks import Ranks
+
+    items = list(range(10))
+    shares = [Ranks(r, 3).share(items) for r in range(3)]
+    assert sorted(x for s in shares for x in s) == items
+    assert shares[1] == [1, 4, 7]
+    assert Ranks().share(items) == items and Ranks().gather([1, 2]) == [1, 2]
