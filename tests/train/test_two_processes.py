@@ -122,3 +122,29 @@ def test_each_rank_gets_its_own_share_and_together_all():
     assert sorted(x for s in shares for x in s) == items
     assert shares[1] == [1, 4, 7]
     assert Ranks().share(items) == items and Ranks().gather([1, 2]) == [1, 2]
+
+
+@pytest.mark.slow
+def test_two_processes_train_asynchronously_within_the_staleness_bound(tmp_path):
+    out = tmp_path / "async"
+    args = [a for a in ARGS if not a.startswith(("total_train_steps", "vlrollout.engine"))]
+    run_train(
+        out,
+        "--nproc",
+        "2",
+        *args,
+        "total_train_steps=3",
+        "vlrollout.train_items=16",
+        "rollout.max_head_offpolicyness=1",
+        "actor.use_decoupled_loss=true",
+        "actor.recompute_logprob=true",
+        timeout=900,
+    )
+    rows = _rows(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # The whole batch each step (4 items x 2 samples, from both ranks), at most 1 version old.
+    assert all(r["n_trajectories"] == 8 and r["staleness_max"] <= 1 for r in rows)
+    state = json.loads((out / "checkpoints" / "step_3" / "state.json").read_text())
+    # Each rank's loader position, so each resumes its own share of the items.
+    assert len(state["rollouts"]) == 2
+    assert all(s["loader"]["_num_yielded"] >= 3 for s in state["rollouts"])
