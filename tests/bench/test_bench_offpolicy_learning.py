@@ -1,0 +1,38 @@
+"""``bench/bench_offpolicy_learning.py``'s arms and verdict, on fabricated runs (the benchmark
+itself trains for minutes per run)."""
+
+from __future__ import annotations
+
+import doctest
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import bench_offpolicy_learning as bench  # noqa: E402
+from bench_learning import RunResult  # noqa: E402
+
+
+def test_docstring_examples():
+    assert doctest.testmod(bench).failed == 0
+
+
+def test_the_asynchronous_arm_sets_what_areal_needs_and_k0_is_the_recipe():
+    assert bench.arm_overrides(0) == []
+    k1 = bench.arm_overrides(1)
+    assert "rollout.max_head_offpolicyness=1" in k1
+    assert {"actor.use_decoupled_loss=true", "actor.recompute_logprob=true"} <= set(k1)
+
+
+def test_the_verdict_compares_the_last_common_step_against_the_larger_seed_sd():
+    on = bench.per_step(
+        [RunResult("k0", s, {0: 0.8, 8: v}, {}, 1.0) for s, v in ((1, 0.90), (2, 0.86))]
+    )
+    late = bench.per_step(
+        [RunResult("k1", s, {0: 0.8, 8: v, 16: 0.99}, {}, 1.0) for s, v in ((1, 0.80), (2, 0.81))]
+    )
+    verdict = bench.verdict(on, late)
+    assert verdict.startswith("gap -0.075") and verdict.endswith("outside the spread")
+    close = bench.per_step([RunResult("k1", 1, {8: 0.87}, {}, 1.0)])
+    assert bench.verdict(on, close).endswith("within the spread")
