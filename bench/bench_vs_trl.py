@@ -20,6 +20,11 @@ line and exits 2.
     .venv/bin/python bench/bench_vs_trl.py --recipe grounding
     .venv/bin/python bench/bench_vs_trl.py --recipe counting seed=2
     .venv/bin/python bench/bench_vs_trl.py --quick              # 4 steps of 8 items, 32 held out
+    .venv/bin/python bench/bench_vs_trl.py --recipe grounding --threads 1   # both sides 1 thread
+
+On a machine shared with other jobs, seconds per step move with the load (each side's load is
+printed beside its seconds), and more torch threads than free cores slow both sides' small
+kernels: ``--threads`` sets both sides' thread count.
 """
 
 from __future__ import annotations
@@ -230,6 +235,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--eval-items", type=int, default=None, help="vlrollout.eval_items")
     ap.add_argument("--batch-size", type=int, default=None, help="train_dataset.batch_size")
     ap.add_argument("--quick", action="store_true", help="4 steps of 8 items, 32 held out")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of both sides (OMP_NUM_THREADS; default: torch's, one per core)",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="keep run folders under this folder")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to both sides")
     record.add_record_dir(ap)
@@ -316,9 +327,15 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.threads is not None:  # before torch is imported; the subprocess inherits it
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
     import trl_settings
 
     from vlrollout.train.config import load_config
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     started = record.Run(f"vs_trl_{args.recipe}", argv)
     config = RECIPES[args.recipe]
@@ -330,7 +347,8 @@ def main(argv: list[str]) -> int:
         settings = trl_settings.peer_settings(cfg, steps)
         print(
             f"{args.recipe}: {steps} steps of {cfg.train_dataset.batch_size} items x "
-            f"{cfg.gconfig.n_samples}, seed {cfg.seed}, load {load():.2f}",
+            f"{cfg.gconfig.n_samples}, seed {cfg.seed}, {torch.get_num_threads()} torch threads, "
+            f"{os.cpu_count()} cores, load {load():.2f}",
             flush=True,
         )
         ours = run_ours(config, cfg.seed, base / "ours", overrides)
@@ -349,10 +367,20 @@ def main(argv: list[str]) -> int:
     mode = "default"
     if args.quick:
         mode = "quick: " + ", ".join(f"{k} {v}" for k, v in QUICK.items())
-    elif any([args.steps, args.eval_every, args.eval_items, args.batch_size, args.overrides]):
+    elif any(
+        [
+            args.steps,
+            args.eval_every,
+            args.eval_items,
+            args.batch_size,
+            args.overrides,
+            args.threads,
+        ]
+    ):
         mode = "changed: " + " ".join(argv)
     numbers = {
         "recipe": args.recipe,
+        "threads": torch.get_num_threads(),
         "config": config,
         "overrides": overrides,
         "ours": asdict(ours),
