@@ -186,7 +186,7 @@ def build_rollout_engine(
         engine = LocalInferenceEngine.from_pretrained(
             model_path,
             dtype=dtype,
-            device=section.device,
+            device=rank_device(section.device, ranks),
             seed=cfg.seed if section.deterministic else cfg.seed + ranks.rank,
             deterministic=bool(section.deterministic),
             compile_decode=section.compile,
@@ -205,6 +205,20 @@ def build_rollout_engine(
     )
     engine.initialize(addr=list(section.addresses), train_data_parallel_size=ranks.world)
     return engine, load_processor(model_path)
+
+
+def rank_device(device: str, ranks: Ranks) -> str:
+    """The device of this rank's embedded engine: ``cuda`` means this rank's own GPU
+    (``LOCAL_RANK``, as torchrun numbers them) when there are several processes.
+
+    >>> [rank_device(d, Ranks(1, 2)) for d in ("cuda", "cuda:3", "cpu")]
+    ['cuda:1', 'cuda:3', 'cpu']
+    """
+    import os
+
+    if device == "cuda" and ranks.world > 1:
+        return f"cuda:{os.environ.get('LOCAL_RANK', ranks.rank)}"
+    return device
 
 
 def update_engine_weights(actor: Any, engine: Any, meta: Any, ranks: Ranks, local: bool) -> None:
@@ -237,7 +251,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from tqdm import tqdm
 
     from vlrollout.jsonl import append_jsonl, read_jsonl, write_jsonl
-    from vlrollout.train import asynchronous, checkpoint, diagnostics, samples
+    from vlrollout.train import asynchronous, checkpoint, diagnostics, dynamic_sampling, samples
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import restore_multi_modal_inputs, rollout_step
     from vlrollout.train.loggers import TrainLoggers
@@ -263,6 +277,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     )
     total = cfg.total_train_steps or ft_spec.total_train_steps
     offpolicy = cfg.rollout.max_head_offpolicyness
+    dynamic_sampling.check_setup(vl.dynamic_sampling, offpolicy, ranks.world)
     if offpolicy > 0:
         for line in asynchronous.check_config(cfg):
             logger.warning("%s", line)
@@ -383,11 +398,24 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         )
         for step in bar:
             t0 = time.perf_counter()
+            dynamic: dict[str, float] = {}  # dynamic sampling's counts, when on
             if rollouts is None:
                 data = ranks.share(batch_items(train_items, step, bs, cfg.seed))
-                batch, outcome = rollout_step(
-                    actor, workflow, data, cfg.gconfig.n_samples, step + 1
-                )
+                if vl.dynamic_sampling:
+                    batch, outcome, dynamic = dynamic_sampling.rollout_step_with_spread(
+                        actor,
+                        workflow,
+                        data,
+                        train_items,
+                        group_size=cfg.gconfig.n_samples,
+                        seed=cfg.seed,
+                        step=step,
+                        max_rounds=vl.dynamic_sampling_rounds,
+                    )
+                else:
+                    batch, outcome = rollout_step(
+                        actor, workflow, data, cfg.gconfig.n_samples, step + 1
+                    )
             else:
                 batch, outcome = rollouts.next_batch(step + 1)
             arrived = time.perf_counter()
@@ -434,6 +462,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 "step": step + 1,
                 **rollout_stats(whole, t_generated),
                 "rejected": rejected,
+                **dynamic,
                 **stale,
                 # PPO's approximate KL of the updated policy from the one that sampled (AReaL's
                 # approx_kl): the size of the step, not a KL to a reference model.
