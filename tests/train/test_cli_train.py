@@ -62,3 +62,29 @@ def test_train_writes_checkpoints_metrics_report_and_resumes(tmp_path):
     assert [r["step"] for r in _jsonl(out / "eval.jsonl")] == [0, 1, 2, 3]
     assert [r["step"] for r in _jsonl(out / "eval_rollouts.jsonl")] == sorted([0, 1, 2, 3] * 4)
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_3"
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_trains_only_on_groups_with_spread(tmp_path):
+    """Counting at T = 1 leaves many groups of 4 all-equal; with dynamic sampling the step's
+    batch holds only groups whose rewards differ, topped up from further items."""
+    out = tmp_path / "run"
+    _train(
+        out,
+        "vlrollout.task=count",
+        "gconfig.temperature=1.0",
+        "gconfig.n_samples=4",
+        "vlrollout.eval_every=0",
+        "vlrollout.log_rollouts=0",
+        "vlrollout.engine.deterministic=true",
+        "vlrollout.dynamic_sampling=true",
+        "vlrollout.dynamic_sampling_rounds=4",
+    )
+    steps = _jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in steps] == [1, 2]
+    assert sum(r["dynamic/dropped"] for r in steps) > 0  # the filter had something to drop
+    for r in steps:
+        assert 1 <= r["dynamic/rounds"] <= 4 and r["dynamic/items"] >= 2
+        if r["dynamic/kept"]:
+            assert r["frac_all_equal_groups"] == 0.0
+            assert r["n_trajectories"] == 4 * r["dynamic/kept"]

@@ -6,9 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from vlrollout.errors import ConfigError
+from vlrollout.ledger import EpisodeLedger, NothingAccepted
 from vlrollout.train.dynamic_sampling import (
+    configure,
     merge_outcomes,
     reward_spread,
+    rollout_step_with_spread,
     rollout_with_spread,
     top_up_items,
 )
@@ -150,3 +154,65 @@ def test_top_up_items_cover_the_items_before_repeating_and_depend_on_seed_and_st
     assert any(o != first for o in others)
     with pytest.raises(ValueError, match="at least one item"):
         top_up_items([], seed=0, step=0)
+
+
+class FakeActor:
+    """``rollout_batch`` as AReaL's: one group per item, here the item's ``rewards``; an item
+    with ``rewards`` None has all its episodes rejected (recorded in the workflow's ledger)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def rollout_batch(self, data, workflow, group_size):
+        self.calls.append([it["id"] for it in data])
+        groups = []
+        for it in data:
+            if it["rewards"] is None:
+                for _ in range(group_size):
+                    workflow.ledger.reject(it["id"], "no_box", "nothing parsed")
+                continue
+            for _ in range(group_size):
+                workflow.ledger.accept()
+            groups.append({"rewards": torch.tensor(it["rewards"]), "id": it["id"]})
+        return groups
+
+
+class FakeWorkflow:
+    def __init__(self) -> None:
+        self.ledger = EpisodeLedger()
+
+
+def test_rollout_step_with_spread_tops_up_from_the_training_items():
+    train = [{"id": f"t{i}", "rewards": [0.0, float(i)]} for i in range(1, 9)]
+    data = [{"id": "flat", "rewards": [1.0, 1.0]}, {"id": "lost", "rewards": None}]
+    actor = FakeActor()
+    groups, outcome, metrics = rollout_step_with_spread(
+        actor, FakeWorkflow(), data, train, group_size=2, seed=0, step=4, max_rounds=3
+    )
+    # nothing kept in round 1: the top-up asks for the whole batch (2 items) from train
+    assert actor.calls[0] == ["flat", "lost"] and len(actor.calls) == 2
+    assert [g["id"] for g in groups] == actor.calls[1]
+    assert actor.calls[1] == [it["id"] for it in top_up_items(train, 0, 4)(2)]
+    assert outcome["submitted"] == 8 and outcome["rejected"] == 2
+    assert metrics["dynamic/kept"] == 2 and metrics["dynamic/dropped"] == 1
+    assert metrics["dynamic/rounds"] == 2
+
+
+def test_rollout_step_with_spread_stops_when_a_round_accepts_nothing():
+    data = [{"id": "lost", "rewards": None}]
+    with pytest.raises(NothingAccepted):
+        rollout_step_with_spread(
+            FakeActor(), FakeWorkflow(), data, data, group_size=2, seed=0, step=0, max_rounds=2
+        )
+
+
+def test_configure_refuses_asynchronous_and_several_processes_and_admits_every_round():
+    from types import SimpleNamespace
+
+    rollout = SimpleNamespace(consumer_batch_size=16)
+    configure(rollout, 0, 1, batch_size=16, max_rounds=3)
+    assert rollout.consumer_batch_size == 48
+    with pytest.raises(ConfigError, match="max_head_offpolicyness=1"):
+        configure(SimpleNamespace(consumer_batch_size=16), 1, 1, 16, 3)
+    with pytest.raises(ConfigError, match="one process, got 2"):
+        configure(SimpleNamespace(consumer_batch_size=16), 0, 2, 16, 3)

@@ -64,6 +64,12 @@ class TrainSection:
             (:mod:`vlrollout.train.freezing`; AReaL's config has no such key).
         freeze_projector: Do not train the projector (Qwen-VL's ``merger``, LLaVA's
             ``multi_modal_projector``, Idefics3's ``connector``).
+        dynamic_sampling: Train only on groups whose rewards differ and top the step up with
+            further training items (DAPO's dynamic sampling,
+            :func:`~vlrollout.train.dynamic_sampling.rollout_with_spread`): an all-equal group has
+            zero advantage and only dilutes the loss. On-policy and one process only.
+        dynamic_sampling_rounds: Rollouts per step at most with ``dynamic_sampling``, the first
+            included; a step trains on fewer groups when they run out.
     """
 
     output: str = "runs/train"
@@ -82,6 +88,8 @@ class TrainSection:
     engine: EngineConfig = field(default_factory=_train_engine)
     freeze_vision_tower: bool = False
     freeze_projector: bool = False
+    dynamic_sampling: bool = False
+    dynamic_sampling_rounds: int = 3
 
     def __post_init__(self) -> None:
         if isinstance(self.engine, dict):
@@ -103,6 +111,11 @@ class TrainSection:
         for name in ("train_items", "eval_items"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"vlrollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dynamic_sampling_rounds < 1:
+            raise ConfigError(
+                f"vlrollout.dynamic_sampling_rounds must be >= 1 (the step's own rollout "
+                f"included), got {self.dynamic_sampling_rounds}"
+            )
         if self.log_rollouts < 0:
             raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")
         if self.eval_every < 0 or self.save_every < 1 or self.eval_samples < 0:

@@ -8,7 +8,9 @@ the tiny counting task 50–94 % of groups were all-equal. AReaL 1.0.4's on-poli
 ``rollout_batch`` has no filter (only the asynchronous ``prepare_batch`` takes
 ``should_accept_fn``), so :func:`rollout_with_spread` wraps any rollout callable: it rolls out the
 step's items, keeps the groups with reward spread, and rolls out further items until
-``batch_size`` groups are kept or ``max_rounds`` rollouts were made.
+``batch_size`` groups are kept or ``max_rounds`` rollouts were made;
+:func:`rollout_step_with_spread` is the same around ``vlrollout train``'s
+:func:`~vlrollout.train.batch.rollout_step`.
 
 A group is one element of the rollout's list (AReaL's ``rollout_batch`` returns one trajectory
 dict per item, its tensors ``[group_size, ...]``); its rewards are ``group["rewards"]`` flattened.
@@ -214,3 +216,70 @@ def rollout_with_spread(
         items=n_items,
         outcome=merge_outcomes(outcomes),
     )
+
+
+def configure(
+    rollout: Any, max_head_offpolicyness: int, world_size: int, batch_size: int, max_rounds: int
+) -> None:
+    """Check that dynamic sampling can run, and let AReaL's engine roll out the top-up rounds.
+
+    AReaL's ``StalenessManager`` admits at most ``(max_head_offpolicyness + version + 1) *
+    rollout.consumer_batch_size`` items by weight version ``version``; with the configured
+    ``consumer_batch_size`` (one step's items) a second round in the same step would wait forever
+    for a version that comes only after the step. ``rollout.consumer_batch_size`` is raised (in
+    place) to ``batch_size * max_rounds``, the most items a step can roll out, before the engine
+    is built from ``rollout``.
+
+    Raises:
+        ConfigError: with ``max_head_offpolicyness > 0`` (AReaL's ``prepare_batch`` streams the
+            batch; its ``should_accept_fn`` filters single episodes, not groups), or with several
+            processes (``rollout_batch`` redistributes across them, so every rank would have to
+            roll out the same number of rounds).
+    """
+    from vlrollout.errors import ConfigError
+
+    if max_head_offpolicyness > 0:
+        raise ConfigError(
+            f"vlrollout.dynamic_sampling=true needs on-policy rollouts, got "
+            f"rollout.max_head_offpolicyness={max_head_offpolicyness}: set it to 0 or turn "
+            "dynamic sampling off"
+        )
+    if world_size > 1:
+        raise ConfigError(
+            f"vlrollout.dynamic_sampling=true runs in one process, got {world_size}: each round "
+            "is a collective rollout_batch, so the ranks would need equal rounds; run with "
+            "--nproc 1 or turn dynamic sampling off"
+        )
+    rollout.consumer_batch_size = max(rollout.consumer_batch_size, batch_size * max_rounds)
+
+
+def rollout_step_with_spread(
+    actor: Any,
+    workflow: Any,
+    data: list[dict[str, Any]],
+    train_items: list[dict[str, Any]],
+    *,
+    group_size: int,
+    seed: int,
+    step: int,
+    max_rounds: int,
+) -> tuple[list[Group], dict[str, Any], dict[str, float]]:
+    """:func:`~vlrollout.train.batch.rollout_step` with dynamic sampling: ``(groups, outcome,
+    metrics)``, the groups to train on, the ledger outcome of every round's episodes and
+    :meth:`SpreadBatch.metrics`. ``len(data)`` groups are wanted; further items come from
+    :func:`top_up_items` over ``train_items`` for ``(seed, step)``; ``step`` is the 0-based
+    index of the step (``metrics.jsonl`` records ``step + 1``).
+
+    Raises:
+        NothingAccepted: a round had no accepted episode (as ``rollout_step``).
+    """
+    from vlrollout.train.batch import rollout_step
+
+    spread = rollout_with_spread(
+        lambda items: rollout_step(actor, workflow, items, group_size, step + 1),
+        data,
+        top_up_items(train_items, seed, step),
+        batch_size=len(data),
+        max_rounds=max_rounds,
+    )
+    return spread.groups, spread.outcome, spread.metrics()

@@ -277,7 +277,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     )
     total = cfg.total_train_steps or ft_spec.total_train_steps
     offpolicy = cfg.rollout.max_head_offpolicyness
-    dynamic_sampling.check_setup(vl.dynamic_sampling, offpolicy, ranks.world)
+    if vl.dynamic_sampling:  # before the engine is built: its admission limit rises
+        dynamic_sampling.configure(
+            cfg.rollout, offpolicy, ranks.world, bs, vl.dynamic_sampling_rounds
+        )
     if offpolicy > 0:
         for line in asynchronous.check_config(cfg):
             logger.warning("%s", line)
