@@ -257,12 +257,7 @@ def main(argv: list[str]) -> None:
     metric = METRIC[args.recipe]
     out = tables(summary, metric)
     for table in out:
-        print(f"\n{table.title}")
-        widths = [
-            max(len(c), *(len(r[i]) for r in table.rows)) for i, c in enumerate(table.columns)
-        ]
-        for row in [table.columns, *table.rows]:
-            print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+        print(f"\n{table.text()}")
     line = headline(summary, args.recipe)
     print(line)
     changed = [args.steps, args.eval_every, args.eval_items, args.batch_size, args.overrides]

@@ -109,9 +109,7 @@ def main(argv: list[str]) -> None:
         title="minutes per run, in seed order",
     )
     for table in (held_out, minutes):
-        print(f"\n{table.title}")
-        for row in [table.columns, *table.rows]:
-            print("  ".join(row))
+        print(f"\n{table.text()}")
     verdicts = {k: verdict(curves[0], curves[k]) for k in ks if k}
     line = f"headline: at step {steps[-1]}, " + "; ".join(
         f"k={k} vs k=0 {v}" for k, v in verdicts.items()

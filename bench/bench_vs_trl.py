@@ -221,10 +221,7 @@ def read_ours(out: Path, evals: dict[int, float], minutes: float) -> Side:
 
 
 def print_table(table: record.Table) -> None:
-    print(f"\n{table.title}")
-    widths = [max(len(c), *(len(r[i]) for r in table.rows)) for i, c in enumerate(table.columns)]
-    for row in [table.columns, *table.rows]:
-        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+    print(f"\n{table.text()}")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -50,6 +50,21 @@ class Table:
             if len(row) != len(self.columns):
                 raise ValueError(f"row {row} has {len(row)} cells for {len(self.columns)} columns")
 
+    def text(self) -> str:
+        """The title, then the columns right-aligned, one line per row (a terminal's view).
+
+        >>> print(Table(["k", "s"], [["0", "1.5"], ["10", "2"]], title="t").text())
+        t
+         k    s
+         0  1.5
+        10    2
+        """
+        widths = [max(len(c), *(len(r[i]) for r in self.rows)) for i, c in enumerate(self.columns)]
+        lines = [self.title] if self.title else []
+        for row in [self.columns, *self.rows]:
+            lines.append("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+        return "\n".join(lines)
+
 
 @dataclass(frozen=True)
 class Record:

@@ -11,11 +11,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
 import bench_offpolicy_learning as bench  # noqa: E402
+import record  # noqa: E402
 from bench_learning import RunResult  # noqa: E402
 
 
-def test_docstring_examples():
+def test_docstring_examples_of_the_script_and_of_the_tables_it_prints():
     assert doctest.testmod(bench).failed == 0
+    assert doctest.testmod(record).failed == 0
 
 
 def test_the_asynchronous_arm_sets_what_areal_needs_and_k0_is_the_recipe():
