@@ -216,3 +216,19 @@ def test_configure_refuses_asynchronous_and_several_processes_and_admits_every_r
         configure(SimpleNamespace(consumer_batch_size=16), 1, 1, 16, 3)
     with pytest.raises(ConfigError, match="one process, got 2"):
         configure(SimpleNamespace(consumer_batch_size=16), 0, 2, 16, 3)
+
+
+def test_the_sampled_reward_of_every_episode_is_kept_beside_the_filtered_batch():
+    """The kept groups' mean says little of the policy (filtering moves a 0/1 reward toward 0.5):
+    the mean over every episode of every round is recorded too."""
+    rollout = FakeRollout()
+    out = rollout_with_spread(
+        rollout,
+        [[1.0, 1.0], [0.0, 1.0], [1.0, 1.0]],
+        pool([0.0, 1.0], [1.0, 1.0]),
+        batch_size=2,
+        max_rounds=2,
+    )
+    assert [g["item"] for g in out.groups] == [[0.0, 1.0], [0.0, 1.0]]
+    assert (out.kept, out.dropped) == (2, 3)
+    assert out.metrics()["dynamic/reward_mean_all"] == pytest.approx(8 / 10)

@@ -60,6 +60,9 @@ class SpreadBatch:
             were rejected).
         outcome: The rounds' ledger outcomes summed: ``submitted``, ``accepted``, ``rejected``,
             ``rejected_by_reason`` and the ``rejections`` records.
+        reward_mean_all: Mean reward of every episode rolled out in all rounds, before the
+            filter: the policy's sampled reward, comparable with a run without dynamic sampling
+            (the kept groups' mean is biased toward 0.5 for a 0/1 reward by construction).
     """
 
     groups: list[Group]
@@ -69,10 +72,11 @@ class SpreadBatch:
     rounds: int
     items: int
     outcome: dict[str, Any] = field(default_factory=dict)
+    reward_mean_all: float = 0.0
 
     def metrics(self) -> dict[str, float]:
         """``metrics.jsonl`` scalars: ``dynamic/kept``, ``dropped``, ``surplus``, ``rounds``,
-        ``items`` and ``dropped_frac`` (dropped over groups judged)."""
+        ``items``, ``dropped_frac`` (dropped over groups judged) and ``reward_mean_all``."""
         judged = self.kept + self.dropped + self.surplus
         return {
             "dynamic/kept": self.kept,
@@ -81,6 +85,7 @@ class SpreadBatch:
             "dynamic/rounds": self.rounds,
             "dynamic/items": self.items,
             "dynamic/dropped_frac": self.dropped / judged if judged else 0.0,
+            "dynamic/reward_mean_all": self.reward_mean_all,
         }
 
 
@@ -186,6 +191,7 @@ def rollout_with_spread(
     first: list[Group] = []
     outcomes: list[dict[str, Any]] = []
     dropped = surplus = rounds = n_items = judged = 0
+    reward_sum, episodes = 0.0, 0
     todo = items
     while True:
         groups, outcome = rollout(todo)
@@ -196,6 +202,8 @@ def rollout_with_spread(
             first = groups
         for group in groups:
             judged += 1
+            reward_sum += float(group["rewards"].sum())
+            episodes += group["rewards"].numel()
             if reward_spread(group) <= min_spread:
                 dropped += 1
             elif len(kept) < batch_size:
@@ -215,6 +223,7 @@ def rollout_with_spread(
         rounds=rounds,
         items=n_items,
         outcome=merge_outcomes(outcomes),
+        reward_mean_all=reward_sum / episodes if episodes else 0.0,
     )
 
 
