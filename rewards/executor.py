@@ -30,6 +30,7 @@ import asyncio
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -103,6 +104,17 @@ class _RecordingContext:
         return getattr(self._context, name)
 
 
+def ignore_interrupts() -> None:
+    """A worker's start: Ctrl-C is for the process that owns the pool, not for its workers.
+
+    A terminal's Ctrl-C reaches every process of the foreground group; a worker that took it would
+    die with a ``KeyboardInterrupt`` traceback of its own, printed under the command's one-line
+    "stopped by SIGINT". The owner stops its workers itself (:meth:`RewardPool.kill`,
+    :meth:`RewardPool.shutdown`).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @dataclass(eq=False)
 class RewardPool:
     """One process pool and the worker processes it started.
@@ -120,7 +132,9 @@ class RewardPool:
 
     def __post_init__(self) -> None:
         self.executor = ProcessPoolExecutor(
-            max_workers=self.max_workers, mp_context=_RecordingContext(self.workers)
+            max_workers=self.max_workers,
+            mp_context=_RecordingContext(self.workers),
+            initializer=ignore_interrupts,
         )
 
     def kill(self) -> None:

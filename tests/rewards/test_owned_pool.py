@@ -139,3 +139,33 @@ def test_the_cli_shuts_down_the_pools_its_command_started():
     assert pool.workers and pool.running_workers() == []
     with pytest.raises(RuntimeError):  # shut down (or broken, once its worker was killed)
         pool.executor.submit(os.getpid)
+
+
+def _send_self_sigint() -> str:
+    """In a worker: Ctrl-C as a terminal sends it to the whole foreground group."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)  # a worker that took it would have died with a KeyboardInterrupt by now
+    return "alive"
+
+
+def test_a_worker_lets_ctrl_c_to_the_owner():
+    """The owner says "stopped by SIGINT" in one line; a worker that took the signal would die
+    with a traceback of its own (and the call with BrokenProcessPool)."""
+
+    import signal
+
+    async def main():
+        # Python's own handler, as in a command's process (asyncio.run installs one of its own,
+        # which a forked worker would inherit instead).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        return await run_in_pool(_send_self_sigint, max_workers=1)
+
+    shutdown_reward_pools()  # workers forked from here, not reused from an earlier test
+    try:
+        assert asyncio.run(main()) == "alive"
+    except KeyboardInterrupt:  # the worker's, sent back as the call's result
+        pytest.fail("a reward worker took Ctrl-C")
+    finally:
+        shutdown_reward_pools()

@@ -32,18 +32,21 @@ def main(argv: Sequence[str]) -> int:
     )
     args, overrides = parser.parse_known_args(list(argv))
     launched = int(os.environ.get("WORLD_SIZE", "1"))
-    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        return launch(args.nproc, ["--config", args.config, *overrides])
-    if args.nproc > 1 and launched != args.nproc:
+    if args.nproc > 1 and "WORLD_SIZE" in os.environ and launched != args.nproc:
         parser.error(f"--nproc {args.nproc} under a launcher that started {launched} processes")
 
     from pathlib import Path
 
     from vlrollout.jsonl import read_jsonl
     from vlrollout.train.config import load_config
-    from vlrollout.train.loop import train
+    from vlrollout.train.loop import check_world, train
+    from vlrollout.train.ranks import Ranks
 
     cfg = load_config(args.config, overrides)
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        # Settings errors once, here, rather than once per process under torchrun.
+        check_world(cfg.train_dataset.batch_size, Ranks(0, args.nproc))
+        return launch(args.nproc, ["--config", args.config, *overrides])
     last = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0  # rank 0 reports
