@@ -227,11 +227,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
     if args.quick:
-        for key, value in QUICK.items():
-            if getattr(args, key) is None:
-                setattr(args, key, value)
+        fill_unset(args, QUICK)
     args.seeds = args.seeds or [1, 2, 3]
     return args
+
+
+def fill_unset(args: argparse.Namespace, defaults: dict[str, object]) -> None:
+    """Set each of ``defaults`` on ``args`` where the command line left it ``None`` (a
+    ``--quick`` mode that options given explicitly still override)."""
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
 
 
 def main(argv: list[str]) -> None:

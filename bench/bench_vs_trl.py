@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
-from bench_learning import METRIC, RECIPES, run_one, train_overrides  # noqa: E402
+from bench_learning import METRIC, RECIPES, fill_unset, run_one, train_overrides  # noqa: E402
 
 QUICK = {"steps": 4, "eval_every": 2, "eval_items": 32, "batch_size": 8}
 """``--quick``: a few small steps on a small evaluation (checks the script, measures nothing)."""
@@ -243,9 +243,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
     if args.quick:
-        for key, value in QUICK.items():
-            if getattr(args, key) is None:
-                setattr(args, key, value)
+        fill_unset(args, QUICK)
     return args
 
 
