@@ -72,8 +72,8 @@ def main(sleep_s: float, argv: list[str]) -> int:
     start_path: list[str] = []
     build_engine, build_actor = loop.build_rollout_engine, actor_module.build_actor
 
-    def slow_engine(cfg, model_path, dtype):
-        engine, processor = build_engine(cfg, model_path, dtype)
+    def slow_engine(cfg, model_path, dtype, *rest):
+        engine, processor = build_engine(cfg, model_path, dtype, *rest)
         start_path.append(model_path)
         head = engine.model.get_output_embeddings()
         head.register_forward_pre_hook(lambda *a: time.sleep(sleep_s))
