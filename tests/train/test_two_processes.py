@@ -148,3 +148,22 @@ def test_two_processes_train_asynchronously_within_the_staleness_bound(tmp_path)
     # Each rank's loader position, so each resumes its own share of the items.
     assert len(state["rollouts"]) == 2
     assert all(s["loader"]["_num_yielded"] >= 3 for s in state["rollouts"])
+
+
+@pytest.mark.slow
+def test_a_rejected_item_on_one_rank_does_not_end_a_two_process_run(tmp_path):
+    """A bad data line leaves one rank with fewer groups than the other; AReaL's gather of the
+    ranks' trajectories needs equal numbers, and once ended the run there."""
+    from vlrollout.tiny.synthetic import generate_items, write_dataset
+
+    data = write_dataset(generate_items("ground", 3, 7), tmp_path / "data")
+    bad = {"id": "bad-1", "messages": 42}
+    with open(data, "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    # Four items, four per step: every step has the bad item on one rank and not the other.
+    args = [a for a in ARGS if not a.startswith(("vlrollout.train_items", "vlrollout.eval_every"))]
+    run_train(tmp_path / "run", "--nproc", "2", *args, f"train_dataset.path={data}", timeout=900)
+    rows = _rows(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["rejected"] for r in rows] == [2, 2]  # the bad item's two episodes, counted
+    assert [r["n_trajectories"] for r in rows] == [3 * 2, 3 * 2]

@@ -27,7 +27,7 @@ import torch
 
 from vlrollout.logs import get_logger
 from vlrollout.train.config import TrainConfig
-from vlrollout.train.ranks import ADVANTAGE_KEYS, Ranks, stats_view
+from vlrollout.train.ranks import ADVANTAGE_KEYS, Ranks, SharedRollout, stats_view
 
 logger = get_logger(__name__)
 
@@ -360,6 +360,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             state=saved[ranks.rank] if saved else None,
         )
         logger.warning("asynchronous rollouts, at most %d weight versions behind", offpolicy)
+    # Several processes: shares with unequal numbers of accepted groups must not end the run.
+    source = actor if ranks.world == 1 else SharedRollout(engine, ranks, packing_algorithm(cfg))
     last_batch_at: float | None = None
     true_area = diagnostics.true_area_fraction(train_items)  # None unless grounding
 
@@ -417,7 +419,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     )
                 else:
                     batch, outcome = rollout_step(
-                        actor, workflow, data, cfg.gconfig.n_samples, step + 1
+                        source, workflow, data, cfg.gconfig.n_samples, step + 1
                     )
             else:
                 batch, outcome = rollouts.next_batch(step + 1)
@@ -512,6 +514,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if ranks.main:
         write_report(out, cfg)
     return record
+
+
+def packing_algorithm(cfg: TrainConfig) -> str:
+    """AReaL's allocation of trajectories to ranks (``actor.mb_spec.packing_algorithm``)."""
+    return getattr(cfg.actor.mb_spec, "packing_algorithm", None) or "ffd"
 
 
 def check_world(batch_size: int, ranks: Ranks) -> None:

@@ -95,3 +95,52 @@ def stats_view(
 ) -> list[dict[str, torch.Tensor]]:
     """The part of each trajectory the step's metrics read (``keys`` it has), on the CPU."""
     return [{k: traj[k].detach().cpu() for k in keys if k in traj} for traj in batch]
+
+
+@dataclass
+class SharedRollout:
+    """``rollout_batch`` for several processes whose shares may come back with unequal numbers
+    of groups (an item rejected on one rank: a bad data line, an unreadable image).
+
+    AReaL's ``DistRolloutCoordinator`` gathers the data-parallel heads' trajectories with
+    ``all_gather_tensor_container``, which needs every rank to send as many as the others and
+    otherwise fails ("mismatched lengths"): one rejected item would end the run. Here each rank
+    rolls out its share on its own engine, the groups are gathered as objects (any number per
+    rank), and AReaL's own allocation (``get_allocate_fn``, as ``redistribute_trajectories``
+    uses it) assigns them to ranks by sequence length, whole groups together.
+
+    Attributes:
+        engine: This rank's inference engine.
+        ranks: This process's place in the run.
+        packing_algorithm: AReaL's allocation (``actor.mb_spec.packing_algorithm``).
+    """
+
+    engine: Any
+    ranks: Ranks
+    packing_algorithm: str = "ffd"
+
+    def rollout_batch(
+        self, data: list[dict[str, Any]], workflow: Any, group_size: int = 1
+    ) -> list[dict[str, Any]]:
+        """This rank's groups of the step: its share of every rank's accepted groups.
+
+        Raises:
+            RuntimeError: Fewer groups were accepted over all ranks than there are ranks (each
+                rank trains on at least one); ``rollout_step`` turns it into ``NothingAccepted``
+                on a rank that accepted none.
+        """
+        from areal.infra.platforms import current_platform
+        from areal.utils.data import tensor_container_to
+        from areal.utils.seqpack import get_allocate_fn
+
+        local = self.engine.rollout_batch(data, workflow=workflow, group_size=group_size)
+        everything = self.ranks.gather(tensor_container_to(local, "cpu"))
+        if len(everything) < self.ranks.world:
+            raise RuntimeError(
+                f"{len(everything)} group(s) accepted over {self.ranks.world} processes: each "
+                "process trains on at least one"
+            )
+        seqlens = [int(t["attention_mask"].sum()) for t in everything]
+        allocate = get_allocate_fn(self.packing_algorithm)
+        mine = allocate(seqlens, capacity=int(1e12), min_groups=self.ranks.world)[self.ranks.rank]
+        return tensor_container_to([everything[i] for i in mine], current_platform.current_device())
