@@ -7,6 +7,9 @@
   parts first), ``_save_model_to_hf`` is replaced for LoRA (merged weights for the rollout
   engine), and ``_cast_to_compute_dtype`` / ``_load_optimizer_state`` are called (LoRA saves,
   resuming). AReaL has no public hook for any of these.
+- ``current_platform`` (``areal.infra.platforms``) names the device the trainer puts a batch on
+  (the rollouts shared between training processes go there, as AReaL's own ``prepare_batch``
+  puts them).
 
 Importing this module checks AReaL's version (:func:`vlrollout.compat.require`).
 """
@@ -21,6 +24,7 @@ from vlrollout.compat import IncompatibleLibrary, installed, require
 LOWEST, BELOW = (1, 0), (1, 1)
 require("areal", LOWEST, BELOW, installed("areal"))
 
+from areal.infra.platforms import current_platform  # noqa: E402
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
 from areal.infra.workflow_executor import WorkflowExecutor  # noqa: E402
 
@@ -30,6 +34,7 @@ __all__ = [
     "cast_to_compute_dtype",
     "load_optimizer_state",
     "replace_save_model_to_hf",
+    "training_device",
     "wrap_create_optimizer",
     "wrap_prepare_mb_list",
 ]
@@ -79,3 +84,8 @@ def cast_to_compute_dtype(actor: Any, tensor: Any) -> Any:
 def load_optimizer_state(actor: Any, path: str) -> None:
     """Load the optimizer shard AReaL saved under ``path`` into ``actor``'s optimizer."""
     _method(actor, "_load_optimizer_state")(path)
+
+
+def training_device() -> Any:
+    """The device AReaL's trainer expects a batch on (the CPU here, this rank's GPU there)."""
+    return current_platform.current_device()

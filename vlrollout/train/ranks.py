@@ -131,9 +131,10 @@ class SharedRollout:
                 rank trains on at least one); ``rollout_step`` turns it into ``NothingAccepted``
                 on a rank that accepted none.
         """
-        from areal.infra.platforms import current_platform
         from areal.utils.data import tensor_container_to
         from areal.utils.seqpack import get_allocate_fn
+
+        from vlrollout.compat.areal import training_device
 
         local = self.engine.rollout_batch(data, workflow=workflow, group_size=group_size)
         everything = self.ranks.gather(tensor_container_to(local, "cpu"))
@@ -145,4 +146,4 @@ class SharedRollout:
         seqlens = [int(t["attention_mask"].sum()) for t in everything]
         allocate = get_allocate_fn(self.packing_algorithm)
         mine = allocate(seqlens, capacity=int(1e12), min_groups=self.ranks.world)[self.ranks.rank]
-        return tensor_container_to([everything[i] for i in mine], current_platform.current_device())
+        return tensor_container_to([everything[i] for i in mine], training_device())
