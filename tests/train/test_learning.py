@@ -66,7 +66,7 @@ def _late(rows: list[dict]) -> float:
 def test_short_run_learns_reproducibly_and_lr0_control_does_not(tmp_path):
     trained, trained_eval = _run(tmp_path / "trained", "1e-3")
     again, again_eval = _run(tmp_path / "again", "1e-3")
-    control, _ = _run(tmp_path / "control", "0")
+    control, control_eval = _run(tmp_path / "control", "0")
     print(
         f"trained {_first(trained):.3f} -> {_late(trained):.3f}; "
         f"control {_first(control):.3f} -> {_late(control):.3f}"
@@ -80,3 +80,6 @@ def test_short_run_learns_reproducibly_and_lr0_control_does_not(tmp_path):
     assert _late(trained) > _late(control) + BAR
     assert not _late(control) > _first(control) + BAR, "the bar is passed without learning"
     assert {r["lr"] for r in control} == {0.0}
+    # What the report's lr = 0 control curve rests on: unchanged weights, same greedy scores.
+    assert [r["step"] for r in control_eval] == [0, STEPS]
+    assert control_eval[-1]["eval/mean"] == control_eval[0]["eval/mean"]

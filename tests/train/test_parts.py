@@ -59,6 +59,16 @@ def test_report_draws_reward_and_eval_curves(tmp_path):
     assert html.count("<polyline") >= 2 and "eval/ground" in html
 
 
+def test_report_sets_the_held_out_curve_beside_its_lr0_control(tmp_path):
+    append_jsonl(tmp_path / "metrics.jsonl", {"step": 1, "reward_mean": 0.1})
+    for step, score in ((0, 0.05), (5, 0.02), (10, 0.09)):
+        append_jsonl(tmp_path / "eval.jsonl", {"step": step, "eval/mean": score, "eval/n": 8})
+    html = write_report(tmp_path).read_text()
+    assert "at step 10: 0.09 against 0.05 for the lr = 0 control (+0.04)" in html
+    assert "eval/mean (lr = 0 control)" in html
+    assert html.count("<polyline") >= 3  # reward, held-out, control
+
+
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="vlrollout.task"):
         TrainSection(task="segment")

@@ -41,6 +41,7 @@ def main(argv: Sequence[str]) -> int:
     from vlrollout.train.config import load_config
     from vlrollout.train.loop import check_world, train
     from vlrollout.train.ranks import Ranks
+    from vlrollout.train.report import control_summary
 
     cfg = load_config(args.config, overrides)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -65,6 +66,8 @@ def main(argv: Sequence[str]) -> int:
         "seconds_per_step_last": last.get("time/step"),
     }
     print(json.dumps(brief, indent=1))
+    if summary := control_summary(evals):
+        print(summary)
     print(f"wrote {out}/metrics.jsonl, {out}/eval.jsonl, {out}/report.html, {out}/checkpoints/")
     return 0
 

@@ -18,6 +18,46 @@ from vlrollout.jsonl import read_jsonl
 EVAL_PREFIXES = ("eval", "eval_sampled")
 #: Keys under an evaluation prefix that count episodes or time rather than score them.
 EVAL_COUNTS = ("n", "rejected", "seconds")
+#: Label suffix of the control curve drawn beside each greedy held-out metric.
+CONTROL = " (lr = 0 control)"
+
+
+def lr0_control(evals: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """The lr = 0 control of each greedy held-out metric: its step-0 value at every evaluation.
+
+    A run at ``actor.optimizer.lr=0`` keeps the step-0 weights, and greedy decoding of the same
+    weights on the same held-out items gives the same answers, so the control needs no second run
+    (exactly so with ``vlrollout.engine.deterministic=true``; otherwise up to the rare argmax tie
+    that batching order can flip). Sampled metrics (``eval_sampled/``) vary from draw to draw and
+    get no control; neither does a run without a step-0 evaluation (one resumed from a folder
+    whose ``eval.jsonl`` starts later).
+
+    >>> lr0_control([{"step": 0, "eval/mean": 0.2, "eval/n": 8}, {"step": 5, "eval/mean": 0.3}])
+    {'eval/mean (lr = 0 control)': [(0, 0.2), (5, 0.2)]}
+    """
+    if not evals or evals[0].get("step") != 0:
+        return {}
+    first = evals[0]
+    keys = [
+        k for k in first if k.partition("/")[0] == "eval" and k.partition("/")[2] not in EVAL_COUNTS
+    ]
+    return {k + CONTROL: [(r["step"], first[k]) for r in evals if k in r] for k in sorted(keys)}
+
+
+def control_summary(evals: list[dict[str, Any]]) -> str:
+    """One sentence: the last greedy held-out mean against the lr = 0 control, or ``""``.
+
+    >>> control_summary([{"step": 0, "eval/mean": 0.25}, {"step": 10, "eval/mean": 0.5}])
+    'Held-out greedy eval/mean at step 10: 0.5 against 0.25 for the lr = 0 control (+0.25).'
+    """
+    control = lr0_control(evals).get("eval/mean" + CONTROL)
+    if not control or len(evals) < 2 or "eval/mean" not in evals[-1]:
+        return ""
+    last, base = evals[-1]["eval/mean"], control[-1][1]
+    return (
+        f"Held-out greedy eval/mean at step {evals[-1]['step']}: {last:.4g} against {base:.4g} "
+        f"for the lr = 0 control ({last - base:+.4g})."
+    )
 
 
 def write_report(out: Path, cfg: Any = None) -> Path:
@@ -44,7 +84,7 @@ def write_report(out: Path, cfg: Any = None) -> Path:
         ),
         line_chart(
             "held-out metric (eval/: greedy; eval_sampled/: at the training temperature)",
-            {k: series(k, evals) for k in eval_keys},
+            {**{k: series(k, evals) for k in eval_keys}, **lr0_control(evals)},
         ),
         line_chart(
             "groups with all-equal rewards (no signal)",
@@ -92,7 +132,9 @@ def write_report(out: Path, cfg: Any = None) -> Path:
 .charts svg{{margin:0 1em 1em 0;border:1px solid #eee}}{SECTION_CSS}</style></head><body>
 <h1>{title}</h1><p>{len(steps)} steps; {len(evals)} held-out evaluations.</p>
 <div class="charts">{"".join(charts)}</div>
-<h2>Held-out evaluation</h2><p>Means over every episode; a rejected episode scores 0.</p>
+<h2>Held-out evaluation</h2><p>{html.escape(control_summary(evals))} Means over every
+episode; a rejected episode scores 0. The lr = 0 control keeps the step-0 weights, so its greedy
+score is the step-0 score at every evaluation.</p>
 <table><tr>{"".join(f"<th>{c}</th>" for c in eval_head)}</tr>{eval_rows}</table>
 <h2>Last steps</h2><table><tr>{"".join(f"<th>{c}</th>" for c in columns)}</tr>{rows}</table>
 {section_html(out)}
