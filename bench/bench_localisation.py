@@ -6,10 +6,11 @@ Every synthetic shape lies inside one grid cell, and each cell is exactly one me
 from guessing better than mean IoU does: a box of the usual size near the image centre earns some
 IoU without looking at the image. Per model and number of shapes this prints mean IoU, the
 fraction of boxes whose centre is in the target's cell (and its row, its column, any shape's
-cell), and the image-blind ceiling: the most frequent target cell for each image size, counted
-on the very items scored (an upper bound for any answer that ignores the pixels). A model whose
-cell accuracy is at that ceiling does not localise, and RL has no image-dependent behaviour in
-its samples to reinforce.
+cell), the same for a uniformly random cell (chance), and the image-blind ceiling: the most
+frequent target cell for each image size, counted on the very items scored (an upper bound for
+any answer that ignores the pixels, inflated by the sample's luck). A model whose cell accuracy
+is no better than those does not localise, and RL has no image-dependent behaviour in its
+samples to reinforce.
 
     .venv/bin/python bench/bench_localisation.py                      # the shipped model
     .venv/bin/python bench/bench_localisation.py --models assets/tiny-qwen2vl runs/my-model
@@ -44,8 +45,9 @@ class Localisation:
         row: ... in the target's row of cells.
         column: ... in the target's column of cells.
         any_shape: ... in the cell of any shape of the image (the target or a distractor).
+        chance: ``cell`` of a uniformly random cell: the mean of 1 / cells over the items.
         blind_cell: The image-blind ceiling for ``cell``: per image size, the most frequent target
-            cell's share of these items.
+            cell's share of these items (above ``chance`` by the luck of a small sample).
         unparsable: Answers with no box.
     """
 
@@ -55,6 +57,7 @@ class Localisation:
     row: float
     column: float
     any_shape: float
+    chance: float
     blind_cell: float
     unparsable: int
 
@@ -73,6 +76,13 @@ def cell_of(box: Sequence[float], size: Sequence[int]) -> tuple[int, int]:
     col = min(cols - 1, max(0, int(cx // (width / cols))))
     row = min(rows - 1, max(0, int(cy // (height / rows))))
     return col, row
+
+
+def _cells(size: Sequence[int]) -> int:
+    from vlrollout.tiny.synthetic import IMAGE_GRIDS
+
+    cols, rows = IMAGE_GRIDS[tuple(size)]
+    return cols * rows
 
 
 def blind_ceiling(items: Sequence[dict[str, Any]]) -> float:
@@ -112,6 +122,7 @@ def score(items: Sequence[dict[str, Any]], completions: Sequence[str]) -> Locali
         row=row / n,
         column=column / n,
         any_shape=any_shape / n,
+        chance=statistics.fmean(1 / _cells(it["image_size"]) for it in items),
         blind_cell=blind_ceiling(items),
         unparsable=unparsable,
     )
@@ -127,6 +138,42 @@ def greedy_boxes(model_path: str, items: Sequence[dict[str, Any]]) -> list[str]:
     processor = AutoProcessor.from_pretrained(model_path)
     model = Qwen2VLForConditionalGeneration.from_pretrained(model_path, dtype=torch.float32)
     return greedy_completions(model.eval(), processor, items)
+
+
+def results_table(
+    results: dict[str, dict[str, Localisation]], items: int, seed: int
+) -> record.Table:
+    """One row per model and item set, as printed and recorded."""
+    return record.Table(
+        [
+            "model",
+            "shapes",
+            "mean IoU",
+            "cell",
+            "chance",
+            "blind ceiling",
+            "row",
+            "column",
+            "any shape",
+        ],
+        [
+            [
+                path,
+                k,
+                f"{r.mean_iou:.3f}",
+                f"{r.cell:.3f}",
+                f"{r.chance:.3f}",
+                f"{r.blind_cell:.3f}",
+                f"{r.row:.3f}",
+                f"{r.column:.3f}",
+                f"{r.any_shape:.3f}",
+            ]
+            for path, by_set in results.items()
+            for k, r in by_set.items()
+        ],
+        title=f"greedy boxes on {items} held-out items per shape count (seed {seed}): "
+        "fraction whose centre is in the target's cell / row / column / any shape's cell",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,29 +197,12 @@ def main(argv: list[str] | None = None) -> None:
     for path in args.models:
         results[path] = {k: score(items, greedy_boxes(path, items)) for k, items in sets.items()}
         print(f"scored {path}", flush=True)
-    table = record.Table(
-        ["model", "shapes", "mean IoU", "cell", "blind ceiling", "row", "column", "any shape"],
-        [
-            [
-                path,
-                k,
-                f"{r.mean_iou:.3f}",
-                f"{r.cell:.3f}",
-                f"{r.blind_cell:.3f}",
-                f"{r.row:.3f}",
-                f"{r.column:.3f}",
-                f"{r.any_shape:.3f}",
-            ]
-            for path, by_set in results.items()
-            for k, r in by_set.items()
-        ],
-        title=f"greedy boxes on {args.items} held-out items per shape count (seed {args.seed}): "
-        "fraction whose centre is in the target's cell / row / column / any shape's cell",
-    )
+    table = results_table(results, args.items, args.seed)
     print(f"\n{table.text()}")
     one = {path: by_set["1"] for path, by_set in results.items()}
     line = "headline: one-shape images, boxes in the target's cell: " + "; ".join(
-        f"{path} {r.cell:.3f} (image-blind ceiling {r.blind_cell:.3f})" for path, r in one.items()
+        f"{path} {r.cell:.3f} (a random cell {r.chance:.3f}, image-blind ceiling {r.blind_cell:.3f})"
+        for path, r in one.items()
     )
     print(line)
     numbers = {path: {k: asdict(r) for k, r in by_set.items()} for path, by_set in results.items()}

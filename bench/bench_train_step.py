@@ -43,11 +43,17 @@ DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP, DEFAULT_OFFPOLICY = 4, 8, 8, (0, 1,
 
 
 def run_loop(
-    config: str, k: int, steps: int, batch: int, group: int, threads: int | None
+    config: str,
+    k: int,
+    steps: int,
+    batch: int,
+    group: int,
+    threads: int | None,
+    overrides: tuple[str, ...] = (),
 ) -> list[dict]:
     """``metrics.jsonl`` of a ``vlrollout train`` run of ``steps`` steps with k = ``k``
     (``threads``: ``OMP_NUM_THREADS``, torch's threads per calling thread; ``None``: torch's
-    default, one per core)."""
+    default, one per core; ``overrides``: further ``KEY=VALUE`` settings)."""
     proximal = ["actor.use_decoupled_loss=true"] if k else ["actor.recompute_logprob=true"]
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config", config]
@@ -62,6 +68,7 @@ def run_loop(
             "vlrollout.eval_every=0",
             f"vlrollout.save_every={steps + 1}",
             "vlrollout.progress=false",
+            *overrides,
         ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         if threads is not None:

@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_localisation import blind_ceiling, cell_of, score  # noqa: E402
+from bench_localisation import blind_ceiling, cell_of, results_table, score  # noqa: E402
 
 from vlrollout.tiny.synthetic import box_to_qwen2vl_text, make_item  # noqa: E402
 
@@ -54,6 +54,7 @@ def test_a_constant_answer_stays_within_the_blind_ceiling(items):
         ) / len(items)
         assert r.cell == pytest.approx(share)
         assert r.cell <= r.blind_cell
+        assert 1 / 16 <= r.chance <= 1 / 12  # 4 x 4, 4 x 3 and 3 x 4 cells
 
 
 def test_the_blind_ceiling_is_the_most_frequent_cell_per_image_size():
@@ -67,3 +68,11 @@ def test_the_blind_ceiling_is_the_most_frequent_cell_per_image_size():
 def test_an_answer_without_a_box_scores_zero_and_is_counted(items):
     r = score(items[:4], ["no box here"] * 4)
     assert r.unparsable == 4 and r.mean_iou == 0.0 and r.cell == 0.0
+
+
+def test_the_table_has_one_row_per_model_and_item_set_with_every_column(items):
+    r = score(items, [it["solution"] for it in items])
+    table = results_table({"m": {"1": r, "1-4": r}}, items=60, seed=31)
+    assert [row[:2] for row in table.rows] == [["m", "1"], ["m", "1-4"]]
+    named = dict(zip(table.columns, table.rows[0], strict=True))
+    assert (named["cell"], named["chance"]) == ("1.000", f"{r.chance:.3f}")

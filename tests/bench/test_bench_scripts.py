@@ -187,3 +187,14 @@ def test_reward_pool_quick_prints_both_sizes_and_the_headline(tmp_path):
     rows = [line.split() for line in lines if re.match(r"\s*\d+\s", line)]
     assert [int(r[0]) for r in rows] == [12, 500]
     assert lines[-1].startswith("headline: RewardCaller per call")
+
+
+def test_update_rows_leaves_out_each_runs_first_step(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_update_rows import update_times
+
+    runs = [
+        [{"time/update": 9.0}, {"time/update": 2.0}],
+        [{"time/update": 8.0}, {"time/update": 3.0}],
+    ]
+    assert update_times(runs) == [2.0, 3.0]
