@@ -32,10 +32,13 @@ demo-baseline: setup
 	$(BIN)/vlrollout train-tiny --steps 0 --max-minutes 0 --eval-per-task 4 --out runs/untrained-model
 	$(BIN)/vlrollout run --config examples/demo.yaml --model runs/untrained-model --output runs/untrained
 
-# GRPO with AReaL's own actor over the embedded engine -> runs/train/ (checkpoints, metrics, report);
-# resumes from runs/train/checkpoints. Overrides: make train ARGS="total_train_steps=10".
+# GRPO with AReaL's own actor over the embedded engine on the counting recipe (the one that learns
+# from the shipped model: bench/results/learning_counting.json) -> runs/train/ (checkpoints,
+# metrics, report with the lr = 0 control); resumes from runs/train/checkpoints.
+# Overrides: make train ARGS="total_train_steps=10"; the grounding recipe: vlrollout train --config
+# examples/train_grounding.yaml.
 train: setup
-	$(BIN)/vlrollout train --config examples/train_grounding.yaml $(ARGS)
+	$(BIN)/vlrollout train --config examples/train_count.yaml vlrollout.output=runs/train $(ARGS)
 
 # What CI runs: every test (slow ones included: the training, serving and learning tests behind
 # the README's claims; tests that need a GPU skip themselves without one), then the linter.
