@@ -21,12 +21,16 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_train(out: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """``vlrollout train --config examples/train_grounding.yaml vlrollout.output=OUT OVERRIDES``
-    as a user runs it (a subprocess: its own torch.distributed), from the repository root;
-    asserts it succeeded."""
+def run_train(
+    out: Path,
+    *overrides: str,
+    timeout: int = 600,
+    config: str = "examples/train_grounding.yaml",
+) -> subprocess.CompletedProcess:
+    """``vlrollout train --config CONFIG vlrollout.output=OUT OVERRIDES`` as a user runs it (a
+    subprocess: its own torch.distributed), from the repository root; asserts it succeeded."""
     cmd = [sys.executable, "-m", "vlrollout.cli", "train"]
-    cmd += ["--config", "examples/train_grounding.yaml", f"vlrollout.output={out}", *overrides]
+    cmd += ["--config", config, f"vlrollout.output={out}", *overrides]
     env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
