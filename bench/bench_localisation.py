@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=200, help="item seed (the recipes' eval_seed)")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
+    missing = [path for path in args.models if not (Path(path) / "config.json").is_file()]
+    if missing:
+        ap.error(f"--models: no saved model (config.json) in {', '.join(missing)}")
     from vlrollout.tiny.synthetic import make_item
 
     started = record.Run("localisation", argv)
