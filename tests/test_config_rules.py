@@ -32,8 +32,8 @@ def test_both_recipes_read_the_same_engine_section(tmp_path):
     assert type(run.engine) is type(train.vlrollout.engine) is EngineConfig
     assert (train.vlrollout.engine.kind, train.vlrollout.engine.addresses) == ("vllm", ["h:1"])
     assert dataclasses.replace(train.vlrollout.engine, model="m") == dataclasses.replace(
-        run.engine, model="m", deterministic=False
-    )
+        run.engine, model="m", deterministic=False, max_batch_size=128
+    )  # the training recipe decodes a whole step's requests together
 
 
 @pytest.mark.parametrize(
@@ -42,6 +42,7 @@ def test_both_recipes_read_the_same_engine_section(tmp_path):
         ("kind=sglang", "needs engine.addresses"),
         ("kind=tpu", "engine.kind must be one of local, sglang, vllm"),
         ("device=gpu0", "must be cpu, cuda or cuda:N"),
+        ("max_batch_size=0", "engine.max_batch_size must be >= 1"),
     ],
 )
 def test_a_bad_engine_setting_is_the_same_config_error_in_both(tmp_path, setting, message):

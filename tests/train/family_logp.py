@@ -41,7 +41,7 @@ def main(family: str) -> None:
     from vlrollout.testing.family_items import ITEMS
     from vlrollout.testing.tiny_families import save_tiny_vlm, tiny_vlm
     from vlrollout.train.actor import build_actor
-    from vlrollout.train.batch import restore_multi_modal_inputs
+    from vlrollout.train.batch import compute_advantages
     from vlrollout.workflows import VisionRLVRWorkflow
 
     tmp = Path(tempfile.mkdtemp())
@@ -84,7 +84,7 @@ def main(family: str) -> None:
             actor._prepare_mb_list = fixed
         for i, traj in enumerate(trajs):
             traj["rewards"] = torch.tensor([float(i % 2)])
-        actor.ppo_update(restore_multi_modal_inputs(actor.compute_advantages(trajs), trajs))
+        actor.ppo_update(compute_advantages(actor, trajs))
         result["ppo_update"] = True
     except Exception as e:  # reported to the test, which decides
         result["error"] = f"{type(e).__name__}: {e}"

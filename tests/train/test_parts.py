@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vlrollout.jsonl import append_jsonl
-from vlrollout.train.batch import restore_multi_modal_inputs
+from vlrollout.train.batch import compute_advantages
 from vlrollout.train.config import TrainSection
 from vlrollout.train.loop import batch_items, pick, rollout_stats
 from vlrollout.train.report import write_report
@@ -41,14 +41,37 @@ def test_pick_finds_areal_scoped_stats():
     assert pick(stats, "entropy") is None
 
 
-def test_restore_multi_modal_inputs_puts_back_each_trajectorys_images():
-    own = [{"multi_modal_input": [{"pixel_values": torch.full((1,), float(i))}]} for i in range(3)]
-    whole = [m for t in own for m in t["multi_modal_input"]]
-    adv = [{"multi_modal_input": whole} for _ in own]  # what AReaL's split_batch returns
-    restore_multi_modal_inputs(adv, own)
-    assert [a["multi_modal_input"][0]["pixel_values"].item() for a in adv] == [0.0, 1.0, 2.0]
-    with pytest.raises(ValueError, match="2 trajectories for 3"):
-        restore_multi_modal_inputs(adv[:2], own)
+class _SplittingActor:
+    """``compute_advantages`` as AReaL's: ``batched_call`` (concat, call, ``split_batch``)."""
+
+    def __init__(self):
+        self.seen: list[set[str]] = []
+
+    def compute_advantages(self, data):
+        from areal.utils.data import batched_call
+
+        self.seen = [set(d) for d in data]
+        return batched_call(lambda batch: {**batch, "advantages": batch["rewards"] * 2}, data)
+
+
+def test_compute_advantages_keeps_each_trajectorys_own_images_uncopied():
+    own = [
+        {
+            "input_ids": torch.ones(1, 3, dtype=torch.long),
+            "attention_mask": torch.ones(1, 3, dtype=torch.bool),
+            "rewards": torch.tensor([float(i)]),
+            "multi_modal_input": [{"pixel_values": torch.full((1,), float(i))}],
+        }
+        for i in range(3)
+    ]
+    actor = _SplittingActor()
+    adv = compute_advantages(actor, own)
+    assert all("multi_modal_input" not in keys for keys in actor.seen)  # nothing to deep-copy
+    assert all(
+        a["multi_modal_input"] is t["multi_modal_input"] for a, t in zip(adv, own, strict=True)
+    )
+    assert [a["advantages"].item() for a in adv] == [0.0, 2.0, 4.0]
+    assert all("multi_modal_input" in t for t in own)  # the rollout batch keeps its images
 
 
 def test_report_draws_reward_and_eval_curves(tmp_path):

@@ -56,7 +56,10 @@ def make_engine(
         from vlrollout.engine.local import LocalInferenceEngine
 
         engine = LocalInferenceEngine.from_pretrained(
-            cfg.model, device=cfg.device, seed=seed, **local_kwargs
+            cfg.model,
+            device=cfg.device,
+            seed=seed,
+            **{"max_batch_size": cfg.max_batch_size, **local_kwargs},
         )
         engine.initialize()
         return engine

@@ -36,6 +36,7 @@ import torch
 from areal.api.engine_api import InferenceEngine
 from areal.api.io_struct import ModelRequest, ModelResponse, WeightUpdateMeta
 
+from vlrollout import image_sharing
 from vlrollout.compat.transformers import DynamicCache
 from vlrollout.engine.batch import can_merge
 from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
@@ -138,6 +139,8 @@ class LocalInferenceEngine(InferenceEngine):
             max_batch_size = 1
         self.processor, self.tokenizer = _split_processor(processor_or_tokenizer)
         family = family_of(model.config)  # refuses a family the engine cannot feed
+        # A group's requests share their image: its prefill encodes the image once.
+        image_sharing.install(self.model)
         if max_batch_size > 1 and family.one_row_decode:
             logger.warning(
                 "%s: %s; requests run one at a time (max_batch_size=1).",

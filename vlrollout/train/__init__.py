@@ -3,7 +3,10 @@
 A recipe (it wires components; no component imports it):
 
 - :mod:`~vlrollout.train.cpu`: CPU-safe trainer defaults where there is no GPU.
-- :mod:`~vlrollout.train.packing`: keeps packed sequences apart without flash-attn.
+- :mod:`~vlrollout.train.packing`: keeps packed sequences apart without flash-attn;
+  :mod:`~vlrollout.train.packed_attention`: attends within each of them, not over the row.
+- :mod:`~vlrollout.train.grouping`: whole GRPO groups per micro-batch (a group's image encoded
+  once, :mod:`vlrollout.image_sharing`).
 - :mod:`~vlrollout.train.actor`: builds AReaL's actor (world size 1, or a torchrun rank).
 - :mod:`~vlrollout.train.batch`: per-trajectory images after ``compute_advantages``.
 - :mod:`~vlrollout.train.config`, :mod:`~vlrollout.train.rewards`: config and rewards.

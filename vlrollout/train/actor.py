@@ -38,18 +38,23 @@ def build_actor(
     packing_fix: bool = True,
     freeze_vision_tower: bool = False,
     freeze_projector: bool = False,
+    encode_images_once: bool = True,
 ) -> Any:
     """An initialised ``FSDPPPOActor`` for ``actor_config`` (a ``PPOActorConfig``).
 
     CPU-safe defaults (:func:`vlrollout.train.cpu.apply_cpu_defaults`) are applied and logged
     when there is no GPU; the packing fix (:mod:`vlrollout.train.packing`) is installed where
-    flash-attn is absent (``packing_fix=False`` only to demonstrate the bug). The vision parts
+    flash-attn is absent (``packing_fix=False`` only to demonstrate the bug), with sdpa run per
+    packed sequence (:mod:`vlrollout.train.packed_attention`). The vision parts
     asked for are frozen before the optimizer is built (:mod:`vlrollout.train.freezing`); with
-    ``use_lora`` the actor's HF saves write merged weights (:mod:`vlrollout.train.lora`).
+    ``use_lora`` the actor's HF saves write merged weights (:mod:`vlrollout.train.lora`);
+    with ``encode_images_once`` each forward encodes a distinct image once
+    (:mod:`vlrollout.image_sharing`).
     """
     from areal.engine.fsdp_engine import FSDPPPOActor
 
-    from vlrollout.train import freezing, lora, packing
+    from vlrollout import image_sharing
+    from vlrollout.train import freezing, lora, packed_attention, packing
     from vlrollout.train.cpu import apply_cpu_defaults
 
     for line in apply_cpu_defaults(actor_config):
@@ -71,10 +76,14 @@ def build_actor(
             actor_config.lora_rank,
             actor_config.lora_alpha,
         )
+    if encode_images_once:
+        image_sharing.install(actor.model)
     if packing_fix and packing.install(actor):
         logger.warning(
             "packing fix installed: packed sequences kept apart by per-sequence positions "
             "(attn_impl=%s, no flash-attn)",
             actor_config.attn_impl,
         )
+        # The rows are block-diagonal now: attend within each sequence, not over the row.
+        packed_attention.install(actor.model)
     return actor

@@ -7,11 +7,12 @@ empty batch to its data-parallel redistribution (``redistribute_trajectories``),
 emptied it.
 
 AReaL 1.0's ``PPOActor.compute_advantages`` concatenates the trajectories with ``concat_batch``
-and splits the result back with ``split_batch`` (``areal.utils.data``), which copies every non-tensor entry whole: each returned dict
-holds the *whole batch's* ``multi_modal_input`` list (n× the image memory for n trajectories),
-and per-trajectory readers would see the first trajectory's images. :func:`restore_multi_modal_inputs`
-puts each trajectory's own list back, so ``ppo_update`` concatenates exactly what
-``compute_logp`` saw.
+and splits the result back with ``split_batch`` (``areal.utils.data``), which deep-copies every
+non-tensor entry whole into every returned dict: the whole batch's ``multi_modal_input`` list once
+per trajectory (n copies of every image: on a VLM batch that copying is most of the call), and
+per-trajectory readers would see the first trajectory's images. :func:`compute_advantages` holds
+the images back from the call (advantages do not read them) and gives each trajectory its own
+list, so ``ppo_update`` concatenates exactly what ``compute_logp`` saw.
 """
 
 from __future__ import annotations
@@ -69,26 +70,21 @@ def _nothing_accepted(step: int, submitted: int, outcome: Mapping[str, Any]) -> 
     )
 
 
-def restore_multi_modal_inputs(
-    adv_batch: list[dict[str, Any]], rollout_batch: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Give each trajectory of ``adv_batch`` back its own ``multi_modal_input`` (in place).
-
-    Args:
-        adv_batch: ``compute_advantages``' output, in the order of ``rollout_batch``.
-        rollout_batch: Its input.
+def compute_advantages(actor: Any, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``actor.compute_advantages(batch)``, each trajectory keeping its own images (module
+    docstring); ``batch`` itself is not changed.
 
     Raises:
-        ValueError: The two batches differ in length, or in which trajectories have images.
+        ValueError: AReaL returned another number of trajectories than it was given.
     """
-    if len(adv_batch) != len(rollout_batch):
+    bare = [{k: v for k, v in traj.items() if k != "multi_modal_input"} for traj in batch]
+    adv = actor.compute_advantages(bare)
+    if len(adv) != len(batch):
         raise ValueError(
-            f"compute_advantages returned {len(adv_batch)} trajectories for "
-            f"{len(rollout_batch)}; cannot match their images"
+            f"compute_advantages returned {len(adv)} trajectories for {len(batch)}; cannot "
+            "match their images"
         )
-    for i, (adv, orig) in enumerate(zip(adv_batch, rollout_batch, strict=True)):
-        if ("multi_modal_input" in adv) != ("multi_modal_input" in orig):
-            raise ValueError(f"trajectory {i}: multi_modal_input present on one side only")
-        if "multi_modal_input" in orig:
-            adv["multi_modal_input"] = orig["multi_modal_input"]
-    return adv_batch
+    for out, traj in zip(adv, batch, strict=True):
+        if "multi_modal_input" in traj:
+            out["multi_modal_input"] = traj["multi_modal_input"]
+    return adv

@@ -70,6 +70,12 @@ class TrainSection:
             zero advantage and only dilutes the loss. On-policy and one process only.
         dynamic_sampling_rounds: Rollouts per step at most with ``dynamic_sampling``, the first
             included; a step trains on fewer groups when they run out.
+        encode_images_once: The trainer's micro-batches hold whole groups
+            (:mod:`vlrollout.train.grouping`) and each of their forwards encodes a distinct image
+            once (:mod:`vlrollout.image_sharing`; the local engine's prefill always does): the
+            same forward and gradients with a group's image encoded once instead of n times.
+            ``false`` keeps AReaL's packing by length and encodes every copy (the reference
+            ``bench/bench_update_rows.py`` measures against).
     """
 
     output: str = "runs/train"
@@ -90,6 +96,7 @@ class TrainSection:
     freeze_projector: bool = False
     dynamic_sampling: bool = False
     dynamic_sampling_rounds: int = 3
+    encode_images_once: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.engine, dict):

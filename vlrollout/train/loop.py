@@ -190,6 +190,7 @@ def build_rollout_engine(
             seed=cfg.seed if section.deterministic else cfg.seed + ranks.rank,
             deterministic=bool(section.deterministic),
             compile_decode=section.compile,
+            max_batch_size=section.max_batch_size,
         )
         engine.initialize(config=cfg.rollout, train_data_parallel_size=ranks.world)
         return engine, engine.processor
@@ -251,9 +252,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from tqdm import tqdm
 
     from vlrollout.jsonl import append_jsonl, read_jsonl, write_jsonl
-    from vlrollout.train import asynchronous, checkpoint, diagnostics, dynamic_sampling, samples
+    from vlrollout.train import (
+        asynchronous,
+        checkpoint,
+        diagnostics,
+        dynamic_sampling,
+        grouping,
+        samples,
+    )
     from vlrollout.train.actor import build_actor
-    from vlrollout.train.batch import restore_multi_modal_inputs, rollout_step
+    from vlrollout.train.batch import compute_advantages, rollout_step
     from vlrollout.train.loggers import TrainLoggers
     from vlrollout.train.report import write_report
     from vlrollout.train.rewards import build_rewards
@@ -302,6 +310,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         ft_spec,
         freeze_vision_tower=vl.freeze_vision_tower,
         freeze_projector=vl.freeze_projector,
+        encode_images_once=vl.encode_images_once,
     )
     if ckpt is not None:
         if cfg.actor.use_lora:
@@ -442,13 +451,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             t = time.perf_counter()
             if cfg.actor.should_compute_prox_logp():
-                for traj, lp in zip(batch, actor.compute_logp(batch), strict=True):
+                with grouping.whole_groups(actor, batch, vl.encode_images_once):
+                    logps = actor.compute_logp(batch)
+                for traj, lp in zip(batch, logps, strict=True):
                     traj["prox_logp"] = lp
             t_logp = time.perf_counter() - t
 
             t = time.perf_counter()
-            adv = restore_multi_modal_inputs(actor.compute_advantages(batch), batch)
-            actor.ppo_update(adv)
+            adv = compute_advantages(actor, batch)
+            with grouping.whole_groups(actor, batch, vl.encode_images_once):
+                actor.ppo_update(adv)
             actor.step_lr_scheduler()
             t_update = time.perf_counter() - t
 
