@@ -208,3 +208,29 @@ def test_a_pause_of_the_whole_process_does_not_split_a_burst(tiny, vision_prompt
         generate_all(engine, reqs)
         stats = engine.stats()
     assert stats["prefills"] == 4 and stats["prefill_batches"] == 1
+
+
+def test_a_group_sending_one_prompt_is_prefilled_once(tiny, vision_prompt):
+    """A GRPO group's requests share their prompt: one prefill row serves the group, and each
+    request still gets the tokens and logprobs it would get alone. Equal tokens with other
+    pixels (same image size, other image) are another row."""
+    model, processor = tiny
+    group, other_pixels = vision_prompt(seed=0), vision_prompt(seed=1)
+    assert group["input_ids"] == other_pixels["input_ids"]
+    other_prompt = vision_prompt(seed=2, question="Where? And why?")
+
+    def request(p, new):
+        return ModelRequest(
+            input_ids=p["input_ids"],
+            metadata={"multi_modal_input": p["mm"]},
+            gconfig=GenerationHyperparameters(max_new_tokens=new, min_new_tokens=new, greedy=True),
+        )
+
+    reqs = [request(group, 3 + i) for i in range(4)]
+    reqs += [request(other_pixels, 4), request(other_prompt, 5), request(other_prompt, 2)]
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        results = generate_all(engine, reqs)
+        stats = engine.stats()
+    assert stats["prefill_batches"] == 1 and stats["prefills"] == 7
+    assert stats["prefill_rows_run"] == 3
+    assert_as_if_alone(model, processor, reqs, results)

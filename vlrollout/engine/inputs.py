@@ -321,18 +321,3 @@ def prompt_positions(
             "not at one position on every axis: the engine cannot continue decoding from it."
         )
     return pos[..., :length], int(following[0]) - length
-
-
-def positions_key(ids: list[int], inputs: PreparedInputs) -> tuple:
-    """What :func:`prompt_positions` reads for prompt (+ tokens so far) ``ids`` of ``inputs``:
-    equal keys, equal positions."""
-    types = inputs.mm_token_type_ids
-    return (
-        tuple(ids),
-        tuple(types.flatten().tolist()) if types is not None else None,
-        *(
-            (k, tuple(inputs.vision[k].flatten().tolist()))
-            for k in _POSITION_GRIDS
-            if k in inputs.vision
-        ),
-    )

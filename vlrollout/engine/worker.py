@@ -31,7 +31,7 @@ import torch
 
 from vlrollout.compat.transformers import DynamicCache
 from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
-from vlrollout.engine.inputs import PreparedInputs, positions_key, prompt_positions, uses_mrope
+from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch, top_logprobs
 from vlrollout.engine.step_forward import CompiledStep, DirectStep, FullStep, choose_step
 from vlrollout.families import family_of
@@ -48,6 +48,38 @@ _ARRIVAL_PAUSES = 3  # process-wide pauses (a garbage collection) forgiven while
 # admitted in groups of a quarter of the batch (or all of a shorter queue), and no later than
 # this many decode steps after a row fell free for them.
 _ADMIT_MAX_WAIT_STEPS = 8
+
+
+def distinct_rows(tasks: list[Any], rows: list[list[int]]) -> list[int]:
+    """For each task, the index of the first task with the same prefill row: the same tokens
+    and the same prompt inputs (the same object, or equal token types and vision tensors)."""
+    source: list[int] = []
+    seen: dict[tuple[int, ...], list[int]] = {}
+    for i, (task, row) in enumerate(zip(tasks, rows, strict=True)):
+        same = seen.setdefault(tuple(row), [])
+        match = next((j for j in same if _same_inputs(tasks[j].inputs, task.inputs)), None)
+        if match is None:
+            same.append(i)
+            match = i
+        source.append(match)
+    return source
+
+
+def _same_inputs(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if (a.mm_token_type_ids is None) != (b.mm_token_type_ids is None) or a.vision.keys() != (
+        b.vision.keys()
+    ):
+        return False
+    if a.mm_token_type_ids is not None and not torch.equal(
+        a.mm_token_type_ids, b.mm_token_type_ids
+    ):
+        return False
+    return all(
+        a.vision[k].shape == b.vision[k].shape and torch.equal(a.vision[k], b.vision[k])
+        for k in a.vision
+    )
 
 
 @dataclass(eq=False)
@@ -402,49 +434,64 @@ class DecodeWorker:
     def _prefill(self, tasks: list[GenerationTask]) -> None:
         """One forward over the prompts (+ tokens so far) of ``tasks``, left-padded to a common
         length; per-row positions come from each prompt alone, so padding only shifts columns.
-        The new rows' caches then join the running decode batch."""
+        The new rows' caches then join the running decode batch.
+
+        The episodes of a GRPO group send one prompt n times: each distinct row (same tokens,
+        same images) is run once, and its cache and last logits serve every task that sent it
+        (each still samples its own tokens)."""
         rows = [task.inputs.input_ids + task.out_tokens for task in tasks]
-        length = max(len(r) for r in rows)
-        ids = torch.tensor([[0] * (length - len(r)) + r for r in rows], device=self.device)
+        source = distinct_rows(tasks, rows)
+        firsts = sorted(set(source), key=source.index)
+        run = [tasks[i] for i in firsts]
+        run_rows = [rows[i] for i in firsts]
+        length = max(len(r) for r in run_rows)
+        ids = torch.tensor([[0] * (length - len(r)) + r for r in run_rows], device=self.device)
         mask = torch.tensor(
-            [[0] * (length - len(r)) + [1] * len(r) for r in rows], device=self.device
+            [[0] * (length - len(r)) + [1] * len(r) for r in run_rows], device=self.device
         )
-        # The episodes of a GRPO group send one prompt n times: its positions are computed once.
-        computed: dict[tuple, tuple[torch.Tensor, int]] = {}
         positions = []
-        for task, row in zip(tasks, rows, strict=True):
-            key = positions_key(row, task.inputs)
-            if key not in computed:
-                one = torch.tensor([row], device=self.device)
-                computed[key] = prompt_positions(
-                    self.model, one, task.inputs.mm_token_type_ids, task.inputs.vision
-                )
-            pos, task.rope_delta = computed[key]
+        for task, row in zip(run, run_rows, strict=True):
+            pos, task.rope_delta = prompt_positions(
+                self.model,
+                torch.tensor([row], device=self.device),
+                task.inputs.mm_token_type_ids,
+                task.inputs.vision,
+            )
             positions.append(torch.nn.functional.pad(pos, (length - len(row), 0), value=1))
         position_ids = torch.cat(positions, dim=-2)  # [3, B, L] (M-RoPE) or [B, L]
         vision = {
-            key: torch.cat([t.inputs.vision[key] for t in tasks]) for key in tasks[0].inputs.vision
+            key: torch.cat([t.inputs.vision[key] for t in run]) for key in run[0].inputs.vision
         }
         out = self.model(
             input_ids=ids,
-            attention_mask=mask if len(tasks) > 1 else None,
+            attention_mask=mask if len(run) > 1 else None,
             position_ids=position_ids,
             use_cache=True,
             logits_to_keep=1,
-            **self._token_types(tasks, length),
+            **self._token_types(run, length),
             **vision,
         )
         self.stats["prefills"] += len(tasks)
         self.stats["prefill_batches"] += 1
-        tokens, done = self._sample(tasks, out.logits[:, -1])
+        self.stats["prefill_rows_run"] += len(run)
+        slot = {task_index: n for n, task_index in enumerate(firsts)}
+        row_of = [slot[i] for i in source]  # each task's row of the forward
+        for task, i in zip(tasks, source, strict=True):
+            task.rope_delta = tasks[i].rope_delta
+        logits = out.logits[:, -1]
+        if len(run) < len(tasks):
+            logits = logits[torch.tensor(row_of, device=logits.device)]
+        tokens, done = self._sample(tasks, logits)
         keep = [i for i, d in enumerate(done) if not d]
         if not keep:
             return
         new = [tasks[i] for i in keep]
         cache, mask, next_ids = out.past_key_values, mask.bool(), tokens.view(-1, 1)
         next_pos = torch.tensor([[t.length - 1 + t.rope_delta] for t in new], device=self.device)
+        wanted = [row_of[i] for i in keep]
+        if wanted != list(range(len(run))):
+            cache, mask = select_rows(cache, mask, wanted)
         if len(keep) < len(tasks):
-            cache, mask = select_rows(cache, mask, keep)
             next_ids = next_ids[torch.tensor(keep, device=self.device)]
         if self._cache is not None:
             cache, mask = merge_caches(self._cache, self._mask.mask, cache, mask)
