@@ -56,6 +56,8 @@ FIXED_DIFFERENCES = [
     "1e-4 (TRL)",
     "rejected episode: ours leaves it out of the batch; TRL gets None (NaN reward, left out of "
     "the group mean and sd, advantage 0)",
+    "work per step: ours prefills a group's shared prompt once and encodes each distinct image "
+    "once per forward (the same logits and gradients); TRL's generate and loss run every copy",
     "seconds per step: ours is metrics.jsonl time/step (items -> rollout -> update -> weight "
     "sync); TRL's is the wall time between step ends (data, generation, reward, loss, backward, "
     "optimizer, logging), the evaluation callback's time taken out",

@@ -114,3 +114,31 @@ def test_every_ground_metric_option_builds_the_training_reward():
         trained, evaluated = build_rewards("tiny_task", metric, items, items)
         assert trained.rewards["ground"].metric == metric
         assert evaluated.rewards["ground"].metric == "iou"
+
+
+def test_whole_groups_sets_the_granularity_only_inside_and_only_when_safe():
+    from types import SimpleNamespace
+
+    from areal.api.cli_args import MicroBatchSpec
+    from transformers import Qwen2Config
+
+    from vlrollout.train.grouping import whole_groups
+
+    spec = MicroBatchSpec(max_tokens_per_mb=64)
+    actor = SimpleNamespace(
+        config=SimpleNamespace(mb_spec=spec, ppo_n_minibatches=1), model_config=Qwen2Config()
+    )
+    group = {"attention_mask": torch.ones(4, 10)}
+    with whole_groups(actor, [group, group]) as granularity:
+        assert granularity == 4 and actor.config.mb_spec.granularity == 4
+        assert actor.config.mb_spec.max_tokens_per_mb == 64
+    assert actor.config.mb_spec is spec and spec.granularity == 1
+    with whole_groups(actor, [group, group], enabled=False) as granularity:
+        assert granularity == 1 and actor.config.mb_spec is spec
+    actor.config.ppo_n_minibatches = 2  # AReaL splits mini-batches by length, not by group
+    with whole_groups(actor, [group, group]) as granularity:
+        assert granularity == 1
+    actor.config.ppo_n_minibatches = 1
+    actor.model_config = Qwen2Config(layer_types=["linear_attention"] * 2, num_hidden_layers=2)
+    with whole_groups(actor, [group, group]) as granularity:
+        assert granularity == 1  # such a model runs one sequence per micro-batch
