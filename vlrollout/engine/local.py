@@ -75,7 +75,9 @@ class LocalInferenceEngine(InferenceEngine):
 
     Args:
         model: A causal LM or image-text-to-text model (e.g. ``Qwen2VLForConditionalGeneration``).
-            It is moved to ``device`` and put in eval mode.
+            It is moved to ``device`` and put in eval mode; a family
+            :mod:`vlrollout.image_sharing` knows gets its image encoding wrapped so that a
+            forward encodes each distinct image once (the same outputs).
         processor_or_tokenizer: The processor (used for ``req.image_data`` and placeholder ids)
             or a tokenizer (text-only); requests may carry their own.
         device: ``"cpu"`` or one GPU, e.g. ``"cuda:0"``.
