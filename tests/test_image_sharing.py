@@ -84,3 +84,18 @@ def test_a_model_outside_the_known_families_is_left_alone():
     before = model.model.get_image_features
     assert not image_sharing.install(model)
     assert model.model.get_image_features == before
+
+
+def test_a_copy_of_a_wrapped_model_encodes_with_its_own_weights():
+    """``copy.deepcopy`` of a wrapped model (a reference copy kept before a weight update)
+    encodes with the copy's vision tower, not the original's."""
+    model, processor = tiny_vlm("qwen2_vl")
+    image_sharing.install(model)
+    copied = copy.deepcopy(model)
+    batch = _batch(processor, [((56, 56), (200, 30, 30))] * 2)
+    with torch.no_grad():
+        before = copied(**batch).logits
+        for p in model.model.visual.parameters():
+            p.add_(1.0)  # the original changes; the copy must not notice
+        after = copied(**batch).logits
+    assert torch.equal(before, after)

@@ -20,7 +20,7 @@ its gradients); any other model is left as it is.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,45 +111,50 @@ def _repeat(value: Any, groups: DistinctImages, rows: dict[int, torch.Tensor]) -
     raise _CannotRepeat(f"a {type(value).__name__}")
 
 
-def encode_once(get_image_features: Callable[..., Any], merge_size: int) -> Callable[..., Any]:
-    """``get_image_features`` that encodes each distinct image once (see the module)."""
+def _encode_each_distinct_image_once(
+    self: torch.nn.Module,
+    pixel_values: torch.Tensor,
+    image_grid_thw: torch.Tensor | None = None,
+    **kw: Any,
+) -> Any:
+    """The class's ``get_image_features``, encoding each distinct image once (module docstring).
 
-    @functools.wraps(get_image_features)
-    def shared(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None, **kw):
-        if image_grid_thw is None or image_grid_thw.shape[0] < 2:
-            return get_image_features(pixel_values, image_grid_thw, **kw)
-        groups = distinct_images(pixel_values, image_grid_thw)
-        if not groups.has_copies:
-            return get_image_features(pixel_values, image_grid_thw, **kw)
-        patches = image_grid_thw.prod(-1).tolist()
-        kept_patches = [patches[i] for i in groups.kept]
-        kept_tokens = [n // merge_size**2 for n in kept_patches]
-        out = get_image_features(
-            pixel_values.index_select(0, _row_ranges(patches, groups.kept).to(pixel_values.device)),
-            image_grid_thw[groups.kept],
-            **kw,
-        )
-        # Tensors with a row per patch or per merged token of the kept images, by row count.
-        rows = {
-            sum(kept_tokens): _row_ranges(kept_tokens, groups.source),
-            sum(kept_patches): _row_ranges(kept_patches, groups.source),
-        }
-        try:
-            repeated = {}
-            for name, value in out.items():
-                if name == "pooler_output" and isinstance(value, (list, tuple)):
-                    repeated[name] = type(value)(value[k] for k in groups.source)
-                else:
-                    repeated[name] = _repeat(value, groups, rows)
-        except (_CannotRepeat, AttributeError) as e:
-            logger.warning("image features hold %s: each image is encoded once per copy", e)
-            return get_image_features(pixel_values, image_grid_thw, **kw)
-        for name, value in repeated.items():
-            out[name] = value
-        return out
-
-    shared.vlrollout_encode_once = True  # type: ignore[attr-defined]
-    return shared
+    Bound to the instance as a method, so a ``copy.deepcopy`` of the model rebinds it to the
+    copy (a closure over the original's bound method would keep encoding with the original's
+    weights)."""
+    get_image_features = functools.partial(type(self).get_image_features, self)
+    if image_grid_thw is None or image_grid_thw.shape[0] < 2:
+        return get_image_features(pixel_values, image_grid_thw, **kw)
+    groups = distinct_images(pixel_values, image_grid_thw)
+    if not groups.has_copies:
+        return get_image_features(pixel_values, image_grid_thw, **kw)
+    merge_size = int(getattr(self.visual, "spatial_merge_size", 2))
+    patches = image_grid_thw.prod(-1).tolist()
+    kept_patches = [patches[i] for i in groups.kept]
+    kept_tokens = [n // merge_size**2 for n in kept_patches]
+    out = get_image_features(
+        pixel_values.index_select(0, _row_ranges(patches, groups.kept).to(pixel_values.device)),
+        image_grid_thw[groups.kept],
+        **kw,
+    )
+    # Tensors with a row per patch or per merged token of the kept images, by row count.
+    rows = {
+        sum(kept_tokens): _row_ranges(kept_tokens, groups.source),
+        sum(kept_patches): _row_ranges(kept_patches, groups.source),
+    }
+    try:
+        repeated = {}
+        for name, value in out.items():
+            if name == "pooler_output" and isinstance(value, (list, tuple)):
+                repeated[name] = type(value)(value[k] for k in groups.source)
+            else:
+                repeated[name] = _repeat(value, groups, rows)
+    except (_CannotRepeat, AttributeError) as e:
+        logger.warning("image features hold %s: each image is encoded once per copy", e)
+        return get_image_features(pixel_values, image_grid_thw, **kw)
+    for name, value in repeated.items():
+        out[name] = value
+    return out
 
 
 def install(model: torch.nn.Module) -> bool:
@@ -166,9 +171,8 @@ def install(model: torch.nn.Module) -> bool:
     # The module that owns the vision tower is the one whose forward calls get_image_features
     # (the top-level model's method of that name only delegates to it).
     inner = next((m for m in model.modules() if "visual" in m._modules), None)
-    original = getattr(inner, "get_image_features", None)
-    if original is None or getattr(original, "vlrollout_encode_once", False):
+    current = getattr(inner, "get_image_features", None)
+    if current is None or getattr(current, "__func__", None) is _encode_each_distinct_image_once:
         return False
-    merge = int(getattr(inner.visual, "spatial_merge_size", 2))
-    inner.get_image_features = encode_once(original, merge)
+    inner.get_image_features = types.MethodType(_encode_each_distinct_image_once, inner)
     return True

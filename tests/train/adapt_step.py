@@ -45,7 +45,7 @@ def main(model: str, out: str, flags: set[str]) -> None:
     from vlrollout.tiny.synthetic import generate_items
     from vlrollout.train import checkpoint
     from vlrollout.train.actor import build_actor
-    from vlrollout.train.batch import restore_multi_modal_inputs
+    from vlrollout.train.batch import compute_advantages
     from vlrollout.train.loop import pick
     from vlrollout.train.lora import lora_scalings, merge_lora
 
@@ -97,7 +97,7 @@ def main(model: str, out: str, flags: set[str]) -> None:
     for step in (1, 2):
         items = generate_items("mix", 8, seed=30 + step)
         batch = rollout(engine, [it for it in items for _ in range(2)], max_new_tokens=8)
-        adv = restore_multi_modal_inputs(actor.compute_advantages(batch), batch)
+        adv = compute_advantages(actor, batch)
         actor.ppo_update(adv)
         actor.step_lr_scheduler()
         grad_norms.append(pick(actor.export_stats(), "grad_norm"))

@@ -23,7 +23,7 @@ def main(batch_path: str, out_path: str) -> None:
     from areal.api.io_struct import FinetuneSpec
 
     from vlrollout.train.actor import build_actor
-    from vlrollout.train.batch import restore_multi_modal_inputs
+    from vlrollout.train.batch import compute_advantages
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     groups = torch.load(batch_path, weights_only=False)
@@ -51,7 +51,7 @@ def main(batch_path: str, out_path: str) -> None:
     for g, lp in zip(mine, logps, strict=True):
         m = g["loss_mask"].bool()
         gap = max(gap, (lp[torch.roll(m, -1, dims=-1)] - g["logprobs"][m]).abs().max().item())
-    adv = restore_multi_modal_inputs(actor.compute_advantages(mine), mine)
+    adv = compute_advantages(actor, mine)
     actor.ppo_update(adv)
     stats = actor.export_stats()
     grads = {
