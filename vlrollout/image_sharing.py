@@ -30,9 +30,7 @@ from vlrollout.logs import get_logger
 
 logger = get_logger(__name__)
 
-SHARING_FAMILIES = frozenset(
-    {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"}
-)
+SHARING_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"})
 """``model_type`` values whose ``get_image_features(pixel_values, image_grid_thw)`` returns per
 image features (``pooler_output``, one tensor per image) plus tensors with one row per patch or
 per merged token (``last_hidden_state``, Qwen3-VL's ``deepstack_features``)."""
