@@ -96,7 +96,7 @@ class _CannotRepeat(Exception):
     """A feature output this module does not know how to repeat per image."""
 
 
-def _repeat(value: Any, groups: DistinctImages, rows: dict[int, torch.Tensor]) -> Any:
+def _repeat(value: Any, rows: dict[int, torch.Tensor]) -> Any:
     if value is None:
         return None
     if isinstance(value, torch.Tensor):
@@ -105,7 +105,7 @@ def _repeat(value: Any, groups: DistinctImages, rows: dict[int, torch.Tensor]) -
             raise _CannotRepeat(f"a tensor of shape {tuple(value.shape)}")
         return value.index_select(0, index.to(value.device))
     if isinstance(value, (list, tuple)):
-        return type(value)(_repeat(v, groups, rows) for v in value)
+        return type(value)(_repeat(v, rows) for v in value)
     raise _CannotRepeat(f"a {type(value).__name__}")
 
 
@@ -146,7 +146,7 @@ def _encode_each_distinct_image_once(
             if name == "pooler_output" and isinstance(value, (list, tuple)):
                 repeated[name] = type(value)(value[k] for k in groups.source)
             else:
-                repeated[name] = _repeat(value, groups, rows)
+                repeated[name] = _repeat(value, rows)
     except (_CannotRepeat, AttributeError) as e:
         logger.warning("image features hold %s: each image is encoded once per copy", e)
         return get_image_features(pixel_values, image_grid_thw, **kw)

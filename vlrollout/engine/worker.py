@@ -441,7 +441,7 @@ class DecodeWorker:
         (each still samples its own tokens)."""
         rows = [task.inputs.input_ids + task.out_tokens for task in tasks]
         source = distinct_rows(tasks, rows)
-        firsts = sorted(set(source), key=source.index)
+        firsts = sorted(set(source))  # each a first occurrence, so in the tasks' order
         run = [tasks[i] for i in firsts]
         run_rows = [rows[i] for i in firsts]
         length = max(len(r) for r in run_rows)
