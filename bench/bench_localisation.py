@@ -131,12 +131,12 @@ def score(items: Sequence[dict[str, Any]], completions: Sequence[str]) -> Locali
 def greedy_boxes(model_path: str, items: Sequence[dict[str, Any]]) -> list[str]:
     """The model's greedy answers to ``items`` (the tiny model's own evaluation decoding)."""
     import torch
-    from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from vlrollout.tiny.evaluate import greedy_completions
 
     processor = AutoProcessor.from_pretrained(model_path)
-    model = Qwen2VLForConditionalGeneration.from_pretrained(model_path, dtype=torch.float32)
+    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
     return greedy_completions(model.eval(), processor, items)
 
 
