@@ -222,7 +222,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=None, help="train_dataset.batch_size")
     ap.add_argument("--quick", action="store_true", help="6 steps of 8 items, 2 seeds, 32 items")
     ap.add_argument("--no-control", action="store_true", help="skip the lr = 0 runs")
-    ap.add_argument("--keep", type=Path, default=None, help="keep run folders under this folder")
+    record.add_keep(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to every run")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)

@@ -77,7 +77,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[0, 1], help="0 is always run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--eval-items", type=int, default=None, help="vlrollout.eval_items")
-    ap.add_argument("--keep", type=Path, default=None, help="keep run folders under this folder")
+    record.add_keep(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to every run")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)

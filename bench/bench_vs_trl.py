@@ -238,7 +238,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="torch threads of both sides (OMP_NUM_THREADS; default: torch's, one per core)",
     )
-    ap.add_argument("--keep", type=Path, default=None, help="keep run folders under this folder")
+    record.add_keep(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to both sides")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)

@@ -204,6 +204,32 @@ def add_record_dir(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def fresh_folder(value: str) -> Path:
+    """An argparse ``type`` for a folder that training runs will write to: new or empty.
+
+    ``vlrollout train`` resumes from the checkpoints it finds in its output folder, so a folder
+    holding an earlier run would make the benchmark report that run's numbers as this command's
+    measurement (under this commit and this machine's load).
+    """
+    path = Path(value)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a new or empty folder; its runs would resume from the checkpoints in "
+            "it and the record would report them as this measurement"
+        )
+    return path
+
+
+def add_keep(parser: argparse.ArgumentParser) -> None:
+    """``--keep DIR``: keep the training runs' folders there (new or empty, see ``fresh_folder``)."""
+    parser.add_argument(
+        "--keep",
+        type=fresh_folder,
+        default=None,
+        help="keep run folders under this folder (new or empty: every run starts from nothing)",
+    )
+
+
 def write(record: Record, directory: Path = RESULTS) -> Path:
     """Write ``<directory>/<name>.json`` (replacing it whole: the latest run is the record)."""
     directory.mkdir(parents=True, exist_ok=True)

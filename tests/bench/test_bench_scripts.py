@@ -198,3 +198,36 @@ def test_update_rows_leaves_out_each_runs_first_step(monkeypatch):
         [{"time/update": 8.0}, {"time/update": 3.0}],
     ]
     assert update_times(runs) == [2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "script", ["bench_learning.py", "bench_vs_trl.py", "bench_offpolicy_learning.py"]
+)
+def test_a_kept_folder_holding_earlier_runs_is_refused(tmp_path, script):
+    """Training runs resume from the checkpoints in their folder: a ``--keep`` folder that holds
+    an earlier run would make the record report that run as this measurement."""
+    kept = tmp_path / "kept"
+    (kept / "trained-seed1").mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--keep", str(kept), "--record-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"argument --keep: {kept} is not a new or empty folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("*.json")), "no record is written"
+    assert [p.name for p in kept.iterdir()] == ["trained-seed1"]
+
+
+def test_a_new_or_empty_kept_folder_is_accepted(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    import record
+
+    assert record.fresh_folder(str(tmp_path / "new")) == tmp_path / "new"
+    assert record.fresh_folder(str(tmp_path)) == tmp_path  # empty
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(Exception, match="not a new or empty folder"):
+        record.fresh_folder(str(tmp_path / "file"))
