@@ -6,7 +6,9 @@ Ours is the recipe (``examples/train_grounding.yaml`` or ``examples/train_count.
 read back from its ``eval.jsonl`` and ``metrics.jsonl``. The peer is TRL's ``GRPOTrainer`` on
 the same model, items, item order, reward object and hyper-parameters as far as TRL allows
 (:mod:`trl_peer`, :mod:`trl_settings`), evaluated at the same steps by our held-out greedy evaluation of its saved
-weights. The two run one after the other, never at once (they share the cores).
+weights. For each seed (``--seeds``, default 1 2 3) the two run one after the other, never at
+once (they share the cores); the curves are compared as means over the seeds, each seed's value
+printed beside them, since one seed's held-out metric moves by about as much as the two differ.
 
 Printed: what was checked equal and what could not be aligned, one table of the held-out metric
 per evaluation step for both, one of the sampled reward and seconds per step, each side's seconds
@@ -18,8 +20,8 @@ TRL is an optional benchmark dependency (``pip install -e .[bench]``); without i
 line and exits 2.
 
     .venv/bin/python bench/bench_vs_trl.py --recipe grounding
-    .venv/bin/python bench/bench_vs_trl.py --recipe counting seed=2
-    .venv/bin/python bench/bench_vs_trl.py --quick              # 4 steps of 8 items, 32 held out
+    .venv/bin/python bench/bench_vs_trl.py --recipe counting --seeds 2
+    .venv/bin/python bench/bench_vs_trl.py --quick    # one seed, 4 steps of 8 items, 32 held out
     .venv/bin/python bench/bench_vs_trl.py --recipe grounding --threads 1   # both sides 1 thread
 
 On a machine shared with other jobs, seconds per step move with the load (each side's load is
@@ -46,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record  # noqa: E402
 from bench_learning import METRIC, RECIPES, fill_unset, run_one, train_overrides  # noqa: E402
 
-QUICK = {"steps": 4, "eval_every": 2, "eval_items": 32, "batch_size": 8}
+QUICK = {"steps": 4, "eval_every": 2, "eval_items": 32, "batch_size": 8, "seeds": [1]}
 """``--quick``: a few small steps on a small evaluation (checks the script, measures nothing)."""
 
 OURS_PHASES = ("time/rollout", "time/logp", "time/update", "time/weight_sync")
@@ -63,6 +65,7 @@ class Side:
         phases: Mean seconds per step by phase (each side's own phases).
         minutes: Wall minutes of the whole run (start-up and evaluations included).
         load: The machine's 1-minute load average when the run started and when it ended.
+        seed_evals: Each seed's ``evals`` when this side pools several seeds (``pooled``).
     """
 
     evals: dict[int, float]
@@ -71,6 +74,7 @@ class Side:
     phases: dict[str, float] = field(default_factory=dict)
     minutes: float = 0.0
     load: tuple[float, float] = (0.0, 0.0)
+    seed_evals: list[dict[int, float]] = field(default_factory=list)
 
     @property
     def median_s(self) -> float:
@@ -79,6 +83,37 @@ class Side:
     @property
     def worst_s(self) -> float:
         return max(self.step_seconds)
+
+
+def pooled(sides: list[Side]) -> Side:
+    """One side's runs over several seeds as one: the held-out metric and the sampled reward are
+    means over seeds on the steps every seed has, the seconds per step are every seed's steps
+    together (so the median and the worst step are over all of them), phases are means, minutes
+    add up, and the load is the first run's start and the last run's end.
+
+    >>> a = Side({0: 0.1, 5: 0.3}, {1: 0.5}, [2.0, 4.0], {"update": 1.0}, 1.0, (1.0, 2.0))
+    >>> b = Side({0: 0.1, 5: 0.2, 10: 0.4}, {1: 0.3, 2: 0.1}, [3.0], {"update": 3.0}, 2.0, (2.0, 3.0))
+    >>> p = pooled([a, b])
+    >>> p.evals == {0: 0.1, 5: 0.25}, p.rewards, p.step_seconds, p.phases, p.minutes, p.load
+    (True, {1: 0.4}, [2.0, 4.0, 3.0], {'update': 2.0}, 3.0, (1.0, 3.0))
+    """
+    if len(sides) == 1:
+        return sides[0]
+
+    def mean_by_step(series: list[dict[int, float]]) -> dict[int, float]:
+        steps = sorted(set.intersection(*(set(x) for x in series)))
+        return {s: statistics.fmean(x[s] for x in series) for s in steps}
+
+    phases = sorted(set.intersection(*(set(side.phases) for side in sides)))
+    return Side(
+        evals=mean_by_step([side.evals for side in sides]),
+        rewards=mean_by_step([side.rewards for side in sides]),
+        step_seconds=[t for side in sides for t in side.step_seconds],
+        phases={k: statistics.fmean(side.phases[k] for side in sides) for k in phases},
+        minutes=sum(side.minutes for side in sides),
+        load=(sides[0].load[0], sides[-1].load[1]),
+        seed_evals=[dict(side.evals) for side in sides],
+    )
 
 
 @dataclass
@@ -130,19 +165,34 @@ def compare(ours: Side, trl: Side) -> Comparison:
 
 
 def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.Table]:
-    """The held-out table, the per-step table (reward, seconds), the phases and the summary."""
+    """The held-out table, the per-step table (reward, seconds), the phases and the summary.
+
+    With several seeds (``pooled`` sides) the held-out table shows the means and each seed's
+    value beside them, and the other tables are over every seed's steps.
+    """
+    seeds = len(ours.seed_evals)
+
+    def each_seed(side: Side, step: int) -> list[str]:
+        if seeds < 2:
+            return []
+        return [" ".join(f"{x[step]:.3f}" for x in side.seed_evals)]
+
     held_out = record.Table(
-        ["step", f"ours {metric}", f"TRL {metric}", "ours - TRL"],
+        ["step", f"ours {metric}", f"TRL {metric}", "ours - TRL"]
+        + (["ours per seed", "TRL per seed"] if seeds > 1 else []),
         [
             [
                 str(s),
                 f"{ours.evals[s]:.3f}",
                 f"{trl.evals[s]:.3f}",
                 f"{ours.evals[s] - trl.evals[s]:+.3f}",
+                *each_seed(ours, s),
+                *each_seed(trl, s),
             ]
             for s in comp.steps
         ],
-        title=f"{metric} per evaluation step (our evaluator on both)",
+        title=f"{metric} per evaluation step (our evaluator on both"
+        + (f"; means over {seeds} seeds)" if seeds > 1 else ")"),
     )
     n = min(len(ours.step_seconds), len(trl.step_seconds))
 
@@ -188,7 +238,8 @@ def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.
 
 
 def headline(comp: Comparison, ours: Side, trl: Side, recipe: str) -> str:
-    """One line: ours ≥ TRL at every evaluation?, and ours s/step ≤ TRL's?"""
+    """One line: ours ≥ TRL at every evaluation?, and ours s/step ≤ TRL's? (Means over the seeds
+    when the sides pool several.)"""
     last = comp.steps[-1]
     held = (
         "yes"
@@ -196,8 +247,9 @@ def headline(comp: Comparison, ours: Side, trl: Side, recipe: str) -> str:
         else "no, behind at step(s) " + ", ".join(map(str, comp.behind))
     )
     speed = "yes" if comp.not_slower else "no"
+    seeds = f" (mean of {len(ours.seed_evals)} seeds)" if len(ours.seed_evals) > 1 else ""
     return (
-        f"headline: {recipe}, {METRIC[recipe]} at step {last} ours {ours.evals[last]:.3f} vs TRL "
+        f"headline: {recipe}, {METRIC[recipe]}{seeds} at step {last} ours {ours.evals[last]:.3f} vs TRL "
         f"{trl.evals[last]:.3f}; ours >= TRL at every evaluation: {held}; ours s/step <= TRL's: "
         f"{speed} (median {ours.median_s:.2f} vs {trl.median_s:.2f} s, ours/TRL "
         f"{comp.ratio:.2f}x)"
@@ -227,11 +279,20 @@ def print_table(table: record.Table) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="grounding")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="seeds; each runs ours then TRL, the curves compared as means (default 1 2 3)",
+    )
     ap.add_argument("--steps", type=int, default=None, help="total_train_steps (recipe's)")
     ap.add_argument("--eval-every", type=int, default=None, help="vlrollout.eval_every")
     ap.add_argument("--eval-items", type=int, default=None, help="vlrollout.eval_items")
     ap.add_argument("--batch-size", type=int, default=None, help="train_dataset.batch_size")
-    ap.add_argument("--quick", action="store_true", help="4 steps of 8 items, 32 held out")
+    ap.add_argument(
+        "--quick", action="store_true", help="one seed, 4 steps of 8 items, 32 held out"
+    )
     ap.add_argument(
         "--threads",
         type=int,
@@ -242,8 +303,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to both sides")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
+    if any(o.partition("=")[0].lstrip("+") == "seed" for o in args.overrides):
+        ap.error("give seeds with --seeds, not a seed=N override")
     if args.quick:
         fill_unset(args, QUICK)
+    args.seeds = args.seeds or [1, 2, 3]
     return args
 
 
@@ -271,6 +335,23 @@ def run_peer(cfg: Any, steps: int, folder: Path) -> tuple[Side, Any]:
     side = Side(peer.evals, peer.rewards, peer.step_seconds, peer.phases, minutes)
     side.load = (before, load())
     return side, peer
+
+
+def merged_checks(per_seed: dict[int, dict[str, str]]) -> dict[str, str]:
+    """The seeds' check lines, one line where every seed says the same, else one per seed.
+
+    >>> merged_checks({1: {"a": "equal", "b": "x"}, 2: {"a": "equal", "b": "y"}})
+    {'a': 'equal', 'b (seed 1)': 'x', 'b (seed 2)': 'y'}
+    """
+    out: dict[str, str] = {}
+    names = list(dict.fromkeys(k for checks in per_seed.values() for k in checks))
+    for name in names:
+        lines = {seed: checks.get(name, "not checked") for seed, checks in per_seed.items()}
+        if len(set(lines.values())) == 1:
+            out[name] = next(iter(lines.values()))
+        else:
+            out.update({f"{name} (seed {seed})": line for seed, line in lines.items()})
+    return out
 
 
 def checks_of(peer: Any, ours: Side, trl: Side) -> dict[str, str]:
@@ -335,23 +416,32 @@ def main(argv: list[str]) -> int:
     started = record.Run(f"vs_trl_{args.recipe}", argv)
     config = RECIPES[args.recipe]
     overrides = train_overrides(args) + list(args.overrides)
+    ours_runs: list[Side] = []
+    trl_runs: list[Side] = []
+    per_seed_checks: dict[int, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep or Path(tmp)
-        cfg = load_config(config, [*overrides, f"vlrollout.output={base / 'trl-config'}"])
-        steps = cfg.total_train_steps
-        settings = trl_settings.peer_settings(cfg, steps)
-        print(
-            f"{args.recipe}: {steps} steps of {cfg.train_dataset.batch_size} items x "
-            f"{cfg.gconfig.n_samples}, seed {cfg.seed}, {torch.get_num_threads()} torch threads, "
-            f"{os.cpu_count()} cores, load {load():.2f}",
-            flush=True,
-        )
-        ours = run_ours(config, cfg.seed, base / "ours", overrides)
-        progress("ours", ours)
-        trl, peer = run_peer(cfg, steps, base / "trl")
-        progress("TRL", trl)
+        for seed in args.seeds:
+            seeded = [*overrides, f"seed={seed}"]
+            cfg = load_config(config, [*seeded, f"vlrollout.output={base / 'trl-config'}"])
+            steps = cfg.total_train_steps
+            settings = trl_settings.peer_settings(cfg, steps)
+            print(
+                f"{args.recipe}: {steps} steps of {cfg.train_dataset.batch_size} items x "
+                f"{cfg.gconfig.n_samples}, seed {cfg.seed}, {torch.get_num_threads()} torch "
+                f"threads, {os.cpu_count()} cores, load {load():.2f}",
+                flush=True,
+            )
+            ours_seed = run_ours(config, seed, base / f"ours-seed{seed}", seeded)
+            progress(f"ours seed {seed}", ours_seed)
+            trl_seed, peer = run_peer(cfg, steps, base / f"trl-seed{seed}")
+            progress(f"TRL seed {seed}", trl_seed)
+            ours_runs.append(ours_seed)
+            trl_runs.append(trl_seed)
+            per_seed_checks[seed] = checks_of(peer, ours_seed, trl_seed)
 
-    checks = checks_of(peer, ours, trl)
+    ours, trl = pooled(ours_runs), pooled(trl_runs)
+    checks = merged_checks(per_seed_checks)
     print_alignment(checks, settings)
     comp = compare(ours, trl)
     out = tables(comp, ours, trl, METRIC[args.recipe])
@@ -362,7 +452,7 @@ def main(argv: list[str]) -> int:
     mode = "default"
     if args.quick:
         mode = "quick: " + ", ".join(f"{k} {v}" for k, v in QUICK.items())
-    elif any(
+    elif args.seeds != [1, 2, 3] or any(
         [
             args.steps,
             args.eval_every,
@@ -378,8 +468,11 @@ def main(argv: list[str]) -> int:
         "threads": torch.get_num_threads(),
         "config": config,
         "overrides": overrides,
+        "seeds": args.seeds,
         "ours": asdict(ours),
         "trl": asdict(trl),
+        "ours_per_seed": [asdict(side) for side in ours_runs],
+        "trl_per_seed": [asdict(side) for side in trl_runs],
         "trl_settings": settings.kwargs,
         "checks": checks,
         "behind_at": comp.behind,

@@ -22,7 +22,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_vs_trl import Side, compare, headline, read_ours, tables  # noqa: E402
+from bench_vs_trl import (  # noqa: E402
+    Side,
+    compare,
+    headline,
+    merged_checks,
+    parse_args,
+    pooled,
+    read_ours,
+    tables,
+)
 from trl_settings import FIXED_DIFFERENCES, order_per_step, peer_settings, step_order  # noqa: E402
 
 needs_trl = pytest.mark.skipif(
@@ -95,6 +104,72 @@ def test_tables_show_both_curves_their_difference_and_seconds():
         ["ours", "6.00", "7.00", "0.0", "2.0 -> 3.5"],
         ["TRL", "2.50", "3.00", "0.0", "3.5 -> 1.0"],
     ]
+
+
+def _seed(evals: dict[int, float], seconds: list[float], load: tuple[float, float]) -> Side:
+    return Side(evals, {1: evals[0], 2: evals[5]}, seconds, {"update": seconds[0]}, 2.0, load)
+
+
+def test_seeds_are_compared_by_their_means_with_each_seed_shown():
+    # One seed of ours is behind TRL at step 5 and one is ahead: the means decide, and the
+    # table shows both seeds so the reader sees the spread.
+    ours = pooled(
+        [
+            _seed({0: 0.1, 5: 0.20}, [4.0, 6.0], (1.0, 2.0)),
+            _seed({0: 0.1, 5: 0.32}, [5.0], (2.0, 3.0)),
+        ]
+    )
+    trl = pooled(
+        [
+            _seed({0: 0.1, 5: 0.25}, [7.0], (3.0, 1.0)),
+            _seed({0: 0.1, 5: 0.25}, [8.0, 9.0], (1.0, 1.5)),
+        ]
+    )
+    assert ours.evals == pytest.approx({0: 0.1, 5: 0.26})
+    assert ours.rewards == pytest.approx({1: 0.1, 2: 0.26})
+    assert ours.step_seconds == [4.0, 6.0, 5.0] and ours.median_s == 5.0 and ours.worst_s == 6.0
+    assert ours.phases == {"update": 4.5} and ours.minutes == 4.0 and ours.load == (1.0, 3.0)
+    comp = compare(ours, trl)
+    assert comp.behind == [] and comp.ratio == pytest.approx(5.0 / 8.0)
+    held_out, *_ = tables(comp, ours, trl, "IoU")
+    assert held_out.columns[-2:] == ["ours per seed", "TRL per seed"]
+    assert held_out.rows[1] == ["5", "0.260", "0.250", "+0.010", "0.200 0.320", "0.250 0.250"]
+    assert "means over 2 seeds" in held_out.title
+    line = headline(comp, ours, trl, "grounding")
+    assert "mean IoU (mean of 2 seeds) at step 5 ours 0.260 vs TRL 0.250" in line
+    assert "ours >= TRL at every evaluation: yes" in line
+
+
+def test_pooling_keeps_only_the_steps_every_seed_has():
+    a = Side({0: 0.1, 5: 0.2, 10: 0.3}, {1: 1.0, 2: 2.0}, [1.0])
+    b = Side({0: 0.1, 5: 0.4}, {1: 3.0}, [2.0])
+    p = pooled([a, b])
+    assert sorted(p.evals) == [0, 5] and p.rewards == {1: 2.0}
+    assert p.seed_evals == [a.evals, b.evals]
+    assert pooled([a]) is a  # one seed: the run itself, and a table without per-seed columns
+    held_out, *_ = tables(compare(a, a), a, a, "IoU")
+    assert held_out.columns == ["step", "ours IoU", "TRL IoU", "ours - TRL"]
+
+
+def test_check_lines_merge_across_seeds_and_split_where_they_differ():
+    merged = merged_checks(
+        {1: {"model": "equal", "evaluator": "equal at step 0"}, 2: {"model": "equal"}}
+    )
+    assert merged == {
+        "model": "equal",
+        "evaluator (seed 1)": "equal at step 0",
+        "evaluator (seed 2)": "not checked",
+    }
+
+
+def test_seeds_come_from_seeds_and_a_seed_override_is_refused(capsys):
+    assert parse_args(["--recipe", "counting"]).seeds == [1, 2, 3]
+    assert parse_args(["--quick"]).seeds == [1]
+    assert parse_args(["--seeds", "4", "5"]).seeds == [4, 5]
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--recipe", "counting", "seed=2"])
+    assert exc.value.code == 2
+    assert "give seeds with --seeds, not a seed=N override" in capsys.readouterr().err
 
 
 def test_read_ours_takes_seconds_in_step_order_and_phase_means(tmp_path):
