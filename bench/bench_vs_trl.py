@@ -66,6 +66,7 @@ class Side:
         minutes: Wall minutes of the whole run (start-up and evaluations included).
         load: The machine's 1-minute load average when the run started and when it ended.
         seed_evals: Each seed's ``evals`` when this side pools several seeds (``pooled``).
+        seed_step_seconds: Each seed's ``step_seconds`` when it pools several seeds.
     """
 
     evals: dict[int, float]
@@ -75,6 +76,16 @@ class Side:
     minutes: float = 0.0
     load: tuple[float, float] = (0.0, 0.0)
     seed_evals: list[dict[int, float]] = field(default_factory=list)
+    seed_step_seconds: list[list[float]] = field(default_factory=list)
+
+    @property
+    def seconds_by_step(self) -> list[float]:
+        """Seconds of each training step in step order; the mean over the seeds when pooled (on
+        the steps every seed ran)."""
+        if not self.seed_step_seconds:
+            return self.step_seconds
+        n = min(len(x) for x in self.seed_step_seconds)
+        return [statistics.fmean(x[k] for x in self.seed_step_seconds) for k in range(n)]
 
     @property
     def median_s(self) -> float:
@@ -113,6 +124,7 @@ def pooled(sides: list[Side]) -> Side:
         minutes=sum(side.minutes for side in sides),
         load=(sides[0].load[0], sides[-1].load[1]),
         seed_evals=[dict(side.evals) for side in sides],
+        seed_step_seconds=[list(side.step_seconds) for side in sides],
     )
 
 
@@ -194,7 +206,8 @@ def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.
         title=f"{metric} per evaluation step (our evaluator on both"
         + (f"; means over {seeds} seeds)" if seeds > 1 else ")"),
     )
-    n = min(len(ours.step_seconds), len(trl.step_seconds))
+    ours_s, trl_s = ours.seconds_by_step, trl.seconds_by_step
+    n = min(len(ours_s), len(trl_s))
 
     def reward(side: Side, step: int) -> str:
         return f"{side.rewards[step]:.3f}" if step in side.rewards else "-"
@@ -206,12 +219,13 @@ def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.
                 str(k + 1),
                 reward(ours, k + 1),
                 reward(trl, k + 1),
-                f"{ours.step_seconds[k]:.2f}",
-                f"{trl.step_seconds[k]:.2f}",
+                f"{ours_s[k]:.2f}",
+                f"{trl_s[k]:.2f}",
             ]
             for k in range(n)
         ],
-        title="sampled training reward and seconds per step (evaluations excluded)",
+        title="sampled training reward and seconds per step (evaluations excluded"
+        + (f"; means over {seeds} seeds)" if seeds > 1 else ")"),
     )
     phases = record.Table(
         ["side", "phase", "mean s per step"],

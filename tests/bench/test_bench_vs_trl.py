@@ -116,25 +116,35 @@ def test_seeds_are_compared_by_their_means_with_each_seed_shown():
     ours = pooled(
         [
             _seed({0: 0.1, 5: 0.20}, [4.0, 6.0], (1.0, 2.0)),
-            _seed({0: 0.1, 5: 0.32}, [5.0], (2.0, 3.0)),
+            _seed({0: 0.1, 5: 0.32}, [5.0, 7.0], (2.0, 3.0)),
         ]
     )
     trl = pooled(
         [
-            _seed({0: 0.1, 5: 0.25}, [7.0], (3.0, 1.0)),
+            _seed({0: 0.1, 5: 0.25}, [7.0, 8.0], (3.0, 1.0)),
             _seed({0: 0.1, 5: 0.25}, [8.0, 9.0], (1.0, 1.5)),
         ]
     )
     assert ours.evals == pytest.approx({0: 0.1, 5: 0.26})
     assert ours.rewards == pytest.approx({1: 0.1, 2: 0.26})
-    assert ours.step_seconds == [4.0, 6.0, 5.0] and ours.median_s == 5.0 and ours.worst_s == 6.0
+    assert (
+        ours.step_seconds == [4.0, 6.0, 5.0, 7.0] and ours.median_s == 5.5 and ours.worst_s == 7.0
+    )
     assert ours.phases == {"update": 4.5} and ours.minutes == 4.0 and ours.load == (1.0, 3.0)
     comp = compare(ours, trl)
-    assert comp.behind == [] and comp.ratio == pytest.approx(5.0 / 8.0)
-    held_out, *_ = tables(comp, ours, trl, "IoU")
+    assert comp.behind == [] and comp.ratio == pytest.approx(5.5 / 8.0)
+    held_out, per_step, *_ = tables(comp, ours, trl, "IoU")
     assert held_out.columns[-2:] == ["ours per seed", "TRL per seed"]
     assert held_out.rows[1] == ["5", "0.260", "0.250", "+0.010", "0.200 0.320", "0.250 0.250"]
     assert "means over 2 seeds" in held_out.title
+    # Per step: the seeds' mean reward and mean seconds of that step, never one seed's steps
+    # listed after another's.
+    assert [row[0] for row in per_step.rows] == ["1", "2"]
+    assert per_step.rows == [
+        ["1", "0.100", "0.100", "4.50", "7.50"],
+        ["2", "0.260", "0.250", "6.50", "8.50"],
+    ]
+    assert "means over 2 seeds" in per_step.title
     line = headline(comp, ours, trl, "grounding")
     assert "mean IoU (mean of 2 seeds) at step 5 ours 0.260 vs TRL 0.250" in line
     assert "ours >= TRL at every evaluation: yes" in line
