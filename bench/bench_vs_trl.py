@@ -446,7 +446,7 @@ def main(argv: list[str]) -> int:
                 f"threads, {os.cpu_count()} cores, load {load():.2f}",
                 flush=True,
             )
-            ours_seed = run_ours(config, seed, base / f"ours-seed{seed}", seeded)
+            ours_seed = run_ours(config, seed, base / f"ours-seed{seed}", overrides)
             progress(f"ours seed {seed}", ours_seed)
             trl_seed, peer = run_peer(cfg, steps, base / f"trl-seed{seed}")
             progress(f"TRL seed {seed}", trl_seed)
