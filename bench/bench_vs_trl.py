@@ -46,7 +46,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
-from bench_learning import METRIC, RECIPES, fill_unset, run_one, train_overrides  # noqa: E402
+from bench_learning import (  # noqa: E402
+    METRIC,
+    RECIPES,
+    ROOT,
+    fill_unset,
+    run_one,
+    train_overrides,
+)
 
 QUICK = {"steps": 4, "eval_every": 2, "eval_items": 32, "batch_size": 8, "seeds": [1]}
 """``--quick``: a few small steps on a small evaluation (checks the script, measures nothing)."""
@@ -428,6 +435,10 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
 
     started = record.Run(f"vs_trl_{args.recipe}", argv)
+    # The recipe's paths (its YAML, the model) are relative to the repository root, where our
+    # runs start too; the output folders were made absolute when parsed.
+    args.record_dir = args.record_dir.resolve()
+    os.chdir(ROOT)
     config = RECIPES[args.recipe]
     overrides = train_overrides(args) + list(args.overrides)
     ours_runs: list[Side] = []

@@ -205,13 +205,14 @@ def add_record_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def fresh_folder(value: str) -> Path:
-    """An argparse ``type`` for a folder that training runs will write to: new or empty.
+    """An argparse ``type`` for a folder that training runs will write to: new or empty, made
+    absolute (the runs start in the repository root, the benchmark wherever it was called).
 
     ``vlrollout train`` resumes from the checkpoints it finds in its output folder, so a folder
     holding an earlier run would make the benchmark report that run's numbers as this command's
     measurement (under this commit and this machine's load).
     """
-    path = Path(value)
+    path = Path(value).resolve()  # the runs write it from the repository root
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise argparse.ArgumentTypeError(
             f"{value} is not a new or empty folder; its runs would resume from the checkpoints in "

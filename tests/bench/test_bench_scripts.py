@@ -231,3 +231,13 @@ def test_a_new_or_empty_kept_folder_is_accepted(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(Exception, match="not a new or empty folder"):
         record.fresh_folder(str(tmp_path / "file"))
+
+
+def test_a_relative_kept_folder_is_made_absolute(tmp_path, monkeypatch):
+    """The training runs start in the repository root, the benchmark wherever it was called: a
+    relative ``--keep`` must name the same folder for both."""
+    sys.path.insert(0, str(BENCH))
+    import record
+
+    monkeypatch.chdir(tmp_path)
+    assert record.fresh_folder("runs") == tmp_path.resolve() / "runs"
