@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from vlrollout.tiny.evaluate import (
     IGNORE_INDEX,
@@ -14,7 +15,7 @@ from vlrollout.tiny.evaluate import (
     score_completions,
 )
 from vlrollout.tiny.rewards import shapes_task_reward
-from vlrollout.tiny.synthetic import generate_items
+from vlrollout.tiny.synthetic import IMAGE_GRIDS, answer_with_cell, generate_items
 from vlrollout.tiny.train import (
     answer_loss,
     lr_at,
@@ -137,3 +138,40 @@ def test_count_accuracy_reads_the_count_as_the_reward_does():
         0.0,
     ]
     assert score_completions(items, wrong, {})["count"]["accuracy"] == 0.0
+
+
+def test_a_cell_answer_names_the_cell_that_holds_the_target():
+    """Each shape lies inside one grid cell; the cell answer is that cell, column digit first."""
+    named = set()
+    for item in generate_items("ground", 200, seed=3):
+        cell = answer_with_cell(item)
+        col, row = int(cell["solution"][0]), int(cell["solution"][1])
+        (width, height), (x1, y1, x2, y2) = item["image_size"], item["boxes"][0]
+        cols, rows = IMAGE_GRIDS[(width, height)]
+        cw, ch = width // cols, height // rows
+        assert col * cw <= x1 < x2 <= (col + 1) * cw and row * ch <= y1 < y2 <= (row + 1) * ch
+        assert len(cell["solution"]) == 2 and cell["task"] == "cell"
+        assert cell["messages"] == item["messages"] and cell["images"] == item["images"]
+        named.add((col, row))
+    assert len(named) == 16  # every cell of the 4x4 grid is named by some item
+    assert parse_mix("cell=1,ground=1") == {"cell": 1.0, "ground": 1.0}
+
+
+def test_training_can_start_from_a_saved_model_and_train_on_cell_answers(tmp_path):
+    common = ["--eval-per-task", "2", "--max-minutes", "0", "--batch-size", "4", "--log-every", "1"]
+    first = tmp_path / "first"
+    main(["--steps", "2", "--out", str(first), *common])
+    # No steps: the saved weights are the initial ones, so they must equal the --init model's.
+    again = tmp_path / "again"
+    record = main(["--init", str(first), "--steps", "0", "--out", str(again), *common])
+    assert record["recipe"]["init"] == str(first)
+    a, b = load_file(first / "model.safetensors"), load_file(again / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert "fine-tuned" in (again / "README.md").read_text()
+    cell = main(
+        ["--init", str(first), "--steps", "2", "--mix", "cell=1", "--out", str(tmp_path / "c")]
+        + common
+    )
+    assert cell["steps_done"] == 2 and cell["mix"] == {"cell": 1.0}
+    with pytest.raises(SystemExit, match="not with --init"):
+        main(["--init", str(first), "--rope-theta", "2", "--out", str(tmp_path / "x")])
