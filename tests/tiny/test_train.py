@@ -6,7 +6,9 @@ import json
 
 import pytest
 import torch
+from PIL import Image
 from safetensors.torch import load_file
+from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from vlrollout.tiny.evaluate import (
     IGNORE_INDEX,
@@ -175,3 +177,21 @@ def test_training_can_start_from_a_saved_model_and_train_on_cell_answers(tmp_pat
     assert cell["steps_done"] == 2 and cell["mix"] == {"cell": 1.0}
     with pytest.raises(SystemExit, match="not with --init"):
         main(["--init", str(first), "--rope-theta", "2", "--out", str(tmp_path / "x")])
+
+
+def test_a_qwen3_vl_model_sees_one_merged_token_per_grid_cell(tmp_path):
+    out = tmp_path / "q3"
+    common = ["--eval-per-task", "1", "--max-minutes", "0", "--batch-size", "2"]
+    record = main(["--family", "qwen3_vl", "--steps", "1", "--out", str(out), *common])
+    assert record["architecture"] == "Qwen3VLForConditionalGeneration"
+    assert record["config"]["vision"]["num_position_embeddings"] == 64
+    processor = AutoProcessor.from_pretrained(out)
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
+    merge = model.config.vision_config.spatial_merge_size
+    for (width, height), (cols, rows) in IMAGE_GRIDS.items():
+        image = Image.new("RGB", (width, height))
+        grid = processor.image_processor(images=[image])["image_grid_thw"][0].tolist()
+        assert grid == [1, rows * merge, cols * merge]
+    with pytest.raises(SystemExit, match="for --family qwen2_vl"):
+        main(["--family", "qwen3_vl", "--mrope-section", "2,7,7", "--out", str(tmp_path / "x")])

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import PreTrainedTokenizerBase, Qwen2VLConfig
+from transformers import PreTrainedTokenizerBase, Qwen2VLConfig, Qwen3VLConfig
 
 TEXT_DEFAULTS: dict[str, Any] = {
     "hidden_size": 128,
@@ -85,6 +85,52 @@ def tiny_qwen2vl_config(
     return Qwen2VLConfig(
         text_config=text_cfg,
         vision_config=vision_cfg,
+        image_token_id=_token_id(tokenizer, "<|image_pad|>"),
+        video_token_id=_token_id(tokenizer, "<|video_pad|>"),
+        vision_start_token_id=_token_id(tokenizer, "<|vision_start|>"),
+        vision_end_token_id=_token_id(tokenizer, "<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+
+
+def tiny_qwen3vl_config(tokenizer: PreTrainedTokenizerBase) -> Qwen3VLConfig:
+    """A small ``Qwen3VLConfig`` of the Qwen2-VL model's sizes, for the grounding recipe.
+
+    Qwen3-VL gives an image token's absolute position to the decoder twice over: learned position
+    embeddings in the vision tower (``num_position_embeddings``, bilinearly interpolated to each
+    image's patch grid) and interleaved M-RoPE (every axis gets high and low frequencies). A tiny
+    Qwen2-VL (relative 2D RoPE in the ViT, low-frequency width group) learns to name the target's
+    cell much more slowly (``vlrollout.tiny.synthetic.answer_with_cell``). Patch 14 matches
+    ``build_qwen3vl_processor``; DeepStack feeds vision block 1's features to the decoder too.
+    """
+    text = {
+        **{k: v for k, v in TEXT_DEFAULTS.items() if k != "rope_parameters"},
+        "head_dim": 32,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [4, 6, 6],
+            "mrope_interleaved": True,
+        },
+    }
+    eos = _token_id(tokenizer, tokenizer.eos_token)
+    pad = _token_id(tokenizer, tokenizer.pad_token)
+    text.update(vocab_size=len(tokenizer), bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
+    vision = {
+        "depth": 4,
+        "hidden_size": 128,
+        "intermediate_size": 512,
+        "num_heads": 4,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": text["hidden_size"],
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [1],
+    }
+    return Qwen3VLConfig(
+        text_config=text,
+        vision_config=vision,
         image_token_id=_token_id(tokenizer, "<|image_pad|>"),
         video_token_id=_token_id(tokenizer, "<|video_pad|>"),
         vision_start_token_id=_token_id(tokenizer, "<|vision_start|>"),

@@ -1,4 +1,4 @@
-"""Build a small byte-level BPE tokenizer and a real ``Qwen2VLProcessor`` entirely in code.
+"""Build a small byte-level BPE tokenizer and a real Qwen2-VL or Qwen3-VL processor in code.
 
 No hub access is possible (or wanted) at run time, so the tiny model's tokenizer and processor are
 built from a corpus and the Qwen2-VL special tokens, then saved next to the weights in ``assets/``.
@@ -19,6 +19,8 @@ from transformers import (
     Qwen2VLImageProcessor,
     Qwen2VLProcessor,
     Qwen2VLVideoProcessor,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
 )
 
 from vlrollout.tiny.synthetic import task_corpus
@@ -138,5 +140,29 @@ def build_qwen2vl_processor(
         image_processor=image_processor,
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(),
+        chat_template=tokenizer.chat_template,
+    )
+
+
+def build_qwen3vl_processor(
+    tokenizer: PreTrainedTokenizerFast, min_pixels: int = 56 * 56, max_pixels: int = 112 * 112
+) -> Qwen3VLProcessor:
+    """A real ``Qwen3VLProcessor`` around ``tokenizer``, with the tiny Qwen2-VL model's image grid.
+
+    Qwen3-VL checkpoints use patch 16; the tiny one keeps patch 14 and merge 2 (28-pixel merged
+    tokens) so each synthetic image still gets one merged token per grid cell
+    (``vlrollout.tiny.synthetic.IMAGE_GRIDS``).
+    """
+    image_processor = Qwen2VLImageProcessor(
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
+        patch_size=14,
+        merge_size=2,
+        temporal_patch_size=2,
+    )
+    return Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(patch_size=14),
         chat_template=tokenizer.chat_template,
     )
