@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlrollout-installed
 
-.PHONY: setup demo demo-baseline train test test-fast lint bench readme-numbers lock snapshots
+.PHONY: setup demo demo-baseline tiny-ground train test test-fast lint bench readme-numbers lock snapshots
 
 # Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
 # pyproject.toml or the lock changes. The venv takes about 10 GiB (areal pins a torch whose Linux
@@ -31,6 +31,17 @@ demo: setup
 demo-baseline: setup
 	$(BIN)/vlrollout train-tiny --steps 0 --max-minutes 0 --eval-per-task 4 --out runs/untrained-model
 	$(BIN)/vlrollout run --config examples/demo.yaml --model runs/untrained-model --output runs/untrained
+
+# The grounding recipe's starting checkpoint, assets/tiny-qwen3vl-ground: a tiny Qwen3-VL trained
+# from scratch on one-shape boxes, then on naming the target's grid cell, then on boxes
+# (vlrollout/tiny/train.py; deterministic, about 30 minutes on one CPU core).
+tiny-ground: setup
+	$(BIN)/vlrollout train-tiny --family qwen3_vl --mix ground:1=1 --steps 800 --max-minutes 0 \
+		--eval-per-task 50 --out runs/tiny-ground-stage1
+	$(BIN)/vlrollout train-tiny --init runs/tiny-ground-stage1 --phase 0.6:cell:1=1 \
+		--mix ground=0.7,cell=0.3 --steps 1600 --lr 1e-3 --warmup 20 --min-lr-ratio 0.3 \
+		--max-minutes 0 --eval-every 400 --out assets/tiny-qwen3vl-ground
+	cp runs/tiny-ground-stage1/TRAINING.json assets/tiny-qwen3vl-ground/TRAINING-stage1.json
 
 # GRPO with AReaL's own actor over the embedded engine on the counting recipe (the one that learns
 # from the shipped model: bench/results/learning_counting.json) -> runs/train/ (checkpoints,

@@ -12,7 +12,7 @@ any answer that ignores the pixels, inflated by the sample's luck). A model whos
 is no better than those does not localise, and RL has no image-dependent behaviour in its
 samples to reinforce.
 
-    .venv/bin/python bench/bench_localisation.py                      # the shipped model
+    .venv/bin/python bench/bench_localisation.py        # the shipped model, the grounding start
     .venv/bin/python bench/bench_localisation.py --models assets/tiny-qwen2vl runs/my-model
 """
 
@@ -31,7 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
 
+from vlrollout.tiny.synthetic import cell_of  # noqa: E402
+
 SHAPE_COUNTS = (1, 2, 3, 4)
+# The shipped model and the grounding recipe's starting checkpoint.
+DEFAULT_MODELS = ("assets/tiny-qwen2vl", "assets/tiny-qwen3vl-ground")
 
 
 @dataclass(frozen=True)
@@ -60,22 +64,6 @@ class Localisation:
     chance: float
     blind_cell: float
     unparsable: int
-
-
-def cell_of(box: Sequence[float], size: Sequence[int]) -> tuple[int, int]:
-    """``(column, row)`` of the grid cell holding ``box``'s centre (``size`` = [width, height]).
-
-    >>> cell_of([30, 2, 50, 20], [112, 112])   # 4 x 4 cells of 28 pixels
-    (1, 0)
-    """
-    from vlrollout.tiny.synthetic import IMAGE_GRIDS
-
-    width, height = size
-    cols, rows = IMAGE_GRIDS[(width, height)]
-    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
-    col = min(cols - 1, max(0, int(cx // (width / cols))))
-    row = min(rows - 1, max(0, int(cy // (height / rows))))
-    return col, row
 
 
 def _cells(size: Sequence[int]) -> int:
@@ -178,7 +166,7 @@ def results_table(
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["assets/tiny-qwen2vl"])
+    ap.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
     ap.add_argument("--items", type=int, default=200, help="held-out items per shape count")
     ap.add_argument("--seed", type=int, default=200, help="item seed (the recipes' eval_seed)")
     record.add_record_dir(ap)
@@ -209,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(line)
     numbers = {path: {k: asdict(r) for k, r in by_set.items()} for path, by_set in results.items()}
-    default = args.models == ["assets/tiny-qwen2vl"] and args.items == 200 and args.seed == 200
+    default = args.models == list(DEFAULT_MODELS) and args.items == 200 and args.seed == 200
     mode = "default" if default else "changed: " + " ".join(argv or sys.argv[1:])
     record.write(started.record([table], line, numbers, mode=mode), args.record_dir)
 

@@ -225,9 +225,9 @@ def run_trl(cfg: Any, steps: int, folder: Path) -> PeerRun:
     from areal.api.cli_args import GenerationHyperparameters
     from datasets import Dataset
     from transformers import (
+        AutoModelForImageTextToText,
         AutoProcessor,
         PrinterCallback,
-        Qwen2VLForConditionalGeneration,
         TrainerCallback,
     )
     from trl import GRPOConfig, GRPOTrainer
@@ -259,7 +259,7 @@ def run_trl(cfg: Any, steps: int, folder: Path) -> PeerRun:
             engine.destroy()
 
     settings = peer_settings(cfg, steps)
-    model = Qwen2VLForConditionalGeneration.from_pretrained(cfg.actor.path, dtype=dtype)
+    model = AutoModelForImageTextToText.from_pretrained(cfg.actor.path, dtype=dtype)
     # Our engine stops on the tokenizer's stop and pad tokens (AReaL's
     # new_with_stop_and_pad_token_ids); TRL stops on the generation config's eos ids.
     model.generation_config.eos_token_id = list(

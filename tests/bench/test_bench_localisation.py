@@ -15,9 +15,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_localisation import blind_ceiling, cell_of, results_table, score  # noqa: E402
+from bench_localisation import blind_ceiling, results_table, score  # noqa: E402
 
-from vlrollout.tiny.synthetic import box_to_qwen2vl_text, make_item  # noqa: E402
+from vlrollout.tiny.synthetic import box_to_qwen2vl_text, cell_of, make_item  # noqa: E402
 
 
 @pytest.fixture(scope="module")

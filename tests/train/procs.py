@@ -37,7 +37,12 @@ def run_train(
     return proc
 
 
+SHIPPED_MODEL = "actor.path=assets/tiny-qwen2vl"
+"""The runs that test the training machinery train the shipped model: it counts and captions, and
+the serving and weight tests compare against it (the grounding recipe starts from another)."""
+
 TINY_RUN = (
+    SHIPPED_MODEL,
     "total_train_steps=2",
     "train_dataset.batch_size=2",
     "gconfig.n_samples=2",

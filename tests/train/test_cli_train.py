@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from tests.train.procs import run_train
+from tests.train.procs import SHIPPED_MODEL, run_train
 
 SMALL = [
+    SHIPPED_MODEL,
     "total_train_steps=2",
     "train_dataset.batch_size=2",
     "gconfig.n_samples=2",

@@ -8,18 +8,19 @@ from vlrollout.train.config import load_config
 
 
 @pytest.mark.parametrize(
-    ("path", "task", "temperature"),
-    [("examples/train_grounding.yaml", "ground", 0.7), ("examples/train_count.yaml", "count", 1.0)],
+    ("path", "task", "temperature", "model"),
+    [
+        ("examples/train_grounding.yaml", "ground", 0.7, "assets/tiny-qwen3vl-ground"),
+        ("examples/train_count.yaml", "count", 1.0, "assets/tiny-qwen2vl"),
+    ],
 )
-def test_example_config_loads(tmp_path, path, task, temperature):
+def test_example_config_loads(tmp_path, path, task, temperature, model):
     cfg = load_config(path, [f"vlrollout.output={tmp_path}"])
     assert cfg.vlrollout.task == task
     # The trainer's logprob temperature must be the rollout's (logprob equality).
     assert cfg.actor.temperature == cfg.gconfig.temperature == temperature
     assert cfg.actor.reward_norm.group_size == cfg.gconfig.n_samples >= 2
-    assert cfg.actor.path == "assets/tiny-qwen2vl" and cfg.cluster.fileroot.startswith(
-        str(tmp_path)
-    )
+    assert cfg.actor.path == model and cfg.cluster.fileroot.startswith(str(tmp_path))
 
 
 def test_group_size_one_is_refused(tmp_path):

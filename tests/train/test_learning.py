@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.procs import run_train
+from tests.train.procs import SHIPPED_MODEL, run_train
 
 STEPS = 10
 BAR = 0.05
@@ -30,6 +30,7 @@ def _run(out: Path, lr: str) -> tuple[list[dict], list[dict]]:
     """``metrics.jsonl`` and ``eval.jsonl`` rows of a deterministic caption run at ``lr``."""
     run_train(
         out,
+        SHIPPED_MODEL,
         "vlrollout.task=caption",
         "vlrollout.reward=tests.train.reward_fns.square_words",
         f"total_train_steps={STEPS}",

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.procs import ROOT, run_train, subprocess_env
+from tests.train.procs import ROOT, SHIPPED_MODEL, run_train, subprocess_env
 
 STEPS = 2
 ARGS = (
+    SHIPPED_MODEL,
     f"total_train_steps={STEPS}",
     "train_dataset.batch_size=4",
     "gconfig.n_samples=2",

@@ -1,10 +1,11 @@
-"""The tiny Qwen2-VL-architecture model: its config, built from the tiny tokenizer's ids.
+"""The tiny models' configs, built from the tiny tokenizer's ids: the shipped Qwen2-VL model and
+the Qwen3-VL model the grounding recipe starts from (:func:`tiny_qwen3vl_config`).
 
-The model is a real ``transformers.Qwen2VLForConditionalGeneration`` (the architecture SGLang and
-vLLM serve as ``Qwen2VLForConditionalGeneration``), only small: a 4-layer, 128-wide text decoder and
-a depth-4, 128-wide ViT with patch 14 and a 2×2 merger. Field names follow transformers 5.3's
-``Qwen2VLConfig`` (``text_config`` / ``vision_config`` sub-configs; ``vision_config.hidden_size`` is
-the merger's output width and must equal the text width).
+The shipped model is a real ``transformers.Qwen2VLForConditionalGeneration`` (the architecture
+SGLang and vLLM serve as ``Qwen2VLForConditionalGeneration``), only small: a 4-layer, 128-wide text
+decoder and a depth-4, 128-wide ViT with patch 14 and a 2×2 merger. Field names follow
+transformers 5.3's ``Qwen2VLConfig`` (``text_config`` / ``vision_config`` sub-configs;
+``vision_config.hidden_size`` is the merger's output width and must equal the text width).
 
 M-RoPE: ``rope_parameters["mrope_section"]`` splits the head's 16 rotary frequencies (32-dim heads)
 into contiguous temporal/height/width groups, highest frequencies first

@@ -66,6 +66,8 @@ PROMPTS = {
     "count": "How many shapes are there? Answer with a number.",
     "ground": "Where is the {colour} {shape}? Answer with a box.",
     "caption": "Describe the image in one sentence.",
+    # Training only (answer_with_cell): words the tokenizer already has, a request unlike the box's.
+    "cell": "Where is the {colour} {shape}? Answer with a number.",
 }
 BOX_START, BOX_END = "<|box_start|>", "<|box_end|>"
 
@@ -205,15 +207,18 @@ def make_item(task: str, seed: int, index: int, n_shapes: int | None = None) -> 
     return item
 
 
-def target_cell(item: dict[str, Any]) -> tuple[int, int]:
-    """``(column, row)`` of the grid cell holding a grounding item's target (its box centre).
+def cell_of(box: Sequence[float], size: Sequence[int]) -> tuple[int, int]:
+    """``(column, row)`` of the grid cell holding ``box``'s centre (``size`` = [width, height]).
 
-    >>> target_cell({"image_size": [112, 112], "boxes": [[30, 60, 50, 80]]})
-    (1, 2)
+    >>> cell_of([30, 2, 50, 20], [112, 112])   # 4 x 4 cells of 28 pixels
+    (1, 0)
     """
-    (width, height), (x1, y1, x2, y2) = item["image_size"], item["boxes"][0]
+    width, height = size
     cols, rows = IMAGE_GRIDS[(width, height)]
-    return int((x1 + x2) / 2 // (width / cols)), int((y1 + y2) / 2 // (height / rows))
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    col = min(cols - 1, max(0, int(cx // (width / cols))))
+    row = min(rows - 1, max(0, int(cy // (height / rows))))
+    return col, row
 
 
 def answer_with_cell(item: dict[str, Any]) -> dict[str, Any]:
@@ -222,13 +227,23 @@ def answer_with_cell(item: dict[str, Any]) -> dict[str, Any]:
     A training-only variant (``cell`` in ``vlrollout train-tiny --mix``): the box answer spreads
     the target's position over many digit tokens, the cell answer puts it in two, which a model
     trained from scratch learns to read from the image within minutes where box answers alone
-    stay at the image-blind answer.
+    stay at the image-blind answer. It asks with its own prompt (``PROMPTS["cell"]``), so a
+    model trained on both knows which answer a question wants.
 
     >>> answer_with_cell(make_item("ground", 0, 0))["solution"]
     '10'
     """
-    col, row = target_cell(item)
-    return {**item, "id": f"cell-{item['id']}", "task": "cell", "solution": f"{col}{row}"}
+    col, row = cell_of(item["boxes"][0], item["image_size"])
+    colour, shape = item["object"].split()
+    prompt = PROMPTS["cell"].format(colour=colour, shape=shape)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+    return {
+        **item,
+        "id": f"cell-{item['id']}",
+        "task": "cell",
+        "messages": messages,
+        "solution": f"{col}{row}",
+    }
 
 
 def generate_items(

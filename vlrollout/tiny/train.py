@@ -1,21 +1,27 @@
-"""Train the tiny Qwen2-VL model on the synthetic tasks and save it as a self-contained asset.
+"""Train a tiny vision-language model on the synthetic tasks and save it as a self-contained asset.
 
-Supervised fine-tuning from random initialisation: cross-entropy on the answer tokens (and the
-closing ``<|im_end|>``) only, each example weighted equally (a one-digit count counts as much as a
-20-token box), AdamW with linear warm-up and cosine decay, fresh generated items every step (no
-example is seen twice), greedy evaluation on held-out seeds. The output folder holds the weights
-(``model.safetensors``), ``config.json``, ``generation_config.json``, the tokenizer and processor
-files and ``TRAINING.json`` (recipe, wall time, metrics vs baselines); it loads offline with
-``AutoProcessor.from_pretrained`` and ``Qwen2VLForConditionalGeneration.from_pretrained``.
+Supervised training from random initialisation, or from a saved model (``--init``): cross-entropy
+on the answer tokens (and the closing ``<|im_end|>``) only, each example weighted equally (a
+one-digit count counts as much as a 20-token box), AdamW with linear warm-up and cosine decay,
+fresh generated items every step (no example is seen twice), greedy evaluation on held-out seeds.
+The output folder holds the weights (``model.safetensors``), ``config.json``,
+``generation_config.json``, the tokenizer and processor files and ``TRAINING.json`` (recipe, wall
+time, metrics vs baselines); it loads offline with ``AutoProcessor.from_pretrained`` and
+``AutoModelForImageTextToText.from_pretrained``.
 
-The task mix is count 0.35, grounding 0.4, captioning 0.25. A
-count-only warm-up phase (``--phase 0.1:count=1``) was tried and slowed grounding down; it is
-available but off. The training loop is capped at 22 minutes (``--max-minutes``): on a busy shared
-machine the run ends, annealed, after fewer steps; ``TRAINING.json`` records how many.
-
-Reproduce the shipped asset (~24 min on 2 shared CPU cores, one torch thread)::
+The default is the shipped Qwen2-VL model, ``assets/tiny-qwen2vl``: task mix count 0.35,
+grounding 0.4, captioning 0.25. A count-only warm-up phase (``--phase 0.1:count=1``) was tried and
+slowed grounding down; it is available but off. The training loop is capped at 22 minutes
+(``--max-minutes``): on a busy shared machine the run ends, annealed, after fewer steps;
+``TRAINING.json`` records how many. Reproduce it (~24 min on 2 shared CPU cores, one thread)::
 
     .venv/bin/python scripts/train_tiny.py --out assets/tiny-qwen2vl
+
+That model does not localise: its boxes land in the target's cell no more often than a random
+cell's (``bench/bench_localisation.py``). The grounding recipe starts from
+``assets/tiny-qwen3vl-ground`` instead (``make tiny-ground``): a ``--family qwen3_vl`` model
+trained on one-shape boxes, then on ``cell`` answers (the target's cell as two digits, where the
+position is two tokens instead of spread over a box's digits), then on boxes.
 
 Smoke run (seconds)::
 
