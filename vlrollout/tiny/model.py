@@ -59,6 +59,26 @@ def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
     return int(tid)
 
 
+def _text_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
+    eos = _token_id(tokenizer, tokenizer.eos_token)
+    pad = _token_id(tokenizer, tokenizer.pad_token)
+    return {
+        "vocab_size": len(tokenizer),
+        "bos_token_id": pad,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+    }
+
+
+def _vision_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
+    return {
+        "image_token_id": _token_id(tokenizer, "<|image_pad|>"),
+        "video_token_id": _token_id(tokenizer, "<|video_pad|>"),
+        "vision_start_token_id": _token_id(tokenizer, "<|vision_start|>"),
+        "vision_end_token_id": _token_id(tokenizer, "<|vision_end|>"),
+    }
+
+
 def tiny_qwen2vl_config(
     tokenizer: PreTrainedTokenizerBase,
     text: dict[str, Any] | None = None,
@@ -80,17 +100,12 @@ def tiny_qwen2vl_config(
             f"mrope_section {section} sums to {sum(section)} but must be head_dim/2 = {head_dim // 2}"
         )
     vision_cfg["hidden_size"] = text_cfg["hidden_size"]  # merger output feeds the decoder
-    eos = _token_id(tokenizer, tokenizer.eos_token)
-    pad = _token_id(tokenizer, tokenizer.pad_token)
-    text_cfg.update(vocab_size=len(tokenizer), bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
+    text_cfg.update(_text_token_ids(tokenizer))
     return Qwen2VLConfig(
         text_config=text_cfg,
         vision_config=vision_cfg,
-        image_token_id=_token_id(tokenizer, "<|image_pad|>"),
-        video_token_id=_token_id(tokenizer, "<|video_pad|>"),
-        vision_start_token_id=_token_id(tokenizer, "<|vision_start|>"),
-        vision_end_token_id=_token_id(tokenizer, "<|vision_end|>"),
         tie_word_embeddings=False,
+        **_vision_token_ids(tokenizer),
     )
 
 
@@ -114,9 +129,7 @@ def tiny_qwen3vl_config(tokenizer: PreTrainedTokenizerBase) -> Qwen3VLConfig:
             "mrope_interleaved": True,
         },
     }
-    eos = _token_id(tokenizer, tokenizer.eos_token)
-    pad = _token_id(tokenizer, tokenizer.pad_token)
-    text.update(vocab_size=len(tokenizer), bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
+    text.update(_text_token_ids(tokenizer))
     vision = {
         "depth": 4,
         "hidden_size": 128,
@@ -132,9 +145,6 @@ def tiny_qwen3vl_config(tokenizer: PreTrainedTokenizerBase) -> Qwen3VLConfig:
     return Qwen3VLConfig(
         text_config=text,
         vision_config=vision,
-        image_token_id=_token_id(tokenizer, "<|image_pad|>"),
-        video_token_id=_token_id(tokenizer, "<|video_pad|>"),
-        vision_start_token_id=_token_id(tokenizer, "<|vision_start|>"),
-        vision_end_token_id=_token_id(tokenizer, "<|vision_end|>"),
         tie_word_embeddings=False,
+        **_vision_token_ids(tokenizer),
     )
