@@ -177,6 +177,8 @@ def test_training_can_start_from_a_saved_model_and_train_on_cell_answers(tmp_pat
         + common
     )
     assert cell["steps_done"] == 2 and cell["mix"] == {"cell": 1.0}
+    with pytest.raises(SystemExit, match="no saved model"):
+        main(["--init", str(tmp_path / "missing"), "--out", str(tmp_path / "y")])
     with pytest.raises(SystemExit, match="not with --init"):
         main(["--init", str(first), "--rope-theta", "2", "--out", str(tmp_path / "x")])
 

@@ -320,6 +320,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(
             "--family, --rope-theta and --mrope-section set up a new model; not with --init"
         )
+    if args.init and not (Path(args.init) / "config.json").is_file():
+        raise SystemExit(f"--init: no saved model (config.json) in {args.init}")
     if args.family == "qwen3_vl" and (args.rope_theta, args.mrope_section) != (None, None):
         raise SystemExit("--rope-theta and --mrope-section are for --family qwen2_vl")
     torch.set_num_threads(args.threads)
