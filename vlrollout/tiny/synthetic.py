@@ -171,6 +171,11 @@ def render_scene(rng: random.Random, n_shapes: int) -> tuple[Image.Image, list[d
     return image, shapes
 
 
+def _image_question(prompt: str) -> list[dict[str, Any]]:
+    """One user turn: the item's image, then ``prompt``."""
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+
+
 def make_item(task: str, seed: int, index: int, n_shapes: int | None = None) -> dict[str, Any]:
     """Item ``index`` of ``task`` for ``seed``; depends only on (task, seed, index, n_shapes).
 
@@ -198,9 +203,7 @@ def make_item(task: str, seed: int, index: int, n_shapes: int | None = None) -> 
         prompt = PROMPTS["caption"]
         item["captions"] = _captions(shapes)
         item["solution"] = item["captions"][0]
-    item["messages"] = [
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}
-    ]
+    item["messages"] = _image_question(prompt)
     item["images"] = [image]
     item["shapes"] = shapes
     item["image_size"] = [width, height]
@@ -225,9 +228,9 @@ def answer_with_cell(item: dict[str, Any]) -> dict[str, Any]:
     """A grounding item whose reference answer names the target's cell: column digit, row digit.
 
     A training-only variant (``cell`` in ``vlrollout train-tiny --mix``): the box answer spreads
-    the target's position over many digit tokens, the cell answer puts it in two, which a model
-    trained from scratch learns to read from the image within minutes where box answers alone
-    stay at the image-blind answer. It asks with its own prompt (``PROMPTS["cell"]``), so a
+    the target's position over many digit tokens, the cell answer puts it in two, which a small
+    model already trained on boxes learns to read from the image within a few hundred steps, where
+    box answers alone stayed at the image-blind answer. It asks with its own prompt (``PROMPTS["cell"]``), so a
     model trained on both knows which answer a question wants.
 
     >>> answer_with_cell(make_item("ground", 0, 0))["solution"]
@@ -236,12 +239,11 @@ def answer_with_cell(item: dict[str, Any]) -> dict[str, Any]:
     col, row = cell_of(item["boxes"][0], item["image_size"])
     colour, shape = item["object"].split()
     prompt = PROMPTS["cell"].format(colour=colour, shape=shape)
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
     return {
         **item,
         "id": f"cell-{item['id']}",
         "task": "cell",
-        "messages": messages,
+        "messages": _image_question(prompt),
         "solution": f"{col}{row}",
     }
 
