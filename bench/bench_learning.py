@@ -16,6 +16,7 @@ headline. A JSON record (:mod:`record`) goes to ``--record-dir`` as ``learning_<
     .venv/bin/python bench/bench_learning.py --recipe grounding            # 3 seeds, as shipped
     .venv/bin/python bench/bench_learning.py --recipe counting --seeds 1 2
     .venv/bin/python bench/bench_learning.py --quick                       # 6 steps, 2 seeds
+    .venv/bin/python bench/bench_learning.py --recipe grounding --jobs 2   # two runs at a time
     .venv/bin/python bench/bench_learning.py --recipe grounding vlrollout.ground_metric=iou
 """
 
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,13 +190,18 @@ def train_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def run_one(config: str, arm: str, seed: int, out: Path, overrides: list[str]) -> RunResult:
-    """One ``vlrollout train`` subprocess; its ``eval.jsonl`` and ``metrics.jsonl`` read back."""
+def run_one(
+    config: str, arm: str, seed: int, out: Path, overrides: list[str], threads: int | None = None
+) -> RunResult:
+    """One ``vlrollout train`` subprocess; its ``eval.jsonl`` and ``metrics.jsonl`` read back.
+    ``threads`` sets its ``OMP_NUM_THREADS`` where the environment does not already."""
     cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config", config]
     cmd += [f"vlrollout.output={out}", f"seed={seed}", *overrides]
     if arm == "control":
         cmd.append("actor.optimizer.lr=0")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if threads is not None:
+        env.setdefault("OMP_NUM_THREADS", str(threads))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     minutes = (time.perf_counter() - t0) / 60
@@ -222,6 +229,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=None, help="train_dataset.batch_size")
     ap.add_argument("--quick", action="store_true", help="6 steps of 8 items, 2 seeds, 32 items")
     ap.add_argument("--no-control", action="store_true", help="skip the lr = 0 runs")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at a time, each with cores/jobs torch threads (OMP_NUM_THREADS unless set)",
+    )
     record.add_keep(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to every run")
     record.add_record_dir(ap)
@@ -246,19 +259,24 @@ def main(argv: list[str]) -> None:
     config = RECIPES[args.recipe]
     overrides = train_overrides(args) + list(args.overrides)
     arms = ARMS[:1] if args.no_control else ARMS
-    runs: list[RunResult] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
+    plan = [(arm, seed) for seed in args.seeds for arm in arms]
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         base = args.keep or Path(tmp)
-        for seed in args.seeds:
-            for arm in arms:
-                res = run_one(config, arm, seed, base / f"{arm}-seed{seed}", overrides)
-                runs.append(res)
-                last = max(res.evals)
-                print(
-                    f"{arm} seed {seed}: {res.evals[min(res.evals)]:.3f} -> {res.evals[last]:.3f} "
-                    f"at step {last} ({res.minutes:.1f} min)",
-                    flush=True,
-                )
+        futures = [
+            pool.submit(run_one, config, arm, seed, base / f"{arm}-seed{seed}", overrides, threads)
+            for arm, seed in plan
+        ]
+        runs: list[RunResult] = []
+        for future in futures:
+            res = future.result()
+            runs.append(res)
+            last = max(res.evals)
+            print(
+                f"{res.arm} seed {res.seed}: {res.evals[min(res.evals)]:.3f} -> "
+                f"{res.evals[last]:.3f} at step {last} ({res.minutes:.1f} min)",
+                flush=True,
+            )
     summary = summarize(runs)
     metric = METRIC[args.recipe]
     out = tables(summary, metric)
