@@ -81,3 +81,66 @@ def test_quick_fills_only_what_was_not_given_and_overrides_reach_every_run():
     assert parse_args([]).seeds == [1, 2, 3] and train_overrides(parse_args([]))[-1].startswith(
         "vlrollout.log_rollouts"
     )
+
+
+def test_jobs_run_side_by_side_with_a_share_of_the_cores_and_report_in_plan_order(
+    tmp_path, monkeypatch, capsys
+):
+    import json
+    import threading
+    import time
+
+    import bench_learning
+
+    calls: list[tuple[str, int, int | None]] = []
+    running, peak = [0], [0]
+    lock = threading.Lock()
+
+    def fake_run_one(config, arm, seed, out, overrides, threads=None):
+        with lock:
+            calls.append((arm, seed, threads))
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2 if (arm, seed) == ("trained", 1) else 0.05)  # the first finishes last
+        with lock:
+            running[0] -= 1
+        end = 0.1 if arm == "trained" else 0.05
+        return RunResult(arm, seed, {0: 0.05, 5: end}, {1: 0.1}, 1.0, 0.5)
+
+    monkeypatch.setattr(bench_learning, "run_one", fake_run_one)
+    monkeypatch.setattr(bench_learning.os, "cpu_count", lambda: 4)
+    bench_learning.main(["--jobs", "2", "--seeds", "1", "2", "--record-dir", str(tmp_path)])
+    assert peak[0] == 2 and {t for _, _, t in calls} == {2}  # 4 cores, 2 jobs: 2 threads each
+    order = [
+        (r["arm"], r["seed"])
+        for r in json.loads((tmp_path / "learning_grounding.json").read_text())["numbers"]["runs"]
+    ]
+    assert order == [("trained", 1), ("control", 1), ("trained", 2), ("control", 2)]
+    printed = [
+        line.split(":")[0] for line in capsys.readouterr().out.splitlines() if " seed " in line
+    ]
+    assert printed[:4] == ["trained seed 1", "control seed 1", "trained seed 2", "control seed 2"]
+
+
+def test_one_run_gets_the_thread_count_unless_the_environment_sets_one(tmp_path, monkeypatch):
+    import subprocess
+
+    import bench_learning
+
+    seen: list[str | None] = []
+
+    def fake_subprocess_run(cmd, cwd, env, capture_output, text):
+        seen.append(env.get("OMP_NUM_THREADS"))
+        out = Path(next(a for a in cmd if a.startswith("vlrollout.output=")).split("=", 1)[1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "eval.jsonl").write_text('{"step": 0, "eval/mean": 0.1}\n')
+        (out / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.2, "time/step": 3.0}\n')
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bench_learning.subprocess, "run", fake_subprocess_run)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    bench_learning.run_one("c.yaml", "trained", 1, tmp_path / "a", [], threads=3)
+    bench_learning.run_one("c.yaml", "trained", 1, tmp_path / "b", [])
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    bench_learning.run_one("c.yaml", "trained", 1, tmp_path / "c", [], threads=3)
+    assert seen == ["3", None, "5"]
