@@ -44,13 +44,14 @@ tiny-ground: setup
 		--max-minutes 0 --eval-every 400 --out assets/tiny-qwen3vl-ground
 	cp runs/tiny-ground-stage1/TRAINING.json assets/tiny-qwen3vl-ground/TRAINING-stage1.json
 
-# GRPO with AReaL's own actor over the embedded engine on the counting recipe (the one that learns
-# from the shipped model: bench/results/learning_counting.json) -> runs/train/ (checkpoints,
-# metrics, report with the lr = 0 control); resumes from runs/train/checkpoints.
-# Overrides: make train ARGS="total_train_steps=10"; the grounding recipe: vlrollout train --config
-# examples/train_grounding.yaml.
+# GRPO with AReaL's own actor over the embedded engine on the grounding recipe, from
+# assets/tiny-qwen3vl-ground (what it learns against the lr = 0 control:
+# bench/results/learning_grounding.json) -> runs/train/ (checkpoints, metrics, report with the
+# control); resumes from runs/train/checkpoints.
+# Overrides: make train ARGS="total_train_steps=10"; the counting recipe: vlrollout train --config
+# examples/train_count.yaml.
 train: setup
-	$(BIN)/vlrollout train --config examples/train_count.yaml vlrollout.output=runs/train $(ARGS)
+	$(BIN)/vlrollout train --config examples/train_grounding.yaml vlrollout.output=runs/train $(ARGS)
 
 # What CI runs: every test (slow ones included: the training, serving and learning tests behind
 # the README's claims; tests that need a GPU skip themselves without one), then the linter.
