@@ -284,6 +284,7 @@ def model_card(record: dict[str, Any], folder: str) -> str:
             "",
             "```python",
             f"from transformers import AutoProcessor, {architecture}",
+            "",
             f'processor = AutoProcessor.from_pretrained("{folder}")',
             f'model = {architecture}.from_pretrained("{folder}")',
             "```",
