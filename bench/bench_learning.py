@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
 
+from vlrollout.argtypes import whole_number  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {"grounding": "examples/train_grounding.yaml", "counting": "examples/train_count.yaml"}
 METRIC = {"grounding": "held-out greedy mean IoU", "counting": "held-out greedy accuracy"}
@@ -231,7 +233,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--no-control", action="store_true", help="skip the lr = 0 runs")
     ap.add_argument(
         "--jobs",
-        type=int,
+        type=whole_number(1),
         default=1,
         help="runs at a time, each with cores/jobs torch threads (OMP_NUM_THREADS unless set)",
     )

@@ -144,3 +144,9 @@ def test_one_run_gets_the_thread_count_unless_the_environment_sets_one(tmp_path,
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     bench_learning.run_one("c.yaml", "trained", 1, tmp_path / "c", [], threads=3)
     assert seen == ["3", None, "5"]
+
+
+def test_jobs_below_one_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--jobs", "0"])
+    assert stop.value.code == 2 and "--jobs" in capsys.readouterr().err
