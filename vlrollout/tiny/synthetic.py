@@ -230,8 +230,8 @@ def answer_with_cell(item: dict[str, Any]) -> dict[str, Any]:
     A training-only variant (``cell`` in ``vlrollout train-tiny --mix``): the box answer spreads
     the target's position over many digit tokens, the cell answer puts it in two, which a small
     model already trained on boxes learns to read from the image within a few hundred steps, where
-    box answers alone stayed at the image-blind answer. It asks with its own prompt (``PROMPTS["cell"]``), so a
-    model trained on both knows which answer a question wants.
+    box answers alone stayed at the image-blind answer. It asks with its own prompt
+    (``PROMPTS["cell"]``), so a model trained on both knows which answer a question wants.
 
     >>> answer_with_cell(make_item("ground", 0, 0))["solution"]
     '10'
