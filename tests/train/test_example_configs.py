@@ -11,7 +11,7 @@ from vlrollout.train.config import load_config
     ("path", "task", "temperature", "model"),
     [
         ("examples/train_grounding.yaml", "ground", 0.7, "assets/tiny-qwen3vl-ground"),
-        ("examples/train_count.yaml", "count", 1.0, "assets/tiny-qwen2vl"),
+        ("examples/train_count.yaml", "count", 1.0, "assets/tiny-qwen3vl-count"),
     ],
 )
 def test_example_config_loads(tmp_path, path, task, temperature, model):
