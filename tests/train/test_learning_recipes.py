@@ -40,7 +40,7 @@ class Recipe:
 
 
 RECIPES = {
-    "counting": Recipe("examples/train_count.yaml", 24, 0.01, rerun_steps=24),
+    "counting": Recipe("examples/train_count.yaml", 72, 0.03, rerun_steps=6),
     "grounding": Recipe("examples/train_grounding.yaml", 30, 0.01, rerun_steps=6),
 }
 
