@@ -7,7 +7,7 @@ here: unchanged weights decode the same greedy answers, so the control's score i
 score (``tests/train/test_learning.py`` asserts that on a real control run). The evaluation is
 exact (deterministic engine, greedy), so any gain is the weights' doing. A deterministic step
 is slow on a CPU (its 128 episodes decode one by one), so each rerun repeats the first steps
-only. Each margin is about half the smallest per-seed gain its record measured:
+only. Each margin is about half the smallest gain measured (its record's seeds, this seed):
 
 - counting, the first 72 of its 120 steps: accuracy 0.775 -> 0.950, 0.970, 0.940 at step 72
   (gains +0.165 to +0.195); this deterministic seed reached 0.880 (+0.105) when the margin was
