@@ -39,8 +39,12 @@ def test_weights_at_most_20_mb():
 
 @pytest.mark.parametrize(
     ("asset", "family"),
-    [(ASSET, "Qwen2VL"), (ROOT / "assets" / "tiny-qwen3vl-ground", "Qwen3VL")],
-    ids=["tiny-qwen2vl", "tiny-qwen3vl-ground"],
+    [
+        (ASSET, "Qwen2VL"),
+        (ROOT / "assets" / "tiny-qwen3vl-ground", "Qwen3VL"),
+        (ROOT / "assets" / "tiny-qwen3vl-count", "Qwen3VL"),
+    ],
+    ids=["tiny-qwen2vl", "tiny-qwen3vl-ground", "tiny-qwen3vl-count"],
 )
 def test_loads_in_a_fresh_offline_process(asset, family):
     code = (

@@ -21,7 +21,10 @@ That model does not localise: its boxes land in the target's cell no more often 
 cell's (``bench/bench_localisation.py``). The grounding recipe starts from
 ``assets/tiny-qwen3vl-ground`` instead (``make tiny-ground``): a ``--family qwen3_vl`` model
 trained on one-shape boxes, then on ``cell`` answers (the target's cell as two digits, where the
-position is two tokens instead of spread over a box's digits), then on boxes and cells.
+position is two tokens instead of spread over a box's digits), then on boxes and cells. The
+counting recipe starts from ``assets/tiny-qwen3vl-count`` (``make tiny-count``): that model
+fine-tuned briefly on counting, where the shipped model misses shapes on the dark background
+(``bench/bench_counting.py``).
 
 Smoke run (seconds)::
 
