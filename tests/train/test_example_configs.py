@@ -80,3 +80,35 @@ def test_deterministic_rollouts_are_a_setting_of_the_example(tmp_path):
     assert cfg.vlrollout.engine.deterministic is True
     default = load_config("examples/train_grounding.yaml", [f"vlrollout.output={tmp_path}/g"])
     assert default.vlrollout.engine.deterministic is False
+
+
+@pytest.mark.parametrize("example", ["train_count.yaml", "train_grounding.yaml"])
+def test_an_example_run_from_another_folder_names_the_model_folder(tmp_path, monkeypatch, example):
+    """The examples' ``actor.path`` is relative to the repository root; from another folder it
+    is one line saying where the folder is, not a hub download that fails after its retries."""
+    from pathlib import Path
+
+    from vlrollout.errors import ConfigError
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(root / "examples" / example), [f"vlrollout.output={tmp_path}/o"])
+    message = str(info.value)
+    assert f"is not a folder under the working directory {tmp_path}" in message
+    assert f"pass actor.path={root / 'assets'}/tiny-qwen3vl-" in message
+    fixed = message.rsplit("pass ", 1)[1]
+    cfg = load_config(str(root / "examples" / example), [f"vlrollout.output={tmp_path}/o", fixed])
+    assert Path(cfg.actor.path).is_dir()
+
+
+def test_a_model_path_that_is_nowhere_near_the_config_is_left_to_the_hub(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(
+        str(root / "examples" / "train_count.yaml"),
+        [f"vlrollout.output={tmp_path}/o", "actor.path=Qwen/Qwen2-VL-2B-Instruct"],
+    )
+    assert cfg.actor.path == "Qwen/Qwen2-VL-2B-Instruct"

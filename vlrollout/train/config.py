@@ -9,6 +9,7 @@ live under ``vlrollout:``. Paths and errors follow :mod:`vlrollout.config`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from areal.api.cli_args import GRPOConfig
 
@@ -149,8 +150,6 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
         ConfigError: a missing file, an unknown key or a bad value, in one
             line naming it (``vlrollout train`` prints it and exits 2).
     """
-    from pathlib import Path
-
     from areal.api.cli_args import load_expr_config
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -180,7 +179,29 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
             f"gconfig.n_samples is the GRPO group size and must be >= 2, got "
             f"{cfg.gconfig.n_samples}"
         )
+    problem = _model_path_problem(cfg.actor.path, Path(path))
+    if problem:
+        raise ConfigError(problem)
     return cfg
+
+
+def _model_path_problem(model: str, config: Path) -> str | None:
+    """Why a relative ``actor.path`` will not load, when it is no folder under the working
+    directory but is one beside the config (the examples name the repository's assets, relative
+    to its root). Without this, transformers takes the path for a hub id and ends, after its
+    retries, in a network error that names neither the path nor the folder it was looked for in.
+    A path found nowhere near the config may be a hub id: ``None``, as for any path that exists."""
+    relative = Path(model)
+    if relative.is_absolute() or relative.exists():
+        return None
+    folder = config.resolve().parent
+    for base in (folder, folder.parent):
+        if (base / relative).is_dir():
+            return (
+                f"actor.path {model} is not a folder under the working directory {Path.cwd()}; "
+                f"it is one under {base}: run from there or pass actor.path={base / relative}"
+            )
+    return None
 
 
 def _explain_override(e: Exception, path: str) -> Exception:
