@@ -24,6 +24,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
+from bench_localisation import greedy_answers  # noqa: E402
+
+from vlrollout.argtypes import whole_number  # noqa: E402
 
 # The shipped model and the counting recipe's starting checkpoint.
 DEFAULT_MODELS = ("assets/tiny-qwen2vl", "assets/tiny-qwen3vl-count")
@@ -96,22 +99,10 @@ def wrong_answers(
     return [(count, text, times) for (count, text), times in wrong.most_common(top)]
 
 
-def greedy_answers(model_path: str, items: Sequence[dict[str, Any]]) -> list[str]:
-    """The model's greedy answers to ``items`` (the tiny model's own evaluation decoding)."""
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    from vlrollout.tiny.evaluate import greedy_completions
-
-    processor = AutoProcessor.from_pretrained(model_path)
-    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
-    return greedy_completions(model.eval(), processor, items)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
-    ap.add_argument("--items", type=int, default=400, help="held-out counting items")
+    ap.add_argument("--items", type=whole_number(1), default=400, help="held-out counting items")
     ap.add_argument("--seed", type=int, default=200, help="item seed (the recipes' eval_seed)")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)

@@ -116,8 +116,9 @@ def score(items: Sequence[dict[str, Any]], completions: Sequence[str]) -> Locali
     )
 
 
-def greedy_boxes(model_path: str, items: Sequence[dict[str, Any]]) -> list[str]:
-    """The model's greedy answers to ``items`` (the tiny model's own evaluation decoding)."""
+def greedy_answers(model_path: str, items: Sequence[dict[str, Any]]) -> list[str]:
+    """The saved model's greedy answers to ``items`` (the tiny model's own evaluation decoding;
+    ``bench_counting.py`` uses it too)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     results: dict[str, dict[str, Localisation]] = {}
     for path in args.models:
-        results[path] = {k: score(items, greedy_boxes(path, items)) for k, items in sets.items()}
+        results[path] = {k: score(items, greedy_answers(path, items)) for k, items in sets.items()}
         print(f"scored {path}", flush=True)
     table = results_table(results, args.items, args.seed)
     print(f"\n{table.text()}")

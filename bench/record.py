@@ -59,7 +59,9 @@ class Table:
          0  1.5
         10    2
         """
-        widths = [max(len(c), *(len(r[i]) for r in self.rows)) for i, c in enumerate(self.columns)]
+        widths = [
+            max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)
+        ]
         lines = [self.title] if self.title else []
         for row in [self.columns, *self.rows]:
             lines.append("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))

@@ -66,3 +66,12 @@ def test_wrong_answers_only_on_one_background(items):
     dark = [it for it in items if background_of(it) == "dark grey"]
     assert sum(times for _, _, times in wrong) == len(dark)
     assert all(answer == str(count + 1) for count, answer, _ in wrong)
+
+
+def test_a_model_with_no_wrong_answer_prints_an_empty_table(items):
+    """All right: no wrong answers, and the table of them prints its header alone."""
+    import record
+
+    assert wrong_answers(items, [str(it["answer"]) for it in items]) == []
+    table = record.Table(["model", "true count", "answer", "times"], [], title="wrong")
+    assert table.text().splitlines() == ["wrong", "model  true count  answer  times"]
