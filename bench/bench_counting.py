@@ -13,7 +13,6 @@ minutes. Answers are read as the count reward reads them (:func:`vlrollout.tiny.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -24,9 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
-from bench_localisation import greedy_answers  # noqa: E402
-
-from vlrollout.argtypes import whole_number  # noqa: E402
+from bench_localisation import greedy_answers, model_arguments  # noqa: E402
 
 # The shipped model and the counting recipe's starting checkpoint.
 DEFAULT_MODELS = ("assets/tiny-qwen2vl", "assets/tiny-qwen3vl-count")
@@ -100,15 +97,7 @@ def wrong_answers(
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
-    ap.add_argument("--items", type=whole_number(1), default=400, help="held-out counting items")
-    ap.add_argument("--seed", type=int, default=200, help="item seed (the recipes' eval_seed)")
-    record.add_record_dir(ap)
-    args = ap.parse_args(argv)
-    missing = [path for path in args.models if not (Path(path) / "config.json").is_file()]
-    if missing:
-        ap.error(f"--models: no saved model (config.json) in {', '.join(missing)}")
+    args = model_arguments(__doc__, DEFAULT_MODELS, 400, "held-out counting items", argv)
     from vlrollout.tiny.synthetic import make_item
 
     started = record.Run("counting", argv)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
 
+from vlrollout.argtypes import whole_number  # noqa: E402
 from vlrollout.tiny.synthetic import cell_of  # noqa: E402
 
 SHAPE_COUNTS = (1, 2, 3, 4)
@@ -165,16 +166,26 @@ def results_table(
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
-    ap.add_argument("--items", type=int, default=200, help="held-out items per shape count")
+def model_arguments(
+    doc: str, models: Sequence[str], items: int, items_help: str, argv: list[str] | None
+) -> argparse.Namespace:
+    """The arguments of a benchmark that scores saved models on held-out synthetic items
+    (``--models``, ``--items``, ``--seed``, ``--record-dir``); a folder without a saved model is
+    a usage error before any model loads (``bench_counting.py`` uses it too)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(models))
+    ap.add_argument("--items", type=whole_number(1), default=items, help=items_help)
     ap.add_argument("--seed", type=int, default=200, help="item seed (the recipes' eval_seed)")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
     missing = [path for path in args.models if not (Path(path) / "config.json").is_file()]
     if missing:
         ap.error(f"--models: no saved model (config.json) in {', '.join(missing)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = model_arguments(__doc__, DEFAULT_MODELS, 200, "held-out items per shape count", argv)
     from vlrollout.tiny.synthetic import make_item
 
     started = record.Run("localisation", argv)
