@@ -38,10 +38,15 @@ row (the recipes' setting before whole-group rows)."""
 
 
 def recipe_setting(config: str) -> tuple[int, bool]:
-    """``(max_tokens_per_mb, encode_images_once)`` of a recipe file."""
+    """``(max_tokens_per_mb, encode_images_once)`` of a recipe file, read from the repository
+    root (where the runs start; the recipes' paths are relative to it) wherever this runs."""
+    import contextlib
+
     from vlrollout.train.config import load_config
 
-    cfg = load_config(config, [])
+    config = str(Path(config).resolve())
+    with contextlib.chdir(ROOT):
+        cfg = load_config(config, [])
     return int(cfg.actor.mb_spec.max_tokens_per_mb), bool(cfg.vlrollout.encode_images_once)
 
 

@@ -200,6 +200,17 @@ def test_update_rows_leaves_out_each_runs_first_step(monkeypatch):
     assert update_times(runs) == [2.0, 3.0]
 
 
+def test_update_rows_reads_a_recipe_from_another_folder(tmp_path, monkeypatch):
+    """The recipe's ``actor.path`` is relative to the repository root, where the runs start; the
+    recipe is read from there too, so the benchmark works from any folder."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_update_rows import recipe_setting
+
+    monkeypatch.chdir(tmp_path)
+    assert recipe_setting(str(BENCH.parent / "examples" / "train_count.yaml")) == (2048, True)
+    assert Path.cwd() == tmp_path
+
+
 @pytest.mark.parametrize(
     "script", ["bench_learning.py", "bench_vs_trl.py", "bench_offpolicy_learning.py"]
 )
