@@ -140,4 +140,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run
+
+    run(lambda: main(sys.argv[1:]))

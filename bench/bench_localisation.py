@@ -30,8 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
+from entry import positive_int  # noqa: E402
 
-from vlrollout.argtypes import whole_number  # noqa: E402
 from vlrollout.tiny.synthetic import cell_of  # noqa: E402
 
 SHAPE_COUNTS = (1, 2, 3, 4)
@@ -174,7 +174,7 @@ def model_arguments(
     a usage error before any model loads (``bench_counting.py`` uses it too)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(models))
-    ap.add_argument("--items", type=whole_number(1), default=items, help=items_help)
+    ap.add_argument("--items", type=positive_int, default=items, help=items_help)
     ap.add_argument("--seed", type=int, default=200, help="item seed (the recipes' eval_seed)")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
@@ -215,4 +215,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run
+
+    run(lambda: main(sys.argv[1:]))
