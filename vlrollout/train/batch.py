@@ -17,10 +17,16 @@ list, so ``ppo_update`` concatenates exactly what ``compute_logp`` saw.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
+import torch
+
 from vlrollout.ledger import NothingAccepted
+
+logger = logging.getLogger(__name__)
 
 
 def rollout_step(
@@ -72,13 +78,25 @@ def _nothing_accepted(step: int, submitted: int, outcome: Mapping[str, Any]) -> 
 
 def compute_advantages(actor: Any, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``actor.compute_advantages(batch)``, each trajectory keeping its own images (module
-    docstring); ``batch`` itself is not changed.
+    docstring) and each group normalised over its own episodes; ``batch`` itself is not changed.
+
+    ``batch`` holds one dict per group (``rollout_batch``'s shape). A rejected episode leaves its
+    group short (AReaL's ``GroupedRolloutWorkflow`` keeps the accepted ones), and AReaL's group
+    normalisation slices the concatenated batch into runs of ``group_size`` rows, so one short
+    group would shift every later group and leave the last rows with a standard deviation of 0
+    (advantages of 1e5). When the groups are not all of ``group_size`` rows:
+
+    - normalisation at group level only (GRPO's default): each group in its own call with the
+      normaliser's ``group_size`` set to its rows, which for a whole group is AReaL's own result
+      and for a short one its statistics over the accepted episodes (as TRL scores them);
+    - group and batch levels together: the whole groups in one call (AReaL's numbers over them)
+      and the short groups with advantage 0, a warning naming how many.
 
     Raises:
         ValueError: AReaL returned another number of trajectories than it was given.
     """
     bare = [{k: v for k, v in traj.items() if k != "multi_modal_input"} for traj in batch]
-    adv = actor.compute_advantages(bare)
+    adv = _advantages_by_group(actor, bare)
     if len(adv) != len(batch):
         raise ValueError(
             f"compute_advantages returned {len(adv)} trajectories for {len(batch)}; cannot "
@@ -88,3 +106,63 @@ def compute_advantages(actor: Any, batch: list[dict[str, Any]]) -> list[dict[str
         if "multi_modal_input" in traj:
             out["multi_modal_input"] = traj["multi_modal_input"]
     return adv
+
+
+def _normalisers(actor: Any) -> tuple[Any, list[Any], list[Any]]:
+    """``(ppo_actor, group_level, all)``: AReaL's ``PPOActor`` (``FSDPPPOActor`` holds it as
+    ``actor``) and its reward and advantage normalisers, those with a group level first."""
+    inner = getattr(actor, "actor", actor)
+    norms = [
+        n for n in (getattr(inner, "reward_norm", None), getattr(inner, "adv_norm", None)) if n
+    ]
+    return inner, [n for n in norms if "group" in (n.mean_level, n.std_level)], norms
+
+
+@contextmanager
+def _attributes(obj: Any, **values: Any) -> Iterator[None]:
+    """``obj``'s attributes set to ``values`` for the block, restored after it."""
+    saved = {k: getattr(obj, k) for k in values}
+    for k, v in values.items():
+        setattr(obj, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(obj, k, v)
+
+
+def _advantages_by_group(actor: Any, groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``actor.compute_advantages`` with each group normalised over its own rows (see
+    :func:`compute_advantages`)."""
+    inner, grouped, norms = _normalisers(actor)
+    rows = [int(g["rewards"].shape[0]) for g in groups]
+    whole = [all(r == n.group_size for n in grouped) for r in rows]
+    if all(whole):
+        return actor.compute_advantages(list(groups))
+    if not any("batch" in (n.mean_level, n.std_level) for n in norms):
+        out: list[dict[str, Any]] = []
+        for group, r in zip(groups, rows, strict=True):
+            with ExitStack() as stack:
+                for norm in grouped:
+                    stack.enter_context(_attributes(norm, group_size=r))
+                out.extend(actor.compute_advantages([group]))
+        return out
+    logger.warning(
+        "%d of %d groups are short of group size %d (rejected episodes) and are trained with "
+        "advantage 0: group- and batch-level normalisation together need whole groups",
+        whole.count(False),
+        len(groups),
+        grouped[0].group_size,
+    )
+    kept = [g for g, w in zip(groups, whole, strict=True) if w]
+    done = iter(actor.compute_advantages(kept) if kept else [])
+    out = []
+    for group, w in zip(groups, whole, strict=True):
+        if w:
+            out.append(next(done))
+            continue
+        with _attributes(inner, reward_norm=None, adv_norm=None):
+            (short,) = actor.compute_advantages([group])
+        short["advantages"] = torch.zeros_like(short["advantages"])
+        out.append(short)
+    return out
