@@ -54,8 +54,9 @@ FIXED_DIFFERENCES = [
     "nothing in either",
     "advantage: (r - group mean) / (group sd + eps), sample sd in both; eps 1e-5 (AReaL) vs "
     "1e-4 (TRL)",
-    "rejected episode: ours leaves it out of the batch; TRL gets None (NaN reward, left out of "
-    "the group mean and sd, advantage 0)",
+    "rejected episode: ours leaves it out of the batch and normalises its group over the "
+    "accepted episodes; TRL gets None (NaN reward, left out of the group mean and sd, advantage "
+    "0, its tokens still in the loss's denominator)",
     "work per step: ours prefills a group's shared prompt once and encodes each distinct image "
     "once per forward (the same logits and gradients); TRL's generate and loss run every copy",
     "seconds per step: ours is metrics.jsonl time/step (items -> rollout -> update -> weight "
