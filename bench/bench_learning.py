@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record  # noqa: E402
 
 from vlrollout.argtypes import whole_number  # noqa: E402
+from vlrollout.train.dynamic_sampling import sampled_reward  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {"grounding": "examples/train_grounding.yaml", "counting": "examples/train_count.yaml"}
@@ -215,7 +216,7 @@ def run_one(
         arm,
         seed,
         {int(r["step"]): float(r["eval/mean"]) for r in evals},
-        {int(r["step"]): float(r["reward_mean"]) for r in rows},
+        {int(r["step"]): sampled_reward(r) for r in rows},
         minutes,
         sum(float(r["time/step"]) for r in rows) / 60,
     )

@@ -52,6 +52,7 @@ from bench_learning import (  # noqa: E402
     ROOT,
     fill_unset,
     run_one,
+    sampled_reward,
     train_overrides,
 )
 
@@ -283,7 +284,7 @@ def read_ours(out: Path, evals: dict[int, float], minutes: float) -> Side:
     rows.sort(key=lambda r: r["step"])
     return Side(
         evals=evals,
-        rewards={int(r["step"]): float(r["reward_mean"]) for r in rows},
+        rewards={int(r["step"]): sampled_reward(r) for r in rows},
         step_seconds=[float(r["time/step"]) for r in rows],
         phases={
             k.removeprefix("time/"): statistics.fmean(float(r[k]) for r in rows)

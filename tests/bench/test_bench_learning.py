@@ -7,6 +7,7 @@ trained - control, the sampled reward per step and the minutes, on steps every r
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -150,3 +151,26 @@ def test_jobs_below_one_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
         parse_args(["--jobs", "0"])
     assert stop.value.code == 2 and "--jobs" in capsys.readouterr().err
+
+
+def test_a_runs_sampled_reward_under_dynamic_sampling_is_every_episodes(tmp_path, monkeypatch):
+    """The trained groups' mean (``reward_mean``) sits near the middle of a 0/1 reward under
+    dynamic sampling; the curve beside the control is every rolled-out episode's mean."""
+    import subprocess
+
+    import bench_learning
+
+    def fake_subprocess_run(cmd, cwd, env, capture_output, text):
+        out = Path(next(a for a in cmd if a.startswith("vlrollout.output=")).split("=", 1)[1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "eval.jsonl").write_text('{"step": 0, "eval/mean": 0.1}\n')
+        rows = [
+            {"step": 1, "reward_mean": 0.5, "dynamic/reward_mean_all": 0.9, "time/step": 3.0},
+            {"step": 2, "reward_mean": 0.25, "time/step": 3.0},
+        ]
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(bench_learning.subprocess, "run", fake_subprocess_run)
+    run = bench_learning.run_one("c.yaml", "trained", 1, tmp_path / "a", [])
+    assert run.rewards == {1: 0.9, 2: 0.25}

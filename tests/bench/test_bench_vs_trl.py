@@ -354,3 +354,16 @@ def test_a_vlrollout_training_key_away_from_its_default_is_listed_as_not_aligned
 
     assert changed_train_settings(Section(eval_items=8, task="count")) == {}
     assert changed_train_settings(Section(lever=3, eval_items=8)) == {"lever": 3}
+
+
+def test_our_sampled_reward_under_dynamic_sampling_is_every_episodes(tmp_path):
+    """Dynamic sampling trains only groups whose rewards differ, so their mean sits near the
+    middle of a 0/1 reward; the curve beside TRL's is the mean of every episode rolled out."""
+    times = {k: 1.0 for k in ("time/rollout", "time/logp", "time/update", "time/weight_sync")}
+    rows = [
+        {"step": 1, "reward_mean": 0.5, "dynamic/reward_mean_all": 0.9, "time/step": 4, **times},
+        {"step": 2, "reward_mean": 0.25, "time/step": 4, **times},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    side = read_ours(tmp_path, {0: 0.5}, 1.0)
+    assert side.rewards == {1: 0.9, 2: 0.25}

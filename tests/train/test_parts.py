@@ -142,3 +142,17 @@ def test_whole_groups_sets_the_granularity_only_inside_and_only_when_safe():
     actor.model_config = Qwen2Config(layer_types=["linear_attention"] * 2, num_hidden_layers=2)
     with whole_groups(actor, [group, group]) as granularity:
         assert granularity == 1  # such a model runs one sequence per micro-batch
+
+
+def test_report_draws_every_episodes_reward_only_under_dynamic_sampling(tmp_path):
+    label = "mean of every episode rolled out"
+    plain, dynamic = tmp_path / "plain", tmp_path / "dynamic"
+    plain.mkdir(), dynamic.mkdir()
+    for step in (1, 2):
+        append_jsonl(plain / "metrics.jsonl", {"step": step, "reward_mean": 0.5})
+        append_jsonl(
+            dynamic / "metrics.jsonl",
+            {"step": step, "reward_mean": 0.5, "dynamic/reward_mean_all": 0.8 + step / 100},
+        )
+    assert label not in write_report(plain).read_text()
+    assert label in write_report(dynamic).read_text()

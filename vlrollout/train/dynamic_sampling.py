@@ -89,6 +89,20 @@ class SpreadBatch:
         }
 
 
+def sampled_reward(record: dict[str, Any]) -> float:
+    """The policy's sampled reward at a step of ``metrics.jsonl``: the mean over every episode
+    rolled out (``dynamic/reward_mean_all``) under dynamic sampling, whose ``reward_mean`` is the
+    trained groups' (biased toward the middle of the reward's range by the filter); otherwise
+    ``reward_mean``.
+
+    >>> sampled_reward({"reward_mean": 0.5, "dynamic/reward_mean_all": 0.8})
+    0.8
+    >>> sampled_reward({"reward_mean": 0.5})
+    0.5
+    """
+    return float(record.get("dynamic/reward_mean_all", record["reward_mean"]))
+
+
 def merge_outcomes(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     """Sum ledger outcomes of several rollouts into one of the same shape.
 

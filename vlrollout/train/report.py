@@ -77,10 +77,17 @@ def write_report(out: Path, cfg: Any = None) -> Path:
         for k in {k for r in evals for k in r}
         if k.partition("/")[0] in EVAL_PREFIXES and k.partition("/")[2] not in EVAL_COUNTS
     )
+    # Dynamic sampling: reward_mean is the trained groups'; this, every episode rolled out.
+    every = series("dynamic/reward_mean_all", steps)
+    rolled_out = {"mean of every episode rolled out": every} if every else {}
     charts = [
         line_chart(
             "training reward (sampled)",
-            {"mean": series("reward_mean", steps), "std": series("reward_std", steps)},
+            {
+                "mean": series("reward_mean", steps),
+                "std": series("reward_std", steps),
+                **rolled_out,
+            },
         ),
         line_chart(
             "held-out metric (eval/: greedy; eval_sampled/: at the training temperature)",
