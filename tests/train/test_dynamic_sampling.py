@@ -232,3 +232,23 @@ def test_the_sampled_reward_of_every_episode_is_kept_beside_the_filtered_batch()
     assert [g["item"] for g in out.groups] == [[0.0, 1.0], [0.0, 1.0]]
     assert (out.kept, out.dropped) == (2, 3)
     assert out.metrics()["dynamic/reward_mean_all"] == pytest.approx(8 / 10)
+
+
+def test_the_kept_groups_do_not_depend_on_the_order_the_rollout_returns_them():
+    """AReaL returns groups as they finish: the same episodes in another order must give the same
+    batch, surplus included (a deterministic rerun trained on other groups before)."""
+
+    def group(k: int, rewards: list[float]) -> dict:
+        return {"input_ids": torch.tensor([[k, k + 1]] * 2), "rewards": torch.tensor(rewards)}
+
+    groups = [group(k, [0.0, float(k)]) for k in range(1, 6)]
+
+    def kept(order: list[int]) -> list[int]:
+        def rollout(items):
+            return [groups[i] for i in order], {"submitted": len(items)}
+
+        out = rollout_with_spread(rollout, list(range(5)), pool(), batch_size=3, max_rounds=1)
+        assert (out.kept, out.surplus) == (3, 2)
+        return [int(g["input_ids"][0, 0]) for g in out.groups]
+
+    assert kept([0, 1, 2, 3, 4]) == kept([4, 2, 0, 3, 1]) == kept([3, 4, 1, 0, 2])

@@ -154,6 +154,28 @@ def top_up_items(
     return more
 
 
+def in_content_order(groups: list[Group]) -> list[Group]:
+    """``groups`` sorted by their token ids (shape, then bytes), unchanged without ``input_ids``.
+
+    AReaL's ``rollout_batch`` returns groups in the order they finish, which varies from run to
+    run even when every episode is the same (deterministic engine); the groups a round keeps and
+    the surplus it leaves out must not depend on it, or a rerun trains on other groups.
+
+    >>> import torch
+    >>> a, b = {"input_ids": torch.tensor([[2, 1]])}, {"input_ids": torch.tensor([[1, 2]])}
+    >>> in_content_order([a, b]) == in_content_order([b, a])
+    True
+    """
+    if not all("input_ids" in g for g in groups):
+        return groups
+
+    def key(group: Group) -> tuple[tuple[int, ...], bytes]:
+        ids = group["input_ids"].detach().cpu().contiguous()
+        return tuple(ids.shape), ids.numpy().tobytes()
+
+    return sorted(groups, key=key)
+
+
 def rollout_with_spread(
     rollout: Rollout,
     items: list[dict[str, Any]],
@@ -166,7 +188,7 @@ def rollout_with_spread(
     out ``more_items(n)`` until ``batch_size`` groups are kept or ``max_rounds`` rollouts were
     made.
 
-    Each further round asks for the missing number of groups divided by the share kept so far
+    Each round's groups are judged in :func:`in_content_order`. Each further round asks for the missing number of groups divided by the share kept so far
     (all rounds together), at most ``batch_size`` items, at least the number missing; the kept
     groups beyond ``batch_size`` are counted as ``surplus`` and left out, so a step never trains
     on more groups than configured. The batch is short when ``max_rounds`` runs out first.
@@ -209,6 +231,7 @@ def rollout_with_spread(
     todo = items
     while True:
         groups, outcome = rollout(todo)
+        groups = in_content_order(groups)
         rounds += 1
         n_items += len(todo)
         outcomes.append(outcome)
