@@ -52,9 +52,10 @@ from bench_learning import (  # noqa: E402
     ROOT,
     fill_unset,
     run_one,
-    sampled_reward,
     train_overrides,
 )
+
+from vlrollout.train.dynamic_sampling import sampled_reward  # noqa: E402
 
 QUICK = {"steps": 4, "eval_every": 2, "eval_items": 32, "batch_size": 8, "seeds": [1]}
 """``--quick``: a few small steps on a small evaluation (checks the script, measures nothing)."""

@@ -108,14 +108,12 @@ def compute_advantages(actor: Any, batch: list[dict[str, Any]]) -> list[dict[str
     return adv
 
 
-def _normalisers(actor: Any) -> tuple[Any, list[Any], list[Any]]:
-    """``(ppo_actor, group_level, all)``: AReaL's ``PPOActor`` (``FSDPPPOActor`` holds it as
-    ``actor``) and its reward and advantage normalisers, those with a group level first."""
+def _normalisers(actor: Any) -> tuple[Any, list[Any]]:
+    """``(ppo_actor, normalisers)``: AReaL's ``PPOActor`` (``FSDPPPOActor`` holds it as
+    ``actor``) and those of its reward and advantage normalisers that are set."""
     inner = getattr(actor, "actor", actor)
-    norms = [
-        n for n in (getattr(inner, "reward_norm", None), getattr(inner, "adv_norm", None)) if n
-    ]
-    return inner, [n for n in norms if "group" in (n.mean_level, n.std_level)], norms
+    norms = (getattr(inner, "reward_norm", None), getattr(inner, "adv_norm", None))
+    return inner, [n for n in norms if n]
 
 
 @contextmanager
@@ -134,7 +132,8 @@ def _attributes(obj: Any, **values: Any) -> Iterator[None]:
 def _advantages_by_group(actor: Any, groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """``actor.compute_advantages`` with each group normalised over its own rows (see
     :func:`compute_advantages`)."""
-    inner, grouped, norms = _normalisers(actor)
+    inner, norms = _normalisers(actor)
+    grouped = [n for n in norms if "group" in (n.mean_level, n.std_level)]
     rows = [int(g["rewards"].shape[0]) for g in groups]
     whole = [all(r == n.group_size for n in grouped) for r in rows]
     if all(whole):

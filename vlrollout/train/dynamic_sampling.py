@@ -188,10 +188,10 @@ def rollout_with_spread(
     out ``more_items(n)`` until ``batch_size`` groups are kept or ``max_rounds`` rollouts were
     made.
 
-    Each round's groups are judged in :func:`in_content_order`. Each further round asks for the missing number of groups divided by the share kept so far
-    (all rounds together), at most ``batch_size`` items, at least the number missing; the kept
-    groups beyond ``batch_size`` are counted as ``surplus`` and left out, so a step never trains
-    on more groups than configured. The batch is short when ``max_rounds`` runs out first.
+    Each round's groups are judged in :func:`in_content_order`. Each further round asks for the
+    missing number of groups divided by the share kept so far (all rounds together), at most
+    ``batch_size`` items, at least the number missing; the kept groups beyond ``batch_size`` are
+    counted as ``surplus`` and left out, so a step never trains on more groups than configured. The batch is short when ``max_rounds`` runs out first.
 
     Args:
         rollout: ``items -> (groups, outcome)``, e.g. ``rollout_step`` bound to the actor and
