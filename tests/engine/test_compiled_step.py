@@ -4,7 +4,6 @@ decode step, and still right after rows leave and join and after a weight update
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 
 from tests.engine.batches import generate_all, shrinking_requests
+from tests.records import Records
 from vlrollout.engine import LocalInferenceEngine, step_forward
 from vlrollout.engine.step_forward import CompiledStep, DirectStep, choose_step
 from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
@@ -37,26 +37,6 @@ class _Perturbed(torch.nn.Module):
         return out
 
 
-class _Warnings(logging.Handler):
-    """The step chooser's warnings, from its module's own logger object (under the test suite
-    ``logging.getLogger`` of the same name may hand out another one, so ``caplog`` misses
-    them)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.text = ""
-
-    def emit(self, record):
-        self.text += record.getMessage() + "\n"
-
-    def __enter__(self):
-        step_forward.logger.addHandler(self)
-        return self
-
-    def __exit__(self, *exc):
-        step_forward.logger.removeHandler(self)
-
-
 class _Failing(torch.nn.Module):
     def forward(self, **kwargs):
         raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
@@ -65,7 +45,7 @@ class _Failing(torch.nn.Module):
 def test_a_compile_that_fails_leaves_the_uncompiled_step_with_a_warning(monkeypatch):
     model, _ = tiny_qwen2vl(seed=0)
     monkeypatch.setattr(torch, "compile", lambda module, **kw: _Failing())
-    with _Warnings() as warnings:
+    with Records(step_forward.logger) as warnings:
         step = choose_step(model, CPU, mrope=True, prepared_mask=True, compile=True)
     assert isinstance(step, DirectStep)
     assert "not compiled" in warnings.text and "No working C++ compiler" in warnings.text
@@ -77,7 +57,7 @@ def test_a_compiled_step_is_taken_only_within_the_tolerance(monkeypatch, shift, 
     forward and the same greedy tokens, over one row and three."""
     model, _ = tiny_qwen2vl(seed=0)
     monkeypatch.setattr(torch, "compile", lambda module, **kw: _Perturbed(module, shift))
-    with _Warnings() as warnings:
+    with Records(step_forward.logger) as warnings:
         step = choose_step(model, CPU, mrope=True, prepared_mask=True, compile=True)
     assert isinstance(step, CompiledStep) is taken
     if not taken:

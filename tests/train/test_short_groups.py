@@ -8,11 +8,11 @@ tests run AReaL's own ``PPOActor.compute_advantages`` through ``vlrollout``'s wr
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
+from tests.records import Records
+from vlrollout.train import batch
 from vlrollout.train.batch import compute_advantages
 
 GROUP = 4
@@ -66,18 +66,18 @@ def test_whole_groups_give_what_areal_gives():
         assert torch.equal(a["advantages"], b["advantages"])
 
 
-def test_batch_level_std_with_a_short_group_trains_it_with_zero_advantage(caplog):
+def test_batch_level_std_with_a_short_group_trains_it_with_zero_advantage():
     """Group mean with batch sd needs whole groups in one call: the whole groups get AReaL's
     numbers over them, the short group no gradient, and the log says so."""
     rewards = [[0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [3.0, 0.0, 0.0, 1.0]]
-    with caplog.at_level(logging.WARNING):
+    with Records(batch.logger) as warnings:
         out = compute_advantages(_actor(std="batch"), [_group(r) for r in rewards])
     whole = _actor(std="batch").compute_advantages([_group(rewards[0]), _group(rewards[2])])
     assert torch.equal(out[0]["advantages"], whole[0]["advantages"])
     assert torch.equal(out[2]["advantages"], whole[1]["advantages"])
     assert torch.count_nonzero(out[1]["advantages"]) == 0
     assert out[1]["advantages"].shape == (3, 5)
-    assert "1 of 3 groups" in caplog.text and "advantage 0" in caplog.text
+    assert "1 of 3 groups" in warnings.text and "advantage 0" in warnings.text
 
 
 def test_short_groups_keep_their_rows_and_images():

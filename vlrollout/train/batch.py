@@ -17,7 +17,6 @@ list, so ``ppo_update`` concatenates exactly what ``compute_logp`` saw.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -25,8 +24,9 @@ from typing import Any
 import torch
 
 from vlrollout.ledger import NothingAccepted
+from vlrollout.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def rollout_step(
