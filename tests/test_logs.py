@@ -7,6 +7,7 @@ import logging
 
 from areal.utils import logging as areal_logging
 
+from tests.records import Records
 from vlrollout.logs import get_logger, log_to_stderr
 
 
@@ -73,23 +74,13 @@ def test_debug_shows_the_traceback_of_a_rejection_and_its_reward_worker_note(cap
 def test_a_group_failing_alike_logs_one_warning_and_counts_every_episode():
     from vlrollout.ledger import EpisodeLedger, logger
 
-    seen = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            seen.append(record.getMessage())
-
-    handler = Keep(logging.WARNING)
-    logger.addHandler(handler)
-    try:
+    with Records(logger) as warnings:
         ledger = EpisodeLedger()
         for _ in range(4):
             ledger.reject("item a", "image_decode", "truncated JPEG")
         ledger.reject("item b", "image_decode", "truncated JPEG")
         ledger.reject("item a", "reward_error", "KeyError: 'boxes'")
-    finally:
-        logger.removeHandler(handler)
-    assert seen == [
+    assert warnings.text.splitlines() == [
         "rejected item a: image_decode: truncated JPEG",
         "rejected item b: image_decode: truncated JPEG",
         "rejected item a: reward_error: KeyError: 'boxes'",
