@@ -71,6 +71,10 @@ class TrainSection:
             zero advantage and only dilutes the loss. On-policy and one process only.
         dynamic_sampling_rounds: Rollouts per step at most with ``dynamic_sampling``, the first
             included; a step trains on fewer groups when they run out.
+        dynamic_sampling_scale: With ``dynamic_sampling``, a step that kept ``k`` of its
+            ``batch_size`` groups scales their advantages by ``k / batch_size``
+            (:func:`~vlrollout.train.dynamic_sampling.scale_short_batch`): each group weighs as
+            in a full batch, so a short batch makes a small update instead of a full-size one.
         encode_images_once: The trainer's micro-batches hold whole groups
             (:mod:`vlrollout.train.grouping`) and each of their forwards encodes a distinct image
             once (:mod:`vlrollout.image_sharing`; the local engine's prefill always does): the
@@ -97,6 +101,7 @@ class TrainSection:
     freeze_projector: bool = False
     dynamic_sampling: bool = False
     dynamic_sampling_rounds: int = 3
+    dynamic_sampling_scale: bool = False
     encode_images_once: bool = True
 
     def __post_init__(self) -> None:
@@ -123,6 +128,11 @@ class TrainSection:
             raise ConfigError(
                 f"vlrollout.dynamic_sampling_rounds must be >= 1 (the step's own rollout "
                 f"included), got {self.dynamic_sampling_rounds}"
+            )
+        if self.dynamic_sampling_scale and not self.dynamic_sampling:
+            raise ConfigError(
+                "vlrollout.dynamic_sampling_scale=true scales the steps of dynamic sampling: set "
+                "vlrollout.dynamic_sampling=true too, or leave it false"
             )
         if self.log_rollouts < 0:
             raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")

@@ -10,7 +10,8 @@ the tiny counting task 50–94 % of groups were all-equal. AReaL 1.0.4's on-poli
 step's items, keeps the groups with reward spread, and rolls out further items until
 ``batch_size`` groups are kept or ``max_rounds`` rollouts were made;
 :func:`rollout_step_with_spread` is the same around ``vlrollout train``'s
-:func:`~vlrollout.train.batch.rollout_step`.
+:func:`~vlrollout.train.batch.rollout_step`. When the rounds run out first the step trains on
+fewer groups; :func:`scale_short_batch` can make its update proportionally smaller.
 
 A group is one element of the rollout's list (AReaL's ``rollout_batch`` returns one trajectory
 dict per item, its tensors ``[group_size, ...]``); its rewards are ``group["rewards"]`` flattened.
@@ -262,6 +263,34 @@ def rollout_with_spread(
         outcome=merge_outcomes(outcomes),
         reward_mean_all=reward_sum / episodes if episodes else 0.0,
     )
+
+
+def scale_short_batch(
+    trajectories: list[Group], kept: int, batch_size: int
+) -> tuple[list[Group], float]:
+    """``(trajectories, scale)``: ``trajectories`` (``compute_advantages``' output) with their
+    ``advantages`` multiplied by ``scale = kept / batch_size`` when a step kept fewer groups with
+    spread than it wanted (``0 < kept < batch_size``); otherwise unchanged, scale 1.0. The given
+    dicts are not changed.
+
+    AReaL's PPO loss is a token mean over the step's batch, so a step that kept a few groups would
+    move the weights as far as a full one, on a few items' evidence. With ``kept / batch_size``
+    each kept group weighs as it would in a full batch (what the all-equal groups left out would
+    have contributed is 0): late in training, when most groups are all right and few are kept,
+    the steps get small instead of noisy. The PPO objective is linear in the advantage (the clip
+    is on the ratio), so the scale is the loss's; a KL or entropy term would not be scaled.
+
+    >>> import torch
+    >>> out, scale = scale_short_batch([{"advantages": torch.tensor([[1.0, -2.0]])}], 1, 4)
+    >>> (out[0]["advantages"].tolist(), scale)
+    ([[0.25, -0.5]], 0.25)
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not 0 < kept < batch_size:
+        return trajectories, 1.0
+    scale = kept / batch_size
+    return [{**traj, "advantages": traj["advantages"] * scale} for traj in trajectories], scale
 
 
 def configure(

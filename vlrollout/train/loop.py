@@ -459,6 +459,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             t = time.perf_counter()
             adv = compute_advantages(actor, batch)
+            if vl.dynamic_sampling and vl.dynamic_sampling_scale:
+                adv, scale = dynamic_sampling.scale_short_batch(
+                    adv, int(dynamic["dynamic/kept"]), bs
+                )
+                dynamic["dynamic/scale"] = scale
             with grouping.whole_groups(actor, batch, vl.encode_images_once):
                 actor.ppo_update(adv)
             actor.step_lr_scheduler()
