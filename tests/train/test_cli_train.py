@@ -89,3 +89,32 @@ def test_dynamic_sampling_trains_only_on_groups_with_spread(tmp_path):
         if r["dynamic/kept"]:
             assert r["frac_all_equal_groups"] == 0.0
             assert r["n_trajectories"] == 4 * r["dynamic/kept"]
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_scale_makes_a_short_steps_update_the_share_kept(tmp_path):
+    """The same first step (deterministic rollouts from the same weights) with and without
+    ``vlrollout.dynamic_sampling_scale``: one round leaves the batch short, and the scaled step's
+    gradient is the plain step's times the share of groups kept."""
+    common = (
+        "actor.path=assets/tiny-qwen3vl-count",  # counts 0.78: groups with and without spread
+        "vlrollout.task=count",
+        "gconfig.temperature=1.0",
+        "gconfig.n_samples=4",
+        "train_dataset.batch_size=4",
+        "total_train_steps=1",
+        "vlrollout.eval_every=0",
+        "vlrollout.log_rollouts=0",
+        "vlrollout.engine.deterministic=true",
+        "vlrollout.dynamic_sampling=true",
+        "vlrollout.dynamic_sampling_rounds=1",
+    )
+    _train(tmp_path / "plain", *common)
+    _train(tmp_path / "scaled", *common, "vlrollout.dynamic_sampling_scale=true")
+    (plain,) = _jsonl(tmp_path / "plain" / "metrics.jsonl")
+    (scaled,) = _jsonl(tmp_path / "scaled" / "metrics.jsonl")
+    kept = scaled["dynamic/kept"]
+    assert plain["dynamic/kept"] == kept and 0 < kept < 4  # the same short batch
+    assert scaled["reward_mean"] == plain["reward_mean"]
+    assert scaled["dynamic/scale"] == kept / 4 and "dynamic/scale" not in plain
+    assert scaled["grad_norm"] == pytest.approx(kept / 4 * plain["grad_norm"], rel=1e-4)

@@ -14,6 +14,7 @@ from vlrollout.train.dynamic_sampling import (
     reward_spread,
     rollout_step_with_spread,
     rollout_with_spread,
+    scale_short_batch,
     top_up_items,
 )
 
@@ -252,3 +253,50 @@ def test_the_kept_groups_do_not_depend_on_the_order_the_rollout_returns_them():
         return [int(g["input_ids"][0, 0]) for g in out.groups]
 
     assert kept([0, 1, 2, 3, 4]) == kept([4, 2, 0, 3, 1]) == kept([3, 4, 1, 0, 2])
+
+
+def _advantages(*rows):
+    return [{"advantages": torch.tensor([r]), "rewards": torch.tensor([1.0])} for r in rows]
+
+
+def test_a_short_batch_is_scaled_by_the_share_of_groups_kept():
+    batch = _advantages([1.0, -2.0], [0.5, 0.0])
+    out, scale = scale_short_batch(batch, kept=2, batch_size=8)
+    assert scale == 0.25
+    assert [t["advantages"].tolist() for t in out] == [[[0.25, -0.5]], [[0.125, 0.0]]]
+    assert [t["rewards"] for t in out] == [t["rewards"] for t in batch]  # the rest as it was
+    assert batch[0]["advantages"].tolist() == [[1.0, -2.0]]  # the given dicts unchanged
+
+
+def test_a_full_batch_and_a_batch_without_spread_are_not_scaled():
+    batch = _advantages([1.0, -2.0])
+    assert scale_short_batch(batch, kept=4, batch_size=4) == (batch, 1.0)
+    # kept 0: the first round's groups, all advantages 0 already
+    assert scale_short_batch(batch, kept=0, batch_size=4) == (batch, 1.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        scale_short_batch(batch, kept=0, batch_size=0)
+
+
+def test_areals_ppo_loss_scales_with_the_advantages():
+    """The scale is the loss's: AReaL's PPO loss is linear in the advantages, clipped ratios
+    included (the premise of ``scale_short_batch``)."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    torch.manual_seed(0)
+    old = torch.randn(64)
+    new = old + 0.5 * torch.randn(64)  # ratios well outside 1 +- 0.2: some clipped
+    adv = torch.randn(64)
+    mask = torch.rand(64) > 0.2
+
+    def loss(a):
+        out, _ = ppo_actor_loss_fn(
+            logprobs=new,
+            proximal_logprobs=old,
+            old_logprobs=old,
+            advantages=a,
+            eps_clip=0.2,
+            loss_mask=mask,
+        )
+        return out
+
+    assert torch.allclose(loss(0.25 * adv), 0.25 * loss(adv), rtol=1e-5, atol=1e-7)
