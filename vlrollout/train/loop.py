@@ -459,7 +459,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             t = time.perf_counter()
             adv = compute_advantages(actor, batch)
-            if vl.dynamic_sampling and vl.dynamic_sampling_scale:
+            if vl.dynamic_sampling_scale:  # the config refuses it without dynamic_sampling
                 adv, scale = dynamic_sampling.scale_short_batch(
                     adv, int(dynamic["dynamic/kept"]), bs
                 )
