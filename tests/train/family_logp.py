@@ -4,7 +4,8 @@ family needs its own ``torch.distributed`` and ``FSDPPPOActor``).
 Rolls out the family items of :mod:`vlrollout.testing.family_items` (twice each) on the local
 engine, builds AReaL's actor on the same weights, and prints one JSON line: the largest
 trainer-vs-rollout logprob gap on the packed batch with the packing fix (``fixed``) and with
-AReaL's own ``_prepare_mb_list`` (``unfixed``), whether ``ppo_update`` ran, or the ``error`` the
+AReaL's own ``_prepare_mb_list`` (``unfixed``), whether ``ppo_update`` ran and how far its
+gradient is from :func:`reference_gradients` (:func:`compare_gradients`), or the ``error`` the
 actor raised.
 
     python tests/train/family_logp.py qwen2_5_vl
@@ -20,6 +21,56 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+
+def reference_gradients(family: str, trajs: list, advantages: list) -> dict:
+    """The gradient of AReaL's PPO objective on ``trajs`` computed the plain way: a fresh copy of
+    the family's model, each sequence forwarded alone (transformers' own positions and mask),
+    ``-A * exp(logp - logp_old)`` summed over the loss tokens of the batch and divided by their
+    number (one micro-batch, no clipping reached: the ratio is 1 up to numerics).
+
+    ``advantages`` is ``compute_advantages``' output: per token, aligned with the logprob of the
+    next token (AReaL rolls ``loss_mask``, ``logprobs`` and ``advantages`` by one).
+    """
+    import torch
+
+    from tests.train.conftest import TEMPERATURE
+    from vlrollout.testing.tiny_families import tiny_vlm
+
+    model, _ = tiny_vlm(family, seed=0)
+    model.train()
+    n_tokens = sum(int(a["loss_mask"].sum()) for a in advantages)
+    for traj, adv in zip(trajs, advantages, strict=True):
+        kwargs = dict(traj["multi_modal_input"][0]) if traj.get("multi_modal_input") else {}
+        if "mm_token_type_ids" in traj:
+            kwargs["mm_token_type_ids"] = traj["mm_token_type_ids"]
+        ids = traj["input_ids"]
+        logits = model(input_ids=ids, attention_mask=traj["attention_mask"], **kwargs).logits[0]
+        logp = torch.log_softmax(logits.float() / TEMPERATURE, -1)
+        logp = logp.gather(-1, torch.roll(ids[0], -1)[:, None])[:, 0]
+        mask = adv["loss_mask"][0].bool()
+        ratio = torch.exp(logp - adv["logprobs"][0])
+        (-(adv["advantages"][0] * ratio)[mask].sum() / n_tokens).backward()
+    return {n: p.grad.detach() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def compare_gradients(got: dict, want: dict) -> dict:
+    """``grad_names_equal``, ``grad_rel`` (relative distance of the whole gradient) and
+    ``grad_worst`` (largest per-tensor ``|got - want| / |want|``, and its tensor)."""
+    import torch
+
+    names = sorted(set(want) & set(got))
+    diff = torch.sqrt(sum(((got[n] - want[n]) ** 2).sum() for n in names))
+    norm = torch.sqrt(sum((want[n] ** 2).sum() for n in names))
+    per = {
+        n: ((got[n] - want[n]).norm() / want[n].norm()).item() for n in names if want[n].norm() > 0
+    }
+    worst = max(per, key=per.get)
+    return {
+        "grad_names_equal": set(got) == set(want),
+        "grad_rel": (diff / norm).item(),
+        "grad_worst": [worst, per[worst]],
+    }
 
 
 def main(family: str) -> None:
@@ -67,9 +118,11 @@ def main(family: str) -> None:
         trial_name="t0",
         path=str(path),
         temperature=TEMPERATURE,
-        optimizer=OptimizerConfig(lr=1e-3, warmup_steps_proportion=0.0),
+        # No clipping: the gradients are compared with the unclipped reference.
+        optimizer=OptimizerConfig(lr=1e-3, warmup_steps_proportion=0.0, gradient_clipping=1e9),
         mb_spec=MicroBatchSpec(max_tokens_per_mb=100_000),
         kl_ctl=0.0,
+        ppo_n_minibatches=1,  # one optimizer step over the batch: its gradient is compared
     )
     actor = build_actor(
         cfg, FinetuneSpec(total_train_epochs=1, dataset_size=16, train_batch_size=8)
@@ -82,10 +135,16 @@ def main(family: str) -> None:
             result["unfixed"] = max_logp_gap(trajs, actor.compute_logp(trajs))
         finally:
             actor._prepare_mb_list = fixed
-        for i, traj in enumerate(trajs):
-            traj["rewards"] = torch.tensor([float(i % 2)])
-        actor.ppo_update(compute_advantages(actor, trajs))
+        for i, traj in enumerate(trajs):  # distinct, non-zero: every sequence has a gradient
+            traj["rewards"] = torch.tensor([(-1.0) ** i * (1.0 + i / 10)])
+        advantages = compute_advantages(actor, trajs)
+        want = reference_gradients(family, trajs, advantages)
+        actor.ppo_update(advantages)
         result["ppo_update"] = True
+        got = {
+            n: p.grad.full_tensor() for n, p in actor.model.named_parameters() if p.grad is not None
+        }
+        result.update(compare_gradients(got, want))
     except Exception as e:  # reported to the test, which decides
         result["error"] = f"{type(e).__name__}: {e}"
     finally:

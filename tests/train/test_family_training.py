@@ -1,7 +1,8 @@
 """AReaL's trainer on every family it treats as a vision model, on tiny random models.
 
-Trainable families: trainer logprobs on a packed batch equal the rollout's (1e-4, float32, sdpa)
-and a ``ppo_update`` runs. Gemma 3 is refused by ``vlrollout train`` before any model loads,
+Trainable families: trainer logprobs on a packed batch equal the rollout's (1e-4, float32, sdpa),
+and the gradient of AReaL's ``ppo_update`` on that batch equals the PPO objective's gradient
+computed the plain way (each sequence forwarded alone by transformers) to 1e-4. Gemma 3 is refused by ``vlrollout train`` before any model loads,
 and the reason it names is still what AReaL does with it.
 """
 
@@ -25,6 +26,9 @@ from vlrollout.train.packing import (
 from vlrollout.train.support import check_trainable, refusal
 
 ATOL = 1e-4
+GRAD_RTOL = 1e-4
+"""Relative distance allowed between the trainer's gradient and the plain one (float32 sums in
+another order: about 1e-7 measured)."""
 TRAINABLE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 
 
@@ -49,6 +53,9 @@ def test_trainer_logprobs_equal_rollout(family):
     assert result["rejected"] == 0 and result["ppo_update"], result
     assert result["fixed"] <= ATOL, result
     assert result["unfixed"] > 0.1, result  # AReaL alone: packed sequences leak (or positions)
+    assert result["grad_names_equal"], result
+    assert result["grad_rel"] <= GRAD_RTOL, result
+    assert result["grad_worst"][1] <= 10 * GRAD_RTOL, result  # every tensor, the smallest too
 
 
 @pytest.mark.slow
