@@ -9,6 +9,9 @@ the same model, items, item order, reward object and hyper-parameters as far as 
 weights. For each seed (``--seeds``, default 1 2 3) the two run one after the other, never at
 once (they share the cores); the curves are compared as means over the seeds, each seed's value
 printed beside them, since one seed's held-out metric moves by about as much as the two differ.
+A seed runs the same items on both sides, so with several seeds the per-seed differences are
+paired: their standard error is printed per step, and where ours is behind the headline says
+whether by more than two of them.
 
 Printed: what was checked equal and what could not be aligned, one table of the held-out metric
 per evaluation step for both, one of the sampled reward and seconds per step, each side's seconds
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -145,11 +149,21 @@ class Comparison:
         steps: Evaluation steps both sides evaluated, ascending.
         behind: Steps where our held-out metric is below TRL's.
         ratio: Our median seconds per step over TRL's.
+        paired: With two or more seeds on both sides (paired by position: the same seed runs
+            the same items on both), per step ``(mean, standard error)`` of the per-seed
+            differences ours - TRL; empty otherwise.
     """
 
     steps: list[int]
     behind: list[int]
     ratio: float
+    paired: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def behind_beyond_spread(self) -> list[int]:
+        """Steps where ours is behind by more than two standard errors of the paired per-seed
+        differences (none without :attr:`paired`)."""
+        return [s for s, (mean, se) in self.paired.items() if mean + 2 * se < 0]
 
     @property
     def at_least_every(self) -> bool:
@@ -182,7 +196,27 @@ def compare(ours: Side, trl: Side) -> Comparison:
             f"TRL {len(trl.step_seconds)}"
         )
     behind = [s for s in steps if ours.evals[s] < trl.evals[s]]
-    return Comparison(steps, behind, ours.median_s / trl.median_s)
+    return Comparison(steps, behind, ours.median_s / trl.median_s, paired_differences(ours, trl))
+
+
+def paired_differences(ours: Side, trl: Side) -> dict[int, tuple[float, float]]:
+    """Per step both sides' seeds all evaluated, ``(mean, standard error)`` of ours - TRL over
+    the seeds, paired by position; empty with fewer than two seeds or unequal seed counts.
+
+    >>> o = Side({}, {}, [1.0], seed_evals=[{5: 0.2}, {5: 0.4}])
+    >>> t = Side({}, {}, [1.0], seed_evals=[{5: 0.1}, {5: 0.1}])
+    >>> {k: (round(m, 3), round(se, 3)) for k, (m, se) in paired_differences(o, t).items()}
+    {5: (0.2, 0.1)}
+    """
+    n = len(ours.seed_evals)
+    if n < 2 or len(trl.seed_evals) != n:
+        return {}
+    steps = set.intersection(*(set(x) for x in ours.seed_evals + trl.seed_evals))
+    out = {}
+    for step in sorted(steps):
+        diffs = [o[step] - t[step] for o, t in zip(ours.seed_evals, trl.seed_evals, strict=True)]
+        out[step] = (statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(n))
+    return out
 
 
 def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.Table]:
@@ -200,6 +234,7 @@ def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.
 
     held_out = record.Table(
         ["step", f"ours {metric}", f"TRL {metric}", "ours - TRL"]
+        + (["standard error"] if comp.paired else [])
         + (["ours per seed", "TRL per seed"] if seeds > 1 else []),
         [
             [
@@ -207,13 +242,20 @@ def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.
                 f"{ours.evals[s]:.3f}",
                 f"{trl.evals[s]:.3f}",
                 f"{ours.evals[s] - trl.evals[s]:+.3f}",
+                *([f"{comp.paired[s][1]:.3f}" if s in comp.paired else "-"] if comp.paired else []),
                 *each_seed(ours, s),
                 *each_seed(trl, s),
             ]
             for s in comp.steps
         ],
         title=f"{metric} per evaluation step (our evaluator on both"
-        + (f"; means over {seeds} seeds)" if seeds > 1 else ")"),
+        + (f"; means over {seeds} seeds" if seeds > 1 else "")
+        + (
+            "; standard error of the per-seed differences ours - TRL, a seed running the same "
+            "items on both)"
+            if comp.paired
+            else ")"
+        ),
     )
     ours_s, trl_s = ours.seconds_by_step, trl.seconds_by_step
     n = min(len(ours_s), len(trl_s))
@@ -271,10 +313,16 @@ def headline(comp: Comparison, ours: Side, trl: Side, recipe: str) -> str:
     )
     speed = "yes" if comp.not_slower else "no"
     seeds = f" (mean of {len(ours.seed_evals)} seeds)" if len(ours.seed_evals) > 1 else ""
+    spread = ""
+    if comp.paired and comp.behind:
+        beyond = comp.behind_beyond_spread
+        spread = " (by more than 2 standard errors of the per-seed difference at: " + (
+            ", ".join(map(str, beyond)) + ")" if beyond else "none)"
+        )
     return (
         f"headline: {recipe}, {METRIC[recipe]}{seeds} at step {last} ours {ours.evals[last]:.3f} vs TRL "
-        f"{trl.evals[last]:.3f}; ours >= TRL at every evaluation: {held}; ours s/step <= TRL's: "
-        f"{speed} (median {ours.median_s:.2f} vs {trl.median_s:.2f} s, ours/TRL "
+        f"{trl.evals[last]:.3f}; ours >= TRL at every evaluation: {held}{spread}; ours s/step <= "
+        f"TRL's: {speed} (median {ours.median_s:.2f} vs {trl.median_s:.2f} s, ours/TRL "
         f"{comp.ratio:.2f}x)"
     )
 
@@ -503,6 +551,8 @@ def main(argv: list[str]) -> int:
         "trl_settings": settings.kwargs,
         "checks": checks,
         "behind_at": comp.behind,
+        "behind_beyond_spread": comp.behind_beyond_spread,
+        "paired_differences": {str(k): list(v) for k, v in comp.paired.items()},
         "ratio_median_s": comp.ratio,
     }
     notes = [f"checked {k}: {v}" for k, v in checks.items()]

@@ -135,7 +135,16 @@ def test_seeds_are_compared_by_their_means_with_each_seed_shown():
     assert comp.behind == [] and comp.ratio == pytest.approx(5.5 / 8.0)
     held_out, per_step, *_ = tables(comp, ours, trl, "IoU")
     assert held_out.columns[-2:] == ["ours per seed", "TRL per seed"]
-    assert held_out.rows[1] == ["5", "0.260", "0.250", "+0.010", "0.200 0.320", "0.250 0.250"]
+    # The per-seed differences are -0.05 and +0.07: standard error 0.06.
+    assert held_out.rows[1] == [
+        "5",
+        "0.260",
+        "0.250",
+        "+0.010",
+        "0.060",
+        "0.200 0.320",
+        "0.250 0.250",
+    ]
     assert "means over 2 seeds" in held_out.title
     # Per step: the seeds' mean reward and mean seconds of that step, never one seed's steps
     # listed after another's.
@@ -148,6 +157,43 @@ def test_seeds_are_compared_by_their_means_with_each_seed_shown():
     line = headline(comp, ours, trl, "grounding")
     assert "mean IoU (mean of 2 seeds) at step 5 ours 0.260 vs TRL 0.250" in line
     assert "ours >= TRL at every evaluation: yes" in line
+
+
+def _pooled(values: list[float]) -> Side:
+    return pooled([Side({0: 0.1, 5: v}, {}, [1.0]) for v in values])
+
+
+def test_behind_within_the_seed_spread_is_told_apart_from_behind_beyond_it():
+    # Same seeds (same items) on both sides: the per-seed differences at step 5 are -0.08, +0.02
+    # and -0.03, mean -0.03, standard error 0.029: behind, but not by two standard errors.
+    ours, trl = _pooled([0.12, 0.22, 0.17]), _pooled([0.20, 0.20, 0.20])
+    comp = compare(ours, trl)
+    assert comp.behind == [5]
+    mean, se = comp.paired[5]
+    assert mean == pytest.approx(-0.03) and se == pytest.approx(0.05 / 3**0.5)
+    assert comp.paired[0] == (0.0, 0.0) and comp.behind_beyond_spread == []
+    line = headline(comp, ours, trl, "grounding")
+    assert (
+        "every evaluation: no, behind at step(s) 5 (by more than 2 standard errors of the "
+        "per-seed difference at: none)" in line
+    )
+    held_out, *_ = tables(comp, ours, trl, "IoU")
+    assert held_out.columns[4] == "standard error"
+    assert held_out.rows[1][3:5] == ["-0.030", f"{0.05 / 3**0.5:.3f}"]
+    assert "standard error of the per-seed differences" in held_out.title
+    # Every seed behind by about the same: beyond the spread, and the headline names the step.
+    ours = _pooled([0.17, 0.18, 0.16])
+    comp = compare(ours, trl)
+    assert comp.behind_beyond_spread == [5]
+    assert "standard errors of the per-seed difference at: 5)" in headline(
+        comp, ours, trl, "grounding"
+    )
+
+
+def test_one_seed_or_unequal_seed_counts_have_no_paired_difference():
+    assert compare(_ours(), _trl()).paired == {}
+    assert compare(_pooled([0.1, 0.2]), _pooled([0.1, 0.2, 0.3])).paired == {}
+    assert "standard errors" not in headline(compare(_ours(), _trl()), _ours(), _trl(), "counting")
 
 
 def test_pooling_keeps_only_the_steps_every_seed_has():
