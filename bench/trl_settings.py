@@ -153,11 +153,20 @@ def peer_settings(cfg: Any, steps: int) -> PeerSettings:
     else:
         out.aligned.append("no KL term (kl_ctl 0 = beta 0)")
     norm = actor.reward_norm
-    if norm is None or (norm.mean_level, norm.std_level) != ("group", "group"):
-        levels = None if norm is None else (norm.mean_level, norm.std_level)
-        miss.append(f"reward_norm {levels}: TRL runs scale_rewards='group' (group mean and sd)")
-    else:
+    levels = None if norm is None else (norm.mean_level, norm.std_level)
+    if levels == ("group", "group") and not norm.mean_leave1out:
         out.aligned.append("advantage = group-normalised reward on every token (GAE 1, 1)")
+    elif levels == ("group", None) and not norm.mean_leave1out:
+        # Dr. GRPO: the reward minus its group's mean, not divided by the group's sd.
+        kwargs["scale_rewards"] = "none"
+        out.aligned.append(
+            "advantage = reward minus its group's mean on every token, no sd (reward_norm "
+            "std_level null = scale_rewards 'none', Dr. GRPO)"
+        )
+    else:
+        if norm is not None and norm.mean_leave1out:
+            levels = (*levels, "leave-one-out mean")
+        miss.append(f"reward_norm {levels}: TRL runs scale_rewards='group' (group mean and sd)")
     if actor.adv_norm is not None:
         miss.append("adv_norm set: TRL has no second advantage normalisation")
     if actor.ppo_n_minibatches != 1:

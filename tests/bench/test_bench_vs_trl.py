@@ -294,6 +294,19 @@ def test_peer_settings_list_what_trl_cannot_reproduce(tmp_path):
     assert s.kwargs["beta"] == 0.0
 
 
+def test_dr_grpo_advantages_are_carried_over_and_other_norms_are_listed(tmp_path):
+    s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=null"), 4)
+    assert s.kwargs["scale_rewards"] == "none" and s.not_aligned == FIXED_DIFFERENCES
+    assert any("scale_rewards 'none'" in line for line in s.aligned)
+    leave_one_out = _cfg(tmp_path, "actor.reward_norm.std_level=null")
+    leave_one_out.actor.reward_norm.mean_leave1out = True  # the recipe file does not list the key
+    for cfg in (_cfg(tmp_path, "actor.reward_norm.mean_level=batch"), leave_one_out):
+        s = peer_settings(cfg, 4)
+        extra = [line for line in s.not_aligned if line not in FIXED_DIFFERENCES]
+        assert len(extra) == 1 and extra[0].startswith("reward_norm ("), extra
+        assert s.kwargs["scale_rewards"] == "group"
+
+
 @needs_trl
 def test_grpo_config_accepts_the_settings_as_one_generation_per_step(tmp_path):
     from trl import GRPOConfig
