@@ -35,6 +35,7 @@ def reference_gradients(family: str, trajs: list, advantages: list) -> dict:
     import torch
 
     from tests.train.conftest import TEMPERATURE
+    from vlrollout.engine.sampling import token_logprobs
     from vlrollout.testing.tiny_families import tiny_vlm
 
     model, _ = tiny_vlm(family, seed=0)
@@ -46,8 +47,7 @@ def reference_gradients(family: str, trajs: list, advantages: list) -> dict:
             kwargs["mm_token_type_ids"] = traj["mm_token_type_ids"]
         ids = traj["input_ids"]
         logits = model(input_ids=ids, attention_mask=traj["attention_mask"], **kwargs).logits[0]
-        logp = torch.log_softmax(logits.float() / TEMPERATURE, -1)
-        logp = logp.gather(-1, torch.roll(ids[0], -1)[:, None])[:, 0]
+        logp = token_logprobs(logits, torch.roll(ids[0], -1), TEMPERATURE)
         mask = adv["loss_mask"][0].bool()
         ratio = torch.exp(logp - adv["logprobs"][0])
         (-(adv["advantages"][0] * ratio)[mask].sum() / n_tokens).backward()
