@@ -118,3 +118,27 @@ def test_dynamic_sampling_scale_makes_a_short_steps_update_the_share_kept(tmp_pa
     assert scaled["reward_mean"] == plain["reward_mean"]
     assert scaled["dynamic/scale"] == kept / 4 and "dynamic/scale" not in plain
     assert scaled["grad_norm"] == pytest.approx(kept / 4 * plain["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_train_groups_trains_the_widest_groups_of_a_larger_rollout(tmp_path):
+    """Four items rolled out per step, the two groups whose GIoU rewards spread widest trained:
+    the step's batch holds two groups and the sampled reward counts all four."""
+    out = tmp_path / "run"
+    _train(
+        out,
+        "train_dataset.batch_size=4",
+        "gconfig.n_samples=4",
+        "vlrollout.eval_every=0",
+        "vlrollout.log_rollouts=0",
+        "actor.path=assets/tiny-qwen3vl-ground",  # localises: groups of different spreads
+        "gconfig.max_new_tokens=24",
+        "vlrollout.train_groups=2",
+    )
+    steps = _jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert r["n_trajectories"] == 2 * 4  # two groups of four trained
+        assert r["dynamic/items"] == 4 and r["dynamic/rounds"] == 1
+        assert r["dynamic/kept"] + r["dynamic/surplus"] + r["dynamic/dropped"] <= 4
+    assert any(r["reward_mean"] != r["dynamic/reward_mean_all"] for r in steps)

@@ -8,7 +8,9 @@ import torch
 
 from vlrollout.errors import ConfigError
 from vlrollout.ledger import EpisodeLedger, NothingAccepted
+from vlrollout.train.config import TrainSection
 from vlrollout.train.dynamic_sampling import (
+    check_train_groups,
     configure,
     merge_outcomes,
     reward_spread,
@@ -16,6 +18,7 @@ from vlrollout.train.dynamic_sampling import (
     rollout_with_spread,
     scale_short_batch,
     top_up_items,
+    widest_spread,
 )
 
 
@@ -300,3 +303,53 @@ def test_areals_ppo_loss_scales_with_the_advantages():
         return out
 
     assert torch.allclose(loss(0.25 * adv), 0.25 * loss(adv), rtol=1e-5, atol=1e-7)
+
+
+def _groups(*rewards):
+    return [
+        {"rewards": torch.tensor(r, dtype=torch.float32), "input_ids": torch.tensor([[i]])}
+        for i, r in enumerate(rewards)
+    ]
+
+
+def test_widest_spread_keeps_the_groups_whose_rewards_differ_most():
+    groups = _groups([0.1, 0.2, 0.15], [0.0, 0.9, 0.5], [0.4, 0.4, 0.4], [0.2, 0.7, 0.2])
+    out = widest_spread(groups, 2)
+    assert [g["rewards"].tolist() for g in out.groups] == [
+        pytest.approx([0.0, 0.9, 0.5]),
+        pytest.approx([0.2, 0.7, 0.2]),
+    ]
+    # left out: one group with spread (surplus), one all-equal (dropped)
+    assert (out.kept, out.surplus, out.dropped, out.rounds, out.items) == (2, 1, 1, 1, 4)
+    # the sampled reward is every episode's, not only the kept groups'
+    everything = torch.cat([g["rewards"] for g in groups])
+    assert out.reward_mean_all == pytest.approx(float(everything.mean()))
+    assert out.metrics()["dynamic/reward_mean_all"] == pytest.approx(float(everything.mean()))
+
+
+def test_widest_spread_does_not_depend_on_the_order_the_rollout_returns_groups():
+    groups = _groups([0.0, 0.5], [0.0, 0.5], [0.0, 0.5], [0.1, 0.1])  # a three-way tie
+    kept = [g["input_ids"].item() for g in widest_spread(groups, 2).groups]
+    again = [g["input_ids"].item() for g in widest_spread(groups[::-1], 2).groups]
+    assert kept == again == [0, 1]
+
+
+def test_widest_spread_keeping_all_changes_nothing_but_the_order_and_refuses_zero():
+    groups = _groups([0.3, 0.3], [0.0, 1.0])
+    out = widest_spread(groups, 5)
+    assert len(out.groups) == 2 and (out.kept, out.dropped, out.surplus) == (1, 0, 0)
+    with pytest.raises(ValueError, match="keep must be >= 1"):
+        widest_spread(groups, 0)
+
+
+def test_train_groups_is_checked_against_the_batch_processes_and_dynamic_sampling():
+    check_train_groups(0, 16, 2)  # off: anything goes
+    check_train_groups(16, 16, 1)
+    with pytest.raises(ConfigError, match=r"train_groups=17 is more than a step rolls out"):
+        check_train_groups(17, 16, 1)
+    with pytest.raises(ConfigError, match="runs in one process, got 2"):
+        check_train_groups(8, 16, 2)
+    with pytest.raises(ConfigError, match="train_groups must be >= 0"):
+        TrainSection(train_groups=-1)
+    with pytest.raises(ConfigError, match="both choose the groups"):
+        TrainSection(train_groups=4, dynamic_sampling=True)

@@ -75,6 +75,12 @@ class TrainSection:
             ``batch_size`` groups scales their advantages by ``k / batch_size``
             (:func:`~vlrollout.train.dynamic_sampling.scale_short_batch`): each group weighs as
             in a full batch, so a short batch makes a small update instead of a full-size one.
+        train_groups: Groups trained per step; 0 trains every group of the step's
+            ``train_dataset.batch_size`` items. ``N`` below the batch size trains the ``N`` groups
+            whose rewards spread widest and leaves the others out
+            (:func:`~vlrollout.train.dynamic_sampling.widest_spread`): with a dense reward, roll
+            out more items than are trained and spend the update where the samples disagree most.
+            One process, without ``dynamic_sampling``.
         encode_images_once: The trainer's micro-batches hold whole groups
             (:mod:`vlrollout.train.grouping`) and each of their forwards encodes a distinct image
             once (:mod:`vlrollout.image_sharing`; the local engine's prefill always does): the
@@ -102,6 +108,7 @@ class TrainSection:
     dynamic_sampling: bool = False
     dynamic_sampling_rounds: int = 3
     dynamic_sampling_scale: bool = False
+    train_groups: int = 0
     encode_images_once: bool = True
 
     def __post_init__(self) -> None:
@@ -133,6 +140,15 @@ class TrainSection:
             raise ConfigError(
                 "vlrollout.dynamic_sampling_scale=true scales the steps of dynamic sampling: set "
                 "vlrollout.dynamic_sampling=true too, or leave it false"
+            )
+        if self.train_groups < 0:
+            raise ConfigError(
+                f"vlrollout.train_groups must be >= 0 (0: every group), got {self.train_groups}"
+            )
+        if self.train_groups and self.dynamic_sampling:
+            raise ConfigError(
+                "vlrollout.train_groups and vlrollout.dynamic_sampling both choose the groups a "
+                "step trains on: set one of them"
             )
         if self.log_rollouts < 0:
             raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")

@@ -265,6 +265,49 @@ def rollout_with_spread(
     )
 
 
+def widest_spread(groups: list[Group], keep: int) -> SpreadBatch:
+    """Keep the ``keep`` groups of one rollout whose rewards spread widest (max - min).
+
+    With a dense reward (GIoU, a caption score) nearly every group has some spread, so DAPO's
+    filter (:func:`rollout_with_spread`) keeps them all; what differs is how much. A group whose
+    samples score almost alike is still scaled to unit spread by the group sd and teaches mostly
+    sampling noise; rolling out more items than are trained and keeping the widest groups spends
+    the update on the items where the samples disagree most. Ties keep
+    :func:`in_content_order`, so a rerun keeps the same groups.
+
+    The result counts like a dynamic-sampling round: ``kept`` the kept groups with spread,
+    ``dropped`` the all-equal groups left out, ``surplus`` the groups with spread left out,
+    ``reward_mean_all`` the mean over every episode rolled out.
+
+    Raises:
+        ValueError: ``keep`` below 1.
+
+    >>> import torch
+    >>> groups = [{"rewards": torch.tensor(r)} for r in ([0.1, 0.2], [0.0, 0.5], [0.5, 0.5])]
+    >>> out = widest_spread(groups, 1)
+    >>> ([g["rewards"].tolist() for g in out.groups], out.kept, out.dropped, out.surplus)
+    ([[0.0, 0.5]], 1, 1, 1)
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    ordered = in_content_order(groups)
+    ranked = sorted(range(len(ordered)), key=lambda i: -reward_spread(ordered[i]))
+    chosen = sorted(ranked[:keep])
+    left_out = [ordered[i] for i in ranked[keep:]]
+    episodes = sum(g["rewards"].numel() for g in ordered)
+    return SpreadBatch(
+        groups=[ordered[i] for i in chosen],
+        kept=sum(reward_spread(ordered[i]) > 0 for i in chosen),
+        dropped=sum(reward_spread(g) == 0 for g in left_out),
+        surplus=sum(reward_spread(g) > 0 for g in left_out),
+        rounds=1,
+        items=len(ordered),
+        reward_mean_all=(
+            sum(float(g["rewards"].sum()) for g in ordered) / episodes if episodes else 0.0
+        ),
+    )
+
+
 def scale_short_batch(
     trajectories: list[Group], kept: int, batch_size: int
 ) -> tuple[list[Group], float]:
@@ -326,6 +369,28 @@ def configure(
             "--nproc 1 or turn dynamic sampling off"
         )
     rollout.consumer_batch_size = max(rollout.consumer_batch_size, batch_size * max_rounds)
+
+
+def check_train_groups(train_groups: int, batch_size: int, world_size: int) -> None:
+    """Check ``vlrollout.train_groups`` against the step's batch (0 means off).
+
+    Raises:
+        ConfigError: more groups than the step rolls out, or several processes (each rank
+            holds its share of the batch, so the widest groups of the whole batch are not any
+            rank's to choose).
+    """
+    from vlrollout.errors import ConfigError
+
+    if train_groups and train_groups > batch_size:
+        raise ConfigError(
+            f"vlrollout.train_groups={train_groups} is more than a step rolls out "
+            f"(train_dataset.batch_size={batch_size}): set it to at most {batch_size}, or 0"
+        )
+    if train_groups and world_size > 1:
+        raise ConfigError(
+            f"vlrollout.train_groups={train_groups} runs in one process, got {world_size}: "
+            "run with --nproc 1 or set it to 0"
+        )
 
 
 def rollout_step_with_spread(

@@ -289,6 +289,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         dynamic_sampling.configure(
             cfg.rollout, offpolicy, ranks.world, bs, vl.dynamic_sampling_rounds
         )
+    dynamic_sampling.check_train_groups(vl.train_groups, bs, ranks.world)
     if offpolicy > 0:
         for line in asynchronous.check_config(cfg):
             logger.warning("%s", line)
@@ -432,6 +433,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     )
             else:
                 batch, outcome = rollouts.next_batch(step + 1)
+            if vl.train_groups:  # the config refuses it with dynamic_sampling
+                widest = dynamic_sampling.widest_spread(batch, vl.train_groups)
+                batch, dynamic = widest.groups, widest.metrics()
             arrived = time.perf_counter()
             t_rollout = arrived - t0  # the trainer's wait
             # Asynchronous: the batch was generated over the whole time since the previous one.
