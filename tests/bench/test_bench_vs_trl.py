@@ -258,6 +258,10 @@ def test_step_order_is_the_loops_items_per_step_each_repeated_in_a_row():
     assert step_order(8, 5, bs, seed + 1, group) != order
 
 
+ALL_GROUPS = "vlrollout.train_groups=0"
+"""Every rolled-out group trained, as TRL does: no setting of ours the peer lacks."""
+
+
 def _cfg(tmp_path: Path, *overrides: str):
     from vlrollout.train.config import load_config
 
@@ -279,14 +283,21 @@ def test_peer_settings_carry_the_recipe_over(tmp_path):
     assert k["learning_rate"] == cfg.actor.optimizer.lr
     assert k["max_grad_norm"] == cfg.actor.optimizer.gradient_clipping
     assert k["epsilon"] == cfg.actor.eps_clip and k["beta"] == 0.0
-    assert k["loss_type"] == "dapo" and k["scale_rewards"] == "group"
+    assert k["loss_type"] == "dapo" and k["scale_rewards"] == "none"  # the recipe's Dr. GRPO
     assert k["bf16"] is False and k["gradient_checkpointing"] is False
-    # The shipped recipe needs nothing beyond the differences no setting removes.
-    assert s.not_aligned == FIXED_DIFFERENCES
+    # Beyond the differences no setting removes, only the recipe's group selection, which TRL
+    # lacks (it trains every group of the step).
+    assert s.not_aligned == [
+        f"vlrollout.train_groups={cfg.vlrollout.train_groups}: a vlrollout train setting the "
+        "peer does not have",
+        *FIXED_DIFFERENCES,
+    ]
 
 
 def test_peer_settings_list_what_trl_cannot_reproduce(tmp_path):
-    cfg = _cfg(tmp_path, "actor.kl_ctl=0.1", "actor.ppo_n_minibatches=2")
+    cfg = _cfg(
+        tmp_path, "actor.kl_ctl=0.1", "actor.ppo_n_minibatches=2", "vlrollout.train_groups=0"
+    )
     s = peer_settings(cfg, 4)
     extra = [line for line in s.not_aligned if line not in FIXED_DIFFERENCES]
     assert len(extra) == 2
@@ -295,12 +306,16 @@ def test_peer_settings_list_what_trl_cannot_reproduce(tmp_path):
 
 
 def test_dr_grpo_advantages_are_carried_over_and_other_norms_are_listed(tmp_path):
-    s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=null"), 4)
+    s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=null", ALL_GROUPS), 4)
     assert s.kwargs["scale_rewards"] == "none" and s.not_aligned == FIXED_DIFFERENCES
     assert any("scale_rewards 'none'" in line for line in s.aligned)
-    leave_one_out = _cfg(tmp_path, "actor.reward_norm.std_level=null")
+    s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=group", ALL_GROUPS), 4)
+    assert s.kwargs["scale_rewards"] == "group" and s.not_aligned == FIXED_DIFFERENCES
+    assert any("group-normalised reward" in line for line in s.aligned)
+    leave_one_out = _cfg(tmp_path, "actor.reward_norm.std_level=null", ALL_GROUPS)
     leave_one_out.actor.reward_norm.mean_leave1out = True  # the recipe file does not list the key
-    for cfg in (_cfg(tmp_path, "actor.reward_norm.mean_level=batch"), leave_one_out):
+    batch_mean = _cfg(tmp_path, "actor.reward_norm.mean_level=batch", ALL_GROUPS)
+    for cfg in (batch_mean, leave_one_out):
         s = peer_settings(cfg, 4)
         extra = [line for line in s.not_aligned if line not in FIXED_DIFFERENCES]
         assert len(extra) == 1 and extra[0].startswith("reward_norm ("), extra
