@@ -10,14 +10,16 @@ from vlrollout.errors import ConfigError
 from vlrollout.ledger import EpisodeLedger, NothingAccepted
 from vlrollout.train.config import TrainSection
 from vlrollout.train.dynamic_sampling import (
-    check_train_groups,
+    combine_metrics,
     configure,
+    groups_to_keep,
     merge_outcomes,
     reward_spread,
     rollout_step_with_spread,
     rollout_with_spread,
     scale_short_batch,
     top_up_items,
+    train_widest,
     widest_spread,
 )
 
@@ -331,25 +333,54 @@ def test_widest_spread_does_not_depend_on_the_order_the_rollout_returns_groups()
     groups = _groups([0.0, 0.5], [0.0, 0.5], [0.0, 0.5], [0.1, 0.1])  # a three-way tie
     kept = [g["input_ids"].item() for g in widest_spread(groups, 2).groups]
     again = [g["input_ids"].item() for g in widest_spread(groups[::-1], 2).groups]
-    assert kept == again == [0, 1]
+    assert sorted(kept) == sorted(again) == [0, 1]
+    assert kept == [0, 1] and again == [1, 0]  # in the order given
 
 
-def test_widest_spread_keeping_all_changes_nothing_but_the_order_and_refuses_zero():
+def test_widest_spread_keeping_all_changes_nothing_and_refuses_zero():
     groups = _groups([0.3, 0.3], [0.0, 1.0])
     out = widest_spread(groups, 5)
-    assert len(out.groups) == 2 and (out.kept, out.dropped, out.surplus) == (1, 0, 0)
+    assert out.groups == groups and (out.kept, out.dropped, out.surplus) == (1, 0, 0)
     with pytest.raises(ValueError, match="keep must be >= 1"):
         widest_spread(groups, 0)
 
 
-def test_train_groups_is_checked_against_the_batch_processes_and_dynamic_sampling():
-    check_train_groups(0, 16, 2)  # off: anything goes
-    check_train_groups(16, 16, 1)
-    with pytest.raises(ConfigError, match=r"train_groups=17 is more than a step rolls out"):
-        check_train_groups(17, 16, 1)
-    with pytest.raises(ConfigError, match="runs in one process, got 2"):
-        check_train_groups(8, 16, 2)
+def test_each_process_keeps_the_configured_share_of_the_groups_it_holds():
+    assert groups_to_keep(12, 16, 16) == 12  # one process, the whole step
+    assert [groups_to_keep(12, 8, 16)] * 2 == [6, 6]  # two processes: 12 in all
+    assert groups_to_keep(12, 4, 4) == 4 and groups_to_keep(20, 16, 16) == 16  # at most all
+    assert groups_to_keep(12, 15, 16) == 11  # a rejected item: the share of what is left
+    assert groups_to_keep(1, 3, 16) == 1  # at least one
+    with pytest.raises(ValueError):
+        groups_to_keep(0, 4, 16)
+
+
+def test_the_processes_selections_count_as_one_step():
+    one = widest_spread(_groups([0.0, 1.0], [0.2, 0.2], [0.1, 0.3]), 1)
+    two = widest_spread(_groups([0.5, 0.5], [0.0, 0.4]), 1)
+    out = combine_metrics([(one.metrics(), 6), (two.metrics(), 4)])
+    assert (out["dynamic/kept"], out["dynamic/dropped"], out["dynamic/surplus"]) == (2, 2, 1)
+    assert out["dynamic/items"] == 5 and out["dynamic/rounds"] == 1
+    assert out["dynamic/dropped_frac"] == pytest.approx(2 / 5)
+    assert out["dynamic/reward_mean_all"] == pytest.approx((1.0 + 0.4 + 0.4 + 1.0 + 0.4) / 10)
+    assert combine_metrics([]) == {}
+
+
+def test_train_groups_is_checked_and_excludes_dynamic_sampling():
     with pytest.raises(ConfigError, match="train_groups must be >= 0"):
         TrainSection(train_groups=-1)
     with pytest.raises(ConfigError, match="both choose the groups"):
         TrainSection(train_groups=4, dynamic_sampling=True)
+
+
+def test_train_widest_keeps_a_share_and_counts_every_process():
+    other = widest_spread(_groups([0.0, 1.0], [0.5, 0.5]), 1)  # another process's selection
+    gather = lambda parts: [*parts, (other.metrics(), 4)]  # noqa: E731
+    groups = _groups([0.1, 0.1], [0.0, 0.3], [0.2, 0.9], [0.4, 0.4])
+    kept, metrics = train_widest(groups, 8, 16, gather)
+    assert [g["input_ids"].item() for g in kept] == [1, 2]  # half of four, the widest two
+    assert metrics["dynamic/items"] == 6 and metrics["dynamic/dropped"] == 3
+    everything = [0.1, 0.1, 0.0, 0.3, 0.2, 0.9, 0.4, 0.4, 0.0, 1.0, 0.5, 0.5]
+    assert metrics["dynamic/reward_mean_all"] == pytest.approx(sum(everything) / 12)
+    kept, metrics = train_widest([], 8, 16, gather)  # a process that holds nothing
+    assert kept == [] and metrics["dynamic/items"] == 2

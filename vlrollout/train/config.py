@@ -78,9 +78,11 @@ class TrainSection:
         train_groups: Groups trained per step; 0 trains every group of the step's
             ``train_dataset.batch_size`` items. ``N`` below the batch size trains the ``N`` groups
             whose rewards spread widest and leaves the others out
-            (:func:`~vlrollout.train.dynamic_sampling.widest_spread`): with a dense reward, roll
-            out more items than are trained and spend the update where the samples disagree most.
-            One process, without ``dynamic_sampling``.
+            (:func:`~vlrollout.train.dynamic_sampling.widest_spread`): with a dense reward, the
+            update goes where the samples disagree most. With several processes each keeps the
+            same share ``N / batch_size`` of the groups it holds
+            (:func:`~vlrollout.train.dynamic_sampling.groups_to_keep`). Not together with
+            ``dynamic_sampling``.
         encode_images_once: The trainer's micro-batches hold whole groups
             (:mod:`vlrollout.train.grouping`) and each of their forwards encodes a distinct image
             once (:mod:`vlrollout.image_sharing`; the local engine's prefill always does): the

@@ -272,8 +272,9 @@ def widest_spread(groups: list[Group], keep: int) -> SpreadBatch:
     filter (:func:`rollout_with_spread`) keeps them all; what differs is how much. A group whose
     samples score almost alike is still scaled to unit spread by the group sd and teaches mostly
     sampling noise; rolling out more items than are trained and keeping the widest groups spends
-    the update on the items where the samples disagree most. Ties keep
-    :func:`in_content_order`, so a rerun keeps the same groups.
+    the update on the items where the samples disagree most. Ties are broken by
+    :func:`in_content_order`, so a rerun keeps the same groups; the kept groups stay in the order
+    given (all of them, unchanged, when ``keep`` is at least their number).
 
     The result counts like a dynamic-sampling round: ``kept`` the kept groups with spread,
     ``dropped`` the all-equal groups left out, ``surplus`` the groups with spread left out,
@@ -291,13 +292,14 @@ def widest_spread(groups: list[Group], keep: int) -> SpreadBatch:
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     ordered = in_content_order(groups)
-    ranked = sorted(range(len(ordered)), key=lambda i: -reward_spread(ordered[i]))
-    chosen = sorted(ranked[:keep])
-    left_out = [ordered[i] for i in ranked[keep:]]
+    ranked = sorted(ordered, key=lambda g: -reward_spread(g))  # stable: ties in content order
+    chosen = {id(g) for g in ranked[:keep]}
+    kept = [g for g in groups if id(g) in chosen]
+    left_out = ranked[keep:]
     episodes = sum(g["rewards"].numel() for g in ordered)
     return SpreadBatch(
-        groups=[ordered[i] for i in chosen],
-        kept=sum(reward_spread(ordered[i]) > 0 for i in chosen),
+        groups=kept,
+        kept=sum(reward_spread(g) > 0 for g in kept),
         dropped=sum(reward_spread(g) == 0 for g in left_out),
         surplus=sum(reward_spread(g) > 0 for g in left_out),
         rounds=1,
@@ -371,26 +373,75 @@ def configure(
     rollout.consumer_batch_size = max(rollout.consumer_batch_size, batch_size * max_rounds)
 
 
-def check_train_groups(train_groups: int, batch_size: int, world_size: int) -> None:
-    """Check ``vlrollout.train_groups`` against the step's batch (0 means off).
+def groups_to_keep(train_groups: int, held: int, batch_size: int) -> int:
+    """How many of the ``held`` groups a process holds ``vlrollout.train_groups`` keeps: the
+    share ``train_groups / batch_size`` of them, rounded, at least one, at most all.
 
-    Raises:
-        ConfigError: more groups than the step rolls out, or several processes (each rank
-            holds its share of the batch, so the widest groups of the whole batch are not any
-            rank's to choose).
+    One process holding the whole step keeps ``train_groups`` (every group when that is
+    ``batch_size`` or more); with several processes each keeps the same share of its own groups,
+    and a step that lost items to rejections keeps the share of what is left.
+
+    >>> groups_to_keep(12, 16, 16), groups_to_keep(12, 8, 16), groups_to_keep(12, 4, 4)
+    (12, 6, 4)
+    >>> groups_to_keep(12, 15, 16), groups_to_keep(1, 2, 16)
+    (11, 1)
     """
-    from vlrollout.errors import ConfigError
+    if batch_size < 1 or train_groups < 1:
+        raise ValueError(
+            f"batch_size and train_groups must be >= 1, got {batch_size} and {train_groups}"
+        )
+    return min(held, max(1, round(train_groups * held / batch_size)))
 
-    if train_groups and train_groups > batch_size:
-        raise ConfigError(
-            f"vlrollout.train_groups={train_groups} is more than a step rolls out "
-            f"(train_dataset.batch_size={batch_size}): set it to at most {batch_size}, or 0"
-        )
-    if train_groups and world_size > 1:
-        raise ConfigError(
-            f"vlrollout.train_groups={train_groups} runs in one process, got {world_size}: "
-            "run with --nproc 1 or set it to 0"
-        )
+
+def combine_metrics(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """:meth:`SpreadBatch.metrics` of several processes' selections as one step's: counts summed,
+    ``dynamic/dropped_frac`` over all groups judged, ``dynamic/reward_mean_all`` weighted by each
+    part's episodes (the second element of each pair).
+
+    >>> a = {"dynamic/kept": 3, "dynamic/dropped": 0, "dynamic/surplus": 1, "dynamic/rounds": 1,
+    ...      "dynamic/items": 4, "dynamic/dropped_frac": 0.0, "dynamic/reward_mean_all": 0.5}
+    >>> b = {**a, "dynamic/dropped": 1, "dynamic/surplus": 0, "dynamic/reward_mean_all": 0.2}
+    >>> out = combine_metrics([(a, 8), (b, 24)])
+    >>> out["dynamic/kept"], out["dynamic/dropped_frac"], round(out["dynamic/reward_mean_all"], 3)
+    (6, 0.125, 0.275)
+    """
+    if not parts:
+        return {}
+    counts = ("dynamic/kept", "dynamic/dropped", "dynamic/surplus", "dynamic/items")
+    out: dict[str, float] = {k: sum(p[k] for p, _ in parts) for k in counts}
+    out["dynamic/rounds"] = max(p["dynamic/rounds"] for p, _ in parts)
+    judged = out["dynamic/kept"] + out["dynamic/dropped"] + out["dynamic/surplus"]
+    out["dynamic/dropped_frac"] = out["dynamic/dropped"] / judged if judged else 0.0
+    episodes = sum(n for _, n in parts)
+    out["dynamic/reward_mean_all"] = (
+        sum(p["dynamic/reward_mean_all"] * n for p, n in parts) / episodes if episodes else 0.0
+    )
+    return out
+
+
+def train_widest(
+    groups: list[Group],
+    train_groups: int,
+    batch_size: int,
+    gather: Callable[[list[Any]], list[Any]] = list,
+) -> tuple[list[Group], dict[str, float]]:
+    """``vlrollout.train_groups`` on one process's groups of a step: ``(kept, metrics)``, the
+    :func:`groups_to_keep` share of ``groups`` whose rewards spread widest
+    (:func:`widest_spread`) and the step's ``dynamic/`` counts over every process
+    (:func:`combine_metrics` of what ``gather``, e.g. ``Ranks.gather``, collects; one process:
+    ``list``). A process holding no groups keeps none and adds nothing to the counts.
+
+    >>> import torch
+    >>> groups = [{"rewards": torch.tensor(r)} for r in ([0.0, 0.5], [0.2, 0.2])]
+    >>> kept, metrics = train_widest(groups, 8, 16)
+    >>> [g["rewards"].tolist() for g in kept], metrics["dynamic/dropped"]
+    ([[0.0, 0.5]], 1)
+    """
+    if not groups:
+        return groups, combine_metrics(gather([]))
+    widest = widest_spread(groups, groups_to_keep(train_groups, len(groups), batch_size))
+    episodes = sum(g["rewards"].numel() for g in groups)
+    return widest.groups, combine_metrics(gather([(widest.metrics(), episodes)]))
 
 
 def rollout_step_with_spread(

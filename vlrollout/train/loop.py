@@ -289,7 +289,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         dynamic_sampling.configure(
             cfg.rollout, offpolicy, ranks.world, bs, vl.dynamic_sampling_rounds
         )
-    dynamic_sampling.check_train_groups(vl.train_groups, bs, ranks.world)
+    if vl.train_groups >= bs:
+        logger.warning(
+            "vlrollout.train_groups=%d is not below train_dataset.batch_size=%d: every group "
+            "of a step is trained",
+            vl.train_groups,
+            bs,
+        )
     if offpolicy > 0:
         for line in asynchronous.check_config(cfg):
             logger.warning("%s", line)
@@ -434,8 +440,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             else:
                 batch, outcome = rollouts.next_batch(step + 1)
             if vl.train_groups:  # the config refuses it with dynamic_sampling
-                widest = dynamic_sampling.widest_spread(batch, vl.train_groups)
-                batch, dynamic = widest.groups, widest.metrics()
+                batch, dynamic = dynamic_sampling.train_widest(
+                    batch, vl.train_groups, bs, ranks.gather
+                )
             arrived = time.perf_counter()
             t_rollout = arrived - t0  # the trainer's wait
             # Asynchronous: the batch was generated over the whole time since the previous one.
