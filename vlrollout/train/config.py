@@ -149,8 +149,9 @@ class TrainSection:
             )
         if self.train_groups and self.dynamic_sampling:
             raise ConfigError(
-                "vlrollout.train_groups and vlrollout.dynamic_sampling both choose the groups a "
-                "step trains on: set one of them"
+                f"vlrollout.train_groups={self.train_groups} and vlrollout.dynamic_sampling=true "
+                "both choose the groups a step trains on: set one of them (dynamic sampling: add "
+                "vlrollout.train_groups=0)"
             )
         if self.log_rollouts < 0:
             raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")
