@@ -64,6 +64,7 @@ class SpreadBatch:
         reward_mean_all: Mean reward of every episode rolled out in all rounds, before the
             filter: the policy's sampled reward, comparable with a run without dynamic sampling
             (the kept groups' mean is biased toward 0.5 for a 0/1 reward by construction).
+        episodes: Episodes rolled out in all rounds (``reward_mean_all``'s count).
     """
 
     groups: list[Group]
@@ -74,6 +75,7 @@ class SpreadBatch:
     items: int
     outcome: dict[str, Any] = field(default_factory=dict)
     reward_mean_all: float = 0.0
+    episodes: int = 0
 
     def metrics(self) -> dict[str, float]:
         """``metrics.jsonl`` scalars: ``dynamic/kept``, ``dropped``, ``surplus``, ``rounds``,
@@ -262,6 +264,7 @@ def rollout_with_spread(
         items=n_items,
         outcome=merge_outcomes(outcomes),
         reward_mean_all=reward_sum / episodes if episodes else 0.0,
+        episodes=episodes,
     )
 
 
@@ -292,21 +295,22 @@ def widest_spread(groups: list[Group], keep: int) -> SpreadBatch:
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     ordered = in_content_order(groups)
-    ranked = sorted(ordered, key=lambda g: -reward_spread(g))  # stable: ties in content order
+    spread = {id(g): reward_spread(g) for g in ordered}
+    ranked = sorted(ordered, key=lambda g: -spread[id(g)])  # stable: ties in content order
     chosen = {id(g) for g in ranked[:keep]}
-    kept = [g for g in groups if id(g) in chosen]
     left_out = ranked[keep:]
     episodes = sum(g["rewards"].numel() for g in ordered)
     return SpreadBatch(
-        groups=kept,
-        kept=sum(reward_spread(g) > 0 for g in kept),
-        dropped=sum(reward_spread(g) == 0 for g in left_out),
-        surplus=sum(reward_spread(g) > 0 for g in left_out),
+        groups=[g for g in groups if id(g) in chosen],
+        kept=sum(spread[i] > 0 for i in chosen),
+        dropped=sum(spread[id(g)] == 0 for g in left_out),
+        surplus=sum(spread[id(g)] > 0 for g in left_out),
         rounds=1,
         items=len(ordered),
         reward_mean_all=(
             sum(float(g["rewards"].sum()) for g in ordered) / episodes if episodes else 0.0
         ),
+        episodes=episodes,
     )
 
 
@@ -440,8 +444,7 @@ def train_widest(
     if not groups:
         return groups, combine_metrics(gather([]))
     widest = widest_spread(groups, groups_to_keep(train_groups, len(groups), batch_size))
-    episodes = sum(g["rewards"].numel() for g in groups)
-    return widest.groups, combine_metrics(gather([(widest.metrics(), episodes)]))
+    return widest.groups, combine_metrics(gather([(widest.metrics(), widest.episodes)]))
 
 
 def rollout_step_with_spread(
