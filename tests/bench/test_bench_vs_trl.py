@@ -285,11 +285,15 @@ def test_peer_settings_carry_the_recipe_over(tmp_path):
     assert k["epsilon"] == cfg.actor.eps_clip and k["beta"] == 0.0
     assert k["loss_type"] == "dapo" and k["scale_rewards"] == "none"  # the recipe's Dr. GRPO
     assert k["bf16"] is False and k["gradient_checkpointing"] is False
-    # Beyond the differences no setting removes, only the recipe's group selection, which TRL
-    # lacks (it trains every group of the step).
+    # The recipe trains every group of the step, as TRL does: only the differences no setting
+    # removes are left.
+    assert s.not_aligned == FIXED_DIFFERENCES
+
+
+def test_group_selection_is_listed_as_a_setting_the_peer_lacks(tmp_path):
+    s = peer_settings(_cfg(tmp_path, "vlrollout.train_groups=12"), 4)
     assert s.not_aligned == [
-        f"vlrollout.train_groups={cfg.vlrollout.train_groups}: a vlrollout train setting the "
-        "peer does not have",
+        "vlrollout.train_groups=12: a vlrollout train setting the peer does not have",
         *FIXED_DIFFERENCES,
     ]
 

@@ -79,7 +79,6 @@ def test_dynamic_sampling_trains_only_on_groups_with_spread(tmp_path):
         "vlrollout.log_rollouts=0",
         "vlrollout.engine.deterministic=true",
         "vlrollout.dynamic_sampling=true",
-        "vlrollout.train_groups=0",  # the grounding recipe's selection is the other one
         "vlrollout.dynamic_sampling_rounds=4",
     )
     steps = _jsonl(out / "metrics.jsonl")
@@ -108,7 +107,6 @@ def test_dynamic_sampling_scale_makes_a_short_steps_update_the_share_kept(tmp_pa
         "vlrollout.log_rollouts=0",
         "vlrollout.engine.deterministic=true",
         "vlrollout.dynamic_sampling=true",
-        "vlrollout.train_groups=0",  # the grounding recipe's selection is the other one
         "vlrollout.dynamic_sampling_rounds=1",
     )
     _train(tmp_path / "plain", *common)
