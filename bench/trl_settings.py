@@ -52,8 +52,6 @@ FIXED_DIFFERENCES = [
     "pi_old: ours is the engine's sampling logprob (ratio exp(trainer - engine), 1 up to "
     "numerics); TRL's is its own detached forward (ratio exactly 1); one update per batch clips "
     "nothing in either",
-    "advantage: (r - group mean) / (group sd + eps), sample sd in both; eps 1e-5 (AReaL) vs "
-    "1e-4 (TRL)",
     "rejected episode: ours leaves it out of the batch and normalises its group over the "
     "accepted episodes; TRL gets None (NaN reward, left out of the group mean and sd, advantage "
     "0, its tokens still in the loss's denominator)",
@@ -64,6 +62,12 @@ FIXED_DIFFERENCES = [
     "optimizer, logging), the evaluation callback's time taken out",
 ]
 """Differences no setting removes, printed with every run."""
+
+SD_EPS_LINE = (
+    "advantage: (r - group mean) / (group sd + eps), sample sd in both; eps 1e-5 (AReaL) vs "
+    "1e-4 (TRL)"
+)
+"""Printed when both divide by the group's sd: the one constant that differs there."""
 
 
 # ----------------------------------------------------------------------------- settings
@@ -156,6 +160,7 @@ def peer_settings(cfg: Any, steps: int) -> PeerSettings:
     levels = None if norm is None else (norm.mean_level, norm.std_level)
     if levels == ("group", "group") and not norm.mean_leave1out:
         out.aligned.append("advantage = group-normalised reward on every token (GAE 1, 1)")
+        miss.append(SD_EPS_LINE)
     elif levels == ("group", None) and not norm.mean_leave1out:
         # Dr. GRPO: the reward minus its group's mean, not divided by the group's sd.
         kwargs["scale_rewards"] = "none"

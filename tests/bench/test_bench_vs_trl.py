@@ -32,7 +32,13 @@ from bench_vs_trl import (  # noqa: E402
     read_ours,
     tables,
 )
-from trl_settings import FIXED_DIFFERENCES, order_per_step, peer_settings, step_order  # noqa: E402
+from trl_settings import (  # noqa: E402
+    FIXED_DIFFERENCES,
+    SD_EPS_LINE,
+    order_per_step,
+    peer_settings,
+    step_order,
+)
 
 needs_trl = pytest.mark.skipif(
     importlib.util.find_spec("trl") is None,
@@ -314,7 +320,8 @@ def test_dr_grpo_advantages_are_carried_over_and_other_norms_are_listed(tmp_path
     assert s.kwargs["scale_rewards"] == "none" and s.not_aligned == FIXED_DIFFERENCES
     assert any("scale_rewards 'none'" in line for line in s.aligned)
     s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=group", ALL_GROUPS), 4)
-    assert s.kwargs["scale_rewards"] == "group" and s.not_aligned == FIXED_DIFFERENCES
+    assert s.kwargs["scale_rewards"] == "group"
+    assert s.not_aligned == [SD_EPS_LINE, *FIXED_DIFFERENCES]  # only when both divide by the sd
     assert any("group-normalised reward" in line for line in s.aligned)
     leave_one_out = _cfg(tmp_path, "actor.reward_norm.std_level=null", ALL_GROUPS)
     leave_one_out.actor.reward_norm.mean_leave1out = True  # the recipe file does not list the key
