@@ -13,7 +13,7 @@ from vlrollout.engine.config import EngineConfig
 from vlrollout.engine.factory import remote_engine
 from vlrollout.errors import ConfigError
 from vlrollout.run.config import RunConfig
-from vlrollout.train.config import TrainSection, load_config
+from vlrollout.train.config import TrainSection, check_rules, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 GROUNDING = str(REPO / "examples" / "train_grounding.yaml")
@@ -104,3 +104,10 @@ def test_a_missing_relative_data_file_names_the_working_folder(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataFileError, match=f"relative to the working folder {tmp_path}"):
         check_data_path("assets/samples/data.jsonl")
+
+
+def test_a_batch_the_processes_cannot_share_is_refused_before_launch(tmp_path):
+    cfg = load_config(GROUNDING, [f"vlrollout.output={tmp_path}", "train_dataset.batch_size=3"])
+    check_rules(cfg, 1)
+    with pytest.raises(ConfigError, match=r"batch_size=3 cannot be shared by 2 processes"):
+        check_rules(cfg, 2)

@@ -169,6 +169,24 @@ class TrainConfig(GRPOConfig):
     vlrollout: TrainSection = field(default_factory=TrainSection)
 
 
+def check_rules(cfg: TrainConfig, world_size: int) -> None:
+    """Refuse settings that cannot run together, before any process is started.
+
+    Args:
+        cfg: The loaded config.
+        world_size: The number of training processes (``--nproc``).
+
+    Raises:
+        ConfigError: one line naming the keys and the override that fixes them.
+    """
+    batch_size = cfg.train_dataset.batch_size
+    if batch_size % world_size:
+        raise ConfigError(
+            f"train_dataset.batch_size={batch_size} cannot be shared by {world_size} processes: "
+            f"each rolls out an equal share of a step's items; use a multiple of {world_size}"
+        )
+
+
 def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     """Load ``path`` the way AReaL does (``areal.api.cli_args.load_expr_config``).
 
