@@ -13,7 +13,12 @@ accuracy for counting) per evaluation step as mean ± sd over seeds for both arm
 training reward per step (mean over seeds), and each run's wall minutes. The last line is the
 headline. A JSON record (:mod:`record`) goes to ``--record-dir`` as ``learning_<recipe>.json``.
 
+Every run is evaluated on the held-out items of ``--split`` (:mod:`splits`): ``test`` by default,
+the seed no recipe was chosen on, which is what the docs cite; ``dev`` for choosing recipes and
+levers. The record's numbers say which (``split``, ``eval_seed``).
+
     .venv/bin/python bench/bench_learning.py --recipe grounding            # 3 seeds, as shipped
+    .venv/bin/python bench/bench_learning.py --recipe grounding --split dev  # for choosing
     .venv/bin/python bench/bench_learning.py --recipe counting --seeds 1 2
     .venv/bin/python bench/bench_learning.py --quick                       # 6 steps, 2 seeds
     .venv/bin/python bench/bench_learning.py --recipe grounding --jobs 2   # two runs at a time
@@ -37,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
+import splits  # noqa: E402
 
 from vlrollout.argtypes import whole_number  # noqa: E402
 from vlrollout.train.dynamic_sampling import sampled_reward  # noqa: E402
@@ -162,8 +168,9 @@ def tables(summary: Summary, metric: str) -> list[record.Table]:
     return [held_out, reward, minutes]
 
 
-def headline(summary: Summary, recipe: str) -> str:
-    """One line: the final held-out metric of both arms and their difference."""
+def headline(summary: Summary, recipe: str, split: str | None = None) -> str:
+    """One line: the final held-out metric of both arms and their difference (on ``split``'s
+    items, where given)."""
     step = summary.eval_steps[-1]
     parts = [f"{METRIC[recipe]} at step {step}"]
     for arm in ARMS:
@@ -176,12 +183,14 @@ def headline(summary: Summary, recipe: str) -> str:
     start = summary.eval_mean.get("trained", {}).get(summary.eval_steps[0])
     if start is not None and summary.eval_steps[0] == 0:
         parts[-1] += f" (start {start:.3f})"
-    return "headline: " + ", ".join(parts) + f" over seeds {summary.seeds}"
+    on = f" on the {split} split (eval_seed {splits.SPLITS[split]})" if split else ""
+    return "headline: " + ", ".join(parts) + f" over seeds {summary.seeds}{on}"
 
 
 def train_overrides(args: argparse.Namespace) -> list[str]:
-    """The ``KEY=VALUE`` settings every run gets from the options (before the user's own)."""
-    out = ["vlrollout.progress=false", "vlrollout.log_rollouts=0"]
+    """The ``KEY=VALUE`` settings every run gets from the options (before the user's own),
+    the split's ``vlrollout.eval_seed`` first."""
+    out = [splits.eval_override(args.split), "vlrollout.progress=false", "vlrollout.log_rollouts=0"]
     if args.steps is not None:
         out += [f"total_train_steps={args.steps}", f"vlrollout.save_every={args.steps}"]
     if args.eval_every is not None:
@@ -232,6 +241,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=None, help="train_dataset.batch_size")
     ap.add_argument("--quick", action="store_true", help="6 steps of 8 items, 2 seeds, 32 items")
     ap.add_argument("--no-control", action="store_true", help="skip the lr = 0 runs")
+    splits.add_split(ap)
     ap.add_argument(
         "--jobs",
         type=whole_number(1),
@@ -242,6 +252,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to every run")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
+    splits.refuse_eval_seed(ap, args.overrides)
     if args.quick:
         fill_unset(args, QUICK)
     args.seeds = args.seeds or [1, 2, 3]
@@ -285,16 +296,18 @@ def main(argv: list[str]) -> None:
     out = tables(summary, metric)
     for table in out:
         print(f"\n{table.text()}")
-    line = headline(summary, args.recipe)
+    line = headline(summary, args.recipe, args.split)
     print(line)
     changed = [args.steps, args.eval_every, args.eval_items, args.batch_size, args.overrides]
     mode = "default"
     if args.quick:
         mode = "quick: " + ", ".join(f"{k} {v}" for k, v in QUICK.items())
-    elif any(changed) or args.seeds != [1, 2, 3] or args.no_control:
+    elif any(changed) or args.seeds != [1, 2, 3] or args.no_control or args.split != splits.DEFAULT:
         mode = "changed: " + " ".join(argv)
     numbers = {
         "recipe": args.recipe,
+        "split": args.split,
+        "eval_seed": splits.SPLITS[args.split],
         "config": config,
         "overrides": overrides,
         "runs": [vars(r) for r in runs],

@@ -19,6 +19,10 @@ per step by phase, the median and worst seconds per step, and the headline last:
 TRL's at every evaluation, and are our seconds per step at most TRL's? A JSON record
 (:mod:`record`) goes to ``--record-dir`` as ``vs_trl_<recipe>.json``.
 
+Both sides are evaluated on the held-out items of ``--split`` (:mod:`splits`): ``test`` by
+default, the seed no recipe was chosen on, which is what the docs cite; ``dev`` for choosing.
+The record's numbers say which (``split``, ``eval_seed``).
+
 TRL is an optional benchmark dependency (``pip install -e .[bench]``); without it this prints one
 line and exits 2.
 
@@ -50,6 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
+import splits  # noqa: E402
 from bench_learning import (  # noqa: E402
     METRIC,
     RECIPES,
@@ -302,9 +307,9 @@ def tables(comp: Comparison, ours: Side, trl: Side, metric: str) -> list[record.
     return [held_out, per_step, phases, speed]
 
 
-def headline(comp: Comparison, ours: Side, trl: Side, recipe: str) -> str:
+def headline(comp: Comparison, ours: Side, trl: Side, recipe: str, split: str | None = None) -> str:
     """One line: ours ≥ TRL at every evaluation?, and ours s/step ≤ TRL's? (Means over the seeds
-    when the sides pool several.)"""
+    when the sides pool several; the held-out items' split last, where given.)"""
     last = comp.steps[-1]
     held = (
         "yes"
@@ -324,6 +329,7 @@ def headline(comp: Comparison, ours: Side, trl: Side, recipe: str) -> str:
         f"{trl.evals[last]:.3f}; ours >= TRL at every evaluation: {held}{spread}; ours s/step <= "
         f"TRL's: {speed} (median {ours.median_s:.2f} vs {trl.median_s:.2f} s, ours/TRL "
         f"{comp.ratio:.2f}x)"
+        + (f"; on the {split} split (eval_seed {splits.SPLITS[split]})" if split else "")
     )
 
 
@@ -370,10 +376,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="torch threads of both sides (OMP_NUM_THREADS; default: torch's, one per core)",
     )
+    splits.add_split(ap)
     record.add_keep(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to both sides")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
+    splits.refuse_eval_seed(ap, args.overrides)
     if any(o.partition("=")[0].lstrip("+") == "seed" for o in args.overrides):
         ap.error("give seeds with --seeds, not a seed=N override")
     if args.quick:
@@ -522,13 +530,14 @@ def main(argv: list[str]) -> int:
     out = tables(comp, ours, trl, METRIC[args.recipe])
     for table in out:
         print_table(table)
-    line = headline(comp, ours, trl, args.recipe)
+    line = headline(comp, ours, trl, args.recipe, args.split)
     print(line)
     mode = "default"
     if args.quick:
         mode = "quick: " + ", ".join(f"{k} {v}" for k, v in QUICK.items())
     elif args.seeds != [1, 2, 3] or any(
         [
+            args.split != splits.DEFAULT,
             args.steps,
             args.eval_every,
             args.eval_items,
@@ -540,6 +549,8 @@ def main(argv: list[str]) -> int:
         mode = "changed: " + " ".join(argv)
     numbers = {
         "recipe": args.recipe,
+        "split": args.split,
+        "eval_seed": splits.SPLITS[args.split],
         "threads": torch.get_num_threads(),
         "config": config,
         "overrides": overrides,
