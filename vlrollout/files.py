@@ -15,8 +15,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from vlrollout.logs import get_logger
 
 logger = get_logger("vlrollout.files")
@@ -69,6 +67,10 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def atomic_torch_save(path: Path, obj: Any) -> None:
+    """``torch.save(obj)`` into ``path``, atomically (torch is imported here, not with the module:
+    the JSON and text writers above are used where torch is not needed)."""
+    import torch
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue())

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from vlrollout.files import atomic_write_bytes
+
 
 def _scalar(value: Any) -> Any:
     """A NumPy or PyTorch scalar as the Python number it holds; anything else is refused."""
@@ -43,9 +45,13 @@ def append_jsonl(path: str | Path, record: Any) -> None:
 
 
 def write_jsonl(path: str | Path, records: Iterable[Any]) -> Path:
-    """Write ``records`` as the whole of ``path``; returns the path."""
+    """Write ``records`` as the whole of ``path``; returns the path.
+
+    The file is replaced atomically (:func:`vlrollout.files.atomic_write_bytes`): a reader, or a
+    write that fails part-way, leaves the previous file whole.
+    """
     path = Path(path)
-    path.write_text("".join(dumps_line(r) for r in records), encoding="utf-8")
+    atomic_write_bytes(path, "".join(dumps_line(r) for r in records).encode("utf-8"))
     return path
 
 

@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from vlrollout.argtypes import whole_number
+from vlrollout.files import atomic_write_bytes
 from vlrollout.tiny.evaluate import (
     IGNORE_INDEX,
     baselines_from_training,
@@ -302,8 +303,9 @@ def save(model, processor, out: Path, record: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     processor.save_pretrained(out)
-    (out / "TRAINING.json").write_text(json.dumps(record, indent=2) + "\n")
-    (out / "README.md").write_text(model_card(record, str(out)))
+    # Replaced whole or not at all: a failed save leaves the previous record beside the weights.
+    atomic_write_bytes(out / "TRAINING.json", (json.dumps(record, indent=2) + "\n").encode())
+    atomic_write_bytes(out / "README.md", model_card(record, str(out)).encode())
 
 
 def eval_items(seed: int, per_task: int) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrollout.charts import line_chart
+from vlrollout.files import atomic_write_bytes
 from vlrollout.jsonl import read_jsonl
 
 #: Prefixes of held-out metrics in ``eval.jsonl`` (greedy; sampled at the training temperature).
@@ -147,7 +148,7 @@ score is the step-0 score at every evaluation.</p>
 {section_html(out)}
 </body></html>"""
     path = out / "report.html"
-    path.write_text(doc)
+    atomic_write_bytes(path, doc.encode())  # a browser reloading it never sees half a page
     return path
 
 
