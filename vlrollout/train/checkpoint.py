@@ -3,6 +3,12 @@
 Layout under ``OUTPUT/checkpoints``: ``step_N/`` (model ``*.safetensors``, config, processor,
 optimizer shards, ``state.json``) and ``latest`` (a one-line pointer, replaced atomically after
 the folder is complete, so a crash mid-save leaves the previous checkpoint as ``latest``).
+
+A save writes ``.step_N.tmp/`` and moves it in with renames only, so ``step_N/`` is never half
+written: a ``step_N/`` already there (a resumed run saving a step again) is first renamed aside to
+``.step_N.old/``, the new folder renamed in, then the old one deleted. A crash between the two
+renames leaves no ``step_N/`` but a whole ``.step_N.old/``, which :func:`latest` and the next save
+rename back.
 ``state.json`` holds the step, the weight version and what else the loop needs to resume (the
 asynchronous rollouts' dataloader position, :mod:`vlrollout.train.asynchronous`).
 """
@@ -49,7 +55,7 @@ def save(
     final = root / f"step_{step}"
     tmp = root / f".step_{step}.tmp"
     if main:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _tidy(root)
     if several:
         dist.barrier()
     actor.save(
@@ -64,8 +70,7 @@ def save(
     saved = {**(state or {}), "step": step, "version": actor.get_version()}
     if main:
         (tmp / "state.json").write_text(json.dumps(saved))
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        _swap_in(tmp, final)
         pointer = root / "latest.tmp"
         pointer.write_text(final.name + "\n")
         os.replace(pointer, root / "latest")
@@ -79,12 +84,57 @@ def save(
     return Checkpoint(final, step, saved)
 
 
+def _aside(final: Path) -> Path:
+    """Where a checkpoint folder waits while its replacement is renamed in."""
+    return final.with_name(f".{final.name}.old")
+
+
+def _restore_aside(final: Path) -> None:
+    """Rename a whole checkpoint left aside by a crash back to ``final`` (when ``final`` is gone).
+
+    Several ranks may find it at once: the one that loses the rename finds ``final`` in place.
+    """
+    aside = _aside(final)
+    if not final.exists() and aside.is_dir():
+        try:
+            os.rename(aside, final)
+        except OSError:
+            if not final.exists():
+                raise
+
+
+def _tidy(root: Path) -> None:
+    """Clear what crashed saves left under ``root``: partial ``.step_N.tmp/`` folders are deleted,
+    a ``.step_N.old/`` is renamed back where ``step_N/`` is missing and deleted where it is not."""
+    for tmp in root.glob(".step_*.tmp"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    for aside in root.glob(".step_*.old"):
+        final = root / aside.name[1 : -len(".old")]
+        _restore_aside(final)
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Replace ``final`` by the complete folder ``tmp`` with renames only (see the module doc):
+    at every instant ``final`` or ``.final.old`` is a whole checkpoint. Run after :func:`_tidy`,
+    so no ``.final.old`` is in the way."""
+    aside = _aside(final)
+    if final.exists():
+        os.rename(final, aside)
+    os.rename(tmp, final)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 def latest(out: Path) -> Checkpoint | None:
-    """The last complete checkpoint under ``out``, or ``None``."""
+    """The last complete checkpoint under ``out``, or ``None``.
+
+    A checkpoint a crashed save left renamed aside is renamed back first.
+    """
     pointer = out / "checkpoints" / "latest"
     if not pointer.exists():
         return None
     path = out / "checkpoints" / pointer.read_text().strip()
+    _restore_aside(path)
     state = json.loads((path / "state.json").read_text())
     return Checkpoint(path, int(state["step"]), state)
 
