@@ -174,3 +174,57 @@ def test_a_runs_sampled_reward_under_dynamic_sampling_is_every_episodes(tmp_path
     monkeypatch.setattr(bench_learning.subprocess, "run", fake_subprocess_run)
     run = bench_learning.run_one("c.yaml", "trained", 1, tmp_path / "a", [])
     assert run.rewards == {1: 0.9, 2: 0.25}
+
+
+def test_runs_are_evaluated_on_the_test_split_unless_dev_is_asked_for(capsys):
+    from splits import SPLITS
+
+    assert parse_args([]).split == "test"
+    assert train_overrides(parse_args([]))[0] == f"vlrollout.eval_seed={SPLITS['test']}"
+    assert train_overrides(parse_args(["--split", "dev"]))[0] == "vlrollout.eval_seed=200"
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["vlrollout.eval_seed=5"])
+    assert exc.value.code == 2 and "--split" in capsys.readouterr().err
+
+
+def test_the_record_names_the_split_its_runs_were_evaluated_on(tmp_path, monkeypatch):
+    import bench_learning
+
+    seen: list[list[str]] = []
+
+    def fake_run_one(config, arm, seed, out, overrides, threads=None):
+        seen.append(list(overrides))
+        return RunResult(arm, seed, {0: 0.05, 5: 0.1}, {1: 0.1}, 1.0, 0.5)
+
+    monkeypatch.setattr(bench_learning, "run_one", fake_run_one)
+    bench_learning.main(["--seeds", "1", "--split", "dev", "--record-dir", str(tmp_path)])
+    rec = json.loads((tmp_path / "learning_grounding.json").read_text())
+    assert rec["numbers"]["split"] == "dev" and rec["numbers"]["eval_seed"] == 200
+    assert all("vlrollout.eval_seed=200" in o for o in seen) and len(seen) == 2
+    assert rec["headline"].endswith("on the dev split (eval_seed 200)")
+    assert rec["mode"].startswith("changed:")
+
+
+def test_no_recipe_was_chosen_on_the_test_split(tmp_path):
+    """The test seed is neither the recipes' evaluation seed (the dev split) nor their data
+    seed, and none of its items is a training item (same image or id)."""
+    import hashlib
+
+    from bench_learning import RECIPES
+    from splits import SPLITS
+
+    from vlrollout.tiny.synthetic import generate_items
+    from vlrollout.train.config import load_config
+
+    def keys(items: list[dict]) -> set[str]:
+        return {i["id"] for i in items} | {
+            hashlib.sha256(i["images"][0].tobytes()).hexdigest() for i in items
+        }
+
+    for name, config in RECIPES.items():
+        out = tmp_path / name
+        vl = load_config(str(REPO / config), [f"vlrollout.output={out}"]).vlrollout
+        assert vl.eval_seed == SPLITS["dev"] != SPLITS["test"]
+        assert SPLITS["test"] != vl.data_seed
+        test = keys(generate_items(vl.task, vl.eval_items, SPLITS["test"]))
+        assert not test & keys(generate_items(vl.task, vl.train_items, vl.data_seed)), name

@@ -234,6 +234,21 @@ def test_seeds_come_from_seeds_and_a_seed_override_is_refused(capsys):
     assert "give seeds with --seeds, not a seed=N override" in capsys.readouterr().err
 
 
+def test_both_sides_are_evaluated_on_the_test_split_unless_dev_is_asked_for(capsys):
+    from bench_learning import train_overrides
+    from splits import SPLITS
+
+    # TRL's side reads its held-out items from the config these overrides build.
+    assert parse_args([]).split == "test"
+    assert f"vlrollout.eval_seed={SPLITS['test']}" in train_overrides(parse_args([]))
+    assert "vlrollout.eval_seed=200" in train_overrides(parse_args(["--split", "dev"]))
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["vlrollout.eval_seed=5"])
+    assert exc.value.code == 2 and "--split" in capsys.readouterr().err
+    line = headline(compare(_ours(), _trl()), _ours(), _trl(), "counting", "test")
+    assert line.endswith(f"; on the test split (eval_seed {SPLITS['test']})")
+
+
 def test_read_ours_takes_seconds_in_step_order_and_phase_means(tmp_path):
     rows = [
         {"step": s, "reward_mean": r, "time/step": t, "time/rollout": t / 2, "time/logp": 0.0}
@@ -251,7 +266,7 @@ def test_read_ours_takes_seconds_in_step_order_and_phase_means(tmp_path):
 
 
 def test_step_order_is_the_loops_items_per_step_each_repeated_in_a_row():
-    from vlrollout.train.loop import batch_items
+    from vlrollout.train.data import batch_items
 
     items, bs, group, seed = list(range(8)), 4, 3, 7
     order = step_order(len(items), 5, bs, seed, group)  # 5 steps: past two epochs
@@ -357,7 +372,7 @@ def test_reward_adapter_gives_trl_exactly_our_workflows_scores(tmp_path):
     from vlrollout.tiny.synthetic import generate_items
     from vlrollout.train.rewards import build_rewards
     from vlrollout.workflows import VisionRLVRWorkflow
-    from vlrollout.workflows.episode import load_processor
+    from vlrollout.workflows.preparation import load_processor
 
     cfg = _cfg(tmp_path)
     items = generate_items("ground", 2, 100) + generate_items("count", 2, 100)
