@@ -13,7 +13,7 @@ from vlrollout.engine.config import EngineConfig
 from vlrollout.engine.factory import remote_engine
 from vlrollout.errors import ConfigError
 from vlrollout.run.config import RunConfig
-from vlrollout.train.config import TrainSection, check_rules, load_config
+from vlrollout.train.config import TrainSection, check_rules, load_config, rule_warnings
 
 REPO = Path(__file__).resolve().parents[1]
 GROUNDING = str(REPO / "examples" / "train_grounding.yaml")
@@ -111,3 +111,58 @@ def test_a_batch_the_processes_cannot_share_is_refused_before_launch(tmp_path):
     check_rules(cfg, 1)
     with pytest.raises(ConfigError, match=r"batch_size=3 cannot be shared by 2 processes"):
         check_rules(cfg, 2)
+
+
+COUNTING = str(REPO / "examples" / "train_count.yaml")
+
+
+@pytest.mark.parametrize(
+    ("world", "setting", "message"),
+    [
+        (2, "rollout.max_head_offpolicyness=0", r"runs in one process, got 2 \(--nproc 2\)"),
+        (1, "rollout.max_head_offpolicyness=1", "needs on-policy rollouts"),
+    ],
+)
+def test_one_override_lets_the_counting_recipe_run_async_or_on_several_processes(
+    tmp_path, world, setting, message
+):
+    """The recipe sets dynamic sampling (and its scaling); the error names one override, and
+    that override alone passes every rule."""
+    cfg = load_config(COUNTING, [f"vlrollout.output={tmp_path}", setting])
+    with pytest.raises(ConfigError, match=message) as info:
+        check_rules(cfg, world)
+    assert str(info.value).count("=false") == 1
+    fixed = load_config(
+        COUNTING, [f"vlrollout.output={tmp_path}", setting, "vlrollout.dynamic_sampling=false"]
+    )
+    check_rules(fixed, world)
+    assert rule_warnings(fixed) == [
+        "vlrollout.dynamic_sampling_scale=true has no effect with "
+        "vlrollout.dynamic_sampling=false: every step trains its whole batch"
+    ]
+    assert rule_warnings(cfg) == []
+
+
+def test_asynchronous_rollouts_need_a_consumer_batch_of_one_step(tmp_path):
+    cfg = load_config(
+        GROUNDING,
+        [
+            f"vlrollout.output={tmp_path}",
+            "rollout.max_head_offpolicyness=1",
+            "rollout.consumer_batch_size=4",
+        ],
+    )
+    with pytest.raises(ConfigError, match=r"set rollout.consumer_batch_size=16$"):
+        check_rules(cfg, 1)
+
+
+def test_the_ground_metric_key_offers_iou_and_giou():
+    from vlrollout.tiny.rewards import shapes_task_reward
+
+    for metric in ("iou", "giou"):
+        TrainSection(ground_metric=metric)
+    for metric in ("acc", "centre", "iou_centre"):
+        with pytest.raises(ConfigError, match="must be one of iou, giou"):
+            TrainSection(ground_metric=metric)
+        with pytest.raises(ValueError, match="must be one of iou, giou"):
+            shapes_task_reward([], ground_metric=metric)

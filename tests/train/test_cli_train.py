@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from tests.train.procs import SHIPPED_MODEL, run_train
+from tests.train.procs import ROOT, SHIPPED_MODEL, run_train, subprocess_env
 
 SMALL = [
     SHIPPED_MODEL,
@@ -28,6 +30,33 @@ def _train(out, *extra):
 
 def _jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _refused(tmp_path, *args):
+    """``vlrollout train ARGS`` that is expected to stop before training: its exit status and
+    the lines it printed to stderr."""
+    cmd = [sys.executable, "-m", "vlrollout.cli", "train", *args, f"vlrollout.output={tmp_path}"]
+    env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("args", "mode"),
+    [
+        (["--nproc", "2"], "--nproc 2"),
+        (["rollout.max_head_offpolicyness=1"], "rollout.max_head_offpolicyness=1"),
+    ],
+)
+def test_the_counting_recipe_names_the_one_override_for_async_or_several_processes(
+    tmp_path, args, mode
+):
+    """Dynamic sampling runs on-policy in one process: the recipe that sets it is refused in one
+    line, before torchrun or a model is started, and the line names the one override."""
+    status, lines = _refused(tmp_path, "--config", "examples/train_count.yaml", *args)
+    assert status == 2, lines
+    assert len(lines) == 1, lines
+    assert "vlrollout.dynamic_sampling=false" in lines[0] and mode in lines[0]
 
 
 @pytest.mark.slow
@@ -118,27 +147,3 @@ def test_dynamic_sampling_scale_makes_a_short_steps_update_the_share_kept(tmp_pa
     assert scaled["reward_mean"] == plain["reward_mean"]
     assert scaled["dynamic/scale"] == kept / 4 and "dynamic/scale" not in plain
     assert scaled["grad_norm"] == pytest.approx(kept / 4 * plain["grad_norm"], rel=1e-4)
-
-
-@pytest.mark.slow
-def test_train_groups_trains_the_widest_groups_of_a_larger_rollout(tmp_path):
-    """Four items rolled out per step, the two groups whose GIoU rewards spread widest trained:
-    the step's batch holds two groups and the sampled reward counts all four."""
-    out = tmp_path / "run"
-    _train(
-        out,
-        "train_dataset.batch_size=4",
-        "gconfig.n_samples=4",
-        "vlrollout.eval_every=0",
-        "vlrollout.log_rollouts=0",
-        "actor.path=assets/tiny-qwen3vl-ground",  # localises: groups of different spreads
-        "gconfig.max_new_tokens=24",
-        "vlrollout.train_groups=2",
-    )
-    steps = _jsonl(out / "metrics.jsonl")
-    assert [r["step"] for r in steps] == [1, 2]
-    for r in steps:
-        assert r["n_trajectories"] == 2 * 4  # two groups of four trained
-        assert r["dynamic/items"] == 4 and r["dynamic/rounds"] == 1
-        assert r["dynamic/kept"] + r["dynamic/surplus"] + r["dynamic/dropped"] <= 4
-    assert any(r["reward_mean"] != r["dynamic/reward_mean_all"] for r in steps)

@@ -101,8 +101,8 @@ def test_config_rejects_bad_values():
         TrainSection(ground_metric="box_f1")  # a multi-box metric: the tasks have one label box
     with pytest.raises(ValueError, match="dynamic_sampling_rounds"):
         TrainSection(dynamic_sampling_rounds=0)
-    with pytest.raises(ValueError, match="dynamic_sampling=true"):
-        TrainSection(dynamic_sampling_scale=True)  # scales dynamic sampling's steps: needs it
+    with pytest.raises(ValueError, match="ground_metric"):
+        TrainSection(ground_metric="acc")  # the key offers iou and giou only
 
 
 def test_every_ground_metric_option_builds_the_training_reward():

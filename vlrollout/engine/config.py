@@ -12,34 +12,56 @@ ENGINE_KINDS = ("local", "sglang", "vllm")
 
 @dataclass
 class EngineConfig:
-    """Which engine serves the requests.
+    """Which engine serves the requests: the embedded one in this process, or AReaL's remote
+    engine talking to running servers. Each key's meaning is its ``help`` (``docs/config.md``)."""
 
-    Attributes:
-        kind: ``local`` (embedded transformers engine), or ``sglang``/``vllm`` (AReaL's remote
-            engine classes, pointed at running servers such as ``vlrollout serve``).
-        model: Local model folder (weights, tokenizer, processor); also the tokenizer/processor
-            path for remote engines. ``vlrollout train`` rolls out the actor's weights, so there
-            it stays empty (the actor's ``path`` is used).
-        device: ``cpu``, ``cuda`` or ``cuda:N`` for the local engine.
-        addresses: ``host:port`` of the servers for remote engines.
-        deterministic: Form the local engine's batches independently of request timing, so a
-            seeded run gives the same tokens under any load (sequences are decoded one at a time:
-            slower). ``None``: on when ``vlrollout run`` is given a seed; off in training.
-        compile: Compile the local engine's decode step with ``torch.compile`` (see
-            ``LocalInferenceEngine(compile_decode=...)``): faster steps after tens of seconds
-            of compiling when the engine is built.
-        max_batch_size: Requests the local engine decodes together (one row each). A GRPO step
-            submits items x group size requests at once; on a CPU a step's cost is mostly
-            per-forward overhead, so more rows per forward finish the step sooner.
-    """
-
-    kind: str = "local"
-    model: str = "assets/tiny-qwen2vl"
-    device: str = "cpu"
-    addresses: list[str] = field(default_factory=list)
-    deterministic: bool | None = None
-    compile: bool = False
-    max_batch_size: int = 8
+    kind: str = field(
+        default="local",
+        metadata={
+            "help": "`local` (the embedded transformers engine in this process), or "
+            "`sglang`/`vllm` (AReaL's remote engine classes, pointed at running servers such as "
+            "`vlrollout serve`; in training, weights reach them through AReaL's disk update "
+            "over HTTP)."
+        },
+    )
+    model: str = field(
+        default="assets/tiny-qwen2vl",
+        metadata={
+            "help": "Local model folder (weights, tokenizer, processor); also the tokenizer and "
+            "processor path of a remote engine. `vlrollout train` rolls out the actor's weights: "
+            "there it stays empty and `actor.path` is used."
+        },
+    )
+    device: str = field(
+        default="cpu", metadata={"help": "`cpu`, `cuda` or `cuda:N` for the local engine."}
+    )
+    addresses: list[str] = field(
+        default_factory=list,
+        metadata={"help": "`host:port` of the servers, for a remote engine."},
+    )
+    deterministic: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Form the local engine's batches independently of request timing, so a "
+            "seeded run gives the same tokens under any load (sequences are decoded one at a "
+            "time: slower). Unset: on when `vlrollout run` is given a seed, off in training."
+        },
+    )
+    compile: bool = field(
+        default=False,
+        metadata={
+            "help": "Compile the local engine's decode step with `torch.compile`: faster steps "
+            "after tens of seconds of compiling when the engine is built."
+        },
+    )
+    max_batch_size: int = field(
+        default=8,
+        metadata={
+            "help": "Requests the local engine decodes together (one row each). A GRPO step "
+            "submits items x group size requests at once; on a CPU a step's cost is mostly "
+            "per-forward overhead, so more rows per forward finish the step sooner."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+GROUND_METRICS = ("iou", "giou")
+"""Box metrics of :func:`shapes_task_reward`'s grounding items (``vlrollout.ground_metric``)."""
+
 
 def count_reward() -> Any:
     """The count task's reward: 1.0 for the exact count, read by
@@ -21,16 +24,22 @@ def count_reward() -> Any:
 
 
 def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") -> Any:
-    """count → exact count; ground → ``ground_metric`` (a single-box metric of
-    :class:`~vlrollout.rewards.grounding.GroundingReward`: ``iou``, ``giou``, ``acc``, ``centre``
-    or ``iou_centre``) of the Qwen2-VL box (0–1000) against the original-pixel label;
-    caption → CIDEr-D.
+    """count → exact count; ground → ``ground_metric`` (one of :data:`GROUND_METRICS`: ``iou``,
+    or the dense ``giou`` whose misses still rank by distance) of the Qwen2-VL box (0–1000)
+    against the original-pixel label; caption → CIDEr-D.
 
     CIDEr-D's document frequencies come from the captions of ``items`` (the references), computed
     once, so a caption's score does not depend on which other captions share its batch (an RL
     reward must not depend on its batch). Items whose ``captions`` are not a list of strings are
     left out of the references (their episodes are rejected by the reward itself).
+
+    Raises:
+        ValueError: ``ground_metric`` is not one of :data:`GROUND_METRICS`.
     """
+    if ground_metric not in GROUND_METRICS:
+        raise ValueError(
+            f"ground_metric must be one of {', '.join(GROUND_METRICS)}, got {ground_metric!r}"
+        )
     from vlrollout.rewards import ByTask
     from vlrollout.rewards.caption import CaptionReward
     from vlrollout.rewards.grounding import GroundingReward

@@ -15,9 +15,10 @@ from areal.api.cli_args import GRPOConfig
 
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
+from vlrollout.tiny.rewards import GROUND_METRICS
 
-GROUND_METRICS = ("iou", "giou", "acc", "centre", "iou_centre")
-"""The values of ``vlrollout.ground_metric``."""
+TASKS = ("ground", "count", "caption", "mix")
+"""The values of ``vlrollout.task``."""
 
 
 def _train_engine() -> EngineConfig:
@@ -26,92 +27,132 @@ def _train_engine() -> EngineConfig:
 
 @dataclass
 class TrainSection:
-    """What AReaL's config has no place for.
+    """What AReaL's config has no place for: data, reward, the rollout engine, evaluation and
+    reporting, and the few training settings AReaL lacks. Each key's meaning is its ``help``
+    (``docs/config.md``, rendered by ``scripts/render_config_doc.py``)."""
 
-    Attributes:
-        output: Folder for checkpoints, ``metrics.jsonl``, ``eval.jsonl`` and ``report.html``.
-        task: Synthetic shapes task (``ground``, ``count``, ``caption`` or ``mix``) used when
-            ``train_dataset.path`` is empty; items come from :mod:`vlrollout.tiny.synthetic`.
-        train_items, eval_items: Items generated for training and for the held-out evaluation.
-        data_seed, eval_seed: Seeds of the two item sets (different, so evaluation is held out).
-        reward: ``tiny_task`` (count → exact, ground → ``ground_metric``, caption → CIDEr-D) or a
-            reward name / import path from :mod:`vlrollout.rewards`.
-        ground_metric: Box reward used in training for ``tiny_task``, one of
-            :data:`GROUND_METRICS` (:class:`~vlrollout.rewards.grounding.GroundingReward`'s
-            single-box metrics): ``iou``; ``giou`` (dense, but its miss penalty shrinks as the
-            box grows); ``acc`` (1 for IoU >= 0.5, VLM-R1's accuracy reward); ``centre`` (1 minus
-            the centre distance over the image diagonal, blind to size); ``iou_centre`` (the mean
-            of ``iou`` and ``centre``). Evaluation always reports IoU.
-        eval_every: Evaluate (held-out) every this many steps; 0 only at start and end.
-        eval_samples: Besides the greedy evaluation, this many sampled episodes per held-out item
-            at the training temperature (``eval_sampled/*``: the policy's expected reward);
-            0 skips it.
-        log_rollouts: Held-out rollouts shown per evaluation (the first items of the held-out
-            set, greedy): image with true and predicted boxes, completion and reward, in the
-            report, ``eval_rollouts.jsonl`` and the ``stats_logger`` trackers
-            (:mod:`vlrollout.train.samples`); 0 shows none.
-        save_every: Checkpoint every this many steps (and at the end).
-        progress: Show a progress bar.
-        engine: Where rollouts run (:class:`~vlrollout.engine.config.EngineConfig`): ``kind:
-            local`` (the embedded engine in this process) or ``sglang``/``vllm`` (AReaL's own
-            remote engine, talking to servers at ``engine.addresses``, e.g. ``vlrollout serve`` in
-            another process, the way AReaL deployments split inference from training; weights
-            reach them through AReaL's disk update over HTTP). ``engine.model`` stays empty: the
-            engine rolls out the actor's weights (``actor.path``). ``engine.deterministic``
-            (local engine): each completion depends only on ``seed`` and its request, so a rerun
-            rolls out the same episodes; unset means off.
-        freeze_vision_tower: Do not train the vision encoder (its projector excepted): its
-            parameters get ``requires_grad=False`` before the optimizer is built
-            (:mod:`vlrollout.train.freezing`; AReaL's config has no such key).
-        freeze_projector: Do not train the projector (Qwen-VL's ``merger``, LLaVA's
-            ``multi_modal_projector``, Idefics3's ``connector``).
-        dynamic_sampling: Train only on groups whose rewards differ and top the step up with
-            further training items (DAPO's dynamic sampling,
-            :func:`~vlrollout.train.dynamic_sampling.rollout_with_spread`): an all-equal group has
-            zero advantage and only dilutes the loss. On-policy and one process only.
-        dynamic_sampling_rounds: Rollouts per step at most with ``dynamic_sampling``, the first
-            included; a step trains on fewer groups when they run out.
-        dynamic_sampling_scale: With ``dynamic_sampling``, a step that kept ``k`` of its
-            ``batch_size`` groups scales their advantages by ``k / batch_size``
-            (:func:`~vlrollout.train.dynamic_sampling.scale_short_batch`): each group weighs as
-            in a full batch, so a short batch makes a small update instead of a full-size one.
-        train_groups: Groups trained per step; 0 trains every group of the step's
-            ``train_dataset.batch_size`` items. ``N`` below the batch size trains the ``N`` groups
-            whose rewards spread widest and leaves the others out
-            (:func:`~vlrollout.train.dynamic_sampling.widest_spread`): with a dense reward, the
-            update goes where the samples disagree most. With several processes each keeps the
-            same share ``N / batch_size`` of the groups it holds
-            (:func:`~vlrollout.train.dynamic_sampling.groups_to_keep`). Not together with
-            ``dynamic_sampling``.
-        encode_images_once: The trainer's micro-batches hold whole groups
-            (:mod:`vlrollout.train.grouping`) and each of their forwards encodes a distinct image
-            once (:mod:`vlrollout.image_sharing`; the local engine's prefill always does): the
-            same forward and gradients with a group's image encoded once instead of n times.
-            ``false`` keeps AReaL's packing by length and encodes every copy (the reference
-            ``bench/bench_update_rows.py`` measures against).
-    """
-
-    output: str = "runs/train"
-    task: str = "ground"
-    train_items: int = 512
-    eval_items: int = 200
-    data_seed: int = 100
-    eval_seed: int = 200
-    reward: str = "tiny_task"
-    ground_metric: str = "giou"
-    eval_every: int = 5
-    eval_samples: int = 0
-    save_every: int = 10
-    log_rollouts: int = 4
-    progress: bool = True
-    engine: EngineConfig = field(default_factory=_train_engine)
-    freeze_vision_tower: bool = False
-    freeze_projector: bool = False
-    dynamic_sampling: bool = False
-    dynamic_sampling_rounds: int = 3
-    dynamic_sampling_scale: bool = False
-    train_groups: int = 0
-    encode_images_once: bool = True
+    output: str = field(
+        default="runs/train",
+        metadata={
+            "help": "Folder for checkpoints, `metrics.jsonl`, `eval.jsonl` and `report.html`; a "
+            "rerun into the same folder resumes from its latest checkpoint."
+        },
+    )
+    task: str = field(
+        default="ground",
+        metadata={
+            "help": "Synthetic shapes task (`ground`, `count`, `caption` or `mix`) used when "
+            "`train_dataset.path` is empty; items come from `vlrollout.tiny.synthetic`."
+        },
+    )
+    train_items: int = field(
+        default=512, metadata={"help": "Synthetic items generated for training."}
+    )
+    eval_items: int = field(
+        default=200, metadata={"help": "Synthetic items generated for the held-out evaluation."}
+    )
+    data_seed: int = field(default=100, metadata={"help": "Seed of the training items."})
+    eval_seed: int = field(
+        default=200,
+        metadata={"help": "Seed of the evaluation items (another seed: they are held out)."},
+    )
+    reward: str = field(
+        default="tiny_task",
+        metadata={
+            "help": "`tiny_task` (count: exact count; ground: `ground_metric`; caption: "
+            "CIDEr-D) or a reward name or import path from `vlrollout.rewards`, resolved as "
+            "`vlrollout run` resolves its `reward`."
+        },
+    )
+    ground_metric: str = field(
+        default="giou",
+        metadata={
+            "help": "Box reward of `tiny_task`'s grounding items in training: `iou`, or `giou` "
+            "(dense: a miss still ranks by how far it is). Evaluation always reports IoU."
+        },
+    )
+    eval_every: int = field(
+        default=5,
+        metadata={
+            "help": "Evaluate on the held-out items every this many steps; 0: only at "
+            "the start and the end."
+        },
+    )
+    eval_samples: int = field(
+        default=0,
+        metadata={
+            "help": "Besides the greedy evaluation, this many sampled episodes per held-out "
+            "item at the training temperature (`eval_sampled/*`: the policy's expected "
+            "reward); 0 skips it."
+        },
+    )
+    save_every: int = field(
+        default=10, metadata={"help": "Checkpoint every this many steps (and at the end)."}
+    )
+    log_rollouts: int = field(
+        default=4,
+        metadata={
+            "help": "Held-out rollouts shown per evaluation (the first held-out items, greedy): "
+            "image with true and predicted boxes, completion and reward, in the report, "
+            "`eval_rollouts.jsonl` and the `stats_logger` trackers; 0 shows none."
+        },
+    )
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
+    engine: EngineConfig = field(
+        default_factory=_train_engine,
+        metadata={
+            "help": "Where rollouts run: the same section as `vlrollout run`'s `engine:` "
+            "(below); `engine.model` stays empty, the engine rolls out the actor's weights."
+        },
+    )
+    freeze_vision_tower: bool = field(
+        default=False,
+        metadata={
+            "help": "Do not train the vision encoder (its projector excepted): its parameters "
+            "get `requires_grad=False` before the optimizer is built."
+        },
+    )
+    freeze_projector: bool = field(
+        default=False,
+        metadata={
+            "help": "Do not train the projector (Qwen-VL's `merger`, LLaVA's "
+            "`multi_modal_projector`, Idefics3's `connector`)."
+        },
+    )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Train only on groups whose rewards differ and top the step up with further "
+            "training items (DAPO's dynamic sampling): an all-equal group has zero advantage "
+            "and only dilutes the loss. On-policy (`rollout.max_head_offpolicyness=0`) and one "
+            "process only."
+        },
+    )
+    dynamic_sampling_rounds: int = field(
+        default=3,
+        metadata={
+            "help": "With `dynamic_sampling`: rollouts per step at most, the first included; a "
+            "step trains on fewer groups when they run out."
+        },
+    )
+    dynamic_sampling_scale: bool = field(
+        default=False,
+        metadata={
+            "help": "With `dynamic_sampling`: a step that kept `k` of its `batch_size` groups "
+            "scales their advantages by `k / batch_size`, so a short batch makes a small update "
+            "instead of a full-size one. Without `dynamic_sampling` it has no effect (a warning "
+            "says so), so turning dynamic sampling off is one override."
+        },
+    )
+    encode_images_once: bool = field(
+        default=True,
+        metadata={
+            "help": "The trainer's micro-batches hold whole groups and each forward encodes a "
+            "distinct image once: the same forward and gradients with a group's image encoded "
+            "once instead of n times. `false` keeps AReaL's packing by length and encodes "
+            "every copy."
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.engine, dict):
@@ -121,7 +162,7 @@ class TrainSection:
                 f"vlrollout.engine.model={self.engine.model!r}: training rolls out the actor's "
                 "weights; set actor.path instead and leave vlrollout.engine.model empty"
             )
-        if self.task not in ("ground", "count", "caption", "mix"):
+        if self.task not in TASKS:
             raise ConfigError(
                 f"vlrollout.task must be ground, count, caption or mix, got {self.task!r}"
             )
@@ -137,21 +178,6 @@ class TrainSection:
             raise ConfigError(
                 f"vlrollout.dynamic_sampling_rounds must be >= 1 (the step's own rollout "
                 f"included), got {self.dynamic_sampling_rounds}"
-            )
-        if self.dynamic_sampling_scale and not self.dynamic_sampling:
-            raise ConfigError(
-                "vlrollout.dynamic_sampling_scale=true scales the steps of dynamic sampling: set "
-                "vlrollout.dynamic_sampling=true too, or leave it false"
-            )
-        if self.train_groups < 0:
-            raise ConfigError(
-                f"vlrollout.train_groups must be >= 0 (0: every group), got {self.train_groups}"
-            )
-        if self.train_groups and self.dynamic_sampling:
-            raise ConfigError(
-                f"vlrollout.train_groups={self.train_groups} and vlrollout.dynamic_sampling=true "
-                "both choose the groups a step trains on: set one of them (dynamic sampling: add "
-                "vlrollout.train_groups=0)"
             )
         if self.log_rollouts < 0:
             raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")
@@ -172,12 +198,17 @@ class TrainConfig(GRPOConfig):
 def check_rules(cfg: TrainConfig, world_size: int) -> None:
     """Refuse settings that cannot run together, before any process is started.
 
+    ``vlrollout train`` calls this before ``torchrun`` starts the training processes, so a bad
+    combination is one line and exit status 2 rather than one error per process; the trainer
+    calls it again, for a run started some other way. Each rule depends only on ``cfg`` and
+    ``world_size``; the error names the single override that makes the run possible.
+
     Args:
         cfg: The loaded config.
-        world_size: The number of training processes (``--nproc``).
+        world_size: The number of training processes (``--nproc``, or torchrun's).
 
     Raises:
-        ConfigError: one line naming the keys and the override that fixes them.
+        ConfigError: in one line naming the keys and the override that fixes them.
     """
     batch_size = cfg.train_dataset.batch_size
     if batch_size % world_size:
@@ -185,6 +216,45 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
             f"train_dataset.batch_size={batch_size} cannot be shared by {world_size} processes: "
             f"each rolls out an equal share of a step's items; use a multiple of {world_size}"
         )
+    offpolicy = cfg.rollout.max_head_offpolicyness
+    if cfg.vlrollout.dynamic_sampling and offpolicy > 0:
+        # AReaL's prepare_batch streams the batch and its should_accept_fn filters single
+        # episodes, not groups.
+        raise ConfigError(
+            f"vlrollout.dynamic_sampling=true needs on-policy rollouts, got "
+            f"rollout.max_head_offpolicyness={offpolicy}: add vlrollout.dynamic_sampling=false "
+            "to roll out asynchronously"
+        )
+    if cfg.vlrollout.dynamic_sampling and world_size > 1:
+        # Each top-up round is a collective rollout, so every rank would need equal rounds.
+        raise ConfigError(
+            f"vlrollout.dynamic_sampling=true runs in one process, got {world_size} "
+            f"(--nproc {world_size}): add vlrollout.dynamic_sampling=false to train with "
+            "several processes"
+        )
+    if offpolicy > 0 and cfg.rollout.consumer_batch_size != batch_size:
+        # AReaL's staleness manager counts weight versions in batches of consumer_batch_size.
+        raise ConfigError(
+            f"rollout.max_head_offpolicyness={offpolicy} needs rollout.consumer_batch_size "
+            f"equal to train_dataset.batch_size ({batch_size}), got "
+            f"{cfg.rollout.consumer_batch_size}: set rollout.consumer_batch_size={batch_size}"
+        )
+
+
+def rule_warnings(cfg: TrainConfig) -> list[str]:
+    """Lines to log once at the start of a run for settings that run but do less than they say.
+
+    ``vlrollout.dynamic_sampling_scale`` scales the steps of dynamic sampling; it is not refused
+    without ``vlrollout.dynamic_sampling``, so a recipe that sets both (the counting recipe) is
+    made asynchronous or multi-process by the one override ``vlrollout.dynamic_sampling=false``.
+    """
+    vl = cfg.vlrollout
+    if vl.dynamic_sampling_scale and not vl.dynamic_sampling:
+        return [
+            "vlrollout.dynamic_sampling_scale=true has no effect with "
+            "vlrollout.dynamic_sampling=false: every step trains its whole batch"
+        ]
+    return []
 
 
 def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:

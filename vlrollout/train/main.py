@@ -10,6 +10,9 @@ import sys
 from collections.abc import Sequence
 
 from vlrollout.argtypes import whole_number
+from vlrollout.logs import get_logger
+
+logger = get_logger(__name__)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -38,16 +41,18 @@ def main(argv: Sequence[str]) -> int:
     from pathlib import Path
 
     from vlrollout.jsonl import read_jsonl
-    from vlrollout.train.config import load_config
-    from vlrollout.train.loop import check_world, train
-    from vlrollout.train.ranks import Ranks
+    from vlrollout.train.config import check_rules, load_config, rule_warnings
+    from vlrollout.train.loop import train
     from vlrollout.train.report import control_summary
 
     cfg = load_config(args.config, overrides)
+    # Settings errors once, here, rather than once per process under torchrun.
+    check_rules(cfg, launched if "WORLD_SIZE" in os.environ else args.nproc)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        # Settings errors once, here, rather than once per process under torchrun.
-        check_world(cfg.train_dataset.batch_size, Ranks(0, args.nproc))
         return launch(args.nproc, ["--config", args.config, *overrides])
+    if int(os.environ.get("RANK", "0")) == 0:
+        for line in rule_warnings(cfg):
+            logger.warning("%s", line)
     last = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0  # rank 0 reports
