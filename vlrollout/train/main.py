@@ -10,9 +10,6 @@ import sys
 from collections.abc import Sequence
 
 from vlrollout.argtypes import whole_number
-from vlrollout.logs import get_logger
-
-logger = get_logger(__name__)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -41,7 +38,7 @@ def main(argv: Sequence[str]) -> int:
     from pathlib import Path
 
     from vlrollout.jsonl import read_jsonl
-    from vlrollout.train.config import check_rules, load_config, rule_warnings
+    from vlrollout.train.config import check_rules, load_config
     from vlrollout.train.loop import train
     from vlrollout.train.report import control_summary
 
@@ -50,9 +47,6 @@ def main(argv: Sequence[str]) -> int:
     check_rules(cfg, launched if "WORLD_SIZE" in os.environ else args.nproc)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch(args.nproc, ["--config", args.config, *overrides])
-    if int(os.environ.get("RANK", "0")) == 0:
-        for line in rule_warnings(cfg):
-            logger.warning("%s", line)
     last = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0  # rank 0 reports
