@@ -26,7 +26,7 @@ def items():
 @pytest.fixture(scope="module")
 def workflow(items):
     from vlrollout.workflows import VisionRLVRWorkflow
-    from vlrollout.workflows.episode import load_processor
+    from vlrollout.workflows.preparation import load_processor
 
     processor = load_processor(TINY)
     greedy = GenerationHyperparameters(n_samples=1, greedy=True, max_new_tokens=20)

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from vlrollout.logs import get_logger
 from vlrollout.serve.errors import BadRequest
-from vlrollout.serve.main import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
+from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
 from vlrollout.serve.state import STATE, ServerState
 
 logger = get_logger(__name__)

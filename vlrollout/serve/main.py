@@ -8,9 +8,7 @@ import logging
 from pathlib import Path
 
 from vlrollout.errors import UsageError
-
-PROTOCOLS = ("sglang", "vllm")
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,6 @@ for every episode shape.
 from __future__ import annotations
 
 import contextvars
-import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,39 +26,13 @@ from vlrollout.processors.cache import PreparedPromptCache, item_key
 from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.rewards.caller import RewardCaller
+from vlrollout.workflows.preparation import build_preprocessor, load_tokenizer
 from vlrollout.workflows.shared import config_key, shared_state
 
 # Cache keys the current episode holds; released when the episode ends (see EpisodeWorkflow).
 _HELD: contextvars.ContextVar[list[tuple[PreparedPromptCache, str]] | None] = (
     contextvars.ContextVar("vlrollout_held_prompts", default=None)
 )
-
-
-def load_tokenizer(tokenizer: Any) -> Any:
-    """A tokenizer object, or one loaded from a local path (AReaL configs pass paths)."""
-    if isinstance(tokenizer, str):
-        from areal.utils.hf_utils import load_hf_tokenizer
-
-        return load_hf_tokenizer(tokenizer)
-    return tokenizer
-
-
-def load_processor(processor: Any) -> Any:
-    """A processor object, or one loaded from a local path with ``AutoProcessor``.
-
-    Paths are loaded once per process: AReaL builds a workflow from its import path and kwargs for
-    every submitted item, which would otherwise re-read the processor from disk each time.
-    """
-    if isinstance(processor, str):
-        return _load_processor_from_path(processor)
-    return processor
-
-
-@functools.lru_cache(maxsize=8)
-def _load_processor_from_path(path: str) -> Any:
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(path, local_files_only=True)
 
 
 @dataclass
@@ -240,8 +213,6 @@ class EpisodeWorkflow(RolloutWorkflow):
         max_prompt_tokens: int | None = None,
         share: str | None = None,
     ) -> None:
-        from vlrollout.workflows.preparation import build_preprocessor
-
         def build() -> EpisodeContext:
             tok = load_tokenizer(tokenizer)
             proc, prep = build_preprocessor(

@@ -1,16 +1,44 @@
-"""Choosing a workflow's preprocessor: the chat template for text, a multimodal one for images."""
+"""Choosing a workflow's preprocessor: the chat template for text, a multimodal one for images;
+and loading the tokenizer and processor it needs when a config names them by path."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from areal.utils.hf_utils import load_hf_tokenizer
+from transformers import AutoProcessor
+
+from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.base import Preprocessor
+from vlrollout.processors.contract import load_preprocessor
+
+
+def load_tokenizer(tokenizer: Any) -> Any:
+    """A tokenizer object, or one loaded from a local path (AReaL configs pass paths)."""
+    if isinstance(tokenizer, str):
+        return load_hf_tokenizer(tokenizer)
+    return tokenizer
+
+
+def load_processor(processor: Any) -> Any:
+    """A processor object, or one loaded from a local path with ``AutoProcessor``.
+
+    Paths are loaded once per process: AReaL builds a workflow from its import path and kwargs for
+    every submitted item, which would otherwise re-read the processor from disk each time.
+    """
+    if isinstance(processor, str):
+        return _load_processor_from_path(processor)
+    return processor
+
+
+@functools.lru_cache(maxsize=8)
+def _load_processor_from_path(path: str) -> Any:
+    return AutoProcessor.from_pretrained(path, local_files_only=True)
 
 
 def text_preprocessor(tokenizer: Any, enable_thinking: bool = False) -> Preprocessor:
     """The text workflows' preprocessor: the tokenizer's chat template, no images."""
-    from vlrollout.processors.auto import AutoProcessorPreprocessor
-
     return AutoProcessorPreprocessor(
         tokenizer, chat_template_kwargs={"enable_thinking": enable_thinking}
     )
@@ -41,8 +69,6 @@ def build_preprocessor(
             "min_pixels/max_pixels need a multimodal processor; this workflow has none"
         )
     if isinstance(preprocessor, str | dict):
-        from vlrollout.processors.contract import load_preprocessor
-
         preprocessor = load_preprocessor(
             preprocessor,
             processor=tokenizer,
@@ -67,9 +93,6 @@ def build_vision_preprocessor(
     them). Plug-ins are built and checked under the contract of
     :mod:`vlrollout.processors.contract`. (Workflows wrap the preprocessor in the prepare-once cache.)
     """
-    from vlrollout.processors.contract import load_preprocessor
-    from vlrollout.workflows.episode import load_processor
-
     processor = load_processor(processor)
     if preprocessor is not None and not isinstance(preprocessor, str | dict):
         if min_pixels is not None or max_pixels is not None:
