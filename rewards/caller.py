@@ -31,8 +31,9 @@ class RewardCaller:
     """Runs a synchronous reward function in the reward process pool; awaited by episodes.
 
     A timeout rejects the episode with reason ``reward_timeout``, and an exception rejects it
-    with ``reward_error`` — never an unexplained 0. A crashed worker process is recovered (the
-    pool is replaced and the call runs once more, :func:`~vlrollout.rewards.executor.run_in_pool`);
+    with ``reward_error`` — never an unexplained 0; a reward that raises is not called again. A
+    crashed worker process is recovered (the pool is replaced and the call sent once more, with a
+    warning, :func:`~vlrollout.rewards.executor.run_in_pool`);
     after a timeout the pool is replaced (:func:`~vlrollout.rewards.pools.replace_pool`), so a
     hung reward takes down only its own batch (below). The pool receives a :class:`RewardRecipe`,
     not the reward: each worker builds the reward once.

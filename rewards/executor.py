@@ -8,7 +8,8 @@ pools down on demand. Those are what keep one hung reward from timing out every 
 module owns the pools and the package does not use ``AsyncRewardWrapper`` at all. It keeps the
 wrapper's observable rules: the same worker count (:func:`default_max_workers`), the default
 multiprocessing start method, one pool shared per worker count, and a call that finds its pool
-broken (a worker died) tried once more on a fresh pool.
+broken (a worker died) sent once more to a fresh pool; unlike the wrapper, a reward that raises is
+not called again.
 
 Killing a pool's workers. ``shutdown`` cannot stop a function that never returns, and the
 executor does not publish its processes. Each executor is therefore built with a
@@ -21,7 +22,8 @@ inference server), and no private executor attribute.
 
 Replacing (:func:`replace_pool`) swaps in a fresh pool, then kills the old workers: the hung call
 dies, and calls that were queued or running beside it get ``BrokenProcessPool``, which
-:func:`run_in_pool` answers by running them once more on the new pool.
+:func:`run_in_pool` answers by sending them once more to the new pool (with a warning). A reward
+that raises is never called again: its exception is the call's outcome.
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vlrollout.logs import get_logger
+
 T = TypeVar("T")
+logger = get_logger(__name__)
 
 ACCELERATOR_PREFIXES = ("nvidia", "davinci")
 """Device nodes counted as accelerators: ``/dev/nvidia0``, ``/dev/davinci3``... (a prefix followed
@@ -225,17 +230,24 @@ def shutdown_reward_pools(keep: Iterable[RewardPool] = (), grace_s: float = 5.0)
 async def run_in_pool(fn: Callable[..., T], *args: Any, max_workers: int | None = None) -> T:
     """``fn(*args)`` in the current pool of ``max_workers`` workers, awaited without blocking.
 
-    Fails over once, as AReaL's wrapper does with ``max_retries=1``: a pool found broken (a worker
+    What ``fn`` raises is raised here, after one call: ``fn`` is user code (a reward that may keep
+    state), so it is never run again behind the caller's back. Only a pool found broken (a worker
     crashed, or :func:`replace_pool` killed it under a hung neighbour) is replaced and the call
-    runs again on the fresh pool; any other failure of the first attempt is tried once more too.
-    ``fn`` and ``args`` must be picklable.
+    sent once more to the fresh pool, with a warning that says so: the call may not have started
+    (it was queued beside the hung one), and if it had, its process is gone. ``fn`` and ``args``
+    must be picklable.
     """
     loop = asyncio.get_running_loop()
     pool = current_pool(max_workers)
     try:
         return await loop.run_in_executor(pool.executor, fn, *args)
-    except BrokenProcessPool:
+    except BrokenProcessPool as e:
         replace_pool(pool)
-    except Exception:  # noqa: BLE001 - tried once more below
-        pass
+        logger.warning(
+            "reward pool broken (%s: a worker died or was killed under a hung reward); "
+            "sending %s once more to a fresh pool",
+            e,
+            getattr(getattr(fn, "recipe", None), "name", None)  # a RewardBatch: its reward
+            or getattr(fn, "__qualname__", type(fn).__name__),
+        )
     return await loop.run_in_executor(current_pool(max_workers).executor, fn, *args)

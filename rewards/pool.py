@@ -149,9 +149,9 @@ class NotStarted:
 class RewardBatch:
     """Scores several reward calls in one pool task: ``[(args, kwargs), ...] -> [outcome]``.
 
-    A call that raises is tried once more (a transient failure gets a second chance, as AReaL's
-    wrapper gives one), then gives its exception in its place, so one failing reward does not fail
-    its neighbours. An exception that would not survive the trip back (pickling it, or unpickling it
+    A call that raises gives its exception in its place (with the worker's traceback as a note),
+    so one failing reward does not fail its neighbours; it is not called again, since a reward may
+    keep state and a second call would hide the first error. An exception that would not survive the trip back (pickling it, or unpickling it
     in the caller, fails) becomes a ``RuntimeError`` naming it: the executor would otherwise
     report the whole pool broken. Calls not started once ``budget_s`` has passed come back as
     :class:`NotStarted` (the first call always runs).
@@ -172,17 +172,13 @@ class RewardBatch:
             if results and time.perf_counter() - start > self.budget_s:
                 results.append(NotStarted())
                 continue
-            results.append(_call_with_one_retry(reward, args, kwargs))
+            results.append(_call_once(reward, args, kwargs))
         return results
 
 
-def _call_with_one_retry(reward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The value, or the second attempt's exception with the worker's traceback as a note (an
-    exception handed back is not raised, so it carries no remote traceback of its own)."""
-    try:
-        return reward(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - tried once more below
-        pass
+def _call_once(reward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The value, or the exception with the worker's traceback as a note (an exception handed
+    back is not raised, so it carries no remote traceback of its own)."""
     try:
         return reward(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 - handed back as this call's outcome

@@ -371,26 +371,39 @@ def test_a_lone_reward_raising_an_exception_that_cannot_cross_back_leaves_the_po
     assert current_pool(1) is pool
 
 
-def flaky_reward(prompt, completions, prompt_ids, completion_ids, **task_data):
-    """Fails the first time for each ``completions`` path (it leaves the file), then scores 1."""
+def counting_reward(prompt, completions, prompt_ids, completion_ids, **task_data):
+    """A stateful reward: each call adds a line to the file named by ``completions``, then the
+    first call for that file fails (the state a second call would see has changed)."""
     marker = pathlib.Path(completions)
-    if not marker.exists():
-        marker.write_text("tried")
-        raise RuntimeError("flaky first attempt")
+    calls = marker.read_text().count("call") if marker.exists() else 0
+    with marker.open("a") as f:
+        f.write("call\n")
+    if calls == 0:
+        raise RuntimeError(f"first call for {marker.name}")
     return 1.0
 
 
-def test_a_call_that_fails_once_in_a_batch_is_retried_once_as_alone(monkeypatch, tmp_path):
-    """A reward that raises is tried once more, in a batch as alone."""
-    caller = _caller(1, flaky_reward)
-    sent = _record_submissions(monkeypatch, caller)
+def test_a_reward_that_raises_is_called_once_and_its_error_is_the_rejection(tmp_path):
+    """Not tried again: a second call would run the user's code twice for one sample (a stateful
+    reward would count twice) and drop the first error."""
+    caller = _caller(1, counting_reward)
     paths = [str(tmp_path / f"m{k}") for k in range(3)]
-    assert _gather(caller, paths) == [1.0, 1.0, 1.0]
-    assert sent == [3]
-    always = _caller(1, length_or_raise)
-    results = _gather(always, ["boom", "ab"])
-    assert isinstance(results[0], EpisodeRejected) and results[0].reason == "reward_error"
-    assert results[1] == 2.0
+    results = _gather(caller, paths)
+    for result, path in zip(results, paths, strict=True):
+        assert isinstance(result, EpisodeRejected) and result.reason == "reward_error"
+        assert result.detail == f"RuntimeError: first call for {pathlib.Path(path).name}"
+        assert pathlib.Path(path).read_text() == "call\n"
+
+
+def test_run_in_pool_does_not_run_a_function_that_raised_again(tmp_path):
+    marker = tmp_path / "m"
+
+    async def main():
+        return await executor.run_in_pool(counting_reward, "p", str(marker), [], [], max_workers=1)
+
+    with pytest.raises(RuntimeError, match="first call for m"):
+        asyncio.run(main())
+    assert marker.read_text() == "call\n"
 
 
 class _Records(logging.Handler):
