@@ -6,8 +6,10 @@ STAMP := $(VENV)/.vlrollout-installed
 
 .PHONY: setup demo demo-baseline tiny-ground tiny-count train test test-fast lint bench readme-numbers lock snapshots
 
-# Creates the venv and installs exactly what CI tested (requirements.lock); reruns only when
-# pyproject.toml or the lock changes. The venv takes about 10 GiB (areal pins a torch whose Linux
+# Creates the venv and installs exactly what CI tested (requirements.lock), with the test extra and
+# the bench extra (TRL, the peer that tests/bench/test_bench_vs_trl.py and bench/bench_vs_trl.py
+# run beside ours: about 7 MiB, no other new package); reruns only when pyproject.toml or the lock
+# changes. The venv takes about 10 GiB (areal pins a torch whose Linux
 # wheels carry CUDA) and pip needs about 14 GiB while installing (bench/setup_footprint.sh), so
 # set-up warns first when there is less room, instead of pip failing half-way with "No space left
 # on device"; --no-cache-dir keeps pip from storing a second copy of the wheels.
@@ -20,7 +22,7 @@ $(STAMP): pyproject.toml requirements.lock
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --no-cache-dir --upgrade pip
-	$(BIN)/pip install --quiet --no-cache-dir -c requirements.lock -e '.[test]'
+	$(BIN)/pip install --quiet --no-cache-dir -c requirements.lock -e '.[test,bench]'
 	touch $(STAMP)
 
 # The main job: rollouts of the tiny model on the sample images -> runs/demo/
@@ -79,8 +81,9 @@ lint: setup
 bench: setup
 	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
-# The README's benchmark tables, rendered from the latest records in bench/results/ between its
-# <!-- bench:NAME --> markers (run after a benchmark; commit the records with the README).
+# The benchmark tables of README.md and docs/**/*.md, rendered from the latest records in
+# bench/results/ between their <!-- bench:NAME --> markers, with the charts of long per-step tables
+# in docs/results/charts/ (run after a benchmark; commit the records with the pages).
 readme-numbers: setup
 	$(BIN)/python scripts/render_readme_numbers.py
 
