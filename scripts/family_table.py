@@ -5,7 +5,7 @@ two-image item), the largest |rollout − teacher-forced| logprob over every gen
 (:func:`vlrollout.checks.logprob_consistency`, float32), and how many greedy completions equal
 ``model.generate``'s on the same prepared inputs. It also writes the table as a record,
 ``bench/results/families.json`` (``bench/record.py``), which ``make readme-numbers`` renders into
-the README. Usage::
+``docs/families.md`` (and its headline into the README). Usage::
 
     .venv/bin/python scripts/family_table.py [--seeds 2] [--record-dir DIR]
 """

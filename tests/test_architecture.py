@@ -167,7 +167,7 @@ def test_top_level_folders_have_one_import_identity(folder):
 
 
 def test_layout():
-    """Where each concern lives (README "Architecture")."""
+    """Where each concern lives (docs/architecture.md)."""
     expected = [
         "vlrollout/engine/factory.py",  # the engine and its factory together
         "vlrollout/testing/scripted_engine.py",  # test doubles under a name that says so

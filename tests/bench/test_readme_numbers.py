@@ -1,4 +1,5 @@
-"""The README's benchmark tables are rendered from the committed benchmark records, by a script.
+"""The benchmark tables of the README and the docs are rendered from the committed benchmark
+records, by a script.
 
 No benchmark runs here: the tests read the JSON records in ``bench/results`` as committed.
 """
@@ -12,25 +13,33 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
 RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from record import Record, Run, Table, command_line  # noqa: E402
 from render_readme_numbers import (  # noqa: E402
+    LONG_TABLE_ROWS,
     REGION,
     MissingRecordError,
+    charts,
     load_records,
+    pages,
     region_names,
     render,
 )
 
 
-def test_every_readme_region_has_a_committed_record_from_a_command_in_the_repo():
-    names = region_names(README.read_text(encoding="utf-8"))
+def _regions() -> list[tuple[Path, str]]:
+    """Every region of every page, as (page, tag)."""
+    return [(p, m["tag"]) for p in pages() for m in REGION.finditer(p.read_text(encoding="utf-8"))]
+
+
+def test_every_region_has_a_committed_record_from_a_command_in_the_repo():
+    tags = [tag for _, tag in _regions()]
+    names = [tag.split(":")[0] for tag in tags]
     records = load_records(RESULTS)
-    assert names and len(set(names)) == len(names)
+    assert tags and len(set(tags)) == len(tags), "a record is shown in full once, its headline once"
     assert sorted(set(names) - set(records)) == []
     for name in names:
         rec = records[name]
@@ -39,20 +48,21 @@ def test_every_readme_region_has_a_committed_record_from_a_command_in_the_repo()
         assert (REPO / script).is_file(), rec.command
 
 
-def test_rendering_twice_changes_nothing_and_the_readme_is_what_the_records_render():
-    text = README.read_text(encoding="utf-8")
+def test_rendering_twice_changes_nothing_and_every_page_is_what_the_records_render():
     records = load_records(RESULTS)
-    once = render(text, records)
-    assert render(once, records) == once
-    assert once == text, "README.md differs from its records: run make readme-numbers"
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        once = render(text, records, page)
+        assert render(once, records, page) == once
+        assert once == text, f"{page} differs from its records: run make readme-numbers"
+        for chart, svg in charts(text, records).items():
+            assert chart.read_text(encoding="utf-8") == svg, f"{chart}: run make readme-numbers"
 
 
-def test_every_table_under_performance_lies_in_a_rendered_region():
-    text = README.read_text(encoding="utf-8")
-    start = text.index("## Performance\n")
-    end = text.index("\n## ", start + 1)
-    outside = REGION.sub("", text[start:end])
-    assert [line for line in outside.splitlines() if line.startswith("|")] == []
+def test_every_table_in_the_results_pages_lies_in_a_rendered_region():
+    for page in sorted((REPO / "docs" / "results").glob("*.md")):
+        outside = REGION.sub("", page.read_text(encoding="utf-8"))
+        assert [line for line in outside.splitlines() if line.startswith("|")] == [], page
 
 
 def _record(name: str = "demo", headline: str = "headline: 2.0x") -> Record:
@@ -96,3 +106,29 @@ def test_rendered_tables_are_markdown_tables_with_one_header_rule():
     rule = lines.index("|---|---|")
     assert lines[rule - 1] == "| case | ratio |" and lines[rule - 2] == ""
     assert re.search(r"^best of 3:$", out, re.M)
+
+
+def test_a_headline_region_holds_the_last_line_and_a_link_to_the_record():
+    text = "<!-- bench:demo:headline -->\n<!-- /bench:demo:headline -->\n"
+    out = render(text, {"demo": _record(headline="headline: 2.0x")}, REPO / "docs" / "x.md")
+    assert "2.0x ([record](../bench/results/demo.json))" in out
+    assert "headline:" not in out and "Printed by" not in out and "| a" not in out
+    assert region_names(out) == ["demo"]
+
+
+def test_a_long_per_step_table_is_drawn_and_linked_not_printed():
+    rows = [[str(i), f"{i / 10:.2f}", f"{i / 20:.2f}"] for i in range(1, LONG_TABLE_ROWS + 2)]
+    long = Table(["step", "ours reward", "TRL reward"], rows, title="per step")
+    run = Run("demo", [], script=str(REPO / "bench" / "b.py"))
+    rec = run.record([long], "headline: 1.0", {"split": "test", "eval_seed": 7001})
+    text = "<!-- bench:demo -->\n<!-- /bench:demo -->\n"
+    out = render(text, {"demo": rec}, REPO / "docs" / "results" / "x.md")
+    assert "| 1 | 0.10 |" not in out
+    assert "![per step](charts/demo-1.svg)" in out
+    assert "[the record](../../bench/results/demo.json)" in out
+    assert "Evaluated on the test split (eval_seed 7001)." in out
+    ((path, svg),) = charts(text, {"demo": rec}).items()
+    assert path.name == "demo-1.svg" and svg.count("<polyline") == 2
+    short = run.record([Table(long.columns, rows[:LONG_TABLE_ROWS])], "headline: 1.0", {})
+    out = render(text, {"demo": short})
+    assert "| 1 | 0.10 |" in out and "split" not in out and charts(text, {"demo": short}) == {}
