@@ -35,7 +35,10 @@ workers must be able to read it, which a process pool on one machine always can.
 
 _BUILT: OrderedDict[str, Any] = OrderedDict()  # per process: content hash -> built reward
 _BUILT_MAX = 8
-_RECIPES: dict[int, tuple[Any, RewardRecipe]] = {}  # in the caller: id(reward) -> recipe
+# In the caller: id(reward) -> (reward, recipe), the most recently used last. The entry holds the
+# reward, so its id cannot be reused while it is here; the bound lets go of rewards nobody calls.
+_RECIPES: OrderedDict[int, tuple[Any, RewardRecipe]] = OrderedDict()
+_RECIPES_MAX = 16
 _LOCK = threading.Lock()
 
 
@@ -72,7 +75,9 @@ class RewardRecipe:
         """Pickle ``reward`` once into a content-addressed file and return its recipe.
 
         The same reward object gives the same recipe without pickling again (workflows build a
-        ``RewardCaller`` per instance, and AReaL builds a workflow instance per data item).
+        ``RewardCaller`` per instance, and AReaL builds a workflow instance per data item), while
+        it is among the last ``_RECIPES_MAX`` rewards seen; older ones are let go (a later call
+        pickles again and finds its file already written).
 
         Raises:
             ValueError: ``reward`` cannot be pickled (a lambda, a closure), naming the fix.
@@ -80,6 +85,7 @@ class RewardRecipe:
         with _LOCK:
             cached = _RECIPES.get(id(reward))
             if cached is not None and cached[0] is reward:
+                _RECIPES.move_to_end(id(reward))
                 return cached[1]
         try:
             data = pickle.dumps(reward, protocol=pickle.HIGHEST_PROTOCOL)
@@ -100,6 +106,9 @@ class RewardRecipe:
         recipe = cls(_qualified_name(reward), str(path), digest)
         with _LOCK:
             _RECIPES[id(reward)] = (reward, recipe)
+            _RECIPES.move_to_end(id(reward))
+            while len(_RECIPES) > _RECIPES_MAX:
+                _RECIPES.popitem(last=False)
         return recipe
 
     def build(self) -> Any:
