@@ -5,16 +5,16 @@ imports it at module level, and :func:`run_trl` is the only function that needs 
 
 What the peer shares with ``vlrollout train``, taken from the recipe's loaded config:
 
-- the model (``actor.path``), training items and held-out items (:func:`~vlrollout.train.loop.
+- the model (``actor.path``), training items and held-out items (:func:`~vlrollout.train.data.
   load_data`), and the items of each step (:func:`trl_settings.step_order`: the loop's own
-  :func:`~vlrollout.train.loop.batch_items` fed to TRL through its train sampler);
+  :func:`~vlrollout.train.data.batch_items` fed to TRL through its train sampler);
 - the reward object (:func:`~vlrollout.train.rewards.build_rewards`), called by
   :class:`RewardAdapter` with the prompt text, geometry and decoded completion our workflow gives
   it, through the same :class:`~vlrollout.rewards.caller.RewardCaller`;
 - the hyper-parameters TRL has a key for (:func:`trl_settings.peer_settings`, which also lists
   what it cannot set);
 - the evaluator: at every evaluation step the peer's weights are saved and evaluated by
-  :func:`~vlrollout.train.loop.evaluate` on the engine and greedy workflow the loop builds
+  :func:`~vlrollout.train.evaluation.evaluate` on the engine and greedy workflow the loop builds
   (:class:`HeldOutEval`), its time left out of the peer's seconds per step.
 """
 
@@ -232,10 +232,12 @@ def run_trl(cfg: Any, steps: int, folder: Path) -> PeerRun:
     )
     from trl import GRPOConfig, GRPOTrainer
 
-    from vlrollout.train.loop import build_rollout_engine, evaluate, load_data
+    from vlrollout.train.data import load_data
+    from vlrollout.train.evaluation import evaluate
     from vlrollout.train.rewards import build_rewards
+    from vlrollout.train.rollout_engine import build_rollout_engine
     from vlrollout.workflows import VisionRLVRWorkflow
-    from vlrollout.workflows.episode import load_processor
+    from vlrollout.workflows.preparation import load_processor
 
     torch.manual_seed(cfg.seed)
     vl = cfg.vlrollout

@@ -231,7 +231,7 @@ def step_order(n_items: int, steps: int, batch_size: int, seed: int, group: int)
     >>> step_order(4, 2, 2, seed=1, group=2)[:4] == step_order(4, 1, 2, seed=1, group=2)
     True
     """
-    from vlrollout.train.loop import batch_items
+    from vlrollout.train.data import batch_items
 
     indices = list(range(n_items))
     return [

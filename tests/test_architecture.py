@@ -141,6 +141,79 @@ def test_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _module_imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``module`` imports, at any depth of the file.
+
+    ``from package import name`` counts as an import of ``package.name`` when that is a module,
+    otherwise of ``package`` (its ``__init__``).
+    """
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                while name and name not in known:
+                    name = name.rpartition(".")[0]
+                found.add(name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                target = ".".join(base[: len(base) - node.level + 1] + [node.module or ""])
+                target = target.rstrip(".")
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}"
+                found.add(submodule if submodule in known else target)
+    return (found & known) - {module}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    paths = dict(_modules())
+    known = set(paths)
+    return {module: _module_imports(module, path, known) for module, path in paths.items()}
+
+
+def _cycle_path(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One import path around ``component`` (a strongly connected set), first module repeated
+    at the end: ``[a, b, a]``."""
+    members, start = set(component), component[0]
+    paths = {start: [start]}
+    todo = [start]
+    while todo:  # breadth first: the shortest way back to ``start``
+        v = todo.pop(0)
+        for w in sorted(graph.get(v, set()) & members):
+            if w == start:
+                return paths[v] + [start]
+            if w not in paths:
+                paths[w] = paths[v] + [w]
+                todo.append(w)
+    raise ValueError(f"{component} is not a cycle of the graph")
+
+
+def test_no_module_cycles():
+    """No import circle between two modules, through imports inside functions too: a lazy import
+    that closes a circle only hides it until the import order changes."""
+    graph = _module_graph()
+    circles = [" -> ".join(_cycle_path(graph, c)) for c in _cycles(graph)]
+    assert not circles, "import circles: " + "; ".join(circles)
+
+
+def test_module_graph_sees_imports_inside_functions(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from pkg import b\n")
+    b.write_text("def f():\n    from pkg.a import g\n")
+    known = {"pkg", "pkg.a", "pkg.b"}
+    graph = {
+        "pkg.a": _module_imports("pkg.a", a, known),
+        "pkg.b": _module_imports("pkg.b", b, known),
+    }
+    assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}}
+    assert _cycle_path(graph, _cycles(graph)[0]) == ["pkg.a", "pkg.b", "pkg.a"]
+
+
 @pytest.mark.parametrize("component", sorted(COMPONENTS))
 def test_components_import_no_recipe_and_no_test_double(component):
     graph = _graph()

@@ -46,8 +46,8 @@ def main(model: str, out: str, flags: set[str]) -> None:
     from vlrollout.train import checkpoint
     from vlrollout.train.actor import build_actor
     from vlrollout.train.batch import compute_advantages
-    from vlrollout.train.loop import pick
     from vlrollout.train.lora import lora_scalings, merge_lora
+    from vlrollout.train.stats import pick
 
     out_dir = Path(out)
     name_resolve.reconfigure(

@@ -65,12 +65,11 @@ def main(sleep_s: float, argv: list[str]) -> int:
     from transformers import AutoModelForImageTextToText
 
     from vlrollout import cli
-    from vlrollout.train import actor as actor_module
-    from vlrollout.train import loop
+    from vlrollout.train import session
 
     out = Path(next(a.split("=", 1)[1] for a in argv if a.startswith("vlrollout.output=")))
     start_path: list[str] = []
-    build_engine, build_actor = loop.build_rollout_engine, actor_module.build_actor
+    build_engine, build_actor = session.build_rollout_engine, session.build_actor
 
     def slow_engine(cfg, model_path, dtype, *rest):
         engine, processor = build_engine(cfg, model_path, dtype, *rest)
@@ -118,7 +117,7 @@ def main(sleep_s: float, argv: list[str]) -> int:
         actor.rollout_batch = examined(actor.rollout_batch, actor)
         return actor
 
-    loop.build_rollout_engine, actor_module.build_actor = slow_engine, watched_actor
+    session.build_rollout_engine, session.build_actor = slow_engine, watched_actor
     return cli.main(["train", *argv])
 
 

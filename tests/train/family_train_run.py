@@ -38,10 +38,10 @@ def engine_vs_checkpoint(engine, path: Path) -> dict:
 
 def main(argv: list[str]) -> int:
     from vlrollout import cli
-    from vlrollout.train import checkpoint, loop
+    from vlrollout.train import checkpoint, session
 
     engines = []
-    build, save = loop.build_rollout_engine, checkpoint.save
+    build, save = session.build_rollout_engine, checkpoint.save
 
     def watched_build(*args, **kwargs):
         engine, processor = build(*args, **kwargs)
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
             f.write(json.dumps(record) + "\n")
         return ckpt
 
-    loop.build_rollout_engine, checkpoint.save = watched_build, watched_save
+    session.build_rollout_engine, checkpoint.save = watched_build, watched_save
     return cli.main(["train", *argv])
 
 

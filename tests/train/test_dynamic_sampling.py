@@ -6,21 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vlrollout.errors import ConfigError
 from vlrollout.ledger import EpisodeLedger, NothingAccepted
-from vlrollout.train.config import TrainSection
 from vlrollout.train.dynamic_sampling import (
-    combine_metrics,
-    configure,
-    groups_to_keep,
+    admit_top_up_rounds,
     merge_outcomes,
     reward_spread,
     rollout_step_with_spread,
     rollout_with_spread,
     scale_short_batch,
     top_up_items,
-    train_widest,
-    widest_spread,
 )
 
 
@@ -212,16 +206,15 @@ def test_rollout_step_with_spread_stops_when_a_round_accepts_nothing():
         )
 
 
-def test_configure_refuses_asynchronous_and_several_processes_and_admits_every_round():
+def test_every_top_up_round_is_admitted_by_the_engine():
     from types import SimpleNamespace
 
     rollout = SimpleNamespace(consumer_batch_size=16)
-    configure(rollout, 0, 1, batch_size=16, max_rounds=3)
+    admit_top_up_rounds(rollout, batch_size=16, max_rounds=3)
     assert rollout.consumer_batch_size == 48
-    with pytest.raises(ConfigError, match="max_head_offpolicyness=1"):
-        configure(SimpleNamespace(consumer_batch_size=16), 1, 1, 16, 3)
-    with pytest.raises(ConfigError, match="one process, got 2"):
-        configure(SimpleNamespace(consumer_batch_size=16), 0, 2, 16, 3)
+    larger = SimpleNamespace(consumer_batch_size=64)
+    admit_top_up_rounds(larger, batch_size=16, max_rounds=3)
+    assert larger.consumer_batch_size == 64  # never lowered
 
 
 def test_the_sampled_reward_of_every_episode_is_kept_beside_the_filtered_batch():
@@ -305,82 +298,3 @@ def test_areals_ppo_loss_scales_with_the_advantages():
         return out
 
     assert torch.allclose(loss(0.25 * adv), 0.25 * loss(adv), rtol=1e-5, atol=1e-7)
-
-
-def _groups(*rewards):
-    return [
-        {"rewards": torch.tensor(r, dtype=torch.float32), "input_ids": torch.tensor([[i]])}
-        for i, r in enumerate(rewards)
-    ]
-
-
-def test_widest_spread_keeps_the_groups_whose_rewards_differ_most():
-    groups = _groups([0.1, 0.2, 0.15], [0.0, 0.9, 0.5], [0.4, 0.4, 0.4], [0.2, 0.7, 0.2])
-    out = widest_spread(groups, 2)
-    assert [g["rewards"].tolist() for g in out.groups] == [
-        pytest.approx([0.0, 0.9, 0.5]),
-        pytest.approx([0.2, 0.7, 0.2]),
-    ]
-    # left out: one group with spread (surplus), one all-equal (dropped)
-    assert (out.kept, out.surplus, out.dropped, out.rounds, out.items) == (2, 1, 1, 1, 4)
-    # the sampled reward is every episode's, not only the kept groups'
-    everything = torch.cat([g["rewards"] for g in groups])
-    assert out.reward_mean_all == pytest.approx(float(everything.mean()))
-    assert out.metrics()["dynamic/reward_mean_all"] == pytest.approx(float(everything.mean()))
-
-
-def test_widest_spread_does_not_depend_on_the_order_the_rollout_returns_groups():
-    groups = _groups([0.0, 0.5], [0.0, 0.5], [0.0, 0.5], [0.1, 0.1])  # a three-way tie
-    kept = [g["input_ids"].item() for g in widest_spread(groups, 2).groups]
-    again = [g["input_ids"].item() for g in widest_spread(groups[::-1], 2).groups]
-    assert sorted(kept) == sorted(again) == [0, 1]
-    assert kept == [0, 1] and again == [1, 0]  # in the order given
-
-
-def test_widest_spread_keeping_all_changes_nothing_and_refuses_zero():
-    groups = _groups([0.3, 0.3], [0.0, 1.0])
-    out = widest_spread(groups, 5)
-    assert out.groups == groups and (out.kept, out.dropped, out.surplus) == (1, 0, 0)
-    with pytest.raises(ValueError, match="keep must be >= 1"):
-        widest_spread(groups, 0)
-
-
-def test_each_process_keeps_the_configured_share_of_the_groups_it_holds():
-    assert groups_to_keep(12, 16, 16) == 12  # one process, the whole step
-    assert [groups_to_keep(12, 8, 16)] * 2 == [6, 6]  # two processes: 12 in all
-    assert groups_to_keep(12, 4, 4) == 4 and groups_to_keep(20, 16, 16) == 16  # at most all
-    assert groups_to_keep(12, 15, 16) == 11  # a rejected item: the share of what is left
-    assert groups_to_keep(1, 3, 16) == 1  # at least one
-    with pytest.raises(ValueError):
-        groups_to_keep(0, 4, 16)
-
-
-def test_the_processes_selections_count_as_one_step():
-    one = widest_spread(_groups([0.0, 1.0], [0.2, 0.2], [0.1, 0.3]), 1)
-    two = widest_spread(_groups([0.5, 0.5], [0.0, 0.4]), 1)
-    out = combine_metrics([(one.metrics(), 6), (two.metrics(), 4)])
-    assert (out["dynamic/kept"], out["dynamic/dropped"], out["dynamic/surplus"]) == (2, 2, 1)
-    assert out["dynamic/items"] == 5 and out["dynamic/rounds"] == 1
-    assert out["dynamic/dropped_frac"] == pytest.approx(2 / 5)
-    assert out["dynamic/reward_mean_all"] == pytest.approx((1.0 + 0.4 + 0.4 + 1.0 + 0.4) / 10)
-    assert combine_metrics([]) == {}
-
-
-def test_train_groups_is_checked_and_excludes_dynamic_sampling():
-    with pytest.raises(ConfigError, match="train_groups must be >= 0"):
-        TrainSection(train_groups=-1)
-    with pytest.raises(ConfigError, match="both choose the groups"):
-        TrainSection(train_groups=4, dynamic_sampling=True)
-
-
-def test_train_widest_keeps_a_share_and_counts_every_process():
-    other = widest_spread(_groups([0.0, 1.0], [0.5, 0.5]), 1)  # another process's selection
-    gather = lambda parts: [*parts, (other.metrics(), 4)]  # noqa: E731
-    groups = _groups([0.1, 0.1], [0.0, 0.3], [0.2, 0.9], [0.4, 0.4])
-    kept, metrics = train_widest(groups, 8, 16, gather)
-    assert [g["input_ids"].item() for g in kept] == [1, 2]  # half of four, the widest two
-    assert metrics["dynamic/items"] == 6 and metrics["dynamic/dropped"] == 3
-    everything = [0.1, 0.1, 0.0, 0.3, 0.2, 0.9, 0.4, 0.4, 0.0, 1.0, 0.5, 0.5]
-    assert metrics["dynamic/reward_mean_all"] == pytest.approx(sum(everything) / 12)
-    kept, metrics = train_widest([], 8, 16, gather)  # a process that holds nothing
-    assert kept == [] and metrics["dynamic/items"] == 2

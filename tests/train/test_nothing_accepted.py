@@ -14,7 +14,7 @@ from vlrollout.jsonl import append_jsonl
 from vlrollout.ledger import NothingAccepted
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.train.batch import rollout_step
-from vlrollout.train.loop import eval_line, evaluate
+from vlrollout.train.evaluation import eval_line, evaluate
 from vlrollout.train.report import write_report
 from vlrollout.workflows import RLVRWorkflow
 

@@ -8,8 +8,9 @@ import torch
 from vlrollout.jsonl import append_jsonl
 from vlrollout.train.batch import compute_advantages
 from vlrollout.train.config import TrainSection
-from vlrollout.train.loop import batch_items, pick, rollout_stats
+from vlrollout.train.data import batch_items
 from vlrollout.train.report import write_report
+from vlrollout.train.stats import pick, rollout_stats
 
 
 def _group(rewards, tokens):

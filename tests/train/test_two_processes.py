@@ -105,16 +105,6 @@ def test_resuming_with_another_number_of_processes_is_refused(runs):
     assert len(_rows(two / "metrics.jsonl")) == STEPS  # nothing trained or rewritten
 
 
-def test_a_batch_the_processes_cannot_share_is_refused():
-    from vlrollout.errors import ConfigError
-    from vlrollout.train.loop import check_world
-    from vlrollout.train.ranks import Ranks
-
-    check_world(4, Ranks(0, 2))
-    with pytest.raises(ConfigError, match="batch_size=5 cannot be shared by 2 processes"):
-        check_world(5, Ranks(1, 2))
-
-
 def test_each_rank_gets_its_own_share_and_together_all():
     from vlrollout.train.ranks import Ranks
 
@@ -168,19 +158,3 @@ def test_a_rejected_item_on_one_rank_does_not_end_a_two_process_run(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     assert [r["rejected"] for r in rows] == [2, 2]  # the bad item's two episodes, counted
     assert [r["n_trajectories"] for r in rows] == [3 * 2, 3 * 2]
-
-
-@pytest.mark.slow
-def test_two_processes_each_train_their_share_of_the_widest_groups(tmp_path):
-    """``vlrollout.train_groups=2`` of 4 items on two processes: each rank keeps the widest one of
-    the two groups it holds, so the step trains two groups, and the step's counts add both ranks'
-    selections (every item rolled out, two groups left out)."""
-    args = [a for a in ARGS if not a.startswith("vlrollout.eval_every")]
-    out = tmp_path / "run"
-    run_train(out, "--nproc", "2", *args, "vlrollout.eval_every=0", "vlrollout.train_groups=2")
-    rows = _rows(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
-    for r in rows:
-        assert r["n_trajectories"] == 2 * 2  # two groups of two samples
-        assert r["dynamic/items"] == 4 and r["dynamic/rounds"] == 1
-        assert r["dynamic/surplus"] + r["dynamic/dropped"] == 2

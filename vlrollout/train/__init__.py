@@ -10,7 +10,13 @@ A recipe (it wires components; no component imports it):
 - :mod:`~vlrollout.train.actor`: builds AReaL's actor (world size 1, or a torchrun rank).
 - :mod:`~vlrollout.train.batch`: per-trajectory images after ``compute_advantages``.
 - :mod:`~vlrollout.train.config`, :mod:`~vlrollout.train.rewards`: config and rewards.
-- :mod:`~vlrollout.train.loop`: the GRPO steps; :mod:`~vlrollout.train.checkpoint`: resumable
-  checkpoints; :mod:`~vlrollout.train.report`: metrics JSONL and the HTML report;
-  :mod:`~vlrollout.train.main`: the command line.
+- :mod:`~vlrollout.train.data`: training and held-out items, and the items of each step.
+- :mod:`~vlrollout.train.rollout_engine`: the engine rollouts run on, and weight updates to it.
+- :mod:`~vlrollout.train.session`: a run set up (actor, engine, workflows, resume point);
+  :mod:`~vlrollout.train.step`: one GRPO step; :mod:`~vlrollout.train.loop`: the steps with
+  evaluations and checkpoints between them.
+- :mod:`~vlrollout.train.evaluation`: held-out evaluation; :mod:`~vlrollout.train.stats`: the
+  numbers of each step; :mod:`~vlrollout.train.checkpoint`: resumable checkpoints;
+  :mod:`~vlrollout.train.report`: the HTML report; :mod:`~vlrollout.train.main`: the command
+  line.
 """

@@ -16,18 +16,18 @@ Weight updates are the on-policy loop's: ``engine.pause()`` (AReaL's executor st
 episode) → ``actor.update_weights`` → ``set_version`` → ``engine.resume()``. Episodes in flight
 carry on with the new weights; each token keeps the version of the weights that sampled it.
 
-The pieces here, each used by :func:`vlrollout.train.loop.train`:
+The pieces here, used by :mod:`vlrollout.train.session` (start) and :mod:`vlrollout.train.step`:
 
 - :class:`StepOrderedItems` and :func:`build_loader`: a torchdata ``StatefulDataLoader`` (what
   AReaL's ``prepare_batch`` pulls from) over the training items in the order
-  :func:`~vlrollout.train.loop.batch_items` gives them, step after step. Its state is saved with
+  :func:`~vlrollout.train.data.batch_items` gives them, step after step. Its state is saved with
   each checkpoint (:meth:`AsyncRollouts.state`), so a resumed run pulls the next item the killed
   one had not pulled yet; episodes in flight when it stopped are not run again.
 - :class:`GuardedLoader`: stops the run with :class:`~vlrollout.ledger.NothingAccepted` when a
   step has seen a whole step's worth of rejected episodes and no accepted one. AReaL's
   ``prepare_batch`` would otherwise keep submitting for ever: it returns only once
   ``batch_size`` groups were accepted, and a rejected group only frees room for another.
-- :func:`check_config`: what k > 0 needs of the rest of the config.
+- :func:`config_warnings`: what the run is told about the rest of the config under k > 0.
 """
 
 from __future__ import annotations
@@ -42,49 +42,34 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from vlrollout.ledger import NothingAccepted
+from vlrollout.train.data import batch_items
 
 ENDLESS = sys.maxsize
 """Positions of :class:`StepOrderedItems`: epochs follow one another, so there is no last one."""
 
 
 # ----------------------------------------------------------------------------- configuration
-def check_config(cfg: Any) -> list[str]:
-    """Warnings for a ``TrainConfig`` with ``rollout.max_head_offpolicyness > 0``.
+def config_warnings(cfg: Any) -> list[str]:
+    """Lines to log for a ``TrainConfig`` with ``rollout.max_head_offpolicyness > 0``.
 
-    Returns:
-        Lines to log. Without ``actor.use_decoupled_loss`` AReaL trains anyway (the PPO ratio is
-        taken against the logprobs of the policy that sampled each token, up to k versions old,
-        or against a recomputed one with ``recompute_logprob``); its asynchronous recipe uses the
-        decoupled loss, so the run is told.
-
-    Raises:
-        ConfigError: ``rollout.consumer_batch_size`` differs from ``train_dataset.batch_size``.
-            AReaL's staleness manager counts versions in batches of ``consumer_batch_size`` while
-            a step takes ``batch_size`` groups, so the bound on k would not be the one asked for.
+    Without ``actor.use_decoupled_loss`` AReaL trains anyway (the PPO ratio is taken against the
+    logprobs of the policy that sampled each token, up to k versions old, or against a recomputed
+    one with ``recompute_logprob``); its asynchronous recipe uses the decoupled loss, so the run
+    is told. (What k > 0 cannot run with, :func:`~vlrollout.train.config.check_rules` refuses.)
     """
-    from vlrollout.errors import ConfigError
-
     k = cfg.rollout.max_head_offpolicyness
-    bs = cfg.train_dataset.batch_size
-    if cfg.rollout.consumer_batch_size != bs:
-        raise ConfigError(
-            f"rollout.max_head_offpolicyness={k} needs rollout.consumer_batch_size equal to "
-            f"train_dataset.batch_size ({bs}), got {cfg.rollout.consumer_batch_size}: AReaL's "
-            "staleness manager counts weight versions in batches of that size"
-        )
-    warnings = []
-    if not cfg.actor.use_decoupled_loss:
-        old = (
-            "the trainer's recomputed logprobs (actor.recompute_logprob)"
-            if cfg.actor.recompute_logprob
-            else "the logprobs of the policy that sampled each token"
-        )
-        warnings.append(
-            f"rollout.max_head_offpolicyness={k} with actor.use_decoupled_loss=false: PPO's "
-            f"ratio is taken against {old}, up to {k} weight versions old, with no proximal "
-            "policy; AReaL's asynchronous recipe sets actor.use_decoupled_loss=true"
-        )
-    return warnings
+    if k == 0 or cfg.actor.use_decoupled_loss:
+        return []
+    old = (
+        "the trainer's recomputed logprobs (actor.recompute_logprob)"
+        if cfg.actor.recompute_logprob
+        else "the logprobs of the policy that sampled each token"
+    )
+    return [
+        f"rollout.max_head_offpolicyness={k} with actor.use_decoupled_loss=false: PPO's ratio is "
+        f"taken against {old}, up to {k} weight versions old, with no proximal policy; AReaL's "
+        "asynchronous recipe sets actor.use_decoupled_loss=true"
+    ]
 
 
 # ----------------------------------------------------------------------------- the data
@@ -98,7 +83,7 @@ class StepOrderedItems(Dataset):
 
     >>> items = [{"id": i} for i in range(5)]
     >>> ds = StepOrderedItems(items, batch_size=2, seed=0, first=2)
-    >>> from vlrollout.train.loop import batch_items
+    >>> from vlrollout.train.data import batch_items
     >>> [ds[i]["id"] for i in range(4)] == [
     ...     it["id"] for s in (1, 2) for it in batch_items(items, s, 2, 0)
     ... ]
@@ -113,8 +98,6 @@ class StepOrderedItems(Dataset):
         return ENDLESS - self.first
 
     def __getitem__(self, index: int) -> dict:
-        from vlrollout.train.loop import batch_items
-
         step, i = divmod(self.first + index, self.batch_size)
         if self._step[0] != step:
             self._step = (step, batch_items(self.items, step, self.batch_size, self.seed))

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from vlrollout.train.batch import rollout_step
+
 Group = dict[str, Any]
 Rollout = Callable[[list[dict[str, Any]]], tuple[list[Group], dict[str, Any]]]
 """``items -> (groups, outcome)``: ``rollout_step``'s shape (the outcome is the ledger's record
@@ -64,7 +66,6 @@ class SpreadBatch:
         reward_mean_all: Mean reward of every episode rolled out in all rounds, before the
             filter: the policy's sampled reward, comparable with a run without dynamic sampling
             (the kept groups' mean is biased toward 0.5 for a 0/1 reward by construction).
-        episodes: Episodes rolled out in all rounds (``reward_mean_all``'s count).
     """
 
     groups: list[Group]
@@ -75,7 +76,6 @@ class SpreadBatch:
     items: int
     outcome: dict[str, Any] = field(default_factory=dict)
     reward_mean_all: float = 0.0
-    episodes: int = 0
 
     def metrics(self) -> dict[str, float]:
         """``metrics.jsonl`` scalars: ``dynamic/kept``, ``dropped``, ``surplus``, ``rounds``,
@@ -194,7 +194,8 @@ def rollout_with_spread(
     Each round's groups are judged in :func:`in_content_order`. Each further round asks for the
     missing number of groups divided by the share kept so far (all rounds together), at most
     ``batch_size`` items, at least the number missing; the kept groups beyond ``batch_size`` are
-    counted as ``surplus`` and left out, so a step never trains on more groups than configured. The batch is short when ``max_rounds`` runs out first.
+    counted as ``surplus`` and left out, so a step never trains on more groups than configured.
+    The batch is short when ``max_rounds`` runs out first.
 
     Args:
         rollout: ``items -> (groups, outcome)``, e.g. ``rollout_step`` bound to the actor and
@@ -220,12 +221,7 @@ def rollout_with_spread(
     >>> (out.kept, out.dropped, out.rounds, out.items)
     (2, 2, 2, 4)
     """
-    if batch_size < 1 or max_rounds < 1:
-        raise ValueError(
-            f"batch_size and max_rounds must be >= 1, got {batch_size} and {max_rounds}"
-        )
-    if min_spread < 0:
-        raise ValueError(f"min_spread must be >= 0, got {min_spread}")
+    _check_spread_arguments(batch_size, max_rounds, min_spread)
     kept: list[Group] = []
     first: list[Group] = []
     outcomes: list[dict[str, Any]] = []
@@ -240,16 +236,11 @@ def rollout_with_spread(
         outcomes.append(outcome)
         if rounds == 1:
             first = groups
-        for group in groups:
-            judged += 1
-            reward_sum += float(group["rewards"].sum())
-            episodes += group["rewards"].numel()
-            if reward_spread(group) <= min_spread:
-                dropped += 1
-            elif len(kept) < batch_size:
-                kept.append(group)
-            else:
-                surplus += 1
+        judged += len(groups)
+        reward_sum += sum(float(g["rewards"].sum()) for g in groups)
+        episodes += sum(g["rewards"].numel() for g in groups)
+        left_out = _keep_with_spread(groups, kept, batch_size, min_spread)
+        dropped, surplus = dropped + left_out[0], surplus + left_out[1]
         missing = batch_size - len(kept)
         if missing == 0 or rounds >= max_rounds:
             break
@@ -264,54 +255,33 @@ def rollout_with_spread(
         items=n_items,
         outcome=merge_outcomes(outcomes),
         reward_mean_all=reward_sum / episodes if episodes else 0.0,
-        episodes=episodes,
     )
 
 
-def widest_spread(groups: list[Group], keep: int) -> SpreadBatch:
-    """Keep the ``keep`` groups of one rollout whose rewards spread widest (max - min).
+def _check_spread_arguments(batch_size: int, max_rounds: int, min_spread: float) -> None:
+    if batch_size < 1 or max_rounds < 1:
+        raise ValueError(
+            f"batch_size and max_rounds must be >= 1, got {batch_size} and {max_rounds}"
+        )
+    if min_spread < 0:
+        raise ValueError(f"min_spread must be >= 0, got {min_spread}")
 
-    With a dense reward (GIoU, a caption score) nearly every group has some spread, so DAPO's
-    filter (:func:`rollout_with_spread`) keeps them all; what differs is how much. A group whose
-    samples score almost alike is still scaled to unit spread by the group sd and teaches mostly
-    sampling noise; rolling out more items than are trained and keeping the widest groups spends
-    the update on the items where the samples disagree most. Ties are broken by
-    :func:`in_content_order`, so a rerun keeps the same groups; the kept groups stay in the order
-    given (all of them, unchanged, when ``keep`` is at least their number).
 
-    The result counts like a dynamic-sampling round: ``kept`` the kept groups with spread,
-    ``dropped`` the all-equal groups left out, ``surplus`` the groups with spread left out,
-    ``reward_mean_all`` the mean over every episode rolled out.
-
-    Raises:
-        ValueError: ``keep`` below 1.
-
-    >>> import torch
-    >>> groups = [{"rewards": torch.tensor(r)} for r in ([0.1, 0.2], [0.0, 0.5], [0.5, 0.5])]
-    >>> out = widest_spread(groups, 1)
-    >>> ([g["rewards"].tolist() for g in out.groups], out.kept, out.dropped, out.surplus)
-    ([[0.0, 0.5]], 1, 1, 1)
-    """
-    if keep < 1:
-        raise ValueError(f"keep must be >= 1, got {keep}")
-    ordered = in_content_order(groups)
-    spread = {id(g): reward_spread(g) for g in ordered}
-    ranked = sorted(ordered, key=lambda g: -spread[id(g)])  # stable: ties in content order
-    chosen = {id(g) for g in ranked[:keep]}
-    left_out = ranked[keep:]
-    episodes = sum(g["rewards"].numel() for g in ordered)
-    return SpreadBatch(
-        groups=[g for g in groups if id(g) in chosen],
-        kept=sum(spread[i] > 0 for i in chosen),
-        dropped=sum(spread[id(g)] == 0 for g in left_out),
-        surplus=sum(spread[id(g)] > 0 for g in left_out),
-        rounds=1,
-        items=len(ordered),
-        reward_mean_all=(
-            sum(float(g["rewards"].sum()) for g in ordered) / episodes if episodes else 0.0
-        ),
-        episodes=episodes,
-    )
+def _keep_with_spread(
+    groups: list[Group], kept: list[Group], batch_size: int, min_spread: float
+) -> tuple[int, int]:
+    """Append to ``kept`` the groups whose spread exceeds ``min_spread`` while it holds fewer
+    than ``batch_size``; returns ``(dropped, surplus)``: the groups left out without spread and
+    with it."""
+    dropped = surplus = 0
+    for group in groups:
+        if reward_spread(group) <= min_spread:
+            dropped += 1
+        elif len(kept) < batch_size:
+            kept.append(group)
+        else:
+            surplus += 1
+    return dropped, surplus
 
 
 def scale_short_batch(
@@ -342,109 +312,25 @@ def scale_short_batch(
     return [{**traj, "advantages": traj["advantages"] * scale} for traj in trajectories], scale
 
 
-def configure(
-    rollout: Any, max_head_offpolicyness: int, world_size: int, batch_size: int, max_rounds: int
-) -> None:
-    """Check that dynamic sampling can run, and let AReaL's engine roll out the top-up rounds.
+def admit_top_up_rounds(rollout: Any, batch_size: int, max_rounds: int) -> None:
+    """Let AReaL's engine roll out a step's top-up rounds: raise ``rollout.consumer_batch_size``
+    (in place, before the engine is built from ``rollout``) to ``batch_size * max_rounds``, the
+    most items a step can roll out.
 
     AReaL's ``StalenessManager`` admits at most ``(max_head_offpolicyness + version + 1) *
     rollout.consumer_batch_size`` items by weight version ``version``; with the configured
     ``consumer_batch_size`` (one step's items) a second round in the same step would wait forever
-    for a version that comes only after the step. ``rollout.consumer_batch_size`` is raised (in
-    place) to ``batch_size * max_rounds``, the most items a step can roll out, before the engine
-    is built from ``rollout``.
+    for a version that comes only after the step. (Where dynamic sampling cannot run at all,
+    asynchronously or in several processes, :func:`~vlrollout.train.config.check_rules` refuses
+    the config.)
 
-    Raises:
-        ConfigError: with ``max_head_offpolicyness > 0`` (AReaL's ``prepare_batch`` streams the
-            batch; its ``should_accept_fn`` filters single episodes, not groups), or with several
-            processes (``rollout_batch`` redistributes across them, so every rank would have to
-            roll out the same number of rounds).
+    >>> from types import SimpleNamespace
+    >>> rollout = SimpleNamespace(consumer_batch_size=16)
+    >>> admit_top_up_rounds(rollout, batch_size=16, max_rounds=3)
+    >>> rollout.consumer_batch_size
+    48
     """
-    from vlrollout.errors import ConfigError
-
-    if max_head_offpolicyness > 0:
-        raise ConfigError(
-            f"vlrollout.dynamic_sampling=true needs on-policy rollouts, got "
-            f"rollout.max_head_offpolicyness={max_head_offpolicyness}: set it to 0 or turn "
-            "dynamic sampling off"
-        )
-    if world_size > 1:
-        raise ConfigError(
-            f"vlrollout.dynamic_sampling=true runs in one process, got {world_size}: each round "
-            "is a collective rollout_batch, so the ranks would need equal rounds; run with "
-            "--nproc 1 or turn dynamic sampling off"
-        )
     rollout.consumer_batch_size = max(rollout.consumer_batch_size, batch_size * max_rounds)
-
-
-def groups_to_keep(train_groups: int, held: int, batch_size: int) -> int:
-    """How many of the ``held`` groups a process holds ``vlrollout.train_groups`` keeps: the
-    share ``train_groups / batch_size`` of them, rounded, at least one, at most all.
-
-    One process holding the whole step keeps ``train_groups`` (every group when that is
-    ``batch_size`` or more); with several processes each keeps the same share of its own groups,
-    and a step that lost items to rejections keeps the share of what is left.
-
-    >>> groups_to_keep(12, 16, 16), groups_to_keep(12, 8, 16), groups_to_keep(12, 4, 4)
-    (12, 6, 4)
-    >>> groups_to_keep(12, 15, 16), groups_to_keep(1, 2, 16)
-    (11, 1)
-    """
-    if batch_size < 1 or train_groups < 1:
-        raise ValueError(
-            f"batch_size and train_groups must be >= 1, got {batch_size} and {train_groups}"
-        )
-    return min(held, max(1, round(train_groups * held / batch_size)))
-
-
-def combine_metrics(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
-    """:meth:`SpreadBatch.metrics` of several processes' selections as one step's: counts summed,
-    ``dynamic/dropped_frac`` over all groups judged, ``dynamic/reward_mean_all`` weighted by each
-    part's episodes (the second element of each pair).
-
-    >>> a = {"dynamic/kept": 3, "dynamic/dropped": 0, "dynamic/surplus": 1, "dynamic/rounds": 1,
-    ...      "dynamic/items": 4, "dynamic/dropped_frac": 0.0, "dynamic/reward_mean_all": 0.5}
-    >>> b = {**a, "dynamic/dropped": 1, "dynamic/surplus": 0, "dynamic/reward_mean_all": 0.2}
-    >>> out = combine_metrics([(a, 8), (b, 24)])
-    >>> out["dynamic/kept"], out["dynamic/dropped_frac"], round(out["dynamic/reward_mean_all"], 3)
-    (6, 0.125, 0.275)
-    """
-    if not parts:
-        return {}
-    counts = ("dynamic/kept", "dynamic/dropped", "dynamic/surplus", "dynamic/items")
-    out: dict[str, float] = {k: sum(p[k] for p, _ in parts) for k in counts}
-    out["dynamic/rounds"] = max(p["dynamic/rounds"] for p, _ in parts)
-    judged = out["dynamic/kept"] + out["dynamic/dropped"] + out["dynamic/surplus"]
-    out["dynamic/dropped_frac"] = out["dynamic/dropped"] / judged if judged else 0.0
-    episodes = sum(n for _, n in parts)
-    out["dynamic/reward_mean_all"] = (
-        sum(p["dynamic/reward_mean_all"] * n for p, n in parts) / episodes if episodes else 0.0
-    )
-    return out
-
-
-def train_widest(
-    groups: list[Group],
-    train_groups: int,
-    batch_size: int,
-    gather: Callable[[list[Any]], list[Any]] = list,
-) -> tuple[list[Group], dict[str, float]]:
-    """``vlrollout.train_groups`` on one process's groups of a step: ``(kept, metrics)``, the
-    :func:`groups_to_keep` share of ``groups`` whose rewards spread widest
-    (:func:`widest_spread`) and the step's ``dynamic/`` counts over every process
-    (:func:`combine_metrics` of what ``gather``, e.g. ``Ranks.gather``, collects; one process:
-    ``list``). A process holding no groups keeps none and adds nothing to the counts.
-
-    >>> import torch
-    >>> groups = [{"rewards": torch.tensor(r)} for r in ([0.0, 0.5], [0.2, 0.2])]
-    >>> kept, metrics = train_widest(groups, 8, 16)
-    >>> [g["rewards"].tolist() for g in kept], metrics["dynamic/dropped"]
-    ([[0.0, 0.5]], 1)
-    """
-    if not groups:
-        return groups, combine_metrics(gather([]))
-    widest = widest_spread(groups, groups_to_keep(train_groups, len(groups), batch_size))
-    return widest.groups, combine_metrics(gather([(widest.metrics(), widest.episodes)]))
 
 
 def rollout_step_with_spread(
@@ -467,8 +353,6 @@ def rollout_step_with_spread(
     Raises:
         NothingAccepted: a round had no accepted episode (as ``rollout_step``).
     """
-    from vlrollout.train.batch import rollout_step
-
     spread = rollout_with_spread(
         lambda items: rollout_step(actor, workflow, items, group_size, step + 1),
         data,

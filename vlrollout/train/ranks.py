@@ -26,8 +26,8 @@ import torch
 T = TypeVar("T")
 
 STATS_KEYS = ("input_ids", "loss_mask", "rewards", "versions")
-"""What the step's metrics read of a rollout trajectory (:mod:`vlrollout.train.diagnostics`,
-``rollout_stats``, staleness); images and logprobs are not sent between ranks."""
+"""What the step's metrics read of a rollout trajectory (:mod:`vlrollout.train.stats`,
+staleness); images and logprobs are not sent between ranks."""
 
 ADVANTAGE_KEYS = ("loss_mask", "advantages")
 """What they read of ``compute_advantages``' output (whose ``loss_mask`` is shifted)."""

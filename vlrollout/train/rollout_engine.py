@@ -1,0 +1,128 @@
+"""The inference engine a ``vlrollout train`` run rolls out on, and how new weights reach it.
+
+``vlrollout.engine.kind`` chooses the embedded engine (``local``) or AReaL's own remote engine
+connected to ``engine.addresses`` (SGLang or AReaL's vLLM protocol, e.g. ``vlrollout serve``).
+Either way the actor's ``update_weights`` reaches it through AReaL's disk path: the engine (or
+AReaL's client, for a server) waits for the trainer's name_resolve key before loading.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from areal.api.io_struct import WeightUpdateMeta
+from areal.utils import name_resolve, names
+
+from vlrollout.engine.factory import remote_engine
+from vlrollout.engine.local import LocalInferenceEngine
+from vlrollout.train.config import TrainConfig
+from vlrollout.train.ranks import Ranks
+from vlrollout.workflows.preparation import load_processor
+
+
+def build_rollout_engine(
+    cfg: TrainConfig, model_path: str, dtype: torch.dtype, ranks: Ranks | None = None
+) -> tuple[Any, Any]:
+    """``(engine, processor)`` for ``vlrollout.engine``: the embedded engine, or AReaL's own
+    remote engine connected to ``engine.addresses``.
+
+    With several processes (``ranks``) each builds its own client or embedded engine, told the
+    data-parallel size as AReaL's are (its executor admits its share of the concurrency and of
+    the batch). An embedded engine samples with ``seed + rank``, so ranks do not draw the same
+    random numbers; in deterministic mode the seed is shared, since each completion is a function
+    of the seed and its request: the same items give the same episodes on whichever rank.
+    """
+    ranks = ranks or Ranks()
+    section = cfg.vlrollout.engine
+    if section.kind == "local":
+        engine = LocalInferenceEngine.from_pretrained(
+            model_path,
+            dtype=dtype,
+            device=rank_device(section.device, ranks),
+            seed=cfg.seed if section.deterministic else cfg.seed + ranks.rank,
+            deterministic=bool(section.deterministic),
+            compile_decode=section.compile,
+            max_batch_size=section.max_batch_size,
+        )
+        engine.initialize(config=cfg.rollout, train_data_parallel_size=ranks.world)
+        return engine, engine.processor
+    engine = remote_engine(
+        section.kind,
+        cfg.rollout,
+        experiment_name=cfg.experiment_name,
+        trial_name=cfg.trial_name,
+        tokenizer_path=model_path,
+    )
+    engine.initialize(addr=list(section.addresses), train_data_parallel_size=ranks.world)
+    return engine, load_processor(model_path)
+
+
+def rank_device(device: str, ranks: Ranks) -> str:
+    """The device of this rank's embedded engine: ``cuda`` means this rank's own GPU
+    (``LOCAL_RANK``, as torchrun numbers them) when there are several processes.
+
+    >>> [rank_device(d, Ranks(1, 2)) for d in ("cuda", "cuda:3", "cpu")]
+    ['cuda:1', 'cuda:3', 'cpu']
+    """
+    if device == "cuda" and ranks.world > 1:
+        return f"cuda:{os.environ.get('LOCAL_RANK', ranks.rank)}"
+    return device
+
+
+def connect(cfg: TrainConfig, actor: Any, engine: Any, ranks: Ranks, version: int) -> Any:
+    """Connect ``actor`` to ``engine`` for disk weight updates, both at weight ``version``;
+    returns AReaL's ``WeightUpdateMeta`` (:func:`update_engine_weights` takes it).
+
+    Rank 0 first clears the name_resolve keys of this experiment's weight updates: keys of a run
+    that crashed between a weight update and its checkpoint would make AReaL's
+    ``name_resolve.add`` (no replace) fail on resume.
+    """
+    several_local = cfg.vlrollout.engine.kind == "local" and ranks.world > 1
+    meta = WeightUpdateMeta.from_disk(
+        cfg.experiment_name,
+        cfg.trial_name,
+        cfg.cluster.fileroot,
+        # Rank 0's engine would remove the folder before the other ranks' engines read it.
+        clear_checkpoint_after_load=not several_local,
+    )
+    if ranks.main:
+        name_resolve.clear_subtree(
+            names.update_weights_from_disk(cfg.experiment_name, cfg.trial_name, "")
+        )
+    ranks.barrier()
+    actor.connect_engine(engine, meta)
+    actor.set_version(version)
+    engine.set_version(version)
+    return meta
+
+
+def update_engine_weights(actor: Any, engine: Any, meta: Any, ranks: Ranks, local: bool) -> None:
+    """AReaL's weight update, then the same weights into this rank's own embedded engine.
+
+    AReaL's ``update_weights`` (disk) tells only rank 0's engine to load: with servers that is
+    every server, since rank 0's client reaches them all. An embedded engine lives in its rank's
+    process, so on the other ranks it loads the same files here, once ``update_weights`` has
+    returned: it ends with a barrier after rank 0's engine loaded them, so they are complete.
+    """
+    actor.update_weights(meta)
+    if local and not ranks.main:
+        engine.pause_generation()
+        try:
+            engine.load_weights_from_disk(meta).result()
+        finally:
+            engine.continue_generation()
+
+
+def sync_weights(
+    actor: Any, engine: Any, meta: Any, ranks: Ranks, local: bool, version: int
+) -> None:
+    """Pause the engine, send it the actor's weights as ``version``, and resume it: AReaL's
+    ``PPOTrainer`` order (``engine.pause`` stops new episodes; those in flight carry on with the
+    new weights, each token keeping the version that sampled it)."""
+    engine.pause()
+    update_engine_weights(actor, engine, meta.with_version(version), ranks, local)
+    actor.set_version(version)
+    engine.set_version(version)
+    engine.resume()

@@ -1,0 +1,272 @@
+"""Everything a ``vlrollout train`` run is set up with before its first step.
+
+:func:`start_session` does it in the order the run needs: settings checked, items loaded, the
+checkpoint to resume from found, AReaL's actor built (and restored), the records after that
+checkpoint dropped, the rollout engine built and connected, the workflows made, asynchronous
+rollouts started (``rollout.max_head_offpolicyness > 0``) and the experiment trackers opened.
+The :class:`Session` it returns is what :mod:`vlrollout.train.step` and
+:mod:`vlrollout.train.loop` read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from areal.api.cli_args import GenerationHyperparameters
+from areal.api.io_struct import FinetuneSpec
+
+from vlrollout.jsonl import read_jsonl, write_jsonl
+from vlrollout.logs import get_logger
+from vlrollout.train import asynchronous, checkpoint, dynamic_sampling, samples
+from vlrollout.train.actor import build_actor
+from vlrollout.train.asynchronous import AsyncRollouts
+from vlrollout.train.checkpoint import Checkpoint
+from vlrollout.train.config import TrainConfig, check_rules, rule_warnings
+from vlrollout.train.data import load_data
+from vlrollout.train.evaluation import EVAL_FILE, HeldOut
+from vlrollout.train.loggers import TrainLoggers
+from vlrollout.train.lora import check_resume, load_adapter
+from vlrollout.train.ranks import Ranks, SharedRollout
+from vlrollout.train.rewards import build_rewards
+from vlrollout.train.rollout_engine import build_rollout_engine, connect
+from vlrollout.train.support import check_trainable
+from vlrollout.workflows import VisionRLVRWorkflow
+
+logger = get_logger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass
+class Session:
+    """A run set up to take its steps.
+
+    Attributes:
+        cfg: The run's config.
+        ranks: This process's place in the run.
+        out: The output folder (``vlrollout.output``).
+        train_items: The training items (all of them, on every rank).
+        start: Steps completed before this run (the checkpoint resumed from; 0 for a new run).
+        total: The step to stop after (``total_train_steps`` or the epochs' steps).
+        actor: AReaL's ``FSDPPPOActor``, connected to the engine.
+        engine: This rank's inference engine.
+        meta: AReaL's ``WeightUpdateMeta`` for the disk weight update.
+        workflow: The training workflow (``gconfig.n_samples`` episodes are a group).
+        source: What on-policy steps call ``rollout_batch`` on: the actor, or with several
+            processes :class:`~vlrollout.train.ranks.SharedRollout`.
+        rollouts: Asynchronous rollouts (``None``: on-policy, each step rolls out its items).
+        held_out: The held-out evaluation.
+        loggers: The experiment trackers of ``stats_logger``.
+        last_batch_at: When the previous step's batch arrived (asynchronous generation time).
+    """
+
+    cfg: TrainConfig
+    ranks: Ranks
+    out: Path
+    train_items: list[dict]
+    start: int
+    total: int
+    actor: Any
+    engine: Any
+    meta: Any
+    workflow: Any
+    source: Any
+    rollouts: AsyncRollouts | None
+    held_out: HeldOut
+    loggers: TrainLoggers
+    last_batch_at: float | None = None
+
+    @property
+    def metrics_path(self) -> Path:
+        """``metrics.jsonl``: one record per training step, written by rank 0."""
+        return self.out / METRICS_FILE
+
+    @property
+    def local(self) -> bool:
+        """The engine is embedded in this process (each rank loads new weights itself)."""
+        return self.cfg.vlrollout.engine.kind == "local"
+
+    def close(self) -> None:
+        """Close the trackers, the engine and the actor."""
+        self.loggers.close()
+        self.engine.destroy()
+        self.actor.destroy()
+
+
+def start_session(cfg: TrainConfig) -> Session:
+    """Set up the run ``cfg`` describes, resuming from the latest checkpoint in its output.
+
+    Raises:
+        ConfigError: Settings that cannot run together, or a checkpoint saved by another
+            number of processes or with another ``actor.use_lora``.
+    """
+    check_trainable(cfg.actor.path)
+    vl = cfg.vlrollout
+    ranks = Ranks.from_env()
+    check_rules(cfg, ranks.world)
+    out = Path(vl.output)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    train_items, eval_items = load_data(cfg)
+    reward, eval_reward = build_rewards(vl.reward, vl.ground_metric, train_items, eval_items)
+    bs = cfg.train_dataset.batch_size
+    ft_spec = FinetuneSpec(
+        total_train_epochs=cfg.total_train_epochs,
+        dataset_size=len(train_items),
+        train_batch_size=bs,
+    )
+    prepare_rollout_config(cfg)  # before the engine is built from cfg.rollout
+    ckpt = resume_point(cfg, out, ranks)
+    start = ckpt.step if ckpt is not None else 0
+    model_path = str(ckpt.path) if ckpt is not None else cfg.actor.path
+    actor = build_actor(
+        cfg.actor,
+        ft_spec,
+        freeze_vision_tower=vl.freeze_vision_tower,
+        freeze_projector=vl.freeze_projector,
+        encode_images_once=vl.encode_images_once,
+    )
+    if ckpt is not None:
+        restore(actor, ckpt, cfg.actor.use_lora)
+    if ranks.main:
+        drop_records_after(out, start)
+    engine, processor = build_rollout_engine(
+        cfg, model_path, getattr(torch, cfg.actor.dtype), ranks
+    )
+    meta = connect(cfg, actor, engine, ranks, start)
+    workflow, held_out = build_workflows(cfg, processor, reward, eval_reward, engine, eval_items)
+    rollouts = start_rollouts(cfg, actor, engine, workflow, train_items, ranks, ckpt)
+    # Several processes: shares with unequal numbers of accepted groups must not end the run.
+    source = actor if ranks.world == 1 else SharedRollout(engine, ranks, packing_algorithm(cfg))
+    return Session(
+        cfg=cfg,
+        ranks=ranks,
+        out=out,
+        train_items=train_items,
+        start=start,
+        total=cfg.total_train_steps or ft_spec.total_train_steps,
+        actor=actor,
+        engine=engine,
+        meta=meta,
+        workflow=workflow,
+        source=source,
+        rollouts=rollouts,
+        held_out=held_out,
+        loggers=TrainLoggers.open(cfg, ft_spec),
+    )
+
+
+def prepare_rollout_config(cfg: TrainConfig) -> None:
+    """Log what the settings do less of than they say (:func:`~vlrollout.train.config.
+    rule_warnings`, :func:`~vlrollout.train.asynchronous.config_warnings`), and let dynamic
+    sampling's top-up rounds through the engine's admission limit
+    (:func:`~vlrollout.train.dynamic_sampling.admit_top_up_rounds`)."""
+    for line in rule_warnings(cfg) + asynchronous.config_warnings(cfg):
+        logger.warning("%s", line)
+    vl = cfg.vlrollout
+    if vl.dynamic_sampling:
+        batch_size = cfg.train_dataset.batch_size
+        dynamic_sampling.admit_top_up_rounds(cfg.rollout, batch_size, vl.dynamic_sampling_rounds)
+
+
+def resume_point(cfg: TrainConfig, out: Path, ranks: Ranks) -> Checkpoint | None:
+    """The latest checkpoint in ``out``, checked against this run, or ``None`` for a new run.
+    Without LoRA the actor is then built from it (``cfg.actor.path`` is pointed at it); with
+    LoRA from the frozen base, and the saved adapter is loaded after (:func:`restore`).
+
+    Raises:
+        ConfigError: The checkpoint was saved by another number of processes, or with another
+            ``actor.use_lora``.
+    """
+    ckpt = checkpoint.latest(out)
+    if ckpt is None:
+        return None
+    check_resume(ckpt.path, cfg.actor.use_lora)
+    checkpoint.check_world_size(ckpt, ranks.world)
+    if not cfg.actor.use_lora:
+        cfg.actor.path = str(ckpt.path)
+    logger.info("resuming from %s (step %d)", ckpt.path, ckpt.step)
+    return ckpt
+
+
+def restore(actor: Any, ckpt: Checkpoint, use_lora: bool) -> None:
+    """The checkpoint's LoRA adapter (with ``use_lora``) and optimizer state into ``actor``."""
+    if use_lora:
+        load_adapter(actor, ckpt.path)
+    checkpoint.load_optimizer(actor, ckpt)
+
+
+def drop_records_after(out: Path, step: int) -> None:
+    """Drop the records of steps after ``step`` (the checkpoint resumed from) from the run's
+    ``metrics.jsonl``, ``eval.jsonl`` and shown rollouts: a resumed run writes them again."""
+    for name in (METRICS_FILE, EVAL_FILE, samples.ROLLOUTS_FILE):
+        path = out / name
+        write_jsonl(path, [r for r in read_jsonl(path) if r["step"] <= step])
+
+
+def build_workflows(
+    cfg: TrainConfig,
+    processor: Any,
+    reward: Any,
+    eval_reward: Any,
+    engine: Any,
+    eval_items: list[dict],
+) -> tuple[Any, HeldOut]:
+    """The training workflow (one sample per episode; AReaL runs ``n_samples`` episodes per
+    item) and the held-out evaluation's greedy and sampled workflows."""
+    tokenizer = processor.tokenizer
+    one = dataclasses.replace(cfg.gconfig, n_samples=1)
+    greedy = GenerationHyperparameters(
+        n_samples=1, greedy=True, max_new_tokens=cfg.gconfig.max_new_tokens
+    )
+    vl = cfg.vlrollout
+    held_out = HeldOut(
+        engine=engine,
+        greedy=VisionRLVRWorkflow(eval_reward, greedy, tokenizer, processor),
+        sampled=VisionRLVRWorkflow(eval_reward, one, tokenizer, processor),
+        items=eval_items,
+        reward=eval_reward,
+        sampled_repeats=vl.eval_samples,
+        shown=vl.log_rollouts,
+        out=Path(vl.output),
+    )
+    return VisionRLVRWorkflow(reward, one, tokenizer, processor), held_out
+
+
+def start_rollouts(
+    cfg: TrainConfig,
+    actor: Any,
+    engine: Any,
+    workflow: Any,
+    train_items: list[dict],
+    ranks: Ranks,
+    ckpt: Checkpoint | None,
+) -> AsyncRollouts | None:
+    """Asynchronous rollouts of this rank's share of the items, resumed from the checkpoint's
+    loader position; ``None`` on-policy (``rollout.max_head_offpolicyness = 0``)."""
+    offpolicy = cfg.rollout.max_head_offpolicyness
+    if offpolicy == 0:
+        return None
+    saved = ckpt.state.get("rollouts") if ckpt is not None else None  # one entry per rank
+    rollouts = asynchronous.start(
+        actor,
+        engine,
+        workflow,
+        ranks.share(train_items),
+        batch_size=cfg.train_dataset.batch_size // ranks.world,
+        group_size=cfg.gconfig.n_samples,
+        seed=cfg.seed,
+        start_step=ckpt.step if ckpt is not None else 0,
+        state=saved[ranks.rank] if saved else None,
+    )
+    logger.info("asynchronous rollouts, at most %d weight versions behind", offpolicy)
+    return rollouts
+
+
+def packing_algorithm(cfg: TrainConfig) -> str:
+    """AReaL's allocation of trajectories to ranks (``actor.mb_spec.packing_algorithm``)."""
+    return getattr(cfg.actor.mb_spec, "packing_algorithm", None) or "ffd"
