@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.vlrollout-installed
 
-.PHONY: setup demo demo-baseline tiny-ground tiny-count train test test-fast lint bench readme-numbers lock snapshots
+.PHONY: setup demo demo-baseline tiny-ground tiny-count train test test-fast lint bench readme-numbers config-doc lock snapshots
 
 # Creates the venv and installs exactly what CI tested (requirements.lock), with the test extra and
 # the bench extra (TRL, the peer that tests/bench/test_bench_vs_trl.py and bench/bench_vs_trl.py
@@ -86,6 +86,11 @@ bench: setup
 # in docs/results/charts/ (run after a benchmark; commit the records with the pages).
 readme-numbers: setup
 	$(BIN)/python scripts/render_readme_numbers.py
+
+# docs/config.md, every vlrollout.* key with its help, rendered from the config dataclasses
+# (run after changing a key; tests/test_config_doc.py fails while the page is stale).
+config-doc: setup
+	$(BIN)/python scripts/render_config_doc.py
 
 # Re-record resolved versions after changing dependencies (review the diff).
 lock: setup

@@ -13,7 +13,11 @@ ENGINE_KINDS = ("local", "sglang", "vllm")
 @dataclass
 class EngineConfig:
     """Which engine serves the requests: the embedded one in this process, or AReaL's remote
-    engine talking to running servers. Each key's meaning is its ``help`` (``docs/config.md``)."""
+    engine talking to running servers.
+
+    Each key is declared once, with its help text in ``metadata["help"]``;
+    ``scripts/render_config_doc.py`` renders them into ``docs/config.md``.
+    """
 
     kind: str = field(
         default="local",

@@ -28,8 +28,11 @@ def _train_engine() -> EngineConfig:
 @dataclass
 class TrainSection:
     """What AReaL's config has no place for: data, reward, the rollout engine, evaluation and
-    reporting, and the few training settings AReaL lacks. Each key's meaning is its ``help``
-    (``docs/config.md``, rendered by ``scripts/render_config_doc.py``)."""
+    reporting, and the few training settings AReaL lacks.
+
+    Each key is declared once, with its help text in ``metadata["help"]``;
+    ``scripts/render_config_doc.py`` renders them into ``docs/config.md``.
+    """
 
     output: str = field(
         default="runs/train",
