@@ -106,10 +106,11 @@ def broken_links(page: Path, text: str) -> list[str]:
 
 
 def heading_problems(text: str) -> list[str]:
-    """What a page lacks: a ``#`` title on its first line, and ``##`` headings below it."""
+    """What a page lacks: a ``#`` title on its first line (after a leading HTML comment, such as a
+    generated page's banner), and ``##`` headings below it."""
     problems = []
     levels = [len(m[1]) for m in _HEADING.finditer(_FENCE.sub("", text))]
-    if not text.startswith("# "):
+    if not re.sub(r"^\s*(<!--.*?-->\s*)*", "", text, flags=re.S).startswith("# "):
         problems.append("no '# title' on the first line")
     if levels.count(1) != 1:
         problems.append(f"{levels.count(1)} '#' titles")
@@ -191,6 +192,7 @@ def test_a_page_without_sections_and_an_unlinked_page_are_found(tmp_path):
     assert heading_problems("# Title\n\ntext\n") == ["no '##' heading"]
     assert heading_problems("text\n## a\n") == ["no '# title' on the first line", "0 '#' titles"]
     assert heading_problems("# T\n\n```\n# not a heading\n```\n## a\n") == []
+    assert heading_problems("<!-- generated -->\n\n# T\n\n## a\n") == []
     (tmp_path / "results").mkdir()
     (tmp_path / "README.md").write_text("# I\n\n## P\n\n[a](a.md)\n")
     (tmp_path / "a.md").write_text("# A\n")
