@@ -7,7 +7,8 @@ Rules checked on the committed pages, each with a planted violation showing that
 - in ``docs/results/``, every number in prose sits inside a rendered ``bench:`` region (see
   :func:`prose_numbers` for what counts as a number);
 - no commit hash outside rendered regions, in the README or the docs;
-- every relative link (and its ``#anchor``) in the README and the docs resolves.
+- every relative link (and its ``#anchor``) in the README and the docs resolves, and every
+  repository path written as code (``vlrollout/train/config.py``) exists.
 """
 
 from __future__ import annotations
@@ -105,6 +106,17 @@ def broken_links(page: Path, text: str) -> list[str]:
     return broken
 
 
+_REPO_PATH = re.compile(
+    r"`((?:vlrollout|processors|rewards|tests|bench|scripts|examples|assets|docs)/[\w./-]*)`"
+)
+
+
+def missing_paths(text: str, repo: Path = REPO) -> list[str]:
+    """Repository paths written as code outside rendered regions that do not exist in ``repo``
+    (a page that names a moved module has drifted from the code)."""
+    return [p for p in _REPO_PATH.findall(outside_regions(text)) if not (repo / p).exists()]
+
+
 def heading_problems(text: str) -> list[str]:
     """What a page lacks: a ``#`` title on its first line (after a leading HTML comment, such as a
     generated page's banner), and ``##`` headings below it."""
@@ -174,6 +186,13 @@ def test_every_relative_link_resolves():
     assert {p: b for p, b in found.items() if b} == {}
 
 
+def test_every_repository_path_the_pages_name_exists():
+    found = {
+        str(p.relative_to(REPO)): missing_paths(p.read_text(encoding="utf-8")) for p in pages()
+    }
+    assert {p: m for p, m in found.items() if m} == {}
+
+
 # Each check fails on a planted violation.
 
 REGION_TEXT = "<!-- bench:demo -->\n\nmean 0.174 at 12.5% and 0.84x, commit 1a2b3c4d\n\n<!-- /bench:demo -->\n"
@@ -225,3 +244,8 @@ def test_a_missing_file_or_anchor_is_a_broken_link(tmp_path):
         "[gone](missing.md) [bad anchor](other.md#nowhere)\n\n# Top\n"
     )
     assert broken_links(page, text) == ["missing.md", "other.md#nowhere"]
+
+
+def test_a_path_that_does_not_exist_is_found():
+    text = "`vlrollout/train/config.py`, `vlrollout/train/gone.py`, `bench/results/<name>.json`\n"
+    assert missing_paths(text) == ["vlrollout/train/gone.py"]
