@@ -101,3 +101,20 @@ def test_stale_key_is_not_the_trainers_word(tmp_path):
         # Generation resumed by itself: the engine is not left paused.
         prompt = processor.tokenizer("hello")["input_ids"]
         assert len(_greedy(engine, prompt).output_tokens) == 6
+
+
+def test_destroy_stops_and_joins_a_disk_update_still_waiting_for_the_trainer(tmp_path):
+    """A trainer that never publishes its key must not leave the waiting thread behind."""
+    model, processor = tiny_qwen2vl(seed=0)
+    engine = LocalInferenceEngine(model, processor)
+    engine.initialize()
+    engine.configure_disk_updates(EXP + "destroy", TRIAL, timeout_s=60)
+    meta = WeightUpdateMeta(type="disk", path=str(tmp_path / "never_saved"))
+    fut = engine.update_weights_from_disk(meta)
+    time.sleep(0.1)  # the thread is polling name_resolve now
+    t0 = time.monotonic()
+    engine.destroy()
+    assert time.monotonic() - t0 < 10
+    assert not [t for t in threading.enumerate() if t.name == "disk-weight-update"]
+    with pytest.raises(RuntimeError, match="destroyed"):
+        fut.result(timeout=0)

@@ -176,6 +176,9 @@ class LocalInferenceEngine(InferenceEngine):
         self._version = 0
         self._version_lock = threading.Lock()
         self._workflow_executor = None
+        # Disk updates waiting for their trainer (update_weights_from_disk); destroy() stops them.
+        self._disk_update_threads: set[threading.Thread] = set()
+        self._destroying = threading.Event()
         self._worker = DecodeWorker(
             self.model,
             self.device,
@@ -257,11 +260,20 @@ class LocalInferenceEngine(InferenceEngine):
         return self
 
     def destroy(self):
-        """Stop the worker; requests still queued or running fail with ``RuntimeError``."""
+        """Stop the worker; requests still queued or running fail with ``RuntimeError``.
+
+        Disk weight updates still waiting for their trainer stop waiting (their futures raise
+        ``RuntimeError``) and their threads are joined first, while the worker can still finish
+        a load already under way; no thread of this engine outlives the call.
+        """
+        self._destroying.set()
+        for thread in list(self._disk_update_threads):
+            thread.join()
         if self._workflow_executor is not None:
             self._workflow_executor.destroy()
             self._workflow_executor = None
         self._worker.stop()
+        self._destroying.clear()  # the engine may be initialized again
 
     def __enter__(self) -> LocalInferenceEngine:
         return self.initialize()
@@ -485,7 +497,16 @@ class LocalInferenceEngine(InferenceEngine):
                 shutil.rmtree(meta.path, ignore_errors=True)
             result.set_result(None)
 
-        threading.Thread(target=wait_then_load, name="disk-weight-update", daemon=True).start()
+        def run():
+            try:
+                wait_then_load()
+            finally:
+                self._disk_update_threads.discard(threading.current_thread())
+
+        # A daemon, so a process that never destroys the engine can still exit; destroy() joins it.
+        thread = threading.Thread(target=run, name="disk-weight-update", daemon=True)
+        self._disk_update_threads.add(thread)
+        thread.start()
         return result
 
     def _wait_for_trainer(self, names: tuple[str, str], version: int, requested_at: float):
@@ -507,7 +528,11 @@ class LocalInferenceEngine(InferenceEngine):
                     f"the trainer did not publish name_resolve key {key!r} within "
                     f"{self._disk_update_timeout_s:.0f} s; weights for version {version} not loaded"
                 )
-            time.sleep(0.02)
+            if self._destroying.wait(0.02):
+                raise RuntimeError(
+                    f"the engine was destroyed while waiting for name_resolve key {key!r}; "
+                    f"weights for version {version} not loaded"
+                )
 
     def _require_initialized(self) -> None:
         if not self.initialized:
