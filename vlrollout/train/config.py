@@ -8,14 +8,20 @@ live under ``vlrollout:``. Paths and errors follow :mod:`vlrollout.config`.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from areal.api.cli_args import GRPOConfig
+from areal.api.cli_args import GRPOConfig, load_expr_config
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
+from vlrollout.config import check_gconfig, known_keys
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
 from vlrollout.tiny.rewards import GROUND_METRICS
+from vlrollout.train.loggers import problem as stats_logger_problem
 
 TASKS = ("ground", "count", "caption", "mix")
 """The values of ``vlrollout.task``."""
@@ -270,13 +276,6 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
         ConfigError: a missing file, an unknown key or a bad value, in one
             line naming it (``vlrollout train`` prints it and exits 2).
     """
-    from areal.api.cli_args import load_expr_config
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from vlrollout.config import check_gconfig
-    from vlrollout.train.loggers import problem as stats_logger_problem
-
     if not Path(path).is_file():
         raise ConfigError(f"config file {path} does not exist; pass --config PATH to a YAML file")
     for entry in overrides or []:  # hydra would answer with a lexer error naming neither
@@ -328,11 +327,6 @@ def _explain_override(e: Exception, path: str) -> Exception:
     """One line for a failed load. AReaL's loader overrides only keys the YAML sets, and hydra
     says "Could not override 'KEY'" both for a typo and for a real key the file leaves out (with
     a hint to append that is wrong for a typo): tell the two apart with the config's fields."""
-    import difflib
-    import re
-
-    from vlrollout.config import known_keys
-
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     if "is not a subclass of EngineConfig" in first:
         return ConfigError(
