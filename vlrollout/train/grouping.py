@@ -19,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from areal.api.cli_args import MicroBatchSpec
+
 from vlrollout.train.packing import linear_attention_layers
 
 
@@ -56,8 +58,6 @@ def whole_groups(
 ) -> Iterator[int]:
     """Within the block, ``actor``'s micro-batches hold whole groups where that is safe (module
     docstring); yields the granularity used (1: AReaL's own packing)."""
-    from areal.api.cli_args import MicroBatchSpec
-
     spec = actor.config.mb_spec
     granularity = 1
     if enabled and spec.granularity == 1 and not linear_attention_layers(actor.model_config):

@@ -27,6 +27,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import torch.distributed as dist
+
 from vlrollout.train.samples import HeldOutRollout
 
 
@@ -97,6 +100,7 @@ class TrainLoggers:
             raise ValueError(problem(section))
         if not enabled(section):
             return cls()
+        # Lazy: AReaL's stats_logger imports wandb, swanlab and trackio.
         from areal.utils.stats_logger import StatsLogger
 
         with _offline_login(section):
@@ -114,8 +118,6 @@ class TrainLoggers:
         reward, completion)."""
         if self.stats is None or not shown:
             return
-        import numpy as np
-
         writer = getattr(self.stats, "summary_writer", None)  # unset on ranks other than 0
         if writer is not None:
             for r in shown:
@@ -165,8 +167,6 @@ def _caption(r: HeldOutRollout) -> str:
 
 
 def _rank0() -> bool:
-    import torch.distributed as dist
-
     return not dist.is_initialized() or dist.get_rank() == 0
 
 

@@ -33,9 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from areal.api.cli_args import MicroBatchSpec
+from areal.engine.core.model import is_qwen_vl_model
 
 from vlrollout.compat.areal import wrap_prepare_mb_list
 from vlrollout.compat.transformers import rope_index
+from vlrollout.families import FAMILIES
+from vlrollout.train.cpu import has_flash_attn
 
 
 def text_positions(cu_seqlens: torch.Tensor, length: int) -> torch.Tensor:
@@ -141,8 +145,6 @@ def linear_attention_layers(hf_config: Any) -> int:
 def _one_sequence_per_micro_batch(engine: Any, original: Any, input_: dict[str, Any]) -> Any:
     """``original(input_)`` with AReaL's micro-batch spec asking for one micro-batch per
     sequence (at least as many micro-batches as sequences, every sequence fitting in one)."""
-    from areal.api.cli_args import MicroBatchSpec
-
     spec = engine.config.mb_spec
     n_seqs = input_["attention_mask"].shape[0]
     if spec.granularity != 1:
@@ -176,14 +178,8 @@ def install(engine: Any) -> bool:
     one sequence per micro-batch (the varlen kernels do not reach those layers) and an M-RoPE
     model AReaL does not know its 3-D positions (module docstring).
     """
-    from vlrollout.train.cpu import has_flash_attn
-
     if getattr(engine, "_vlrollout_packing_fix", False):
         return True
-    from areal.engine.core.model import is_qwen_vl_model
-
-    from vlrollout.families import FAMILIES
-
     model_type = engine.model_config.model_type
     unpackable = linear_attention_layers(engine.model_config) > 0
     family = FAMILIES.get(model_type)

@@ -22,6 +22,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
+from areal.utils.data import tensor_container_to
+from areal.utils.seqpack import get_allocate_fn
+
+from vlrollout.compat.areal import training_device
 
 T = TypeVar("T")
 
@@ -66,8 +71,6 @@ class Ranks:
     def barrier(self) -> None:
         """Wait for every rank (nothing with one process)."""
         if self.world > 1:
-            import torch.distributed as dist
-
             dist.barrier()
 
     def gather(self, values: list[T]) -> list[T]:
@@ -75,8 +78,6 @@ class Ranks:
         the default process group, gloo on a CPU)."""
         if self.world == 1:
             return list(values)
-        import torch.distributed as dist
-
         parts: list[list[T] | None] = [None] * self.world
         dist.all_gather_object(parts, values)
         return [v for part in parts for v in (part or [])]
@@ -131,11 +132,6 @@ class SharedRollout:
                 rank trains on at least one); ``rollout_step`` turns it into ``NothingAccepted``
                 on a rank that accepted none.
         """
-        from areal.utils.data import tensor_container_to
-        from areal.utils.seqpack import get_allocate_fn
-
-        from vlrollout.compat.areal import training_device
-
         local = self.engine.rollout_batch(data, workflow=workflow, group_size=group_size)
         everything = self.ranks.gather(tensor_container_to(local, "cpu"))
         if len(everything) < self.ranks.world:

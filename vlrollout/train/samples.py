@@ -27,6 +27,9 @@ from PIL import Image, ImageDraw
 
 from vlrollout.geometry import Box, Frame, convert_boxes
 from vlrollout.jsonl import append_jsonl, read_jsonl
+from vlrollout.processors.image_loading import load_image
+from vlrollout.rewards.combine import ByTask, WeightedSum
+from vlrollout.rewards.grounding import GroundingReward, box_problem, label_boxes
 
 ROLLOUTS_FILE = "eval_rollouts.jsonl"
 IMAGES_DIR = "eval_rollouts"
@@ -119,8 +122,6 @@ def collect(
             :func:`grounding_reward`).
         count: How many to show.
     """
-    from vlrollout.processors.image_loading import load_image
-
     out = []
     for index, (item, traj) in enumerate(episodes[:count]):
         shown = HeldOutRollout(step, index, str(item.get("id", index)), item.get("task"), None, 0.0)
@@ -150,9 +151,6 @@ def grounding_reward(reward: Any, item: dict[str, Any]) -> Any:
     ``reward``: the reward itself, the route of the item's task in a
     :class:`~vlrollout.rewards.combine.ByTask`, or the first one among a
     :class:`~vlrollout.rewards.combine.WeightedSum`'s terms; ``None`` if there is none."""
-    from vlrollout.rewards.combine import ByTask, WeightedSum
-    from vlrollout.rewards.grounding import GroundingReward
-
     if isinstance(reward, GroundingReward):
         return reward
     if isinstance(reward, ByTask):
@@ -174,8 +172,6 @@ def grounding_boxes(
     box the reward's :func:`~vlrollout.rewards.grounding.box_problem` refuses (judged in the frame
     it was written in, as the reward does) is not among the boxes but in ``problems`` with the
     reason, as is what the parser could not read."""
-    from vlrollout.rewards.grounding import box_problem, label_boxes
-
     truth = label_boxes(item[grounding.boxes_key], grounding.boxes_key)
     truth = convert_boxes(truth, grounding.label_frame, Frame.ORIGINAL, geometry)
     parsed = grounding.parse(completion)
@@ -195,8 +191,6 @@ def draw(image: Image.Image, true_boxes: Sequence[Box], predicted: Sequence[Box]
     A box the grounding reward's :func:`~vlrollout.rewards.grounding.box_problem` refuses is not
     drawn; parts outside the image are cut off by the image's edge.
     """
-    from vlrollout.rewards.grounding import box_problem
-
     out = image.convert("RGB")  # a copy, also when the image is RGB already
     pen = ImageDraw.Draw(out)
     width = max(1, round(min(out.size) / 70))

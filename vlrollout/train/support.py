@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from transformers import AutoConfig
+
 from vlrollout.errors import ConfigError
 
 NOT_TRAINABLE: dict[str, str] = {
@@ -42,8 +44,6 @@ def check_trainable(path: str) -> None:
     Raises:
         vlrollout.errors.ConfigError: the family and the reason, in one line.
     """
-    from transformers import AutoConfig
-
     try:
         hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError):
