@@ -5,7 +5,9 @@ page under ``docs/``, is replaced by what ``bench/results/NAME.json`` holds (wri
 benchmark when it ran, see ``bench/record.py``): the command that printed the numbers, when, on how
 many cores under what load, the evaluation split when the record names one, its tables and its
 last line. A region ``<!-- bench:NAME:headline -->`` ... ``<!-- /bench:NAME:headline -->`` holds
-the record's last line only, with a link to the record (for a headline in the README).
+the record's last line only, with a link to the record (for a headline in the README). NAME may
+name a record in a folder of ``bench/results`` (``levers/grounding_group_sd_learning``: an earlier
+run of a benchmark, kept for what it measured).
 
 A per-step table longer than :data:`LONG_TABLE_ROWS` rows (the sampled reward at every step) is not
 printed: the region shows it as an SVG line chart, written to ``docs/results/charts/`` by the same
@@ -42,7 +44,7 @@ CHARTS = DOCS / "results" / "charts"
 LONG_TABLE_ROWS = 12
 """A table whose first column is ``step`` and which has more rows than this is drawn, not printed."""
 REGION = re.compile(
-    r"<!-- bench:(?P<tag>(?P<name>[a-z0-9_]+)(?::(?P<view>headline))?) -->\n"
+    r"<!-- bench:(?P<tag>(?P<name>[a-z0-9_]+(?:/[a-z0-9_]+)*)(?::(?P<view>headline))?) -->\n"
     r"(?P<body>.*?)<!-- /bench:(?P=tag) -->",
     re.S,
 )
@@ -72,7 +74,7 @@ def is_long(table: Table) -> bool:
 
 def chart_path(name: str, index: int) -> Path:
     """Where the chart of table ``index`` (0-based) of record ``name`` is written."""
-    return CHARTS / f"{name}-{index + 1}.svg"
+    return CHARTS / f"{name.replace('/', '-')}-{index + 1}.svg"
 
 
 def _link(target: Path, page: Path) -> str:
@@ -113,14 +115,14 @@ def render_table(table: Table) -> str:
     return "\n".join(lines)
 
 
-def render_long_table(rec: Record, index: int, page: Path) -> str:
+def render_long_table(rec: Record, index: int, page: Path, name: str) -> str:
     """A long per-step table as its chart and a link to the record holding every row."""
     table = rec.tables[index]
     title = escape(table.title) if table.title else "per step"
-    record = _link(RESULTS / f"{rec.name}.json", page)
+    record = _link(RESULTS / f"{name}.json", page)
     return (
         f"{title} ({len(table.rows)} steps; every row in [the record]({record})):\n\n"
-        f"![{title}]({_link(chart_path(rec.name, index), page)})"
+        f"![{title}]({_link(chart_path(name, index), page)})"
     )
 
 
@@ -135,8 +137,10 @@ def split_line(rec: Record) -> str:
     )
 
 
-def render_record(rec: Record, page: Path = README) -> str:
-    """A region's body: where the numbers come from, then the tables, notes and last line."""
+def render_record(rec: Record, page: Path = README, name: str | None = None) -> str:
+    """A region's body: where the numbers come from, then the tables, notes and last line.
+    ``name`` is the record's path under ``bench/results`` without ``.json`` (default: its name)."""
+    name = name or rec.name
     date = rec.date.replace("T", " ").removesuffix("+00:00")
     code = f"commit {rec.commit}" + (" with uncommitted changes" if rec.dirty else "")
     source = (
@@ -150,7 +154,7 @@ def render_record(rec: Record, page: Path = README) -> str:
         source += " " + split_line(rec)
     parts = [source]
     parts += [
-        render_long_table(rec, i, page) if is_long(t) else render_table(t)
+        render_long_table(rec, i, page, name) if is_long(t) else render_table(t)
         for i, t in enumerate(rec.tables)
     ]
     parts += [escape(n) for n in rec.notes]
@@ -158,9 +162,9 @@ def render_record(rec: Record, page: Path = README) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def render_headline(rec: Record, page: Path = README) -> str:
+def render_headline(rec: Record, page: Path = README, name: str | None = None) -> str:
     """A headline region's body: the record's last line, its split, and a link to the record."""
-    record = _link(RESULTS / f"{rec.name}.json", page)
+    record = _link(RESULTS / f"{name or rec.name}.json", page)
     split = f" {split_line(rec)}" if split_line(rec) else ""
     line = re.sub(r"^headline:\s*", "", rec.headline, flags=re.I)
     return f"{escape(line)}{split} ([record]({record}))\n"
@@ -180,8 +184,11 @@ def render(text: str, records: Mapping[str, Record], page: Path = README) -> str
         )
 
     def body(match: re.Match[str]) -> str:
-        rec, tag = records[match["name"]], match["tag"]
-        inner = render_headline(rec, page) if match["view"] else render_record(rec, page)
+        name, tag = match["name"], match["tag"]
+        rec = records[name]
+        inner = (
+            render_headline(rec, page, name) if match["view"] else render_record(rec, page, name)
+        )
         return f"<!-- bench:{tag} -->\n\n{inner}\n<!-- /bench:{tag} -->"
 
     return REGION.sub(body, text)
@@ -193,16 +200,21 @@ def charts(text: str, records: Mapping[str, Record]) -> dict[Path, str]:
     for match in REGION.finditer(text):
         if match["view"] or match["name"] not in records:
             continue
-        rec = records[match["name"]]
-        for i, table in enumerate(rec.tables):
+        name = match["name"]
+        for i, table in enumerate(records[name].tables):
             if is_long(table):
-                out[chart_path(rec.name, i)] = chart(table)
+                out[chart_path(name, i)] = chart(table)
     return out
 
 
 def load_records(directory: Path = RESULTS) -> dict[str, Record]:
-    """Every record in ``directory``, by name."""
-    return {path.stem: read(path) for path in sorted(directory.glob("*.json"))}
+    """Every record in ``directory`` and its folders, by path without ``.json``: ``engine`` for
+    the latest engine record, ``levers/grounding_group_sd_learning`` for a record kept in
+    ``levers/`` (an earlier run of a benchmark, named after what it measured)."""
+    return {
+        path.relative_to(directory).with_suffix("").as_posix(): read(path)
+        for path in sorted(directory.rglob("*.json"))
+    }
 
 
 def pages(repo: Path = REPO) -> list[Path]:

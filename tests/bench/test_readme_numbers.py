@@ -43,7 +43,9 @@ def test_every_region_has_a_committed_record_from_a_command_in_the_repo():
     assert sorted(set(names) - set(records)) == []
     for name in names:
         rec = records[name]
-        assert rec.name == name and rec.tables and rec.headline and rec.cores >= 1
+        if "/" not in name:  # a record in a folder (levers/...) is an earlier run, named apart
+            assert rec.name == name
+        assert rec.tables and rec.headline and rec.cores >= 1
         script = rec.command.removeprefix(".venv/bin/python ").split()[0]
         assert (REPO / script).is_file(), rec.command
 
@@ -114,6 +116,10 @@ def test_a_headline_region_holds_the_last_line_and_a_link_to_the_record():
     assert "2.0x ([record](../bench/results/demo.json))" in out
     assert "headline:" not in out and "Printed by" not in out and "| a" not in out
     assert region_names(out) == ["demo"]
+    kept = "<!-- bench:levers/demo:headline -->\n<!-- /bench:levers/demo:headline -->\n"
+    out = render(kept, {"levers/demo": _record()}, REPO / "docs" / "results" / "x.md")
+    assert "([record](../../bench/results/levers/demo.json))" in out
+    assert region_names(out) == ["levers/demo"]
 
 
 def test_a_long_per_step_table_is_drawn_and_linked_not_printed():
