@@ -160,7 +160,7 @@ class LazyImagesRequest(ModelRequest):
 async def generate(engine: InferenceEngine, req: ModelRequest) -> ModelResponse:
     """Call the engine, turning engine failures into rejections with a reason.
 
-    Decided per case (see the reliability table in the README): an engine exception or an
+    Decided per case (see the table in docs/reliability.md): an engine exception or an
     ``abort`` rejects the episode (``engine_error`` / ``engine_abort``); an empty completion
     rejects it (``empty_output``) because it carries nothing to train on.
     """
