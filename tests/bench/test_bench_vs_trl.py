@@ -282,10 +282,6 @@ def test_step_order_is_the_loops_items_per_step_each_repeated_in_a_row():
     assert step_order(8, 5, bs, seed + 1, group) != order
 
 
-ALL_GROUPS = "vlrollout.train_groups=0"
-"""Every rolled-out group trained, as TRL does: no setting of ours the peer lacks."""
-
-
 def _cfg(tmp_path: Path, *overrides: str):
     from vlrollout.train.config import load_config
 
@@ -314,18 +310,16 @@ def test_peer_settings_carry_the_recipe_over(tmp_path):
     assert s.not_aligned == FIXED_DIFFERENCES
 
 
-def test_group_selection_is_listed_as_a_setting_the_peer_lacks(tmp_path):
-    s = peer_settings(_cfg(tmp_path, "vlrollout.train_groups=12"), 4)
+def test_a_training_setting_of_ours_is_listed_as_one_the_peer_lacks(tmp_path):
+    s = peer_settings(_cfg(tmp_path, "vlrollout.dynamic_sampling=true"), 4)
     assert s.not_aligned == [
-        "vlrollout.train_groups=12: a vlrollout train setting the peer does not have",
+        "vlrollout.dynamic_sampling=True: a vlrollout train setting the peer does not have",
         *FIXED_DIFFERENCES,
     ]
 
 
 def test_peer_settings_list_what_trl_cannot_reproduce(tmp_path):
-    cfg = _cfg(
-        tmp_path, "actor.kl_ctl=0.1", "actor.ppo_n_minibatches=2", "vlrollout.train_groups=0"
-    )
+    cfg = _cfg(tmp_path, "actor.kl_ctl=0.1", "actor.ppo_n_minibatches=2")
     s = peer_settings(cfg, 4)
     extra = [line for line in s.not_aligned if line not in FIXED_DIFFERENCES]
     assert len(extra) == 2
@@ -334,16 +328,16 @@ def test_peer_settings_list_what_trl_cannot_reproduce(tmp_path):
 
 
 def test_dr_grpo_advantages_are_carried_over_and_other_norms_are_listed(tmp_path):
-    s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=null", ALL_GROUPS), 4)
+    s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=null"), 4)
     assert s.kwargs["scale_rewards"] == "none" and s.not_aligned == FIXED_DIFFERENCES
     assert any("scale_rewards 'none'" in line for line in s.aligned)
-    s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=group", ALL_GROUPS), 4)
+    s = peer_settings(_cfg(tmp_path, "actor.reward_norm.std_level=group"), 4)
     assert s.kwargs["scale_rewards"] == "group"
     assert s.not_aligned == [SD_EPS_LINE, *FIXED_DIFFERENCES]  # only when both divide by the sd
     assert any("group-normalised reward" in line for line in s.aligned)
-    leave_one_out = _cfg(tmp_path, "actor.reward_norm.std_level=null", ALL_GROUPS)
+    leave_one_out = _cfg(tmp_path, "actor.reward_norm.std_level=null")
     leave_one_out.actor.reward_norm.mean_leave1out = True  # the recipe file does not list the key
-    batch_mean = _cfg(tmp_path, "actor.reward_norm.mean_level=batch", ALL_GROUPS)
+    batch_mean = _cfg(tmp_path, "actor.reward_norm.mean_level=batch")
     for cfg in (batch_mean, leave_one_out):
         s = peer_settings(cfg, 4)
         extra = [line for line in s.not_aligned if line not in FIXED_DIFFERENCES]
