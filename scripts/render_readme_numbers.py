@@ -165,7 +165,8 @@ def render_record(rec: Record, page: Path = README, name: str | None = None) -> 
 def render_headline(rec: Record, page: Path = README, name: str | None = None) -> str:
     """A headline region's body: the record's last line, its split, and a link to the record."""
     record = _link(RESULTS / f"{name or rec.name}.json", page)
-    split = f" {split_line(rec)}" if split_line(rec) else ""
+    said = " split" in rec.headline  # the benchmark's own last line names it already
+    split = f" {split_line(rec)}" if split_line(rec) and not said else ""
     line = re.sub(r"^headline:\s*", "", rec.headline, flags=re.I)
     return f"{escape(line)}{split} ([record]({record}))\n"
 
