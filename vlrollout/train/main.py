@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from vlrollout.argtypes import whole_number
+from vlrollout.logs import debugging, log_run_to
 
 
 def main(argv: Sequence[str]) -> int:
@@ -30,7 +31,14 @@ def main(argv: Sequence[str]) -> int:
         "rolls out its share of a step's items on its own engine, rank 0 evaluates and writes "
         "the files. Same as `torchrun --nproc_per_node N -m vlrollout.cli train ...`",
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="also print AReaL's and other libraries' INFO lines (always written to "
+        "OUTPUT/train.log; OUTPUT/train.rankN.log for process N > 0) and errors' tracebacks",
+    )
     args, overrides = parser.parse_known_args(list(argv))
+    debug = args.debug or debugging()  # `vlrollout train --debug` reaches here as debugging()
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if args.nproc > 1 and "WORLD_SIZE" in os.environ and launched != args.nproc:
         parser.error(f"--nproc {args.nproc} under a launcher that started {launched} processes")
@@ -46,9 +54,14 @@ def main(argv: Sequence[str]) -> int:
     # Settings errors once, here, rather than once per process under torchrun.
     check_rules(cfg, launched if "WORLD_SIZE" in os.environ else args.nproc)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        return launch(args.nproc, ["--config", args.config, *overrides])
+        return launch(
+            args.nproc, [*(["--debug"] if debug else []), "--config", args.config, *overrides]
+        )
+    rank = int(os.environ.get("RANK", "0"))
+    log_name = "train.log" if rank == 0 else f"train.rank{rank}.log"
+    log_run_to(Path(cfg.vlrollout.output) / log_name, debug)
     last = train(cfg)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if rank != 0:
         return 0  # rank 0 reports
     out = Path(cfg.vlrollout.output)
     evals = read_jsonl(out / "eval.jsonl")
@@ -67,7 +80,10 @@ def main(argv: Sequence[str]) -> int:
     print(json.dumps(brief, indent=1))
     if summary := control_summary(evals):
         print(summary)
-    print(f"wrote {out}/metrics.jsonl, {out}/eval.jsonl, {out}/report.html, {out}/checkpoints/")
+    print(
+        f"wrote {out}/metrics.jsonl, {out}/eval.jsonl, {out}/report.html, {out}/checkpoints/, "
+        f"{out}/{log_name}"
+    )
     return 0
 
 
