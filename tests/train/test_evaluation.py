@@ -1,0 +1,49 @@
+"""What one held-out evaluation of a run records and says (:class:`HeldOut`), on a fake workflow."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from vlrollout.jsonl import read_jsonl
+from vlrollout.train.evaluation import HeldOut, logger
+from vlrollout.train.loggers import TrainLoggers
+
+
+class _Scores:
+    """A workflow whose episode for an item scores the item's ``score``."""
+
+    async def arun_episode(self, engine, item):
+        return {"rewards": torch.tensor([item["score"]])}
+
+
+class _Kept(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_an_evaluation_is_recorded_and_logged_as_information(tmp_path):
+    """(Kept on the module's logger: AReaL replaces logging's root, where pytest's caplog sits.)"""
+    items = [{"id": "a", "task": "count", "score": 1.0}, {"id": "b", "task": "count", "score": 0.0}]
+    held_out = HeldOut(None, _Scores(), _Scores(), items, None, 2, 0, tmp_path)
+    kept, level = _Kept(), logger.level
+    logger.addHandler(kept)
+    logger.setLevel(logging.DEBUG)
+    try:
+        record = held_out.run(3, TrainLoggers())
+    finally:
+        logger.removeHandler(kept)
+        logger.setLevel(level)
+    assert read_jsonl(tmp_path / "eval.jsonl") == [record]
+    assert (record["step"], record["eval/mean"], record["eval/n"]) == (3, 0.5, 2)
+    assert (record["eval_sampled/count"], record["eval_sampled/n"]) == (0.5, 4)
+    (line,) = [r for r in kept.records if "held-out eval" in r.getMessage()]
+    assert line.levelno == logging.INFO  # a result, not a problem
+    assert line.getMessage() == (
+        "held-out eval at step 3: eval 0.5000 over 2 episodes; eval_sampled 0.5000 over 4 episodes"
+    )
