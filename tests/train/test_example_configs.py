@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vlrollout.train.config import load_config
+from vlrollout.train.config import check_rules, load_config, rule_warnings
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,18 @@ def test_example_config_loads(tmp_path, path, task, temperature, model):
     assert cfg.actor.temperature == cfg.gconfig.temperature == temperature
     assert cfg.actor.reward_norm.group_size == cfg.gconfig.n_samples >= 2
     assert cfg.actor.path == model and cfg.cluster.fileroot.startswith(str(tmp_path))
+
+
+@pytest.mark.parametrize("offpolicy", [0, 1])
+def test_the_grounding_recipe_runs_in_every_mode_without_a_warning(tmp_path, offpolicy):
+    """On-policy or asynchronous, one process or two: no rule refuses the shipped recipe."""
+    cfg = load_config(
+        "examples/train_grounding.yaml",
+        [f"vlrollout.output={tmp_path}", f"rollout.max_head_offpolicyness={offpolicy}"],
+    )
+    for world in (1, 2):
+        check_rules(cfg, world)
+    assert rule_warnings(cfg) == []
 
 
 def test_group_size_one_is_refused(tmp_path):
@@ -59,6 +71,20 @@ def test_group_size_one_is_refused(tmp_path):
         (
             ["--config", "examples/train_grounding.yaml", "seed"],
             "setting 'seed' must be KEY=VALUE, e.g. seed=1",
+        ),
+        (
+            ["--config", "examples/train_grounding.yaml", "vlrollout.ground_metric=centre"],
+            "vlrollout.ground_metric must be one of iou, giou, got 'centre'",
+        ),
+        (
+            [
+                "--config",
+                "examples/train_grounding.yaml",
+                "train_dataset.batch_size=3",
+                "--nproc",
+                "2",
+            ],
+            "train_dataset.batch_size=3 cannot be shared by 2 processes",
         ),
     ],
 )
