@@ -1,14 +1,16 @@
 """Building AReaL's ``FSDPPPOActor`` in this process (world size 1, or one rank under torchrun).
 
 AReaL picks its CPU platform and the gloo backend by itself; ``torch.distributed`` only needs the
-rendezvous variables, which :func:`ensure_dist_env` fills for a single process (torchrun sets
-them for several).
+rendezvous variables, which :func:`dist_env` fills for a single process (torchrun sets them for
+several).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 from vlrollout.logs import get_logger
@@ -22,13 +24,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def ensure_dist_env() -> None:
-    """``RANK=0 WORLD_SIZE=1 LOCAL_RANK=0`` and a free local port, unless a launcher set them."""
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+SINGLE_PROCESS = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+"""The rendezvous variables of a world of one (``MASTER_PORT``: a free local port)."""
+
+
+@contextlib.contextmanager
+def dist_env() -> Iterator[dict[str, str]]:
+    """Within the block, the rendezvous variables a launcher did not set hold a world of one.
+
+    Yields every rendezvous variable's value. Those filled in are removed again on leaving (ones a
+    launcher set are never touched), so the process environment is as it was: they are read only
+    while the process group is created (``env://`` rendezvous) and the actor initialised (AReaL's
+    ``LOCAL_RANK``); later readers fall back to ``torch.distributed`` or to a world of one.
+    """
+    added = {k: v for k, v in SINGLE_PROCESS.items() if k not in os.environ}
+    if "MASTER_PORT" not in os.environ:
+        added["MASTER_PORT"] = str(_free_port())
+    os.environ.update(added)
+    try:
+        yield {k: os.environ[k] for k in (*SINGLE_PROCESS, "MASTER_PORT")}
+    finally:
+        for key, value in added.items():
+            if os.environ.get(key) == value:
+                del os.environ[key]
 
 
 def build_actor(
@@ -59,14 +77,14 @@ def build_actor(
 
     for line in apply_cpu_defaults(actor_config):
         logger.warning("CPU default: %s", line)
-    ensure_dist_env()
-    if not actor_config.backend or actor_config.backend == "???":
-        # Data parallel over every process the launcher started (1 without torchrun).
-        actor_config.backend = f"fsdp:d{os.environ['WORLD_SIZE']}"
-    actor = FSDPPPOActor(config=actor_config)
-    actor.create_process_group()
-    freezing.install(actor, vision_tower=freeze_vision_tower, projector=freeze_projector)
-    actor.initialize(addr=None, ft_spec=ft_spec)
+    with dist_env() as env:
+        if not actor_config.backend or actor_config.backend == "???":
+            # Data parallel over every process the launcher started (1 without torchrun).
+            actor_config.backend = f"fsdp:d{env['WORLD_SIZE']}"
+        actor = FSDPPPOActor(config=actor_config)
+        actor.create_process_group()
+        freezing.install(actor, vision_tower=freeze_vision_tower, projector=freeze_projector)
+        actor.initialize(addr=None, ft_spec=ft_spec)
     if getattr(actor, "vlrollout_frozen", None):
         logger.warning("frozen (elements): %s", actor.vlrollout_frozen)
     if lora.install(actor):
