@@ -7,8 +7,8 @@ creation): a fixed cost per call whatever the image, most of a call on a small i
 (``bench/bench_processor_call.py`` measures it). The merged result depends only on those
 arguments and on the processor's own settings, and a preprocessor passes the same arguments on
 every call, so :func:`with_merged_kwargs_cache` returns a shallow copy of the processor whose
-``_merge_kwargs`` runs (and validates) once per distinct set of arguments and hands every call its
-own deep copy (processors pop entries from it). The caller's processor object is left as it was;
+``_merge_kwargs`` runs (and validates) once per distinct set of arguments and tokenizer settings
+(compared by value) and hands every call its own deep copy (processors pop entries from it). The caller's processor object is left as it was;
 attributes later re-bound on it (``processor.image_processor = ...``) are not seen by the copy.
 """
 
@@ -21,6 +21,10 @@ from typing import Any
 from vlrollout.compat.transformers import merge_kwargs_of, set_merge_kwargs
 
 _UNHASHABLE = object()
+
+MEMO_MAX = 64
+"""Distinct argument sets remembered per processor; a preprocessor passes one, so more means
+arguments that vary per call, which are then merged on every call as transformers does."""
 
 
 def _frozen(value: Any) -> Any:
@@ -61,16 +65,19 @@ def with_merged_kwargs_cache(processor: Any) -> Any:
     lock = threading.Lock()
 
     def merged_kwargs(kinds: Any, tokenizer_init_kwargs: dict | None = None, **kwargs: Any) -> Any:
-        frozen = _frozen(kwargs)
-        if frozen is _UNHASHABLE:
+        # Keyed on the contents of the tokenizer's settings, not on the dict's id(): a freed
+        # dict's id can be given to a new one, and a dict can change in place.
+        frozen, settings = _frozen(kwargs), _frozen(tokenizer_init_kwargs)
+        if frozen is _UNHASHABLE or settings is _UNHASHABLE:
             return merge(fast, kinds, tokenizer_init_kwargs=tokenizer_init_kwargs, **kwargs)
-        key = (id(kinds), id(tokenizer_init_kwargs), frozen)
+        key = (kinds, settings, frozen)
         with lock:
             cached = memo.get(key)
         if cached is None:
             cached = merge(fast, kinds, tokenizer_init_kwargs=tokenizer_init_kwargs, **kwargs)
             with lock:
-                memo[key] = cached
+                if len(memo) < MEMO_MAX:
+                    memo[key] = cached
         return copy.deepcopy(cached)
 
     set_merge_kwargs(fast, merged_kwargs)

@@ -107,3 +107,37 @@ def test_the_preprocessor_merges_its_arguments_once(monkeypatch):
         )
         assert isinstance(prepared.multi_modal_input["pixel_values"], torch.Tensor)
     assert len(calls) == 1
+
+
+class _Echo:
+    """A processor whose merged arguments show the tokenizer settings they were merged with."""
+
+    def _merge_kwargs(self, kinds, tokenizer_init_kwargs=None, **kwargs):
+        return {"text_kwargs": {**(tokenizer_init_kwargs or {}), **kwargs}}
+
+
+def test_a_new_settings_dict_at_a_freed_ones_address_is_merged_anew():
+    """The memo must not key on ``id()`` of the tokenizer's settings: once a dict is freed, a new
+    one with other contents can get its address."""
+    fast = with_merged_kwargs_cache(_Echo())
+    first = {"padding_side": "left"}
+    assert fast._merge_kwargs(dict, tokenizer_init_kwargs=first)["text_kwargs"] == first
+    freed = id(first)
+    del first
+    kept = []  # dicts that did not land on the freed address stay alive, so it stays free
+    for _ in range(1000):
+        second = {"padding_side": "right"}
+        if id(second) == freed:
+            break
+        kept.append(second)
+    else:
+        pytest.skip("the interpreter did not reuse the freed address")
+    assert fast._merge_kwargs(dict, tokenizer_init_kwargs=second)["text_kwargs"] == second
+
+
+def test_settings_changed_in_place_are_merged_anew():
+    fast = with_merged_kwargs_cache(_Echo())
+    settings = {"padding_side": "left"}
+    fast._merge_kwargs(dict, tokenizer_init_kwargs=settings)
+    settings["padding_side"] = "right"
+    assert fast._merge_kwargs(dict, tokenizer_init_kwargs=settings)["text_kwargs"] == settings
