@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from vlrollout.compat.areal import wrap_create_optimizer
 from vlrollout.errors import ConfigError
 
 TOWERS: tuple[str, ...] = ("visual", "vision_tower", "vision_model")
@@ -123,7 +124,6 @@ def install(actor: Any, *, vision_tower: bool, projector: bool) -> None:
     """
     if not (vision_tower or projector):
         return
-    from vlrollout.compat.areal import wrap_create_optimizer
 
     def freezing_first(create_optimizer: Callable[[Any], None]) -> Callable[[Any], None]:
         def freeze_then_create(ft_spec: Any) -> None:

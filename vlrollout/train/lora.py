@@ -22,13 +22,22 @@ therefore lends those methods of the inner model to the outer one (:data:`INNER_
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from peft.tuners.lora import Linear, LoraLayer
+from safetensors.torch import load_file
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 
-from vlrollout.compat.areal import replace_save_model_to_hf
+from vlrollout.compat.areal import cast_to_compute_dtype, replace_save_model_to_hf
 from vlrollout.errors import ConfigError
 
 PEFT_PREFIX = "base_model.model."
@@ -56,8 +65,6 @@ def lora_scalings(model: torch.nn.Module, adapter: str = ADAPTER) -> dict[str, f
             ``actor.target_modules``) or uses DoRA: :func:`merge_lora` merges only
             ``B @ A`` into a 2-D weight.
     """
-    from peft.tuners.lora import Linear, LoraLayer
-
     out: dict[str, float] = {}
     for name, module in model.named_modules():
         if not isinstance(module, LoraLayer) or adapter not in module.scaling:
@@ -116,14 +123,10 @@ def save_merged(actor: Any, path: str, tokenizer: Any, processor: Any) -> None:
     Every rank takes part in gathering the full state dict (a collective); rank 0 writes the
     merged model, tokenizer and processor to ``path`` and the adapter to ``path/adapter``.
     """
-    import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     Path(path).mkdir(parents=True, exist_ok=True)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(actor.model, options=options)
     if dist.get_rank() == 0:
-        from vlrollout.compat.areal import cast_to_compute_dtype
 
         def cast(tensor: Any) -> Any:
             return cast_to_compute_dtype(actor, tensor)
@@ -195,11 +198,6 @@ def load_adapter(actor: Any, folder: str | Path) -> None:
         ConfigError: no adapter there, the adapter was trained on another base model, or its tensors do not
             match the actor's adapters (other ``lora_rank`` or ``target_modules``).
     """
-    import json
-
-    from safetensors.torch import load_file
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
     check_resume(folder, use_lora=True)
     adapter_dir = Path(folder) / ADAPTER_DIR
     saved_base = json.loads((adapter_dir / "adapter_config.json").read_text()).get(
