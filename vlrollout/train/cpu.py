@@ -13,6 +13,8 @@ import importlib.util
 import os
 from typing import Any
 
+import torch
+
 
 def has_flash_attn() -> bool:
     """Whether the ``flash_attn`` package (varlen kernels that keep packed sequences apart) exists."""
@@ -20,15 +22,13 @@ def has_flash_attn() -> bool:
 
 
 def has_gpu() -> bool:
-    import torch
-
     return torch.cuda.is_available()
 
 
 def disable_compile() -> None:
     """Run AReaL's ``torch.compile``d helpers eagerly (env for child processes, config for this one)."""
     os.environ["TORCHDYNAMO_DISABLE"] = "1"
-    import torch._dynamo
+    import torch._dynamo  # after the variable: dynamo reads it when first imported
 
     torch._dynamo.config.disable = True
 
