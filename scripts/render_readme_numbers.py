@@ -89,9 +89,9 @@ def _number(cell: str) -> float | None:
 
 
 def chart(table: Table) -> str:
-    """An SVG line chart of a per-step table: one chart, one line per numeric column whose name
-    ends as the second column's does (``trained sampled reward`` beside ``control sampled
-    reward``); the other columns go in a second chart below it."""
+    """SVG line charts of a per-step table, stacked: the columns are grouped by their name after
+    the first word (``ours sampled reward`` with ``TRL sampled reward``, ``ours s`` with ``TRL s``)
+    and each group is one chart with a line per column; a cell that is not a number is a gap."""
     steps = [float(row[0]) for row in table.rows]
     groups: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for i, column in enumerate(table.columns[1:], start=1):
