@@ -119,7 +119,7 @@ def test_our_lines_are_written_above_a_progress_bar_not_into_it(capsys):
 
 
 RUN_LOG_SCRIPT = """
-import logging, sys
+import logging, sys, warnings
 from pathlib import Path
 
 library = logging.getLogger("a_library")  # made before AReaL resets logging, as on import
@@ -142,6 +142,9 @@ for mode, debug in (("quiet", False), ("debug", True)):
     orphan.warning(f"late library warning {mode}")
     ours.info(f"held-out eval at step 0: mean 0.1 {mode}")
     ours.debug(f"our debug {mode}")
+    warnings.warn(f"a library's warning {mode}", UserWarning)
+    from transformers.utils import logging as transformers_logging
+    print(f"progress bars {transformers_logging.is_progress_bar_enabled()} {mode}", flush=True)
 """
 
 
@@ -171,6 +174,9 @@ def test_areals_and_libraries_info_go_to_the_run_log_not_the_terminal(run_log):
     for line in ("actor warning", "library warning", "late library warning"):
         assert f"{line} quiet" in quiet and f"{line} quiet" in filed
     assert "(AReaL)" not in quiet  # AReaL's own handlers print nothing
+    assert "UserWarning: a library's warning quiet" in quiet
+    assert "WARNING py.warnings: <string>" in filed and "a library's warning quiet" in filed
+    assert "progress bars False quiet" in quiet  # transformers' per-step weight bars
     assert "our debug" not in quiet + filed
     assert quiet.count("actor warning") == 1, quiet  # once, through our handler only
 
@@ -187,3 +193,4 @@ def test_debug_shows_areals_info_lines_on_the_terminal_too(run_log):
     for line in ("Microbatch #tokens (rank 0): [12]", "actor info", "library info", "our debug"):
         assert f"{line} debug" in debug and f"{line} debug" in filed, debug
     assert "[12] debug" not in (folder / "quiet.log").read_text()  # the file moved
+    assert "progress bars True debug" in debug

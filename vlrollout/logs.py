@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from pathlib import Path
 from typing import TextIO
 
@@ -128,11 +129,15 @@ def log_run_to(path: Path, debug: bool | None = None) -> None:
 
     ``path`` (appended to, so a resumed run continues it) gets our records at INFO and above
     (DEBUG with ``debug``), AReaL's and those other libraries log through logging's root at INFO
-    and above. The terminal shows our records at INFO and above and the libraries' warnings and
-    errors; with ``debug`` (default: whether the command was started with ``--debug``) it shows
-    everything the file gets. Calling it again moves the file and the terminal's levels.
+    and above, and Python warnings. The terminal shows our records at INFO and above and the
+    libraries' warnings and errors; with ``debug`` (default: whether the command was started with
+    ``--debug``) it shows everything the file gets, and transformers' progress bars (loading and
+    saving weights, each training step) are left on. Calling it again moves the file and the
+    terminal's levels.
     """
-    # Imported here: it imports AReaL (and torch), which most users of this module never need.
+    # Imported here: they import AReaL and torch, which most users of this module never need.
+    from transformers.utils import logging as transformers_logging
+
     from vlrollout.compat.areal_logging import route_areal_loggers
 
     debug = debugging() if debug is None else debug
@@ -146,6 +151,25 @@ def log_run_to(path: Path, debug: bool | None = None) -> None:
     # A logger made under one of AReaL's replacement roots has no handler to reach.
     logging.lastResort = _LIBRARIES_OUT
     route_areal_loggers(_LIBRARIES_OUT)
+    warnings.showwarning = _show_warning
+    if debug:
+        transformers_logging.enable_progress_bar()
+    else:
+        transformers_logging.disable_progress_bar()
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """``warnings.showwarning`` for a run: a warning is a library record (terminal and file)."""
+    text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
+    record = logging.LogRecord("py.warnings", logging.WARNING, filename, lineno, text, None, None)
+    _LIBRARIES_OUT.handle(record)
 
 
 def _attach(logger: logging.Logger, level: int) -> None:
