@@ -214,6 +214,23 @@ def test_module_graph_sees_imports_inside_functions(tmp_path):
     assert _cycle_path(graph, _cycles(graph)[0]) == ["pkg.a", "pkg.b", "pkg.a"]
 
 
+LONGEST_FUNCTION = 80
+"""Lines a function of the trainer may take (docstring included): one screen, read at once."""
+
+
+def test_no_trainer_function_is_longer_than_a_screen():
+    long = []
+    for module, path in _modules():
+        if not module.startswith("vlrollout.train"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines})")
+    assert not long, f"functions over {LONGEST_FUNCTION} lines: {long}"
+
+
 @pytest.mark.parametrize("component", sorted(COMPONENTS))
 def test_components_import_no_recipe_and_no_test_double(component):
     graph = _graph()

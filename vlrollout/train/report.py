@@ -69,44 +69,13 @@ def write_report(out: Path, cfg: Any = None) -> Path:
     steps = read_jsonl(out / "metrics.jsonl")
     evals = read_jsonl(out / "eval.jsonl")
 
-    def series(key: str, rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
-        return [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-
     prefixes = [p for p in EVAL_PREFIXES if any(f"{p}/n" in r for r in evals)]
     eval_keys = sorted(
         k
         for k in {k for r in evals for k in r}
         if k.partition("/")[0] in EVAL_PREFIXES and k.partition("/")[2] not in EVAL_COUNTS
     )
-    # Dynamic sampling: reward_mean is the trained groups'; this, every episode rolled out.
-    every = series("dynamic/reward_mean_all", steps)
-    rolled_out = {"mean of every episode rolled out": every} if every else {}
-    charts = [
-        line_chart(
-            "training reward (sampled)",
-            {
-                "mean": series("reward_mean", steps),
-                "std": series("reward_std", steps),
-                **rolled_out,
-            },
-        ),
-        line_chart(
-            "held-out metric (eval/: greedy; eval_sampled/: at the training temperature)",
-            {**{k: series(k, evals) for k in eval_keys}, **lr0_control(evals)},
-        ),
-        line_chart(
-            "groups with all-equal rewards (no signal)",
-            {"fraction": series("frac_all_equal_groups", steps)},
-        ),
-        line_chart(
-            "PPO approximate KL (updated vs sampling policy) / entropy / clip fraction",
-            {k: series(k, steps) for k in ("ppo_approx_kl", "entropy", "clip_ratio")},
-        ),
-        line_chart(
-            "seconds per step",
-            {k: series(f"time/{k}", steps) for k in ("step", "rollout", "update", "weight_sync")},
-        ),
-    ]
+    charts = _charts(steps, evals, eval_keys)
     columns = (
         "step",
         "reward_mean",
@@ -150,6 +119,45 @@ score is the step-0 score at every evaluation.</p>
     path = out / "report.html"
     atomic_write_bytes(path, doc.encode())  # a browser reloading it never sees half a page
     return path
+
+
+def _series(key: str, rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    return [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+
+
+def _charts(
+    steps: list[dict[str, Any]], evals: list[dict[str, Any]], eval_keys: list[str]
+) -> list[str]:
+    """The report's charts (SVG) of the training steps and the held-out evaluations."""
+    # Dynamic sampling: reward_mean is the trained groups'; this, every episode rolled out.
+    every = _series("dynamic/reward_mean_all", steps)
+    rolled_out = {"mean of every episode rolled out": every} if every else {}
+    return [
+        line_chart(
+            "training reward (sampled)",
+            {
+                "mean": _series("reward_mean", steps),
+                "std": _series("reward_std", steps),
+                **rolled_out,
+            },
+        ),
+        line_chart(
+            "held-out metric (eval/: greedy; eval_sampled/: at the training temperature)",
+            {**{k: _series(k, evals) for k in eval_keys}, **lr0_control(evals)},
+        ),
+        line_chart(
+            "groups with all-equal rewards (no signal)",
+            {"fraction": _series("frac_all_equal_groups", steps)},
+        ),
+        line_chart(
+            "PPO approximate KL (updated vs sampling policy) / entropy / clip fraction",
+            {k: _series(k, steps) for k in ("ppo_approx_kl", "entropy", "clip_ratio")},
+        ),
+        line_chart(
+            "seconds per step",
+            {k: _series(f"time/{k}", steps) for k in ("step", "rollout", "update", "weight_sync")},
+        ),
+    ]
 
 
 def _rejected(record: dict[str, Any], prefix: str) -> str:
