@@ -168,7 +168,7 @@ def install(model: torch.nn.Module) -> bool:
         return False
     # The module that owns the vision tower is the one whose forward calls get_image_features
     # (the top-level model's method of that name only delegates to it).
-    inner = next((m for m in model.modules() if "visual" in m._modules), None)
+    inner = next((m for m in model.modules() if "visual" in dict(m.named_children())), None)
     current = getattr(inner, "get_image_features", None)
     if current is None or getattr(current, "__func__", None) is _encode_each_distinct_image_once:
         return False

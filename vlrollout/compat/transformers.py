@@ -6,6 +6,8 @@
   call's time.
 - ``get_rope_index`` of the Qwen-VL models: the engine and the trainer's packing take 3-D
   positions from the model itself.
+- ``PretrainedConfig._attn_implementation``: the attention a model runs with (the setter,
+  ``set_attn_implementation``, is public; the getter is not).
 
 Importing this module checks transformers' version (:func:`vlrollout.compat.require`).
 """
@@ -27,6 +29,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer  # noqa: E402
 __all__ = [
     "DynamicCache",
     "DynamicLayer",
+    "attn_implementation",
     "cache_of",
     "layer_of",
     "merge_kwargs_of",
@@ -59,6 +62,12 @@ def merge_kwargs_of(processor_type: type) -> Callable[..., Any] | None:
 def set_merge_kwargs(processor: Any, merge: Callable[..., Any]) -> None:
     """Make ``merge`` this processor instance's ``_merge_kwargs``."""
     processor._merge_kwargs = merge
+
+
+def attn_implementation(config: Any) -> str | None:
+    """The attention implementation a model with ``config`` runs (``"sdpa"``, ``"eager"``...);
+    ``None`` for a missing config or one that does not say."""
+    return getattr(config, "_attn_implementation", None)
 
 
 def rope_index(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> tuple[Any, Any]:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from vlrollout.compat.torch import maybe_mark_dynamic
 from vlrollout.logs import get_logger
 
 logger = get_logger(__name__)
@@ -234,7 +235,7 @@ def _probe(
 
 def _mark_dynamic(ids, mask, positions, cache) -> None:
     """Mark the row and column dimensions of a decode step's inputs dynamic for compiling."""
-    mark = torch._dynamo.maybe_mark_dynamic
+    mark = maybe_mark_dynamic
     mark(ids, 0)
     mark(mask, 0)
     mark(mask, mask.dim() - 1)

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from vlrollout.compat.transformers import DynamicCache
+from vlrollout.compat.transformers import DynamicCache, attn_implementation
 from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
 from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch, top_logprobs
@@ -181,7 +181,7 @@ class DecodeWorker:
         # Transformers' SDPA path takes a prepared 4-D bool mask as-is (see MaskBuffer); not for
         # sliding-window layers, whose window the model would then no longer apply.
         text_config = model.config.get_text_config(decoder=True)
-        self._sdpa = getattr(text_config, "_attn_implementation", None) == "sdpa" and can_merge(
+        self._sdpa = attn_implementation(text_config) == "sdpa" and can_merge(
             DynamicCache(config=model.config)
         )
         # Chosen by a probe forward (see step_forward) at the first decode step, on the worker

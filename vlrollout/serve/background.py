@@ -39,7 +39,7 @@ class BackgroundServer:
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.host, self.port)
             await site.start()
-            return site._server.sockets[0].getsockname()[1]  # the port bound for port=0
+            return self._runner.addresses[0][1]  # the port bound for port=0
 
         self._thread.start()
         self.port = asyncio.run_coroutine_threadsafe(up(), self._loop).result(timeout)

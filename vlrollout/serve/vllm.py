@@ -92,7 +92,7 @@ def _gconfig(state: ServerState, body: dict[str, Any], where: str):
 
 def _served_name(state: ServerState) -> str:
     """The model id ``/v1/models`` lists: the folder the model was loaded from."""
-    return getattr(state.engine.model.config, "_name_or_path", "") or "vlrollout"
+    return getattr(state.engine.model.config, "name_or_path", "") or "vlrollout"
 
 
 def _token_entry(state: ServerState, token: int, logprob: float, as_ids: bool) -> dict[str, Any]:

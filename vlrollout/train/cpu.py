@@ -28,9 +28,9 @@ def has_gpu() -> bool:
 def disable_compile() -> None:
     """Run AReaL's ``torch.compile``d helpers eagerly (env for child processes, config for this one)."""
     os.environ["TORCHDYNAMO_DISABLE"] = "1"
-    import torch._dynamo  # after the variable: dynamo reads it when first imported
+    from vlrollout.compat.torch import disable_dynamo  # after the variable: dynamo reads it
 
-    torch._dynamo.config.disable = True
+    disable_dynamo()
 
 
 def apply_cpu_defaults(actor_config: Any, *, gpu: bool | None = None) -> list[str]:

@@ -24,6 +24,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from vlrollout.compat.transformers import attn_implementation
+
 IMPLEMENTATION = "vlrollout_packed_sdpa"
 """The attention implementation's registered name."""
 
@@ -106,7 +108,7 @@ def install(model: Any) -> bool:
     """Switch ``model`` (a transformers model, possibly FSDP-wrapped) from sdpa to
     :data:`IMPLEMENTATION`; returns whether it did (only a model on sdpa is switched)."""
     config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa":
+    if attn_implementation(config) != "sdpa":
         return False
     model.set_attn_implementation(IMPLEMENTATION)
     return True
