@@ -159,3 +159,17 @@ def test_report_draws_every_episodes_reward_only_under_dynamic_sampling(tmp_path
         )
     assert label not in write_report(plain).read_text()
     assert label in write_report(dynamic).read_text()
+
+
+def test_setting_warnings_are_logged_once_by_rank_zero(monkeypatch):
+    from vlrollout.train import session
+    from vlrollout.train.config import TrainConfig
+    from vlrollout.train.ranks import Ranks
+
+    lines: list[str] = []
+    monkeypatch.setattr(session.logger, "warning", lambda fmt, *args: lines.append(fmt % args))
+    cfg = TrainConfig(vlrollout=TrainSection(dynamic_sampling_scale=True))
+    session.prepare_rollout_config(cfg, Ranks(1, 2))
+    assert lines == []
+    session.prepare_rollout_config(cfg, Ranks(0, 2))
+    assert len(lines) == 1 and "dynamic_sampling_scale=true has no effect" in lines[0]

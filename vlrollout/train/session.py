@@ -119,7 +119,7 @@ def start_session(cfg: TrainConfig) -> Session:
         dataset_size=len(train_items),
         train_batch_size=bs,
     )
-    prepare_rollout_config(cfg)  # before the engine is built from cfg.rollout
+    prepare_rollout_config(cfg, ranks)  # before the engine is built from cfg.rollout
     ckpt = resume_point(cfg, out, ranks)
     start = ckpt.step if ckpt is not None else 0
     model_path = str(ckpt.path) if ckpt is not None else cfg.actor.path
@@ -160,13 +160,14 @@ def start_session(cfg: TrainConfig) -> Session:
     )
 
 
-def prepare_rollout_config(cfg: TrainConfig) -> None:
+def prepare_rollout_config(cfg: TrainConfig, ranks: Ranks) -> None:
     """Log what the settings do less of than they say (:func:`~vlrollout.train.config.
-    rule_warnings`, :func:`~vlrollout.train.asynchronous.config_warnings`), and let dynamic
-    sampling's top-up rounds through the engine's admission limit
+    rule_warnings`, :func:`~vlrollout.train.asynchronous.config_warnings`; once, by rank 0),
+    and let dynamic sampling's top-up rounds through the engine's admission limit
     (:func:`~vlrollout.train.dynamic_sampling.admit_top_up_rounds`)."""
-    for line in rule_warnings(cfg) + asynchronous.config_warnings(cfg):
-        logger.warning("%s", line)
+    if ranks.main:
+        for line in rule_warnings(cfg) + asynchronous.config_warnings(cfg):
+            logger.warning("%s", line)
     vl = cfg.vlrollout
     if vl.dynamic_sampling:
         batch_size = cfg.train_dataset.batch_size
