@@ -252,6 +252,20 @@ def test_both_sides_are_evaluated_on_the_test_split_unless_dev_is_asked_for(caps
     assert line.endswith(f"; on the test split (eval_seed {SPLITS['test']})")
 
 
+def test_the_grounding_record_is_on_the_test_split_with_paired_seeds():
+    from splits import SPLITS
+
+    rec = json.loads((REPO / "bench" / "results" / "vs_trl_grounding.json").read_text())
+    numbers = rec["numbers"]
+    assert numbers["split"] == "test" and numbers["eval_seed"] == SPLITS["test"] != SPLITS["dev"]
+    assert f"vlrollout.eval_seed={SPLITS['test']}" in numbers["overrides"]
+    seeds = len(numbers["seeds"])
+    assert seeds >= 4 and len(numbers["ours_per_seed"]) == len(numbers["trl_per_seed"]) == seeds
+    # Both sides start from the same weights on the same items: one step-0 score.
+    assert numbers["ours"]["evals"]["0"] == numbers["trl"]["evals"]["0"]
+    assert rec["headline"].endswith(f"on the test split (eval_seed {SPLITS['test']})")
+
+
 def test_read_ours_takes_seconds_in_step_order_and_phase_means(tmp_path):
     rows = [
         {"step": s, "reward_mean": r, "time/step": t, "time/rollout": t / 2, "time/logp": 0.0}
