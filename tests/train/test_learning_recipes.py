@@ -2,20 +2,26 @@
 above its lr = 0 control, and a rerun reproduces its numbers exactly.
 
 ``bench/bench_learning.py --recipe counting|grounding`` measured each recipe over three seeds
-against a real lr = 0 control (``bench/results/learning_*.json``). The control needs no run
-here: unchanged weights decode the same greedy answers, so the control's score is the step-0
-score (``tests/train/test_learning.py`` asserts that on a real control run). The evaluation is
-exact (deterministic engine, greedy), so any gain is the weights' doing. A deterministic step
-is slow on a CPU (its 128 episodes decode one by one), so each rerun repeats the first steps
-only. Each margin is about half the smallest gain measured (its record's seeds, this seed):
+against a real lr = 0 control (``bench/results/learning_*.json``), on the held-out items of the
+test split (``bench/splits.py``: an ``eval_seed`` no recipe was chosen on, not the recipes' own
+``eval_seed`` 200, the development split). The run here evaluates on the record's own
+``eval_seed``, so its margin, taken from the record, compares like with like. The control
+needs no run here: unchanged weights decode the same greedy answers, so the control's score is
+the step-0 score (``tests/train/test_learning.py`` asserts that on a real control run). The
+evaluation is exact (deterministic engine, greedy), so any gain is the weights' doing. A
+deterministic step is slow on a CPU (its 128 episodes decode one by one), so each rerun repeats
+the first steps only. Each margin is about half the smallest gain measured (its record's seeds,
+this seed):
 
 - counting (dynamic sampling, two rounds, scaled short steps), the first 48 of its 120 steps:
-  held-out accuracy 0.775 -> 0.890-0.930 over the record's seeds at step 48 (smallest gain
-  +0.115) and 0.955 for this deterministic seed when the margin was set, so the margin is 0.05,
-  ten of the 200 held-out items. Its rerun repeats 6 steps.
-- grounding (Dr. GRPO advantages over every group of the step), 30 steps: mean IoU 0.119 ->
-  0.141, 0.205, 0.177 over the record's seeds (gains +0.022 to +0.086); margin 0.01. This
-  deterministic seed reached 0.177 with this recipe.
+  held-out accuracy 0.790 -> 0.900, 0.845, 0.825 over the record's seeds at step 48 on the
+  test split (smallest gain +0.035; 0.975-0.990 at step 120), so the margin is 0.015, three of
+  the 200 held-out items. (On the development split: 0.775 -> 0.890-0.930 at step 48, and 0.955
+  for this deterministic seed.) Its rerun repeats 6 steps.
+- grounding (Dr. GRPO advantages over every group of the step), 30 steps: mean IoU 0.093 ->
+  0.162, 0.159, 0.108 over the record's seeds on the test split (gains +0.015 to +0.069);
+  margin 0.007. (On the development split the same recipe went 0.119 -> 0.141-0.205, and this
+  deterministic seed reached 0.177 there.)
 """
 
 from __future__ import annotations
@@ -25,8 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.train.procs import run_train
+from tests.train.procs import ROOT, run_train
+
+DEV_EVAL_SEED = 200
+"""The recipes' own ``vlrollout.eval_seed`` (the development split, ``bench/splits.py``)."""
 
 
 @dataclass(frozen=True)
@@ -40,12 +50,42 @@ class Recipe:
     rerun_steps: int
     """Steps of the rerun that must reproduce the run: all of them, or (where a deterministic
     step is slow) a prefix, compared on its sampled rewards and the step-0 evaluation."""
+    record: str
+    """The learning record the margin comes from (``bench/results/<record>.json``)."""
 
 
 RECIPES = {
-    "counting": Recipe("examples/train_count.yaml", 48, 0.05, rerun_steps=6),
-    "grounding": Recipe("examples/train_grounding.yaml", 30, 0.01, rerun_steps=6),
+    "counting": Recipe("examples/train_count.yaml", 48, 0.015, 6, "learning_counting"),
+    "grounding": Recipe("examples/train_grounding.yaml", 30, 0.007, 6, "learning_grounding"),
 }
+
+
+def _record(recipe: Recipe) -> dict:
+    """The ``numbers`` of the recipe's learning record."""
+    path = ROOT / "bench" / "results" / f"{recipe.record}.json"
+    return json.loads(path.read_text())["numbers"]
+
+
+def _recipe_eval_seed(recipe: Recipe) -> int:
+    """The ``vlrollout.eval_seed`` the recipe's YAML sets (the config's default where unset)."""
+    vl = yaml.safe_load((ROOT / recipe.config).read_text()).get("vlrollout", {})
+    return int(vl.get("eval_seed", DEV_EVAL_SEED))
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_record_is_on_the_test_split_and_every_seed_gains_by_the_margin(name):
+    recipe = RECIPES[name]
+    numbers = _record(recipe)
+    assert numbers["split"] == "test" and numbers["recipe"] == name
+    seed = numbers["eval_seed"]
+    assert seed not in (DEV_EVAL_SEED, _recipe_eval_seed(recipe))
+    assert f"vlrollout.eval_seed={seed}" in numbers["overrides"]
+    step = str(recipe.steps)
+    gains = [r["evals"][step] - r["evals"]["0"] for r in numbers["runs"] if r["arm"] == "trained"]
+    controls = [r["evals"][step] for r in numbers["runs"] if r["arm"] == "control"]
+    start = numbers["runs"][0]["evals"]["0"]
+    assert len(gains) == 3 and min(gains) >= 2 * recipe.margin, (name, gains)
+    assert controls and all(c == pytest.approx(start, abs=1e-9) for c in controls)
 
 
 def _run(recipe: Recipe, steps: int, out: Path) -> tuple[list[float], list[dict]]:
@@ -59,6 +99,7 @@ def _run(recipe: Recipe, steps: int, out: Path) -> tuple[list[float], list[dict]
         "vlrollout.log_rollouts=0",
         "vlrollout.progress=false",
         "vlrollout.engine.deterministic=true",
+        f"vlrollout.eval_seed={_record(recipe)['eval_seed']}",
         "seed=1",
         config=recipe.config,
         timeout=1800,
