@@ -159,7 +159,8 @@ class OddError(Exception):
 
 
 def test_reward_batch_gives_each_call_its_value_or_its_exception(tmp_path):
-    batch = RewardBatch(RewardRecipe.from_reward(length_or_raise, tmp_path))
+    # A budget no loaded machine reaches: this test is about outcomes, not about the budget.
+    batch = RewardBatch(RewardRecipe.from_reward(length_or_raise, tmp_path), budget_s=600.0)
     calls = [(("p", text, [], []), {}) for text in ("ab", "boom", "odd", "abc")]
     two, boom, odd, three = pickle.loads(pickle.dumps(batch(calls)))  # as the caller gets them
     assert (two, three) == (2.0, 3.0)
