@@ -162,8 +162,8 @@ class RewardBatch:
     so one failing reward does not fail its neighbours; it is not called again, since a reward may
     keep state and a second call would hide the first error. An exception that would not survive
     the trip back (pickling it, or unpickling it in the caller, fails) becomes a ``RuntimeError``
-    naming it: the executor would otherwise report the whole pool broken. Calls not started once ``budget_s`` has passed come back as
-    :class:`NotStarted` (the first call always runs).
+    naming it: the executor would otherwise report the whole pool broken. Calls not started once
+    ``budget_s`` has passed come back as :class:`NotStarted` (the first call always runs).
 
     Attributes:
         recipe: The reward to call, built once per worker as for single calls.
