@@ -51,7 +51,7 @@ from .frames import Box, Frame, convert_boxes, convert_points, frame_size
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region
 
-BOX_METRICS = ("iou", "giou", "acc", "centre", "iou_centre", "box_f1", "mean_iou")
+BOX_METRICS = ("iou", "giou", "acc", "centre", "box_f1", "mean_iou")
 
 
 def box_problem(box: Sequence[float]) -> str | None:
@@ -144,11 +144,10 @@ class GroundingReward(Reward):
             ``qwen3_vl``, ``internvl``, ``paligemma``, ``florence2``, ``plain``).
         metric: ``iou``, ``giou``, ``acc`` (Acc@``iou_threshold``), ``centre``
             (:func:`~.box_scores.centre_closeness`: 1 minus the centre distance over the image
-            diagonal, in the label frame's image size; dense and blind to box size),
-            ``iou_centre`` (the mean of IoU and ``centre``: a miss still ranks by distance, and
-            only overlap pays for size), ``box_f1`` or ``mean_iou`` (Hungarian matching;
-            ``mean_iou`` is the mean IoU over matched pairs times recall, so missing boxes cost).
-            With several label boxes ``centre`` and ``iou_centre`` score the best label.
+            diagonal, in the label frame's image size; dense and blind to box size: a pointing
+            reward for boxes), ``box_f1`` or ``mean_iou`` (Hungarian matching; ``mean_iou`` is the
+            mean IoU over matched pairs times recall, so missing boxes cost). With several label
+            boxes ``centre`` scores the best label.
         label_frame: Frame of the label boxes in ``task_data``.
         plain_frame: Frame of the model's boxes when ``family="plain"``.
         boxes_key: ``task_data`` field holding the label boxes.
@@ -267,13 +266,12 @@ class GroundingReward(Reward):
             return RewardResult(value, None, details)
         if self.metric == "giou":
             return RewardResult(float(pairwise_giou(valid, gt).max()), None, details)
-        if self.metric in ("centre", "iou_centre"):
+        if self.metric == "centre":
             ious = pairwise_iou(valid, gt)[0]
             closeness = [centre_closeness(valid[0], g, width, height) for g in gt]
-            scores = closeness if self.metric == "centre" else (ious + closeness) / 2
-            k = int(max(range(len(gt)), key=lambda j: scores[j]))
+            k = int(max(range(len(gt)), key=lambda j: closeness[j]))
             details.update(iou=float(ious[k]), centre=closeness[k])
-            return RewardResult(float(scores[k]), None, details)
+            return RewardResult(closeness[k], None, details)
         best = float(pairwise_iou(valid, gt).max())
         if self.metric == "acc":
             details["iou"] = best
