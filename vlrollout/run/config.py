@@ -61,6 +61,10 @@ class RunConfig:
         max_turns, turn_discount: For multi-attempt workflows (``max_turns`` also for tool use).
         tools: Tool names or import paths for ``vision_tool``.
         min_pixels, max_pixels: Resize limits for the default preprocessor.
+        video_fps, video_max_frames: Frames sampled per second of each video, and at most per
+            video, by the default preprocessor (``None``: the family's defaults).
+        video_min_pixels, video_max_pixels: Pixel budget of each sampled video frame (Qwen-VL
+            families; ``None``: the family's defaults).
         max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long`` (``None``: the
             model's context length minus ``gconfig.max_new_tokens`` when the model states one).
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
@@ -87,6 +91,10 @@ class RunConfig:
     tools: list[str] = field(default_factory=lambda: ["zoom_in", "rotate", "image_info"])
     min_pixels: int | None = None
     max_pixels: int | None = None
+    video_fps: float | None = None
+    video_max_frames: int | None = None
+    video_min_pixels: int | None = None
+    video_max_pixels: int | None = None
     max_prompt_tokens: int | None = None
     reward_timeout_s: float = 15.0
     prompt_cache_bytes: int | None = None
@@ -114,6 +122,10 @@ class RunConfig:
                 f"{_flag('prompt_cache_bytes')} must be 0 or more, got {self.prompt_cache_bytes}"
             )
         # Written so that NaN fails them too (NaN passes any `x < 0` test).
+        for name in ("video_fps", "video_max_frames", "video_min_pixels", "video_max_pixels"):
+            value = getattr(self, name)  # set in the file or as KEY=VALUE (no flags)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number, got {value}")
         if not (math.isfinite(self.reward_timeout_s) and self.reward_timeout_s > 0):
             raise ConfigError(
                 "reward_timeout_s (--reward-timeout) must be a positive finite number, got "

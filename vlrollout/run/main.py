@@ -51,6 +51,9 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
         "preprocessor": cfg.preprocessor,
         "min_pixels": cfg.min_pixels,
         "max_pixels": cfg.max_pixels,
+        "frames": workflows.FrameSampling(
+            cfg.video_fps, cfg.video_max_frames, cfg.video_min_pixels, cfg.video_max_pixels
+        ),
     }
     limit = {"max_prompt_tokens": cfg.max_prompt_tokens}
     multi = {"max_turns": cfg.max_turns, "turn_discount": cfg.turn_discount}

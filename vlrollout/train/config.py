@@ -9,6 +9,7 @@ live under ``vlrollout:``. Paths and errors follow :mod:`vlrollout.config`.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,6 +164,32 @@ class TrainSection:
         },
     )
 
+    video_fps: float | None = field(
+        default=None,
+        metadata={
+            "help": "Frames sampled per second of each video item's clip; `null`: the model "
+            "family's default (its transformers video processor's)."
+        },
+    )
+    video_max_frames: int | None = field(
+        default=None,
+        metadata={"help": "Most frames sampled from one video; `null`: the family's default."},
+    )
+    video_min_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Smallest pixel budget of a sampled video frame (Qwen-VL families); `null`: "
+            "the family's default."
+        },
+    )
+    video_max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Largest pixel budget of a sampled video frame (Qwen-VL families); `null`: "
+            "the family's default."
+        },
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.engine, dict):
             self.engine = EngineConfig(**{"model": "", **self.engine})
@@ -188,6 +215,10 @@ class TrainSection:
                 f"vlrollout.dynamic_sampling_rounds must be >= 1 (the step's own rollout "
                 f"included), got {self.dynamic_sampling_rounds}"
             )
+        for name in ("video_fps", "video_max_frames", "video_min_pixels", "video_max_pixels"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):  # NaN too
+                raise ConfigError(f"vlrollout.{name} must be a positive number, got {value}")
         if self.log_rollouts < 0:
             raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")
         if self.eval_every < 0 or self.save_every < 1 or self.eval_samples < 0:

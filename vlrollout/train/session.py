@@ -34,7 +34,7 @@ from vlrollout.train.ranks import Ranks, SharedRollout
 from vlrollout.train.rewards import build_rewards
 from vlrollout.train.rollout_engine import build_rollout_engine, connect
 from vlrollout.train.support import check_trainable
-from vlrollout.workflows import VisionRLVRWorkflow
+from vlrollout.workflows import FrameSampling, VisionRLVRWorkflow
 
 logger = get_logger(__name__)
 
@@ -225,17 +225,20 @@ def build_workflows(
         n_samples=1, greedy=True, max_new_tokens=cfg.gconfig.max_new_tokens
     )
     vl = cfg.vlrollout
+    frames = FrameSampling(
+        vl.video_fps, vl.video_max_frames, vl.video_min_pixels, vl.video_max_pixels
+    )
     held_out = HeldOut(
         engine=engine,
-        greedy=VisionRLVRWorkflow(eval_reward, greedy, tokenizer, processor),
-        sampled=VisionRLVRWorkflow(eval_reward, one, tokenizer, processor),
+        greedy=VisionRLVRWorkflow(eval_reward, greedy, tokenizer, processor, frames=frames),
+        sampled=VisionRLVRWorkflow(eval_reward, one, tokenizer, processor, frames=frames),
         items=eval_items,
         reward=eval_reward,
         sampled_repeats=vl.eval_samples,
         shown=vl.log_rollouts,
         out=Path(vl.output),
     )
-    return VisionRLVRWorkflow(reward, one, tokenizer, processor), held_out
+    return VisionRLVRWorkflow(reward, one, tokenizer, processor, frames=frames), held_out
 
 
 def start_rollouts(

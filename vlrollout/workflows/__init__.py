@@ -9,11 +9,13 @@ and three episode shapes: :class:`SingleTurnWorkflow`, :class:`MultiAttemptWorkf
 
 from vlrollout.workflows.episode import EpisodeWorkflow
 from vlrollout.workflows.multi_attempt import MultiAttemptWorkflow, VisionMultiAttemptWorkflow
+from vlrollout.workflows.preparation import FrameSampling
 from vlrollout.workflows.single_turn import RLVRWorkflow, SingleTurnWorkflow, VisionRLVRWorkflow
 from vlrollout.workflows.tool_use import ToolUseWorkflow, VisionToolWorkflow
 
 __all__ = [
     "EpisodeWorkflow",
+    "FrameSampling",
     "MultiAttemptWorkflow",
     "RLVRWorkflow",
     "SingleTurnWorkflow",

@@ -26,7 +26,7 @@ from vlrollout.processors.cache import PreparedPromptCache, item_key
 from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.rewards.caller import RewardCaller
-from vlrollout.workflows.preparation import build_preprocessor, load_tokenizer
+from vlrollout.workflows.preparation import FrameSampling, build_preprocessor, load_tokenizer
 from vlrollout.workflows.shared import config_key, shared_state
 
 # Cache keys the current episode holds; released when the episode ends (see EpisodeWorkflow).
@@ -115,12 +115,13 @@ class EpisodeContext:
         ``prompt`` is the chat-templated text that the scored completion continues, with each
         image written once, as the chat template writes it (Qwen: ``<|vision_start|>
         <|image_pad|><|vision_end|>``), never the processor's expansion into one placeholder per
-        image token. For a single-turn episode it equals ``PreparedPrompt.prompt_text``; for later
-        turns it also holds the earlier turns. (AReaL's own workflows pass the expanded text.)
+        image token (videos likewise). For a single-turn episode it equals
+        ``PreparedPrompt.prompt_text``; for later turns it also holds the earlier turns. (AReaL's
+        own workflows pass the expanded text.)
         """
         ids = list(token_ids)
-        if image_token_id is not None:
-            ids = [t for k, t in enumerate(ids) if t != image_token_id or k == 0 or ids[k - 1] != t]
+        runs = {image_token_id, getattr(self.processor, "video_token_id", None)} - {None}
+        ids = [t for k, t in enumerate(ids) if t not in runs or k == 0 or ids[k - 1] != t]
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def decode_completion(self, token_ids: Sequence[int]) -> str:
@@ -187,6 +188,9 @@ class EpisodeWorkflow(RolloutWorkflow):
             default the chat template (text) or the one :mod:`vlrollout.processors` picks for
             ``processor``.
         min_pixels, max_pixels: Resize limits of the default vision preprocessor.
+        frames: How the default vision preprocessor samples video frames (``None``: the
+            family's defaults). Rewards of an item with videos get ``video_timing``: one dict
+            per video, in prompt order, with its sampled frames' timestamps.
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
         max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long``.
         share: A name for this workflow's state (context, prepared-prompt cache, ledger, one-time
@@ -209,6 +213,7 @@ class EpisodeWorkflow(RolloutWorkflow):
         preprocessor: Preprocessor | str | dict[str, Any] | None = None,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
+        frames: FrameSampling | None = None,
         reward_timeout_s: float = 15.0,
         max_prompt_tokens: int | None = None,
         share: str | None = None,
@@ -222,6 +227,7 @@ class EpisodeWorkflow(RolloutWorkflow):
                 enable_thinking=enable_thinking,
                 min_pixels=min_pixels,
                 max_pixels=max_pixels,
+                frames=frames,
             )
             return EpisodeContext(
                 tokenizer=tok,
@@ -239,6 +245,7 @@ class EpisodeWorkflow(RolloutWorkflow):
             "preprocessor": preprocessor,
             "min_pixels": min_pixels,
             "max_pixels": max_pixels,
+            "frames": frames,
             "reward_timeout_s": reward_timeout_s,
             "max_prompt_tokens": max_prompt_tokens,
         }

@@ -18,7 +18,12 @@ from areal.utils.perf_tracer import session_context
 from vlrollout.packaging import TrajectoryBuilder
 from vlrollout.processors.turns import turn_end_token_id
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
-from vlrollout.workflows.steps import build_request, close_turn_tokens, generate
+from vlrollout.workflows.steps import (
+    build_request,
+    close_turn_tokens,
+    generate,
+    reward_task_data,
+)
 
 DEFAULT_FEEDBACK = (
     "Your answer is either wrong or not parsable to the reward function. "
@@ -100,6 +105,7 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         prepared = await ctx.prepare(data)
         builder = TrajectoryBuilder.from_prepared(prepared)
         geometry = [g.to_dict() for g in prepared.geometry]
+        task_data = reward_task_data(data, prepared)
         # vLLM re-renders the conversation from messages, so they grow with the token sequence
         # (appended to the prompt's messages only when an engine reads them).
         later_messages: list[dict[str, Any]] = []
@@ -122,7 +128,7 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
                 ctx.decode_completion(resp.output_tokens),
                 resp.input_tokens,
                 resp.output_tokens,
-                data,
+                task_data,
                 geometry=geometry,
             )
             if reward > 0 or turn == self.max_turns - 1:

@@ -4,6 +4,7 @@ and loading the tokenizer and processor it needs when a config names them by pat
 from __future__ import annotations
 
 import functools
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from areal.utils.hf_utils import load_hf_tokenizer
@@ -12,6 +13,36 @@ from transformers import AutoProcessor
 from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.base import Preprocessor
 from vlrollout.processors.contract import load_preprocessor
+
+
+@dataclass(frozen=True)
+class FrameSampling:
+    """How the default preprocessor samples a video's frames; ``None``: the family's default
+    (the transformers video processor's own setting).
+
+    Attributes:
+        fps: Frames sampled per second of video.
+        max_frames: Most frames sampled from one video.
+        min_pixels, max_pixels: Pixel budget of each sampled frame (Qwen-VL families).
+
+    >>> FrameSampling(fps=2.0).options()
+    {'video_fps': 2.0}
+    """
+
+    fps: float | None = None
+    max_frames: int | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value is not None and not value > 0:  # NaN fails too
+                raise ValueError(f"video {name} must be positive, got {value}")
+
+    def options(self) -> dict[str, Any]:
+        """The preprocessor factory's keyword arguments for the settings given (``video_fps``,
+        ...); none for settings left to the family, so plug-ins without video keep working."""
+        return {f"video_{k}": v for k, v in asdict(self).items() if v is not None}
 
 
 def load_tokenizer(tokenizer: Any) -> Any:
@@ -52,6 +83,7 @@ def build_preprocessor(
     enable_thinking: bool = False,
     min_pixels: int | None = None,
     max_pixels: int | None = None,
+    frames: FrameSampling | None = None,
 ) -> tuple[Any, Preprocessor]:
     """``(processor, preprocessor)`` for a workflow: text preparation when ``processor`` is
     ``None`` (the tokenizer's chat template unless a preprocessor object is given), vision
@@ -63,10 +95,12 @@ def build_preprocessor(
             enable_thinking=enable_thinking,
             min_pixels=min_pixels,
             max_pixels=max_pixels,
+            frames=frames,
         )
-    if min_pixels is not None or max_pixels is not None:
+    if min_pixels is not None or max_pixels is not None or (frames and frames.options()):
         raise ValueError(
-            "min_pixels/max_pixels need a multimodal processor; this workflow has none"
+            "min_pixels/max_pixels and video frame settings need a multimodal processor; this "
+            "workflow has none"
         )
     if isinstance(preprocessor, str | dict):
         preprocessor = load_preprocessor(
@@ -84,22 +118,28 @@ def build_vision_preprocessor(
     enable_thinking: bool = False,
     min_pixels: int | None = None,
     max_pixels: int | None = None,
+    frames: FrameSampling | None = None,
 ) -> tuple[Any, Preprocessor]:
     """The given preprocessor, or the default one for ``processor``, returned with the processor
     (loaded first when given as a local path).
 
     ``preprocessor`` is an object, a registered name or import path, or a mapping
     ``{"name": ..., **options}`` whose options go to the plug-in's factory (how a run config sets
-    them). Plug-ins are built and checked under the contract of
-    :mod:`vlrollout.processors.contract`. (Workflows wrap the preprocessor in the prepare-once cache.)
+    them). ``frames`` reach the factory as options (``video_fps=...``), only those set.
+    Plug-ins are built and checked under the contract of :mod:`vlrollout.processors.contract`.
+    (Workflows wrap the preprocessor in the prepare-once cache.)
     """
     processor = load_processor(processor)
+    video = frames.options() if frames is not None else {}
     if preprocessor is not None and not isinstance(preprocessor, str | dict):
-        if min_pixels is not None or max_pixels is not None:
+        if min_pixels is not None or max_pixels is not None or video:
             raise ValueError(
-                "min_pixels/max_pixels configure the default preprocessor; a custom preprocessor "
-                "object must be built with its own limits"
+                "min_pixels/max_pixels and video frame settings configure the default "
+                "preprocessor; a custom preprocessor object must be built with its own limits"
             )
+    elif video:
+        spec = preprocessor if isinstance(preprocessor, dict) else {"name": preprocessor}
+        preprocessor = {**spec, "name": spec.get("name") or "auto", **video}
     preprocessor = load_preprocessor(
         preprocessor,
         processor=processor,

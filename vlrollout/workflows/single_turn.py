@@ -16,7 +16,7 @@ from areal.utils.perf_tracer import session_context
 
 from vlrollout.packaging import pack_single_turn
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
-from vlrollout.workflows.steps import build_request, generate
+from vlrollout.workflows.steps import build_request, generate, reward_task_data
 
 
 class SingleTurnWorkflow(EpisodeWorkflow):
@@ -35,7 +35,7 @@ class SingleTurnWorkflow(EpisodeWorkflow):
             ctx.decode_completion(resp.output_tokens),
             resp.input_tokens,
             resp.output_tokens,
-            data,
+            reward_task_data(data, prepared),
             geometry=[g.to_dict() for g in prepared.geometry],
         )
         log_reward(reward=reward)

@@ -39,6 +39,21 @@ def resolve_callable(fn: Callable[..., Any] | str, what: str) -> Callable[..., A
     raise TypeError(f"{what} must be a callable or an import path, got {type(fn).__name__}")
 
 
+VIDEO_TIMING = "video_timing"
+"""The task-data key under which rewards get each video's timing (one dict per video, in prompt
+order: the sampled frames' timestamps in seconds, their fps, count and size); the item's own
+``videos`` field holds the sources."""
+
+
+def reward_task_data(data: Mapping[str, Any], prepared: PreparedPrompt) -> Mapping[str, Any]:
+    """The item's fields for the reward, plus :data:`VIDEO_TIMING` when the prompt has videos
+    (temporal rewards score answers in seconds against the frames the model saw)."""
+    clips = getattr(prepared, "videos", None) or []
+    if not clips:
+        return data
+    return {**data, VIDEO_TIMING: [clip.to_dict() for clip in clips]}
+
+
 def build_request(
     prepared: PreparedPrompt,
     gconfig: GenerationHyperparameters,

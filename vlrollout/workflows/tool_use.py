@@ -40,7 +40,13 @@ from vlrollout.tools import (
 )
 from vlrollout.tools.observation import Observation, ObservationEncoder, vllm_message
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
-from vlrollout.workflows.steps import build_request, close_turn_tokens, generate
+from vlrollout.workflows.preparation import FrameSampling
+from vlrollout.workflows.steps import (
+    build_request,
+    close_turn_tokens,
+    generate,
+    reward_task_data,
+)
 
 DEFAULT_TOOLS = ("zoom_in", "rotate", "image_info")
 
@@ -102,6 +108,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
             with it when it is an :class:`AutoProcessorPreprocessor`, else with a default one for
             ``processor``.
         min_pixels, max_pixels: Pixel budget of the default preprocessor (prompt and tool images).
+        frames: Frame sampling of the prompt's videos (``None``: the family's defaults).
         max_total_tokens: Context limit for prompt + all turns; ``None`` for no limit.
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.
         enable_thinking: Passed to the chat template.
@@ -135,6 +142,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
         box_frame: str | None = None,
         tool_role: str = "user",
         max_calls_per_turn: int = 4,
+        frames: FrameSampling | None = None,
         share: str | None = None,
     ) -> None:
         if processor is None:
@@ -155,6 +163,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
             preprocessor=preprocessor,
             min_pixels=min_pixels,
             max_pixels=max_pixels,
+            frames=frames,
             reward_timeout_s=reward_timeout_s,
             max_prompt_tokens=None if max_total_tokens is None else max_total_tokens - 1,
             share=share,
@@ -229,7 +238,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
             builder.add_observation(obs.token_ids, obs.multi_modal_input, obs.mm_token_type_ids)
             ep.add_observation(obs, self.tool_role)
         task_data = {
-            **data,
+            **reward_task_data(data, prepared),
             "conversation": list(ep.conversation),
             "tool_calls": ep.tool_calls,
             "tool_errors": ep.tool_errors,
