@@ -9,6 +9,9 @@ Client code read: ``areal/engine/sglang_remote.py`` (``SGLangBackend``) and
   ``{text, output_ids, meta_info: {id, finish_reason: {type, ...}, prompt_tokens,
   completion_tokens, output_token_logprobs: [[logprob, token_id, null], ...], weight_version}}``.
   ``image_data`` is base64 without a ``data:`` prefix (data URLs are accepted too).
+  ``video_data`` (SGLang's field; AReaL 1.0.4's client never sends it: its ``ModelRequest`` has
+  no video) takes videos the same way; ``input_ids`` must expand each video's placeholders as the
+  served preprocessor samples it (its default frame sampling).
 - ``POST /pause_generation``, ``/continue_generation``, ``/update_weights_from_disk
   {model_path, abort_all_requests}`` → ``{success, message}``.
 """
@@ -25,7 +28,15 @@ from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, token_ids, typed
 from vlrollout.serve.state import STATE, ServerState
 
-GENERATE_FIELDS = ("input_ids", "image_data", "sampling_params", "return_logprob", "stream", "rid")
+GENERATE_FIELDS = (
+    "input_ids",
+    "image_data",
+    "video_data",
+    "sampling_params",
+    "return_logprob",
+    "stream",
+    "rid",
+)
 SAMPLING_FIELDS = (
     "max_new_tokens",
     "min_new_tokens",
@@ -50,6 +61,16 @@ def _finish_reason(resp: Any) -> dict[str, Any]:
     return {"type": "abort", "message": message}
 
 
+def _sources(body: dict[str, Any], key: str, where: str) -> list[Any]:
+    """``body[key]`` as a list of inline media (one string is a list of one)."""
+    value = body.get(key)
+    if isinstance(value, str):
+        value = [value]
+    if value is not None and not isinstance(value, list):
+        raise BadRequest(f"{where}: {key} must be a list of base64 strings")
+    return value or []
+
+
 async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     state: ServerState = request.app[STATE]
     where = "/generate"
@@ -64,14 +85,16 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     gconfig = state.gconfig(
         where, sp, sp.get("max_new_tokens"), fields_where=f"{where}: sampling_params"
     )
-    images = body.get("image_data")
-    if isinstance(images, str):
-        images = [images]
-    if images is not None and not isinstance(images, list):
-        raise BadRequest(f"{where}: image_data must be a list of base64 strings")
+    images = _sources(body, "image_data", where)
+    videos = _sources(body, "video_data", where)
     metadata: dict[str, Any] = {}
+    mm: dict[str, Any] = {}
     if images:
-        metadata["multi_modal_input"] = await asyncio.to_thread(state.vision_tensors, images, where)
+        mm.update(await asyncio.to_thread(state.vision_tensors, images, where))
+    if videos:
+        mm.update(await asyncio.to_thread(state.video_tensors, videos, where))
+    if mm:
+        metadata["multi_modal_input"] = mm
     req = ModelRequest(
         rid=str(body.get("rid") or ""), input_ids=ids, gconfig=gconfig, metadata=metadata
     )

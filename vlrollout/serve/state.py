@@ -159,6 +159,31 @@ class ServerState:
         out = processor.image_processor(images=[[im.image for im in loaded]], return_tensors="pt")
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
 
+    def prepare(self, item: dict[str, Any], where: str) -> Any:
+        """The served preprocessor's :class:`PreparedPrompt` for ``item``; a bad item is a
+        :class:`BadRequest` with the preprocessor's reason (run it off the event loop)."""
+        try:
+            return self.preprocessor.prepare(item)
+        except PreprocessError as e:
+            raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
+
+    def video_tensors(self, videos: list[Any], where: str) -> dict[str, torch.Tensor]:
+        """The model's video tensors for ``videos`` (base64 / data URLs, never paths), sampled
+        and resized as the served preprocessor does for a chat request (the client's
+        ``input_ids`` must expand each video's placeholders for that sampling)."""
+        if self.preprocessor is None or not getattr(self.preprocessor, "has_vision", False):
+            raise BadRequest(f"{where}: videos were sent but the served model has no processor")
+        raw = [
+            encoded_image(v, f"{where} video {k}", self.preprocessor.max_image_bytes, "video")
+            for k, v in enumerate(videos, start=1)
+        ]
+        item = {
+            "messages": [{"role": "user", "content": [{"type": "video"} for _ in raw]}],
+            "videos": raw,
+        }
+        prepared = self.prepare(item, where)
+        return {k: v for k, v in prepared.multi_modal_input.items() if "video" in k}
+
     async def generate(self, req: ModelRequest, abort_on_pause: bool, where: str) -> ModelResponse:
         """Wait while paused, then run ``req`` on the engine; bad inputs become 400s."""
         from vlrollout.engine.inputs import PlaceholderMismatchError
@@ -213,20 +238,24 @@ class ServerState:
         return version
 
 
-def encoded_image(source: Any, label: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """The bytes of a base64 string or ``data:...;base64,`` URL, decoded by the processors'
+def encoded_image(
+    source: Any, label: str, max_bytes: int = DEFAULT_MAX_BYTES, what: str = "image"
+) -> bytes:
+    """The bytes of a base64 string or ``data:...;base64,`` URL (an image, or a video with
+    ``what="video"``), decoded by the processors'
     :func:`~vlrollout.processors.image_loading.decode_inline` under their byte limit ``max_bytes``.
 
     Paths and URLs are refused here, before decoding: a server must not read its own files or the
     network on a client's behalf. Every refusal is a :class:`BadRequest` naming ``label`` (the
     field), with the processors' reason and detail when their decoder refused.
     """
+    kind = what.removesuffix("_url")
     if not isinstance(source, str):
         raise BadRequest(
             f"{label}: must be a base64 string or data: URL, got {type(source).__name__}"
         )
     not_inline = BadRequest(
-        f"{label}: only inline images (base64 or data: URLs), got {source[:60]!r}"
+        f"{label}: only inline {kind}s (base64 or data: URLs), got {source[:60]!r}"
     )
     if source.startswith(("http://", "https://", "file://")):
         raise not_inline

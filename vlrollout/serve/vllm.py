@@ -2,7 +2,8 @@
 ``RemotevLLMEngine`` (``areal/engine/vllm_remote.py``, ``VLLMBackend``) uses it.
 
 - ``POST /v1/chat/completions`` when the request has ``vision_msg_vllm``: OpenAI messages whose
-  ``image_url`` is a ``data:<mime>;base64,...`` URL, flat sampling fields (``max_tokens``,
+  ``image_url`` (and ``video_url``, which AReaL's client never sends) is a
+  ``data:<mime>;base64,...`` URL, flat sampling fields (``max_tokens``,
   ``temperature`` (0 = greedy), ``top_p``, ``top_k``, ``stop_token_ids``, ``ignore_eos``,
   ``skip_special_tokens``, ``return_tokens_as_token_ids``, ``logprobs: true``,
   ``use_beam_search``, ``stream``); the client reads ``choices[0].finish_reason`` and
@@ -190,14 +191,21 @@ def _usage(n_prompt: int, *resps: Any) -> dict[str, int]:
     }
 
 
-def _split_images(
+MEDIA_PARTS = {"image_url": ("image", "images"), "video_url": ("video", "videos")}
+"""OpenAI/vLLM content parts carrying media: the part type, its placeholder part and item field."""
+
+
+def _split_media(
     messages: Any, where: str, max_bytes: int
-) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """Messages with ``{"type": "image"}`` parts, and the decoded bytes of each image URL (each at
-    most ``max_bytes``)."""
+) -> tuple[list[dict[str, Any]], dict[str, list[bytes]]]:
+    """Messages with ``{"type": "image"}`` / ``{"type": "video"}`` parts, and the decoded bytes
+    of each ``image_url`` / ``video_url`` (each at most ``max_bytes``), by item field
+    (``images``, ``videos``). URLs must be inline (base64 or ``data:``), as for images: the
+    server reads neither its own files nor the network for a client."""
     if not isinstance(messages, list) or not messages:
         raise BadRequest(f"{where}: messages must be a non-empty list")
-    out, images = [], []
+    out: list[dict[str, Any]] = []
+    media: dict[str, list[bytes]] = {"images": [], "videos": []}
     for m, message in enumerate(messages):
         if not isinstance(message, dict):
             raise BadRequest(f"{where}: messages[{m}] must be an object")
@@ -205,17 +213,19 @@ def _split_images(
         if isinstance(content, list):
             parts = []
             for p, part in enumerate(content):
-                if isinstance(part, dict) and part.get("type") == "image_url":
-                    url = part.get("image_url")
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind in MEDIA_PARTS:
+                    placeholder, item_field = MEDIA_PARTS[kind]
+                    url = part.get(kind)
                     url = url.get("url") if isinstance(url, dict) else url
                     label = f"{where}: messages[{m}].content[{p}]"
-                    images.append(encoded_image(url, label, max_bytes))
-                    parts.append({"type": "image"})
+                    media[item_field].append(encoded_image(url, label, max_bytes, what=kind))
+                    parts.append({"type": placeholder})
                 else:
                     parts.append(part)
             message = {**message, "content": parts}
         out.append(message)
-    return out, images
+    return out, media
 
 
 async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | web.StreamResponse:
@@ -232,20 +242,13 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     n = _count(body, "n", 1, 1, MAX_N, where)
     top = _count(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, where)
     max_bytes = getattr(state.preprocessor, "max_image_bytes", DEFAULT_MAX_BYTES)
-    messages, images = _split_images(body["messages"], where, max_bytes)
+    messages, media = _split_media(body["messages"], where, max_bytes)
     if state.preprocessor is None:
         raise BadRequest(f"{where}: the served model has no processor to render messages")
-
-    def prepare():
-        from vlrollout.processors.errors import PreprocessError
-
-        try:
-            return state.preprocessor.prepare({"messages": messages, "images": images})
-        except PreprocessError as e:
-            raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
-
-    prepared = await asyncio.to_thread(prepare)
-    metadata: dict[str, Any] = {"multi_modal_input": prepared.multi_modal_input} if images else {}
+    item = {"messages": messages, **{k: v for k, v in media.items() if v}}
+    prepared = await asyncio.to_thread(state.prepare, item, where)
+    mm = prepared.multi_modal_input
+    metadata: dict[str, Any] = {"multi_modal_input": mm} if mm else {}
     if top and body.get("logprobs"):
         metadata["top_logprobs"] = top
     seed = _count(body, "seed", -1, 0, 2**63 - 1, where)
