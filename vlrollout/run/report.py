@@ -4,8 +4,8 @@ Each item shows every prompt image (from ``images`` and from inside the messages
 tools added during an episode (labelled, as the model saw them), the ground-truth boxes (magenta)
 on the first image, and every episode's predicted boxes in that episode's own colour and number,
 converted from the model's frame to the image's pixels. The completions table repeats the colour
-and number; each rejection reason is listed once per item with its count. Images are embedded as
-data URLs so the page can be mailed or attached to an issue.
+and number; each rejection reason is listed once per item with its count. A video shows as a strip
+of small thumbnails of the frames the model saw. Images are embedded as data URLs so the page can be mailed or attached to an issue.
 
 Nothing an item, a model output or a reward holds can stop the page from being written: boxes the
 grounding reward refuses (reversed corners, non-finite or malformed numbers) are listed with the
@@ -33,6 +33,10 @@ from vlrollout.run.report_summary import overview_html
 logger = get_logger("vlrollout.run")
 
 THUMB = 224
+STRIP_HEIGHT = 56
+"""Height of a video's frame thumbnails in the report."""
+STRIP_FRAMES = 8
+"""Most frames of one video shown in its strip."""
 GT_COLOUR = (255, 0, 255)  # magenta
 #: One colour per episode (a colour-blind-safe palette, none of them magenta), cycling.
 EPISODE_COLOURS = [
@@ -183,18 +187,45 @@ def _prompt_text(item: dict[str, Any]) -> str:
     return " ".join(str(p) for p in parts if p)
 
 
-def tool_images(trajectory_path: Path, processor: Any, n_prompt_images: int) -> list[Image.Image]:
-    """Images added after the prompt's (tool results), as the model saw them, from the saved
-    trajectory; ``[]`` when there are none or the family's tensors cannot be turned back."""
+def seen_by_model(
+    trajectory_path: Path, processor: Any, n_prompt_images: int
+) -> tuple[list[Image.Image], list[list[Image.Image]]]:
+    """``(tool images, video frames)`` as the model saw them, from the saved trajectory: the
+    images added after the prompt's (tool results), and each prompt video's sampled frames;
+    empty when there are none or the family's tensors cannot be turned back."""
     if processor is None or not trajectory_path.exists():
-        return []
+        return [], []
     import torch
 
-    from vlrollout.run.report_images import images_seen_by_model
+    from vlrollout.run.report_images import images_seen_by_model, videos_seen_by_model
 
     traj = torch.load(trajectory_path, weights_only=False)
     mm = traj.get("multi_modal_input")
-    return images_seen_by_model(mm[0], processor)[n_prompt_images:] if mm else []
+    if not mm:
+        return [], []
+    return images_seen_by_model(mm[0], processor)[n_prompt_images:], videos_seen_by_model(
+        mm[0], processor
+    )
+
+
+def frame_strip(frames: Sequence[Image.Image], height: int = STRIP_HEIGHT) -> str:
+    """A data URL of one picture: up to :data:`STRIP_FRAMES` of ``frames`` (evenly spaced, first
+    and last kept) side by side, each ``height`` pixels high."""
+    step = max(1, -(-len(frames) // STRIP_FRAMES))
+    shown = list(frames[::step])
+    if frames and shown[-1] is not frames[-1] and len(shown) < STRIP_FRAMES:
+        shown.append(frames[-1])
+    thumbs = [
+        f.convert("RGB").resize((max(1, round(f.width * height / f.height)), height)) for f in shown
+    ]
+    strip = Image.new(
+        "RGB", (sum(t.width for t in thumbs) + 2 * (len(thumbs) - 1), height), "white"
+    )
+    x = 0
+    for t in thumbs:
+        strip.paste(t, (x, 0))
+        x += t.width + 2
+    return _data_url(strip)
 
 
 def _figure(src: str, caption: str) -> str:
@@ -206,8 +237,10 @@ def render_item(
     outcome: dict[str, Any],
     family: str,
     extra_images: Sequence[Image.Image] = (),
+    videos: Sequence[Sequence[Image.Image]] = (),
 ) -> str:
-    """One item's section: images with boxes, prompt, expected answer, completions, rejections."""
+    """One item's section: images with boxes, each video's strip of sampled frames (``videos``:
+    the frames the model saw), prompt, expected answer, completions, rejections."""
     images = [_load_image(s) for s in prompt_sources(item)]
     gt, notes = label_boxes(item.get("boxes"))
     rows, preds = [], []
@@ -248,7 +281,13 @@ def render_item(
             pictures.append(_figure(draw_boxes(image, gt, preds), caption))
         else:
             pictures.append(_figure(draw_boxes(image, [], []), caption))
-    if not images:
+    for k, frames in enumerate(videos, 1):
+        caption = f"video {k}: {len(frames)} frames (as the model saw them)"
+        pictures.append(
+            f"<figure><img class=strip src='{frame_strip(frames)}'>"
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        )
+    if not images and not videos:
         pictures.append("<i>no image</i>")
     for k, extra in enumerate(extra_images, 1):
         pictures.append(_figure(draw_boxes(extra, [], []), f"tool image {k} (as the model saw it)"))
@@ -269,6 +308,7 @@ STYLE = """
 body{font-family:sans-serif;margin:2em;max-width:1100px}
 .item{display:flex;gap:1.5em;align-items:flex-start}
 img{border:1px solid #ccc;image-rendering:pixelated;width:224px}
+img.strip{width:auto;max-width:560px}
 figure{margin:0 0 .5em 0}figcaption{font-size:small;color:#555}
 pre{margin:0;white-space:pre-wrap}
 table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8px;vertical-align:top}
@@ -283,10 +323,10 @@ def _section(
 ) -> str:
     try:
         n_prompt = len(prompt_sources(item))
-        extra = tool_images(
+        extra, videos = seen_by_model(
             output / "trajectories" / f"{item_stem(item['id'])}.pt", processor, n_prompt
         )
-        return render_item(item, outcome, family, extra)
+        return render_item(item, outcome, family, extra, videos)
     except Exception as e:  # noqa: BLE001 - one item must not cost the whole report
         logger.warning("report: cannot draw item %s", item.get("id"), exc_info=True)
         return (
@@ -306,7 +346,8 @@ def write_report(
     """Write ``output/report.html`` for every finished item; returns its path.
 
     With ``processor`` (Qwen-VL families), images that tools added during an episode are shown
-    too, reconstructed from the saved trajectory's ``pixel_values``.
+    too, reconstructed from the saved trajectory's ``pixel_values``, and each video as a strip of
+    the frames the model saw (``pixel_values_videos``).
     """
     outcomes = read_outcomes(output)
     sections, by_task = [], {}

@@ -1,7 +1,8 @@
 """Turning the trainer's image tensors back into pictures, so the report shows what the model saw.
 
-Only Qwen-VL-style ``pixel_values`` (``[patches, C * T * P * P]`` with ``image_grid_thw``) are
-inverted; other families fall back to the item's own images in the report.
+Only Qwen-VL-style ``pixel_values`` (``[patches, C * T * P * P]`` with ``image_grid_thw``) and
+``pixel_values_videos`` (the same layout, with ``video_grid_thw``) are inverted; other families
+fall back to the item's own images in the report and show no frames.
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ def unpatchify_qwen(
     temporal_patch_size: int,
     image_mean: list[float],
     image_std: list[float],
-) -> list[Image.Image]:
-    """Invert ``Qwen2VLImageProcessor``'s flattening and normalisation, one image per grid row.
+    all_frames: bool = False,
+) -> list[Image.Image] | list[list[Image.Image]]:
+    """Invert ``Qwen2VLImageProcessor``'s flattening and normalisation, one image per grid row
+    (with ``all_frames``: every frame of each row, the ``t * T`` frames of a video).
 
     The processor views each image as ``(t, T, C, h/m, m, P, w/m, m, P)`` and permutes it to
     ``(t, h/m, w/m, m, m, C, T, P, P)`` before flattening (transformers'
-    ``image_processing_qwen2_vl_fast.py``); this applies the inverse permutation and takes the
-    first temporal frame.
+    ``image_processing_qwen2_vl_fast.py``; ``video_processing_qwen2_vl.py`` flattens videos the
+    same way); this applies the inverse permutation and takes the first temporal frame.
     """
-    images = []
+    images: list = []
     offset = 0
     mean = torch.tensor(image_mean).view(3, 1, 1)
     std = torch.tensor(image_std).view(3, 1, 1)
@@ -40,10 +43,15 @@ def unpatchify_qwen(
         m, p = merge_size, patch_size
         v = flat.view(t, h // m, w // m, m, m, 3, temporal_patch_size, p, p)
         v = v.permute(0, 6, 5, 1, 3, 7, 2, 4, 8).reshape(t * temporal_patch_size, 3, h * p, w * p)
-        frame = (v[0] * std + mean).clamp(0, 1)
-        array = (frame * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
-        images.append(Image.fromarray(array))
+        frames = [_picture(f, mean, std) for f in (v if all_frames else v[:1])]
+        images.append(frames if all_frames else frames[0])
     return images
+
+
+def _picture(frame: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> Image.Image:
+    """One ``[3, H, W]`` normalised frame as an RGB picture."""
+    pixels = (frame * std + mean).clamp(0, 1)
+    return Image.fromarray((pixels * 255).round().to(torch.uint8).permute(1, 2, 0).numpy())
 
 
 def images_seen_by_model(
@@ -65,4 +73,28 @@ def images_seen_by_model(
         ip.temporal_patch_size,
         list(ip.image_mean),
         list(ip.image_std),
+    )
+
+
+def videos_seen_by_model(
+    multi_modal_input: Mapping[str, torch.Tensor], processor: Any
+) -> list[list[Image.Image]]:
+    """Every video of one trajectory row as the frames the model saw (Qwen-VL layout), or ``[]``
+    if the row has none or the family is not known."""
+    vp = getattr(processor, "video_processor", None)
+    if (
+        vp is None
+        or "video_grid_thw" not in multi_modal_input
+        or "pixel_values_videos" not in multi_modal_input
+    ):
+        return []
+    return unpatchify_qwen(  # type: ignore[return-value]
+        multi_modal_input["pixel_values_videos"],
+        multi_modal_input["video_grid_thw"],
+        vp.patch_size,
+        vp.merge_size,
+        vp.temporal_patch_size,
+        list(vp.image_mean),
+        list(vp.image_std),
+        all_frames=True,
     )

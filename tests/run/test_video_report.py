@@ -1,0 +1,74 @@
+"""The run report shows each video as a strip of the frames the model saw, recovered from the
+saved trajectory's ``pixel_values_videos``."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vlrollout.files import atomic_write_json, item_stem
+from vlrollout.run.report import STRIP_FRAMES, STRIP_HEIGHT, frame_strip, write_report
+from vlrollout.run.report_images import videos_seen_by_model
+from vlrollout.run.runner import summarize
+
+COLOURS = [(250, 0, 0), (0, 250, 0), (0, 0, 250), (250, 250, 0)]
+
+
+def _video_tensors(processor, colours=COLOURS, size=56):
+    frames = [np.full((size, size, 3), c, np.uint8) for c in colours]
+    return dict(
+        processor.video_processor(
+            videos=[frames],
+            size={"shortest_edge": size * size, "longest_edge": size * size},
+            do_sample_frames=False,
+            return_tensors="pt",
+        )
+    )
+
+
+def _mean_colours(strip: Image.Image, n: int) -> list[tuple[int, ...]]:
+    """The mean colour of each of the ``n`` thumbnails (square, 2 px apart) in ``strip``."""
+    array = np.asarray(strip.convert("RGB")).astype(float)
+    h = strip.height
+    return [
+        tuple(int(round(v / 10) * 10) for v in array[:, k * (h + 2) : k * (h + 2) + h].mean((0, 1)))
+        for k in range(n)
+    ]
+
+
+def test_video_frames_come_back_from_the_trainer_tensors(qwen2vl_processor):
+    (frames,) = videos_seen_by_model(_video_tensors(qwen2vl_processor), qwen2vl_processor)
+    assert [np.asarray(f)[10, 10].tolist() for f in frames] == [list(c) for c in COLOURS]
+    assert videos_seen_by_model({}, qwen2vl_processor) == []
+
+
+def test_the_report_shows_a_strip_of_the_frames(qwen2vl_processor, tmp_path):
+    item = {"id": "clip", "messages": "<video>Where does it go?", "videos": ["clip.mp4"]}
+    mm = _video_tensors(qwen2vl_processor)
+    (tmp_path / "trajectories").mkdir()
+    torch.save({"multi_modal_input": [mm]}, tmp_path / "trajectories" / f"{item_stem('clip')}.pt")
+    outcome = {"id": "clip", "status": "accepted", "generated_tokens": 1, "rejections": []}
+    outcome["episodes"] = [{"turns": ["left"], "reward": 1.0}]
+    atomic_write_json(tmp_path / "items" / f"{item_stem('clip')}.json", outcome)
+    page = write_report(
+        tmp_path, [item], summarize(tmp_path, [item], 0.0), processor=qwen2vl_processor
+    ).read_text()
+    assert "video 1: 4 frames (as the model saw them)" in page
+    (src,) = re.findall(r"<img class=strip src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    strip = Image.open(io.BytesIO(base64.b64decode(src)))
+    assert strip.height == STRIP_HEIGHT and strip.width == 4 * STRIP_HEIGHT + 3 * 2
+    assert _mean_colours(strip, 4) == [tuple(round(v / 10) * 10 for v in c) for c in COLOURS]
+
+
+def test_a_long_video_shows_at_most_the_strip_frames_with_its_first_and_last():
+    frames = [Image.new("RGB", (20, 10), (k, 0, 0)) for k in range(0, 200, 10)]  # 20 frames
+    strip = Image.open(io.BytesIO(base64.b64decode(frame_strip(frames).split(",", 1)[1])))
+    shown = (strip.width + 2) // (2 * STRIP_HEIGHT + 2)
+    assert 2 <= shown <= STRIP_FRAMES
+    array = np.asarray(strip)
+    assert array[0, 0, 0] == 0 and array[0, -1, 0] == 190
