@@ -27,7 +27,7 @@ if __name__ != "vlrollout.processors":
 import importlib
 from typing import TYPE_CHECKING
 
-from .base import ImageGeometry, PreparedPrompt, Preprocessor
+from .base import ImageGeometry, PreparedPrompt, Preprocessor, VideoClip
 from .errors import PreprocessError
 
 _LAZY = {
@@ -53,6 +53,7 @@ _LAZY = {
 __all__ = [
     "ImageGeometry",
     "PreparedPrompt",
+    "VideoClip",
     "Preprocessor",
     "PreprocessError",
     "AutoProcessorPreprocessor",

@@ -1,9 +1,10 @@
 """The preprocessor contract: what every preprocessor returns and the protocol it implements.
 
-A preprocessor turns one data item (chat messages + images) into a :class:`PreparedPrompt`,
-which carries everything both sides of RL need: the engine's request fields (``input_ids``,
-``image_data``, ``vision_msg_vllm``) and the trainer's tensors (``multi_modal_input``), built from
-the same pixels by construction, plus the geometry rewards need to convert coordinates.
+A preprocessor turns one data item (chat messages + images + videos) into a
+:class:`PreparedPrompt`, which carries everything both sides of RL need: the engine's request
+fields (``input_ids``, ``image_data``, ``vision_msg_vllm``) and the trainer's tensors
+(``multi_modal_input``), built from the same pixels by construction, plus the geometry rewards need
+to convert coordinates and each video's timing (:class:`VideoClip`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,65 @@ from vlrollout.geometry import ImageGeometry
 
 if TYPE_CHECKING:
     import torch
+    from PIL import Image
+
+
+@dataclass
+class VideoClip:
+    """One video of a prompt as the model saw it: which frames were sampled, and when.
+
+    Timestamps follow the transformers video processors' own rule (``frame_index / source_fps``,
+    ``VideoMetadata.timestamps``), so what rewards score is what Qwen3-VL's prompt states.
+
+    Attributes:
+        frame_indices: Source frame index of each sampled frame, increasing.
+        timestamps_s: Time of each sampled frame in seconds from the clip's start.
+        fps: Sampled frames per second (``len(frame_indices) / total_frames * source_fps``, what
+            Qwen2.5-VL's ``second_per_grid_ts`` is computed from).
+        source_fps: The source's frame rate (a frame list: the sampling ``fps`` it is taken at).
+        total_frames: Frames in the source.
+        width, height: Source frame size in pixels (before the processor's resize).
+        source_kind: ``"path"``, ``"bytes"``, ``"base64"``, ``"data_url"`` or ``"frames"``.
+        thumbnails: A few small RGB frames (at most 8, 56 px high) for the run report; not in
+            :meth:`to_dict`, not compared.
+    """
+
+    frame_indices: list[int]
+    timestamps_s: list[float]
+    fps: float
+    source_fps: float
+    total_frames: int
+    width: int
+    height: int
+    source_kind: str = "path"
+    thumbnails: list[Image.Image] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.frame_indices)
+
+    @property
+    def duration_s(self) -> float:
+        """The source's duration: ``total_frames / source_fps``."""
+        return self.total_frames / self.source_fps
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able timing for rewards and records (no images).
+
+        >>> VideoClip([0, 2], [0.0, 1.0], 1.0, 2.0, 4, 32, 32).to_dict()["timestamps_s"]
+        [0.0, 1.0]
+        """
+        return {
+            "timestamps_s": list(self.timestamps_s),
+            "frame_indices": list(self.frame_indices),
+            "fps": self.fps,
+            "source_fps": self.source_fps,
+            "num_frames": self.num_frames,
+            "total_frames": self.total_frames,
+            "duration_s": self.duration_s,
+            "width": self.width,
+            "height": self.height,
+        }
 
 
 @dataclass
@@ -25,11 +85,14 @@ class PreparedPrompt:
         input_ids: Prompt token ids with image placeholders already expanded by the processor.
         prompt_text: The chat-templated prompt text (before placeholder expansion).
         image_data: One base64 string per image for the engine (SGLang's ``image_data``).
-        multi_modal_input: Tensors the model's forward needs for the images, e.g.
-            ``pixel_values`` (float32, ``[num_patches, patch_dim]`` for Qwen2-VL) and
-            ``image_grid_thw`` (int64, ``[num_images, 3]``). Empty for text-only items.
-        mm_token_type_ids: Per-token modality ids (0 text, 1 image) where the processor returns
-            them (transformers >= 5 for Qwen-VL families); ``None`` otherwise.
+        multi_modal_input: Tensors the model's forward needs for the images and videos, exactly
+            as the transformers processor returns them, e.g. ``pixel_values`` (float32,
+            ``[num_patches, patch_dim]`` for Qwen2-VL), ``image_grid_thw`` (int64,
+            ``[num_images, 3]``), ``pixel_values_videos``, ``video_grid_thw`` (int64,
+            ``[num_videos, 3]``), ``second_per_grid_ts`` (Qwen2.5-VL, float ``[num_videos]``).
+            Empty for text-only items.
+        mm_token_type_ids: Per-token modality ids as the processor returns them (transformers 5
+            Qwen-VL families: 0 text, 1 image, 2 video); ``None`` otherwise.
         geometry: One :class:`ImageGeometry` per image, in prompt order.
         vision_msg_vllm: OpenAI-style messages with ``data:`` URLs, which AReaL's vLLM client needs
             to send images at all; ``None`` for text-only items.
@@ -39,6 +102,10 @@ class PreparedPrompt:
             run.
         templated: The item came already chat-templated (AReaL's dataset format); vLLM then gets
             the item's ``messages_chat`` if it has one, else nothing (``vision_msg_vllm`` is None).
+        videos: One :class:`VideoClip` per video, in prompt order (their tensors are in
+            ``multi_modal_input``). The engine's ``image_data``/``vision_msg_vllm`` carry images
+            only: AReaL's ``ModelRequest`` has no video field, so remote engines get no video.
+        video_token_id: The family's video placeholder token id (``None``: no video processor).
     """
 
     input_ids: list[int]
@@ -51,11 +118,17 @@ class PreparedPrompt:
     image_token_id: int | None = None
     image_marker_id: int | None = None
     templated: bool = False
+    videos: list[VideoClip] = field(default_factory=list)
+    video_token_id: int | None = None
     engine_images: EngineImages | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_images(self) -> int:
         return len(self.geometry)
+
+    @property
+    def num_videos(self) -> int:
+        return len(self.videos)
 
     @property
     def prompt_len(self) -> int:
