@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -12,6 +12,9 @@ from vlrollout.logs import get_logger
 from vlrollout.serve.errors import BadRequest
 from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
 from vlrollout.serve.state import STATE, ServerState
+
+if TYPE_CHECKING:
+    from vlrollout.workflows.preparation import FrameSampling
 
 logger = get_logger(__name__)
 
@@ -83,6 +86,7 @@ def build_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_image_pixels: int | None = None,
     max_image_bytes: int | None = None,
+    frames: FrameSampling | None = None,
     destroy_engine: bool = False,
 ) -> web.Application:
     """An aiohttp application serving ``engine`` over ``protocol`` (``sglang`` or ``vllm``).
@@ -94,6 +98,7 @@ def build_app(
         max_body_bytes: Larger bodies get 413.
         max_image_pixels: Largest decoded image (default: the processors' limit).
         max_image_bytes: Largest encoded image (default: the processors' limit).
+        frames: How requests' videos are sampled (default: the model family's settings).
         destroy_engine: Call ``engine.destroy()`` when the application shuts down.
     """
     if protocol not in PROTOCOLS:
@@ -114,6 +119,7 @@ def build_app(
             max_image_pixels=max_image_pixels,
             max_image_bytes=max_image_bytes,
             max_body_bytes=max_body_bytes,
+            frames=frames,
         )
 
     async def on_cleanup(app: web.Application) -> None:

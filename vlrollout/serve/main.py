@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import math
 from pathlib import Path
 
 from vlrollout.errors import UsageError
@@ -47,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="largest request body; larger ones get 413",
     )
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--video-fps", type=float, help="frames sampled per second of a video")
+    p.add_argument("--video-max-frames", type=int, help="most frames sampled from one video")
+    p.add_argument("--video-min-pixels", type=int, help="smallest pixel budget of a video frame")
+    p.add_argument("--video-max-pixels", type=int, help="largest pixel budget of a video frame")
 
 
 def parse_max_memory(items: list[str] | None) -> dict[int | str, str] | None:
@@ -88,9 +93,23 @@ def check_flags(args: argparse.Namespace) -> dict[int | str, str] | None:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if not args.max_body_mb > 0:
         raise UsageError(f"--max-body-mb must be > 0, got {args.max_body_mb:g}")
+    frame_settings(args)
     max_memory = parse_max_memory(args.max_memory)
     check_can_listen(args.host, args.port)
     return max_memory
+
+
+def frame_settings(args: argparse.Namespace) -> dict[str, float | int | None]:
+    """The ``--video-*`` flags as :class:`~vlrollout.workflows.FrameSampling`'s arguments: how
+    the served preprocessor samples a request's videos (the model family's defaults for those
+    not given). Raises ``UsageError`` naming the flag."""
+    names = ("fps", "max_frames", "min_pixels", "max_pixels")
+    values = {n: getattr(args, f"video_{n}", None) for n in names}
+    for name, value in values.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            flag = "--video-" + name.replace("_", "-")
+            raise UsageError(f"{flag} must be a positive number, got {value}")
+    return values
 
 
 def check_can_listen(host: str, port: int) -> None:
@@ -116,6 +135,7 @@ def serve(args: argparse.Namespace) -> int:
     from vlrollout.engine import LocalInferenceEngine
     from vlrollout.logs import get_logger, log_to_stderr
     from vlrollout.serve.app import build_app
+    from vlrollout.workflows.preparation import FrameSampling
 
     log_to_stderr(logging.INFO)  # each refused request is logged with its reason
     max_memory = check_flags(args)
@@ -139,6 +159,7 @@ def serve(args: argparse.Namespace) -> int:
         engine,
         args.protocol,
         max_body_bytes=int(args.max_body_mb * 2**20),
+        frames=FrameSampling(**frame_settings(args)),
         destroy_engine=True,
     )
     print(

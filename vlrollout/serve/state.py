@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from aiohttp import web
@@ -29,6 +29,9 @@ from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline
 from vlrollout.serve.errors import BadRequest, typed
+
+if TYPE_CHECKING:
+    from vlrollout.workflows.preparation import FrameSampling
 
 # SGLang/vLLM spell "no top-k" as -1 (or 0); AReaL sends int(1e8).
 _NO_TOP_K = int(1e8)
@@ -43,12 +46,14 @@ class ServerState:
         max_image_pixels: Largest decoded image accepted (decompression-bomb guard).
         max_image_bytes: Largest encoded image accepted.
         max_body_bytes: The application's body limit (named in 413 answers).
+        frames: How the served preprocessor samples videos (``None``: the family's defaults).
     """
 
     engine: Any
     max_image_pixels: int | None = None
     max_image_bytes: int | None = None
     max_body_bytes: int | None = None
+    frames: FrameSampling | None = None
     running: asyncio.Event = field(default_factory=asyncio.Event)
     inflight: dict[str, bool] = field(default_factory=dict)  # rid -> abort on pause
     preprocessor: Any = None
@@ -70,7 +75,8 @@ class ServerState:
                 )
                 if v is not None
             }
-            self.preprocessor = AutoProcessorPreprocessor(self.engine.processor, **limits)
+            video = self.frames.options() if self.frames is not None else {}
+            self.preprocessor = AutoProcessorPreprocessor(self.engine.processor, **limits, **video)
 
     # ---------------------------------------------------------------- requests
     def gconfig(
