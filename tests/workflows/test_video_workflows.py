@@ -14,6 +14,7 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 
+from vlrollout.engine.factory import remote_engine
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import FrameSampling, VisionMultiAttemptWorkflow, VisionRLVRWorkflow
 
@@ -134,3 +135,17 @@ def test_frame_settings_without_a_processor_are_refused(tokenizer):
         VisionRLVRWorkflow(f"{HERE}.never", GCONFIG, tokenizer, None, frames=FrameSampling(fps=1.0))
     with pytest.raises(ValueError, match="video fps must be positive"):
         FrameSampling(fps=float("nan"))
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_a_video_for_areal_remote_clients_is_rejected_not_sent_blind(
+    tokenizer, qwen2vl_processor, clip, kind
+):
+    wf = VisionRLVRWorkflow(
+        f"{HERE}.never", GCONFIG, tokenizer, qwen2vl_processor, frames=FrameSampling(**SMALL)
+    )
+    engine = remote_engine(kind)  # never connected: the episode must stop before any request
+    assert asyncio.run(wf.arun_episode(engine, _item(clip))) is None
+    (rejection,) = wf.ledger.summary()["rejections"]
+    assert rejection["reason"] == "video_unsupported"
+    assert "no video field" in rejection["detail"]

@@ -20,6 +20,7 @@ from vlrollout.processors.turns import turn_end_token_id
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
 from vlrollout.workflows.steps import (
     build_request,
+    check_engine_takes_videos,
     close_turn_tokens,
     generate,
     reward_task_data,
@@ -103,6 +104,7 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx
         prepared = await ctx.prepare(data)
+        check_engine_takes_videos(engine, prepared)
         builder = TrajectoryBuilder.from_prepared(prepared)
         geometry = [g.to_dict() for g in prepared.geometry]
         task_data = reward_task_data(data, prepared)

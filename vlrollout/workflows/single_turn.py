@@ -16,7 +16,12 @@ from areal.utils.perf_tracer import session_context
 
 from vlrollout.packaging import pack_single_turn
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
-from vlrollout.workflows.steps import build_request, generate, reward_task_data
+from vlrollout.workflows.steps import (
+    build_request,
+    check_engine_takes_videos,
+    generate,
+    reward_task_data,
+)
 
 
 class SingleTurnWorkflow(EpisodeWorkflow):
@@ -28,6 +33,7 @@ class SingleTurnWorkflow(EpisodeWorkflow):
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx
         prepared = await ctx.prepare(data)
+        check_engine_takes_videos(engine, prepared)
         req = build_request(prepared, ctx.gconfig, ctx.tokenizer, ctx.processor)
         resp = await generate(engine, req)
         reward = await ctx.reward(

@@ -18,6 +18,9 @@ from typing import Any
 import torch
 from areal.api import InferenceEngine, ModelRequest, ModelResponse
 from areal.api.cli_args import GenerationHyperparameters
+from areal.engine.sglang_remote import RemoteSGLangEngine
+from areal.engine.vllm_remote import RemotevLLMEngine
+from areal.infra import RemoteInfEngine
 from areal.utils.dynamic_import import import_from_string
 from areal.utils.perf_tracer import atrace_session_phase
 
@@ -48,10 +51,26 @@ order: the sampled frames' timestamps in seconds, their fps, count and size); th
 def reward_task_data(data: Mapping[str, Any], prepared: PreparedPrompt) -> Mapping[str, Any]:
     """The item's fields for the reward, plus :data:`VIDEO_TIMING` when the prompt has videos
     (temporal rewards score answers in seconds against the frames the model saw)."""
-    clips = getattr(prepared, "videos", None) or []
-    if not clips:
+    if not prepared.videos:
         return data
-    return {**data, VIDEO_TIMING: [clip.to_dict() for clip in clips]}
+    return {**data, VIDEO_TIMING: [clip.to_dict() for clip in prepared.videos]}
+
+
+AREAL_REMOTE_ENGINES = (RemoteSGLangEngine, RemotevLLMEngine, RemoteInfEngine)
+"""AReaL 1.0.4's HTTP clients: their ``ModelRequest`` has no video field."""
+
+
+def check_engine_takes_videos(engine: InferenceEngine, prepared: PreparedPrompt) -> None:
+    """Reject a video prompt bound for one of AReaL's remote engines (``video_unsupported``):
+    their requests carry images only, so the server would get the video's placeholders without
+    its frames and the model would answer blind. The embedded engine takes the tensors."""
+    if prepared.videos and isinstance(engine, AREAL_REMOTE_ENGINES):
+        raise EpisodeRejected(
+            "video_unsupported",
+            f"{len(prepared.videos)} video(s), but {type(engine).__name__} cannot send video "
+            "(AReaL's ModelRequest has no video field): run video items on the embedded engine "
+            "(engine.kind=local)",
+        )
 
 
 def build_request(

@@ -43,6 +43,7 @@ from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
 from vlrollout.workflows.preparation import FrameSampling
 from vlrollout.workflows.steps import (
     build_request,
+    check_engine_takes_videos,
     close_turn_tokens,
     generate,
     reward_task_data,
@@ -199,6 +200,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
     async def _episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx
         prepared = await ctx.prepare(data)
+        check_engine_takes_videos(engine, prepared)
         builder = TrajectoryBuilder.from_prepared(prepared)
         ep = _Episode(
             prepared,
