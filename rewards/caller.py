@@ -21,10 +21,10 @@ from vlrollout.ledger import EpisodeRejected
 from . import executor as pools
 from .pool import NotStarted, RewardBatch, RewardRecipe
 
-# Keys of a data item that do not reach the reward function: raw images are heavy to pickle into
-# the reward process pool, and rewards get each image's geometry instead — unless the reward says
-# it needs them (``needs_images = True``, e.g. CLIPScore).
-_NOT_FOR_REWARD = ("images",)
+# Keys of a data item that do not reach the reward function: raw images and videos are heavy to
+# pickle into the reward process pool, and rewards get each image's geometry and each video's
+# timing instead — unless the reward says it needs them (``needs_images = True``, e.g. CLIPScore).
+_NOT_FOR_REWARD = ("images", "videos")
 
 
 class RewardCaller:
