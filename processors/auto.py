@@ -20,7 +20,15 @@ from .errors import PreprocessError
 from .families import FamilyAdapter, adapter_for
 from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
 from .merge_kwargs_cache import with_merged_kwargs_cache
-from .messages import normalize_messages
+from .messages import check_media_fields, normalize_media
+from .video_loading import (
+    DEFAULT_MAX_FRAME_PIXELS,
+    DEFAULT_MAX_SOURCE_FRAMES,
+    DEFAULT_MAX_VIDEO_BYTES,
+    LoadedVideo,
+    load_video,
+)
+from .video_sampling import family_sampling, videos_kwargs
 
 TEXT_KEYS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"})
 ID_FIELDS = ("id", "uid", "idx", "index")
@@ -50,10 +58,20 @@ class AutoProcessorPreprocessor:
         chat_template_kwargs: Extra chat-template variables (e.g. ``{"enable_thinking": False}``).
         processor_kwargs: Extra kwargs for every processor call (e.g. ``{"images_kwargs": {...}}``).
         adapter: Override the detected :class:`~vlrollout.processors.families.FamilyAdapter`.
+        video_fps: Frames sampled per second of video (``None``: the family's default, see
+            :mod:`.video_sampling`).
+        video_max_frames: Most frames sampled per video (``None``: the family's default).
+        video_min_pixels: Lower pixel budget of the video processor's resize (Qwen-VL families:
+            per frame for Qwen2/2.5-VL, per temporal patch volume for Qwen3-VL).
+        video_max_pixels: Upper pixel budget, likewise.
+        max_video_bytes: Largest encoded video accepted.
+        max_video_frames: Most frames a source video may have (decompression-bomb guard).
+        max_video_frame_pixels: Largest source frame accepted (width × height).
 
     Raises:
-        ValueError: ``min_pixels``/``max_pixels`` for a family that resizes to a fixed size, or no
-            chat template on the processor or tokenizer.
+        ValueError: ``min_pixels``/``max_pixels`` for a family that resizes to a fixed size, video
+            settings for a processor without a video processor, or no chat template on the
+            processor or tokenizer.
 
     >>> from vlrollout.testing.offline_processors import build_offline_processor
     >>> pre = AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"), max_pixels=56 * 56)
@@ -76,6 +94,13 @@ class AutoProcessorPreprocessor:
         chat_template_kwargs: dict[str, Any] | None = None,
         processor_kwargs: dict[str, Any] | None = None,
         adapter: FamilyAdapter | None = None,
+        video_fps: float | None = None,
+        video_max_frames: int | None = None,
+        video_min_pixels: int | None = None,
+        video_max_pixels: int | None = None,
+        max_video_bytes: int = DEFAULT_MAX_VIDEO_BYTES,
+        max_video_frames: int = DEFAULT_MAX_SOURCE_FRAMES,
+        max_video_frame_pixels: int = DEFAULT_MAX_FRAME_PIXELS,
     ) -> None:
         if isinstance(processor, str | os.PathLike):
             from transformers import AutoProcessor
@@ -112,6 +137,26 @@ class AutoProcessorPreprocessor:
             )
         self.image_token_id = self._image_token_id()
         self.image_marker_id = self._token_id(*self.adapter.image_marker_attrs)
+        video = (video_fps, video_max_frames, video_min_pixels, video_max_pixels)
+        self.video_sampling = family_sampling(processor, *video)
+        if self.video_sampling is None and any(v is not None for v in video):
+            raise ValueError(
+                f"video frame settings given but {type(processor).__name__} has no video processor"
+            )
+        self.max_video_bytes, self.max_video_frames = max_video_bytes, max_video_frames
+        self.max_video_frame_pixels = max_video_frame_pixels
+        self.video_token_id = self._video_token_id() if self.has_video else None
+
+    @property
+    def has_video(self) -> bool:
+        """Whether the processor takes videos (it has a transformers video processor)."""
+        return self.video_sampling is not None
+
+    @property
+    def media_fields(self) -> tuple[str, ...]:
+        """The item's media fields this preprocessor reads (others are refused, see
+        :data:`~vlrollout.processors.messages.MEDIA_FIELDS`)."""
+        return ("images", "videos") if self.has_video else ("images",)
 
     @property
     def family(self) -> str:
@@ -122,6 +167,10 @@ class AutoProcessorPreprocessor:
         if isinstance(tid, int):
             return tid
         return self._token_id("image_token")
+
+    def _video_token_id(self) -> int | None:
+        tid = getattr(self.processor, "video_token_id", None)
+        return tid if isinstance(tid, int) else self._token_id("video_token")
 
     def _token_id(self, *attrs: str) -> int | None:
         """The id of the first token the processor names in ``attrs`` that the tokenizer has."""
@@ -147,6 +196,27 @@ class AutoProcessorPreprocessor:
             for k, src in enumerate(sources, start=1)
         ]
 
+    def load_videos(self, sources: Sequence[Any], item: str) -> list[LoadedVideo]:
+        """Load and sample every video, naming failures ``"<item>, video <k>"`` (1-based)."""
+        if sources and not self.has_video:
+            raise PreprocessError(
+                item,
+                "videos_unsupported",
+                f"{len(sources)} video(s) but {type(self.processor).__name__} has no video "
+                "processor; use a video family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision)",
+            )
+        return [
+            load_video(
+                src,
+                f"{item}, video {k}",
+                self.video_sampling,  # type: ignore[arg-type]
+                max_bytes=self.max_video_bytes,
+                max_source_frames=self.max_video_frames,
+                max_frame_pixels=self.max_video_frame_pixels,
+            )
+            for k, src in enumerate(sources, start=1)
+        ]
+
     def render(self, messages: list[dict[str, Any]]) -> str:
         """The chat-templated prompt text (placeholders not yet expanded)."""
         owner = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
@@ -158,8 +228,21 @@ class AutoProcessorPreprocessor:
         )
         return text if isinstance(text, str) else text[0]
 
-    def check_placeholders(self, prompt_text: str, n_images: int, item: str) -> None:
-        """The rendered prompt must hold exactly one placeholder per image."""
+    def check_placeholders(
+        self, prompt_text: str, n_images: int, item: str, n_videos: int = 0
+    ) -> None:
+        """The rendered prompt must hold exactly one placeholder per image and per video."""
+        video_token = getattr(self.processor, "video_token", None) if self.has_video else None
+        if isinstance(video_token, str):
+            found = prompt_text.count(video_token)
+            if found != n_videos:
+                raise PreprocessError(
+                    item,
+                    "placeholder_mismatch",
+                    f"the chat-templated prompt holds {found} {video_token!r} placeholder(s) for "
+                    f"{n_videos} video(s); the text may contain the placeholder literally, or the "
+                    "chat template does not render {'type': 'video'} parts",
+                )
         placeholder = self.adapter.placeholder(self.processor) if self.has_vision else None
         if placeholder is None:
             return
@@ -173,8 +256,18 @@ class AutoProcessorPreprocessor:
                 "template does not render {'type': 'image'} parts",
             )
 
-    def call_processor(self, prompt_text: str, images: list[LoadedImage], item: str) -> dict:
-        """Run the transformers processor once; tensors come back with batch size 1."""
+    def call_processor(
+        self,
+        prompt_text: str,
+        images: list[LoadedImage],
+        item: str,
+        videos: Sequence[LoadedVideo] = (),
+    ) -> dict:
+        """Run the transformers processor once; tensors come back with batch size 1.
+
+        Videos go as their sampled frames with their ``video_metadata`` and
+        ``do_sample_frames=False``: the processor resizes them but never samples again.
+        """
         kwargs: dict[str, Any] = {"text": [prompt_text], "return_tensors": "pt"}
         if images:
             # Nested per-sample list: one prompt with several images (LLaVA-OneVision treats a
@@ -184,42 +277,66 @@ class AutoProcessorPreprocessor:
             kwargs.update(self.processor_kwargs)
         else:  # a bare tokenizer: the chat template already placed any BOS
             kwargs.update({"add_special_tokens": False, **self.processor_kwargs})
+        call = self._call_processor
+        if videos:
+            kwargs["videos"] = [v.frames for v in videos]
+            kwargs["videos_kwargs"] = {
+                **kwargs.get("videos_kwargs", {}),
+                **videos_kwargs(self.video_sampling, self.processor),  # type: ignore[arg-type]
+                "video_metadata": [v.metadata() for v in videos],
+            }
+            call = self.processor  # per-video metadata: nothing to reuse between calls
         try:
-            return dict(self._call_processor(**kwargs))
+            return dict(call(**kwargs))
         except ValueError as e:
             raise PreprocessError(item, "processor_error", str(e)) from e
 
     # -- the contract ------------------------------------------------------------------------
 
-    def prepare(self, data: dict[str, Any]) -> PreparedPrompt:
-        """Turn one data item into a :class:`PreparedPrompt` (see the class docstring)."""
-        item = item_label(data)
+    def read_item(
+        self, data: dict[str, Any], item: str
+    ) -> tuple[list[dict[str, Any]] | None, str, list[Any], list[Any]]:
+        """``(messages or None when templated, prompt text, image sources, video sources)``.
+
+        Refuses media the item holds that would otherwise be dropped: a media field this
+        preprocessor does not read, a placeholder without its medium, or media for a processor
+        without the matching processor.
+        """
         if "messages" not in data:
             raise PreprocessError(item, "bad_message", "data item has no 'messages' field")
+        check_media_fields(data, self.media_fields, item)
         raw = data["messages"]
-        messages: list[dict[str, Any]] | None = None
         if isinstance(raw, str) and self.is_templated(raw):
             # AReaL's dataset format: the chat template was applied by the dataset code.
-            prompt_text, sources = raw, list(data.get("images") or [])
+            images, videos = list(data.get("images") or []), list(data.get("videos") or [])
+            messages, prompt_text = None, raw
         else:
-            messages, sources = normalize_messages(raw, data.get("images"), item)
-            prompt_text = ""
-        if sources and not self.has_vision:
+            normalized = normalize_media(raw, data.get("images"), data.get("videos"), item)
+            messages, prompt_text = normalized.messages, ""
+            images, videos = normalized.images, normalized.videos
+        if images and not self.has_vision:
             raise PreprocessError(
                 item,
                 "images_unsupported",
-                f"{len(sources)} image(s) but {type(self.processor).__name__} has no image processor",
+                f"{len(images)} image(s) but {type(self.processor).__name__} has no image processor",
             )
-        images = self.load_images(sources, item)
+        return messages, prompt_text, images, videos
+
+    def prepare(self, data: dict[str, Any]) -> PreparedPrompt:
+        """Turn one data item into a :class:`PreparedPrompt` (see the class docstring)."""
+        item = item_label(data)
+        messages, prompt_text, image_sources, video_sources = self.read_item(data, item)
+        videos = self.load_videos(video_sources, item)
+        images = self.load_images(image_sources, item)
         if messages is not None:
             prompt_text = self.render(messages)
-        self.check_placeholders(prompt_text, len(images), item)
-        outputs = self.call_processor(prompt_text, images, item)
+        self.check_placeholders(prompt_text, len(images), item, len(videos))
+        outputs = self.call_processor(prompt_text, images, item, videos)
         input_ids = _row(outputs["input_ids"])
         mm_types = outputs.get(self.adapter.mm_type_key)
         sizes = [im.original_size for im in images]
         multi_modal_input = {}
-        if images:
+        if images or videos:
             multi_modal_input = {
                 k: v
                 for k, v in outputs.items()
@@ -236,6 +353,8 @@ class AutoProcessorPreprocessor:
             image_token_id=self.image_token_id,
             image_marker_id=self.image_marker_id,
             engine_images=engine_images(images, messages) if images else None,
+            videos=[v.clip for v in videos],
+            video_token_id=self.video_token_id,
         )
         if images and messages is None:
             # A templated string cannot be turned back into chat messages; AReaL's datasets give

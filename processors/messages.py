@@ -1,16 +1,19 @@
-"""Normalise a data item's chat messages and pair every image placeholder with its image source.
+"""Normalise a data item's chat messages and pair every image and video placeholder with its source.
 
 Accepted message content:
 
-- a plain string, where each ``<image>`` marks one image taken from ``data["images"]`` in order;
+- a plain string, where each ``<image>`` marks one image taken from ``data["images"]`` in order and
+  each ``<video>`` one video from ``data["videos"]``;
 - a list of OpenAI-style parts: ``{"type": "text", "text": ...}``, ``{"type": "image"}`` (next image
   from ``data["images"]``; an inline ``"image"`` value is used instead when present, as in HF chat
   templates), ``{"type": "image_url", "image_url": {"url": ...}}`` (inline source; the URL may be a
-  ``data:`` URL, a path or base64).
+  ``data:`` URL, a path or base64), and the same three for video (``{"type": "video"}``, an inline
+  ``"video"`` value, ``{"type": "video_url", "video_url": {"url": ...}}``).
 
-The output messages use list-of-parts content with ``{"type": "image"}`` for every image (what HF
-chat templates render as the family's placeholder); text-only string content stays a string. The
-number of placeholders taking an image from ``data["images"]`` must equal ``len(data["images"])``.
+The output messages use list-of-parts content with ``{"type": "image"}`` / ``{"type": "video"}``
+for every medium (what HF chat templates render as the family's placeholder); text-only string
+content stays a string. Per kind, the number of placeholders taking a source from the item's field
+must equal the field's length: a ``<video>`` with no ``videos`` is an error, never text.
 
 >>> msgs, sources = normalize_messages([{"role": "user", "content": "<image>Count."}], ["a.png"], "item 0")
 >>> msgs[0]["content"], sources
@@ -19,55 +22,202 @@ number of placeholders taking an image from ``data["images"]`` must equal ``len(
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PreprocessError
 
 IMAGE_PLACEHOLDER = "<image>"
+VIDEO_PLACEHOLDER = "<video>"
+_MARKERS = re.compile(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})")
+_KIND_OF_MARKER = {IMAGE_PLACEHOLDER: "image", VIDEO_PLACEHOLDER: "video"}
+
+
+MEDIA_FIELDS = frozenset(
+    {
+        "images",
+        "videos",
+        "image",
+        "video",
+        "audio",
+        "audios",
+        "image_url",
+        "image_urls",
+        "video_url",
+        "video_urls",
+        "audio_url",
+        "audio_urls",
+    }
+)
+"""Item fields that hold media. A non-empty one that the preprocessor does not read is an error
+(never dropped); every other field is free-form task data for rewards."""
+_FIELD_HINTS = {
+    "image": "give a list under 'images' (one <image> placeholder per image)",
+    "video": "give a list under 'videos' (one <video> placeholder per video)",
+    "image_url": "give a list under 'images'",
+    "image_urls": "give a list under 'images'",
+    "video_url": "give a list under 'videos'",
+    "video_urls": "give a list under 'videos'",
+}
+
+
+def check_media_fields(data: dict[str, Any], read: Sequence[str], item: str) -> None:
+    """Refuse a non-empty :data:`MEDIA_FIELDS` entry of ``data`` that is not in ``read``.
+
+    Raises:
+        PreprocessError: ``media_field_unsupported`` naming the field and what to do instead.
+
+    >>> check_media_fields({"images": [], "audio": None, "answer": 3}, ["images"], "item 0")
+    """
+    for name in sorted(MEDIA_FIELDS & data.keys()):
+        value = data[name]
+        if name in read or value is None or (isinstance(value, list | tuple) and not value):
+            continue
+        hint = _FIELD_HINTS.get(name)
+        if hint is None:
+            hint = (
+                f"this preprocessor reads {', '.join(repr(r) for r in read) or 'no media'}; "
+                "remove the field or use a model whose processor takes it"
+            )
+        raise PreprocessError(
+            item,
+            "media_field_unsupported",
+            f"field {name!r} holds media this preprocessor does not read (it would be "
+            f"dropped); {hint}",
+        )
 
 
 def _split_string(text: str) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
-    for k, chunk in enumerate(text.split(IMAGE_PLACEHOLDER)):
-        if k:
-            parts.append({"type": "image"})
-        if chunk:
+    for chunk in _MARKERS.split(text):
+        if chunk in _KIND_OF_MARKER:
+            parts.append({"type": _KIND_OF_MARKER[chunk]})
+        elif chunk:
             parts.append({"type": "text", "text": chunk})
     return parts
 
 
-def _image_url(part: dict[str, Any], item: str) -> Any:
-    url = part.get("image_url")
+def _url(part: dict[str, Any], key: str, item: str) -> Any:
+    url = part.get(key)
     if isinstance(url, dict):
         url = url.get("url")
     if not url:
-        raise PreprocessError(item, "bad_message", f"image_url part without a url: {part!r}")
+        raise PreprocessError(item, "bad_message", f"{key} part without a url: {part!r}")
     return url
 
 
-def normalize_messages(
-    messages: Sequence[dict[str, Any]] | str, images: Sequence[Any] | None, item: str
-) -> tuple[list[dict[str, Any]], list[Any]]:
-    """Return ``(messages with {"type": "image"} parts, image sources in prompt order)``.
+@dataclass
+class NormalizedMessages:
+    """Messages with one ``{"type": "image"}`` / ``{"type": "video"}`` part per medium, and the
+    media sources in prompt order."""
+
+    messages: list[dict[str, Any]]
+    images: list[Any] = field(default_factory=list)
+    videos: list[Any] = field(default_factory=list)
+
+
+class _Media:
+    """Sources of one kind: the item's field (consumed in order) and what the parts give."""
+
+    def __init__(self, kind: str, field_values: Sequence[Any] | None) -> None:
+        self.kind = kind
+        self.given = list(field_values or [])
+        self.pool = iter(self.given)
+        self.slots = 0
+        self.sources: list[Any] = []
+
+    def take(self, part: dict[str, Any], item: str) -> dict[str, str]:
+        if part.get("type") == f"{self.kind}_url":
+            self.sources.append(_url(part, f"{self.kind}_url", item))
+        elif part.get(self.kind) is not None:
+            self.sources.append(part[self.kind])
+        else:
+            self.slots += 1
+            self.sources.append(next(self.pool, None))
+        return {"type": self.kind}
+
+    def check(self, item: str) -> None:
+        if self.slots != len(self.given):
+            field_name = f"{self.kind}s"
+            raise PreprocessError(
+                item,
+                "placeholder_mismatch",
+                f"messages have {self.slots} {self.kind} placeholder(s) (<{self.kind}> or "
+                f"{{'type': '{self.kind}'}}) but data['{field_name}'] has {len(self.given)} "
+                f"{self.kind}(s); make them equal",
+            )
+
+
+def _part_kind(part: dict[str, Any]) -> str | None:
+    kind = part.get("type")
+    if kind in ("image", "image_url") or (kind is None and "image" in part):
+        return "image"
+    if kind in ("video", "video_url") or (kind is None and "video" in part):
+        return "video"
+    return kind
+
+
+def _parts(content: list[Any], m: int, media: dict[str, _Media], item: str) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, str):
+            part_list = _split_string(part)
+        elif isinstance(part, dict):
+            part_list = [part]
+        else:
+            raise PreprocessError(
+                item,
+                "bad_message",
+                f"message {m}: a content part must be a string or a dict, got {part!r}",
+            )
+        for p in part_list:
+            kind = _part_kind(p)
+            if kind in media:
+                parts.append(media[kind].take(p, item))
+            elif kind == "text":
+                text = p.get("text", "")
+                if not isinstance(text, str):
+                    raise PreprocessError(
+                        item, "bad_message", f"message {m}: text part holds {text!r}, not a string"
+                    )
+                parts.append({"type": "text", "text": text})
+            else:
+                raise PreprocessError(
+                    item, "bad_message", f"message {m}: unsupported content part type {kind!r}"
+                )
+    return parts
+
+
+def normalize_media(
+    messages: Sequence[dict[str, Any]] | str,
+    images: Sequence[Any] | None,
+    videos: Sequence[Any] | None,
+    item: str,
+) -> NormalizedMessages:
+    """Pair every image and video placeholder with its source.
 
     Args:
         messages: OpenAI-style messages, or one string (taken as a single user turn).
         images: ``data["images"]``: sources for ``<image>`` / ``{"type": "image"}`` placeholders.
+        videos: ``data["videos"]``: sources for ``<video>`` / ``{"type": "video"}`` placeholders.
         item: How errors name the data item.
 
     Raises:
-        PreprocessError: ``placeholder_mismatch`` stating both numbers when placeholders and
-            ``images`` disagree; ``bad_message`` for malformed messages.
+        PreprocessError: ``placeholder_mismatch`` stating both numbers when a kind's placeholders
+            and its field disagree (a ``<video>`` with no ``videos`` included); ``bad_message``
+            for malformed messages.
+
+    >>> n = normalize_media("<video>Where?", None, ["clip.mp4"], "item 0")
+    >>> n.messages[0]["content"][0], n.videos
+    ({'type': 'video'}, ['clip.mp4'])
     """
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
     if not isinstance(messages, Sequence) or not messages:
         raise PreprocessError(item, "bad_message", "data['messages'] must be a non-empty list")
-    images = list(images or [])
-    pool = iter(images)
-    n_slots = 0
-    sources: list[Any] = []
+    media = {"image": _Media("image", images), "video": _Media("video", videos)}
     out: list[dict[str, Any]] = []
     for m, message in enumerate(messages):
         if not isinstance(message, dict) or "role" not in message:
@@ -76,7 +226,7 @@ def normalize_messages(
             )
         content = message.get("content", "")
         if isinstance(content, str):
-            if IMAGE_PLACEHOLDER not in content:
+            if not _MARKERS.search(content):
                 out.append(dict(message))
                 continue
             content = _split_string(content)
@@ -87,49 +237,29 @@ def normalize_messages(
                 f"message {m}: content must be a string or a list of parts, got "
                 f"{type(content).__name__}",
             )
-        parts: list[dict[str, Any]] = []
-        for part in content:
-            if isinstance(part, str):
-                parts.extend(_split_string(part))
-                continue
-            if not isinstance(part, dict):
-                raise PreprocessError(
-                    item,
-                    "bad_message",
-                    f"message {m}: a content part must be a string or a dict, got {part!r}",
-                )
-            kind = part.get("type")
-            if kind == "image_url":
-                sources.append(_image_url(part, item))
-                parts.append({"type": "image"})
-            elif kind == "image" or (kind is None and "image" in part):
-                inline = part.get("image")
-                if inline is not None:
-                    sources.append(inline)
-                else:
-                    n_slots += 1
-                    sources.append(next(pool, None))
-                parts.append({"type": "image"})
-            elif kind == "text":
-                text = part.get("text", "")
-                if not isinstance(text, str):
-                    raise PreprocessError(
-                        item, "bad_message", f"message {m}: text part holds {text!r}, not a string"
-                    )
-                parts.append({"type": "text", "text": text})
-            else:
-                raise PreprocessError(
-                    item, "bad_message", f"message {m}: unsupported content part type {kind!r}"
-                )
-        out.append({**message, "content": parts})
-    if n_slots != len(images):
+        out.append({**message, "content": _parts(content, m, media, item)})
+    for kind in media.values():
+        kind.check(item)
+    return NormalizedMessages(out, media["image"].sources, media["video"].sources)
+
+
+def normalize_messages(
+    messages: Sequence[dict[str, Any]] | str, images: Sequence[Any] | None, item: str
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Return ``(messages with {"type": "image"} parts, image sources in prompt order)``.
+
+    For preprocessors that read images only: a ``<video>`` or ``{"type": "video"}`` placeholder is
+    refused (``placeholder_mismatch``: no ``videos``), an inline video part (``video_url``, a
+    ``"video"`` value) as ``videos_unsupported``; never left in the prompt as text. See :func:`normalize_media` for the arguments and the other errors.
+    """
+    normalized = normalize_media(messages, images, None, item)
+    if normalized.videos:
         raise PreprocessError(
             item,
-            "placeholder_mismatch",
-            f"messages have {n_slots} image placeholder(s) (<image> or {{'type': 'image'}}) but "
-            f"data['images'] has {len(images)} image(s); make them equal",
+            "videos_unsupported",
+            f"{len(normalized.videos)} video part(s) but this preprocessor reads images only",
         )
-    return out, sources
+    return normalized.messages, normalized.images
 
 
 def to_openai_messages(messages: list[dict[str, Any]], data_urls: Sequence[str]) -> list[dict]:

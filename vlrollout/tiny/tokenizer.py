@@ -6,7 +6,7 @@ Tests use the same builders for an offline processor.
 
 Qwen2-VL's special tokens and chat format follow the model's ``tokenizer_config.json`` and chat
 template on the hub (Qwen/Qwen2-VL-2B-Instruct): ``<|im_start|>role\\n...<|im_end|>\\n`` and
-``<|vision_start|><|image_pad|><|vision_end|>`` for each image.
+``<|vision_start|><|image_pad|><|vision_end|>`` for each image (``<|video_pad|>`` for each video).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ QWEN2VL_SPECIAL_TOKENS = [
 ]
 
 # Qwen2-VL's template, reduced to what vlrollout uses: string or list-of-parts content, images as
-# <|vision_start|><|image_pad|><|vision_end|>, a generation prompt. The system prompt is omitted
+# <|vision_start|><|image_pad|><|vision_end|>, videos as <|vision_start|><|video_pad|><|vision_end|>
+# (the hub template's video branch), a generation prompt. The system prompt is omitted
 # unless given, which keeps tiny-model sequences short.
 QWEN2VL_CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -54,6 +55,8 @@ QWEN2VL_CHAT_TEMPLATE = (
     "{% else %}{% for part in message['content'] %}"
     "{% if part['type'] == 'image' or part['type'] == 'image_url' or 'image' in part %}"
     "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' or part['type'] == 'video_url' or 'video' in part %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}"
     "<|im_end|>\n"

@@ -1,0 +1,286 @@
+"""Load one video from any supported source into its sampled RGB frames, with limits.
+
+Sources, resolved like images (:mod:`.image_loading`): a file path (also ``file://``), raw
+``bytes``, a base64 string or ``data:video/...;base64,`` URL (decoded with PyAV, the decoder
+transformers' video processors use by default), or a list of frames (each any image source: PIL,
+path, bytes, data URL). Remote URLs are refused (``video_source``). Errors use the image reasons with
+``video_`` in place of ``image_``: ``video_source``, ``video_not_found``, ``video_too_large``,
+``video_empty``, ``video_decode``.
+
+Decompression-bomb guards, all checked before any pixel is decoded: encoded size (``max_bytes``),
+the stream's frame size (``max_frame_pixels``, the header's width × height; decoded frames are
+checked again) and the frame count (``max_source_frames``, counted from the demuxed packets). Only
+the sampled frames (:mod:`.video_sampling`) are kept; the others are decoded and dropped.
+
+A frame list is taken as already sampled at the sampling ``fps`` (its frame ``k`` is at
+``k / fps`` seconds); more frames than ``max_frames`` are sampled down by the same rule.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import av
+import numpy as np
+from PIL import Image
+
+from .base import VideoClip
+from .errors import PreprocessError
+from .image_loading import DEFAULT_MAX_PIXELS, check_size, load_image, read_source
+from .video_sampling import VideoSampling
+
+DEFAULT_MAX_VIDEO_BYTES = 256 * 1024 * 1024
+"""Largest encoded video accepted, in bytes."""
+DEFAULT_MAX_SOURCE_FRAMES = 100_000
+"""Most frames a source video may have (about an hour at 25 fps)."""
+DEFAULT_MAX_FRAME_PIXELS = 4096 * 4096
+"""Largest source frame accepted (width × height)."""
+THUMBNAILS = 8
+THUMBNAIL_HEIGHT = 56
+
+
+@dataclass(frozen=True)
+class LoadedVideo:
+    """One video's sampled frames and their timing.
+
+    Attributes:
+        frames: ``uint8`` RGB frames, ``[num_frames, height, width, 3]``.
+        clip: The timing record the prepared prompt carries.
+    """
+
+    frames: np.ndarray
+    clip: VideoClip
+
+    def metadata(self) -> dict[str, Any]:
+        """``transformers.video_utils.VideoMetadata`` fields for the processor."""
+        c = self.clip
+        return {
+            "total_num_frames": c.total_frames,
+            "fps": c.source_fps,
+            "width": c.width,
+            "height": c.height,
+            "duration": c.duration_s,
+            "frames_indices": list(c.frame_indices),
+        }
+
+
+def _as_video_error(e: PreprocessError, item: str) -> PreprocessError:
+    reason = e.reason.replace("image_", "video_")
+    return PreprocessError(item, reason, e.detail.replace("image", "video"))
+
+
+def read_video_bytes(source: Any, item: str, max_bytes: int) -> tuple[str, bytes]:
+    """``(source_kind, encoded bytes)`` of a path / bytes / base64 / ``data:`` URL source."""
+    if isinstance(source, Image.Image):
+        raise PreprocessError(
+            item, "video_source", "a PIL image is not a video; give a list of frames"
+        )
+    try:
+        return read_source(source, item, max_bytes)
+    except PreprocessError as e:
+        raise _as_video_error(e, item) from None
+
+
+def _frame_limits(stream: Any, item: str, max_frame_pixels: int) -> tuple[int, int]:
+    ctx = stream.codec_context
+    try:
+        check_size((int(ctx.width), int(ctx.height)), item, max_frame_pixels)
+    except PreprocessError as e:
+        raise _as_video_error(e, item) from None
+    return int(ctx.width), int(ctx.height)
+
+
+def _open(raw: bytes, item: str) -> tuple[Any, Any]:
+    try:
+        container = av.open(io.BytesIO(raw), mode="r")
+    except (av.FFmpegError, ValueError, OSError) as e:
+        raise PreprocessError(
+            item, "video_decode", f"cannot open video ({len(raw)} bytes): {e}"
+        ) from None
+    if not container.streams.video:
+        container.close()
+        raise PreprocessError(item, "video_decode", "the file has no video stream")
+    return container, container.streams.video[0]
+
+
+def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, float | None]:
+    """Frames (packets) in the video stream and its average frame rate, without decoding."""
+    container, stream = _open(raw, item)
+    with container:
+        rate = stream.average_rate or stream.guessed_rate
+        count = 0
+        try:
+            for packet in container.demux(stream):
+                count += bool(packet.size)
+                if count > max_source_frames:
+                    raise PreprocessError(
+                        item,
+                        "video_too_large",
+                        f"more than max_source_frames={max_source_frames} frames",
+                    )
+        except av.FFmpegError as e:
+            raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
+    return count, float(rate) if rate else None
+
+
+def _decode_frames(
+    raw: bytes, item: str, wanted: list[int], max_frame_pixels: int
+) -> list[np.ndarray]:
+    """Decode up to the last wanted frame, keeping the wanted ones (fewer if the stream ends)."""
+    container, stream = _open(raw, item)
+    keep, out = set(wanted), []
+    with container:
+        _frame_limits(stream, item, max_frame_pixels)
+        try:
+            for index, frame in enumerate(container.decode(stream)):
+                if index in keep:
+                    check_size((frame.width, frame.height), item, max_frame_pixels)
+                    out.append(frame.to_ndarray(format="rgb24"))
+                if index >= wanted[-1]:
+                    break
+        except av.FFmpegError as e:
+            raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
+        except PreprocessError as e:
+            raise _as_video_error(e, item) from None
+    return out
+
+
+def decode_video(
+    raw: bytes,
+    item: str,
+    sampling: VideoSampling,
+    *,
+    source_kind: str = "bytes",
+    max_source_frames: int = DEFAULT_MAX_SOURCE_FRAMES,
+    max_frame_pixels: int = DEFAULT_MAX_FRAME_PIXELS,
+) -> LoadedVideo:
+    """Decode the sampled frames of an encoded video (see the module docstring for the guards)."""
+    container, stream = _open(raw, item)
+    with container:
+        width, height = _frame_limits(stream, item, max_frame_pixels)
+    total, rate = _count_frames(raw, item, max_source_frames)
+    if total == 0:
+        raise PreprocessError(item, "video_empty", "the video stream has no frames")
+    source_fps = rate or sampling.fps
+    wanted = sampling.indices(total, source_fps)
+    frames = _decode_frames(raw, item, wanted, max_frame_pixels)
+    if len(frames) < len(wanted):  # fewer decodable frames than packets: sample what there is
+        total = _decoded_count(raw, item, max_frame_pixels)
+        if total == 0:
+            raise PreprocessError(item, "video_empty", "no frame of the video decodes")
+        wanted = sampling.indices(total, source_fps)
+        frames = _decode_frames(raw, item, wanted, max_frame_pixels)
+    return _loaded(np.stack(frames), wanted, total, source_fps, source_kind)
+
+
+def _decoded_count(raw: bytes, item: str, max_frame_pixels: int) -> int:
+    container, stream = _open(raw, item)
+    with container:
+        try:
+            return sum(1 for _ in container.decode(stream))
+        except av.FFmpegError as e:
+            raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
+
+
+def frames_video(
+    frames: list[Any],
+    item: str,
+    sampling: VideoSampling,
+    *,
+    max_frame_pixels: int = DEFAULT_MAX_PIXELS,
+    max_bytes: int = DEFAULT_MAX_VIDEO_BYTES,
+) -> LoadedVideo:
+    """A video given as a list of frames (each any image source), taken at ``sampling.fps``."""
+    if not frames:
+        raise PreprocessError(item, "video_empty", "the frame list is empty")
+    wanted = sampling.indices(len(frames), sampling.fps)
+    loaded = [
+        load_image(
+            frames[k], f"{item}, frame {k + 1}", max_pixels=max_frame_pixels, max_bytes=max_bytes
+        )
+        for k in wanted
+    ]
+    sizes = {im.image.size for im in loaded}
+    if len(sizes) > 1:
+        raise PreprocessError(
+            item, "video_frames", f"frames differ in size {sorted(sizes)}; give same-size frames"
+        )
+    stacked = np.stack([np.asarray(im.image) for im in loaded])
+    return _loaded(stacked, wanted, len(frames), sampling.fps, "frames")
+
+
+def _loaded(
+    frames: np.ndarray, wanted: list[int], total: int, source_fps: float, kind: str
+) -> LoadedVideo:
+    height, width = int(frames.shape[1]), int(frames.shape[2])
+    clip = VideoClip(
+        frame_indices=list(wanted),
+        timestamps_s=[k / source_fps for k in wanted],
+        fps=len(wanted) / total * source_fps,
+        source_fps=source_fps,
+        total_frames=total,
+        width=width,
+        height=height,
+        source_kind=kind,
+        thumbnails=thumbnails(frames),
+    )
+    return LoadedVideo(frames=frames, clip=clip)
+
+
+def thumbnails(frames: np.ndarray, count: int = THUMBNAILS) -> list[Image.Image]:
+    """Up to ``count`` evenly spaced frames, ``THUMBNAIL_HEIGHT`` pixels high, for the report."""
+    n = len(frames)
+    picks = sorted({k * n // count for k in range(min(count, n))})
+    height = THUMBNAIL_HEIGHT
+    out = []
+    for k in picks:
+        image = Image.fromarray(frames[k])
+        width = max(1, round(image.width * height / image.height))
+        out.append(image.resize((width, height), Image.Resampling.BILINEAR))
+    return out
+
+
+def load_video(
+    source: Any,
+    item: str,
+    sampling: VideoSampling,
+    *,
+    max_bytes: int = DEFAULT_MAX_VIDEO_BYTES,
+    max_source_frames: int = DEFAULT_MAX_SOURCE_FRAMES,
+    max_frame_pixels: int = DEFAULT_MAX_FRAME_PIXELS,
+) -> LoadedVideo:
+    """Load one video source and sample its frames.
+
+    Args:
+        source: Path, bytes, base64 string, ``data:`` URL, or a list/tuple of frames.
+        item: How errors name the video, e.g. ``"item 17, video 1"``.
+        sampling: Which frames to keep (:class:`~.video_sampling.VideoSampling`).
+        max_bytes: Largest encoded video (or frame) accepted.
+        max_source_frames: Most frames the source may have.
+        max_frame_pixels: Largest frame (width × height) accepted.
+
+    Raises:
+        PreprocessError: ``video_source``, ``video_not_found``, ``video_too_large``,
+            ``video_empty``, ``video_decode`` or ``video_frames``.
+    """
+    if isinstance(source, list | tuple):
+        if len(source) > max_source_frames:
+            raise PreprocessError(
+                item,
+                "video_too_large",
+                f"{len(source)} frames exceed max_source_frames={max_source_frames}",
+            )
+        return frames_video(
+            list(source), item, sampling, max_frame_pixels=max_frame_pixels, max_bytes=max_bytes
+        )
+    kind, raw = read_video_bytes(source, item, max_bytes)
+    return decode_video(
+        raw,
+        item,
+        sampling,
+        source_kind=kind,
+        max_source_frames=max_source_frames,
+        max_frame_pixels=max_frame_pixels,
+    )
