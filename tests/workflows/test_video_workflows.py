@@ -55,6 +55,15 @@ def _item(clip, item_id="vid"):
     return {"id": item_id, "messages": [{"role": "user", "content": content}], "videos": [clip]}
 
 
+def _check_format(traj) -> bool:
+    """AReaL's ``check_trajectory_format``, but for ``multi_modal_input``: AReaL 1.0.4 requires
+    ``pixel_values`` in it, which a video-only prompt does not have (its tensors are
+    ``pixel_values_videos`` and ``video_grid_thw``, checked by the callers)."""
+    rows = traj["multi_modal_input"]
+    assert rows and all(set(mm) >= {"pixel_values_videos", "video_grid_thw"} for mm in rows)
+    return check_trajectory_format({k: v for k, v in traj.items() if k != "multi_modal_input"})
+
+
 def _video_tokens_match_grid(ids, mm, processor) -> int:
     n = list(ids).count(processor.video_token_id)
     assert n == int(mm["video_grid_thw"].prod()) // processor.video_processor.merge_size**2
@@ -73,7 +82,7 @@ def test_single_turn_video_reaches_engine_trajectory_and_reward(tokenizer, qwen2
     engine = ScriptedEngine([tokenizer.encode("right", add_special_tokens=False)])
     traj = asyncio.run(wf.arun_episode(engine, _item(clip)))
     assert wf.ledger.summary()["rejected_by_reason"] == {}
-    assert check_trajectory_format(traj)
+    assert _check_format(traj)
     mm = traj["multi_modal_input"][0]
     assert _video_tokens_match_grid(traj["input_ids"][0].tolist(), mm, qwen2vl_processor) > 0
     sent = engine.requests[0].metadata["multi_modal_input"]
@@ -95,7 +104,7 @@ def test_multi_attempt_keeps_the_video_in_every_turn(tokenizer, qwen2vl_processo
     answer = tokenizer.encode("left", add_special_tokens=False) + [tokenizer.eos_token_id]
     engine = ScriptedEngine([answer, answer])
     traj = asyncio.run(wf.arun_episode(engine, _item(clip)))
-    assert check_trajectory_format(traj)
+    assert _check_format(traj)
     assert len(engine.requests) == 2
     for req in engine.requests:
         mm = req.metadata["multi_modal_input"]
