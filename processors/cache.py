@@ -14,8 +14,9 @@ Entries made by the unpinned calls (:meth:`PreparedPromptCache.prepare`,
 them anyway, so keeping them costs nothing extra.
 
 **Keys** (:func:`item_key`) are the item's *content*: a SHA-256 over its messages and a digest of
-each image source (a file's path, size and modification time; the bytes of an encoded image or a
-base64/data-URL string; the mode, size and pixels of a PIL image). An ``id`` field is never trusted:
+every image and video source (a file's path, size and modification time; the bytes of an encoded
+medium or a base64/data-URL string; the mode, size and pixels of a PIL image; each frame of a frame
+list). An ``id`` field is never trusted:
 datasets repeat ids (row indices after concatenation), and two items with one id must not share a
 prompt. A PIL image is digested once per image object (hashing a 2 MP image costs tens of ms, and a
 group hands the same object over 8 times): do not draw on an image in place after handing it over;
@@ -63,6 +64,7 @@ from typing import Any
 from PIL import Image
 
 from .base import PreparedPrompt, Preprocessor
+from .messages import MEDIA_FIELDS
 
 KeyFn = Callable[[dict[str, Any]], str]
 
@@ -129,6 +131,11 @@ def _image_identity(source: Any, h: Any) -> None:
         for k in sorted(source):
             h.update(str(k).encode())
             _image_identity(source[k], h)
+    elif isinstance(source, list | tuple):  # a video given as frames
+        h.update(f"frames:{len(source)}:".encode())
+        for frame in source:
+            _image_identity(frame, h)
+            h.update(b",")
     else:
         h.update(b"str:" + hashlib.sha256(str(source).encode()).digest())
 
@@ -146,7 +153,8 @@ def _messages_digest(obj: Any, h: Any) -> None:
         h.update(b"{")
         for k in sorted(obj, key=str):
             h.update(json.dumps(str(k)).encode())
-            if k in ("image", "image_url", "url") and not isinstance(obj[k], dict | list):
+            inline = ("image", "image_url", "url", "video", "video_url")
+            if k in inline and not isinstance(obj[k], dict) and not _is_text_list(obj[k]):
                 _image_identity(obj[k], h)
             else:
                 _messages_digest(obj[k], h)
@@ -162,8 +170,16 @@ def _messages_digest(obj: Any, h: Any) -> None:
         _image_identity(obj, h)
 
 
+def _is_text_list(value: Any) -> bool:
+    """A list that is message structure, not a video's frames (frames are PIL images/bytes)."""
+    return isinstance(value, list | tuple) and all(isinstance(x, dict) for x in value)
+
+
 def item_key(data: dict[str, Any]) -> str:
-    """Content key of a data item: ``"sha256:<hex>"`` over its messages and image digests.
+    """Content key of a data item: ``"sha256:<hex>"`` over its messages and the digest of every
+    medium in its media fields (``images``, ``videos``, and any other
+    :data:`~vlrollout.processors.messages.MEDIA_FIELDS` entry, so an item with an unread medium
+    never shares a key with the same item without it).
 
     >>> a = {"id": 1, "messages": [{"role": "user", "content": "A"}]}
     >>> b = {"id": 1, "messages": [{"role": "user", "content": "B"}]}
@@ -172,10 +188,14 @@ def item_key(data: dict[str, Any]) -> str:
     """
     h = hashlib.sha256()
     _messages_digest(data.get("messages"), h)
-    h.update(b"|images|")
-    for src in data.get("images") or []:
-        _image_identity(src, h)
-        h.update(b";")
+    for name in sorted(MEDIA_FIELDS & data.keys()):
+        value = data[name]
+        if value is None or (isinstance(value, list | tuple) and not value):
+            continue  # an empty field is no field (the preprocessor treats them alike)
+        h.update(f"|{name}|".encode())
+        for src in value if isinstance(value, list | tuple) and name.endswith("s") else [value]:
+            _image_identity(src, h)
+            h.update(b";")
     return "sha256:" + h.hexdigest()
 
 

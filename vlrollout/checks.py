@@ -2,7 +2,8 @@
 
 - :func:`check_request_images` — every request with image placeholders carries its images
   (``image_data`` for SGLang, ``vision_msg_vllm`` for vLLM, tensors for the local engine), one per
-  placeholder run; run on every request by the workflows.
+  placeholder run, and every request with video placeholders its video tensors (local engine);
+  run on every request by the workflows.
 - :func:`check_processor_parity` — the engine's processor and the trainer's preprocessor agree
   (class, resize settings, image-token expansion) on probe images; run once at workflow start.
 - :func:`logprob_consistency` — a training-style forward pass over a packed trajectory reproduces
@@ -47,6 +48,10 @@ class ImagesMissingError(RuntimeError):
     """A request has image placeholders but does not carry the images (the model would answer blind)."""
 
 
+class VideosMissingError(ImagesMissingError):
+    """A request has video placeholders but does not carry the video tensors."""
+
+
 def placeholder_runs(input_ids: Sequence[int], image_token_id: int) -> int:
     """Number of contiguous runs of ``image_token_id`` (one run per image)."""
     runs, previous = 0, False
@@ -71,21 +76,47 @@ def images_in_prompt(
     return placeholder_runs(input_ids, image_token_id)
 
 
+def check_request_videos(req: ModelRequest, video_token_id: int | None) -> None:
+    """Raise :class:`VideosMissingError` when ``input_ids`` hold video placeholder tokens but
+    ``metadata["multi_modal_input"]`` (what the local engine runs) has no ``pixel_values_videos``.
+
+    Remote engines cannot be checked here: AReaL's ``ModelRequest`` has no video field, so no
+    remote engine receives a video through it.
+    """
+    if video_token_id is None or video_token_id not in req.input_ids:
+        return
+    mm = req.metadata.get("multi_modal_input")
+    if not mm or "pixel_values_videos" not in mm:
+        n = placeholder_runs(req.input_ids, video_token_id)
+        raise VideosMissingError(
+            f"request {req.rid}: input_ids hold {n} video placeholder run(s) but "
+            "metadata['multi_modal_input'] has no pixel_values_videos"
+        )
+
+
 def check_request_images(
     req: ModelRequest,
     image_token_id: int | None,
     require_vllm_messages: bool = True,
     image_marker_id: int | None = None,
+    video_token_id: int | None = None,
 ) -> None:
     """Raise :class:`ImagesMissingError` unless the request carries one image per image in its
-    prompt (:func:`images_in_prompt`).
+    prompt (:func:`images_in_prompt`), and :class:`VideosMissingError` unless a prompt with
+    video placeholders carries video tensors (:func:`check_request_videos`).
 
     Checks ``image_data`` (SGLang), ``vision_msg_vllm`` (vLLM; AReaL's client silently drops
     images without it) and ``metadata["multi_modal_input"]`` (local engine) against the number of
     placeholder runs in ``input_ids``. ``require_vllm_messages=False`` for prompts that came
     already chat-templated without ``messages_chat`` (AReaL's datasets): there are no messages to
-    send, exactly as with AReaL's own workflow.
+    send, exactly as with AReaL's own workflow. ``video_token_id`` defaults to the request
+    processor's ``video_token_id``. Video tokens never count as images.
     """
+    if video_token_id is None:
+        tid = getattr(req.processor, "video_token_id", None)
+        video_token_id = tid if isinstance(tid, int) else None
+    if video_token_id != image_token_id:  # one shared token: the image check below covers it
+        check_request_videos(req, video_token_id)
     if image_token_id is None:
         return
     expected = images_in_prompt(req.input_ids, image_token_id, image_marker_id)
