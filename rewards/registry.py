@@ -85,6 +85,10 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "box_f1": _grounding("box_f1"),
     "mean_iou": _grounding("mean_iou"),
     "point_in_box": _lazy("grounding", "PointInBoxReward"),
+    # Temporal grounding on videos: an answer [start, end] (seconds, or frame indices when the item
+    # says so) against the item's labelled segments.
+    "temporal_iou": _lazy("temporal", "TemporalIoUReward"),
+    "temporal_acc@iou": _lazy("temporal", "TemporalIoUReward", metric="acc"),
     "clip_score": _lazy("clip_score", "CLIPScoreReward"),
     "ref_clip_score": _lazy("clip_score", "CLIPScoreReward", use_references=True),
     "count": _lazy("answer", "CountReward"),

@@ -16,6 +16,8 @@ from vlrollout.rewards.answer import CountReward, MathReward, NumericReward, rea
 from vlrollout.rewards.box_parsing import PARSERS
 from vlrollout.rewards.grounding import GroundingReward
 from vlrollout.rewards.result import MAX_OUTPUT_CHARS
+from vlrollout.rewards.temporal import TemporalIoUReward, temporal_iou
+from vlrollout.rewards.temporal_parsing import parse_segments
 from vlrollout.rewards.text_extract import last_boxed, tag_blocks
 
 BOX = '{"bbox_2d": [1, 2, 3, 4], "label": "a]"}'
@@ -162,3 +164,43 @@ def test_internvl_equals_the_old_regex_when_refs_do_not_nest(text):
         if len(re.findall(r"\d+", m.group(2))) % 4 == 0
     ]
     assert parsed.box_labels == want
+
+
+def test_temporal_reward_on_huge_numbers_and_deep_brackets():
+    r = TemporalIoUReward()
+    big = "7" * 5000
+    for text in (f"[{big}, 2]", f"from 1s to {big}s", f"{big}:00 - 0:01"):
+        res = r.score("p", text, [], [], segments=[1, 2])
+        assert (res.value, res.reason) == (0.0, "non_finite_segment"), text[:20]
+    deep = "[" * 50_000 + "1, 2" + "]" * 50_000
+    assert r.score("p", deep, [], [], segments=[1, 2]).value == 1.0
+
+
+def test_temporal_reward_on_a_megabyte_is_scored_on_its_prefix():
+    r = TemporalIoUReward()
+    for unit in ("1, ", "[1, 2]", "-", "frames ", "0:"):
+        text = unit * (1_000_000 // len(unit))
+        res = r.score("p", text, [], [], segments=[1, 2])
+        assert res.reason is not None and res.details["truncated_from_chars"] == len(text)
+    ok = r.score("p", "[1, 2] " + "x" * 1_000_000, [], [], segments=[1, 2])
+    assert (ok.value, ok.reason) == (1.0, "output_truncated")
+
+
+_SEGMENT_TEXT = st.lists(
+    st.sampled_from(["1", "2.5", ",", "-", " to ", "s", "[", "]", "frames", " ", ":", "x"]),
+    max_size=14,
+).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_SEGMENT_TEXT)
+def test_temporal_parser_never_raises_and_the_reward_scores_what_it_read(text):
+    parsed = parse_segments(text)
+    assert all(e.unit in (None, "seconds", "frames") for seg in parsed.segments for e in seg)
+    res = TemporalIoUReward().score("p", text, [], [], segments=[1, 2])
+    assert res.details["num_segments"] == len(parsed.segments)
+    if res.reason is None:
+        start, end = res.details["segment_s"]
+        assert 0 <= start < end and res.value == temporal_iou((start, end), (1.0, 2.0))
+    else:
+        assert res.value == 0.0

@@ -54,3 +54,20 @@ def test_parsers_take_linear_time_on_hostile_output(monkeypatch):
                 f"{small * 1000:.1f} ms at {SMALL // 1000} KB + {SLACK_S * 1000:.0f} ms"
             )
     assert slow == [], "superlinear parsers:\n" + "\n".join(slow)
+
+
+#: Hostile units for the temporal segment parser (not in the benchmark's cases): number lists,
+#: dangling separators and minus signs, unclosed clocks, unit and frame words, brackets.
+SEGMENT_UNITS = ["1,", "[1, 2]", "-1", "1s to 2s ", "0:", "frames ", "["]
+
+
+def test_segment_parser_takes_linear_time_on_hostile_output():
+    from vlrollout.rewards.temporal_parsing import parse_segments
+
+    slow = []
+    for unit in SEGMENT_UNITS:
+        texts = (unit * (SMALL // len(unit)), unit * (LARGE // len(unit)))
+        times = _over_bound(parse_segments, *texts) and _over_bound(parse_segments, *texts)
+        if times:
+            slow.append(f"{unit!r}: {times[1] * 1000:.1f} ms vs {times[0] * 1000:.1f} ms")
+    assert slow == [], "superlinear segment parsing:\n" + "\n".join(slow)

@@ -18,6 +18,7 @@ from vlrollout.rewards.combine import WeightedSum
 from vlrollout.rewards.format import LengthPenalty, ThinkAnswerFormat
 from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward
 from vlrollout.rewards.registry import get_reward
+from vlrollout.rewards.temporal import TemporalIoUReward
 
 GEO = [{"original_width": 640, "original_height": 480, "model_width": 644, "model_height": 476}]
 CORPUS = [["a dog runs on the grass"], ["a cat sits on a red mat"], ["two men play ball"]]
@@ -45,6 +46,9 @@ CASES = [
     (WeightedSum([(CountReward(), 1.0), (ThinkAnswerFormat(), 0.5)]),
      "<think>a</think><answer>3</answer>", {"answer": "3"}, 1.5),
     (get_reward("vlrollout.rewards.answer:clevr_count_reward", answer="2"), "[2]", {}, 1.0),
+    (TemporalIoUReward(), "from 1s to 3s", {"segments": [[2.0, 3.0], [5.0, 6.0]]}, 0.5),
+    (get_reward("temporal_acc@iou", unit="frames"), "[2, 3]",
+     {"segments": [1.0, 2.0], "video_timing": [{"timestamps_s": [0, 0.5, 1, 1.5], "fps": 2}]}, 1.0),
 ]  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from vlrollout.rewards.answer import CountReward, clevr_count_reward
 from vlrollout.rewards.caption import CaptionReward
 from vlrollout.rewards.grounding import GroundingReward
 from vlrollout.rewards.registry import BUILTINS, get_reward
+from vlrollout.rewards.temporal import TemporalIoUReward
 
 
 def test_builtins_build_the_right_objects():
@@ -20,6 +21,9 @@ def test_builtins_build_the_right_objects():
     c = get_reward("cider_d", corpus=[["a dog"], ["a cat"]])
     assert isinstance(c, CaptionReward) and c.cider.num_docs == 2
     assert get_reward("clevr_count") is clevr_count_reward
+    t = get_reward("temporal_iou", unit="frames")
+    assert isinstance(t, TemporalIoUReward) and (t.metric, t.unit) == ("iou", "frames")
+    assert get_reward("temporal_acc@iou", iou_threshold=0.7).metric == "acc"
     for name in ("bleu4", "rouge_l", "iou", "box_f1", "point_in_box", "choice", "numeric",
                  "math", "format_think_answer"):  # fmt: skip
         assert callable(get_reward(name)), name
@@ -47,13 +51,14 @@ def test_errors_name_the_path():
 
 def test_builtin_names_cover_the_documented_set():
     for name in ("cider_d", "bleu4", "rouge_l", "iou", "giou", "box_f1", "point_in_box", "count",
-                 "choice", "numeric", "math", "format_think_answer"):  # fmt: skip
+                 "choice", "numeric", "math", "format_think_answer", "temporal_iou",
+                 "temporal_acc@iou"):  # fmt: skip
         assert name in BUILTINS
 
 
 def test_package_import_is_cheap():
     code = (
-        "import sys, vlrollout.rewards as r; r.get_reward; r.WeightedSum; "
+        "import sys, vlrollout.rewards as r; r.get_reward; r.WeightedSum; r.TemporalIoUReward; "
         "print(sorted(m for m in ('torch', 'torchvision', 'math_verify', 'scipy') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
