@@ -45,7 +45,7 @@ def test_a_video_item_runs_end_to_end(tmp_path):
 
     traj = torch.load(out / "trajectories" / f"{item_stem('clip')}.pt", weights_only=False)
     mm = traj["multi_modal_input"][0]
-    assert mm["video_grid_thw"].tolist() == [[2, 2, 2]]  # 4 frames of 56x56
+    assert mm["video_grid_thw"].tolist() == [[2, 4, 4]]  # 4 frames of 56x56
     video_token_id = json.loads((MODEL / "config.json").read_text())["video_token_id"]
     for row in traj["input_ids"]:
         assert row.tolist().count(video_token_id) == int(mm["video_grid_thw"].prod()) // 4

@@ -64,7 +64,7 @@ def test_openai_client_video_url_then_sglang_video_data(engine, clip_url, tmp_pa
         assert reply.choices[0].finish_reason in ("stop", "length")
         chat = engine.seen[-1]
         mm = _video_of(engine, chat)
-        assert mm["video_grid_thw"].tolist() == [[2, 2, 2]]
+        assert mm["video_grid_thw"].tolist() == [[2, 4, 4]]
         assert reply.usage.prompt_tokens == len(chat.input_ids)
 
         # The server reads no file for a client: a path is refused, as for images.

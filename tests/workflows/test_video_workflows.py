@@ -19,7 +19,7 @@ from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import FrameSampling, VisionMultiAttemptWorkflow, VisionRLVRWorkflow
 
 GCONFIG = GenerationHyperparameters(max_new_tokens=8)
-SMALL = {"min_pixels": 56 * 56, "max_pixels": 56 * 56}  # 4 merged tokens per 2 frames
+SMALL = {"min_pixels": 56 * 56, "max_pixels": 56 * 56}  # 4 tokens (2x2 merged) per 2 frames
 HERE = "tests.workflows.test_video_workflows"
 
 
@@ -120,9 +120,9 @@ def test_frame_settings_reach_the_preprocessor(tokenizer, qwen2vl_processor, cli
         asyncio.run(wf.arun_episode(engine, _item(clip)))
         return engine.requests[0].metadata["multi_modal_input"]["video_grid_thw"][0].tolist()
 
-    assert grid(FrameSampling(**SMALL)) == [2, 2, 2]
-    assert grid(FrameSampling(max_frames=2, **SMALL)) == [1, 2, 2]
-    assert grid(FrameSampling(min_pixels=112 * 112, max_pixels=112 * 112)) == [2, 4, 4]
+    assert grid(FrameSampling(**SMALL)) == [2, 4, 4]  # 14-pixel patches of 56x56 frames
+    assert grid(FrameSampling(max_frames=2, **SMALL)) == [1, 4, 4]
+    assert grid(FrameSampling(min_pixels=112 * 112, max_pixels=112 * 112)) == [2, 8, 8]
 
 
 def test_a_bad_video_is_rejected_with_its_reason(tokenizer, qwen2vl_processor, tmp_path):
