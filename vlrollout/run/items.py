@@ -1,10 +1,15 @@
 """The data item format (``docs/item_format.md``) as checks: what ``vlrollout run`` rejects before
 an item reaches a workflow, and what ``vlrollout validate-data`` reports for every line.
 
-A problem is ``(reason, detail)``. ``bad_message``, ``bad_images`` and the line-level ``bad_json``,
-``bad_item`` and ``duplicate_id`` make the run reject the item (every episode of its group, with
-that reason); ``bad_field`` (a task field such as ``boxes`` of
-the wrong shape) is only reported by ``validate-data``: the reward decides what it can score.
+A problem is ``(reason, detail)``. ``bad_message``, ``bad_images``, ``bad_videos``,
+``media_field_unsupported`` (a media field nothing reads, e.g. ``audio``), ``placeholder_mismatch``
+(an ``<image>``/``<video>`` without its medium, or a medium without its placeholder) and the
+line-level ``bad_json``, ``bad_item`` and ``duplicate_id`` make the run reject the item (every
+episode of its group, with that reason); ``bad_field`` (a task field such as ``boxes`` of the wrong
+shape) is only reported by ``validate-data``: the reward decides what it can score.
+``validate-data`` also opens every video (:func:`video_file_problems`): readable, at least one
+frame, within the size and frame-count caps, with the preprocessor's reasons (``video_decode``,
+``video_not_found``, ``video_too_large``, ...).
 """
 
 from __future__ import annotations
@@ -14,11 +19,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlrollout.datasets import LOAD_ERROR, check_data_path, read_rows, row_problem
+from vlrollout.datasets import (
+    LOAD_ERROR,
+    check_data_path,
+    read_rows,
+    resolve_source,
+    row_problem,
+)
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.messages import check_media_fields, normalize_media
+from vlrollout.processors.video_loading import load_video
+from vlrollout.processors.video_sampling import VideoSampling
 
-PART_TYPES = ("text", "image", "image_url")
+PART_TYPES = ("text", "image", "image_url", "video", "video_url")
+#: Media fields an item may hold; any other :data:`MEDIA_FIELDS` entry is refused.
+READ_MEDIA = ("images", "videos")
 #: Problems that make ``vlrollout run`` reject the item before any episode runs.
-BLOCKING = ("bad_message", "bad_images", "bad_json", "bad_item", "duplicate_id")
+BLOCKING = (
+    "bad_message",
+    "bad_images",
+    "bad_videos",
+    "media_field_unsupported",
+    "placeholder_mismatch",
+    "bad_json",
+    "bad_item",
+    "duplicate_id",
+)
 
 
 def _part_problem(part: Any, where: str) -> str | None:
@@ -26,16 +52,17 @@ def _part_problem(part: Any, where: str) -> str | None:
         return None
     if not isinstance(part, dict):
         return f"{where} is a {type(part).__name__}; use {{'type': 'text', 'text': ...}}"
-    kind = part.get("type", "image" if "image" in part else None)
+    default = "image" if "image" in part else "video" if "video" in part else None
+    kind = part.get("type", default)
     if kind not in PART_TYPES:
         return f"{where} has type {kind!r}; use one of {', '.join(PART_TYPES)}"
     if kind == "text" and not isinstance(part.get("text"), str):
         return f"{where}: 'text' must be a string, got {type(part.get('text')).__name__}"
-    if kind == "image_url":
-        url = part.get("image_url")
+    if kind in ("image_url", "video_url"):
+        url = part.get(kind)
         url = url.get("url") if isinstance(url, dict) else url
         if not isinstance(url, str) or not url:
-            return f"{where}: image_url needs {{'url': SOURCE}}, got {part.get('image_url')!r}"
+            return f"{where}: {kind} needs {{'url': SOURCE}}, got {part.get(kind)!r}"
     return None
 
 
@@ -106,12 +133,59 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
     if "messages" not in item:
         return [("bad_message", "item has no 'messages'")]
     problems = [("bad_message", p) for p in message_problems(item["messages"])]
-    images = item.get("images")
-    if images is not None and not isinstance(images, list):
-        problems.append(("bad_images", f"images must be a list, got a {type(images).__name__}"))
-    elif images and any(i is None for i in images):
-        problems.append(("bad_images", "images has a null entry"))
+    for name in READ_MEDIA:
+        media = item.get(name)
+        if media is not None and not isinstance(media, list):
+            what = type(media).__name__
+            problems.append((f"bad_{name}", f"{name} must be a list, got a {what}"))
+        elif media and any(i is None for i in media):
+            problems.append((f"bad_{name}", f"{name} has a null entry"))
+    problems += media_problems(item, not problems)
     problems += [("bad_field", p) for p in field_problems(item)]
+    return problems
+
+
+def media_problems(item: dict[str, Any], well_formed: bool = True) -> list[tuple[str, str]]:
+    """Media that would be dropped: a media field nothing reads (``audio``, singular ``image``,
+    ...), or placeholders and media that do not pair up (checked when the messages and media
+    fields are ``well_formed``; a whole-prompt string may be chat-templated already, with the
+    family's own placeholders, so it is left to the preprocessor)."""
+    problems: list[tuple[str, str]] = []
+    try:
+        check_media_fields(item, READ_MEDIA, "item")
+    except PreprocessError as e:
+        problems.append((e.reason, e.detail))
+    messages = item["messages"]
+    if well_formed and not isinstance(messages, str):
+        try:
+            normalize_media(messages, item.get("images"), item.get("videos"), "item")
+        except PreprocessError as e:
+            if e.reason == "placeholder_mismatch":
+                problems.append((e.reason, e.detail))
+    return problems
+
+
+def video_file_problems(
+    item: dict[str, Any], base: Path, label: str = "item"
+) -> list[tuple[str, str]]:
+    """Open every entry of ``videos`` (relative paths against ``base``) as the preprocessor does
+    (same guards), decoding only its first frame: ``[(reason, detail)]`` for those that fail."""
+    videos = item.get("videos")
+    if not isinstance(videos, list):
+        return []
+    probe = VideoSampling(fps=1.0, max_frames=1)
+    problems = []
+    for k, source in enumerate(videos, start=1):
+        if source is None:
+            continue
+        if isinstance(source, list):
+            source = [resolve_source(f, base) for f in source]
+        else:
+            source = resolve_source(source, base)
+        try:
+            load_video(source, f"video {k}", probe)
+        except PreprocessError as e:
+            problems.append((e.reason, f"{e.item}: {e.detail}"))
     return problems
 
 
@@ -141,7 +215,10 @@ def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
     seen: dict[str, int] = {}
     for index, (lineno, item) in enumerate(rows):
         item_id = str(item.get("id", index)) if isinstance(item, dict) else None
-        for reason, detail in item_problems(item):
+        problems = item_problems(item)
+        if not problems and isinstance(item, dict):
+            problems = video_file_problems(item, path.parent)
+        for reason, detail in problems:
             bad.append(BadLine(lineno, item_id, reason, detail))
         if item_id is not None:
             if item_id in seen:
