@@ -254,10 +254,12 @@ def recompute_logprobs(
 ) -> torch.Tensor:
     """Log-probabilities of each token given its prefix, the way a trainer computes them.
 
-    One forward pass over the whole packed sequence with its ``multi_modal_input`` and every
-    input the family takes (:mod:`vlrollout.families`): per-token modality ids as
-    ``mm_token_type_ids`` for Qwen-VL, from which the model derives its 3-D positions, or as
-    ``token_type_ids`` for Gemma 3, whose image tokens attend to each other bidirectionally.
+    One forward pass over the whole packed sequence with its ``multi_modal_input`` (images and
+    videos; video grids as :func:`vlrollout.families.rope_grids` gives the model's
+    ``get_rope_index``) and every input the family takes (:mod:`vlrollout.families`): per-token
+    modality ids as ``mm_token_type_ids`` for Qwen-VL, from which the model derives its 3-D
+    positions, or as ``token_type_ids`` for Gemma 3, whose image tokens attend to each other
+    bidirectionally.
     They come from the trajectory's ``mm_token_type_ids``, or from :func:`modality_ids` when it
     has none. Logits are divided by ``temperature`` before ``log_softmax``, as AReaL's actor does.
 
@@ -269,16 +271,19 @@ def recompute_logprobs(
     device = next(model.parameters()).device
     kwargs: dict[str, Any] = {"input_ids": ids.to(device)}
     mm = trajectory.get("multi_modal_input")
-    if mm:
-        for key, value in mm[row].items():
-            kwargs[key] = value.to(device)
-    types_input = families.family_of(model.config).token_types_input
-    if types_input is not None and mm and mm[row]:
+    vision = {k: v.to(device) for k, v in mm[row].items()} if mm and mm[row] else {}
+    family = families.family_of(model.config)
+    if vision and (family.token_types_input is not None or family.positions == "mrope"):
         if "mm_token_type_ids" in trajectory:
             types = trajectory["mm_token_type_ids"][row][mask].unsqueeze(0)
         else:
             types = modality_ids(model, ids)
-        kwargs[types_input] = types.to(device)
+        types = types.to(device)
+        if family.positions == "mrope":
+            vision = families.rope_grids(vision, types)
+        if family.token_types_input is not None:
+            kwargs[family.token_types_input] = types
+    kwargs.update(vision)
     logits = model(**kwargs).logits[0].float() / temperature
     logp = torch.log_softmax(logits[:-1], dim=-1)
     gathered = logp.gather(-1, ids[0, 1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()

@@ -18,6 +18,11 @@ forward need to feed a model exactly as its own forward and ``generate`` do:
   state per sequence in their own cache class).
 - **unsupported**: a reason the package cannot feed the family, raised when an engine is built.
 
+Videos reach ``get_rope_index`` in the form :func:`rope_grids` gives them: one
+``video_grid_thw`` row per run of video tokens (Qwen3-VL writes a timestamp before every temporal
+patch, so a video is several runs) and one ``second_per_grid_ts`` entry per run of image or video
+tokens (Qwen2.5-VL reads both from one iterator).
+
 Sources (transformers 5.3): ``modeling_qwen2_vl.py``/``modeling_qwen2_5_vl.py``/
 ``modeling_qwen3_vl.py``/``modeling_qwen3_5.py`` (``get_rope_index``), ``modeling_gemma3.py``
 (``create_causal_mask_mapping``: ``token_type_ids`` add a bidirectional mask within each image
@@ -28,11 +33,17 @@ sequence).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
+
 IMAGE_TOKEN_ATTRS = ("image_token_id", "image_token_index")
 """Config attributes naming the image placeholder token, in the order families use them."""
+
+POSITION_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
+"""Vision inputs a Qwen-VL ``get_rope_index`` reads (in :func:`rope_grids`' form)."""
 
 
 class UnsupportedModelError(ValueError):
@@ -124,3 +135,52 @@ def image_token_id(config: Any) -> int | None:
         if isinstance(value, int) and value >= 0:
             return value
     return None
+
+
+def modality_runs(mm_token_type_ids: torch.Tensor) -> list[int]:
+    """The modality of each run of image (1) or video (2) tokens, in order.
+
+    >>> modality_runs(torch.tensor([[0, 1, 1, 0, 2, 2, 0, 2, 1]]))
+    [1, 2, 2, 1]
+    """
+    types = mm_token_type_ids.reshape(-1)
+    starts = torch.ones_like(types, dtype=torch.bool)
+    starts[1:] = types[1:] != types[:-1]
+    return [int(t) for t in types[starts & (types != 0)].tolist()]
+
+
+def rope_grids(
+    vision: Mapping[str, torch.Tensor], mm_token_type_ids: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """``vision`` (one sequence's tensors) with its video grids in the form the Qwen-VL
+    ``get_rope_index`` of transformers 5.3 reads: one grid row per run of modality ids.
+
+    - ``video_grid_thw``: where the prompt holds one run of video tokens per temporal patch
+      (Qwen3-VL and Qwen3.5 write a timestamp before each) and the grid one row ``[t, h, w]`` per
+      video, each row becomes ``t`` rows ``[1, h, w]``. ``get_rope_index`` takes one row per run
+      (it raises ``StopIteration`` on the processor's own output otherwise); the vision tower
+      encodes each temporal patch on its own, so its features are the same either way.
+    - ``second_per_grid_ts`` (Qwen2.5-VL, one entry per video): ``get_rope_index`` takes one
+      entry per image *or* video run, so an image before a video would take the video's entry
+      (and the video raise ``StopIteration``). Each image run gets ``1.0`` in front of its place
+      (an image is one temporal patch: its spacing is never read); nothing else reads the key.
+
+    Anything already in that form, or without videos, comes back unchanged (the function is
+    idempotent).
+    """
+    out = dict(vision)
+    runs = modality_runs(mm_token_type_ids)
+    grid = vision.get("video_grid_thw")
+    n_video = runs.count(2)
+    if grid is not None and n_video != len(grid) and n_video == int(grid[:, 0].sum()):
+        frames = grid.repeat_interleave(grid[:, 0], dim=0)
+        frames[:, 0] = 1
+        out["video_grid_thw"] = frames
+    seconds = vision.get("second_per_grid_ts")
+    if seconds is not None and 1 in runs and len(seconds) == n_video:
+        per_video = iter(seconds.tolist())
+        aligned = [1.0 if kind == 1 else next(per_video) for kind in runs]
+        out["second_per_grid_ts"] = torch.tensor(
+            aligned, dtype=seconds.dtype, device=seconds.device
+        )
+    return out

@@ -203,6 +203,32 @@ def check_placeholders(
             )
 
 
+def _modality_ids(
+    input_ids: list[int],
+    given: Any,
+    metadata: dict[str, Any],
+    image_id: int | None,
+    video_id: int | None,
+) -> torch.Tensor:
+    """``[1, L]`` int64 modality ids of a prompt: the processor's (from ``multi_modal_input``
+    or ``metadata["mm_token_type_ids"]``), else 1 on image and 2 on video placeholder tokens."""
+    if given is None:
+        given = metadata.get("mm_token_type_ids")
+    if given is None:
+        ids = torch.tensor(input_ids)
+        given = torch.zeros_like(ids)
+        if image_id is not None:
+            given[ids == image_id] = 1
+        if video_id is not None:
+            given[ids == video_id] = 2
+    types = torch.as_tensor(given, dtype=torch.long).reshape(1, -1)
+    if types.shape[1] != len(input_ids):
+        raise ValueError(
+            f"mm_token_type_ids has {types.shape[1]} entries for {len(input_ids)} input_ids."
+        )
+    return types
+
+
 def prepare_inputs(
     req: Any,
     processor: Any,
@@ -217,7 +243,8 @@ def prepare_inputs(
         processor: Used for ``req.image_data`` when ``req.processor`` is ``None``.
         model_config: The model's config (placeholder ids, merge size).
         device: Where the vision tensors go.
-        dtype: Floating tensors (``pixel_values``) are cast to this, the model's dtype.
+        dtype: Pixel tensors (``pixel_values``, ``pixel_values_videos``) are cast to this, the
+            model's dtype; ``second_per_grid_ts`` keeps its own (positions read it).
     """
     input_ids = [int(t) for t in req.input_ids]
     if not input_ids:
@@ -241,37 +268,24 @@ def prepare_inputs(
         vision = {}
     mm_types = vision.pop("mm_token_type_ids", None)
     vision = {k: v for k, v in vision.items() if k not in _NOT_VISION_KEYS}
-
     image_id = families.image_token_id(model_config)
-    video_id = getattr(model_config, "video_token_id", None)
+    video_id = families.video_token_id(model_config)
+    if vision:
+        mm_types = _modality_ids(input_ids, mm_types, metadata, image_id, video_id)
+        vision = families.rope_grids(vision, mm_types)
     vision_cfg = getattr(model_config, "vision_config", None)
     merge = getattr(vision_cfg, "spatial_merge_size", None) or 1
     check_placeholders(input_ids, vision, image_id, video_id, merge)
-
     if not vision:
         return PreparedInputs(input_ids=input_ids)
-    if mm_types is None:
-        mm_types = metadata.get("mm_token_type_ids")
-    if mm_types is None:
-        ids = torch.tensor(input_ids)
-        mm_types = torch.zeros_like(ids)
-        if image_id is not None:
-            mm_types[ids == image_id] = 1
-        if video_id is not None:
-            mm_types[ids == video_id] = 2
-    mm_types = torch.as_tensor(mm_types, dtype=torch.long).reshape(1, -1)
-    if mm_types.shape[1] != len(input_ids):
-        raise ValueError(
-            f"mm_token_type_ids has {mm_types.shape[1]} entries for {len(input_ids)} input_ids."
-        )
+    # Pixels take the model's dtype; grids and frame spacing (read by positions) stay exact.
     vision = {
-        k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
+        k: v.to(device=device, dtype=v.dtype if k in families.POSITION_KEYS else dtype)
+        if v.is_floating_point()
+        else v.to(device)
         for k, v in vision.items()
     }
     return PreparedInputs(input_ids=input_ids, vision=vision, mm_token_type_ids=mm_types.to(device))
-
-
-_POSITION_GRIDS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
 
 
 def uses_mrope(model: Any) -> bool:
@@ -312,7 +326,7 @@ def prompt_positions(
     # One text token appended (its id is never read: the modality ids say "text").
     ids = torch.cat([ids, ids[:, -1:]], dim=1)
     types = torch.cat([types, torch.zeros_like(types[:, -1:])], dim=1)
-    grids = {k: vision[k] for k in _POSITION_GRIDS if k in vision}
+    grids = {k: vision[k] for k in families.POSITION_KEYS if k in vision}
     pos, _ = rope_index(model.model, ids, mm_token_type_ids=types, **grids)
     following = pos[:, 0, -1]
     if bool((following != following[0]).any()):

@@ -1,0 +1,94 @@
+"""Video prompts for the model-side video tests (engine, logprob check, packed trainer forward).
+
+Prompts are built by the family's own transformers processor (``processor(text=...,
+videos=...)``) on a few small synthetic frames: a noisy gradient with a bright square moving
+across it, so every frame and patch differs. Frames are already sampled
+(``do_sample_frames=False``) at :data:`FPS` frames per second, given as ``video_metadata``, so
+Qwen2.5-VL's ``second_per_grid_ts`` is ``temporal_patch_size / FPS`` = 2.0 (not the 1.0 a
+missing value defaults to) and Qwen3-VL's timestamps are written into the text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vlrollout.families import video_token_id
+from vlrollout.testing.offline_processors import OFFLINE_BUILDERS
+from vlrollout.testing.tiny_families import CONFIG_BUILDERS, PROCESSOR_FAMILY, TINY_FAMILIES
+
+FPS = 1.0
+FRAME_PX = 64
+NOT_VISION = ("input_ids", "attention_mask", "mm_token_type_ids")
+
+
+def _takes_video(family: str) -> bool:
+    processor = OFFLINE_BUILDERS[PROCESSOR_FAMILY[family]]()
+    config = CONFIG_BUILDERS[family](processor)
+    return getattr(processor, "video_processor", None) is not None and (
+        video_token_id(config) is not None
+    )
+
+
+VIDEO_FAMILIES = tuple(f for f in TINY_FAMILIES if _takes_video(f))
+"""Tiny families whose processor takes videos and whose model has a video placeholder."""
+
+
+def frames(seed: int, n: int = 4, px: int = FRAME_PX) -> list[np.ndarray]:
+    """``n`` RGB frames (``px`` square, uint8): noise over a gradient, a square moving right."""
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 200, px)
+    out = []
+    for i in range(n):
+        frame = ramp[None, :, None] * rng.uniform(0.3, 1, 3) + rng.normal(0, 25, (px, px, 3))
+        x = i * (px - px // 4) // max(n - 1, 1)
+        frame[px // 3 : px // 3 + px // 4, x : x + px // 4] = (250, 30, 30)
+        out.append(np.clip(frame, 0, 255).astype(np.uint8))
+    return out
+
+
+def _placeholder(processor: Any, token: str) -> str:
+    """``token`` wrapped in the family's vision start/end markers where it has them."""
+    vocab = processor.tokenizer.get_vocab()
+    if "<|vision_start|>" in vocab:
+        return f"<|vision_start|>{token}<|vision_end|>"
+    return token
+
+
+def video_prompt(
+    processor: Any, question: str, seed: int = 0, n_frames: int = 4, image: bool = False
+) -> dict[str, torch.Tensor]:
+    """The processor's output for one user turn: an image (when ``image``), a video of
+    ``n_frames`` frames, then ``question``, chat-templated with a generation prompt."""
+    parts = _placeholder(processor, processor.video_token)
+    if image:
+        parts = _placeholder(processor, processor.image_token) + "and" + parts
+    messages = [{"role": "user", "content": [{"type": "text", "text": parts + question}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    kwargs: dict[str, Any] = {
+        "do_sample_frames": False,
+        "video_metadata": [
+            {"fps": FPS, "total_num_frames": n_frames, "frames_indices": list(range(n_frames))}
+        ],
+    }
+    if "shortest_edge" in (processor.video_processor.size or {}):  # Qwen: pixel budgets
+        kwargs["size"] = {"shortest_edge": 56 * 56, "longest_edge": FRAME_PX**2 * n_frames}
+    pictures = None
+    if image:
+        rgb = np.random.default_rng(seed + 100).integers(0, 255, (50, 70, 3), dtype=np.uint8)
+        pictures = [Image.fromarray(rgb)]
+    return processor(
+        text=[text],
+        images=pictures,
+        videos=[frames(seed, n_frames)],
+        videos_kwargs=kwargs,
+        return_tensors="pt",
+    )
+
+
+def vision_of(prompt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The image and video tensors of a processor output (what ``multi_modal_input`` holds)."""
+    return {k: v for k, v in prompt.items() if k not in NOT_VISION}
