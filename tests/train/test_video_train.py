@@ -1,7 +1,7 @@
 """``vlrollout train`` on video items, as a user runs it: the video recipe loads with its frame
-settings, and two GRPO steps of the shipped tiny model on video items accept every episode (a
-video item that ran as text, or lost its tensors on the way to the trainer, would be rejected or
-fail the step)."""
+settings, and two GRPO steps of the shipped tiny model on video items accept every episode, the
+trainer's logprobs agreeing with the rollout's (a video item that ran as text, or lost its tensors
+on the way to the trainer, would be rejected or disagree)."""
 
 from __future__ import annotations
 
@@ -59,5 +59,8 @@ def test_two_steps_on_video_items(tmp_path):
     )
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in steps] == [1, 2]
-    assert all(r["n_trajectories"] == 4 for r in steps)
+    assert all(r["n_trajectories"] == 4 and r["rejected"] == 0 for r in steps)
+    # On-policy, the update's first forward recomputes the rollout's logprobs: a trainer that
+    # lost the video tensors (its placeholders embedded as text) would not agree this closely.
+    assert all(abs(r["ppo_approx_kl"]) < 1e-4 for r in steps)
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_2"
