@@ -232,7 +232,7 @@ def _loaded(
 def thumbnails(frames: np.ndarray, count: int = THUMBNAILS) -> list[Image.Image]:
     """Up to ``count`` evenly spaced frames, ``THUMBNAIL_HEIGHT`` pixels high, for the report."""
     n = len(frames)
-    picks = sorted({k * n // count for k in range(min(count, n))})
+    picks = list(range(n)) if n <= count else [k * n // count for k in range(count)]
     height = THUMBNAIL_HEIGHT
     out = []
     for k in picks:

@@ -1,0 +1,266 @@
+"""Video items through the auto preprocessor, against the transformers processor called directly.
+
+Clips are written here: MPEG-4 with PyAV (a red square moving right on black, 32x32) and GIF with
+PIL. The honest reference for each family is its own processor called on the same frames (decoded
+independently, sampled by the documented rule) with the same metadata.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import warnings
+
+import av
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError
+from vlrollout.processors.video_sampling import VideoSampling
+from vlrollout.testing.offline_processors import build_offline_processor
+
+SIZE = 32
+QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+FAMILIES = (*QWEN, "llava_onevision")
+SMALL = {"video_min_pixels": 32 * 32, "video_max_pixels": 64 * 64}
+
+
+def square_frames(frames: int, size: int = SIZE) -> list[np.ndarray]:
+    """RGB frames of a red square moving left to right."""
+    out = []
+    for k in range(frames):
+        pixels = np.zeros((size, size, 3), np.uint8)
+        x = k * (size - 8) // max(1, frames - 1)
+        pixels[12:20, x : x + 8] = (255, 0, 0)
+        out.append(pixels)
+    return out
+
+
+def mp4_bytes(frames: int = 8, fps: int = 4, size: int = SIZE) -> bytes:
+    """An MPEG-4 clip of :func:`square_frames` at ``fps``."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=fps)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        for pixels in square_frames(frames, size):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def gif_bytes(frames: int = 5, ms: int = 250) -> bytes:
+    images = [Image.fromarray(f) for f in square_frames(frames)]
+    buf = io.BytesIO()
+    images[0].save(buf, format="GIF", save_all=True, append_images=images[1:], duration=ms, loop=0)
+    return buf.getvalue()
+
+
+def decoded(raw: bytes) -> list[np.ndarray]:
+    """Every frame of ``raw``, decoded here independently of the code under test."""
+    with av.open(io.BytesIO(raw)) as container:
+        return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+
+
+def processor(family: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        proc = build_offline_processor(family)
+    if family == "llava_onevision" and "'video'" not in proc.chat_template:
+        # The hub template renders a video part as "<video>\n", like an image part.
+        proc.chat_template = proc.chat_template.replace(
+            "{% elif part['type'] == 'text' %}",
+            "{% elif part['type'] == 'video' %}<video>\n{% elif part['type'] == 'text' %}",
+        )
+    return proc
+
+
+def preprocessor(family: str, **kwargs):
+    proc = processor(family)
+    extra = SMALL if family in QWEN else {}
+    return proc, AutoProcessorPreprocessor(proc, **{**extra, **kwargs})
+
+
+def item(*videos, text="<video>What does the red square do?", **fields):
+    return {
+        "id": "v1",
+        "messages": [{"role": "user", "content": text}],
+        "videos": list(videos),
+        **fields,
+    }
+
+
+def reference(proc, family, prompt_text, frames, metadata, images=None):
+    kwargs = {"do_sample_frames": False, "video_metadata": metadata}
+    if family in QWEN:
+        kwargs["size"] = {"shortest_edge": 32 * 32, "longest_edge": 64 * 64}
+    extra = {"images": [images]} if images else {}
+    return proc(
+        text=[prompt_text], videos=frames, videos_kwargs=kwargs, return_tensors="pt", **extra
+    )
+
+
+@pytest.fixture(scope="module")
+def clip_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("clips") / "clip.mp4"
+    path.write_bytes(mp4_bytes())
+    return path
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_prepared_video_equals_the_processor_on_the_same_frames(family, clip_path):
+    proc, pre = preprocessor(family)
+    prepared = pre.prepare(item(str(clip_path)))
+    clip = prepared.videos[0]
+    # 8 frames at 4 fps, sampled at the default 2 fps: every second frame, from the first.
+    assert clip.frame_indices == [0, 2, 4, 6]
+    assert clip.timestamps_s == [0.0, 0.5, 1.0, 1.5]
+    assert (clip.fps, clip.source_fps, clip.total_frames) == (2.0, 4.0, 8)
+    frames = np.stack([decoded(clip_path.read_bytes())[k] for k in (0, 2, 4, 6)])
+    metadata = [
+        {
+            "total_num_frames": 8,
+            "fps": 4.0,
+            "frames_indices": [0, 2, 4, 6],
+            "width": SIZE,
+            "height": SIZE,
+            "duration": 2.0,
+        }
+    ]
+    ref = reference(proc, family, prepared.prompt_text, [frames], metadata)
+    assert prepared.input_ids == ref["input_ids"][0].tolist()
+    video_keys = {k for k in ref if "video" in k or k == "second_per_grid_ts"}
+    assert video_keys and video_keys <= prepared.multi_modal_input.keys()
+    for key in video_keys:
+        assert torch.equal(prepared.multi_modal_input[key], ref[key]), key
+    n_tokens = prepared.input_ids.count(proc.video_token_id)
+    if family in QWEN:
+        grid = prepared.multi_modal_input["video_grid_thw"]
+        assert n_tokens == int(grid.prod()) // proc.video_processor.merge_size**2
+        assert grid[0, 0] == 2  # 4 frames, 2 per temporal patch
+        assert set(prepared.mm_token_type_ids) == {0, 2}
+    else:
+        assert prepared.multi_modal_input["pixel_values_videos"].shape[1] == 4
+    assert n_tokens > 0 and prepared.video_token_id == proc.video_token_id
+    if family == "qwen2_5_vl":  # temporal_patch_size / sampled fps
+        assert prepared.multi_modal_input["second_per_grid_ts"].tolist() == [2 / 2.0]
+    if family == "qwen3_vl":  # the prompt states the sampled frames' times (pairs averaged)
+        text = proc.tokenizer.decode(prepared.input_ids)
+        assert "<0.2 seconds>" in text and "<1.2 seconds>" in text
+
+
+def test_sources_bytes_data_url_and_frames_agree(clip_path):
+    _, pre = preprocessor("qwen2_vl")
+    raw = clip_path.read_bytes()
+    by_path = pre.prepare(item(str(clip_path)))
+    by_bytes = pre.prepare(item(raw))
+    by_url = pre.prepare(item("data:video/mp4;base64," + base64.b64encode(raw).decode()))
+    for other in (by_bytes, by_url):
+        assert other.input_ids == by_path.input_ids
+        assert torch.equal(
+            other.multi_modal_input["pixel_values_videos"],
+            by_path.multi_modal_input["pixel_values_videos"],
+        )
+    assert by_bytes.videos[0].source_kind == "bytes"
+    # a list of frames is taken as sampled at the sampling fps: all four kept
+    frames = [Image.fromarray(f) for f in decoded(raw)[::2]]
+    by_frames = pre.prepare(item(frames))
+    assert by_frames.videos[0].frame_indices == [0, 1, 2, 3]
+    assert by_frames.videos[0].timestamps_s == [0.0, 0.5, 1.0, 1.5]
+    assert torch.equal(
+        by_frames.multi_modal_input["pixel_values_videos"],
+        by_path.multi_modal_input["pixel_values_videos"],
+    )
+
+
+def test_gif_decodes_with_its_frame_rate():
+    _, pre = preprocessor("qwen2_vl", video_fps=4.0)
+    prepared = pre.prepare(item(gif_bytes(frames=5, ms=250)))
+    clip = prepared.videos[0]
+    assert clip.source_fps == 4.0 and clip.total_frames == 5
+    assert clip.frame_indices == [0, 1, 2, 3]  # 5 frames at 4 fps: rounded down to pairs
+    assert len(clip.thumbnails) == 4 and clip.thumbnails[0].height == 56
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "indices"),
+    [
+        ({}, [0, 2, 4, 6]),
+        ({"video_fps": 4.0}, list(range(8))),
+        ({"video_fps": 1.0}, [0, 2, 4, 6]),  # 2 frames, raised to Qwen's min_frames=4
+        ({"video_max_frames": 2}, [0, 4]),
+    ],
+)
+def test_sampling_settings(kwargs, indices, clip_path):
+    _, pre = preprocessor("qwen2_5_vl", **kwargs)
+    prepared = pre.prepare(item(str(clip_path)))
+    assert prepared.videos[0].frame_indices == indices
+    assert prepared.multi_modal_input["second_per_grid_ts"].tolist() == [2 / prepared.videos[0].fps]
+
+
+def test_family_defaults_come_from_the_video_processor():
+    _, qwen3 = preprocessor("qwen3_vl")
+    assert qwen3.video_sampling.fps == 2 and qwen3.video_sampling.max_frames == 768
+    assert qwen3.video_sampling.min_frames == 4 and qwen3.video_sampling.frame_factor == 2
+    _, llava = preprocessor("llava_onevision")
+    assert (llava.video_sampling.fps, llava.video_sampling.frame_factor) == (2.0, 1)
+    with pytest.raises(ValueError, match="fixed size"):
+        AutoProcessorPreprocessor(processor("llava_onevision"), video_max_pixels=64 * 64)
+
+
+def test_sampling_rule_edges():
+    rule = VideoSampling(fps=2.0, max_frames=6, min_frames=4, frame_factor=2)
+    assert rule.indices(1, 30.0) == [0]  # a one-frame clip: that frame
+    assert rule.indices(3, 30.0) == [0, 1]  # below min_frames: whole pairs
+    assert rule.count(3000, 30.0) == 6  # capped
+    assert rule.count(10, 30.0) == 4  # raised to min_frames
+
+
+def test_image_and_video_in_one_item(clip_path):
+    proc, pre = preprocessor("qwen2_5_vl")
+    image = Image.new("RGB", (56, 56), "blue")
+    data = item(str(clip_path), text="<image><video>Same colour?", images=[image])
+    prepared = pre.prepare(data)
+    assert {"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"} <= set(
+        prepared.multi_modal_input
+    )
+    assert set(prepared.mm_token_type_ids) == {0, 1, 2}
+    assert prepared.num_images == 1 and prepared.num_videos == 1
+    frames = np.stack([decoded(clip_path.read_bytes())[k] for k in (0, 2, 4, 6)])
+    metadata = [{"total_num_frames": 8, "fps": 4.0, "frames_indices": [0, 2, 4, 6]}]
+    ref = reference(proc, "qwen2_5_vl", prepared.prompt_text, [frames], metadata, [image])
+    assert prepared.input_ids == ref["input_ids"][0].tolist()
+    assert torch.equal(prepared.multi_modal_input["pixel_values"], ref["pixel_values"])
+
+
+@pytest.mark.parametrize(
+    ("source", "kwargs", "reason"),
+    [
+        ("missing/clip.mp4", {}, "video_not_found"),
+        ("https://example.com/clip.mp4", {}, "video_source"),
+        (b"not a video at all" * 20, {}, "video_decode"),
+        ("MP4", {"max_video_frames": 3}, "video_too_large"),
+        ("MP4", {"max_video_frame_pixels": 16 * 16}, "video_too_large"),
+        ("MP4", {"max_video_bytes": 100}, "video_too_large"),
+        ([], {}, "video_empty"),
+        (Image.new("RGB", (8, 8)), {}, "video_source"),
+    ],
+)
+def test_bad_videos_name_the_item_video_and_reason(source, kwargs, reason):
+    _, pre = preprocessor("qwen2_vl", **kwargs)
+    source = mp4_bytes() if source == "MP4" else source
+    with pytest.raises(PreprocessError) as e:
+        pre.prepare(item(source))
+    assert e.value.reason == reason
+    assert e.value.item == "item v1, video 1"
+
+
+def test_frames_of_different_sizes_are_refused():
+    _, pre = preprocessor("qwen2_vl")
+    frames = [Image.new("RGB", (32, 32)), Image.new("RGB", (40, 32))]
+    with pytest.raises(PreprocessError, match="differ in size"):
+        pre.prepare(item(frames))
