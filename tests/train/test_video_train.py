@@ -50,6 +50,7 @@ def test_two_steps_on_video_items(tmp_path):
         f"train_dataset.path={data}",
         f"valid_dataset.path={data}",
         "gconfig.n_samples=2",
+        "vlrollout.reward=count",
         "gconfig.max_new_tokens=4",
         "vlrollout.eval_every=0",
         "vlrollout.log_rollouts=1",
