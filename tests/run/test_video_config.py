@@ -3,12 +3,15 @@ naming the key; keys left out keep the family's defaults."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vlrollout.errors import ConfigError
 from vlrollout.run.config import RunConfig
 from vlrollout.run.main import build_workflow
 
+REPO = Path(__file__).resolve().parents[2]
 REWARD = "tests.workflows.test_video_workflows.never"
 
 
@@ -38,3 +41,9 @@ def test_frame_settings_reach_the_preprocessor(tokenizer, qwen2vl_processor):
 def test_a_bad_frame_setting_names_its_key(setting):
     with pytest.raises(ConfigError, match=f"{setting.split('=')[0]} must be a positive number"):
         RunConfig.load(dotlist=[setting])
+
+
+def test_the_video_example_loads_and_names_the_sample_videos():
+    cfg = RunConfig.load(REPO / "examples" / "run_video.yaml")
+    assert (cfg.video_fps, cfg.video_max_frames, cfg.video_max_pixels) == (2.0, 8, 3136)
+    assert (REPO / cfg.data).is_file() and (REPO / cfg.engine.model / "config.json").is_file()
