@@ -29,7 +29,7 @@ own ``get_rope_index``, one packed sequence at a time.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,7 +38,7 @@ from areal.engine.core.model import is_qwen_vl_model
 
 from vlrollout.compat.areal import wrap_prepare_mb_list
 from vlrollout.compat.transformers import rope_index
-from vlrollout.families import FAMILIES
+from vlrollout.families import FAMILIES, POSITION_KEYS, rope_grids
 from vlrollout.train.cpu import has_flash_attn
 
 
@@ -93,40 +93,104 @@ def _runs(types: torch.Tensor, value: int) -> int:
     return int((torch.diff(hit, prepend=hit.new_zeros(1)) == 1).sum())
 
 
-def mrope_positions(model: Any, mb: dict[str, Any]) -> torch.Tensor:
-    """``[3, 1, L]`` 3-D positions of a packed micro-batch, from the model's own
-    ``get_rope_index`` over each sequence alone (images and videos assigned to sequences in order,
-    one grid row per run of image or video tokens in ``mm_token_type_ids``); trailing padding
-    gets ``0..n-1``.
-    """
-    ids, types = mb["input_ids"], mb["mm_token_type_ids"]
-    bounds = [int(b) for b in mb["cu_seqlens"].tolist()]
-    grids = {1: mb.get("image_grid_thw"), 2: mb.get("video_grid_thw")}
+def _grids_by_sequence(mb: dict[str, Any], bounds: list[int]) -> list[dict[str, torch.Tensor]]:
+    """Each packed sequence's image and video grid rows, cut from the micro-batch's in order:
+    one row per run of image or video tokens in ``mm_token_type_ids``."""
+    types = mb["mm_token_type_ids"]
+    grids = {
+        1: ("image_grid_thw", mb.get("image_grid_thw")),
+        2: ("video_grid_thw", mb.get("video_grid_thw")),
+    }
     used = {1: 0, 2: 0}
-    pos = text_positions(mb["cu_seqlens"].cpu(), ids.shape[-1]).to(ids.device)
-    pos = pos.view(1, 1, -1).repeat(3, 1, 1)
+    out = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
-        seq_types = types[0, start:end]
-        seq_grids = {}
-        for kind, grid in grids.items():
-            n = _runs(seq_types, kind)
+        seq: dict[str, torch.Tensor] = {}
+        for kind, (key, grid) in grids.items():
+            n = _runs(types[0, start:end], kind)
             if n and (grid is None or used[kind] + n > len(grid)):
                 raise ValueError(
                     f"a packed sequence has {n} runs of modality {kind} tokens but only "
                     f"{0 if grid is None else len(grid) - used[kind]} grid rows are left"
                 )
-            seq_grids[kind] = grid[used[kind] : used[kind] + n] if n else None
+            if n:
+                seq[key] = grid[used[kind] : used[kind] + n]
             used[kind] += n
+        out.append(seq)
+    return out
+
+
+def mrope_positions(
+    model: Any, mb: dict[str, Any], inputs: Sequence[Mapping[str, torch.Tensor]] | None = None
+) -> torch.Tensor:
+    """``[3, 1, L]`` 3-D positions of a packed micro-batch, from the model's own
+    ``get_rope_index`` over each sequence alone; trailing padding gets ``0..n-1``.
+
+    Args:
+        model: The inner model (``...ForConditionalGeneration.model``).
+        mb: The packed micro-batch (``input_ids``, ``mm_token_type_ids``, ``cu_seqlens``).
+        inputs: Each packed sequence's own ``multi_modal_input``, in packing order (what
+            ``get_rope_index`` reads of it: grids, Qwen2.5-VL's ``second_per_grid_ts``). Without
+            it the image and video grids of ``mb`` are assigned to sequences in order, one row
+            per run of image or video tokens.
+    """
+    ids, types = mb["input_ids"], mb["mm_token_type_ids"]
+    bounds = [int(b) for b in mb["cu_seqlens"].tolist()]
+    if inputs is None:
+        inputs = _grids_by_sequence(mb, bounds)
+    pos = text_positions(mb["cu_seqlens"].cpu(), ids.shape[-1]).to(ids.device)
+    pos = pos.view(1, 1, -1).repeat(3, 1, 1)
+    for start, end, seq in zip(bounds[:-1], bounds[1:], inputs, strict=False):
+        seq_types = types[:, start:end]
+        grids = rope_grids({k: v for k, v in seq.items() if k in POSITION_KEYS}, seq_types)
         seq_pos, _ = rope_index(
             model,
             ids[:, start:end],
-            image_grid_thw=seq_grids[1],
-            video_grid_thw=seq_grids[2],
             attention_mask=torch.ones_like(ids[:, start:end]),
-            mm_token_type_ids=types[:, start:end],
+            mm_token_type_ids=seq_types,
+            **grids,
         )
         pos[:, :, start:end] = seq_pos.to(pos.dtype)
     return pos
+
+
+def sequence_inputs(input_: Mapping[str, Any]) -> list[dict[str, torch.Tensor]] | None:
+    """Each sequence's ``multi_modal_input`` of a padded batch, its grids in the form
+    ``get_rope_index`` reads (:func:`vlrollout.families.rope_grids`, from the sequence's own
+    ``mm_token_type_ids``); ``None`` for a batch without images or videos."""
+    mm = input_.get("multi_modal_input")
+    if not mm or not any(mm):
+        return None
+    types = input_.get("mm_token_type_ids")
+    if types is None:
+        return [dict(d) for d in mm]
+    mask = input_["attention_mask"].bool()
+    return [rope_grids(d, types[i][mask[i]].unsqueeze(0)) if d else {} for i, d in enumerate(mm)]
+
+
+def sequences_of(mb_list: Any) -> list[list[int]]:
+    """For each micro-batch of AReaL's ``MicroBatchList``, the batch rows packed into it, in
+    packing order (``forward_indices`` cut by each micro-batch's sequence count)."""
+    order = [int(i) for i in mb_list.forward_indices]
+    out, start = [], 0
+    for mb in mb_list.mbs:
+        n = len(mb["cu_seqlens"]) - 1
+        out.append(order[start : start + n])
+        start += n
+    return out
+
+
+def forward_inputs(padded_mb: dict[str, Any], inputs: Sequence[Mapping[str, torch.Tensor]]) -> None:
+    """Put every tensor of the packed sequences' ``multi_modal_input`` into the forward's
+    micro-batch (in place), concatenated in packing order.
+
+    AReaL 1.0.4 forwards only ``pixel_values``, ``image_grid_thw`` and ``video_grid_thw``: the
+    frames (``pixel_values_videos``), Qwen2.5-VL's ``second_per_grid_ts`` and LLaVA-OneVision's
+    ``image_sizes`` would never reach the model, which would then read its video placeholders as
+    text embeddings.
+    """
+    keys = dict.fromkeys(k for seq in inputs for k in seq)
+    for key in keys:
+        padded_mb[key] = torch.cat([torch.as_tensor(seq[key]) for seq in inputs if key in seq])
 
 
 def linear_attention_layers(hf_config: Any) -> int:
@@ -170,13 +234,34 @@ def _one_sequence_per_micro_batch(engine: Any, original: Any, input_: dict[str, 
     return mb_list
 
 
+def _fix_micro_batches(
+    engine: Any, mb_list: Any, inputs: list[dict[str, torch.Tensor]] | None, fix: dict[str, bool]
+) -> None:
+    """Give each padded micro-batch (the ones that reach the model) its sequences' images and
+    videos, its 3-D positions where AReaL's are not the model's, and per-sequence attention."""
+    rows = sequences_of(mb_list) if inputs is not None else [None] * len(mb_list.padded_mbs)
+    for mb, seqs in zip(mb_list.padded_mbs, rows, strict=True):
+        mine = None if seqs is None else [inputs[i] for i in seqs]
+        if mine is not None:
+            forward_inputs(mb, mine)
+        # AReaL's own 3-D positions leave out Qwen2.5-VL's second_per_grid_ts.
+        spaced = mine is not None and any("second_per_grid_ts" in seq for seq in mine)
+        if fix["own_mrope"] or (spaced and "mm_token_type_ids" in mb):
+            mb["position_ids"] = mrope_positions(engine.model.model, mb, mine)
+        if fix["separate"]:
+            separate_packed_sequences(mb)
+
+
 def install(engine: Any) -> bool:
-    """Wrap ``engine._prepare_mb_list`` unless flash-attn keeps packed sequences apart already.
+    """Wrap ``engine._prepare_mb_list`` of a vision-language model, or of any model whose packed
+    sequences flash-attn does not keep apart.
 
     Returns whether the wrapper was installed (idempotent). Tree training builds its own
     attention and is left alone. With flash-attn too, a model with linear-attention layers gets
-    one sequence per micro-batch (the varlen kernels do not reach those layers) and an M-RoPE
-    model AReaL does not know its 3-D positions (module docstring).
+    one sequence per micro-batch (the varlen kernels do not reach those layers), an M-RoPE
+    model AReaL does not know its 3-D positions (module docstring), and every model its
+    sequences' video tensors (:func:`forward_inputs`) and Qwen2.5-VL's frame spacing in its
+    positions.
     """
     if getattr(engine, "_vlrollout_packing_fix", False):
         return True
@@ -186,7 +271,8 @@ def install(engine: Any) -> bool:
     own_mrope = family is not None and family.positions == "mrope"
     own_mrope = own_mrope and not is_qwen_vl_model(model_type)
     fast = engine.config.attn_impl.startswith("flash") and has_flash_attn()
-    if fast and not unpackable and not own_mrope:
+    fix = {"own_mrope": own_mrope, "separate": not fast or unpackable or own_mrope}
+    if not fix["separate"] and not hasattr(engine.model_config, "vision_config"):
         return False
 
     def keeping_sequences_apart(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -194,15 +280,14 @@ def install(engine: Any) -> bool:
         def prepare(input_: dict[str, Any]):
             if getattr(engine, "enable_tree_training", False):
                 return original(input_)
+            inputs = sequence_inputs(input_)
+            if inputs is not None:  # AReaL computes Qwen-VL positions from these grids
+                input_ = {**input_, "multi_modal_input": inputs}
             if unpackable:
                 mb_list = _one_sequence_per_micro_batch(engine, original, input_)
             else:
                 mb_list = original(input_)
-            # Only the padded micro-batches reach the model.
-            for mb in mb_list.padded_mbs:
-                if own_mrope:
-                    mb["position_ids"] = mrope_positions(engine.model.model, mb)
-                separate_packed_sequences(mb)
+            _fix_micro_batches(engine, mb_list, inputs, fix)
             return mb_list
 
         return prepare
