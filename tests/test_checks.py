@@ -9,6 +9,7 @@ from PIL import Image
 from vlrollout.checks import (
     ImagesMissingError,
     ParityError,
+    VideosMissingError,
     check_processor_parity,
     check_request_images,
     placeholder_runs,
@@ -82,3 +83,41 @@ def test_workflow_runs_parity_check_before_the_first_episode(tokenizer, qwen2vl_
     )
     with pytest.raises(ParityError):
         asyncio.run(wf.arun_episode(engine, {"id": "p", **ITEM}))
+
+
+def _video_request(prepared, mm):
+    return ModelRequest(
+        input_ids=list(prepared.input_ids), image_data=[], metadata={"multi_modal_input": mm}
+    )
+
+
+def test_video_requests_need_video_tensors_not_images(qwen2vl_processor):
+    import io
+
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=2)
+        stream.width = stream.height = 32
+        for k in range(2):
+            frame = np.full((32, 32, 3), 60 * k, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    pre = AutoProcessorPreprocessor(qwen2vl_processor, video_min_pixels=28 * 28)
+    prepared = pre.prepare({"messages": "<video>Where?", "videos": [buf.getvalue()]})
+    ids = (prepared.image_token_id, prepared.video_token_id)
+    # A video-only request is complete with its video tensors: no "missing images".
+    check_request_images(
+        _video_request(prepared, prepared.multi_modal_input), ids[0], video_token_id=ids[1]
+    )
+    with pytest.raises(VideosMissingError, match="1 video placeholder run"):
+        check_request_images(_video_request(prepared, {}), ids[0], video_token_id=ids[1])
+    # the video token defaults to the request processor's
+    blind = _video_request(prepared, {})
+    blind.processor = qwen2vl_processor
+    with pytest.raises(VideosMissingError):
+        check_request_images(blind, ids[0])
