@@ -39,6 +39,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from vlrollout.jsonl import write_jsonl
+from vlrollout.tiny.synthetic_video import generate_video_items, write_video_dataset
 
 TASKS = ("count", "ground", "caption")
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -315,22 +316,33 @@ def read_dataset(path: str | Path, load_images: bool = True) -> list[dict[str, A
 
 
 def main(argv: list[str] | None = None) -> Path:
-    """Write a mixed sample set: ``vlrollout make-samples --out assets/samples``."""
+    """Write a mixed sample set: ``vlrollout make-samples --out assets/samples``.
+
+    Writes the image items (``data.jsonl`` + ``images/``) and, unless ``--videos 0``, the video
+    items of :mod:`vlrollout.tiny.synthetic_video` beside them (``video.jsonl`` + ``videos/``: a
+    separate file, so families without video can run the image items). Returns the image JSONL.
+    """
     import argparse
 
     from vlrollout.argtypes import whole_number
 
     p = argparse.ArgumentParser(
         prog="vlrollout make-samples",
-        description="Write synthetic task items as JSONL + PNG files.",
+        description="Write synthetic task items as JSONL + PNG files, and video items as "
+        "JSONL + MP4 files.",
     )
     p.add_argument("--out", default="assets/samples")
     p.add_argument("--task", default="mix", choices=[*TASKS, "mix"])
     p.add_argument("-n", type=whole_number(0), default=12, help="items to write")
+    p.add_argument(
+        "--videos", type=whole_number(0), default=6, help="video items to write (0: none)"
+    )
     p.add_argument("--seed", type=int, default=SAMPLES_SEED)
     args = p.parse_args(argv)
     path = write_dataset(generate_items(args.task, args.n, args.seed), args.out)
     print(path)
+    if args.videos:
+        print(write_video_dataset(generate_video_items(args.videos, args.seed), args.out))
     return path
 
 
