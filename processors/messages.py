@@ -31,7 +31,7 @@ from .errors import PreprocessError
 
 IMAGE_PLACEHOLDER = "<image>"
 VIDEO_PLACEHOLDER = "<video>"
-_MARKERS = re.compile(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})")
+MARKERS = re.compile(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})")
 _KIND_OF_MARKER = {IMAGE_PLACEHOLDER: "image", VIDEO_PLACEHOLDER: "video"}
 
 
@@ -91,7 +91,7 @@ def check_media_fields(data: dict[str, Any], read: Sequence[str], item: str) -> 
 
 def _split_string(text: str) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
-    for chunk in _MARKERS.split(text):
+    for chunk in MARKERS.split(text):
         if chunk in _KIND_OF_MARKER:
             parts.append({"type": _KIND_OF_MARKER[chunk]})
         elif chunk:
@@ -226,7 +226,7 @@ def normalize_media(
             )
         content = message.get("content", "")
         if isinstance(content, str):
-            if not _MARKERS.search(content):
+            if not MARKERS.search(content):
                 out.append(dict(message))
                 continue
             content = _split_string(content)

@@ -27,7 +27,7 @@ from vlrollout.datasets import (
     row_problem,
 )
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.messages import check_media_fields, normalize_media
+from vlrollout.processors.messages import MARKERS, check_media_fields, normalize_media
 from vlrollout.processors.video_loading import load_video
 from vlrollout.processors.video_sampling import VideoSampling
 
@@ -148,15 +148,17 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
 def media_problems(item: dict[str, Any], well_formed: bool = True) -> list[tuple[str, str]]:
     """Media that would be dropped: a media field nothing reads (``audio``, singular ``image``,
     ...), or placeholders and media that do not pair up (checked when the messages and media
-    fields are ``well_formed``; a whole-prompt string may be chat-templated already, with the
-    family's own placeholders, so it is left to the preprocessor)."""
+    fields are ``well_formed``; a whole-prompt string without ``<image>``/``<video>`` may be
+    chat-templated already, with the family's own placeholders, so it is left to the
+    preprocessor)."""
     problems: list[tuple[str, str]] = []
     try:
         check_media_fields(item, READ_MEDIA, "item")
     except PreprocessError as e:
         problems.append((e.reason, e.detail))
     messages = item["messages"]
-    if well_formed and not isinstance(messages, str):
+    templated = isinstance(messages, str) and not MARKERS.search(messages)
+    if well_formed and not templated:
         try:
             normalize_media(messages, item.get("images"), item.get("videos"), "item")
         except PreprocessError as e:

@@ -1,0 +1,67 @@
+"""validate-data on media: the reported item, unread media fields, placeholders without media,
+and every video opened as the preprocessor opens it (relative paths against the data file)."""
+
+from __future__ import annotations
+
+import json
+
+from PIL import Image
+
+from tests.processors.test_video import gif_bytes, mp4_bytes
+from vlrollout import cli
+from vlrollout.run.items import BLOCKING, item_problems, validate_data
+
+ASK = "<video>What does the red square do?"
+
+
+def _write(tmp_path, *items):
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps(i) + "\n" for i in items))
+    return path
+
+
+def test_the_reported_item_is_checked_against_its_clip(tmp_path, capsys):
+    item = {"id": "q1", "messages": [{"role": "user", "content": ASK}], "videos": ["clip.gif"]}
+    path = _write(tmp_path, item)
+    assert cli.main(["validate-data", str(path)]) == 1  # clip.gif is not there
+    out = capsys.readouterr().out
+    assert f"{path}:line 1 (id q1): video_not_found: video 1: " in out and "clip.gif" in out
+    (tmp_path / "clip.gif").write_bytes(gif_bytes())
+    assert cli.main(["validate-data", str(path)]) == 0
+    assert "1 items, all good" in capsys.readouterr().out
+
+
+def test_media_problems_name_line_field_and_reason(tmp_path):
+    (tmp_path / "clip.mp4").write_bytes(mp4_bytes(frames=4))
+    (tmp_path / "broken.mp4").write_bytes(b"not a video" * 10)
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    items = [
+        {"id": "ok", "messages": ASK, "videos": ["clip.mp4"], "images": []},
+        {"id": "text", "messages": ASK},
+        {"id": "audio", "messages": "Listen.", "audio": "a.wav"},
+        {"id": "single", "messages": [{"role": "user", "content": "<image>Hi"}], "image": "a.png"},
+        {"id": "broken", "messages": ASK, "videos": ["broken.mp4"]},
+        {"id": "shape", "messages": ASK, "videos": "clip.mp4"},
+        {"id": "frames", "messages": ASK, "videos": [["a.png", "a.png"]]},
+        {"id": "free", "messages": "Hi", "answer": 3, "shapes": [{"box": [1, 2, 3, 4]}]},
+    ]
+    n, bad = validate_data(_write(tmp_path, *items))
+    got = {(b.id, b.reason) for b in bad}
+    assert n == 8
+    assert got == {
+        ("text", "placeholder_mismatch"),
+        ("audio", "media_field_unsupported"),
+        ("single", "media_field_unsupported"),
+        ("single", "placeholder_mismatch"),
+        ("broken", "video_decode"),
+        ("shape", "bad_videos"),
+    }
+    details = {(b.id, b.reason): b.detail for b in bad}
+    assert "'audio'" in details[("audio", "media_field_unsupported")]
+    assert "data['videos'] has 0" in details[("text", "placeholder_mismatch")]
+
+
+def test_run_rejects_media_problems_before_any_episode():
+    problems = item_problems({"id": "x", "messages": ASK})
+    assert problems and all(reason in BLOCKING for reason, _ in problems)
+    assert item_problems({"id": "x", "messages": "Hi", "audio": "a.wav"})[0][0] in BLOCKING
