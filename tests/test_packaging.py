@@ -112,3 +112,26 @@ def test_group_concatenates_with_areal_concat_padded_tensors():
     assert batch["loss_mask"].tolist() == [[0, 0, 1, 0, 0], [0, 0, 1, 1, 1]]
     assert batch["rewards"].tolist() == [1.0, 0.0]
     assert len(batch["multi_modal_input"]) == 2
+
+
+def test_merge_joins_a_video_segment_and_an_image_segment():
+    video = {"pixel_values_videos": torch.ones(8, 6), "video_grid_thw": torch.tensor([[2, 2, 2]])}
+    image = {"pixel_values": torch.zeros(4, 6), "image_grid_thw": torch.tensor([[1, 2, 2]])}
+    both = {
+        **image,
+        "pixel_values_videos": torch.full((4, 6), 2.0),
+        "video_grid_thw": torch.tensor([[1, 2, 2]]),
+    }
+    merged = merge_multi_modal_inputs([video, image, both])
+    assert merged["video_grid_thw"].tolist() == [[2, 2, 2], [1, 2, 2]]
+    assert merged["image_grid_thw"].tolist() == [[1, 2, 2], [1, 2, 2]]
+    assert merged["pixel_values_videos"][8:].eq(2).all() and merged["pixel_values"].shape == (8, 6)
+    with pytest.raises(PackingError, match="video segment 1 has keys"):
+        merge_multi_modal_inputs([video, {"pixel_values_videos": torch.ones(8, 6)}])
+
+
+def test_merge_never_pads_video_frames():
+    clip = lambda frames: {"pixel_values_videos": torch.ones(1, frames, 3, 4, 4)}  # noqa: E731
+    assert merge_multi_modal_inputs([clip(4), clip(4)])["pixel_values_videos"].shape[0] == 2
+    with pytest.raises(PackingError, match="padding them would add frames"):
+        merge_multi_modal_inputs([clip(4), clip(6)])

@@ -45,6 +45,10 @@ IMAGE_TOKEN_ATTRS = ("image_token_id", "image_token_index")
 POSITION_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
 """Vision inputs a Qwen-VL ``get_rope_index`` reads (in :func:`rope_grids`' form)."""
 
+VIDEO_INPUT_KEYS = frozenset({"pixel_values_videos", "video_grid_thw", "second_per_grid_ts"})
+"""Processor outputs that carry videos (every other vision key carries images): the frames, their
+grid, and Qwen2.5-VL's seconds per temporal patch."""
+
 
 class UnsupportedModelError(ValueError):
     """The package cannot feed this model family: the family and the missing piece are named."""

@@ -20,10 +20,10 @@ logprobs           float32[1,L] rollout log-probability on generated tokens, els
 versions           int32 [1,L]  weight version per generated token, else -1
 attention_mask     bool  [1,L]  all True
 rewards            float32[1]   the episode's scalar reward
-mm_token_type_ids  int64 [1,L]  only when the processor returned them (0 text, 1 image)
-multi_modal_input  list[dict]   one dict per sequence: the model's image tensors, with the images
-                                of every segment concatenated in order (pixel_values on dim 0,
-                                image_grid_thw on dim 0, ...)
+mm_token_type_ids  int64 [1,L]  only when the processor returned them (0 text, 1 image, 2 video)
+multi_modal_input  list[dict]   one dict per sequence: the model's image and video tensors, with
+                                those of every segment concatenated in order (pixel_values,
+                                image_grid_thw, pixel_values_videos, video_grid_thw on dim 0, ...)
 ================== ============ =====================================================
 
 AReaL's own workflows disagree on the dtype of ``input_ids`` (int32 in ``RLVRWorkflow``, int64 in
@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from areal.api import ModelResponse
 
+from vlrollout.families import VIDEO_INPUT_KEYS
 from vlrollout.processors.base import PreparedPrompt
 
 INPUT_IDS_DTYPE = torch.int64
@@ -278,7 +279,7 @@ class TrajectoryBuilder:
 def merge_multi_modal_inputs(
     parts: Sequence[Mapping[str, torch.Tensor]],
 ) -> dict[str, torch.Tensor]:
-    """Concatenate per-segment image tensors along dim 0, key by key, in order.
+    """Concatenate per-segment image and video tensors along dim 0, key by key, in order.
 
     Qwen-VL style models take all images of a sequence as one ``pixel_values`` of shape
     ``[sum of patches, patch_dim]`` and one ``image_grid_thw`` of shape ``[num_images, 3]``; both
@@ -289,18 +290,40 @@ def merge_multi_modal_inputs(
     models drop the padding (LLaVA-OneVision by ``image_sizes``, Idefics3 by skipping all-zero
     tiles).
 
+    A segment may carry images, videos or both: keys of one modality
+    (:data:`vlrollout.families.VIDEO_INPUT_KEYS` for videos) concatenate over the segments that
+    have them. Video tensors are never padded: a padded frame would be encoded as a frame.
+
     Raises:
-        PackingError: when segments carry different keys (one model cannot take both).
+        PackingError: when two segments carry the same modality with different keys (one model
+            cannot take both), or video tensors whose later dimensions differ (LLaVA-OneVision's
+            ``[videos, frames, C, H, W]`` with another frame count).
     """
-    keys = list(parts[0].keys())
-    for i, part in enumerate(parts[1:], 1):
-        if set(part.keys()) != set(keys):
-            raise PackingError(
-                f"image segment {i} has keys {sorted(part.keys())}, segment 0 has {sorted(keys)}"
-            )
+    for videos in (False, True):
+        seen = [
+            (i, keys)
+            for i, part in enumerate(parts)
+            if (keys := {k for k in part if (k in VIDEO_INPUT_KEYS) == videos})
+        ]
+        for i, keys in seen[1:]:
+            if keys != seen[0][1]:
+                raise PackingError(
+                    f"{'video' if videos else 'image'} segment {i} has keys {sorted(keys)}, "
+                    f"segment {seen[0][0]} has {sorted(seen[0][1])}"
+                )
     if len(parts) == 1:
         return dict(parts[0])
-    return {k: _cat_padded([p[k] for p in parts]) for k in keys}
+    keys = dict.fromkeys(k for part in parts for k in part)
+    merged = {}
+    for k in keys:
+        tensors = [p[k] for p in parts if k in p]
+        if k in VIDEO_INPUT_KEYS and len({t.shape[1:] for t in tensors}) > 1:
+            raise PackingError(
+                f"video segments' {k} have shapes {sorted(tuple(t.shape) for t in tensors)}: "
+                "padding them would add frames the model encodes"
+            )
+        merged[k] = _cat_padded(tensors)
+    return merged
 
 
 def _cat_padded(tensors: list[torch.Tensor]) -> torch.Tensor:
