@@ -98,3 +98,23 @@ def test_malformed_messages_are_bad_message_not_a_crash(messages):
     with pytest.raises(PreprocessError) as e:
         normalize_messages(messages, [], "item x")
     assert e.value.reason == "bad_message" and e.value.item == "item x"
+
+
+def test_video_placeholders_pair_with_videos_in_prompt_order():
+    from vlrollout.processors.messages import normalize_media
+
+    content = [
+        {"type": "video"},
+        "<image> then <video>",
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}},
+        {"type": "video", "video": "inline.mp4"},
+    ]
+    n = normalize_media([{"role": "user", "content": content}], ["a.png"], ["v1", "v2"], "item 0")
+    kinds = [p["type"] for p in n.messages[0]["content"]]
+    assert kinds == ["video", "image", "text", "video", "video", "video"]
+    assert n.images == ["a.png"]
+    assert n.videos == ["v1", "v2", "data:video/mp4;base64,AAAA", "inline.mp4"]
+    with pytest.raises(PreprocessError, match=r"2 video placeholder\(s\).*has 1 video"):
+        normalize_media("<video><video>", None, ["v1"], "item 0")
+    with pytest.raises(PreprocessError, match="video_url part without a url"):
+        normalize_media([{"role": "user", "content": [{"type": "video_url"}]}], None, None, "i")
