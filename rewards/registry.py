@@ -35,6 +35,16 @@ def _grounding(metric: str) -> Callable[..., Any]:
     return build
 
 
+def _video_task(**kwargs: Any) -> Any:
+    """The synthetic video samples' tasks (``vlrollout make-samples``' ``video.jsonl``):
+    ``temporal`` items by temporal IoU (``kwargs`` go to it), ``video_count`` items by exact count."""
+    from .answer import CountReward
+    from .combine import ByTask
+    from .temporal import TemporalIoUReward
+
+    return ByTask({"temporal": TemporalIoUReward(**kwargs), "video_count": CountReward()})
+
+
 def _lazy(module: str, attr: str, **fixed: Any) -> Callable[..., Any]:
     def build(**kwargs: Any) -> Any:
         import importlib
@@ -89,6 +99,7 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     # says so) against the item's labelled segments.
     "temporal_iou": _lazy("temporal", "TemporalIoUReward"),
     "temporal_acc@iou": _lazy("temporal", "TemporalIoUReward", metric="acc"),
+    "video_task": _video_task,
     "clip_score": _lazy("clip_score", "CLIPScoreReward"),
     "ref_clip_score": _lazy("clip_score", "CLIPScoreReward", use_references=True),
     "count": _lazy("answer", "CountReward"),

@@ -47,6 +47,7 @@ CASES = [
      "<think>a</think><answer>3</answer>", {"answer": "3"}, 1.5),
     (get_reward("vlrollout.rewards.answer:clevr_count_reward", answer="2"), "[2]", {}, 1.0),
     (TemporalIoUReward(), "from 1s to 3s", {"segments": [[2.0, 3.0], [5.0, 6.0]]}, 0.5),
+    (get_reward("video_task"), "[1, 2]", {"task": "temporal", "segments": [1, 2]}, 1.0),
     (get_reward("temporal_acc@iou", unit="frames"), "[2, 3]",
      {"segments": [1.0, 2.0], "video_timing": [{"timestamps_s": [0, 0.5, 1, 1.5], "fps": 2}]}, 1.0),
 ]  # fmt: skip

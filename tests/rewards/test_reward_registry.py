@@ -24,6 +24,10 @@ def test_builtins_build_the_right_objects():
     t = get_reward("temporal_iou", unit="frames")
     assert isinstance(t, TemporalIoUReward) and (t.metric, t.unit) == ("iou", "frames")
     assert get_reward("temporal_acc@iou", iou_threshold=0.7).metric == "acc"
+    video = get_reward("video_task", metric="acc")
+    assert video.rewards["temporal"].metric == "acc"
+    assert video("p", "[1, 2]", [], [], task="temporal", segments=[1, 2]) == 1.0
+    assert video("p", "3", [], [], task="video_count", answer=3) == 1.0
     for name in ("bleu4", "rouge_l", "iou", "box_f1", "point_in_box", "choice", "numeric",
                  "math", "format_think_answer"):  # fmt: skip
         assert callable(get_reward(name)), name
