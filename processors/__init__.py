@@ -1,4 +1,4 @@
-"""Turn data items (messages + images) into prompts for the engine and tensors for the trainer.
+"""Turn data items (messages + images + videos) into prompts for the engine and tensors for the trainer.
 
 Public API (heavy modules are imported on first attribute access, so ``import vlrollout.processors``
 stays cheap)::
@@ -41,6 +41,13 @@ _LAZY = {
     "DEFAULT_MAX_BYTES": ".image_loading",
     "to_rgb": ".image_mode",
     "normalize_messages": ".messages",
+    "normalize_media": ".messages",
+    "check_media_fields": ".messages",
+    "MEDIA_FIELDS": ".messages",
+    "LoadedVideo": ".video_loading",
+    "load_video": ".video_loading",
+    "VideoSampling": ".video_sampling",
+    "family_sampling": ".video_sampling",
     "PreparedPromptCache": ".cache",
     "item_key": ".cache",
     "register_preprocessor": ".registry",
@@ -66,6 +73,13 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "to_rgb",
     "normalize_messages",
+    "normalize_media",
+    "check_media_fields",
+    "MEDIA_FIELDS",
+    "LoadedVideo",
+    "load_video",
+    "VideoSampling",
+    "family_sampling",
     "PreparedPromptCache",
     "item_key",
     "register_preprocessor",
@@ -81,7 +95,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .families import FamilyAdapter, adapter_for
     from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
     from .image_mode import to_rgb
-    from .messages import normalize_messages
+    from .messages import MEDIA_FIELDS, check_media_fields, normalize_media, normalize_messages
     from .registry import (
         available_preprocessors,
         get_preprocessor,
@@ -89,6 +103,8 @@ if TYPE_CHECKING:  # pragma: no cover
         resolve_preprocessor,
         unregister_preprocessor,
     )
+    from .video_loading import LoadedVideo, load_video
+    from .video_sampling import VideoSampling, family_sampling
 
 
 def __getattr__(name: str):

@@ -9,18 +9,23 @@ the ``vlrollout.processors`` group or an import path) is called as::
 - ``chat_template_kwargs``: variables for the chat template (e.g. ``{"enable_thinking": False}``);
 - ``min_pixels`` / ``max_pixels``: the workflow's pixel budget (``None``: the processor's own);
 - ``options``: the plug-in's own arguments, from the run config's ``preprocessor`` mapping
-  (``{"name": "my_pkg.pre.build", "crop_fraction": 0.5}``).
+  (``{"name": "my_pkg.pre.build", "crop_fraction": 0.5}``), plus the frame sampling settings a
+  config sets (``video_fps``, ``video_max_frames``, ``video_min_pixels``, ``video_max_pixels``;
+  only those set, so a plug-in without video never sees them unless the user asks for video).
 
 It must accept all of these keywords (``**kwargs`` is fine for the ones it ignores).
 
 **The preprocessor** it returns has ``prepare(data) -> PreparedPrompt``, ``.processor`` (the
 processor its tensors come from: the parity check compares it with the engine's) and
 ``.tokenizer``. ``prepare`` returns a :class:`~vlrollout.processors.base.PreparedPrompt` (not a
-wrapper) with one :class:`~vlrollout.geometry.ImageGeometry` per image, describing the whole
+wrapper) with one :class:`~vlrollout.processors.base.VideoClip` per video and one
+:class:`~vlrollout.geometry.ImageGeometry` per image, describing the whole
 transform from the item's original pixels to the model frame: a preprocessor that crops or pads
 composes its step with the wrapped processor's geometry (``ImageGeometry.cropped(...).then(g)``),
 so rewards and tools convert boxes exactly. Bad input raises
-:class:`~vlrollout.processors.errors.PreprocessError`.
+:class:`~vlrollout.processors.errors.PreprocessError`, and so does media the plug-in does not read
+(:func:`~vlrollout.processors.messages.check_media_fields`; ``normalize_messages`` refuses video
+placeholders): nothing is dropped silently.
 
 Every broken promise raises :class:`PreprocessorContractError` naming the plug-in and the promise.
 """
