@@ -227,6 +227,8 @@ class TemporalIoUReward(Reward):
         units = [e.unit or written or task_unit for e in segment]
         if not all(math.isfinite(e.value) for e in segment):
             raise _Unscorable("non_finite_segment")
+        if units[0] == units[1] and end.value < start.value:
+            raise _Unscorable("inverted_segment")  # frames [3, 2] too (their spans touch)
         if FRAMES not in units:
             return start.value, end.value
         if timing is None:

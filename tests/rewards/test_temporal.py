@@ -128,6 +128,8 @@ def test_frame_length_without_fps_is_the_median_gap():
         ("[1.5, 3]", {"answer_unit": "frames", "video_timing": TIMING}, "non_integer_frame"),
         ("[6, 8]", {"answer_unit": "frames", "video_timing": TIMING}, "frame_out_of_range"),
         ("[-1, 2]", {"answer_unit": "frames", "video_timing": TIMING}, "frame_out_of_range"),
+        ("[3, 2]", {"answer_unit": "frames", "video_timing": TIMING}, "inverted_segment"),
+        ("frame 5 to 1s", {"video_timing": TIMING}, "inverted_segment"),
     ],
 )
 def test_failure_reasons(text, task, reason):
