@@ -28,7 +28,7 @@ from .video_loading import (
     LoadedVideo,
     load_video,
 )
-from .video_sampling import family_sampling, videos_kwargs
+from .video_sampling import VIDEO_UNSUPPORTED, family_sampling, videos_kwargs
 
 TEXT_KEYS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"})
 ID_FIELDS = ("id", "uid", "idx", "index")
@@ -199,11 +199,12 @@ class AutoProcessorPreprocessor:
     def load_videos(self, sources: Sequence[Any], item: str) -> list[LoadedVideo]:
         """Load and sample every video, naming failures ``"<item>, video <k>"`` (1-based)."""
         if sources and not self.has_video:
+            why = VIDEO_UNSUPPORTED.get(type(self.processor).__name__, "no video processor")
             raise PreprocessError(
                 item,
                 "videos_unsupported",
-                f"{len(sources)} video(s) but {type(self.processor).__name__} has no video "
-                "processor; use a video family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision)",
+                f"{len(sources)} video(s) but {type(self.processor).__name__} takes no video "
+                f"({why}); use a video family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision)",
             )
         return [
             load_video(

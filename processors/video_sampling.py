@@ -33,6 +33,14 @@ FALLBACK_MAX_FRAMES = 32
 (LLaVA-OneVision's published evaluation samples 32)."""
 
 
+VIDEO_UNSUPPORTED = {
+    "SmolVLMProcessor": "SmolVLM's processor turns a video into image frames and takes no image "
+    "beside it; its video path is not supported here",
+}
+"""Processors with a transformers video processor whose video path this package does not serve
+(their videos are refused like those of a family without video)."""
+
+
 @dataclass(frozen=True)
 class VideoSampling:
     """Frame sampling settings for one preprocessor.
@@ -103,14 +111,15 @@ def family_sampling(
 ) -> VideoSampling | None:
     """The settings for ``processor``'s video processor, each ``None`` argument its default.
 
-    Returns ``None`` when the processor has no video processor.
+    Returns ``None`` when the processor has no video processor, or one listed in
+    :data:`VIDEO_UNSUPPORTED`.
 
     Raises:
         ValueError: ``min_pixels``/``max_pixels`` for a video processor that resizes to a fixed
             size (no ``shortest_edge``/``longest_edge`` pixel budget), or a non-positive setting.
     """
     vp = getattr(processor, "video_processor", None)
-    if vp is None:
+    if vp is None or type(processor).__name__ in VIDEO_UNSUPPORTED:
         return None
     size = getattr(vp, "size", None)
     if (min_pixels is not None or max_pixels is not None) and _size_get(

@@ -35,7 +35,7 @@ def qwen():
     return AutoProcessorPreprocessor(processor("qwen2_vl"))
 
 
-@pytest.mark.parametrize("family", ["llava", "gemma3"])
+@pytest.mark.parametrize("family", ["llava", "gemma3", "smolvlm"])
 def test_videos_for_a_family_without_video_are_refused(family):
     pre = AutoProcessorPreprocessor(processor(family))
     error = _reason(pre, ISSUE_ITEM)
