@@ -15,7 +15,10 @@ micro-batch spec); no process group, FSDP or optimizer is needed for it.
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -24,6 +27,8 @@ from areal.api.cli_args import MicroBatchSpec
 from areal.engine import fsdp_engine
 
 from tests.train.family_logp import compare_gradients
+from tests.train.procs import ROOT, subprocess_env
+from tests.train.test_family_training import TRAINABLE
 from tests.train.video_inputs import VIDEO_FAMILIES, video_prompt, vision_of
 from vlrollout.families import family_of, rope_grids
 from vlrollout.testing.tiny_families import tiny_vlm
@@ -168,3 +173,28 @@ def test_without_the_fix_the_video_is_lost(family):
         _packed_gradients(model, seqs, fixed=False), _plain_gradients(model, seqs)
     )
     assert result["grad_rel"] > 100 * GRAD_RTOL, result
+
+
+def _video_logp(family: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests/train/video_logp.py"), family],
+        cwd=ROOT,
+        env=subprocess_env(OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", [f for f in VIDEO_FAMILIES if f in TRAINABLE])
+def test_areal_actor_on_video_trajectories(family):
+    """AReaL's FSDP actor itself: trainer logprobs equal the rollout's and ``ppo_update``'s
+    gradient equals the plain per-sequence one (about 20 s per family). Only the families
+    AReaL's actor loads (:data:`tests.train.test_family_training.TRAINABLE`)."""
+    result = _video_logp(family)
+    assert "error" not in result, result
+    assert result["fixed"] <= 1e-4 and result["ppo_update"], result
+    assert result["grad_names_equal"] and result["grad_rel"] <= GRAD_RTOL, result

@@ -1,20 +1,22 @@
 """Turn a ``ModelRequest`` into the tensors the model's prefill needs, and check them.
 
-The images come from ``req.metadata["multi_modal_input"]`` when present (the tensors the trainer
-also gets, so the engine and the trainer see the same pixels by construction), otherwise from
-``req.image_data`` (base64 strings, as SGLang receives them) run through the processor's image
-processor. Either way the image placeholders already expanded in ``req.input_ids`` must agree
-with the number of images and the tokens ``image_grid_thw`` implies; a mismatch raises
-:class:`PlaceholderMismatchError` naming both numbers (the failure behind verl #3469 and
-TRL #4488).
+The images and videos come from ``req.metadata["multi_modal_input"]`` when present (the tensors
+the trainer also gets, so the engine and the trainer see the same pixels by construction);
+images alone may come from ``req.image_data`` (base64 strings, as SGLang receives them) run
+through the processor's image processor. Either way the placeholders already expanded in
+``req.input_ids`` must agree with the number of images and videos and the tokens
+``image_grid_thw``/``video_grid_thw`` imply; a mismatch raises :class:`PlaceholderMismatchError`
+naming both numbers (the failure behind verl #3469 and TRL #4488).
 
 Position ids are computed here, per request, instead of through the model's stateful
 ``rope_deltas`` attribute (Qwen2-VL's ``compute_3d_position_ids`` caches the delta on the
 module, which concurrent requests would overwrite). For Qwen-VL families the prompt's 3-D
 positions come from ``model.model.get_rope_index`` (transformers 5.3,
 ``models/qwen2_vl/modeling_qwen2_vl.py``), the function AReaL's ``FSDPEngine._prepare_mb_list``
-reaches through ``compute_3d_position_ids``; every later text token at index ``i`` sits at
-``i + rope_delta`` on all three axes.
+reaches through ``compute_3d_position_ids``, with the video grids in the form it reads
+(:func:`vlrollout.families.rope_grids`: Qwen3-VL's per-frame runs, Qwen2.5-VL's
+``second_per_grid_ts`` and ``tokens_per_second`` spacing); every later text token at index ``i``
+sits at ``i + rope_delta`` on all three axes.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class PreparedInputs:
         vision: Tensors for the prefill forward only (``pixel_values`` float, ``image_grid_thw``
             int64 ``[num_images, 3]``, ...), on the engine's device; empty for text-only.
         mm_token_type_ids: ``[1, L]`` int64 (0 text, 1 image, 2 video), or ``None`` when the
-            request has no images.
+            request has no images or videos.
     """
 
     input_ids: list[int]

@@ -24,6 +24,14 @@ Qwen2.5-VL, Qwen3-VL); any other family with M-RoPE (``vlrollout.families``: Qwe
 ``0..L-1``, which the model spreads over all three axes, so image tokens sit at text positions
 (0.36 nats off on the tiny Qwen3.5). :func:`mrope_positions` gives such a micro-batch the model's
 own ``get_rope_index``, one packed sequence at a time.
+
+Videos: AReaL 1.0.4 forwards only ``pixel_values``, ``image_grid_thw`` and ``video_grid_thw`` of
+each sequence's ``multi_modal_input`` to the model, so the frames (``pixel_values_videos``) never
+reach it and its video placeholders are read as text (:func:`forward_inputs` passes every
+tensor). Its 3-D positions leave out Qwen2.5-VL's ``second_per_grid_ts`` (the frames' spacing in
+M-RoPE time), recomputed here per sequence where a batch has it, and raise on Qwen3-VL's video
+grids unless they come in the per-run form of :func:`vlrollout.families.rope_grids`
+(:func:`sequence_inputs`).
 """
 
 from __future__ import annotations
