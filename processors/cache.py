@@ -203,7 +203,8 @@ def item_key(data: dict[str, Any]) -> str:
 
 
 def prepared_nbytes(value: Any) -> int:
-    """Approximate bytes an entry holds: tensors, engine images, token lists (8 bytes a token)."""
+    """Approximate bytes an entry holds: tensors, engine images, video thumbnails, token lists
+    (8 bytes a token)."""
     if not isinstance(value, PreparedPrompt):
         value = getattr(value, "prepared", value)  # wrappers that hold a PreparedPrompt
     if not isinstance(value, PreparedPrompt):
@@ -213,6 +214,8 @@ def prepared_nbytes(value: Any) -> int:
     for t in value.multi_modal_input.values():
         total += t.element_size() * t.nelement()
     total += value.engine_image_nbytes()
+    for clip in getattr(value, "videos", None) or ():
+        total += sum(t.width * t.height * 3 for t in clip.thumbnails)
     return total
 
 

@@ -112,6 +112,8 @@ def test_cache_keys_follow_media_content(tmp_path):
     frames = [Image.new("RGB", (8, 8), c) for c in ("red", "blue")]
     swapped = [frames[1], frames[0]]
     assert item_key({**base, "videos": [frames]}) != item_key({**base, "videos": [swapped]})
+    copies = [Image.new("RGB", (8, 8), c) for c in ("red", "blue")]  # same pixels, new objects
+    assert item_key({**base, "videos": [frames]}) == item_key({**base, "videos": [copies]})
 
 
 def never(prompt, completions, prompt_ids, completion_ids, **kw):
