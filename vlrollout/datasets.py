@@ -76,28 +76,47 @@ def _exists(path: Path) -> bool:
         return False
 
 
+def _resolve_url_part(part: dict[str, Any], key: str, base: Path) -> dict[str, Any]:
+    """An ``image_url``/``video_url`` part with its url resolved (a dict ``{"url": ...}`` or a str)."""
+    url = part.get(key)
+    if isinstance(url, dict) and isinstance(url.get("url"), str):
+        return {**part, key: {**url, "url": resolve_source(url["url"], base)}}
+    if isinstance(url, str):
+        return {**part, key: resolve_source(url, base)}
+    return part
+
+
 def _resolve_parts(content: Any, base: Path) -> Any:
     if not isinstance(content, list):
         return content
     out = []
     for part in content:
-        if isinstance(part, dict) and "image" in part and part["image"] is not None:
-            part = {**part, "image": resolve_source(part["image"], base)}
-        elif isinstance(part, dict) and part.get("type") == "image_url":
-            url = part.get("image_url")
-            if isinstance(url, dict) and isinstance(url.get("url"), str):
-                part = {**part, "image_url": {**url, "url": resolve_source(url["url"], base)}}
-            elif isinstance(url, str):
-                part = {**part, "image_url": resolve_source(url, base)}
+        if isinstance(part, dict):
+            if part.get("image") is not None:
+                part = {**part, "image": resolve_source(part["image"], base)}
+            if part.get("video") is not None:
+                part = {**part, "video": resolve_video(part["video"], base)}
+            for key in ("image_url", "video_url"):
+                if part.get("type") == key:
+                    part = _resolve_url_part(part, key, base)
         out.append(part)
     return out
 
 
+def resolve_video(source: Any, base: Path) -> Any:
+    """A video source resolved: a path like an image's, a list of frames frame by frame."""
+    if isinstance(source, list):
+        return [resolve_source(frame, base) for frame in source]
+    return resolve_source(source, base)
+
+
 def resolve_item_sources(item: dict[str, Any], base: Path) -> dict[str, Any]:
-    """The item with every image source (``images`` and inside ``messages``) resolved."""
+    """The item with every media source (``images``, ``videos`` and inside ``messages``) resolved."""
     item = dict(item)
     if isinstance(item.get("images"), list):
         item["images"] = [resolve_source(image, base) for image in item["images"]]
+    if isinstance(item.get("videos"), list):
+        item["videos"] = [resolve_video(video, base) for video in item["videos"]]
     if isinstance(item.get("messages"), list):
         item["messages"] = [
             {**m, "content": _resolve_parts(m.get("content"), base)} if isinstance(m, dict) else m
