@@ -17,6 +17,7 @@ from vlrollout.checks import logprob_consistency
 from vlrollout.engine.local import LocalInferenceEngine
 from vlrollout.testing.tiny_model import tiny_qwen2vl
 from vlrollout.workflows import RLVRWorkflow, VisionMultiAttemptWorkflow, VisionRLVRWorkflow
+from vlrollout.workflows.preparation import FrameSampling
 
 ATOL = 1e-4
 REWARD = "tests.workflows.reward_fns.contains_answer"
@@ -102,3 +103,48 @@ def test_trajectory_without_modality_ids_gets_them_derived(model_and_engine):
     assert torch.equal(modality_ids(model, traj["input_ids"]), traj["mm_token_type_ids"])
     stripped = {k: v for k, v in traj.items() if k != "mm_token_type_ids"}
     assert logprob_consistency(model, stripped, temperature=TEMPERATURE).ok(ATOL)
+
+
+# Two frames of 56 x 56 pixels: one temporal patch of 4 x 4 merged tokens.
+SMALL_FRAMES = FrameSampling(min_pixels=56 * 56, max_pixels=56 * 56)
+
+
+def _video_item():
+    from tests.train.video_inputs import frames
+
+    return {
+        "id": "video",
+        "messages": [{"role": "user", "content": "<video>Where does the red square go?"}],
+        "videos": [[Image.fromarray(f) for f in frames(seed=3, n=4, px=56)]],
+        "answer": "never-matches",
+    }
+
+
+def test_video_trajectory(model_and_engine):
+    model, processor, engine = model_and_engine
+    wf = VisionRLVRWorkflow(REWARD, _gconfig(), processor.tokenizer, processor, frames=SMALL_FRAMES)
+    traj = asyncio.run(wf.arun_episode(engine, _video_item()))
+    assert traj is not None, list(wf.ctx.ledger.records)
+    assert "pixel_values_videos" in traj["multi_modal_input"][0]
+    assert 2 in traj["mm_token_type_ids"].tolist()[0]
+    report = logprob_consistency(model, traj, temperature=TEMPERATURE)
+    assert report.n_tokens == 8 and report.ok(ATOL), report
+    without_video = dict(traj, multi_modal_input=[{}])
+    assert not logprob_consistency(model, without_video, temperature=TEMPERATURE).ok(ATOL)
+
+
+def test_multi_turn_video_trajectory(model_and_engine):
+    """Later turns re-prefill the video prompt and the earlier turns: positions continue."""
+    model, processor, engine = model_and_engine
+    wf = VisionMultiAttemptWorkflow(
+        REWARD,
+        _gconfig(),
+        processor.tokenizer,
+        processor,
+        max_turns=2,
+        turn_discount=0.9,
+        frames=SMALL_FRAMES,
+    )
+    traj = asyncio.run(wf.arun_episode(engine, _video_item()))
+    report = logprob_consistency(model, traj, temperature=TEMPERATURE)
+    assert report.n_tokens == 16 and report.ok(ATOL), report
