@@ -17,6 +17,7 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 
+from tests.engine.batches import assert_as_if_alone, generate_all
 from tests.train.video_inputs import VIDEO_FAMILIES, video_prompt, vision_of
 from vlrollout.checks import logprob_consistency
 from vlrollout.engine.inputs import PlaceholderMismatchError, check_placeholders
@@ -147,3 +148,22 @@ def test_video_placeholders_must_match_the_grid():
     check_placeholders([7, 5, 8, 3, 7, 5, 8], grid, None, 5, 2)
     with pytest.raises(PlaceholderMismatchError, match="video_grid_thw implies 2 tokens"):
         check_placeholders([7, 5, 8, 3, 7, 8], grid, None, 5, 2)
+
+
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl", "llava_onevision"])
+def test_batched_video_requests_equal_each_alone(name):
+    """Videos of different lengths, with and without an image, prefilled and decoded together:
+    each row's tokens and logprobs are those of its request run alone."""
+    model, processor = tiny_vlm(name, seed=0)
+    prompts = [
+        video_prompt(processor, "What moves?", seed=4),
+        video_prompt(processor, "And now?", seed=5, n_frames=6),
+        video_prompt(processor, "Which first?", seed=6, image=True),
+        video_prompt(processor, "What moves?", seed=4),
+    ]
+    reqs = [_request(p, greedy=True) for p in prompts]
+    with LocalInferenceEngine(model, processor, seed=0) as engine:
+        together = generate_all(engine, reqs)
+        stats = engine.stats()
+    assert stats["decode_rows"] > stats["decode_steps"], stats  # rows decoded together
+    assert_as_if_alone(model, processor, reqs, together)
