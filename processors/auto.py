@@ -290,7 +290,15 @@ class AutoProcessorPreprocessor:
         try:
             return dict(call(**kwargs))
         except ValueError as e:
-            raise PreprocessError(item, "processor_error", str(e)) from e
+            detail = str(e)
+            if videos and "pixel_values_videos" in detail:
+                counts = [v.clip.num_frames for v in videos]
+                detail = (
+                    f"{type(self.processor).__name__} stacks a prompt's videos into one tensor, "
+                    f"so they need one number of sampled frames (got {counts}); set "
+                    f"video_max_frames or give clips of one length ({detail.splitlines()[0]})"
+                )
+            raise PreprocessError(item, "processor_error", detail) from e
 
     # -- the contract ------------------------------------------------------------------------
 

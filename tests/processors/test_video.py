@@ -264,3 +264,9 @@ def test_frames_of_different_sizes_are_refused():
     frames = [Image.new("RGB", (32, 32)), Image.new("RGB", (40, 32))]
     with pytest.raises(PreprocessError, match="differ in size"):
         pre.prepare(item(frames))
+
+
+def test_llava_onevision_videos_of_different_lengths_are_a_clear_error():
+    _, pre = preprocessor("llava_onevision")
+    with pytest.raises(PreprocessError, match=r"one number of sampled frames \(got \[4, 6\]\)"):
+        pre.prepare(item(mp4_bytes(), mp4_bytes(frames=12), text="<video><video>Same?"))
