@@ -13,7 +13,9 @@ checked again) and the frame count (``max_source_frames``, counted from the demu
 the sampled frames (:mod:`.video_sampling`) are kept; the others are decoded and dropped.
 
 A frame list is taken as already sampled at the sampling ``fps`` (its frame ``k`` is at
-``k / fps`` seconds); more frames than ``max_frames`` are sampled down by the same rule.
+``k / fps`` seconds) and kept whole (the processor pads an odd count to its temporal patch as it
+does for any clip); more frames than ``max_frames`` are sampled down by the same rule. The sampled
+frames of one video may hold at most :data:`DEFAULT_MAX_SAMPLED_PIXELS` pixels together.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ DEFAULT_MAX_SOURCE_FRAMES = 100_000
 """Most frames a source video may have (about an hour at 25 fps)."""
 DEFAULT_MAX_FRAME_PIXELS = 4096 * 4096
 """Largest source frame accepted (width × height)."""
+DEFAULT_MAX_SAMPLED_PIXELS = 256 * 1024 * 1024
+"""Most pixels the sampled frames of one video may hold together (768 MiB of RGB)."""
 THUMBNAILS = 8
 THUMBNAIL_HEIGHT = 56
 
@@ -165,6 +169,7 @@ def decode_video(
         raise PreprocessError(item, "video_empty", "the video stream has no frames")
     source_fps = rate or sampling.fps
     wanted = sampling.indices(total, source_fps)
+    check_sampled_pixels(len(wanted), (width, height), item)
     frames = _decode_frames(raw, item, wanted, max_frame_pixels)
     if len(frames) < len(wanted):  # fewer decodable frames than packets: sample what there is
         total = _decoded_count(raw, item, max_frame_pixels)
@@ -195,7 +200,9 @@ def frames_video(
     """A video given as a list of frames (each any image source), taken at ``sampling.fps``."""
     if not frames:
         raise PreprocessError(item, "video_empty", "the frame list is empty")
-    wanted = sampling.indices(len(frames), sampling.fps)
+    n = len(frames)
+    wanted = list(range(n)) if n <= sampling.max_frames else sampling.indices(n, sampling.fps)
+    check_sampled_pixels(len(wanted), _frame_size(frames[wanted[0]]), item)
     loaded = [
         load_image(
             frames[k], f"{item}, frame {k + 1}", max_pixels=max_frame_pixels, max_bytes=max_bytes
@@ -203,12 +210,35 @@ def frames_video(
         for k in wanted
     ]
     sizes = {im.image.size for im in loaded}
+    check_sampled_pixels(len(loaded), loaded[0].image.size, item)
     if len(sizes) > 1:
         raise PreprocessError(
             item, "video_frames", f"frames differ in size {sorted(sizes)}; give same-size frames"
         )
     stacked = np.stack([np.asarray(im.image) for im in loaded])
     return _loaded(stacked, wanted, len(frames), sampling.fps, "frames")
+
+
+def check_sampled_pixels(
+    count: int, size: tuple[int, int] | None, item: str, cap: int = DEFAULT_MAX_SAMPLED_PIXELS
+) -> None:
+    """Refuse sampling ``count`` frames of ``size`` when they would hold more than ``cap``
+    pixels together (checked before decoding them)."""
+    if size is None:
+        return
+    total = count * size[0] * size[1]
+    if total > cap:
+        raise PreprocessError(
+            item,
+            "video_too_large",
+            f"{count} sampled frames of {size[0]}x{size[1]} hold {total} pixels, over {cap}; "
+            "lower video_max_frames or downscale the video",
+        )
+
+
+def _frame_size(frame: Any) -> tuple[int, int] | None:
+    """A PIL frame's size without decoding it (other sources are checked after loading)."""
+    return frame.size if isinstance(frame, Image.Image) else None
 
 
 def _loaded(

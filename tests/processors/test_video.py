@@ -270,3 +270,19 @@ def test_llava_onevision_videos_of_different_lengths_are_a_clear_error():
     _, pre = preprocessor("llava_onevision")
     with pytest.raises(PreprocessError, match=r"one number of sampled frames \(got \[4, 6\]\)"):
         pre.prepare(item(mp4_bytes(), mp4_bytes(frames=12), text="<video><video>Same?"))
+
+
+def test_a_frame_list_is_kept_whole_and_the_processor_pads_it():
+    proc, pre = preprocessor("qwen2_vl")
+    frames = [Image.fromarray(f) for f in square_frames(5)]
+    prepared = pre.prepare(item(frames))
+    assert prepared.videos[0].frame_indices == [0, 1, 2, 3, 4]
+    assert prepared.multi_modal_input["video_grid_thw"][0, 0] == 3  # 5 frames padded to 6
+
+
+def test_sampled_frames_have_a_total_pixel_cap():
+    from vlrollout.processors.video_loading import check_sampled_pixels
+
+    check_sampled_pixels(4, (32, 32), "v", cap=4 * 32 * 32)
+    with pytest.raises(PreprocessError, match="video_too_large"):
+        check_sampled_pixels(5, (32, 32), "v", cap=4 * 32 * 32)
