@@ -1,5 +1,5 @@
 """The run report shows each video as a strip of the frames the model saw, recovered from the
-saved trajectory's ``pixel_values_videos``."""
+saved trajectory's ``pixel_values_videos`` (Qwen2-VL, Qwen2.5-VL and Qwen3-VL layouts)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import io
 import re
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -15,6 +16,7 @@ from vlrollout.files import atomic_write_json, item_stem
 from vlrollout.run.report import STRIP_FRAMES, STRIP_HEIGHT, frame_strip, write_report
 from vlrollout.run.report_images import videos_seen_by_model
 from vlrollout.run.runner import summarize
+from vlrollout.testing.offline_processors import build_offline_processor
 
 COLOURS = [(250, 0, 0), (0, 250, 0), (0, 0, 250), (250, 250, 0)]
 
@@ -41,10 +43,12 @@ def _mean_colours(strip: Image.Image, n: int) -> list[tuple[int, ...]]:
     ]
 
 
-def test_video_frames_come_back_from_the_trainer_tensors(qwen2vl_processor):
-    (frames,) = videos_seen_by_model(_video_tensors(qwen2vl_processor), qwen2vl_processor)
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_video_frames_come_back_from_the_trainer_tensors(family):
+    processor = build_offline_processor(family)
+    (frames,) = videos_seen_by_model(_video_tensors(processor, size=64), processor)
     assert [np.asarray(f)[10, 10].tolist() for f in frames] == [list(c) for c in COLOURS]
-    assert videos_seen_by_model({}, qwen2vl_processor) == []
+    assert videos_seen_by_model({}, processor) == []
 
 
 def test_the_report_shows_a_strip_of_the_frames(qwen2vl_processor, tmp_path):
