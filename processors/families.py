@@ -24,6 +24,21 @@ Sources for the conventions:
 - Idefics3 / SmolVLM: resized to multiples of ``max_image_size`` and split into rows × cols tiles plus a
   global tile; the rows/cols are read back from the ``<row_r_col_c>`` tokens in ``input_ids``
   (``processing_idefics3.py``).
+- InternVL: ``GotOcr2ImageProcessor`` with ``crop_to_patches`` resizes the image to the tile grid
+  ``get_optimal_tiled_canvas`` picks (columns × rows of ``size``) and splits it, adding a
+  thumbnail tile when there are several (``image_processing_got_ocr2.py``); the model frame is
+  that canvas. Without ``crop_to_patches``, one ``size`` tile.
+- GLM-4.1V / GLM-4.6V: Qwen2-VL's rule (``smart_resize``, ``image_grid_thw``) with pixel bounds
+  that count both temporal copies of an image (``image_processing_glm4v.py``: ``num_frames`` =
+  ``temporal_patch_size``), so a pixel budget is passed doubled.
+- Mistral 3 / Pixtral: the longest edge scaled down to ``size["longest_edge"]`` (floor), each side
+  rounded up to a multiple of patch × ``spatial_merge_size``; the processor returns those sizes as
+  ``image_sizes`` (height, width) (``image_processing_pixtral.py``, ``processing_pixtral.py``).
+- LFM2-VL: ``smart_resize`` to multiples of patch × ``downsample_factor`` within the token budget;
+  an image over the budget × ``max_pixels_tolerance`` is resized to a ``tile_size`` grid and
+  split (``<|img_row_r_col_c|>`` before each tile, then a smart-resized thumbnail); the model frame
+  is the tile canvas, else the smart-resized image (``spatial_shapes`` × patch)
+  (``image_processing_lfm2_vl_fast.py``, ``processing_lfm2_vl.py``).
 """
 
 from __future__ import annotations
@@ -169,6 +184,118 @@ def idefics3_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
     ]
 
 
+def internvl_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    """The tile canvas (columns × rows of ``size``) the crop-to-patches rule picks per image.
+
+    How many tiles each image became is read back from its ``<img>...</img>`` span (``image_seq_length``
+    placeholders per tile), so the rule is applied only where the processor applied it (its
+    ``crop_to_patches`` default, or a caller's override).
+    """
+    from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
+
+    ip = processor.image_processor
+    tile_h, tile_w = _size_hw(ip.size)
+    start, image = processor.start_image_token_id, processor.image_token_id
+    tiles, n = [], 0
+    for tid in outputs["input_ids"].reshape(-1).tolist():
+        if tid == start:
+            n = 0
+        elif tid == image:
+            n += 1
+        elif tid == processor.end_image_token_id:
+            tiles.append(n // processor.image_seq_length)
+    if len(tiles) != len(sizes):
+        raise ValueError(f"InternVL prompt holds {len(tiles)} image spans for {len(sizes)} images")
+    out = []
+    for (w, h), n_tiles in zip(sizes, tiles, strict=True):
+        if n_tiles == 1:
+            out.append(_geom((w, h), tile_w, tile_h))
+            continue
+        cols, rows = get_optimal_tiled_canvas(
+            (h, w), (tile_h, tile_w), ip.min_patches, ip.max_patches
+        )
+        if cols * rows + 1 != n_tiles:
+            raise ValueError(
+                f"InternVL image {w}x{h}: {n_tiles} tiles in the prompt, but the crop rule gives "
+                f"{cols}x{rows} tiles and a thumbnail"
+            )
+        out.append(_geom((w, h), cols * tile_w, rows * tile_h))
+    return out
+
+
+def pixtral_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    """Each image's resized (height, width) as the processor reports it in ``image_sizes``."""
+    resized = outputs["image_sizes"].tolist()
+    return [_geom(o, w, h) for o, (h, w) in zip(sizes, resized, strict=True)]
+
+
+def lfm2_vl_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
+    """Tile canvas for split images (rows/cols read back from ``<|img_row_r_col_c|>`` tokens),
+    else the smart-resized image (its ``spatial_shapes`` row × the encoder patch)."""
+    tok, ip = processor.tokenizer, processor.image_processor
+    start = tok.convert_tokens_to_ids(processor.image_start_token)
+    end = tok.convert_tokens_to_ids(processor.image_end_token)
+    row_col = {
+        tok.convert_tokens_to_ids(f"<|img_row_{r}_col_{c}|>"): (r, c)
+        for r in range(1, ip.max_tiles + 1)
+        for c in range(1, ip.max_tiles + 1)
+    }
+    grids: list[tuple[int, int]] = []
+    rows = cols = 0
+    for tid in outputs["input_ids"].reshape(-1).tolist():
+        if tid == start:
+            rows = cols = 0
+        elif tid in row_col:
+            r, c = row_col[tid]
+            rows, cols = max(rows, r), max(cols, c)
+        elif tid == end:
+            grids.append((rows, cols))
+    if len(grids) != len(sizes):
+        raise ValueError(
+            f"LFM2-VL prompt holds {len(grids)} image spans for {len(sizes)} images: build the "
+            "processor with image start/end tokens (use_image_special_tokens)"
+        )
+    shapes = outputs["spatial_shapes"].tolist()
+    patch, tile, out, row = int(ip.encoder_patch_size), int(ip.tile_size), [], 0
+    thumb = int(bool(ip.use_thumbnail))
+    for orig, (r, c) in zip(sizes, grids, strict=True):
+        if r * c > 1:
+            out.append(_geom(orig, c * tile, r * tile))
+            row += r * c + thumb
+        else:
+            gh, gw = shapes[row]
+            out.append(_geom(orig, gw * patch, gh * patch))
+            row += 1
+    return out
+
+
+def glm4v_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | None) -> dict:
+    """Qwen's ``size`` bounds, doubled per temporal copy: GLM-4.1V's ``smart_resize`` counts the
+    ``temporal_patch_size`` copies of an image against them."""
+    t = int(processor.image_processor.temporal_patch_size)
+    size = processor.image_processor.size
+    get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+    lo = min_pixels * t if min_pixels is not None else get("shortest_edge")
+    hi = max_pixels * t if max_pixels is not None else get("longest_edge")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"min_pixels={lo // t} exceeds max_pixels={hi // t}; swap or fix them")
+    return {"size": {"shortest_edge": int(lo), "longest_edge": int(hi)}}
+
+
+def lfm2_vl_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | None) -> dict:
+    """A pixel budget as LFM2-VL's token budget: one token per (patch × downsample)² pixels."""
+    ip = processor.image_processor
+    per_token = (int(ip.encoder_patch_size) * int(ip.downsample_factor)) ** 2
+    lo = math.ceil(min_pixels / per_token) if min_pixels is not None else ip.min_image_tokens
+    hi = max_pixels // per_token if max_pixels is not None else ip.max_image_tokens
+    if lo > hi or hi < 1:
+        raise ValueError(
+            f"min_pixels={min_pixels}/max_pixels={max_pixels} give {lo}..{hi} image tokens of "
+            f"{per_token} pixels each; raise max_pixels"
+        )
+    return {"min_image_tokens": int(lo), "max_image_tokens": int(hi)}
+
+
 def generic_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
     """``pixel_values`` of shape ``[num_images, C, H, W]`` gives H×W; else the original size."""
     pv = outputs.get("pixel_values")
@@ -237,6 +364,22 @@ ADAPTERS: dict[str, FamilyAdapter] = {
     ),
     "SmolVLMProcessor": FamilyAdapter(
         "smolvlm", geometry=idefics3_geometry, image_marker_attrs=("global_image_token",)
+    ),
+    "InternVLProcessor": FamilyAdapter("internvl", geometry=internvl_geometry),
+    "Glm4vProcessor": FamilyAdapter(
+        "glm4v", geometry=qwen_geometry, resize_kwargs=glm4v_resize_kwargs
+    ),
+    "Glm46VProcessor": FamilyAdapter(
+        "glm46v", geometry=qwen_geometry, resize_kwargs=glm4v_resize_kwargs
+    ),
+    "PixtralProcessor": FamilyAdapter(
+        "mistral3", geometry=pixtral_geometry, image_marker_attrs=("image_end_token",)
+    ),
+    "Lfm2VlProcessor": FamilyAdapter(
+        "lfm2_vl",
+        geometry=lfm2_vl_geometry,
+        resize_kwargs=lfm2_vl_resize_kwargs,
+        image_marker_attrs=("image_start_token",),
     ),
 }
 GENERIC = FamilyAdapter("generic")

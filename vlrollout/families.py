@@ -78,6 +78,10 @@ _LINEAR_ATTENTION = (
     "its linear-attention layers keep a recurrent state per sequence in a cache the engine "
     "cannot merge into a decode batch"
 )
+_SHORT_CONVOLUTION = (
+    "its short-convolution layers keep a convolution state per sequence in a cache "
+    "(Lfm2HybridConvCache) the engine cannot merge into a decode batch"
+)
 FAMILIES: dict[str, ModelFamily] = {
     "qwen2_vl": ModelFamily("qwen2_vl", **_QWEN),
     "qwen2_5_vl": ModelFamily("qwen2_5_vl", **_QWEN),
@@ -91,6 +95,11 @@ FAMILIES: dict[str, ModelFamily] = {
     "llava_onevision": ModelFamily("llava_onevision"),
     "idefics3": ModelFamily("idefics3"),
     "smolvlm": ModelFamily("smolvlm"),
+    "internvl": ModelFamily("internvl"),
+    "glm4v": ModelFamily("glm4v", **_QWEN),
+    "glm46v": ModelFamily("glm46v", **_QWEN),
+    "mistral3": ModelFamily("mistral3"),
+    "lfm2_vl": ModelFamily("lfm2_vl", one_row_decode=_SHORT_CONVOLUTION),
 }
 TEXT = ModelFamily("text")
 

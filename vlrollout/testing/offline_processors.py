@@ -74,6 +74,51 @@ IDEFICS3_CHAT_TEMPLATE = (
 )
 
 
+# InternVL3 (OpenGVLab/InternVL3-1B-hf chat_template.json): Qwen2 chat markup; an image part is
+# "<IMG_CONTEXT>\n", a video part "<video>\n" (the processor expands both).
+INTERNVL_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<IMG_CONTEXT>\n{% elif part['type'] == 'video' %}<video>\n"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# GLM-4.1V (zai-org/GLM-4.1V-9B-Thinking chat_template.jinja): "[gMASK]<sop>", then
+# "<|role|>\n" before each turn; images "<|begin_of_image|><|image|><|end_of_image|>", videos
+# "<|begin_of_video|><|video|><|end_of_video|>" (the processor expands <|image|>/<|video|>).
+GLM4V_CHAT_TEMPLATE = (
+    "[gMASK]<sop>{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif part['type'] == 'video' %}<|begin_of_video|><|video|><|end_of_video|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+# Mistral Small 3.1 (mistralai/Mistral-Small-3.1-24B-Instruct-2503 chat_template.json):
+# "[INST]...[/INST]" around user turns, images "[IMG]" (PixtralProcessor expands them into rows
+# of [IMG] ended by [IMG_BREAK], the last by [IMG_END]), assistant turns end with "</s>".
+MISTRAL3_CHAT_TEMPLATE = (
+    "<s>{% for message in messages %}"
+    "{% if message['role'] == 'system' %}[SYSTEM_PROMPT]{{ message['content'] }}[/SYSTEM_PROMPT]"
+    "{% elif message['role'] == 'user' %}[INST]"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}[IMG]{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}[/INST]"
+    "{% else %}{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{% if part['type'] == 'text' %}"
+    "{{ part['text'] }}{% endif %}{% endfor %}{% endif %}</s>{% endif %}{% endfor %}"
+)
+
+# LFM2-VL (LiquidAI/LFM2-VL-450M chat_template.jinja): ChatML markup, images "<image>" (the
+# processor expands each into <|image_start|>, tiles and thumbnail, <|image_end|>).
+LFM2_VL_CHAT_TEMPLATE = LLAVA_OV_CHAT_TEMPLATE
+
+
 def _tokenizer(extra_special: list[str], chat_template: str, **extra_attrs: str):
     """The tiny BPE tokenizer with ``extra_special`` tokens; ``extra_attrs`` become attributes.
 
@@ -248,6 +293,105 @@ def build_smolvlm(tile: int = 28, longest_edge: int = 56, image_seq_len: int = 4
     )
 
 
+def build_internvl(tile: int = 56, max_patches: int = 4, image_seq_length: int = 4):
+    """InternVL 3 / 3.5: ``GotOcr2ImageProcessor`` crops each image to up to ``max_patches``
+    ``tile``² tiles (the grid whose aspect is nearest the image's) plus a thumbnail tile; every tile
+    is ``image_seq_length`` ``<IMG_CONTEXT>`` tokens between ``<img>`` and ``</img>``. The video
+    processor resizes frames to one tile. Tokens per tile = (tile/patch)² × scale_factor² of
+    the model, so ``image_seq_length`` 4 is a 4×4-patch tile pixel-shuffled by 0.5."""
+    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
+
+    tok = _tokenizer(
+        ["<img>", "</img>", "<IMG_CONTEXT>", "<video>"],
+        INTERNVL_CHAT_TEMPLATE,
+        start_image_token="<img>",
+        end_image_token="</img>",
+        context_image_token="<IMG_CONTEXT>",
+        video_token="<video>",
+    )
+    ip = GotOcr2ImageProcessor(
+        size={"height": tile, "width": tile},
+        crop_to_patches=True,
+        min_patches=1,
+        max_patches=max_patches,
+        image_mean=[0.485, 0.456, 0.406],
+        image_std=[0.229, 0.224, 0.225],
+    )
+    vp = InternVLVideoProcessor(size={"height": tile, "width": tile})
+    return InternVLProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        video_processor=vp,
+        image_seq_length=image_seq_length,
+        chat_template=INTERNVL_CHAT_TEMPLATE,
+    )
+
+
+def build_glm4v(min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
+    """GLM-4.1V: Qwen2-VL-style ``smart_resize`` (patch 14, merge 2, temporal patch 2) whose pixel
+    bounds count both temporal copies of an image (``size`` = 2 × the image's pixel bounds)."""
+    from transformers import Glm4vImageProcessor, Glm4vProcessor, Glm4vVideoProcessor
+
+    specials = ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|image|>"]
+    specials += ["<|video|>", "<|begin_of_image|>", "<|end_of_image|>"]
+    specials += ["<|begin_of_video|>", "<|end_of_video|>"]
+    tok = _tokenizer(specials, GLM4V_CHAT_TEMPLATE)
+    size = {"shortest_edge": 2 * min_pixels, "longest_edge": 2 * max_pixels}
+    ip = Glm4vImageProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2)
+    vp = Glm4vVideoProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2)
+    return Glm4vProcessor(
+        image_processor=ip, tokenizer=tok, video_processor=vp, chat_template=GLM4V_CHAT_TEMPLATE
+    )
+
+
+def build_mistral3(longest_edge: int = 112, patch_size: int = 14, spatial_merge_size: int = 2):
+    """Mistral 3 (Pixtral vision): resize so the longest edge fits ``longest_edge``, then round
+    each side up to a multiple of patch × merge; one ``[IMG]`` per merged patch, a row break
+    ``[IMG_BREAK]`` after each row, ``[IMG_END]`` in place of the last break."""
+    from transformers import PixtralImageProcessor, PixtralProcessor
+
+    specials = ["<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+    specials += ["[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"]
+    tok = _tokenizer(specials, MISTRAL3_CHAT_TEMPLATE)
+    # The processor resizes with patch × merge (it passes that patch_size to the image processor);
+    # the image processor is saved with the same value so that calling it alone (as the SGLang
+    # /generate endpoint does) gives the same sizes. Mistral's checkpoints save the ViT patch (14).
+    merged = patch_size * spatial_merge_size
+    ip = PixtralImageProcessor(
+        size={"longest_edge": longest_edge}, patch_size={"height": merged, "width": merged}
+    )
+    return PixtralProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        patch_size=patch_size,
+        spatial_merge_size=spatial_merge_size,
+        chat_template=MISTRAL3_CHAT_TEMPLATE,
+    )
+
+
+def build_lfm2_vl(tile: int = 64, min_image_tokens: int = 4, max_image_tokens: int = 16):
+    """LFM2-VL: ``smart_resize`` to multiples of 32 (SigLIP2 patch 16, pixel unshuffle 2) within
+    ``min/max_image_tokens``; an image over twice the token budget is split into ``tile``² tiles
+    (2 to 4) plus a thumbnail at the smart-resized size."""
+    from transformers import Lfm2VlImageProcessorFast, Lfm2VlProcessor
+
+    specials = ["<image>", "<|image_start|>", "<|image_end|>", "<|img_thumbnail|>"]
+    specials += [f"<|img_row_{r}_col_{c}|>" for r in range(1, 5) for c in range(1, 5)]
+    tok = _tokenizer(specials, LFM2_VL_CHAT_TEMPLATE)
+    ip = Lfm2VlImageProcessorFast(
+        tile_size=tile,
+        encoder_patch_size=16,
+        downsample_factor=2,
+        min_image_tokens=min_image_tokens,
+        max_image_tokens=max_image_tokens,
+        min_tiles=2,
+        max_tiles=4,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    return Lfm2VlProcessor(image_processor=ip, tokenizer=tok, chat_template=LFM2_VL_CHAT_TEMPLATE)
+
+
 OFFLINE_BUILDERS: dict[str, Callable[..., Any]] = {
     "qwen2_vl": build_qwen2_vl,
     "qwen2_5_vl": build_qwen2_5_vl,
@@ -257,6 +401,10 @@ OFFLINE_BUILDERS: dict[str, Callable[..., Any]] = {
     "gemma3": build_gemma3,
     "idefics3": build_idefics3,
     "smolvlm": build_smolvlm,
+    "internvl": build_internvl,
+    "glm4v": build_glm4v,
+    "mistral3": build_mistral3,
+    "lfm2_vl": build_lfm2_vl,
 }
 
 

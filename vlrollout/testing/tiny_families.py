@@ -48,6 +48,11 @@ TINY_FAMILIES: tuple[str, ...] = (
     "llava_onevision",
     "idefics3",
     "smolvlm",
+    "internvl",
+    "glm4v",
+    "mistral3",
+    "lfm2_vl",
+    "qwen3_vl_moe",
 )
 """Families :func:`tiny_vlm` builds (``model_type`` spelling)."""
 
@@ -61,16 +66,23 @@ MODEL_CLASSES: dict[str, str] = {
     "llava_onevision": "LlavaOnevisionForConditionalGeneration",
     "idefics3": "Idefics3ForConditionalGeneration",
     "smolvlm": "SmolVLMForConditionalGeneration",
+    "internvl": "InternVLForConditionalGeneration",
+    "glm4v": "Glm4vForConditionalGeneration",
+    "mistral3": "Mistral3ForConditionalGeneration",
+    "lfm2_vl": "Lfm2VlForConditionalGeneration",
+    "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
 }
 """The transformers class of each family's model (what ``AutoModelForImageTextToText`` picks)."""
 
 PROCESSOR_FAMILY: dict[str, str] = {family: family for family in TINY_FAMILIES} | {
-    "qwen3_5": "qwen3_vl"
+    "qwen3_5": "qwen3_vl",
+    "qwen3_vl_moe": "qwen3_vl",
 }
 """The ``OFFLINE_BUILDERS`` entry each family uses. Qwen3.5 has no processor of its own:
 transformers' ``AutoProcessor`` and ``AutoImageProcessor`` map ``qwen3_5`` to ``Qwen3VLProcessor``
 and the Qwen2-VL image processor, with patch 16 and merge 2 as for Qwen3-VL and the same
-``<|vision_start|><|image_pad|><|vision_end|>`` placeholders."""
+``<|vision_start|><|image_pad|><|vision_end|>`` placeholders. Qwen3-VL-MoE checkpoints
+(Qwen/Qwen3-VL-30B-A3B-Instruct) ship ``Qwen3VLProcessor`` too."""
 
 TEXT: dict[str, Any] = {k: v for k, v in SMALL_TEXT.items() if k != "rope_parameters"}
 """Text decoder size shared by every family (head dim 16): the engine tests' Qwen2-VL size,
@@ -321,6 +333,150 @@ def _smolvlm(processor: Any):
     return _idefics3_like(processor, SmolVLMConfig)
 
 
+def _qwen3_vl_moe(processor: Any):
+    """Qwen3-VL-MoE: Qwen3-VL's vision and M-RoPE, a decoder whose every layer routes each token
+    to 2 of 4 experts (Qwen/Qwen3-VL-30B-A3B-Instruct routes to 8 of 128)."""
+    from transformers import Qwen3VLMoeConfig
+
+    rope = {
+        "rope_type": "default",
+        "rope_theta": 5_000_000.0,
+        "mrope_section": [4, 2, 2],
+        "mrope_interleaved": True,
+    }
+    text = _text(
+        processor,
+        head_dim=16,
+        rope_parameters=rope,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        decoder_sparse_step=1,
+    )
+    return Qwen3VLMoeConfig(
+        text_config=text,
+        vision_config=_qwen_vision(
+            processor, num_position_embeddings=64, deepstack_visual_indexes=[0]
+        ),
+        tie_word_embeddings=False,
+        **_qwen_ids(processor),
+    )
+
+
+def _internvl(processor: Any):
+    """InternVL: an InternViT tower over one tile, pixel-shuffled by ``downsample_ratio`` 0.5 to the
+    processor's ``image_seq_length`` tokens per tile, a Qwen2 decoder (InternVL3-1B's)."""
+    from transformers import InternVLConfig
+
+    tile = processor.image_processor.size["height"]
+    side = math.isqrt(processor.image_seq_length) * 2  # patches per tile side before the shuffle
+    if side**2 != 4 * processor.image_seq_length or tile % side:
+        raise ValueError(f"{processor.image_seq_length} tokens cannot pool a {tile}-pixel tile")
+    vision = {**VISION, "num_attention_heads": 2, "image_size": tile, "patch_size": tile // side}
+    return InternVLConfig(
+        vision_config=vision,
+        text_config=_text(processor, model_type="qwen2"),
+        image_token_id=processor.image_token_id,
+        image_seq_length=processor.image_seq_length,
+        downsample_ratio=0.5,
+        vision_feature_layer=-1,
+        tie_word_embeddings=False,
+    )
+
+
+def _glm4v(processor: Any):
+    """GLM-4.1V: a Qwen-style ViT (patch/merge/temporal sizes from the image processor) and a
+    decoder with 3-D rope on half of each head (``partial_rotary_factor`` 0.5); zai-org/
+    GLM-4.1V-9B-Thinking splits 32 rotary frequencies [8, 12, 12], here 4 split [2, 1, 1]."""
+    from transformers import Glm4vConfig
+
+    ip, tok = processor.image_processor, processor.tokenizer
+    rope = {
+        "rope_type": "default",
+        "rope_theta": 10_000.0,
+        "partial_rotary_factor": 0.5,
+        "mrope_section": [2, 1, 1],
+    }
+    vision = {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "image_size": 4 * ip.patch_size,
+        "patch_size": ip.patch_size,
+        "spatial_merge_size": ip.merge_size,
+        "temporal_patch_size": ip.temporal_patch_size,
+        "out_hidden_size": TEXT["hidden_size"],
+    }
+    return Glm4vConfig(
+        text_config=_text(processor, rope_parameters=rope),
+        vision_config=vision,
+        image_token_id=processor.image_token_id,
+        video_token_id=processor.video_token_id,
+        image_start_token_id=_token_id(tok, "<|begin_of_image|>"),
+        image_end_token_id=_token_id(tok, "<|end_of_image|>"),
+        video_start_token_id=_token_id(tok, "<|begin_of_video|>"),
+        video_end_token_id=_token_id(tok, "<|end_of_video|>"),
+        tie_word_embeddings=False,
+    )
+
+
+def _mistral3(processor: Any):
+    """Mistral 3: a Pixtral tower (2-D rope over the patch grid) at the processor's patch size and
+    longest edge, a patch merger of ``spatial_merge_size``², a Mistral decoder."""
+    from transformers import Mistral3Config
+
+    edge = processor.image_processor.size["longest_edge"]
+    vision = {
+        **VISION,
+        "model_type": "pixtral",
+        "num_attention_heads": 2,
+        "head_dim": 16,
+        "image_size": edge,
+        "patch_size": processor.patch_size,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10_000.0},
+    }
+    return Mistral3Config(
+        vision_config=vision,
+        text_config=_text(processor, model_type="mistral", head_dim=16, sliding_window=None),
+        image_token_index=processor.image_token_id,
+        spatial_merge_size=processor.spatial_merge_size,
+        vision_feature_layer=-1,
+        tie_word_embeddings=False,
+    )
+
+
+def _lfm2_vl(processor: Any):
+    """LFM2-VL: a SigLIP2 (NaFlex) tower with position embeddings for the largest patch grid the
+    processor emits, pixel unshuffle by ``downsample_factor``, an LFM2 decoder of one
+    short-convolution layer and one attention layer (LiquidAI/LFM2-VL-450M interleaves them)."""
+    from transformers import Lfm2VlConfig
+
+    ip = processor.image_processor
+    vision = {
+        **VISION,
+        "model_type": "siglip2_vision_model",
+        "num_attention_heads": 2,
+        "patch_size": ip.encoder_patch_size,
+        "num_patches": ip.max_num_patches,
+    }
+    text = _text(
+        processor,
+        model_type="lfm2",
+        layer_types=["conv", "full_attention"],
+        norm_eps=1e-5,
+        block_auto_adjust_ff_dim=False,
+    )
+    return Lfm2VlConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=processor.image_token_id,
+        downsample_factor=ip.downsample_factor,
+        projector_hidden_size=64,
+        tie_word_embeddings=False,
+    )
+
+
 CONFIG_BUILDERS: dict[str, Callable[[Any], Any]] = {
     "qwen2_vl": _qwen2_vl,
     "qwen2_5_vl": _qwen2_5_vl,
@@ -331,6 +487,11 @@ CONFIG_BUILDERS: dict[str, Callable[[Any], Any]] = {
     "llava_onevision": _llava_onevision,
     "idefics3": _idefics3,
     "smolvlm": _smolvlm,
+    "internvl": _internvl,
+    "glm4v": _glm4v,
+    "mistral3": _mistral3,
+    "lfm2_vl": _lfm2_vl,
+    "qwen3_vl_moe": _qwen3_vl_moe,
 }
 """Per family: ``processor -> config`` of the tiny model that matches it."""
 
