@@ -12,7 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.workflows.test_video_workflows import write_clip
 from vlrollout.files import atomic_write_json, item_stem
+from vlrollout.processors.video_sampling import VideoSampling
 from vlrollout.run.report import STRIP_FRAMES, STRIP_HEIGHT, frame_strip, write_report
 from vlrollout.run.report_images import videos_seen_by_model
 from vlrollout.run.runner import summarize
@@ -76,3 +78,25 @@ def test_a_long_video_shows_at_most_the_strip_frames_with_its_first_and_last():
     assert 2 <= shown <= STRIP_FRAMES
     array = np.asarray(strip)
     assert array[0, 0, 0] == 0 and array[0, -1, 0] == 190
+
+
+def test_without_model_tensors_the_strip_shows_the_sampled_source_frames(tmp_path):
+    """Families whose video tensors are not turned back (LLaVA-OneVision, ...) show thumbnails
+    of the frames the preprocessor samples; a video that cannot be read says why."""
+    write_clip(tmp_path / "clip.mp4", frames=8)
+    (tmp_path / "bad.mp4").write_bytes(b"\x00" * 32)
+    items = [
+        {"id": "ok", "messages": "<video>Go?", "videos": [str(tmp_path / "clip.mp4")]},
+        {"id": "bad", "messages": "<video>Go?", "videos": [str(tmp_path / "bad.mp4")]},
+    ]
+    for item in items:
+        outcome = {"id": item["id"], "status": "accepted", "generated_tokens": 1}
+        outcome |= {"rejections": [], "episodes": [{"turns": ["left"], "reward": 0.0}]}
+        atomic_write_json(tmp_path / "items" / f"{item_stem(item['id'])}.json", outcome)
+    sampling = VideoSampling(fps=2.0, max_frames=4)
+    summary = summarize(tmp_path, items, 0.0)
+    page = write_report(tmp_path, items, summary, video_sampling=sampling).read_text()
+    assert "video 1: 4 frames (sampled from the source)" in page
+    assert page.count("<img class=strip") == 1
+    assert "video 1 unavailable: video_" in page
+    assert "frames (sampled" not in write_report(tmp_path, items, summary).read_text()

@@ -274,14 +274,33 @@ def run_from_config(
         try:
             summary = asyncio.run(run_items(runner, items, progress))
         except Interrupted:
-            write_report(Path(cfg.output), items, _partial_summary(cfg, items), processor=processor)
+            write_report(
+                Path(cfg.output),
+                items,
+                _partial_summary(cfg, items),
+                processor=processor,
+                video_sampling=_video_sampling(workflow),
+            )
             raise
     finally:
         engine.destroy()
     summary["config"] = cfg.to_dict()
     atomic_write_json(Path(cfg.output) / "summary.json", summary)
-    write_report(Path(cfg.output), items, summary, processor=processor)
+    write_report(
+        Path(cfg.output),
+        items,
+        summary,
+        processor=processor,
+        video_sampling=_video_sampling(workflow),
+    )
     return summary
+
+
+def _video_sampling(workflow: Any) -> Any:
+    """The frame sampling of the workflow's preprocessor (``None`` for a custom workflow or one
+    without video), for the report's strips of families whose tensors it cannot turn back."""
+    pre = getattr(getattr(workflow, "ctx", None), "preprocessor", None)
+    return getattr(pre, "video_sampling", None)
 
 
 def _partial_summary(cfg: RunConfig, items: list[dict[str, Any]]) -> dict[str, Any]:

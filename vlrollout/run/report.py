@@ -28,6 +28,8 @@ from PIL import Image, ImageDraw
 
 from vlrollout.files import atomic_write_bytes, item_stem, read_outcomes
 from vlrollout.logs import get_logger
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.video_loading import load_video
 from vlrollout.run.report_summary import overview_html
 
 logger = get_logger("vlrollout.run")
@@ -208,6 +210,20 @@ def seen_by_model(
     )
 
 
+def sampled_thumbnails(item: dict[str, Any], sampling: Any) -> list[list[Image.Image] | str]:
+    """Each of the item's ``videos`` as the preprocessor samples it (``sampling``: its
+    :class:`~vlrollout.processors.video_sampling.VideoSampling`), as thumbnails of the source
+    frames, or why it cannot be shown: the strip of families whose tensors are not turned back."""
+    shown: list[list[Image.Image] | str] = []
+    videos = item.get("videos") if isinstance(item.get("videos"), list) else []
+    for k, source in enumerate(videos, 1):
+        try:
+            shown.append(load_video(source, f"video {k}", sampling).clip.thumbnails)
+        except PreprocessError as e:
+            shown.append(f"{e.reason}: {e.detail}")
+    return shown
+
+
 def frame_strip(frames: Sequence[Image.Image], height: int = STRIP_HEIGHT) -> str:
     """A data URL of one picture: up to :data:`STRIP_FRAMES` of ``frames`` (evenly spaced, first
     and last kept) side by side, each ``height`` pixels high."""
@@ -237,10 +253,13 @@ def render_item(
     outcome: dict[str, Any],
     family: str,
     extra_images: Sequence[Image.Image] = (),
-    videos: Sequence[Sequence[Image.Image]] = (),
+    videos: Sequence[Sequence[Image.Image] | str] = (),
+    as_seen: bool = True,
 ) -> str:
     """One item's section: images with boxes, each video's strip of sampled frames (``videos``:
-    the frames the model saw), prompt, expected answer, completions, rejections."""
+    the frames the model saw, or with ``as_seen=False`` thumbnails of the sampled source
+    frames; a string says why a video is not shown), prompt, expected answer, completions,
+    rejections."""
     images = [_load_image(s) for s in prompt_sources(item)]
     gt, notes = label_boxes(item.get("boxes"))
     rows, preds = [], []
@@ -282,7 +301,11 @@ def render_item(
         else:
             pictures.append(_figure(draw_boxes(image, [], []), caption))
     for k, frames in enumerate(videos, 1):
-        caption = f"video {k}: {len(frames)} frames (as the model saw them)"
+        if isinstance(frames, str):
+            pictures.append(f"<p><i>video {k} unavailable: {html.escape(frames[:200])}</i></p>")
+            continue
+        seen = "as the model saw them" if as_seen else "sampled from the source"
+        caption = f"video {k}: {len(frames)} frames ({seen})"
         pictures.append(
             f"<figure><img class=strip src='{frame_strip(frames)}'>"
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
@@ -319,14 +342,22 @@ table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8p
 
 
 def _section(
-    output: Path, item: dict[str, Any], outcome: dict[str, Any], family: str, processor: Any
+    output: Path,
+    item: dict[str, Any],
+    outcome: dict[str, Any],
+    family: str,
+    processor: Any,
+    video_sampling: Any = None,
 ) -> str:
     try:
         n_prompt = len(prompt_sources(item))
         extra, videos = seen_by_model(
             output / "trajectories" / f"{item_stem(item['id'])}.pt", processor, n_prompt
         )
-        return render_item(item, outcome, family, extra, videos)
+        if videos or video_sampling is None or not item.get("videos"):
+            return render_item(item, outcome, family, extra, videos)
+        sampled = sampled_thumbnails(item, video_sampling)
+        return render_item(item, outcome, family, extra, sampled, as_seen=False)
     except Exception as e:  # noqa: BLE001 - one item must not cost the whole report
         logger.warning("report: cannot draw item %s", item.get("id"), exc_info=True)
         return (
@@ -342,12 +373,14 @@ def write_report(
     summary: dict[str, Any],
     family: str = "qwen2_vl",
     processor: Any = None,
+    video_sampling: Any = None,
 ) -> Path:
     """Write ``output/report.html`` for every finished item; returns its path.
 
     With ``processor`` (Qwen-VL families), images that tools added during an episode are shown
     too, reconstructed from the saved trajectory's ``pixel_values``, and each video as a strip of
-    the frames the model saw (``pixel_values_videos``).
+    the frames the model saw (``pixel_values_videos``); for other families, with
+    ``video_sampling`` (the preprocessor's), thumbnails of the source frames it samples.
     """
     outcomes = read_outcomes(output)
     sections, by_task = [], {}
@@ -359,7 +392,7 @@ def write_report(
         by_task.setdefault(str(item.get("task", "all")), []).extend(
             float(r) for r in rewards if isinstance(r, int | float)
         )
-        sections.append(_section(output, item, outcome, family, processor))
+        sections.append(_section(output, item, outcome, family, processor, video_sampling))
     legend = "".join(
         f"<span style='color:{_hex(episode_colour(i))}'>■ {i}</span> " for i in range(4)
     )
