@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .base import LAZY, EngineImages, PreparedPrompt
+from .base import LAZY, EngineImages, PreparedPrompt, images_in_prompt
 from .errors import PreprocessError
 from .families import FamilyAdapter, adapter_for
 from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
@@ -364,6 +364,7 @@ class AutoProcessorPreprocessor:
             engine_images=engine_images(images, messages) if images else None,
             videos=[v.clip for v in videos],
             video_token_id=self.video_token_id,
+            video_frame_images=self._video_frame_images(input_ids, len(images)) if videos else 0,
         )
         if images and messages is None:
             # A templated string cannot be turned back into chat messages; AReaL's datasets give
@@ -372,6 +373,14 @@ class AutoProcessorPreprocessor:
             chat = data.get("messages_chat")
             prepared.vision_msg_vllm = copy.deepcopy(list(chat)) if chat else None
         return prepared
+
+    def _video_frame_images(self, input_ids: list[int], n_images: int) -> int:
+        """Image placeholders beyond the item's images: the frames of a family that spells a
+        video as images (GLM-4.1V, InternVL)."""
+        if self.image_token_id is None:
+            return 0
+        found = images_in_prompt(input_ids, self.image_token_id, self.image_marker_id)
+        return max(0, found - n_images)
 
     def is_templated(self, text: str) -> bool:
         """Whether a string ``messages`` is an already chat-templated prompt (AReaL's format).

@@ -9,6 +9,7 @@ to convert coordinates and each video's timing (:class:`VideoClip`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -106,6 +107,9 @@ class PreparedPrompt:
             ``multi_modal_input``). The engine's ``image_data``/``vision_msg_vllm`` carry images
             only: AReaL's ``ModelRequest`` has no video field, so remote engines get no video.
         video_token_id: The family's video placeholder token id (``None``: no video processor).
+        video_frame_images: How many of the image placeholders :func:`images_in_prompt` counts
+            belong to video frames: families that spell a video as one image per frame
+            (GLM-4.1V, InternVL) write image placeholders for it; 0 for the others.
     """
 
     input_ids: list[int]
@@ -120,6 +124,7 @@ class PreparedPrompt:
     templated: bool = False
     videos: list[VideoClip] = field(default_factory=list)
     video_token_id: int | None = None
+    video_frame_images: int = 0
     engine_images: EngineImages | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -241,6 +246,30 @@ class EngineImages:
             for (_, mime), b64 in zip(self._images, self.image_data(), strict=True)
         ]
         return to_openai_messages(self._messages, urls)
+
+
+def placeholder_runs(input_ids: Sequence[int], image_token_id: int) -> int:
+    """Number of contiguous runs of ``image_token_id`` (one run per image)."""
+    runs, previous = 0, False
+    for t in input_ids:
+        current = t == image_token_id
+        runs += current and not previous
+        previous = current
+    return runs
+
+
+def images_in_prompt(
+    input_ids: Sequence[int], image_token_id: int, image_marker_id: int | None = None
+) -> int:
+    """How many images ``input_ids`` hold: one per ``image_marker_id`` where the family writes
+    one (an image split into tiles is several placeholder runs), else one per placeholder run.
+
+    >>> images_in_prompt([1, 9, 9, 2, 9, 9], 9), images_in_prompt([7, 9, 9, 2, 7, 9, 9], 9, 7)
+    (2, 2)
+    """
+    if image_marker_id is not None:
+        return list(input_ids).count(image_marker_id)
+    return placeholder_runs(input_ids, image_token_id)
 
 
 @runtime_checkable

@@ -121,3 +121,17 @@ def test_video_requests_need_video_tensors_not_images(qwen2vl_processor):
     blind.processor = qwen2vl_processor
     with pytest.raises(VideosMissingError):
         check_request_images(blind, ids[0])
+
+
+def test_image_placeholders_of_video_frames_are_not_missing_images():
+    import torch
+
+    # GLM-4.1V / InternVL spell a video as one image per frame: two runs here, no image item.
+    req = ModelRequest(
+        input_ids=[1, 9, 9, 2, 9, 9],
+        image_data=[],
+        metadata={"multi_modal_input": {"pixel_values": torch.zeros(1)}},
+    )
+    check_request_images(req, 9, require_vllm_messages=False, video_frame_images=2)
+    with pytest.raises(ImagesMissingError, match="hold 1 image"):
+        check_request_images(req, 9, require_vllm_messages=False, video_frame_images=1)

@@ -20,6 +20,7 @@ import torch
 from areal.api import ModelRequest
 
 from vlrollout import families
+from vlrollout.processors.base import images_in_prompt, placeholder_runs
 
 # Image-processor attributes that change what the model sees; compared when both sides have them.
 RESIZE_ATTRIBUTES = (
@@ -52,30 +53,6 @@ class VideosMissingError(ImagesMissingError):
     """A request has video placeholders but does not carry the video tensors."""
 
 
-def placeholder_runs(input_ids: Sequence[int], image_token_id: int) -> int:
-    """Number of contiguous runs of ``image_token_id`` (one run per image)."""
-    runs, previous = 0, False
-    for t in input_ids:
-        current = t == image_token_id
-        runs += current and not previous
-        previous = current
-    return runs
-
-
-def images_in_prompt(
-    input_ids: Sequence[int], image_token_id: int, image_marker_id: int | None = None
-) -> int:
-    """How many images ``input_ids`` hold: one per ``image_marker_id`` where the family writes
-    one (an image split into tiles is several placeholder runs), else one per placeholder run.
-
-    >>> images_in_prompt([1, 9, 9, 2, 9, 9], 9), images_in_prompt([7, 9, 9, 2, 7, 9, 9], 9, 7)
-    (2, 2)
-    """
-    if image_marker_id is not None:
-        return list(input_ids).count(image_marker_id)
-    return placeholder_runs(input_ids, image_token_id)
-
-
 def check_request_videos(req: ModelRequest, video_token_id: int | None) -> None:
     """Raise :class:`VideosMissingError` when ``input_ids`` hold video placeholder tokens but
     ``metadata["multi_modal_input"]`` (what the local engine runs) has no ``pixel_values_videos``.
@@ -100,6 +77,7 @@ def check_request_images(
     require_vllm_messages: bool = True,
     image_marker_id: int | None = None,
     video_token_id: int | None = None,
+    video_frame_images: int = 0,
 ) -> None:
     """Raise :class:`ImagesMissingError` unless the request carries one image per image in its
     prompt (:func:`images_in_prompt`), and :class:`VideosMissingError` unless a prompt with
@@ -110,7 +88,9 @@ def check_request_images(
     placeholder runs in ``input_ids``. ``require_vllm_messages=False`` for prompts that came
     already chat-templated without ``messages_chat`` (AReaL's datasets): there are no messages to
     send, exactly as with AReaL's own workflow. ``video_token_id`` defaults to the request
-    processor's ``video_token_id``. Video tokens never count as images.
+    processor's ``video_token_id``. Video tokens never count as images, nor do the
+    ``video_frame_images`` image placeholders a family writes for video frames
+    (``PreparedPrompt.video_frame_images``: GLM-4.1V, InternVL).
     """
     if video_token_id is None:
         tid = getattr(req.processor, "video_token_id", None)
@@ -119,7 +99,8 @@ def check_request_images(
         check_request_videos(req, video_token_id)
     if image_token_id is None:
         return
-    expected = images_in_prompt(req.input_ids, image_token_id, image_marker_id)
+    in_prompt = images_in_prompt(req.input_ids, image_token_id, image_marker_id)
+    expected = in_prompt - video_frame_images
     if expected == 0:
         return
     problems = []

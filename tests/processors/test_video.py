@@ -230,6 +230,7 @@ def test_image_and_video_in_one_item(clip_path):
     )
     assert set(prepared.mm_token_type_ids) == {0, 1, 2}
     assert prepared.num_images == 1 and prepared.num_videos == 1
+    assert prepared.video_frame_images == 0  # Qwen spells a video with its own token
     frames = np.stack([decoded(clip_path.read_bytes())[k] for k in (0, 2, 4, 6)])
     metadata = [{"total_num_frames": 8, "fps": 4.0, "frames_indices": [0, 2, 4, 6]}]
     ref = reference(proc, "qwen2_5_vl", prepared.prompt_text, [frames], metadata, [image])
