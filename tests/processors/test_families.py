@@ -10,7 +10,19 @@ from PIL import Image
 from vlrollout.processors import AutoProcessorPreprocessor
 from vlrollout.processors.families import GENERIC, adapter_for
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_onevision", "gemma3", "idefics3"]
+FAMILIES = [
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "llava",
+    "llava_onevision",
+    "gemma3",
+    "idefics3",
+    "internvl",
+    "glm4v",
+    "mistral3",
+    "lfm2_vl",
+]
 
 
 def prepare_two(pre, rgb_png, tall_png):
@@ -61,7 +73,7 @@ def count(prepared):
 
 
 @pytest.mark.parametrize(
-    ("family", "patch"), [("qwen2_vl", 14), ("qwen2_5_vl", 14), ("qwen3_vl", 16)]
+    ("family", "patch"), [("qwen2_vl", 14), ("qwen2_5_vl", 14), ("qwen3_vl", 16), ("glm4v", 14)]
 )
 def test_qwen_token_count_and_geometry(family, patch, offline, rgb_png, tall_png):
     processor = offline(family)
@@ -154,3 +166,96 @@ def test_generic_fallback_for_unknown_processor_class(offline, rgb_png, tall_png
     assert prepared.input_ids == ref["input_ids"][0].tolist()
     assert torch.equal(prepared.multi_modal_input["pixel_values"], ref["pixel_values"])
     assert [(g.model_width, g.model_height) for g in prepared.geometry] == [(28, 28)] * 2
+
+
+def _spans(prepared, start_id: int, end_id: int) -> list[int]:
+    """Image placeholders between each ``start_id`` and the next ``end_id``."""
+    counts, inside = [], None
+    for tid in prepared.input_ids:
+        if tid == start_id:
+            inside = 0
+        elif tid == end_id and inside is not None:
+            counts.append(inside)
+            inside = None
+        elif tid == prepared.image_token_id and inside is not None:
+            inside += 1
+    return counts
+
+
+def test_internvl_tiles_and_geometry(offline, rgb_png, tall_png):
+    """70x40 (aspect 1.75) takes the 2x1 grid of 56-pixel tiles, 30x90 (1/3) the 1x3 grid; each
+    adds a thumbnail tile. The 1x1 grid is one tile, no thumbnail."""
+    processor = offline("internvl")
+    prepared = prepare_two(AutoProcessorPreprocessor(processor), rgb_png, tall_png)
+    assert [(g.model_width, g.model_height) for g in prepared.geometry] == [(112, 56), (56, 168)]
+    per_tile = processor.image_seq_length
+    spans = _spans(prepared, processor.start_image_token_id, processor.end_image_token_id)
+    assert spans == [(2 + 1) * per_tile, (3 + 1) * per_tile]
+    assert prepared.multi_modal_input["pixel_values"].shape == (3 + 4, 3, 56, 56)
+    square = AutoProcessorPreprocessor(processor).prepare(
+        {"messages": [{"role": "user", "content": "<image>Q"}], "images": [_image(50, 50)]}
+    )
+    assert (square.geometry[0].model_width, square.geometry[0].model_height) == (56, 56)
+    assert square.multi_modal_input["pixel_values"].shape[0] == 1
+
+
+def _image(w: int, h: int):
+    return Image.new("RGB", (w, h), (120, 30, 200))
+
+
+def test_glm4v_pixel_budget_counts_both_temporal_copies(offline):
+    """GLM-4.1V's smart_resize counts an image twice (temporal patch 2), so max_pixels=N must
+    give at most N pixels per image, as Qwen2-VL's does."""
+    processor = offline("glm4v")
+    pre = AutoProcessorPreprocessor(processor, min_pixels=28 * 28, max_pixels=56 * 56)
+    prepared = pre.prepare(
+        {"messages": [{"role": "user", "content": "<image>Q"}], "images": [_image(200, 200)]}
+    )
+    geom = prepared.geometry[0]
+    assert (geom.model_width, geom.model_height) == (56, 56)
+    grid = prepared.multi_modal_input["image_grid_thw"]
+    assert grid.tolist() == [[1, 4, 4]] and count(prepared) == 4
+
+
+def test_mistral3_longest_edge_and_patch_rounding(offline, rgb_png, tall_png):
+    """Pixtral: no downscale under the 112-pixel longest edge; sides rounded up to multiples of
+    28 (patch 14 x merge 2): 70x40 -> 84x56, 30x90 -> 56x112; a 300x120 image is scaled by
+    300/112 (floor) to 112x44 -> 112x56. One [IMG] per merged patch."""
+    processor = offline("mistral3")
+    pre = AutoProcessorPreprocessor(processor)
+    prepared = prepare_two(pre, rgb_png, tall_png)
+    assert [(g.model_width, g.model_height) for g in prepared.geometry] == [(84, 56), (56, 112)]
+    assert prepared.multi_modal_input["image_sizes"].tolist() == [[56, 84], [112, 56]]
+    assert count(prepared) == 3 * 2 + 2 * 4
+    wide = pre.prepare(
+        {"messages": [{"role": "user", "content": "<image>Q"}], "images": [_image(300, 120)]}
+    )
+    assert (wide.geometry[0].model_width, wide.geometry[0].model_height) == (112, 56)
+
+
+def test_lfm2_vl_smart_resize_and_tiles(offline, rgb_png, tall_png):
+    """Below the budget, smart_resize to multiples of 32: 70x40 -> 96x64 (scaled up to the
+    4-token minimum), 30x90 -> 64x128. A 300x120 image exceeds twice the 16-token budget and is
+    split into a 3x1 grid of 64-pixel tiles plus a thumbnail; its frame is the 192x64 canvas."""
+    processor = offline("lfm2_vl")
+    pre = AutoProcessorPreprocessor(processor)
+    prepared = prepare_two(pre, rgb_png, tall_png)
+    assert [(g.model_width, g.model_height) for g in prepared.geometry] == [(96, 64), (64, 128)]
+    shapes = prepared.multi_modal_input["spatial_shapes"].tolist()
+    assert shapes == [[4, 6], [8, 4]]  # patches of 16
+    assert count(prepared) == (2 * 3) + (4 * 2)
+    tiled = pre.prepare(
+        {"messages": [{"role": "user", "content": "<image>Q"}], "images": [_image(300, 120)]}
+    )
+    assert (tiled.geometry[0].model_width, tiled.geometry[0].model_height) == (192, 64)
+    tiles = tiled.multi_modal_input["spatial_shapes"].tolist()
+    assert tiles[:3] == [[4, 4]] * 3 and len(tiles) == 4  # three tiles, then the thumbnail
+
+
+@pytest.mark.parametrize("family", ["internvl", "glm4v"])
+def test_video_families_carry_their_video_processor(offline, family):
+    """transformers has video processors for InternVL and GLM-4.1V: the offline processors keep
+    them, so items with videos reach the family's own frame processing."""
+    processor = offline(family)
+    assert processor.video_processor is not None
+    assert AutoProcessorPreprocessor(processor).has_video
