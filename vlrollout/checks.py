@@ -20,6 +20,7 @@ import torch
 from areal.api import ModelRequest
 
 from vlrollout import families
+from vlrollout.engine.inputs import modality_ids as token_modality_ids
 from vlrollout.processors.base import images_in_prompt, placeholder_runs
 
 # Image-processor attributes that change what the model sees; compared when both sides have them.
@@ -213,20 +214,14 @@ class LogprobReport:
 
 
 def modality_ids(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
-    """0 for text, 1 for image, 2 for video placeholder tokens, from the model config's ids.
+    """0 for text, 1 for image, 2 for video placeholder tokens, from the model config's ids
+    (:func:`vlrollout.engine.inputs.modality_ids`).
 
     transformers >= 5 computes Qwen-VL's 3-D positions only when ``mm_token_type_ids`` is passed;
     without it the forward silently falls back to 1-D positions (or a stale ``rope_deltas`` left
     on the module by the previous call), which shifts every logprob after the first image.
     """
-    types = torch.zeros_like(input_ids)
-    for value, token in (
-        (1, families.image_token_id(model.config)),
-        (2, families.video_token_id(model.config)),
-    ):
-        if token is not None:
-            types[input_ids == token] = value
-    return types
+    return token_modality_ids(model.config, input_ids)
 
 
 @torch.no_grad()

@@ -29,7 +29,12 @@ from areal.engine import fsdp_engine
 from tests.train.family_logp import compare_gradients
 from tests.train.procs import ROOT, subprocess_env
 from tests.train.test_family_training import TRAINABLE
-from tests.train.video_inputs import VIDEO_FAMILIES, video_prompt, vision_of
+from tests.train.video_inputs import (
+    IMAGE_BEFORE_VIDEO_MISBUILT,
+    VIDEO_FAMILIES,
+    video_prompt,
+    vision_of,
+)
 from vlrollout.families import family_of, rope_grids
 from vlrollout.testing.tiny_families import tiny_vlm
 from vlrollout.train import packing
@@ -38,8 +43,9 @@ GRAD_RTOL = 1e-4
 COMPLETION = 4
 
 
-def _sequences(processor):
-    """Three (processor output, completion ids) pairs: video, image + video, text only."""
+def _sequences(family, processor):
+    """Three (processor output, completion ids) pairs: video, image + video (another video
+    where the family's processor builds that wrong), text only."""
     text = processor.apply_chat_template(
         [{"role": "user", "content": [{"type": "text", "text": "Only text here."}]}],
         add_generation_prompt=True,
@@ -47,7 +53,13 @@ def _sequences(processor):
     )
     prompts = [
         video_prompt(processor, "What moves?", seed=1),
-        video_prompt(processor, "Which came first?", seed=2, image=True),
+        video_prompt(
+            processor,
+            "Which came first?",
+            seed=2,
+            image=family not in IMAGE_BEFORE_VIDEO_MISBUILT,
+            n_frames=6,
+        ),
         processor(text=[text], return_tensors="pt"),
     ]
     gen = torch.Generator().manual_seed(0)
@@ -155,7 +167,7 @@ def test_packed_video_gradient_equals_each_sequence_alone(family):
     torch.set_num_threads(1)
     model, processor = tiny_vlm(family, seed=0)
     model.train()
-    seqs = _sequences(processor)
+    seqs = _sequences(family, processor)
     want = _plain_gradients(model, seqs)
     got = _packed_gradients(model, seqs)
     result = compare_gradients(got, want)
@@ -168,7 +180,7 @@ def test_without_the_fix_the_video_is_lost(family):
     """AReaL alone forwards no ``pixel_values_videos`` (nor Qwen2.5-VL's frame spacing)."""
     model, processor = tiny_vlm(family, seed=0)
     model.train()
-    seqs = _sequences(processor)
+    seqs = _sequences(family, processor)
     result = compare_gradients(
         _packed_gradients(model, seqs, fixed=False), _plain_gradients(model, seqs)
     )

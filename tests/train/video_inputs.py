@@ -37,6 +37,12 @@ VIDEO_FAMILIES = tuple(f for f in TINY_FAMILIES if _takes_video(f))
 """Tiny families whose processor takes videos and whose model has a video placeholder."""
 
 
+IMAGE_BEFORE_VIDEO_MISBUILT = frozenset({"glm4v"})
+"""Families whose transformers 5.3 processor builds an image followed by a video wrong:
+``Glm4vProcessor`` expands the image with the video's frame tokens (10 image tokens for a 4-token
+image, 1 per 4-token frame); the engine refuses such a prompt."""
+
+
 def frames(seed: int, n: int = 4, px: int = FRAME_PX) -> list[np.ndarray]:
     """``n`` RGB frames (``px`` square, uint8): noise over a gradient, a square moving right."""
     rng = np.random.default_rng(seed)
@@ -62,12 +68,19 @@ def video_prompt(
     processor: Any, question: str, seed: int = 0, n_frames: int = 4, image: bool = False
 ) -> dict[str, torch.Tensor]:
     """The processor's output for one user turn: an image (when ``image``), a video of
-    ``n_frames`` frames, then ``question``, chat-templated with a generation prompt."""
-    parts = _placeholder(processor, processor.video_token)
-    if image:
-        parts = _placeholder(processor, processor.image_token) + "and" + parts
-    messages = [{"role": "user", "content": [{"type": "text", "text": parts + question}]}]
-    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ``n_frames`` frames, then ``question``, chat-templated with a generation prompt (the
+    placeholders written in the text where the template renders no video part)."""
+    parts = [{"type": "image"}] if image else []
+    parts += [{"type": "video"}, {"type": "text", "text": question}]
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
+    )
+    if processor.video_token not in text:  # a template without video parts: written here
+        marks = _placeholder(processor, processor.video_token)
+        if image:
+            marks = _placeholder(processor, processor.image_token) + "and" + marks
+        messages = [{"role": "user", "content": [{"type": "text", "text": marks + question}]}]
+        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     kwargs: dict[str, Any] = {
         "do_sample_frames": False,
         "video_metadata": [

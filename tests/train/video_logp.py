@@ -29,7 +29,7 @@ def rollouts(family: str) -> list[dict]:
     from areal.api.io_struct import ModelRequest
 
     from tests.train.conftest import TEMPERATURE
-    from tests.train.video_inputs import video_prompt, vision_of
+    from tests.train.video_inputs import IMAGE_BEFORE_VIDEO_MISBUILT, video_prompt, vision_of
     from vlrollout.engine.local import LocalInferenceEngine
     from vlrollout.packaging import pack_single_turn
     from vlrollout.testing.tiny_families import tiny_vlm
@@ -38,7 +38,12 @@ def rollouts(family: str) -> list[dict]:
     engine = LocalInferenceEngine(model, processor, seed=0).initialize()
     prompts = [
         video_prompt(processor, "What moves?", seed=1),
-        video_prompt(processor, "Which came first?", seed=2, image=True),
+        video_prompt(
+            processor,
+            "Which came first?",
+            seed=2,
+            image=family not in IMAGE_BEFORE_VIDEO_MISBUILT,
+        ),
         video_prompt(processor, "Where does it stop?", seed=3, n_frames=6),
     ]
     gconfig = GenerationHyperparameters(max_new_tokens=6, min_new_tokens=3, temperature=TEMPERATURE)

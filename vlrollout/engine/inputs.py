@@ -152,8 +152,12 @@ def _count(input_ids: list[int], token_id: int | None) -> tuple[int, int]:
     n_tokens = input_ids.count(token_id) if token_id is not None else 0
     if not n_tokens:
         return 0, 0
-    hit = torch.tensor(input_ids) == token_id
-    return n_tokens, int((hit[1:] > hit[:-1]).sum()) + int(hit[0])
+    return n_tokens, _runs(torch.tensor(input_ids) == token_id)
+
+
+def _runs(hit: torch.Tensor) -> int:
+    """Runs of True in a 1-D bool tensor."""
+    return int((hit[1:] > hit[:-1]).sum()) + int(hit[0]) if hit.numel() else 0
 
 
 def check_placeholders(
@@ -162,8 +166,13 @@ def check_placeholders(
     image_token_id: int | None,
     video_token_id: int | None,
     merge_size: int,
+    mm_token_type_ids: torch.Tensor | None = None,
 ) -> None:
-    """Raise :class:`PlaceholderMismatchError` unless placeholders match the images.
+    """Raise :class:`PlaceholderMismatchError` unless placeholders match the images and videos.
+
+    Placeholders are the tokens of each placeholder id, or, when ``mm_token_type_ids`` is given,
+    the tokens it marks 1 (image) or 2 (video): GLM-4.1V writes video frames with its image
+    token.
 
     With ``image_grid_thw`` (Qwen-VL), each image ``i`` needs ``prod(image_grid_thw[i]) //
     merge_size**2`` consecutive ``image_token_id`` tokens; videos likewise with
@@ -177,12 +186,16 @@ def check_placeholders(
     ...
     vlrollout.engine.inputs.PlaceholderMismatchError: input_ids hold 1 image placeholder tokens in 1 run(s), but image_grid_thw implies 2 tokens for 1 image(s) (merge size 2). Build input_ids and the images with the same processor settings (min/max pixels, patch and merge size).
     """
-    for kind, token_id, grid_key, data_key in (
-        ("image", image_token_id, "image_grid_thw", "pixel_values"),
-        ("video", video_token_id, "video_grid_thw", "pixel_values_videos"),
+    for kind, value, token_id, grid_key, data_key in (
+        ("image", 1, image_token_id, "image_grid_thw", "pixel_values"),
+        ("video", 2, video_token_id, "video_grid_thw", "pixel_values_videos"),
     ):
         grid = vision.get(grid_key)
-        n_tokens, n_runs = _count(input_ids, token_id)
+        if mm_token_type_ids is not None:
+            hit = mm_token_type_ids.reshape(-1) == value
+            n_tokens, n_runs = int(hit.sum()), _runs(hit)
+        else:
+            n_tokens, n_runs = _count(input_ids, token_id)
         if grid is None:
             if data_key in vision and not n_tokens:
                 raise PlaceholderMismatchError(
@@ -205,24 +218,43 @@ def check_placeholders(
             )
 
 
+def modality_ids(model_config: Any, input_ids: torch.Tensor) -> torch.Tensor:
+    """0 for text, 1 for image, 2 for video placeholder tokens of ``input_ids`` (any shape),
+    from the config's placeholder ids. GLM-4.1V writes a video's frames with its image token
+    between ``video_start_token_id`` and ``video_end_token_id``: those are video (2), as its
+    processor marks them.
+
+    >>> from types import SimpleNamespace as C
+    >>> modality_ids(C(image_token_id=5, video_token_id=6), torch.tensor([1, 5, 6, 6])).tolist()
+    [0, 1, 2, 2]
+    >>> glm = C(image_token_id=5, video_start_token_id=8, video_end_token_id=9)
+    >>> modality_ids(glm, torch.tensor([5, 8, 5, 5, 9, 5])).tolist()
+    [1, 0, 2, 2, 0, 1]
+    """
+    types = torch.zeros_like(input_ids)
+    image_id = families.image_token_id(model_config)
+    video_id = families.video_token_id(model_config)
+    if image_id is not None:
+        types[input_ids == image_id] = 1
+    if video_id is not None:
+        types[input_ids == video_id] = 2
+    start = getattr(model_config, "video_start_token_id", None)
+    end = getattr(model_config, "video_end_token_id", None)
+    if image_id is not None and start is not None and end is not None:
+        inside = (input_ids == start).cumsum(-1) > (input_ids == end).cumsum(-1)
+        types[(input_ids == image_id) & inside] = 2
+    return types
+
+
 def _modality_ids(
-    input_ids: list[int],
-    given: Any,
-    metadata: dict[str, Any],
-    image_id: int | None,
-    video_id: int | None,
+    input_ids: list[int], given: Any, metadata: dict[str, Any], model_config: Any
 ) -> torch.Tensor:
     """``[1, L]`` int64 modality ids of a prompt: the processor's (from ``multi_modal_input``
-    or ``metadata["mm_token_type_ids"]``), else 1 on image and 2 on video placeholder tokens."""
+    or ``metadata["mm_token_type_ids"]``), else :func:`modality_ids`."""
     if given is None:
         given = metadata.get("mm_token_type_ids")
     if given is None:
-        ids = torch.tensor(input_ids)
-        given = torch.zeros_like(ids)
-        if image_id is not None:
-            given[ids == image_id] = 1
-        if video_id is not None:
-            given[ids == video_id] = 2
+        given = modality_ids(model_config, torch.tensor(input_ids))
     types = torch.as_tensor(given, dtype=torch.long).reshape(1, -1)
     if types.shape[1] != len(input_ids):
         raise ValueError(
@@ -273,11 +305,11 @@ def prepare_inputs(
     image_id = families.image_token_id(model_config)
     video_id = families.video_token_id(model_config)
     if vision:
-        mm_types = _modality_ids(input_ids, mm_types, metadata, image_id, video_id)
+        mm_types = _modality_ids(input_ids, mm_types, metadata, model_config)
         vision = families.rope_grids(vision, mm_types)
     vision_cfg = getattr(model_config, "vision_config", None)
     merge = getattr(vision_cfg, "spatial_merge_size", None) or 1
-    check_placeholders(input_ids, vision, image_id, video_id, merge)
+    check_placeholders(input_ids, vision, image_id, video_id, merge, mm_types)
     if not vision:
         return PreparedInputs(input_ids=input_ids)
     # Pixels take the model's dtype; grids and frame spacing (read by positions) stay exact.

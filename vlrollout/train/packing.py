@@ -31,7 +31,8 @@ reach it and its video placeholders are read as text (:func:`forward_inputs` pas
 tensor). Its 3-D positions leave out Qwen2.5-VL's ``second_per_grid_ts`` (the frames' spacing in
 M-RoPE time), recomputed here per sequence where a batch has it, and raise on Qwen3-VL's video
 grids unless they come in the per-run form of :func:`vlrollout.families.rope_grids`
-(:func:`sequence_inputs`).
+(:func:`sequence_inputs`). Videos that no forward can take together (LLaVA-OneVision clips of
+other frame counts, :func:`ragged_videos`) run one sequence per micro-batch.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from areal.engine.core.model import is_qwen_vl_model
 
 from vlrollout.compat.areal import wrap_prepare_mb_list
 from vlrollout.compat.transformers import rope_index
-from vlrollout.families import FAMILIES, POSITION_KEYS, rope_grids
+from vlrollout.families import FAMILIES, POSITION_KEYS, VIDEO_INPUT_KEYS, rope_grids
 from vlrollout.train.cpu import has_flash_attn
 
 
@@ -175,6 +176,18 @@ def sequence_inputs(input_: Mapping[str, Any]) -> list[dict[str, torch.Tensor]] 
     return [rope_grids(d, types[i][mask[i]].unsqueeze(0)) if d else {} for i, d in enumerate(mm)]
 
 
+def ragged_videos(inputs: Sequence[Mapping[str, torch.Tensor]] | None) -> bool:
+    """Whether the sequences' video tensors differ past their first dimension, so no forward
+    can take them together: LLaVA-OneVision's ``[videos, frames, C, H, W]`` with other frame
+    counts (padding would add frames the model encodes; each video also ends in one newline
+    token, so frames cannot pass as videos of their own)."""
+    for key in VIDEO_INPUT_KEYS:
+        shapes = {tuple(seq[key].shape[1:]) for seq in inputs or () if key in seq}
+        if len(shapes) > 1:
+            return True
+    return False
+
+
 def sequences_of(mb_list: Any) -> list[list[int]]:
     """For each micro-batch of AReaL's ``MicroBatchList``, the batch rows packed into it, in
     packing order (``forward_indices`` cut by each micro-batch's sequence count)."""
@@ -214,12 +227,15 @@ def linear_attention_layers(hf_config: Any) -> int:
     return sum(t == "linear_attention" for t in getattr(text, "layer_types", None) or ())
 
 
-def _one_sequence_per_micro_batch(engine: Any, original: Any, input_: dict[str, Any]) -> Any:
+def _one_sequence_per_micro_batch(
+    engine: Any, original: Any, input_: dict[str, Any], ungroup: bool = False
+) -> Any:
     """``original(input_)`` with AReaL's micro-batch spec asking for one micro-batch per
-    sequence (at least as many micro-batches as sequences, every sequence fitting in one)."""
+    sequence (at least as many micro-batches as sequences, every sequence fitting in one).
+    ``ungroup`` sets the spec's granularity to 1 for the call instead of refusing another."""
     spec = engine.config.mb_spec
     n_seqs = input_["attention_mask"].shape[0]
-    if spec.granularity != 1:
+    if spec.granularity != 1 and not ungroup:
         raise ValueError(
             f"{engine.model_config.model_type} has linear-attention layers and must run one "
             f"sequence per micro-batch, but mb_spec.granularity={spec.granularity} keeps "
@@ -227,7 +243,10 @@ def _one_sequence_per_micro_batch(engine: Any, original: Any, input_: dict[str, 
         )
     longest = int(input_["attention_mask"].sum(1).max())
     engine.config.mb_spec = MicroBatchSpec.new(
-        spec, n_mbs=n_seqs, max_tokens_per_mb=max(longest, spec.max_tokens_per_mb or 0)
+        spec,
+        n_mbs=n_seqs,
+        granularity=1,
+        max_tokens_per_mb=max(longest, spec.max_tokens_per_mb or 0),
     )
     try:
         mb_list = original(input_)
@@ -291,8 +310,10 @@ def install(engine: Any) -> bool:
             inputs = sequence_inputs(input_)
             if inputs is not None:  # AReaL computes Qwen-VL positions from these grids
                 input_ = {**input_, "multi_modal_input": inputs}
-            if unpackable:
-                mb_list = _one_sequence_per_micro_batch(engine, original, input_)
+            if unpackable or ragged_videos(inputs):
+                mb_list = _one_sequence_per_micro_batch(
+                    engine, original, input_, ungroup=not unpackable
+                )
             else:
                 mb_list = original(input_)
             _fix_micro_batches(engine, mb_list, inputs, fix)
