@@ -44,6 +44,7 @@ Sources for the conventions:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,9 @@ from typing import Any
 import torch
 
 from .base import ImageGeometry
+
+_VIDEO_FRAME = re.compile(r"Frame\d+: $")
+"""The text InternVL's processor writes before each video frame's image span."""
 
 GeometryFn = Callable[[Any, Sequence[tuple[int, int]], dict[str, Any]], list[ImageGeometry]]
 
@@ -189,20 +193,22 @@ def internvl_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
 
     How many tiles each image became is read back from its ``<img>...</img>`` span (``image_seq_length``
     placeholders per tile), so the rule is applied only where the processor applied it (its
-    ``crop_to_patches`` default, or a caller's override).
+    ``crop_to_patches`` default, or a caller's override). Video frames are image spans too, each
+    written after ``Frame{i}: `` (``processing_internvl.py``); those are skipped.
     """
     from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
 
     ip = processor.image_processor
     tile_h, tile_w = _size_hw(ip.size)
     start, image = processor.start_image_token_id, processor.image_token_id
-    tiles, n = [], 0
-    for tid in outputs["input_ids"].reshape(-1).tolist():
+    ids = outputs["input_ids"].reshape(-1).tolist()
+    tiles, n, frame = [], 0, False
+    for i, tid in enumerate(ids):
         if tid == start:
-            n = 0
+            n, frame = 0, _VIDEO_FRAME.search(processor.tokenizer.decode(ids[max(0, i - 8) : i]))
         elif tid == image:
             n += 1
-        elif tid == processor.end_image_token_id:
+        elif tid == processor.end_image_token_id and not frame:
             tiles.append(n // processor.image_seq_length)
     if len(tiles) != len(sizes):
         raise ValueError(f"InternVL prompt holds {len(tiles)} image spans for {len(sizes)} images")

@@ -259,3 +259,19 @@ def test_video_families_carry_their_video_processor(offline, family):
     processor = offline(family)
     assert processor.video_processor is not None
     assert AutoProcessorPreprocessor(processor).has_video
+
+
+def test_internvl_geometry_skips_video_frames(offline, rgb_png):
+    """InternVL writes each video frame as an image span after ``Frame{i}: ``; the geometry
+    belongs to the image only (70x40 -> the 2x1 tile canvas), wherever the video sits."""
+    processor = offline("internvl")
+    frames = [_image(64, 48) for _ in range(4)]
+    for content in ("<video><image>Q", "<image><video>Q"):
+        prepared = AutoProcessorPreprocessor(processor).prepare(
+            {
+                "messages": [{"role": "user", "content": content}],
+                "images": [str(rgb_png)],
+                "videos": [frames],
+            }
+        )
+        assert [(g.model_width, g.model_height) for g in prepared.geometry] == [(112, 56)]

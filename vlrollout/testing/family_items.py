@@ -1,6 +1,8 @@
 """Probe items for checking a model family end to end: one image, two images of different sizes,
 long text before the image, and an image in a later user turn (positions after a whole earlier
-turn). Images are noisy gradients, so every patch differs.
+turn). Images are noisy gradients, so every patch differs. Video probes (:data:`VIDEO_ITEMS`) for
+families that take video: a clip given as a list of frames (a noisy gradient with a square moving
+across it), alone and after an image.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vlrollout.families import family_of
+from vlrollout.families import family_of, rope_grids
 
 LONG_TEXT = " ".join(f"word{i % 17} is number {i}." for i in range(60))
 
@@ -59,6 +61,32 @@ ITEMS = {
 }
 
 
+def _clip(seed: int, n: int = 4, size: tuple[int, int] = (64, 48)) -> list[Image.Image]:
+    """``n`` frames: a noisy gradient with a bright square moving from left to right."""
+    w, h = size
+    out = []
+    for i in range(n):
+        frame = np.asarray(_photo(seed * 100 + i, size)).copy()
+        x = i * (w - w // 4) // max(n - 1, 1)
+        frame[h // 3 : h // 3 + h // 4, x : x + w // 4] = (250, 30, 30)
+        out.append(Image.fromarray(frame))
+    return out
+
+
+VIDEO = {"type": "video"}
+VIDEO_ITEMS = {
+    "one_video": {
+        "messages": [_user(VIDEO, TEXT("Where does the red square go?"))],
+        "videos": [_clip(7)],
+    },
+    "image_and_video": {
+        "messages": [_user(IMAGE, TEXT("and"), VIDEO, TEXT("Same colours?"))],
+        "images": [_photo(8, (72, 56))],
+        "videos": [_clip(9)],
+    },
+}
+
+
 def generate_greedy(model: Any, engine: Any, prepared: Any, max_new_tokens: int) -> list[int]:
     """``model.generate``'s greedy completion of a prepared prompt, fed as the family's own
     forward takes it (images, modality ids), with the engine's banned and stop tokens."""
@@ -67,9 +95,13 @@ def generate_greedy(model: Any, engine: Any, prepared: Any, max_new_tokens: int)
         "attention_mask": torch.ones(1, prepared.prompt_len, dtype=torch.long),
         **prepared.multi_modal_input,
     }
-    types_input = family_of(model.config).token_types_input
+    family = family_of(model.config)
+    types_input = family.token_types_input
     if types_input is not None:
         inputs[types_input] = torch.tensor([prepared.mm_token_type_ids])
+    if family.positions == "mrope" and prepared.mm_token_type_ids is not None:
+        # video grids in the form get_rope_index reads (one row per placeholder run)
+        inputs.update(rope_grids(prepared.multi_modal_input, inputs[types_input]))
     with torch.no_grad():
         out = model.generate(
             **inputs,

@@ -41,12 +41,14 @@ LLAVA_CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
 
-# LLaVA-OneVision (llava-hf/llava-onevision-qwen2-0.5b-ov-hf): Qwen2 chat markup, "<image>\n" first.
+# LLaVA-OneVision (llava-hf/llava-onevision-qwen2-0.5b-ov-hf): Qwen2 chat markup, "<image>\n" and
+# "<video>\n" parts.
 LLAVA_OV_CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' %}<image>\n{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% if part['type'] == 'image' %}<image>\n{% elif part['type'] == 'video' %}<video>\n"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}"
     "{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
