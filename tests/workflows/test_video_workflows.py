@@ -15,6 +15,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.workflow_executor import check_trajectory_format
 
 from vlrollout.engine.factory import remote_engine
+from vlrollout.testing.offline_processors import build_offline_processor
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import FrameSampling, VisionMultiAttemptWorkflow, VisionRLVRWorkflow
 
@@ -158,3 +159,19 @@ def test_a_video_for_areal_remote_clients_is_rejected_not_sent_blind(
     (rejection,) = wf.ledger.summary()["rejections"]
     assert rejection["reason"] == "video_unsupported"
     assert "no video field" in rejection["detail"]
+
+
+@pytest.mark.parametrize("family", ["glm4v", "internvl"])
+def test_families_that_spell_frames_as_images_run_video_items(family, clip):
+    """GLM-4.1V and InternVL write each video frame with their image placeholder: a video item
+    is accepted (never counted as images missing) and its tensors reach the engine."""
+    processor = build_offline_processor(family)
+    wf = VisionRLVRWorkflow(f"{HERE}.never", GCONFIG, processor.tokenizer, processor)
+    engine = ScriptedEngine([[processor.tokenizer.eos_token_id]])
+    traj = asyncio.run(wf.arun_episode(engine, _item(clip)))
+    assert wf.ledger.summary()["rejected_by_reason"] == {}
+    assert traj is not None
+    sent = engine.requests[0].metadata["multi_modal_input"]
+    # GLM-4.1V sends the clip as video patches; InternVL as one pixel_values tile per frame.
+    frames = {"glm4v": ("pixel_values_videos", 32), "internvl": ("pixel_values", 4)}[family]
+    assert sent[frames[0]].shape[0] == frames[1]

@@ -127,6 +127,8 @@ def build_request(
         prepared.image_token_id,
         require_vllm_messages=not prepared.templated,
         image_marker_id=prepared.image_marker_id,
+        video_token_id=prepared.video_token_id,
+        video_frame_images=prepared.video_frame_images,
     )
     return req
 
