@@ -24,8 +24,8 @@ import torch
 from tests.train.family_train_run import RECORD
 from tests.train.procs import ROOT, subprocess_env
 from vlrollout.testing.tiny_families import save_tiny_vlm
+from vlrollout.train.support import TRAINABLE
 
-TRAINABLE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 ATOL = 1e-4
 SMALL = [
     "total_train_steps=2",

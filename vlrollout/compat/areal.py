@@ -7,6 +7,10 @@
   parts first), ``_save_model_to_hf`` is replaced for LoRA (merged weights for the rollout
   engine), and ``_cast_to_compute_dtype`` / ``_load_optimizer_state`` are called (LoRA saves,
   resuming). AReaL has no public hook for any of these.
+- ``VALID_VISION_MODELS`` (``areal.engine.core.model``): the model types AReaL's FSDP engine loads
+  as vision-language models (``AutoModelForImageTextToText``, the processor, ``multi_modal_input``
+  forwarded); a family vlrollout checked is added to it (:func:`register_vision_model`), since
+  AReaL otherwise loads it with ``AutoModelForCausalLM``, which has no class for it.
 - ``current_platform`` (``areal.infra.platforms``) names the device the trainer puts a batch on
   (the rollouts shared between training processes go there, as AReaL's own ``prepare_batch``
   puts them).
@@ -24,6 +28,7 @@ from vlrollout.compat import IncompatibleLibrary, installed, require
 LOWEST, BELOW = (1, 0), (1, 1)
 require("areal", LOWEST, BELOW, installed("areal"))
 
+from areal.engine.core import model as _areal_model  # noqa: E402
 from areal.infra.platforms import current_platform  # noqa: E402
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
 from areal.infra.workflow_executor import WorkflowExecutor  # noqa: E402
@@ -33,6 +38,7 @@ __all__ = [
     "WorkflowExecutor",
     "cast_to_compute_dtype",
     "load_optimizer_state",
+    "register_vision_model",
     "replace_save_model_to_hf",
     "training_device",
     "wrap_create_optimizer",
@@ -89,3 +95,19 @@ def load_optimizer_state(actor: Any, path: str) -> None:
 def training_device() -> Any:
     """The device AReaL's trainer expects a batch on (the CPU here, this rank's GPU there)."""
     return current_platform.current_device()
+
+
+def register_vision_model(model_type: str) -> None:
+    """Make AReaL's FSDP engine treat ``model_type`` as a vision-language model (idempotent).
+
+    AReaL reads the list when an engine is constructed (``is_valid_vision_model``), so this is
+    called before ``FSDPPPOActor(...)``.
+    """
+    known = getattr(_areal_model, "VALID_VISION_MODELS", None)
+    if not isinstance(known, list):
+        raise IncompatibleLibrary(
+            f"areal.engine.core.model has no VALID_VISION_MODELS list in areal "
+            f"{installed('areal')}; vlrollout.compat.areal was written for areal 1.0"
+        )
+    if model_type not in known:
+        known.append(model_type)

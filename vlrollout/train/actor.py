@@ -8,12 +8,16 @@ several).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+
 from vlrollout.logs import get_logger
+from vlrollout.train.support import EXTRA_VISION_MODELS, PADDED_IMAGE_KEYS, model_type_at
 
 logger = get_logger(__name__)
 
@@ -49,6 +53,86 @@ def dist_env() -> Iterator[dict[str, str]]:
                 del os.environ[key]
 
 
+def pad_image_tensors(mm: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The sequences' ``multi_modal_input`` with each of ``keys`` zero-padded at the end of every
+    dim but the first to the batch's largest, so the sequences' tensors concatenate on dim 0.
+
+    For the families of :data:`vlrollout.train.support.PADDED_IMAGE_KEYS` the padding is inert:
+    LLaVA-OneVision cuts each image's tiles to the count its ``image_sizes`` gives, Mistral 3
+    (Pixtral) each image to its ``image_sizes``, Idefics3 and SmolVLM drop all-zero images. Their
+    processors pad the same way within one call.
+    """
+    shapes = {k: [d[k].shape for d in mm if d and k in d] for k in keys}
+    out = []
+    for d in mm:
+        d = dict(d or {})
+        for k in keys:
+            if k not in d:
+                continue
+            t = d[k]
+            size = [t.shape[0], *(max(s[i] for s in shapes[k]) for i in range(1, t.dim()))]
+            if list(t.shape) != size:
+                padded = t.new_zeros(size)
+                padded[tuple(slice(0, n) for n in t.shape)] = t
+                d[k] = padded
+        out.append(d)
+    return out
+
+
+def _install_image_padding(actor: Any, keys: tuple[str, ...]) -> None:
+    """Pad ``keys`` across each batch's sequences before AReaL (and the packing fix) join them."""
+    from vlrollout.compat.areal import wrap_prepare_mb_list
+
+    def padding(original):
+        @functools.wraps(original)
+        def prepare(input_: dict[str, Any]):
+            if input_.get("multi_modal_input"):
+                mm = pad_image_tensors(input_["multi_modal_input"], keys)
+                input_ = {**input_, "multi_modal_input": mm}
+            return original(input_)
+
+        return prepare
+
+    wrap_prepare_mb_list(actor, padding)
+
+
+def wrap_classes(path: str) -> list[str] | None:
+    """The module classes FSDP should wrap for the model at ``path``: transformers' own
+    (``_no_split_modules``) less any class holding an ``nn.Embedding``; ``None`` when none does.
+
+    AReaL's FSDP2 wrapping also shards every ``nn.Embedding`` on its own, after (inside) the
+    class that holds it: SigLIP's ``SiglipVisionEmbeddings`` wrapped, then its
+    ``position_embedding`` inside it, leaves that table a sharded ``DTensor`` in the forward
+    ("aten.embedding.default got mixed torch.Tensor and DTensor"). Measured on a model built on
+    the meta device (no weights, no memory).
+    """
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    names = set(model._no_split_modules or ())
+    holding = {
+        type(m).__name__
+        for m in model.modules()
+        if type(m).__name__ in names and any(isinstance(c, torch.nn.Embedding) for c in m.modules())
+    }
+    return sorted(names - holding) if holding else None
+
+
+def _set_wrap_policy(actor_config: Any) -> None:
+    """:func:`wrap_classes` as the actor's FSDP wrap policy, unless the config names one."""
+    from areal.api.cli_args import FSDPWrapPolicy
+
+    fsdp = actor_config.fsdp
+    if fsdp.wrap_policy is not None and fsdp.wrap_policy.transformer_layer_cls_to_wrap:
+        return
+    classes = wrap_classes(actor_config.path)
+    if classes is not None:
+        fsdp.wrap_policy = FSDPWrapPolicy(transformer_layer_cls_to_wrap=classes)
+        logger.warning("FSDP wraps %s (no class holding an nn.Embedding)", classes)
+
+
 def build_actor(
     actor_config: Any,
     ft_spec: Any,
@@ -72,9 +156,14 @@ def build_actor(
     from areal.engine.fsdp_engine import FSDPPPOActor
 
     from vlrollout import image_sharing
+    from vlrollout.compat.areal import register_vision_model
     from vlrollout.train import freezing, lora, packed_attention, packing
     from vlrollout.train.cpu import apply_cpu_defaults
 
+    model_type = model_type_at(actor_config.path)
+    if model_type in EXTRA_VISION_MODELS:  # checked here, unknown to AReaL
+        register_vision_model(model_type)
+    _set_wrap_policy(actor_config)
     for line in apply_cpu_defaults(actor_config):
         logger.warning("CPU default: %s", line)
     with dist_env() as env:
@@ -104,4 +193,6 @@ def build_actor(
         )
         # The rows are block-diagonal now: attend within each sequence, not over the row.
         packed_attention.install(actor.model)
+    if model_type in PADDED_IMAGE_KEYS:
+        _install_image_padding(actor, PADDED_IMAGE_KEYS[model_type])
     return actor

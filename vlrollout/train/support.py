@@ -15,17 +15,75 @@ from vlrollout.errors import ConfigError
 
 NOT_TRAINABLE: dict[str, str] = {
     "gemma3": (
-        "AReaL 1.0.4's FSDP actor cannot run its forward: under FSDP2 the SigLIP vision tower "
-        "fails with 'aten.embedding.default got mixed torch.Tensor and DTensor', and AReaL never "
-        "passes the token_type_ids Gemma 3 requires in training mode"
+        "AReaL 1.0.4's FSDP actor never passes the token_type_ids Gemma 3's forward requires in "
+        "training mode (ValueError: `token_type_ids` is required as a model input when "
+        "training), and its packed forward attends causally over each image, where Gemma 3 "
+        "attends bidirectionally within an image (trainer logprobs 0.38 from the rollout's)"
+    ),
+    "glm4v": (
+        "AReaL 1.0.4's FSDP2 wrapping shards every nn.Embedding on its own, and GLM-4.1V's "
+        "vision embeddings read position_embedding.weight outside that module's forward "
+        "(grid_sample on the still-sharded table: 'aten.grid_sampler_2d.default got mixed "
+        "torch.Tensor and DTensor')"
+    ),
+    "lfm2_vl": (
+        "AReaL 1.0.4's FSDP2 wrapping shards every nn.Embedding on its own, and LFM2-VL's "
+        "SigLIP2 vision embeddings resize position_embedding.weight outside that module's "
+        "forward (antialiased interpolate on the still-sharded table: "
+        "'aten._upsample_bilinear2d_aa.default does not have a sharding strategy registered')"
     ),
 }
 """``model_type`` → why AReaL's FSDP actor cannot train it (observed on the tiny random model of
 the family, :mod:`vlrollout.testing.tiny_families`)."""
 
+AREAL_VISION_MODELS: tuple[str, ...] = (
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_5",
+    "qwen3_vl_moe",
+)
+"""Families AReaL 1.0.4 loads as vision models itself, checked here (packed logprobs equal the
+rollout's, ``ppo_update``'s gradient equals the per-sequence one, two ``vlrollout train`` steps)."""
+
+EXTRA_VISION_MODELS: tuple[str, ...] = (
+    "llava",
+    "llava_onevision",
+    "idefics3",
+    "smolvlm",
+    "internvl",
+    "mistral3",
+)
+"""Families AReaL does not list as vision models, checked here as :data:`AREAL_VISION_MODELS`
+are; :func:`vlrollout.train.actor.build_actor` registers them with AReaL
+(:func:`vlrollout.compat.areal.register_vision_model`) so it loads them as vision models."""
+
+PADDED_IMAGE_KEYS: dict[str, tuple[str, ...]] = {
+    "llava_onevision": ("pixel_values",),
+    "idefics3": ("pixel_values", "pixel_attention_mask"),
+    "mistral3": ("pixel_values",),
+    "smolvlm": ("pixel_values", "pixel_attention_mask"),
+}
+"""Image tensors whose shape past dim 0 differs between sequences (tiles per image, images per
+item, image height and width) and whose zero padding the model ignores: padded across a batch before AReaL concatenates them."""
+
+TRAINABLE: tuple[str, ...] = AREAL_VISION_MODELS + EXTRA_VISION_MODELS
+"""Every family ``vlrollout train`` trains."""
+
+
+def model_type_at(path: str) -> str | None:
+    """The ``model_type`` of the config at ``path`` (folder or hub id), ``None`` if unreadable."""
+    try:
+        return AutoConfig.from_pretrained(path, local_files_only=True).model_type
+    except (OSError, ValueError):
+        return None
+
 
 def refusal(hf_config: Any) -> str | None:
     """Why ``vlrollout train`` refuses a model config, or ``None`` when it can train it.
+
+    A vision-language family (its config has a ``vision_config``) is trained only when it is in
+    :data:`TRAINABLE`; a text-only model is AReaL's own business.
 
     >>> from transformers import Gemma3Config, Qwen2VLConfig
     >>> refusal(Qwen2VLConfig()) is None, refusal(Gemma3Config()).startswith("model family")
@@ -33,7 +91,27 @@ def refusal(hf_config: Any) -> str | None:
     """
     model_type = getattr(hf_config, "model_type", None)
     reason = NOT_TRAINABLE.get(model_type)
+    if reason is None and model_type not in TRAINABLE and hasattr(hf_config, "vision_config"):
+        reason = (
+            "vlrollout has not checked AReaL 1.0.4's FSDP actor on it (packed logprobs equal to "
+            f"the rollout's, the packed gradient); trained families: {', '.join(TRAINABLE)}"
+        )
     return None if reason is None else f"model family {model_type!r} cannot be trained: {reason}"
+
+
+def trains(family: str) -> str:
+    """``"yes"`` when ``vlrollout train`` trains ``family`` (a ``model_type``), else the reason it
+    refuses it at start-up (the family table's "trains" column).
+
+    >>> trains("qwen2_vl"), trains("gemma3").startswith("no: ")
+    ('yes', True)
+    """
+    if family in TRAINABLE:
+        return "yes"
+    reason = NOT_TRAINABLE.get(family)
+    if reason is None:
+        reason = "not checked with AReaL 1.0.4's FSDP actor, so refused at start-up"
+    return f"no: {reason}"
 
 
 def check_trainable(path: str) -> None:
