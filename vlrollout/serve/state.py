@@ -26,6 +26,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest, ModelResponse
 
 from vlrollout.engine.sampling import check_sampling_values
+from vlrollout.families import VIDEO_INPUT_KEYS
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline
 from vlrollout.serve.errors import BadRequest, typed
@@ -188,7 +189,7 @@ class ServerState:
             "videos": raw,
         }
         prepared = self.prepare(item, where)
-        return {k: v for k, v in prepared.multi_modal_input.items() if "video" in k}
+        return {k: v for k, v in prepared.multi_modal_input.items() if k in VIDEO_INPUT_KEYS}
 
     async def generate(self, req: ModelRequest, abort_on_pause: bool, where: str) -> ModelResponse:
         """Wait while paused, then run ``req`` on the engine; bad inputs become 400s."""
