@@ -329,10 +329,15 @@ def build_internvl(tile: int = 56, max_patches: int = 4, image_seq_length: int =
     )
 
 
-def build_glm4v(min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
+def build_glm4v(
+    min_pixels: int = 56 * 56, max_pixels: int = 112 * 112, processor_class: str = "Glm4vProcessor"
+):
     """GLM-4.1V: Qwen2-VL-style ``smart_resize`` (patch 14, merge 2, temporal patch 2) whose pixel
-    bounds count both temporal copies of an image (``size`` = 2 × the image's pixel bounds)."""
-    from transformers import Glm4vImageProcessor, Glm4vProcessor, Glm4vVideoProcessor
+    bounds count both temporal copies of an image (``size`` = 2 × the image's pixel bounds).
+    ``processor_class`` ``"Glm46VProcessor"`` gives GLM-4.6V's (the same image and video
+    processors and template; zai-org/GLM-4.6V ships them)."""
+    import transformers
+    from transformers import Glm4vImageProcessor, Glm4vVideoProcessor
 
     specials = ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|image|>"]
     specials += ["<|video|>", "<|begin_of_image|>", "<|end_of_image|>"]
@@ -341,9 +346,14 @@ def build_glm4v(min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
     size = {"shortest_edge": 2 * min_pixels, "longest_edge": 2 * max_pixels}
     ip = Glm4vImageProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2)
     vp = Glm4vVideoProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2)
-    return Glm4vProcessor(
+    return getattr(transformers, processor_class)(
         image_processor=ip, tokenizer=tok, video_processor=vp, chat_template=GLM4V_CHAT_TEMPLATE
     )
+
+
+def build_glm46v(min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
+    """GLM-4.6V: :func:`build_glm4v` as ``Glm46VProcessor``."""
+    return build_glm4v(min_pixels, max_pixels, processor_class="Glm46VProcessor")
 
 
 def build_mistral3(longest_edge: int = 112, patch_size: int = 14, spatial_merge_size: int = 2):
@@ -405,6 +415,7 @@ OFFLINE_BUILDERS: dict[str, Callable[..., Any]] = {
     "smolvlm": build_smolvlm,
     "internvl": build_internvl,
     "glm4v": build_glm4v,
+    "glm46v": build_glm46v,
     "mistral3": build_mistral3,
     "lfm2_vl": build_lfm2_vl,
 }

@@ -71,10 +71,14 @@ MODEL_CLASSES: dict[str, str] = {
     "mistral3": "Mistral3ForConditionalGeneration",
     "lfm2_vl": "Lfm2VlForConditionalGeneration",
     "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
+    "glm46v": "Glm46VForConditionalGeneration",
 }
-"""The transformers class of each family's model (what ``AutoModelForImageTextToText`` picks)."""
+"""The transformers class of each family's model (what ``AutoModelForImageTextToText`` picks).
+GLM-4.6V is built too but is not in :data:`TINY_FAMILIES`: its classes are GLM-4.1V's code
+(``modular_glm46v.py`` copies them), checked once in ``tests/families/test_glm46v.py``."""
 
 PROCESSOR_FAMILY: dict[str, str] = {family: family for family in TINY_FAMILIES} | {
+    "glm46v": "glm46v",
     "qwen3_5": "qwen3_vl",
     "qwen3_vl_moe": "qwen3_vl",
 }
@@ -421,6 +425,16 @@ def _glm4v(processor: Any):
     )
 
 
+def _glm46v(processor: Any):
+    """GLM-4.6V: GLM-4.1V's vision (``glm4v_vision``) and text (``glm4v_text``) configs."""
+    from transformers import Glm46VConfig
+
+    glm4v = _glm4v(processor).to_dict()
+    for key in ("model_type", "architectures", "transformers_version"):
+        glm4v.pop(key, None)
+    return Glm46VConfig(**glm4v)
+
+
 def _mistral3(processor: Any):
     """Mistral 3: a Pixtral tower (2-D rope over the patch grid) at the processor's patch size and
     longest edge, a patch merger of ``spatial_merge_size``², a Mistral decoder."""
@@ -492,6 +506,7 @@ CONFIG_BUILDERS: dict[str, Callable[[Any], Any]] = {
     "mistral3": _mistral3,
     "lfm2_vl": _lfm2_vl,
     "qwen3_vl_moe": _qwen3_vl_moe,
+    "glm46v": _glm46v,
 }
 """Per family: ``processor -> config`` of the tiny model that matches it."""
 
