@@ -96,6 +96,7 @@ def main(family: str) -> None:
     from areal.utils import name_resolve
 
     from tests.train.conftest import TEMPERATURE, max_logp_gap
+    from vlrollout.compat.areal import register_vision_model
     from vlrollout.engine.local import LocalInferenceEngine
     from vlrollout.testing.family_items import ITEMS
     from vlrollout.testing.tiny_families import save_tiny_vlm, tiny_vlm
@@ -132,6 +133,7 @@ def main(family: str) -> None:
         kl_ctl=0.0,
         ppo_n_minibatches=1,  # one optimizer step over the batch: its gradient is compared
     )
+    register_vision_model(family)  # a refused family too: the test checks why it is refused
     actor = build_actor(
         cfg, FinetuneSpec(total_train_epochs=1, dataset_size=16, train_batch_size=8)
     )

@@ -19,6 +19,7 @@ import torch
 from tests.train.procs import ROOT, subprocess_env
 from vlrollout.errors import ConfigError
 from vlrollout.testing.tiny_families import save_tiny_vlm, tiny_vlm
+from vlrollout.train.actor import pad_image_tensors
 from vlrollout.train.packing import (
     linear_attention_layers,
     mrope_positions,
@@ -38,23 +39,36 @@ GRAD_RTOL = 1e-4
 another order: about 1e-7 measured)."""
 
 
-def _family_logp(family: str) -> dict:
+REFUSED_WITH = {
+    "gemma3": "`token_type_ids` is required",
+    "glm4v": "aten.grid_sampler_2d.default got mixed torch.Tensor and DTensor",
+    "lfm2_vl": "aten._upsample_bilinear2d_aa.default does not have a sharding strategy",
+}
+"""Refused families → the error AReaL's actor raises on them, quoted in their refusal."""
+
+
+@pytest.fixture(scope="module")
+def family_logp() -> dict[str, dict]:
+    """:mod:`tests.train.family_logp` on every trainable and refused family, in one subprocess
+    (the imports paid once): family → its JSON line."""
+    families = [*TRAINABLE, *REFUSED_WITH]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests/train/family_logp.py"), family],
+        [sys.executable, str(ROOT / "tests/train/family_logp.py"), *families],
         cwd=ROOT,
         env=subprocess_env(OMP_NUM_THREADS="1"),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"family"')]
+    return {r["family"]: r for r in lines}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", TRAINABLE)
-def test_trainer_logprobs_equal_rollout(family):
-    result = _family_logp(family)
+def test_trainer_logprobs_equal_rollout(family, family_logp):
+    result = family_logp[family]
     assert "error" not in result, result
     assert result["rejected"] == 0 and result["ppo_update"], result
     assert result["fixed"] <= ATOL, result
@@ -68,12 +82,15 @@ def test_trainer_logprobs_equal_rollout(family):
 
 
 @pytest.mark.slow
-def test_gemma3_fails_in_areal_as_the_refusal_says():
-    """With the SigLIP wrapping fenced, AReaL still gives Gemma 3 no token_type_ids: the packed
-    forward (no bidirectional image attention) is off the rollout, and the update raises."""
-    result = _family_logp("gemma3")
-    assert "`token_type_ids` is required" in result.get("error", ""), result
-    assert result["fixed"] > 0.1, result
+@pytest.mark.parametrize("family", sorted(REFUSED_WITH))
+def test_refused_family_fails_in_areal_as_the_refusal_says(family, family_logp):
+    """The refusal quotes what AReaL's actor still does on the family (registered as a vision
+    model, with the wrap policy and padding the trained families get)."""
+    result = family_logp[family]
+    assert REFUSED_WITH[family] in result.get("error", ""), result
+    assert REFUSED_WITH[family] in refusal(tiny_vlm(family)[0].config)
+    if family == "gemma3":  # without token_type_ids the packed forward is off the rollout
+        assert result["fixed"] > 0.1, result
 
 
 def _prepared(processor, text: str, image=None):
@@ -172,6 +189,28 @@ def test_gemma3_is_refused_naming_family_and_reason(tmp_path):
         assert refusal(tiny_vlm(family)[0].config) is None
         assert trains(family) == "yes"
     assert trains("gemma3") == f"no: {refusal(tiny_vlm('gemma3')[0].config).split(': ', 1)[1]}"
+
+
+def test_an_unchecked_vision_family_is_refused():
+    from transformers import PaliGemmaConfig
+
+    reason = refusal(PaliGemmaConfig())
+    assert reason.startswith("model family 'paligemma' cannot be trained: vlrollout has not")
+    assert trains("paligemma").startswith("no: not checked")
+
+
+def test_image_tensors_padded_to_the_batch_largest_where_inert():
+    a = {"pixel_values": torch.ones(1, 2, 3, 4, 4), "pixel_attention_mask": torch.ones(1, 2, 4, 4)}
+    b = {"pixel_values": torch.ones(1, 5, 3, 6, 4), "image_sizes": torch.ones(1, 2)}
+    out = pad_image_tensors([a, {}, b], ("pixel_values", "pixel_attention_mask"))
+    assert out[0]["pixel_values"].shape == (1, 5, 3, 6, 4) == out[2]["pixel_values"].shape
+    assert out[0]["pixel_values"][:, :2, :, :4].eq(1).all()
+    assert out[0]["pixel_values"].sum() == a["pixel_values"].sum()  # zeros only
+    assert out[0]["pixel_attention_mask"].shape == (1, 2, 4, 4)  # no other sequence has one
+    assert out[1] == {} and out[2]["image_sizes"] is b["image_sizes"]
+    assert torch.equal(
+        torch.cat([out[0]["pixel_values"], out[2]["pixel_values"]])[1], b["pixel_values"][0]
+    )
 
 
 @pytest.mark.slow
