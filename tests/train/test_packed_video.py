@@ -28,7 +28,6 @@ from areal.engine import fsdp_engine
 
 from tests.train.family_logp import compare_gradients
 from tests.train.procs import ROOT, subprocess_env
-from tests.train.test_family_training import TRAINABLE
 from tests.train.video_inputs import (
     IMAGE_BEFORE_VIDEO_MISBUILT,
     VIDEO_FAMILIES,
@@ -38,6 +37,7 @@ from tests.train.video_inputs import (
 from vlrollout.families import family_of, rope_grids
 from vlrollout.testing.tiny_families import tiny_vlm
 from vlrollout.train import packing
+from vlrollout.train.support import TRAINABLE
 
 GRAD_RTOL = 1e-4
 COMPLETION = 4
@@ -205,7 +205,7 @@ def _video_logp(family: str) -> dict:
 def test_areal_actor_on_video_trajectories(family):
     """AReaL's FSDP actor itself: trainer logprobs equal the rollout's and ``ppo_update``'s
     gradient equals the plain per-sequence one (about 20 s per family). Only the families
-    AReaL's actor loads (:data:`tests.train.test_family_training.TRAINABLE`)."""
+    ``vlrollout train`` trains (:data:`vlrollout.train.support.TRAINABLE`)."""
     result = _video_logp(family)
     assert "error" not in result, result
     assert result["fixed"] <= 1e-4 and result["ppo_update"], result
