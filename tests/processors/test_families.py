@@ -3,6 +3,7 @@ image-token count in input_ids matches what the vision tensors imply."""
 
 import importlib.util
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -275,3 +276,36 @@ def test_internvl_geometry_skips_video_frames(offline, rgb_png):
             }
         )
         assert [(g.model_width, g.model_height) for g in prepared.geometry] == [(112, 56)]
+
+
+@pytest.mark.parametrize("family", ["glm4v", "internvl"])
+def test_prepared_video_equals_the_processor_on_the_same_frames(family, offline, tmp_path):
+    """GLM-4.1V and InternVL video through the preprocessor equals their processor called on the
+    same independently decoded frames with the same metadata: ids and every tensor. GLM-4.1V
+    writes a video as image tokens per temporal patch with ``video_grid_thw``; InternVL as one
+    image span per frame in ``pixel_values``."""
+    from tests.processors.test_video import SIZE, decoded, item, mp4_bytes, reference
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(mp4_bytes())
+    processor = offline(family)
+    prepared = AutoProcessorPreprocessor(processor).prepare(item(str(clip)))
+    indices = prepared.videos[0].frame_indices
+    frames = np.stack([decoded(clip.read_bytes())[k] for k in indices])
+    metadata = [
+        {
+            "total_num_frames": 8,
+            "fps": 4.0,
+            "frames_indices": indices,
+            "width": SIZE,
+            "height": SIZE,
+            "duration": 2.0,
+        }
+    ]
+    ref = reference(processor, family, prepared.prompt_text, [frames], metadata)
+    assert prepared.input_ids == ref["input_ids"][0].tolist()
+    tensors = {k for k in ref if k not in {"input_ids", "attention_mask", "mm_token_type_ids"}}
+    assert tensors and tensors <= prepared.multi_modal_input.keys()
+    for key in tensors:
+        assert torch.equal(prepared.multi_modal_input[key], ref[key]), key
+    assert prepared.geometry == [] and prepared.num_videos == 1
