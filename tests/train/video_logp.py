@@ -14,6 +14,7 @@ transformers, its video grids in the form its ``get_rope_index`` reads).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import sys
 import tempfile
@@ -124,7 +125,7 @@ def main(family: str) -> None:
     try:
         result["fixed"] = max_logp_gap(trajs, actor.compute_logp(trajs))
         fixed = actor._prepare_mb_list
-        actor._prepare_mb_list = fixed.__wrapped__  # AReaL's own
+        actor._prepare_mb_list = inspect.unwrap(fixed)  # AReaL's own, every wrapper off
         try:
             result["unfixed"] = max_logp_gap(trajs, actor.compute_logp(trajs))
         except Exception as e:  # AReaL alone may fail on video
