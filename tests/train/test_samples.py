@@ -122,3 +122,22 @@ def test_report_embeds_the_saved_rollouts(items, workflow, tmp_path):
     assert len(embedded) == 2 and base64.b64decode(embedded[1]) == png
     assert "&lt;|box_start|&gt;(500,500)" in section and "reward 0.900" in section
     assert "true [39, 2, 67, 30]; predicted [70, 52, 105, 79]" in section
+
+
+def test_a_video_item_is_shown_as_its_strip_of_sampled_frames(workflow, tmp_path):
+    from tests.workflows.test_video_workflows import write_clip
+
+    clip = str(write_clip(tmp_path / "clip.mp4", frames=4, size=56, fps=2))
+    content = [{"type": "video"}, {"type": "text", "text": "Where does the square go?"}]
+    item = {"id": "v", "messages": [{"role": "user", "content": content}], "videos": [clip]}
+    (shown,) = samples.collect(3, [(item, _trajectory(workflow, "right", 1.0))], workflow, None, 1)
+    prepared_clip = workflow.ctx.preprocessor.prepare(item).videos[0]
+    assert shown.image is not None
+    # One thumbnail per sampled frame, side by side with 2-pixel gaps, the thumbnails' height.
+    widths = [t.width for t in prepared_clip.thumbnails]
+    assert shown.image.size == (
+        sum(widths) + 2 * (len(widths) - 1),
+        prepared_clip.thumbnails[0].height,
+    )
+    left = shown.image.crop((0, 0, widths[0], shown.image.height))
+    assert left.tobytes() == prepared_clip.thumbnails[0].convert("RGB").tobytes()

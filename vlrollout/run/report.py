@@ -27,6 +27,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from vlrollout.files import atomic_write_bytes, item_stem, read_outcomes
+from vlrollout.frame_strip import strip_image
 from vlrollout.logs import get_logger
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.video_loading import load_video
@@ -225,23 +226,9 @@ def sampled_thumbnails(item: dict[str, Any], sampling: Any) -> list[list[Image.I
 
 
 def frame_strip(frames: Sequence[Image.Image], height: int = STRIP_HEIGHT) -> str:
-    """A data URL of one picture: up to :data:`STRIP_FRAMES` of ``frames`` (evenly spaced, first
-    and last kept) side by side, each ``height`` pixels high."""
-    step = max(1, -(-len(frames) // STRIP_FRAMES))
-    shown = list(frames[::step])
-    if frames and shown[-1] is not frames[-1] and len(shown) < STRIP_FRAMES:
-        shown.append(frames[-1])
-    thumbs = [
-        f.convert("RGB").resize((max(1, round(f.width * height / f.height)), height)) for f in shown
-    ]
-    strip = Image.new(
-        "RGB", (sum(t.width for t in thumbs) + 2 * (len(thumbs) - 1), height), "white"
-    )
-    x = 0
-    for t in thumbs:
-        strip.paste(t, (x, 0))
-        x += t.width + 2
-    return _data_url(strip)
+    """A data URL of one picture: up to :data:`STRIP_FRAMES` of ``frames`` side by side, each
+    ``height`` pixels high (:func:`vlrollout.frame_strip.strip_image`)."""
+    return _data_url(strip_image(frames, height, STRIP_FRAMES))
 
 
 def _figure(src: str, caption: str) -> str:

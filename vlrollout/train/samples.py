@@ -25,6 +25,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from vlrollout.frame_strip import strip_image
 from vlrollout.geometry import Box, Frame, convert_boxes
 from vlrollout.jsonl import append_jsonl, read_jsonl
 from vlrollout.processors.image_loading import load_image
@@ -35,6 +36,8 @@ ROLLOUTS_FILE = "eval_rollouts.jsonl"
 IMAGES_DIR = "eval_rollouts"
 TRUE_COLOUR = (0, 170, 0)
 PREDICTED_COLOUR = (220, 0, 0)
+STRIP_FRAMES = 8
+"""Most frames of a held-out video shown in its strip."""
 
 Episode = tuple[dict[str, Any], dict[str, Any] | None]
 """A held-out item and its trajectory (``None``: the episode was rejected)."""
@@ -111,7 +114,8 @@ def collect(
     step: int, episodes: Sequence[Episode], workflow: Any, reward: Any, count: int
 ) -> list[HeldOutRollout]:
     """The first ``count`` episodes of an evaluation as :class:`HeldOutRollout` (item order is the
-    held-out set's, so every evaluation shows the same items).
+    held-out set's, so every evaluation shows the same items). An item with images shows its
+    (grounding) image with the boxes drawn; a video item, its first video's sampled frames.
 
     Args:
         step: Training steps completed.
@@ -133,6 +137,7 @@ def collect(
         shown.reward = float(traj["rewards"].flatten()[0])
         images = item.get("images") or []
         if not images:
+            shown.image = _video_strip(workflow, item)
             continue
         grounding = grounding_reward(reward, item)
         which = grounding.image_index if grounding is not None else 0
@@ -144,6 +149,16 @@ def collect(
             )
         shown.image = draw(image, shown.true_boxes, shown.predicted_boxes)
     return out
+
+
+def _video_strip(workflow: Any, item: dict[str, Any]) -> Image.Image | None:
+    """The first video's sampled frames as one strip (its report thumbnails), ``None`` without."""
+    if not item.get("videos"):
+        return None
+    clips = asyncio.run(workflow.ctx.prepare(item)).videos
+    if not clips or not clips[0].thumbnails:
+        return None
+    return strip_image(clips[0].thumbnails, clips[0].thumbnails[0].height, STRIP_FRAMES)
 
 
 def grounding_reward(reward: Any, item: dict[str, Any]) -> Any:
