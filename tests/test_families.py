@@ -3,7 +3,10 @@ refused with its name and the way to add it, and a registered family is used."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
+import transformers
 from transformers import LlavaConfig, PretrainedConfig, Qwen2Config
 
 from vlrollout.families import (
@@ -15,11 +18,23 @@ from vlrollout.families import (
     image_token_id,
     register_family,
 )
-from vlrollout.testing.tiny_families import TINY_FAMILIES
+from vlrollout.testing.tiny_families import MODEL_CLASSES, TINY_FAMILIES
 
 
 def test_every_tiny_family_is_known():
     assert set(TINY_FAMILIES) <= set(FAMILIES)
+    assert len(TINY_FAMILIES) == 14
+
+
+@pytest.mark.parametrize("family", sorted(MODEL_CLASSES))
+def test_positions_rule_follows_the_model_class(family):
+    """3-D positions exactly for families whose base model computes them (``get_rope_index``:
+    Qwen-VL, GLM-4.1V/4.6V); the others take ``0..L-1``."""
+    generation_class = getattr(transformers, MODEL_CLASSES[family])
+    module = inspect.getmodule(generation_class)
+    base = getattr(module, MODEL_CLASSES[family].replace("ForConditionalGeneration", "Model"))
+    expected = "mrope" if hasattr(base, "get_rope_index") else "sequential"
+    assert FAMILIES[family].positions == expected
 
 
 def test_a_causal_lm_is_text():
