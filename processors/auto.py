@@ -17,6 +17,7 @@ import torch
 
 from .base import LAZY, EngineImages, PreparedPrompt, images_in_prompt
 from .errors import PreprocessError
+from .expansion import check_expansion
 from .families import FamilyAdapter, adapter_for
 from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
 from .merge_kwargs_cache import with_merged_kwargs_cache
@@ -341,6 +342,9 @@ class AutoProcessorPreprocessor:
             prompt_text = self.render(messages)
         self.check_placeholders(prompt_text, len(images), item, len(videos))
         outputs = self.call_processor(prompt_text, images, item, videos)
+        merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", None)
+        if merge:
+            check_expansion(outputs, self.adapter.mm_type_key, merge, item)
         input_ids = _row(outputs["input_ids"])
         mm_types = outputs.get(self.adapter.mm_type_key)
         sizes = [im.original_size for im in images]
