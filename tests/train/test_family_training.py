@@ -41,10 +41,10 @@ another order: about 1e-7 measured)."""
 
 REFUSED_WITH = {
     "gemma3": "`token_type_ids` is required",
-    "glm4v": "aten.grid_sampler_2d.default got mixed torch.Tensor and DTensor",
-    "lfm2_vl": "aten._upsample_bilinear2d_aa.default does not have a sharding strategy",
+    "lfm2_vl": "short-convolution layers",
 }
-"""Refused families → the error AReaL's actor raises on them, quoted in their refusal."""
+"""Refused families → words of their refusal; :func:`test_refused_family_fails_in_areal_as_the_refusal_says`
+checks that AReaL's actor still fails on each as the refusal says."""
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +84,16 @@ def test_trainer_logprobs_equal_rollout(family, family_logp):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(REFUSED_WITH))
 def test_refused_family_fails_in_areal_as_the_refusal_says(family, family_logp):
-    """The refusal quotes what AReaL's actor still does on the family (registered as a vision
-    model, with the wrap policy and padding the trained families get)."""
+    """Registered as a vision model, with the fixes the trained families get, AReaL's actor still
+    fails on each refused family the way its refusal says."""
     result = family_logp[family]
-    assert REFUSED_WITH[family] in result.get("error", ""), result
     assert REFUSED_WITH[family] in refusal(tiny_vlm(family)[0].config)
-    if family == "gemma3":  # without token_type_ids the packed forward is off the rollout
+    if family == "gemma3":  # no token_type_ids: the update raises, the packed forward is off
+        assert "`token_type_ids` is required" in result.get("error", ""), result
         assert result["fixed"] > 0.1, result
+    if family == "lfm2_vl":  # conv layers leak across packed sequences
+        assert "error" not in result, result
+        assert result["fixed"] > ATOL and result["grad_rel"] > GRAD_RTOL, result
 
 
 def _prepared(processor, text: str, image=None):

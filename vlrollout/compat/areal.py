@@ -11,6 +11,10 @@
   as vision-language models (``AutoModelForImageTextToText``, the processor, ``multi_modal_input``
   forwarded); a family vlrollout checked is added to it (:func:`register_vision_model`), since
   AReaL otherwise loads it with ``AutoModelForCausalLM``, which has no class for it.
+- ``apply_fsdp2`` as ``areal.engine.fsdp_utils.parallel`` calls it, and the ``fully_shard`` it
+  calls (``areal.engine.fsdp_utils``): AReaL shards every ``nn.Embedding`` as its own FSDP unit;
+  :func:`keep_vision_embeddings_in_parent` leaves all but the text input embeddings to the unit
+  that holds them, for families whose vision embeddings read the table outside its forward.
 - ``current_platform`` (``areal.infra.platforms``) names the device the trainer puts a batch on
   (the rollouts shared between training processes go there, as AReaL's own ``prepare_batch``
   puts them).
@@ -20,15 +24,20 @@ Importing this module checks AReaL's version (:func:`vlrollout.compat.require`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Collection
 from typing import Any
+
+import torch
 
 from vlrollout.compat import IncompatibleLibrary, installed, require
 
 LOWEST, BELOW = (1, 0), (1, 1)
 require("areal", LOWEST, BELOW, installed("areal"))
 
+from areal.engine import fsdp_utils as _fsdp_utils  # noqa: E402
 from areal.engine.core import model as _areal_model  # noqa: E402
+from areal.engine.fsdp_utils import parallel as _fsdp_parallel  # noqa: E402
 from areal.infra.platforms import current_platform  # noqa: E402
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
 from areal.infra.workflow_executor import WorkflowExecutor  # noqa: E402
@@ -37,6 +46,7 @@ __all__ = [
     "GroupedRolloutWorkflow",
     "WorkflowExecutor",
     "cast_to_compute_dtype",
+    "keep_vision_embeddings_in_parent",
     "load_optimizer_state",
     "register_vision_model",
     "replace_save_model_to_hf",
@@ -111,3 +121,44 @@ def register_vision_model(model_type: str) -> None:
         )
     if model_type not in known:
         known.append(model_type)
+
+
+def keep_vision_embeddings_in_parent(model_types: Collection[str]) -> None:
+    """Shard no ``nn.Embedding`` but the text input embeddings on its own, for ``model_types``.
+
+    AReaL's ``apply_fsdp2`` makes every ``nn.Embedding`` its own FSDP unit (when the word
+    embeddings are not tied). A unit's parameters are gathered only around its own forward, so a
+    vision tower that reads ``position_embedding.weight`` directly (GLM-4.1V's ``grid_sample``,
+    SigLIP2's resize) gets the sharded ``DTensor``. Left in the unit that holds it, the table is
+    gathered with that unit. Installed once, for the whole process; other model types unchanged.
+    """
+    original = getattr(_fsdp_parallel, "apply_fsdp2", None)
+    shard = getattr(_fsdp_utils, "fully_shard", None)
+    if not callable(original) or not callable(shard):
+        raise IncompatibleLibrary(
+            f"areal {installed('areal')} has no areal.engine.fsdp_utils.parallel.apply_fsdp2 or "
+            "fully_shard; vlrollout.compat.areal was written for areal 1.0"
+        )
+    types = set(model_types) | getattr(original, "vlrollout_model_types", set())
+    base = getattr(original, "__wrapped__", original)
+
+    @functools.wraps(base)
+    def apply_fsdp2(model: Any, fsdp_kwargs: Any, wrap_policy: Any) -> Any:
+        if getattr(model.config, "model_type", None) not in types:
+            return base(model, fsdp_kwargs, wrap_policy)
+        text = model.get_input_embeddings()
+        keep = {
+            id(m) for m in model.modules() if isinstance(m, torch.nn.Embedding) and m is not text
+        }
+
+        def fully_shard(module: Any, **kwargs: Any) -> Any:
+            return module if id(module) in keep else shard(module, **kwargs)
+
+        _fsdp_utils.fully_shard = fully_shard
+        try:
+            return base(model, fsdp_kwargs, wrap_policy)
+        finally:
+            _fsdp_utils.fully_shard = shard
+
+    apply_fsdp2.vlrollout_model_types = types
+    _fsdp_parallel.apply_fsdp2 = apply_fsdp2

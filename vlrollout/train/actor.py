@@ -17,7 +17,12 @@ from typing import Any
 import torch
 
 from vlrollout.logs import get_logger
-from vlrollout.train.support import EXTRA_VISION_MODELS, PADDED_IMAGE_KEYS, model_type_at
+from vlrollout.train.support import (
+    EXTRA_VISION_MODELS,
+    PADDED_IMAGE_KEYS,
+    VISION_EMBEDDINGS_IN_PARENT,
+    model_type_at,
+)
 
 logger = get_logger(__name__)
 
@@ -156,13 +161,15 @@ def build_actor(
     from areal.engine.fsdp_engine import FSDPPPOActor
 
     from vlrollout import image_sharing
-    from vlrollout.compat.areal import register_vision_model
+    from vlrollout.compat.areal import keep_vision_embeddings_in_parent, register_vision_model
     from vlrollout.train import freezing, lora, packed_attention, packing
     from vlrollout.train.cpu import apply_cpu_defaults
 
     model_type = model_type_at(actor_config.path)
     if model_type in EXTRA_VISION_MODELS:  # checked here, unknown to AReaL
         register_vision_model(model_type)
+    if model_type in VISION_EMBEDDINGS_IN_PARENT:
+        keep_vision_embeddings_in_parent(VISION_EMBEDDINGS_IN_PARENT)
     _set_wrap_policy(actor_config)
     for line in apply_cpu_defaults(actor_config):
         logger.warning("CPU default: %s", line)

@@ -20,17 +20,12 @@ NOT_TRAINABLE: dict[str, str] = {
         "training), and its packed forward attends causally over each image, where Gemma 3 "
         "attends bidirectionally within an image (trainer logprobs 0.38 from the rollout's)"
     ),
-    "glm4v": (
-        "AReaL 1.0.4's FSDP2 wrapping shards every nn.Embedding on its own, and GLM-4.1V's "
-        "vision embeddings read position_embedding.weight outside that module's forward "
-        "(grid_sample on the still-sharded table: 'aten.grid_sampler_2d.default got mixed "
-        "torch.Tensor and DTensor')"
-    ),
     "lfm2_vl": (
-        "AReaL 1.0.4's FSDP2 wrapping shards every nn.Embedding on its own, and LFM2-VL's "
-        "SigLIP2 vision embeddings resize position_embedding.weight outside that module's "
-        "forward (antialiased interpolate on the still-sharded table: "
-        "'aten._upsample_bilinear2d_aa.default does not have a sharding strategy registered')"
+        "its text model's short-convolution layers (layer_types 'conv') run over the whole "
+        "packed row, so each sequence's first tokens see the previous sequence's last ones: "
+        "trainer logprobs 2.9e-4 from the rollout's, ppo_update's gradient 1.6e-4 (relative) "
+        "from the per-sequence one; vlrollout.train.packing gives one sequence per micro-batch "
+        "only to layer_types 'linear_attention'"
     ),
 }
 """``model_type`` → why AReaL's FSDP actor cannot train it (observed on the tiny random model of
@@ -53,6 +48,7 @@ EXTRA_VISION_MODELS: tuple[str, ...] = (
     "smolvlm",
     "internvl",
     "mistral3",
+    "glm4v",
 )
 """Families AReaL does not list as vision models, checked here as :data:`AREAL_VISION_MODELS`
 are; :func:`vlrollout.train.actor.build_actor` registers them with AReaL
@@ -66,6 +62,10 @@ PADDED_IMAGE_KEYS: dict[str, tuple[str, ...]] = {
 }
 """Image tensors whose shape past dim 0 differs between sequences (tiles per image, images per
 item, image height and width) and whose zero padding the model ignores: padded across a batch before AReaL concatenates them."""
+
+VISION_EMBEDDINGS_IN_PARENT: tuple[str, ...] = ("glm4v", "lfm2_vl")  # GLM-4.1V, SigLIP2
+"""Families whose vision embeddings read their position table outside its forward: FSDP keeps
+the table in the unit that holds it (:func:`vlrollout.compat.areal.keep_vision_embeddings_in_parent`)."""
 
 TRAINABLE: tuple[str, ...] = AREAL_VISION_MODELS + EXTRA_VISION_MODELS
 """Every family ``vlrollout train`` trains."""
