@@ -15,6 +15,9 @@
   calls (``areal.engine.fsdp_utils``): AReaL shards every ``nn.Embedding`` as its own FSDP unit;
   :func:`keep_vision_embeddings_in_parent` leaves all but the text input embeddings to the unit
   that holds them, for families whose vision embeddings read the table outside its forward.
+- AReaL wraps transformers' ``_no_split_modules`` classes by default; :func:`fsdp_wrap_classes`
+  reads that (private) list to give AReaL a wrap policy without the classes that hold an
+  ``nn.Embedding``.
 - ``current_platform`` (``areal.infra.platforms``) names the device the trainer puts a batch on
   (the rollouts shared between training processes go there, as AReaL's own ``prepare_batch``
   puts them).
@@ -30,6 +33,7 @@ from typing import Any
 
 import torch
 
+import vlrollout.compat.transformers  # noqa: F401  (checks transformers' version)
 from vlrollout.compat import IncompatibleLibrary, installed, require
 
 LOWEST, BELOW = (1, 0), (1, 1)
@@ -41,11 +45,13 @@ from areal.engine.fsdp_utils import parallel as _fsdp_parallel  # noqa: E402
 from areal.infra.platforms import current_platform  # noqa: E402
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow  # noqa: E402
 from areal.infra.workflow_executor import WorkflowExecutor  # noqa: E402
+from transformers import AutoModelForImageTextToText  # noqa: E402
 
 __all__ = [
     "GroupedRolloutWorkflow",
     "WorkflowExecutor",
     "cast_to_compute_dtype",
+    "fsdp_wrap_classes",
     "keep_vision_embeddings_in_parent",
     "load_optimizer_state",
     "register_vision_model",
@@ -162,3 +168,25 @@ def keep_vision_embeddings_in_parent(model_types: Collection[str]) -> None:
 
     apply_fsdp2.vlrollout_model_types = types
     _fsdp_parallel.apply_fsdp2 = apply_fsdp2
+
+
+def fsdp_wrap_classes(config: Any) -> list[str] | None:
+    """The module classes FSDP should wrap for a vision-language model of ``config``:
+    transformers' own (``_no_split_modules``, AReaL's default) less any class holding an
+    ``nn.Embedding``; ``None`` when none does.
+
+    AReaL's FSDP2 wrapping also shards every ``nn.Embedding`` on its own, after (inside) the
+    class that holds it: SigLIP's ``SiglipVisionEmbeddings`` wrapped, then its
+    ``position_embedding`` inside it, leaves that table a sharded ``DTensor`` in the forward
+    ("aten.embedding.default got mixed torch.Tensor and DTensor"). Read from a model built on the
+    meta device (no weights, no memory).
+    """
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    names = set(model._no_split_modules or ())
+    holding = {
+        type(m).__name__
+        for m in model.modules()
+        if type(m).__name__ in names and any(isinstance(c, torch.nn.Embedding) for c in m.modules())
+    }
+    return sorted(names - holding) if holding else None

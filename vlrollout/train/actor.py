@@ -14,13 +14,12 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-
 from vlrollout.logs import get_logger
 from vlrollout.train.support import (
     EXTRA_VISION_MODELS,
     PADDED_IMAGE_KEYS,
     VISION_EMBEDDINGS_IN_PARENT,
+    config_at,
     model_type_at,
 )
 
@@ -101,38 +100,20 @@ def _install_image_padding(actor: Any, keys: tuple[str, ...]) -> None:
     wrap_prepare_mb_list(actor, padding)
 
 
-def wrap_classes(path: str) -> list[str] | None:
-    """The module classes FSDP should wrap for the model at ``path``: transformers' own
-    (``_no_split_modules``) less any class holding an ``nn.Embedding``; ``None`` when none does.
-
-    AReaL's FSDP2 wrapping also shards every ``nn.Embedding`` on its own, after (inside) the
-    class that holds it: SigLIP's ``SiglipVisionEmbeddings`` wrapped, then its
-    ``position_embedding`` inside it, leaves that table a sharded ``DTensor`` in the forward
-    ("aten.embedding.default got mixed torch.Tensor and DTensor"). Measured on a model built on
-    the meta device (no weights, no memory).
-    """
-    from transformers import AutoConfig, AutoModelForImageTextToText
-
-    config = AutoConfig.from_pretrained(path)
-    with torch.device("meta"):
-        model = AutoModelForImageTextToText.from_config(config)
-    names = set(model._no_split_modules or ())
-    holding = {
-        type(m).__name__
-        for m in model.modules()
-        if type(m).__name__ in names and any(isinstance(c, torch.nn.Embedding) for c in m.modules())
-    }
-    return sorted(names - holding) if holding else None
-
-
 def _set_wrap_policy(actor_config: Any) -> None:
-    """:func:`wrap_classes` as the actor's FSDP wrap policy, unless the config names one."""
+    """:func:`vlrollout.compat.areal.fsdp_wrap_classes` as a vision model's FSDP wrap policy,
+    unless the config names one."""
     from areal.api.cli_args import FSDPWrapPolicy
+
+    from vlrollout.compat.areal import fsdp_wrap_classes
 
     fsdp = actor_config.fsdp
     if fsdp.wrap_policy is not None and fsdp.wrap_policy.transformer_layer_cls_to_wrap:
         return
-    classes = wrap_classes(actor_config.path)
+    config = config_at(actor_config.path)
+    if config is None or not hasattr(config, "vision_config"):
+        return
+    classes = fsdp_wrap_classes(config)
     if classes is not None:
         fsdp.wrap_policy = FSDPWrapPolicy(transformer_layer_cls_to_wrap=classes)
         logger.warning("FSDP wraps %s (no class holding an nn.Embedding)", classes)

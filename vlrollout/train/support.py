@@ -71,12 +71,19 @@ TRAINABLE: tuple[str, ...] = AREAL_VISION_MODELS + EXTRA_VISION_MODELS
 """Every family ``vlrollout train`` trains."""
 
 
-def model_type_at(path: str) -> str | None:
-    """The ``model_type`` of the config at ``path`` (folder or hub id), ``None`` if unreadable."""
+def config_at(path: str) -> Any | None:
+    """The transformers config at ``path`` (folder or hub id, local files only), ``None`` when it
+    cannot be read here (the model loader reports that)."""
     try:
-        return AutoConfig.from_pretrained(path, local_files_only=True).model_type
+        return AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError):
         return None
+
+
+def model_type_at(path: str) -> str | None:
+    """The ``model_type`` of the config at ``path``, ``None`` if unreadable."""
+    config = config_at(path)
+    return None if config is None else config.model_type
 
 
 def refusal(hf_config: Any) -> str | None:
@@ -122,9 +129,8 @@ def check_trainable(path: str) -> None:
     Raises:
         vlrollout.errors.ConfigError: the family and the reason, in one line.
     """
-    try:
-        hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError):
+    hf_config = config_at(path)
+    if hf_config is None:
         return
     reason = refusal(hf_config)
     if reason is not None:
