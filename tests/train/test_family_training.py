@@ -1,10 +1,10 @@
-"""AReaL's trainer on every family it treats as a vision model, on tiny random models.
+"""AReaL's trainer on every family vlrollout serves, on tiny random models.
 
 Trainable families: trainer logprobs on a packed batch equal the rollout's (1e-4, float32, sdpa),
 and the gradient of AReaL's ``ppo_update`` on that batch equals the PPO objective's gradient
-computed the plain way (each sequence forwarded alone by transformers) to 1e-4. Gemma 3 is
-refused by ``vlrollout train`` before any model loads, and the reason it names is still what
-AReaL does with it.
+computed the plain way (each sequence forwarded alone by transformers) to 1e-4. Refused families
+(Gemma 3, LFM2-VL) are refused by ``vlrollout train`` before any model loads, and the reason each
+names is still what AReaL does with it. One subprocess checks every family in turn.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from tests.train.procs import ROOT, subprocess_env
 from vlrollout.errors import ConfigError
-from vlrollout.testing.tiny_families import save_tiny_vlm, tiny_vlm
+from vlrollout.testing.tiny_families import TINY_FAMILIES, save_tiny_vlm, tiny_vlm
 from vlrollout.train.actor import pad_image_tensors
 from vlrollout.train.packing import (
     linear_attention_layers,
@@ -27,6 +27,7 @@ from vlrollout.train.packing import (
 )
 from vlrollout.train.support import (
     AREAL_VISION_MODELS,
+    NOT_TRAINABLE,
     TRAINABLE,
     check_trainable,
     refusal,
@@ -192,6 +193,13 @@ def test_gemma3_is_refused_naming_family_and_reason(tmp_path):
         assert refusal(tiny_vlm(family)[0].config) is None
         assert trains(family) == "yes"
     assert trains("gemma3") == f"no: {refusal(tiny_vlm('gemma3')[0].config).split(': ', 1)[1]}"
+
+
+def test_every_served_family_trains_or_is_refused_with_its_reason():
+    for family in TINY_FAMILIES:
+        assert (family in TRAINABLE) != (family in NOT_TRAINABLE), family
+        assert "not checked" not in trains(family), family
+    assert set(REFUSED_WITH) == set(NOT_TRAINABLE)  # each refusal is checked against AReaL
 
 
 def test_an_unchecked_vision_family_is_refused():
