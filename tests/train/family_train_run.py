@@ -1,6 +1,11 @@
 """``vlrollout train`` with the embedded engine watched at each checkpoint; run as a subprocess.
 
     python tests/train/family_train_run.py --config examples/train_grounding.yaml [key=value ...]
+    python tests/train/family_train_run.py --each ROOT FAMILY [FAMILY ...] -- [--config ...]
+
+With ``--each``, one run per family in this one process (the imports paid once), on the model at
+``ROOT/FAMILY/model`` into ``ROOT/FAMILY/run``; a family whose run fails does not stop the next,
+and one JSON line per family (``family``, ``rc``, ``seconds``, ``error``) goes to stdout.
 
 Runs the command line's own ``vlrollout train`` with the given arguments. Each time the loop
 saves a checkpoint (after that step's weight update reached the engine), the engine's live
@@ -15,6 +20,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,8 +63,35 @@ def main(argv: list[str]) -> int:
         return ckpt
 
     session.build_rollout_engine, checkpoint.save = watched_build, watched_save
-    return cli.main(["train", *argv])
+    try:
+        return cli.main(["train", *argv])
+    finally:  # the next run in this process watches the originals, not this run's wrappers
+        session.build_rollout_engine, checkpoint.save = build, save
+
+
+def each(root: Path, families: list[str], argv: list[str]) -> int:
+    """:func:`main` for each family in turn (see the module docstring); 0 if every run did."""
+    failed = 0
+    for family in families:
+        args = [
+            *argv,
+            f"actor.path={root / family / 'model'}",
+            f"vlrollout.output={root / family / 'run'}",
+        ]
+        t, error = time.perf_counter(), None
+        try:
+            rc = main(args)
+        except BaseException as e:  # noqa: BLE001  (SystemExit too: reported, next family runs)
+            traceback.print_exc()
+            rc, error = 1, f"{type(e).__name__}: {e}"
+        failed += rc != 0
+        line = {"family": family, "rc": rc, "seconds": time.perf_counter() - t, "error": error}
+        print(json.dumps(line), flush=True)
+    return int(failed > 0)
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--each"]:
+        split = sys.argv.index("--")
+        sys.exit(each(Path(sys.argv[2]), sys.argv[3:split], sys.argv[split + 1 :]))
     sys.exit(main(sys.argv[1:]))

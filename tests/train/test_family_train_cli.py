@@ -1,4 +1,5 @@
-"""The whole ``vlrollout train`` loop, two steps, on a tiny random model of each trainable family.
+"""The whole ``vlrollout train`` loop, two steps, on a tiny random model of each trainable family
+(every family run in turn by one subprocess).
 
 Per family: both steps complete; each step is on-policy, so AReaL's importance weights
 (trainer logprobs over the rollout's) are 1 within 1e-4 — on step 2 that also says the engine
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -54,25 +54,35 @@ def _weights(path):
     return model.state_dict()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("family", TRAINABLE)
-def test_two_training_steps(family, tmp_path):
-    model = save_tiny_vlm(family, tmp_path / family)
-    out = tmp_path / "run"
-    cmd = [sys.executable, str(ROOT / "tests/train/family_train_run.py")]
-    cmd += ["--config", "examples/train_grounding.yaml", f"actor.path={model}"]
-    cmd += [f"vlrollout.output={out}", *SMALL]
-    t = time.perf_counter()
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[dict[str, dict], object]:
+    """Two ``vlrollout train`` steps per trainable family, every family in one subprocess (the
+    imports paid once): family → its line (``rc``, ``seconds``, ``error``), and the root whose
+    ``FAMILY/model`` and ``FAMILY/run`` hold each family's model and run."""
+    root = tmp_path_factory.mktemp("families")
+    for family in TRAINABLE:
+        save_tiny_vlm(family, root / family / "model")
+    cmd = [sys.executable, str(ROOT / "tests/train/family_train_run.py"), "--each", str(root)]
+    cmd += [*TRAINABLE, "--", "--config", "examples/train_grounding.yaml", *SMALL]
     proc = subprocess.run(
         cmd,
         cwd=ROOT,
         env=subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
     )
-    wall = time.perf_counter() - t
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"family"')]
+    assert [r["family"] for r in lines] == list(TRAINABLE), proc.stderr[-3000:]
+    return {r["family"]: r for r in lines}, root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", TRAINABLE)
+def test_two_training_steps(family, runs):
+    lines, root = runs
+    assert lines[family]["rc"] == 0, lines[family]
+    model, out = root / family / "model", root / family / "run"
 
     steps = _jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in steps] == [1, 2]
@@ -85,6 +95,7 @@ def test_two_training_steps(family, tmp_path):
         assert 1 - ATOL <= lo <= hi <= 1 + ATOL, (r["step"], lo, hi)
     assert steps[0]["reward_std"] > 0  # advantages are not all zero: the update moves weights
     synced = _jsonl(out / RECORD)
+    wall = lines[family]["seconds"]
     print(f"\n{family}: {wall:.1f} s, importance weights {weights}, engine-checkpoint {synced}")
     assert [r["step"] for r in synced] == [1, 2]
     for r in synced:
