@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,17 @@ def family_row(family: str, seed: int, failures: list[str]) -> tuple[Check, Chec
         engine.destroy()
 
 
+def _failure_table(failures: list[str]) -> record.Table:
+    """Why episodes failed, one row per distinct reason (request ids dropped), with a count."""
+    counts: dict[tuple[str, str], int] = {}
+    for line in failures:
+        family, rest = line.split(" (seed ", 1)
+        reason = re.sub(r"request [0-9a-f]{32}: ", "", rest.split(") ", 1)[1])
+        counts[(family, reason)] = counts.get((family, reason), 0) + 1
+    rows = [[family, reason, str(n)] for (family, reason), n in counts.items()]
+    return record.Table(["family", "failed (item: reason)", "times"], rows, title="failures")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=1, help="random models per family")
@@ -192,7 +204,10 @@ def main() -> None:
     print(headline)
     for line in failures:
         print(f"failed: {line}")
-    rec = started.record([record.Table(COLUMNS, table)], headline, {"seeds": args.seeds})
+    tables = [record.Table(COLUMNS, table)]
+    if failures:
+        tables.append(_failure_table(failures))
+    rec = started.record(tables, headline, {"seeds": args.seeds})
     record.write(rec, args.record_dir)
 
 
