@@ -97,6 +97,6 @@ lock: setup
 	$(BIN)/pip freeze --exclude-editable | grep -v '^vlrollout' > requirements.lock
 
 # Regenerate the processor regression snapshots (review `git diff tests/snapshots` before committing).
-SNAPSHOT_FAMILIES := qwen2_vl qwen2_5_vl qwen3_vl llava llava_onevision gemma3 idefics3 smolvlm
+SNAPSHOT_FAMILIES = $(shell $(BIN)/python -c "from vlrollout.testing.offline_processors import OFFLINE_BUILDERS; print(*OFFLINE_BUILDERS)")
 snapshots: setup
 	@for f in $(SNAPSHOT_FAMILIES); do $(BIN)/vlrollout snapshot --processor offline:$$f --data assets/samples/data.jsonl --out tests/snapshots/$$f.json || exit 1; done
