@@ -12,8 +12,8 @@ take those text positions as a fourth row in front of their 3-D (t, h, w) positi
 does exactly that to AReaL's prepared micro-batches, and :func:`install` wraps one engine's
 ``_prepare_mb_list`` with it: nothing of AReaL is copied or forked.
 
-Positions alone cannot separate sequences for a model with linear-attention layers (Qwen3.5's
-Gated DeltaNet, ``modeling_qwen3_5.py``): its convolution and recurrent state run along the whole
+Positions alone cannot separate sequences for a model with linear-attention or convolution
+layers (Qwen3.5's Gated DeltaNet, ``modeling_qwen3_5.py``; LFM2's short convolutions): its convolution and recurrent state run along the whole
 row (``seq_idx=None``, ``initial_state=None``), whatever the mask, so a packed sequence starts
 from the state its predecessor left (0.017 nats off on the tiny Qwen3.5). For such a model the
 wrapper asks AReaL for one sequence per micro-batch (:func:`linear_attention_layers`); trailing
@@ -214,8 +214,14 @@ def forward_inputs(padded_mb: dict[str, Any], inputs: Sequence[Mapping[str, torc
         padded_mb[key] = torch.cat([torch.as_tensor(seq[key]) for seq in inputs if key in seq])
 
 
+STATE_LAYER_TYPES = frozenset({"linear_attention", "conv"})
+"""``layer_types`` entries whose state runs along the whole row whatever the mask: Qwen3.5's
+linear attention, LFM2's short convolutions (``modeling_lfm2.py``)."""
+
+
 def linear_attention_layers(hf_config: Any) -> int:
-    """How many decoder layers of a model config are linear attention (``layer_types``).
+    """How many decoder layers of a model config carry state along the row (``layer_types`` in
+    :data:`STATE_LAYER_TYPES`).
 
     A model with any cannot be packed: see the module docstring.
 
@@ -224,7 +230,7 @@ def linear_attention_layers(hf_config: Any) -> int:
     0
     """
     text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
-    return sum(t == "linear_attention" for t in getattr(text, "layer_types", None) or ())
+    return sum(t in STATE_LAYER_TYPES for t in getattr(text, "layer_types", None) or ())
 
 
 def _one_sequence_per_micro_batch(

@@ -20,13 +20,6 @@ NOT_TRAINABLE: dict[str, str] = {
         "training), and its packed forward attends causally over each image, where Gemma 3 "
         "attends bidirectionally within an image (trainer logprobs 0.38 from the rollout's)"
     ),
-    "lfm2_vl": (
-        "its text model's short-convolution layers (layer_types 'conv') run over the whole "
-        "packed row, so each sequence's first tokens see the previous sequence's last ones: "
-        "trainer logprobs 2.9e-4 from the rollout's, ppo_update's gradient 1.6e-4 (relative) "
-        "from the per-sequence one; vlrollout.train.packing gives one sequence per micro-batch "
-        "only to layer_types 'linear_attention'"
-    ),
 }
 """``model_type`` → why AReaL's FSDP actor cannot train it (observed on the tiny random model of
 the family, :mod:`vlrollout.testing.tiny_families`)."""
@@ -49,6 +42,7 @@ EXTRA_VISION_MODELS: tuple[str, ...] = (
     "internvl",
     "mistral3",
     "glm4v",
+    "lfm2_vl",
 )
 """Families AReaL does not list as vision models, checked here as :data:`AREAL_VISION_MODELS`
 are; :func:`vlrollout.train.actor.build_actor` registers them with AReaL
