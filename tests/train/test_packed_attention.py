@@ -14,7 +14,6 @@ from vlrollout.train import packed_attention
 from vlrollout.train.packed_attention import causal_segments
 from vlrollout.train.packing import mrope_positions, separate_packed_sequences
 
-
 MROPE_TRAINABLE = tuple(f for f in TRAINABLE if FAMILIES[f].positions == "mrope")
 """The trainable families this test packs by hand (3-D positions from ``get_rope_index``, one
 grid per image); every trainable family's packed gradient is checked in test_family_training."""
