@@ -38,8 +38,11 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from vlrollout.jsonl import write_jsonl
-from vlrollout.tiny.synthetic_video import generate_video_items, write_video_dataset
+from vlrollout.tiny.synthetic_video import (
+    generate_video_items,
+    write_media_dataset,
+    write_video_dataset,
+)
 
 TASKS = ("count", "ground", "caption")
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -280,18 +283,11 @@ def write_dataset(items: Sequence[dict[str, Any]], out_dir: str | Path, name: st
 
     Image paths in the JSONL are relative to the JSONL file's folder. Returns the JSONL path.
     """
-    out = Path(out_dir)
-    (out / "images").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for item in items:
-        rel = []
-        for k, image in enumerate(item["images"]):
-            suffix = "" if len(item["images"]) == 1 else f"-{k}"
-            path = f"images/{item['id']}{suffix}.png"
-            image.save(out / path, optimize=True)
-            rel.append(path)
-        rows.append({**item, "images": rel})
-    return write_jsonl(out / name, rows)
+    return write_media_dataset(items, out_dir, name, "images", ".png", _save_png)
+
+
+def _save_png(image: Image.Image, path: Path) -> None:
+    image.save(path, optimize=True)
 
 
 def read_dataset(path: str | Path, load_images: bool = True) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import io
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +233,31 @@ def generate_video_items(n: int, seed: int, tasks: Sequence[str] = VIDEO_TASKS) 
     return [make_video_item(tasks[i % len(tasks)], seed, i) for i in range(n)]
 
 
+def write_media_dataset(
+    items: Sequence[dict[str, Any]],
+    out_dir: str | Path,
+    name: str,
+    field: str,
+    suffix: str,
+    save: Callable[[Any, Path], None],
+) -> Path:
+    """Write ``items`` as ``out_dir/name`` (JSONL) with each entry of ``item[field]`` saved by
+    ``save`` as ``out_dir/<field>/<id>[-k]<suffix>``; the JSONL holds those paths, relative to its
+    own folder. Returns the JSONL path."""
+    out = Path(out_dir)
+    (out / field).mkdir(parents=True, exist_ok=True)
+    rows = []
+    for item in items:
+        paths = []
+        for k, media in enumerate(item[field]):
+            tail = "" if len(item[field]) == 1 else f"-{k}"
+            path = f"{field}/{item['id']}{tail}{suffix}"
+            save(media, out / path)
+            paths.append(path)
+        rows.append({**item, field: paths})
+    return write_jsonl(out / name, rows)
+
+
 def write_video_dataset(
     items: Sequence[dict[str, Any]], out_dir: str | Path, name: str = VIDEO_DATA_NAME
 ) -> Path:
@@ -240,15 +265,8 @@ def write_video_dataset(
 
     Video paths in the JSONL are relative to the JSONL file's folder. Returns the JSONL path.
     """
-    out = Path(out_dir)
-    (out / "videos").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for item in items:
-        paths = []
-        for k, data in enumerate(item["videos"]):
-            suffix = "" if len(item["videos"]) == 1 else f"-{k}"
-            path = f"videos/{item['id']}{suffix}.mp4"
-            (out / path).write_bytes(data)
-            paths.append(path)
-        rows.append({**item, "videos": paths})
-    return write_jsonl(out / name, rows)
+    return write_media_dataset(items, out_dir, name, "videos", ".mp4", _write_bytes)
+
+
+def _write_bytes(data: bytes, path: Path) -> None:
+    path.write_bytes(data)
