@@ -293,6 +293,13 @@ pass_through(
 
 
 pass_through(
+    "eval",
+    "score a model or a served endpoint on a dataset with benchmark metrics (--data, --task)",
+    "vlrollout.eval.main",
+)
+
+
+pass_through(
     "train",
     "GRPO with AReaL's actor on the embedded engine (--config YAML, key=value overrides)",
     "vlrollout.train.main",
