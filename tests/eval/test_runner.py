@@ -1,0 +1,181 @@
+"""The evaluator's runner: resumable predictions, rejected items counted with their reasons, scores
+per completion (mean and pass@k over k samples), metrics overall and per split, and the output
+folder refusing predictions made with other settings.
+
+The predictor and the task are small fakes here (what is tested is the runner); the real tasks
+and predictors run end to end in test_eval_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from vlrollout.datasets import LOAD_ERROR
+from vlrollout.errors import OutputFolderError
+from vlrollout.eval.prediction import Prediction
+from vlrollout.eval.runner import (
+    NOT_SCORABLE,
+    PREDICTIONS,
+    SCORE_ERROR,
+    evaluate_items,
+    prepare_output,
+)
+from vlrollout.eval.tasks import ItemScore
+
+
+class ExactTask:
+    """Exact match of the completion with ``answer``; the metric is the mean."""
+
+    name = "exact"
+    prompt = "{question}"
+    primary = "exact_match"
+    correct_key = "exact_match"
+
+    def check_item(self, item: dict[str, Any]) -> str | None:
+        return None if "answer" in item else "no 'answer' field"
+
+    def score(self, item, completion, geometry, family) -> ItemScore:
+        if completion == "boom":
+            raise RuntimeError("cannot read this")
+        hit = float(completion.strip() == str(item["answer"]))
+        return ItemScore(
+            id=item["id"],
+            split=item.get("split", "all"),
+            values={"exact_match": hit},
+            details={"prediction": completion.strip(), "reason": None},
+        )
+
+    def aggregate(
+        self, scores: Sequence[ItemScore], items: Mapping[str, dict[str, Any]]
+    ) -> dict[str, float]:
+        return {"exact_match": statistics.fmean(s.values["exact_match"] for s in scores)}
+
+
+class ScriptedPredictor:
+    """Answers each item with the completions in ``script`` (a rejection for ``reject``), and
+    records the items it was asked for."""
+
+    def __init__(self, script: dict[str, list[str]], reject: Sequence[str] = ()) -> None:
+        self.script, self.reject, self.calls = script, set(reject), []
+
+    async def predict(self, item: dict[str, Any], k: int) -> Prediction:
+        self.calls.append(item["id"])
+        if item["id"] in self.reject:
+            return Prediction.rejected(item["id"], "engine_error", "the engine fell over")
+        return Prediction(id=item["id"], completions=self.script[item["id"]][:k])
+
+
+def _items(n: int, splits: Sequence[str] = ("all",)) -> list[dict[str, Any]]:
+    return [
+        {"id": f"q{i}", "question": f"{i}+0?", "answer": str(i), "split": splits[i % len(splits)]}
+        for i in range(n)
+    ]
+
+
+def _evaluate(predictor, items, output, **kw):
+    return evaluate_items(
+        ExactTask(), predictor, items, output, progress=False, family="qwen2_vl", **kw
+    )
+
+
+def test_a_rerun_skips_finished_items_and_gives_the_same_results(tmp_path):
+    items = _items(5)
+    script = {"q0": ["0"], "q1": ["7"], "q2": ["2"], "q3": ["3"], "q4": ["x"]}
+    first = ScriptedPredictor(script)
+    one = _evaluate(first, items, tmp_path, concurrency=2)
+    assert sorted(first.calls) == ["q0", "q1", "q2", "q3", "q4"]
+    assert len(list((tmp_path / PREDICTIONS).glob("*.json"))) == 5
+    assert one.value("exact_match") == pytest.approx(3 / 5)
+
+    (
+        tmp_path
+        / PREDICTIONS
+        / next(iter(sorted(p.name for p in (tmp_path / PREDICTIONS).iterdir())))
+    ).unlink()
+    again = ScriptedPredictor(script)
+    two = _evaluate(again, items, tmp_path)
+    assert len(again.calls) == 1  # only the item whose prediction was lost runs again
+    assert two.metrics == one.metrics
+    assert [s.values for s in two.scores] == [s.values for s in one.scores]
+
+
+def test_rejected_items_are_counted_with_their_reasons_not_scored_as_zero(tmp_path):
+    items = _items(4) + [
+        {"id": "line-9", LOAD_ERROR: {"reason": "bad_json", "detail": "d.jsonl row 9: not JSON"}},
+        {"id": "noanswer", "question": "?"},
+    ]
+    script = {"q0": ["0"], "q1": ["1"], "q2": ["boom"], "q3": ["x"]}
+    predictor = ScriptedPredictor(script, reject=["q1"])
+    result = _evaluate(predictor, items, tmp_path)
+    assert "line-9" not in predictor.calls and "noanswer" not in predictor.calls
+    reasons = {r["id"]: r["reason"] for r in result.rejections}
+    assert reasons == {
+        "line-9": "bad_json",
+        "noanswer": NOT_SCORABLE,
+        "q1": "engine_error",
+        "q2": SCORE_ERROR,
+    }
+    assert result.rejected == {"bad_json": 1, NOT_SCORABLE: 1, "engine_error": 1, SCORE_ERROR: 1}
+    assert (
+        "no 'answer' field" in next(r for r in result.rejections if r["id"] == "noanswer")["detail"]
+    )
+    assert [s.id for s in result.scores] == ["q0", "q3"]
+    assert result.value("exact_match") == pytest.approx(
+        1 / 2
+    )  # q0 right, q3 wrong; none counted as 0
+
+
+def test_a_rejected_prediction_is_tried_again_on_a_rerun(tmp_path):
+    items = _items(2)
+    _evaluate(ScriptedPredictor({"q0": ["0"], "q1": ["1"]}, reject=["q1"]), items, tmp_path)
+    again = ScriptedPredictor({"q0": ["0"], "q1": ["1"]})
+    result = _evaluate(again, items, tmp_path)
+    assert again.calls == ["q1"]
+    assert result.rejections == [] and result.value("exact_match") == 1.0
+
+
+def test_k_samples_give_the_mean_and_pass_at_k(tmp_path):
+    items = _items(3)
+    script = {"q0": ["0", "0", "9"], "q1": ["9", "1", "9"], "q2": ["9", "9", "9"]}
+    result = _evaluate(ScriptedPredictor(script), items, None, k=3)
+    by_id = {s.id: s.values for s in result.scores}
+    assert by_id["q0"]["exact_match"] == pytest.approx(2 / 3)
+    assert by_id["q1"]["pass@3"] == 1.0 and by_id["q2"]["pass@3"] == 0.0
+    # mean over samples: sample j's exact match over items, averaged over j = 3/9
+    assert result.value("exact_match") == pytest.approx(3 / 9)
+    assert result.value("pass@3") == pytest.approx(2 / 3)
+
+
+def test_metrics_per_split_with_intervals(tmp_path):
+    items = _items(6, splits=("val", "testA"))
+    script = {f"q{i}": [str(i) if i in (0, 1, 2) else "x"] for i in range(6)}
+    result = _evaluate(ScriptedPredictor(script), items, None, bootstrap=200)
+    # val: q0 q2 q4 -> 2/3; testA: q1 q3 q5 -> 1/3
+    assert result.per_split["val"]["items"] == 3
+    assert result.per_split["val"]["metrics"]["exact_match"]["value"] == pytest.approx(2 / 3)
+    assert result.per_split["testA"]["metrics"]["exact_match"]["value"] == pytest.approx(1 / 3)
+    lo, hi = result.metrics["exact_match"]["ci95"]
+    assert 0.0 <= lo <= 0.5 <= hi <= 1.0 and lo < hi
+
+
+def test_output_with_other_settings_is_refused_unless_overwritten(tmp_path):
+    settings = {"task": "exact", "k": 1, "model": "/m"}
+    prepare_output(tmp_path, settings)
+    _evaluate(ScriptedPredictor({"q0": ["0"]}), _items(1), tmp_path)
+    prepare_output(tmp_path, settings)  # the same settings: a resume
+    with pytest.raises(OutputFolderError, match=r"k: 1 → 2.*--overwrite"):
+        prepare_output(tmp_path, {**settings, "k": 2})
+    prepare_output(tmp_path, {**settings, "k": 2}, overwrite=True)
+    assert not any((tmp_path / PREDICTIONS).glob("*.json"))
+    assert json.loads((tmp_path / "eval.json").read_text())["settings"]["k"] == 2
+
+
+def test_predictions_without_settings_are_refused(tmp_path):
+    _evaluate(ScriptedPredictor({"q0": ["0"]}), _items(1), tmp_path)
+    with pytest.raises(OutputFolderError, match="without eval.json"):
+        prepare_output(tmp_path, {"task": "exact"})
