@@ -1,0 +1,117 @@
+"""results.json (every field the contract names), the printed table, and compare(): the metrics
+that dropped by more than the threshold, overall and per split."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from vlrollout.errors import UsageError
+from vlrollout.eval.results import (
+    compare,
+    data_sha256,
+    format_table,
+    read_results,
+    write_results,
+)
+from vlrollout.eval.runner import evaluate_items
+
+from .test_runner import ExactTask, ScriptedPredictor
+
+
+def _result(tmp_path):
+    items = [
+        {"id": "a", "answer": "1", "split": "val"},
+        {"id": "b", "answer": "2", "split": "val"},
+        {"id": "c", "answer": "3", "split": "test"},
+        {"id": "d", "question": "no answer"},
+    ]
+    predictor = ScriptedPredictor({"a": ["1"], "b": ["0"], "c": ["3"]})
+    return evaluate_items(
+        ExactTask(), predictor, items, tmp_path / "out", progress=False, family="qwen2_vl"
+    )
+
+
+def test_results_json_holds_every_field(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "a"}\n')
+    result = _result(tmp_path)
+    write_results(
+        tmp_path / "out", result, model="m", data=data, settings={"k": 1, "task": "exact"}
+    )
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["task"] == "exact" and saved["primary"] == "exact_match" and saved["k"] == 1
+    assert saved["metrics"]["exact_match"]["value"] == pytest.approx(2 / 3)
+    assert len(saved["metrics"]["exact_match"]["ci95"]) == 2
+    assert saved["per_split"]["val"]["items"] == 2
+    assert saved["per_split"]["val"]["metrics"]["exact_match"]["value"] == pytest.approx(1 / 2)
+    assert saved["per_split"]["test"]["metrics"]["exact_match"]["value"] == 1.0
+    assert saved["items"] == 3
+    assert saved["rejected"] == {"not_scorable": 1}
+    assert saved["rejections"][0]["id"] == "d"
+    assert saved["model"] == "m"
+    assert saved["data"] == {
+        "path": str(data.resolve()),
+        "sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
+    }
+    assert saved["settings"] == {"k": 1, "task": "exact"}
+    assert saved["vlrollout_version"]
+
+
+def test_a_folder_digest_changes_when_a_file_is_renamed_or_changed(tmp_path):
+    (tmp_path / "d" / "img").mkdir(parents=True)
+    (tmp_path / "d" / "a.json").write_text("{}")
+    (tmp_path / "d" / "img" / "1.png").write_bytes(b"x")
+    first = data_sha256(tmp_path / "d")
+    (tmp_path / "d" / "img" / "1.png").rename(tmp_path / "d" / "img" / "2.png")
+    second = data_sha256(tmp_path / "d")
+    (tmp_path / "d" / "img" / "2.png").write_bytes(b"y")
+    assert len({first, second, data_sha256(tmp_path / "d")}) == 3
+
+
+def test_the_table_names_each_metric_split_and_rejection(tmp_path):
+    result = _result(tmp_path)
+    content = write_results(tmp_path / "out", result, model="m", data=tmp_path, settings={})
+    table = format_table(content)
+    assert "3 items scored, 1 rejected" in table
+    assert "exact_match" in table and "0.6667" in table and "95% CI" in table
+    assert "split val (2 items)" in table and "split test (1 items)" in table
+    assert "not_scorable 1" in table
+
+
+def _results(overall: float, val: float) -> dict:
+    return {
+        "task": "refcoco",
+        "metrics": {"ACC@0.5": {"value": overall}, "IoU": {"value": 0.5}},
+        "per_split": {"val": {"items": 2, "metrics": {"ACC@0.5": {"value": val}}}},
+    }
+
+
+def test_compare_names_the_metrics_that_dropped_beyond_the_threshold():
+    now = _results(0.60, 0.50)
+    assert compare(now, _results(0.605, 0.505)) == []  # within the default 0.01
+    drops = compare(now, _results(0.70, 0.52), threshold=0.01)
+    assert drops == [
+        "ACC@0.5 (all items): baseline 0.7000, now 0.6000 (-0.1000)",
+        "ACC@0.5 (split val): baseline 0.5200, now 0.5000 (-0.0200)",
+    ]
+    assert compare(now, _results(0.70, 0.52), threshold=0.2) == []
+    assert compare(_results(0.9, 0.9), _results(0.6, 0.5)) == []  # a rise is no regression
+
+
+def test_compare_counts_a_missing_metric_and_refuses_another_task():
+    now = _results(0.6, 0.5)
+    del now["metrics"]["IoU"]
+    assert compare(now, _results(0.6, 0.5)) == ["IoU (all items): baseline 0.5000, now missing"]
+    with pytest.raises(UsageError, match="task 'caption'"):
+        compare(now, {**_results(0.6, 0.5), "task": "caption"})
+
+
+def test_read_results_names_a_bad_file(tmp_path):
+    with pytest.raises(UsageError, match="no such file"):
+        read_results(tmp_path / "nope.json")
+    (tmp_path / "x.json").write_text("[1]")
+    with pytest.raises(UsageError, match="no 'metrics'"):
+        read_results(tmp_path / "x.json")

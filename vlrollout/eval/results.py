@@ -1,0 +1,184 @@
+"""What an evaluation leaves behind: ``results.json``, the printed table, and the comparison with
+an earlier ``results.json`` that makes ``vlrollout eval --compare`` a regression test.
+
+``results.json``::
+
+    {"task": "refcoco", "primary": "ACC@0.5", "k": 1,
+     "metrics": {"ACC@0.5": {"value": 0.61, "ci95": [0.55, 0.67]}, ...},
+     "per_split": {"val": {"items": 120, "metrics": {...}}, ...},
+     "items": 240, "rejected": {"no_box": 3}, "rejections": [{"id", "reason", "detail"}, ...],
+     "model": "...", "data": {"path": "...", "sha256": "..."}, "settings": {...},
+     "vlrollout_version": "0.1.0"}
+
+Every metric is higher-is-better, so a regression is a drop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from vlrollout.errors import UsageError
+from vlrollout.eval.runner import EvalResult
+from vlrollout.files import atomic_write_json
+
+RESULTS_FILE = "results.json"
+DEFAULT_THRESHOLD = 0.01
+"""A metric that drops by more than this (absolute: 0.01 is one point of a 0-1 accuracy) is a
+regression for ``--compare``."""
+_CHUNK = 1 << 20
+
+
+def data_sha256(path: str | Path) -> str:
+    """SHA-256 of a data file, or of a folder: every file under it, in sorted relative-path
+    order, each as its path and its bytes (so a renamed or changed file changes the digest)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        if path.is_dir():
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+        with file.open("rb") as f:
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def vlrollout_version() -> str:
+    try:
+        return metadata.version("vlrollout")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def results_dict(
+    result: EvalResult, *, model: str, data: str | Path, settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The ``results.json`` content of ``result`` (see the module docstring)."""
+    return {
+        "task": result.task,
+        "primary": result.primary,
+        "k": result.k,
+        "metrics": result.metrics,
+        "per_split": result.per_split,
+        "items": len(result.scores),
+        "rejected": result.rejected,
+        "rejections": result.rejections,
+        "model": model,
+        "data": {"path": str(Path(data).resolve()), "sha256": data_sha256(data)},
+        "settings": dict(settings),
+        "vlrollout_version": vlrollout_version(),
+    }
+
+
+def write_results(
+    output: Path, result: EvalResult, *, model: str, data: str | Path, settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Write ``output/results.json``; returns what was written."""
+    content = results_dict(result, model=model, data=data, settings=settings)
+    atomic_write_json(output / RESULTS_FILE, content)
+    return content
+
+
+def read_results(path: str | Path) -> dict[str, Any]:
+    """A ``results.json`` written by ``vlrollout eval``.
+
+    Raises:
+        UsageError: missing, not JSON, or without ``metrics`` (naming the file).
+    """
+    path = Path(path)
+    try:
+        content = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(
+            f"--compare {path}: no such file; pass a results.json of vlrollout eval"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--compare {path}: not a readable JSON file ({e})") from None
+    if not isinstance(content, dict) or not isinstance(content.get("metrics"), dict):
+        raise UsageError(f"--compare {path}: no 'metrics'; pass a results.json of vlrollout eval")
+    return content
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, int | float) and math.isfinite(value):
+        return f"{value:.4f}"
+    return "—"
+
+
+def _rows(metrics: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    rows = []
+    for name, entry in metrics.items():
+        ci = entry.get("ci95")
+        shown = f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—"
+        rows.append((name, _fmt(entry.get("value")), shown))
+    return rows
+
+
+def format_table(results: Mapping[str, Any]) -> str:
+    """The printed table: each metric's value and 95% interval, overall and (when the data has
+    more than one split) per split; then the rejected items by reason."""
+    rejected = results.get("rejected") or {}
+    n_rejected = sum(rejected.values())
+    lines = [
+        f"task {results['task']}: {results['items']} items scored, {n_rejected} rejected"
+        + (f", k={results['k']}" if results.get("k", 1) > 1 else "")
+    ]
+    sections = [("all items", results["metrics"])]
+    splits = results.get("per_split") or {}
+    if len(splits) > 1:
+        sections += [(f"split {s} ({v['items']} items)", v["metrics"]) for s, v in splits.items()]
+    for title, metrics in sections:
+        rows = [("metric", "value", "95% CI"), *_rows(metrics)]
+        width = max(len(r[0]) for r in rows)
+        lines.append(title)
+        lines += [f"  {a:<{width}}  {b:>7}  {c}" for a, b, c in rows]
+    if rejected:
+        lines.append("rejected: " + ", ".join(f"{r} {n}" for r, n in rejected.items()))
+    return "\n".join(lines)
+
+
+def compare(
+    results: Mapping[str, Any], baseline: Mapping[str, Any], threshold: float = DEFAULT_THRESHOLD
+) -> list[str]:
+    """The regressions of ``results`` against ``baseline``: one line per metric (overall and per
+    split) that dropped by more than ``threshold`` (absolute) or is missing now.
+
+    Metrics only in ``results`` are new, not regressions. Both must be of the same task.
+
+    Raises:
+        UsageError: the two are results of different tasks.
+
+    >>> base = {"task": "t", "metrics": {"acc": {"value": 0.8}}, "per_split": {}}
+    >>> compare({"task": "t", "metrics": {"acc": {"value": 0.7}}, "per_split": {}}, base)
+    ['acc (all items): baseline 0.8000, now 0.7000 (-0.1000)']
+    """
+    if results.get("task") != baseline.get("task"):
+        raise UsageError(
+            f"--compare: the baseline is task {baseline.get('task')!r}, this run is "
+            f"{results.get('task')!r}; compare results of the same task"
+        )
+    pairs = [("all items", baseline["metrics"], results["metrics"])]
+    now_splits = results.get("per_split") or {}
+    for split, entry in (baseline.get("per_split") or {}).items():
+        if split in now_splits:
+            pairs.append((f"split {split}", entry["metrics"], now_splits[split]["metrics"]))
+    found = []
+    for where, before, after in pairs:
+        for name, entry in before.items():
+            old = entry.get("value")
+            if not isinstance(old, int | float) or not math.isfinite(old):
+                continue
+            new = (after.get(name) or {}).get("value")
+            if not isinstance(new, int | float) or not math.isfinite(new):
+                found.append(f"{name} ({where}): baseline {old:.4f}, now missing")
+            elif old - new > threshold:
+                found.append(
+                    f"{name} ({where}): baseline {old:.4f}, now {new:.4f} ({new - old:+.4f})"
+                )
+    return found
