@@ -1,0 +1,340 @@
+"""Evaluation tasks: what an item needs, how one completion is scored, how a split is summarised.
+
+A task scores each completion on its own (:meth:`EvalTask.score` -> :class:`ItemScore`) and
+summarises a set of scores (:meth:`EvalTask.aggregate`). The evaluator calls ``aggregate`` once per
+split with that split's scores (and once over all of them), so a task never groups by split itself.
+
+==========  ==========================================  ===============  ===============
+task        metrics (``aggregate``)                     primary          pass@k from
+==========  ==========================================  ===============  ===============
+refcoco     IoU, ACC@0.1/0.3/0.5/0.7/0.9, Center_ACC     ACC@0.5          ACC@0.5
+caption     BLEU-1..4, ROUGE-L, CIDEr-D (over the split)  CIDEr-D          (none)
+count       exact_match                                 exact_match      exact_match
+mc          exact_match                                 exact_match      exact_match
+vqa         exact_match (VQA accuracy)                  exact_match      exact_match
+==========  ==========================================  ===============  ===============
+
+The formulas and what they equal (lmms-eval, pycocoevalcap, the official VQA evaluation) are in
+:mod:`vlrollout.eval.metrics` and ``docs/eval_metrics.md``. A completion that cannot be read (no
+box, no number) scores 0 on every value, keeps its place in the denominator and says why in
+``details["reason"]``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from vlrollout.eval.metrics.answers import match_choice_text, vqa_accuracy
+from vlrollout.eval.metrics.boxes import (
+    MISSED,
+    REC_METRICS,
+    normalise_box,
+    original_size,
+    read_box,
+    rec_values,
+)
+from vlrollout.eval.metrics.captions import caption_metrics
+from vlrollout.rewards.answer import ChoiceReward, CountReward, parse_count
+from vlrollout.rewards.caption import bleu, rouge_l
+from vlrollout.rewards.grounding import label_boxes
+from vlrollout.rewards.ptb_tokenize import ptb_tokenize
+from vlrollout.rewards.text_extract import answer_region
+
+
+@dataclass(frozen=True)
+class ItemScore:
+    """One completion's (or, after the evaluator averages them, one item's) score.
+
+    Attributes:
+        id: The item's id.
+        split: ``item["split"]``, or ``"all"``.
+        values: Per-completion values the evaluator averages over items (``IoU``, ``ACC@0.5``,
+            ``exact_match``, ...).
+        details: For the report: ``prediction`` (the parsed answer, caption or box text),
+            ``reason`` (why the completion could not be read, else ``None``) and, for boxes,
+            ``pred_boxes``/``true_boxes`` in original pixels.
+    """
+
+    id: str
+    split: str
+    values: dict[str, float]
+    details: dict[str, Any]
+
+
+@runtime_checkable
+class EvalTask(Protocol):
+    """A benchmark task (see the module docstring for the five shipped ones)."""
+
+    name: str
+    prompt: str
+    primary: str
+    correct_key: str | None
+
+    def check_item(self, item: dict[str, Any]) -> str | None:
+        """Why ``item`` cannot be scored (the missing or malformed field), else ``None``."""
+
+    def score(
+        self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
+    ) -> ItemScore:
+        """Score one completion of ``item``; ``geometry`` is each image's, ``family`` the
+        :mod:`vlrollout.families` name of the model (how it writes boxes)."""
+
+    def aggregate(
+        self, scores: Sequence[ItemScore], items: Mapping[str, dict[str, Any]]
+    ) -> dict[str, float]:
+        """The task's metrics over ``scores`` (one split's, or all); ``items`` maps ids to items."""
+
+
+def _split(item: Mapping[str, Any]) -> str:
+    return str(item.get("split") or "all")
+
+
+def _prompt_needs(item: Mapping[str, Any], field: str, what: str) -> str | None:
+    """A refusal when the item has neither ``field`` (a non-empty string) nor ``messages``."""
+    if item.get("messages"):
+        return None
+    value = item.get(field)
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"missing field {field!r} ({what}) and no 'messages' to prompt with"
+
+
+def _needs_images(item: Mapping[str, Any]) -> str | None:
+    images = item.get("images")
+    if not isinstance(images, (list, tuple)) or not images:
+        return "missing field 'images' (a list with the item's image)"
+    return None
+
+
+def mean_values(scores: Sequence[ItemScore], names: Sequence[str]) -> dict[str, float]:
+    """The mean of each value over ``scores`` (empty scores: no metrics)."""
+    if not scores:
+        return {}
+    return {name: statistics.fmean(s.values[name] for s in scores) for name in names}
+
+
+class _TaskBase:
+    """What every shipped task shares: its name's default prompt and mean aggregation."""
+
+    name = ""
+    primary = "exact_match"
+    correct_key: str | None = "exact_match"
+    metrics: tuple[str, ...] = ("exact_match",)
+
+    @property
+    def prompt(self) -> str:
+        """The default prompt template of this task (:data:`vlrollout.readers.prompts.TASK_PROMPTS`)."""
+        from vlrollout.readers.prompts import TASK_PROMPTS  # the readers land beside this module
+
+        return TASK_PROMPTS[self.name]
+
+    def aggregate(
+        self, scores: Sequence[ItemScore], items: Mapping[str, dict[str, Any]]
+    ) -> dict[str, float]:
+        return mean_values(scores, self.metrics)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class RefcocoTask(_TaskBase):
+    """Referring-expression grounding scored as lmms-eval's ``refcoco_bbox_rec``
+    (:mod:`vlrollout.eval.metrics.boxes`). Items: ``boxes`` (one ``[x1, y1, x2, y2]`` in original
+    pixels), ``expression`` or ``messages``, ``images``."""
+
+    name = "refcoco"
+    primary = "ACC@0.5"
+    correct_key = "ACC@0.5"
+    metrics = REC_METRICS
+
+    def check_item(self, item: dict[str, Any]) -> str | None:
+        if "boxes" not in item or item["boxes"] is None:
+            return "missing field 'boxes' (one [x1, y1, x2, y2] box in original pixels)"
+        try:
+            boxes = label_boxes(item["boxes"], "boxes")
+        except ValueError as e:
+            return str(e)
+        if len(boxes) != 1:
+            return f"field 'boxes' holds {len(boxes)} boxes; a referring expression has one"
+        x1, y1, x2, y2 = boxes[0]
+        if x2 <= x1 or y2 <= y1:
+            return f"field 'boxes' box {list(boxes[0])} has no area (degenerate_box)"
+        return _prompt_needs(item, "expression", "the referring expression") or _needs_images(item)
+
+    def score(
+        self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
+    ) -> ItemScore:
+        if not geometry:
+            raise ValueError(
+                f"item {item.get('id')}: no image geometry; boxes cannot be converted to "
+                "original pixels (the predictor records one per image)"
+            )
+        true = list(label_boxes(item["boxes"], "boxes")[0])
+        width, height = original_size(geometry[0])
+        reading = read_box(completion, family, geometry[0])
+        details: dict[str, Any] = {
+            "prediction": list(reading.written) if reading.written else None,
+            "frame": reading.frame.value,
+            "num_boxes": reading.num_boxes,
+            "true_boxes": [true],
+            "pred_boxes": [list(reading.box)] if reading.box else [],
+            "reason": reading.reason,
+        }
+        if reading.box is None:
+            values = dict(MISSED)
+        else:
+            values = rec_values(
+                normalise_box(true, width, height), normalise_box(reading.box, width, height)
+            )
+        return ItemScore(str(item["id"]), _split(item), values, details)
+
+
+class CaptionTask(_TaskBase):
+    """Captioning scored as pycocoevalcap over the split (:mod:`vlrollout.eval.metrics.captions`).
+
+    Items: ``captions`` (the reference captions), ``images``. The per-item values (sentence
+    ``BLEU-4`` and ``ROUGE-L`` as the toolkit's per-image lists) are for ranking items in the
+    report; the metrics come from :meth:`aggregate` over the whole split.
+    """
+
+    name = "caption"
+    primary = "CIDEr-D"
+    correct_key = None
+
+    def check_item(self, item: dict[str, Any]) -> str | None:
+        captions = item.get("captions")
+        ok = isinstance(captions, (list, tuple)) and captions
+        if not ok or not all(isinstance(c, str) and c.strip() for c in captions):
+            return "missing field 'captions' (a non-empty list of reference caption strings)"
+        return _needs_images(item)
+
+    def score(
+        self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
+    ) -> ItemScore:
+        caption = answer_region(completion, True).strip()
+        tokens = ptb_tokenize(caption)
+        refs = [ptb_tokenize(c) for c in item["captions"]]
+        values = {"BLEU-4": bleu(tokens, refs)[3], "ROUGE-L": rouge_l(tokens, refs)}
+        reason = None if tokens else "empty_caption"
+        details = {"prediction": caption, "references": list(item["captions"]), "reason": reason}
+        return ItemScore(str(item["id"]), _split(item), values, details)
+
+    def aggregate(
+        self, scores: Sequence[ItemScore], items: Mapping[str, dict[str, Any]]
+    ) -> dict[str, float]:
+        """Corpus metrics over ``scores``: each score is one image (a resample may repeat one)."""
+        predictions = [s.details["prediction"] for s in scores]
+        return caption_metrics(predictions, [items[s.id]["captions"] for s in scores])
+
+
+def _exact(item: dict[str, Any], value: float, pred: Any, reason: str | None) -> ItemScore:
+    details = {"prediction": None if pred is None else str(pred), "reason": reason}
+    return ItemScore(str(item["id"]), _split(item), {"exact_match": value}, details)
+
+
+class CountTask(_TaskBase):
+    """Counting: exact match of the count read from the answer (digits, ``[n]``, number words:
+    :func:`vlrollout.rewards.answer.read_count`). Items: ``answer`` (an integer or a string
+    holding one), ``question`` or ``messages``."""
+
+    name = "count"
+
+    def check_item(self, item: dict[str, Any]) -> str | None:
+        raw = item.get("answer")
+        gold = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+        if gold is None and isinstance(raw, str):
+            gold = parse_count(raw)
+        if gold is None:
+            return f"field 'answer' = {raw!r} is not a count (an integer or a string with one)"
+        return _prompt_needs(item, "question", "the question")
+
+    def score(
+        self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
+    ) -> ItemScore:
+        result = CountReward().score("", completion, [], [], answer=item["answer"])
+        return _exact(item, result.value, result.details.get("pred"), result.reason)
+
+
+class ChoiceTask(_TaskBase):
+    """Multiple choice: the letter the answer gives (``B``, ``(B)``, ``the answer is B``: the
+    parsing of :class:`vlrollout.rewards.answer.ChoiceReward`), else the one choice whose text it
+    gives (:func:`~vlrollout.eval.metrics.answers.match_choice_text`). Items: ``choices``,
+    ``answer`` (a letter, a 0-based index or a choice's text), ``question`` or ``messages``."""
+
+    name = "mc"
+
+    def check_item(self, item: dict[str, Any]) -> str | None:
+        choices = item.get("choices")
+        if not isinstance(choices, (list, tuple)) or not 2 <= len(choices) <= 26:
+            return "missing field 'choices' (a list of 2 to 26 option texts)"
+        if self._gold(item) is None:
+            return (
+                f"field 'answer' = {item.get('answer')!r} is not a choice: a letter A-"
+                f"{chr(ord('A') + len(choices) - 1)}, a 0-based index or one of the choices"
+            )
+        return _prompt_needs(item, "question", "the question")
+
+    @staticmethod
+    def _gold(item: dict[str, Any]) -> str | None:
+        raw, choices = item.get("answer"), list(item["choices"])
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return chr(ord("A") + raw) if 0 <= raw < len(choices) else None
+        if not isinstance(raw, str):
+            return None
+        letter = raw.strip().strip("().").upper()
+        if len(letter) == 1 and 0 <= ord(letter) - ord("A") < len(choices):
+            return letter
+        return chr(ord("A") + choices.index(raw)) if raw in choices else None
+
+    def score(
+        self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
+    ) -> ItemScore:
+        gold = self._gold(item)
+        result = ChoiceReward().score("", completion, [], [], answer=gold, choices=item["choices"])
+        if result.reason != "no_choice":
+            return _exact(item, result.value, result.details.get("pred"), result.reason)
+        index = match_choice_text(answer_region(completion, True), item["choices"])
+        if index is None:
+            return _exact(item, 0.0, None, "no_choice")
+        letter = chr(ord("A") + index)
+        return _exact(item, float(letter == gold), letter, None)
+
+
+class VqaTask(_TaskBase):
+    """Short answers: VQA accuracy against the human answers (a list, VQA's 10) or exact match
+    against one, both after the official normalisation (:mod:`vlrollout.eval.metrics.answers`).
+    Items: ``answer``, ``question`` or ``messages``."""
+
+    name = "vqa"
+
+    def check_item(self, item: dict[str, Any]) -> str | None:
+        raw = item.get("answer")
+        one = isinstance(raw, str) and raw.strip()
+        many = isinstance(raw, (list, tuple)) and raw and all(isinstance(a, str) for a in raw)
+        if not (one or many):
+            return f"field 'answer' = {raw!r} is not an answer string or a list of them"
+        return _prompt_needs(item, "question", "the question")
+
+    def score(
+        self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
+    ) -> ItemScore:
+        answer = answer_region(completion, True).strip()
+        gold = item["answer"] if isinstance(item["answer"], str) else list(item["answer"])
+        value = vqa_accuracy(answer, gold)
+        return _exact(item, value, answer, None if answer else "empty_answer")
+
+
+TASKS: dict[str, EvalTask] = {
+    task.name: task for task in (RefcocoTask(), CaptionTask(), CountTask(), ChoiceTask(), VqaTask())
+}
+"""The shipped tasks by name."""
+
+
+def get_task(name: str) -> EvalTask:
+    """The task called ``name``; ``ValueError`` naming the known tasks otherwise."""
+    if name not in TASKS:
+        raise ValueError(f"unknown eval task {name!r}; known tasks: {', '.join(TASKS)}")
+    return TASKS[name]
