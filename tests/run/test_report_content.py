@@ -11,7 +11,8 @@ from PIL import Image
 
 from vlrollout.charts import histogram
 from vlrollout.files import atomic_write_json, item_stem
-from vlrollout.run.report import EPISODE_COLOURS, _hex, write_report
+from vlrollout.report_drawing import EPISODE_COLOURS, hex_colour
+from vlrollout.run.report import write_report
 from vlrollout.run.runner import summarize
 
 
@@ -102,7 +103,7 @@ def test_predicted_boxes_have_their_completions_colour(tmp_path):
     assert EPISODE_COLOURS[0] in {c for _, c in tl} and EPISODE_COLOURS[0] not in {c for _, c in br}
     assert EPISODE_COLOURS[1] in {c for _, c in br} and EPISODE_COLOURS[1] not in {c for _, c in tl}
     for i in (0, 1):  # the table row of each completion carries the same colour
-        assert f"background:{_hex(EPISODE_COLOURS[i])}'></span>{i}</td>" in page
+        assert f"background:{hex_colour(EPISODE_COLOURS[i])}'></span>{i}</td>" in page
 
 
 def test_overview_has_histograms_per_task_and_the_all_equal_group_share(tmp_path):

@@ -15,164 +15,39 @@ drawn at all gets a line saying why.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from vlrollout.files import atomic_write_bytes, item_stem, read_outcomes
 from vlrollout.frame_strip import strip_image
 from vlrollout.logs import get_logger
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.video_loading import load_video
+from vlrollout.report_drawing import (
+    STYLE,
+    draw_boxes,
+    episode_colour,
+    hex_colour,
+    label_boxes,
+    load_report_image,
+    png_data_url,
+    predicted_boxes,
+    prompt_sources,
+)
 from vlrollout.run.report_summary import overview_html
 
 logger = get_logger("vlrollout.run")
 
-THUMB = 224
 STRIP_HEIGHT = 56
 """Height of a video's frame thumbnails in the report."""
 STRIP_FRAMES = 8
 """Most frames of one video shown in its strip."""
-GT_COLOUR = (255, 0, 255)  # magenta
-#: One colour per episode (a colour-blind-safe palette, none of them magenta), cycling.
-EPISODE_COLOURS = [
-    (0, 114, 178),
-    (230, 159, 0),
-    (0, 158, 115),
-    (213, 94, 0),
-    (86, 180, 233),
-    (240, 228, 66),
-    (0, 0, 0),
-    (150, 150, 150),
-]
-
-Box = tuple[float, float, float, float]
-
-
-def episode_colour(index: int) -> tuple[int, int, int]:
-    return EPISODE_COLOURS[index % len(EPISODE_COLOURS)]
-
-
-def _hex(colour: tuple[int, int, int]) -> str:
-    return "#{:02x}{:02x}{:02x}".format(*colour)
-
-
-def _load_image(image: Any) -> tuple[Image.Image | None, str]:
-    """The image, or ``None`` and why not (the report says so instead of failing)."""
-    from vlrollout.processors.image_loading import load_image
-
-    try:
-        return load_image(image).image, ""
-    except Exception as e:  # noqa: BLE001 - shown in the report instead of the image
-        return None, str(e)
-
-
-def label_boxes(value: Any) -> tuple[list[Box], list[str]]:
-    """Ground-truth boxes (one box or a list of boxes) and a note for each entry the reward refuses.
-
-    Entries are read one by one with the grounding reward's
-    :func:`~vlrollout.rewards.grounding.label_boxes`, so a box is drawn exactly when the reward
-    accepts it; a refused one (not 4 numbers, not finite, reversed corners) is not drawn and its
-    note carries the reward's own message. The reward refuses the whole field for one such entry;
-    the report still draws the others, for looking.
-    """
-    from vlrollout.rewards.grounding import label_boxes as reward_label_boxes
-
-    if value is None or value == []:
-        return [], []
-    rows = value if isinstance(value, list) and isinstance(value[0], list | tuple) else [value]
-    good, bad = [], []
-    for row in rows:
-        try:
-            good += reward_label_boxes(row)
-        except ValueError as e:
-            bad.append(f"label box {json.dumps(row, default=str)[:80]} refused: {e}")
-    return good, bad
-
-
-def predicted_boxes(
-    text: str, width: int, height: int, family: str = "qwen2_vl"
-) -> tuple[list[Box], list[str]]:
-    """Boxes in ``text`` (in ``family``'s format) in pixels of a ``width``×``height`` image, and
-    what could not be read or was refused.
-
-    Boxes are judged by the grounding reward's rule
-    (:func:`~vlrollout.rewards.grounding.box_problem`): a non-finite or reversed box is not drawn
-    and is listed with the reward's reason. Frames that need the processor's resized size
-    (Qwen2.5-VL) are drawn as if the model saw the original size; the report is for looking, the
-    rewards use the recorded geometry.
-    """
-    from vlrollout.rewards.box_parsing import get_parser
-    from vlrollout.rewards.frames import Frame, convert_boxes
-    from vlrollout.rewards.grounding import box_problem
-
-    parsed = get_parser(family)(text)
-    geometry = {
-        "original_width": width,
-        "original_height": height,
-        "model_width": width,
-        "model_height": height,
-    }
-    boxes, problems = [], list(parsed.issues)
-    for b in parsed.boxes:
-        problem = box_problem(b)
-        if problem is None:  # as the reward, corners are judged in the frame they are scored in
-            b = convert_boxes([b], parsed.frame, Frame.ORIGINAL, geometry)[0]
-            problem = box_problem(b)
-        if problem is None:
-            boxes.append(tuple(float(v) for v in b))
-        else:
-            problems.append(f"box {[float(v) for v in b]}: {problem}")
-    return boxes, problems
-
-
-def _data_url(image: Image.Image) -> str:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def draw_boxes(
-    image: Image.Image, gt: Sequence[Box], preds: Sequence[tuple[int, Sequence[Box]]]
-) -> str:
-    """A thumbnail with ground-truth boxes and each episode's numbered boxes, as a data URL."""
-    image = image.convert("RGB")
-    scale = THUMB / max(image.size)
-    shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
-    draw = ImageDraw.Draw(shown)
-    for b in gt:
-        draw.rectangle([v * scale for v in b], outline=GT_COLOUR, width=2)
-    for episode, boxes in preds:
-        colour = episode_colour(episode)
-        for b in boxes:
-            x1, y1, x2, y2 = (v * scale for v in b)
-            draw.rectangle([x1, y1, x2, y2], outline=colour, width=2)
-            draw.text((x1 + 2, y1 + 1), str(episode), fill=colour)
-    return _data_url(shown)
-
-
-def prompt_sources(item: dict[str, Any]) -> list[Any]:
-    """Every prompt image source of an item: ``images`` and those inside messages."""
-    sources = list(item["images"]) if isinstance(item.get("images"), list) else []
-    messages = item.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        content = message.get("content") if isinstance(message, dict) else None
-        for part in content if isinstance(content, list) else []:
-            if not isinstance(part, dict):
-                continue
-            if part.get("image") is not None:
-                sources.append(part["image"])
-            elif part.get("type") == "image_url":
-                url = part.get("image_url")
-                sources.append(url.get("url") if isinstance(url, dict) else url)
-    return [s for s in sources if s is not None]
 
 
 def _prompt_text(item: dict[str, Any]) -> str:
@@ -228,7 +103,7 @@ def sampled_thumbnails(item: dict[str, Any], sampling: Any) -> list[list[Image.I
 def frame_strip(frames: Sequence[Image.Image], height: int = STRIP_HEIGHT) -> str:
     """A data URL of one picture: up to :data:`STRIP_FRAMES` of ``frames`` side by side, each
     ``height`` pixels high (:func:`vlrollout.frame_strip.strip_image`)."""
-    return _data_url(strip_image(frames, height, STRIP_FRAMES))
+    return png_data_url(strip_image(frames, height, STRIP_FRAMES))
 
 
 def _figure(src: str, caption: str) -> str:
@@ -247,7 +122,7 @@ def render_item(
     the frames the model saw, or with ``as_seen=False`` thumbnails of the sampled source
     frames; a string says why a video is not shown), prompt, expected answer, completions,
     rejections."""
-    images = [_load_image(s) for s in prompt_sources(item)]
+    images = [load_report_image(s) for s in prompt_sources(item)]
     gt, notes = label_boxes(item.get("boxes"))
     rows, preds = [], []
     first = images[0][0] if images else None
@@ -257,7 +132,7 @@ def render_item(
         if first is not None and turns:
             boxes, problems = predicted_boxes(turns[-1], first.width, first.height, family)
             preds.append((i, boxes))
-        swatch = f"<span class=sw style='background:{_hex(episode_colour(i))}'></span>"
+        swatch = f"<span class=sw style='background:{hex_colour(episode_colour(i))}'></span>"
         unread = (
             f"<div class=rej>boxes not drawn: {html.escape('; '.join(problems))}</div>"
             if problems
@@ -314,20 +189,6 @@ def render_item(
     )
 
 
-STYLE = """
-body{font-family:sans-serif;margin:2em;max-width:1100px}
-.item{display:flex;gap:1.5em;align-items:flex-start}
-img{border:1px solid #ccc;image-rendering:pixelated;width:224px}
-img.strip{width:auto;max-width:560px}
-figure{margin:0 0 .5em 0}figcaption{font-size:small;color:#555}
-pre{margin:0;white-space:pre-wrap}
-table{border-collapse:collapse}td,th{border-bottom:1px solid #eee;padding:2px 8px;vertical-align:top}
-.r{text-align:right}.rej{color:#b00}
-.sw{display:inline-block;width:.8em;height:.8em;margin-right:.3em}
-.hist{vertical-align:middle}
-"""
-
-
 def _section(
     output: Path,
     item: dict[str, Any],
@@ -381,7 +242,7 @@ def write_report(
         )
         sections.append(_section(output, item, outcome, family, processor, video_sampling))
     legend = "".join(
-        f"<span style='color:{_hex(episode_colour(i))}'>■ {i}</span> " for i in range(4)
+        f"<span style='color:{hex_colour(episode_colour(i))}'>■ {i}</span> " for i in range(4)
     )
     page = (
         f"<!doctype html><meta charset=utf-8><title>vlrollout report</title><style>{STYLE}</style>"

@@ -43,7 +43,7 @@ class EpisodeContext:
         tokenizer: The tokenizer (decodes completions, gives stop/pad ids).
         preprocessor: Turns a data item into a :class:`PreparedPrompt`.
         gconfig: Generation settings; stop and pad token ids are added from the tokenizer.
-        reward: The reward caller.
+        reward: The reward caller (``None`` for a caller that only generates: the evaluator).
         processor: The multimodal processor passed along in requests (``None`` for text).
         max_prompt_tokens: Reject prompts longer than this (``prompt_too_long``) instead of letting
             the engine fail on them; ``None`` disables the check.
@@ -52,7 +52,7 @@ class EpisodeContext:
     tokenizer: Any
     preprocessor: Preprocessor
     gconfig: GenerationHyperparameters
-    reward: RewardCaller
+    reward: RewardCaller | None = None
     processor: Any = None
     max_prompt_tokens: int | None = None
     ledger: EpisodeLedger = field(default_factory=EpisodeLedger)

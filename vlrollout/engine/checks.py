@@ -1,0 +1,56 @@
+"""Checks of an engine section that need no model: run before anything is loaded, so a typo in a
+path or an address costs nothing (``vlrollout run``, ``vlrollout eval``)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from vlrollout.engine.config import EngineConfig
+from vlrollout.errors import ConfigError
+
+
+def check_engine(cfg: EngineConfig) -> None:
+    """Refuse an engine that cannot start, before loading anything.
+
+    Raises:
+        ConfigError: no model folder, CUDA asked for but absent, or a server that does not answer.
+    """
+    model = Path(cfg.model).expanduser()
+    if not model.is_dir():
+        what = "is a file" if model.exists() else "does not exist"
+        shipped = Path(__file__).resolve().parents[2] / "assets" / "tiny-qwen2vl"
+        hint = f" (the tiny model shipped in this checkout: {shipped})" if shipped.is_dir() else ""
+        raise ConfigError(
+            f"model folder {cfg.model} {what}; pass --model PATH to a local folder with "
+            f"config.json and the weights (nothing is downloaded){hint}"
+        )
+    if cfg.kind == "local" and not (model / "config.json").is_file():
+        raise ConfigError(
+            f"model folder {cfg.model} has no config.json; pass --model PATH to a saved "
+            "transformers model (save_pretrained)"
+        )
+    if cfg.kind == "local" and cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"--device {cfg.device}: CUDA is not available here "
+                f"(torch {torch.__version__}); use --device cpu"
+            )
+        index = int(cfg.device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"--device {cfg.device}: only {torch.cuda.device_count()} CUDA device(s); "
+                f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}"
+            )
+    for address in cfg.addresses if cfg.kind != "local" else []:
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+        except OSError as e:
+            raise ConfigError(
+                f"cannot reach the {cfg.kind} server at {address} "
+                f"({e.strerror or type(e).__name__}); start it first (docs/scale_out.md) "
+                "or fix --address"
+            ) from None
