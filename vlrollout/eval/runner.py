@@ -182,6 +182,20 @@ def refusal(task: EvalTask, item: dict[str, Any]) -> dict[str, str] | None:
     return None
 
 
+def pending_items(
+    task: EvalTask, items: Sequence[dict[str, Any]], output: Path
+) -> list[dict[str, Any]]:
+    """The items an evaluation into ``output`` still has to run: those the task accepts without
+    a finished (not rejected) prediction on disk. Empty: no model is needed to score them."""
+    on_disk = read_predictions(output) if (output / PREDICTIONS).is_dir() else {}
+    return [
+        item
+        for item in items
+        if refusal(task, item) is None
+        and (item["id"] not in on_disk or on_disk[item["id"]].rejection is not None)
+    ]
+
+
 async def predict_items(
     predictor: Predictor,
     items: Sequence[dict[str, Any]],

@@ -1,0 +1,119 @@
+"""``vlrollout eval`` end to end on the tiny model: a refcoco-style JSONL made here, the real
+refcoco task, results.json, report.html and the printed table; a rerun resumes without the model;
+--compare exits 1 on a drop beyond the threshold and 0 within it; usage errors exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+
+from vlrollout.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "assets" / "tiny-qwen2vl"
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """One evaluation of 3 items (+ one without boxes) with the tiny model, run once for the
+    module; returns (data file, output folder, exit status, printed output)."""
+    tmp = tmp_path_factory.mktemp("eval")
+    rows = []
+    for i, (x, y) in enumerate([(10, 10), (40, 20), (20, 50)]):
+        image = Image.new("RGB", (96, 80), "white")
+        ImageDraw.Draw(image).rectangle([x, y, x + 25, y + 20], fill="red")
+        image.save(tmp / f"{i}.png")
+        rows.append(
+            {
+                "id": f"r{i}",
+                "images": [f"{i}.png"],
+                "expression": "the red box",
+                "boxes": [[x, y, x + 25, y + 20]],
+                "split": "val" if i < 2 else "testA",
+            }
+        )
+    rows.append({"id": "nobox", "images": ["0.png"], "expression": "the red box"})
+    data = tmp / "refs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data, tmp / "out"
+
+
+def _eval(data, out, *extra):
+    argv = ["eval", "--data", str(data), "--task", "refcoco", "--model", str(TINY)]
+    argv += ["--output", str(out), "--max-new-tokens", "12", "--seed", "1", "--no-progress"]
+    return main([*argv, *extra])
+
+
+def test_eval_writes_results_report_and_the_table(evaluated, capsys):
+    data, out = evaluated
+    assert _eval(data, out) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert results["task"] == "refcoco" and results["items"] == 3
+    assert results["rejected"] == {"not_scorable": 1}
+    assert set(results["per_split"]) == {"val", "testA"}
+    for name in ("IoU", "ACC@0.5", "Center_ACC"):
+        assert name in results["metrics"] and len(results["metrics"][name]["ci95"]) == 2
+    assert results["settings"]["model"] == str(TINY.resolve())
+    assert len(list((out / "predictions").glob("*.json"))) == 3
+    assert "ACC@0.5" in printed and "95% CI" in printed and "split val (2 items)" in printed
+    page = (out / "report.html").read_text()
+    assert all(f"<h3>{i}" in page for i in ("r0", "r1", "r2")) and "nobox" in page
+
+    # a rerun scores what is on disk: the same numbers, no prediction run again
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "predictions").iterdir()}
+    assert _eval(data, out) == 0
+    assert {p: p.stat().st_mtime_ns for p in (out / "predictions").iterdir()} == stamps
+    assert json.loads((out / "results.json").read_text())["metrics"] == results["metrics"]
+
+
+def test_compare_exits_1_on_a_drop_and_0_within_the_threshold(evaluated, tmp_path, capsys):
+    data, out = evaluated
+    if not (out / "results.json").exists():
+        assert _eval(data, out) == 0
+    results = json.loads((out / "results.json").read_text())
+    higher = json.loads(json.dumps(results))
+    higher["metrics"]["IoU"]["value"] += 0.05
+    (tmp_path / "higher.json").write_text(json.dumps(higher))
+    assert _eval(data, out, "--compare", str(tmp_path / "higher.json")) == 1
+    err = capsys.readouterr().err
+    assert "IoU (all items)" in err and "regression" in err
+    assert _eval(data, out, "--compare", str(tmp_path / "higher.json"), "--threshold", "0.06") == 0
+    (tmp_path / "same.json").write_text(json.dumps(results))
+    assert _eval(data, out, "--compare", str(tmp_path / "same.json")) == 0
+
+
+def test_other_settings_into_the_same_output_are_refused(evaluated, capsys):
+    data, out = evaluated
+    if not (out / "eval.json").exists():
+        assert _eval(data, out) == 0
+    assert _eval(data, out, "--max-new-tokens", "5") == 2
+    assert "max_new_tokens: 12 → 5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--task", "nope"], "--task"),
+        (["--address", "127.0.0.1:1"], "--address needs --protocol"),
+        (["--k", "2", "--temperature", "0"], "--temperature > 0"),
+    ],
+)
+def test_usage_errors_exit_2_before_any_model_loads(tmp_path, capsys, extra, message):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "a", "images": ["x.png"], "boxes": [[0, 0, 1, 1]]}\n')
+    argv = ["eval", "--data", str(data), "--task", "refcoco", "--model", str(TINY)]
+    assert main([*argv, "--output", str(tmp_path / "o"), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_nothing_scored_exits_3_with_the_reasons_and_still_writes_results(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "a", "expression": "x"}\n{"id": "b", "expression": "y"}\n')
+    assert _eval(data, tmp_path / "o") == 3
+    assert "not_scorable: 2" in capsys.readouterr().err
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert results["items"] == 0 and results["rejected"] == {"not_scorable": 2}
