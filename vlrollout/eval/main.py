@@ -118,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_THRESHOLD,
         help=f"largest allowed drop of a metric, absolute (default {DEFAULT_THRESHOLD})",
     )
+    a(
+        "--bootstrap",
+        type=whole_number(0),
+        default=1000,
+        metavar="N",
+        help="resamples per 95%% interval (0: none; caption metrics recompute the corpus scores "
+        "per resample: lower it for large caption sets)",
+    )
     a("--overwrite", action="store_true", help="delete earlier results in --output first")
     a("--no-progress", action="store_true", dest="no_progress", help="no progress bar")
     a("--device", default="cpu", help="cpu, cuda or cuda:N for a local model")
@@ -186,7 +194,7 @@ def model_family(model: str) -> str:
 
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """The settings that shape the results (what a resume must keep); the item count, the
-    concurrency, the address and the output folder are not among them."""
+    concurrency, the address, the output folder and the bootstrap count are not among them."""
     return {
         "task": args.task,
         "data": str(Path(args.data).resolve()),
@@ -324,6 +332,7 @@ async def _evaluate(p: Plan, predictor: Predictor) -> EvalResult:
             progress=not args.no_progress,
             family=p.family,
             seed=args.seed or 0,
+            bootstrap=args.bootstrap,
         )
     finally:
         close = getattr(predictor, "aclose", None)
