@@ -117,7 +117,6 @@ def episode_context(
         tokenizer=tok,
         preprocessor=prep,
         gconfig=gconfig.new(n_samples=1),
-        reward=None,  # type: ignore[arg-type]  # never called: predictions are not rewarded
         processor=proc,
         max_prompt_tokens=max_prompt_tokens,
     )
