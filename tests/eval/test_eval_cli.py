@@ -16,16 +16,14 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "assets" / "tiny-qwen2vl"
 
 
-@pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
-    """One evaluation of 3 items (+ one without boxes) with the tiny model, run once for the
-    module; returns (data file, output folder, exit status, printed output)."""
-    tmp = tmp_path_factory.mktemp("eval")
+def write_refs(folder: Path) -> Path:
+    """A refcoco-style JSONL of 3 items (red boxes on white images, splits val and testA) and one
+    item without boxes; returns its path."""
     rows = []
     for i, (x, y) in enumerate([(10, 10), (40, 20), (20, 50)]):
         image = Image.new("RGB", (96, 80), "white")
         ImageDraw.Draw(image).rectangle([x, y, x + 25, y + 20], fill="red")
-        image.save(tmp / f"{i}.png")
+        image.save(folder / f"{i}.png")
         rows.append(
             {
                 "id": f"r{i}",
@@ -36,9 +34,16 @@ def evaluated(tmp_path_factory):
             }
         )
     rows.append({"id": "nobox", "images": ["0.png"], "expression": "the red box"})
-    data = tmp / "refs.jsonl"
+    data = folder / "refs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return data, tmp / "out"
+    return data
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """The data file and the output folder of one evaluation shared by the module's tests."""
+    tmp = tmp_path_factory.mktemp("eval")
+    return write_refs(tmp), tmp / "out"
 
 
 def _eval(data, out, *extra):
