@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import openai
 from areal.api.cli_args import GenerationHyperparameters
+from transformers import AutoConfig
 
 from vlrollout.argtypes import whole_number
 from vlrollout.datasets import load_items
@@ -28,7 +30,7 @@ from vlrollout.engine.checks import check_engine
 from vlrollout.engine.config import EngineConfig
 from vlrollout.engine.factory import make_engine
 from vlrollout.errors import ConfigError, UsageError
-from vlrollout.eval.openai_client import OpenAIPredictor
+from vlrollout.eval.openai_client import OpenAIPredictor, api_base_url
 from vlrollout.eval.predict import EnginePredictor
 from vlrollout.eval.prediction import Predictor
 from vlrollout.eval.report import write_report
@@ -41,6 +43,7 @@ from vlrollout.eval.results import (
 )
 from vlrollout.eval.runner import EvalResult, aevaluate_items, pending_items, prepare_output
 from vlrollout.eval.tasks import EvalTask, get_task
+from vlrollout.families import UnsupportedModelError, family_of
 from vlrollout.ledger import NothingAccepted
 
 PROTOCOLS = ("openai", "sglang", "vllm")
@@ -178,10 +181,6 @@ def check_server(address: str, protocol: str, model: str) -> None:
 
 def model_family(model: str) -> str:
     """The :mod:`vlrollout.families` name of the model in folder ``model`` (from its config)."""
-    from transformers import AutoConfig
-
-    from vlrollout.families import UnsupportedModelError, family_of
-
     try:
         config = AutoConfig.from_pretrained(model, local_files_only=True)
         return family_of(config).name
@@ -204,6 +203,7 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         "prompt": args.prompt,
         "model": str(Path(args.model).resolve()),
         "source": args.protocol or "local",
+        "served_model": args.served_model,
         "device": args.device if args.protocol is None else None,
         "k": args.k,
         "temperature": args.temperature if args.k > 1 else None,
@@ -255,10 +255,6 @@ def served_model_name(args: argparse.Namespace) -> str:
     """``--served-model``, else the one model the server's ``/v1/models`` lists."""
     if args.served_model:
         return args.served_model
-    import openai
-
-    from vlrollout.eval.openai_client import api_base_url
-
     url = api_base_url(args.address)
     try:
         client = openai.OpenAI(base_url=url, api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY")
