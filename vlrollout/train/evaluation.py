@@ -6,6 +6,11 @@ sampled ``eval_samples`` times each (``eval_sampled/``), outside AReaL's stalene
 appends one record to ``eval.jsonl``, saves the first ``vlrollout.log_rollouts`` episodes as shown
 rollouts (:mod:`vlrollout.train.samples`), hands both to the experiment trackers and logs one
 line (:func:`eval_line`). Rank 0 evaluates; the other ranks wait at the step's barrier.
+
+Two scorers: the mean reward of the run's reward (:func:`evaluate`), or, with
+``vlrollout.eval_task``, the evaluator of ``vlrollout eval`` (:func:`evaluate_task`: its
+:class:`~vlrollout.eval.predict.EnginePredictor` on the training engine, the task's benchmark
+metrics), so that ``vlrollout eval`` on a saved checkpoint gives the same numbers.
 """
 
 from __future__ import annotations
@@ -17,11 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlrollout.eval.predict import EnginePredictor
+from vlrollout.eval.runner import EvalResult, evaluate_items
+from vlrollout.eval.tasks import EvalTask
+from vlrollout.families import family_of
 from vlrollout.jsonl import append_jsonl
 from vlrollout.ledger import NothingAccepted
 from vlrollout.logs import get_logger
+from vlrollout.processors.image_loading import load_image
 from vlrollout.train import samples
 from vlrollout.train.loggers import TrainLoggers
+from vlrollout.train.support import config_at
 
 logger = get_logger(__name__)
 
@@ -82,14 +93,132 @@ def evaluate(
 
 
 def eval_line(record: dict[str, Any], prefix: str = "eval") -> str:
-    """The mean of one evaluation with its denominator and rejections, for the log.
+    """The mean of one evaluation with its denominator and rejections, for the log; with a task,
+    its primary metric over the scored items.
 
     >>> eval_line({"eval/mean": 0.5, "eval/n": 8, "eval/rejected": 2})
     'eval 0.5000 over 8 episodes (2 rejected, scored 0)'
+    >>> eval_line({"eval/mean": 0.5, "eval/n": 8, "eval/rejected": 2, "eval_primary": "ACC@0.5"})
+    'eval ACC@0.5 0.5000 over 6 items (2 rejected, not scored)'
     """
     n, rejected = record[f"{prefix}/n"], record[f"{prefix}/rejected"]
-    line = f"{prefix} {record[f'{prefix}/mean']:.4f} over {n} episodes"
-    return line + (f" ({rejected} rejected, scored 0)" if rejected else "")
+    primary = record.get(PRIMARY_KEY)
+    if primary is None:
+        line = f"{prefix} {record[f'{prefix}/mean']:.4f} over {n} episodes"
+        return line + (f" ({rejected} rejected, scored 0)" if rejected else "")
+    line = f"{prefix} {primary} {record[f'{prefix}/mean']:.4f} over {n - rejected} items"
+    return line + (f" ({rejected} rejected, not scored)" if rejected else "")
+
+
+TASK_KEY = "eval_task"
+"""The ``eval.jsonl`` field naming the task of an evaluation scored by :func:`evaluate_task`."""
+PRIMARY_KEY = "eval_primary"
+"""The ``eval.jsonl`` field naming the metric ``eval/mean`` holds (the task's primary metric)."""
+
+
+def model_family(path: str) -> str:
+    """The :mod:`vlrollout.families` name of the model at ``path`` (how its boxes are read)."""
+    config = config_at(path)
+    if config is None:
+        raise ValueError(
+            f"{path}: no readable config.json; the model family decides how boxes are read"
+        )
+    return family_of(config).name
+
+
+@dataclass
+class TaskEvaluation:
+    """The evaluator of ``vlrollout eval`` on the training engine (``vlrollout.eval_task``).
+
+    Attributes:
+        task: The benchmark task.
+        predictor: The predictor on the training engine, built with the run's ``gconfig``:
+            greedy for the ``eval/`` evaluation, sampling at the training temperature for
+            ``eval_sampled/`` (``vlrollout.eval_samples`` completions per item).
+        family: The model family (how the task reads its boxes).
+    """
+
+    task: EvalTask
+    predictor: EnginePredictor
+    family: str
+
+
+def evaluate_task(
+    evaluation: TaskEvaluation,
+    items: list[dict],
+    prefix: str = "eval",
+    k: int = 1,
+    step: int | None = None,
+) -> tuple[dict[str, float], EvalResult]:
+    """The task's metrics over ``items`` by :func:`vlrollout.eval.runner.evaluate_items`, the
+    evaluator of ``vlrollout eval``: ``{prefix}/<metric>`` for each metric of the task (``k > 1``:
+    means over ``k`` samples per item, and ``pass@k``), ``{prefix}/mean`` = the primary metric,
+    ``{prefix}/n`` items and ``{prefix}/rejected`` items not scored (each with its reason in the
+    result). The values are ``vlrollout eval``'s ``results.json`` ones for the same completions
+    (no confidence intervals: none are drawn during training).
+
+    Raises:
+        NothingAccepted: No item was scored. ``step`` is named in the message.
+    """
+    result = evaluate_items(
+        evaluation.task,
+        evaluation.predictor,
+        items,
+        None,
+        k=k,
+        concurrency=max(1, len(items)),
+        progress=False,
+        family=evaluation.family,
+        bootstrap=0,
+    )
+    if not result.scores:
+        at = f" at step {step}" if step is not None else ""
+        records = [
+            {"item": f"item {r['id']}", "reason": r["reason"], "detail": r["detail"]}
+            for r in result.rejections
+        ]
+        raise NothingAccepted(
+            f"the held-out evaluation {prefix!r}{at} ({evaluation.task.name})",
+            len(items),
+            records,
+            hint="no metric is reported from no scored item",
+        )
+    out = {f"{prefix}/{name}": entry["value"] for name, entry in result.metrics.items()}
+    out[f"{prefix}/mean"] = result.metrics[evaluation.task.primary]["value"]
+    out[f"{prefix}/n"] = len(items)
+    out[f"{prefix}/rejected"] = len(result.rejections)
+    return out, result
+
+
+def shown_predictions(
+    step: int, result: EvalResult, items: list[dict], primary: str, count: int
+) -> list[samples.HeldOutRollout]:
+    """The first ``count`` held-out items of a task evaluation as shown rollouts: the greedy
+    completion, the item's primary metric as its reward (0 for an item not scored), and for
+    grounding the true and predicted boxes the task compared (original pixels) drawn on the
+    image."""
+    scores = {s.id: s for s in result.scores}
+    out = []
+    for index, item in enumerate(items[:count]):
+        item_id = str(item.get("id", index))
+        shown = samples.HeldOutRollout(step, index, item_id, item.get("task"), None, 0.0)
+        out.append(shown)
+        prediction, score = result.predictions.get(item_id), scores.get(item_id)
+        if prediction is None or not prediction.completions:
+            continue
+        shown.completion = prediction.completions[0]
+        if score is None:
+            continue
+        shown.reward = score.values.get(primary, 0.0)
+        shown.true_boxes = [tuple(b) for b in score.details.get("true_boxes") or []]
+        shown.predicted_boxes = [tuple(b) for b in score.details.get("pred_boxes") or []]
+        if score.details.get("reason"):
+            shown.box_problems = [str(score.details["reason"])]
+        images = item.get("images") or []
+        if images:
+            image = load_image(images[0], f"item {item_id}, image 0").image
+            shown.image = samples.draw(image, shown.true_boxes, shown.predicted_boxes)
+    return out
 
 
 @dataclass
@@ -105,6 +234,8 @@ class HeldOut:
         sampled_repeats: Sampled episodes per item (``vlrollout.eval_samples``; 0: none).
         shown: Episodes shown per evaluation (``vlrollout.log_rollouts``).
         out: The run's output folder.
+        task: With ``vlrollout.eval_task``, the evaluator that scores the items instead of the
+            workflows and the reward (:func:`evaluate_task`).
     """
 
     engine: Any
@@ -115,6 +246,7 @@ class HeldOut:
     sampled_repeats: int
     shown: int
     out: Path
+    task: TaskEvaluation | None = None
 
     @property
     def path(self) -> Path:
@@ -125,27 +257,50 @@ class HeldOut:
         """Evaluate after ``step`` training steps; record, show and log it; return the record.
 
         Raises:
-            NothingAccepted: See :func:`evaluate`.
+            NothingAccepted: See :func:`evaluate` and :func:`evaluate_task`.
         """
         t = time.perf_counter()
-        episodes: list[tuple[dict, dict | None]] = []
-        rec = {
-            "step": step,
-            **evaluate(self.engine, self.greedy, self.items, step=step, episodes_out=episodes),
-        }
-        prefixes = ["eval"]
-        if self.sampled_repeats:
-            repeats = self.sampled_repeats
-            rec.update(
-                evaluate(self.engine, self.sampled, self.items, "eval_sampled", repeats, step)
-            )
-            prefixes.append("eval_sampled")
+        if self.task is not None:
+            rec, shown = self._task_run(step, self.task)
+        else:
+            rec, shown = self._reward_run(step)
+        prefixes = ["eval", *(["eval_sampled"] if self.sampled_repeats else [])]
         rec["eval/seconds"] = time.perf_counter() - t
         append_jsonl(self.path, rec)
-        shown = samples.collect(step, episodes, self.greedy, self.reward, self.shown)
         samples.save(self.out, shown)
         loggers.add(rec)
         loggers.rollouts(step, shown)
         lines = "; ".join(eval_line(rec, p) for p in prefixes)
         logger.info("held-out eval at step %d: %s", step, lines)
         return rec
+
+    def _reward_run(self, step: int) -> tuple[dict[str, Any], list[samples.HeldOutRollout]]:
+        """The record and shown rollouts of an evaluation by the mean reward."""
+        episodes: list[tuple[dict, dict | None]] = []
+        rec = {
+            "step": step,
+            **evaluate(self.engine, self.greedy, self.items, step=step, episodes_out=episodes),
+        }
+        if self.sampled_repeats:
+            repeats = self.sampled_repeats
+            rec.update(
+                evaluate(self.engine, self.sampled, self.items, "eval_sampled", repeats, step)
+            )
+        return rec, samples.collect(step, episodes, self.greedy, self.reward, self.shown)
+
+    def _task_run(
+        self, step: int, task: TaskEvaluation
+    ) -> tuple[dict[str, Any], list[samples.HeldOutRollout]]:
+        """The record and shown rollouts of an evaluation by the task (:func:`evaluate_task`)."""
+        values, result = evaluate_task(task, self.items, step=step)
+        rec: dict[str, Any] = {
+            "step": step,
+            TASK_KEY: task.task.name,
+            PRIMARY_KEY: task.task.primary,
+            **values,
+        }
+        if self.sampled_repeats:
+            sampled, _ = evaluate_task(task, self.items, "eval_sampled", self.sampled_repeats, step)
+            rec.update(sampled)
+        shown = shown_predictions(step, result, self.items, task.task.primary, self.shown)
+        return rec, shown

@@ -48,7 +48,7 @@ def main(argv: Sequence[str]) -> int:
     from vlrollout.jsonl import read_jsonl
     from vlrollout.train.config import check_rules, load_config
     from vlrollout.train.loop import train
-    from vlrollout.train.report import control_summary
+    from vlrollout.train.report import control_summary, held_out_metric, rejected_line
 
     cfg = load_config(args.config, overrides)
     # Settings errors once, here, rather than once per process under torchrun.
@@ -68,13 +68,10 @@ def main(argv: Sequence[str]) -> int:
     brief = {
         "steps": last.get("step"),
         "reward_mean_last_step": last.get("reward_mean"),
+        "held_out_metric": held_out_metric(evals),
         "held_out_first": evals[0]["eval/mean"] if evals else None,
         "held_out_last": evals[-1]["eval/mean"] if evals else None,
-        "held_out_last_rejected": (
-            f"{evals[-1].get('eval/rejected', 0)} of {evals[-1]['eval/n']} episodes (scored 0)"
-            if evals and "eval/n" in evals[-1]
-            else None
-        ),
+        "held_out_last_rejected": rejected_line(evals[-1]) if evals else None,
         "seconds_per_step_last": last.get("time/step"),
     }
     print(json.dumps(brief, indent=1))

@@ -14,6 +14,7 @@ from typing import Any
 from vlrollout.charts import line_chart
 from vlrollout.files import atomic_write_bytes
 from vlrollout.jsonl import read_jsonl
+from vlrollout.train.evaluation import PRIMARY_KEY, TASK_KEY
 
 #: Prefixes of held-out metrics in ``eval.jsonl`` (greedy; sampled at the training temperature).
 EVAL_PREFIXES = ("eval", "eval_sampled")
@@ -45,8 +46,36 @@ def lr0_control(evals: list[dict[str, Any]]) -> dict[str, list[tuple[float, floa
     return {k + CONTROL: [(r["step"], first[k]) for r in evals if k in r] for k in sorted(keys)}
 
 
+def held_out_metric(evals: list[dict[str, Any]]) -> str:
+    """What ``eval/mean`` holds: ``"eval/mean"`` (the mean reward), or with
+    ``vlrollout.eval_task`` the task and its primary metric, as the last evaluation names them.
+
+    >>> held_out_metric([{"eval/mean": 0.5, "eval_task": "refcoco", "eval_primary": "ACC@0.5"}])
+    'refcoco ACC@0.5'
+    """
+    last = evals[-1] if evals else {}
+    if last.get(PRIMARY_KEY) is None:
+        return "eval/mean"
+    return f"{last.get(TASK_KEY, '')} {last[PRIMARY_KEY]}".strip()
+
+
+def rejected_line(record: dict[str, Any]) -> str | None:
+    """How many of an evaluation's greedy episodes (with a task: items) were rejected.
+
+    >>> rejected_line({"eval/n": 8, "eval/rejected": 2})
+    '2 of 8 episodes (scored 0)'
+    >>> rejected_line({"eval/n": 8, "eval/rejected": 2, "eval_primary": "ACC@0.5"})
+    '2 of 8 items (not scored)'
+    """
+    if "eval/n" not in record:
+        return None
+    counted = "items (not scored)" if record.get(PRIMARY_KEY) else "episodes (scored 0)"
+    return f"{record.get('eval/rejected', 0)} of {record['eval/n']} {counted}"
+
+
 def control_summary(evals: list[dict[str, Any]]) -> str:
-    """One sentence: the last greedy held-out mean against the lr = 0 control, or ``""``.
+    """One sentence: the last greedy held-out mean (with a task: its primary metric) against the
+    lr = 0 control, or ``""``.
 
     >>> control_summary([{"step": 0, "eval/mean": 0.25}, {"step": 10, "eval/mean": 0.5}])
     'Held-out greedy eval/mean at step 10: 0.5 against 0.25 for the lr = 0 control (+0.25).'
@@ -56,8 +85,8 @@ def control_summary(evals: list[dict[str, Any]]) -> str:
         return ""
     last, base = evals[-1]["eval/mean"], control[-1][1]
     return (
-        f"Held-out greedy eval/mean at step {evals[-1]['step']}: {last:.4g} against {base:.4g} "
-        f"for the lr = 0 control ({last - base:+.4g})."
+        f"Held-out greedy {held_out_metric(evals)} at step {evals[-1]['step']}: {last:.4g} "
+        f"against {base:.4g} for the lr = 0 control ({last - base:+.4g})."
     )
 
 
@@ -76,6 +105,15 @@ def write_report(out: Path, cfg: Any = None) -> Path:
         if k.partition("/")[0] in EVAL_PREFIXES and k.partition("/")[2] not in EVAL_COUNTS
     )
     charts = _charts(steps, evals, eval_keys)
+    if evals and evals[-1].get(PRIMARY_KEY) is not None:
+        scored = (
+            f"The {html.escape(held_out_metric(evals))} of <code>vlrollout eval</code> and the "
+            "task's other metrics, over the scored items; a rejected item is counted, not "
+            "scored. <code>vlrollout eval</code> on a saved checkpoint reproduces an evaluation "
+            "(docs/training.md)."
+        )
+    else:
+        scored = "Means over every episode; a rejected episode scores 0."
     columns = (
         "step",
         "reward_mean",
@@ -109,9 +147,8 @@ def write_report(out: Path, cfg: Any = None) -> Path:
 .charts svg{{margin:0 1em 1em 0;border:1px solid #eee}}{SECTION_CSS}</style></head><body>
 <h1>{title}</h1><p>{len(steps)} steps; {len(evals)} held-out evaluations.</p>
 <div class="charts">{"".join(charts)}</div>
-<h2>Held-out evaluation</h2><p>{html.escape(control_summary(evals))} Means over every
-episode; a rejected episode scores 0. The lr = 0 control keeps the step-0 weights, so its greedy
-score is the step-0 score at every evaluation.</p>
+<h2>Held-out evaluation</h2><p>{html.escape(control_summary(evals))} {scored} The lr = 0
+control keeps the step-0 weights, so its greedy score is the step-0 score at every evaluation.</p>
 <table><tr>{"".join(f"<th>{c}</th>" for c in eval_head)}</tr>{eval_rows}</table>
 <h2>Last steps</h2><table><tr>{"".join(f"<th>{c}</th>" for c in columns)}</tr>{rows}</table>
 {section_html(out)}
@@ -141,10 +178,7 @@ def _charts(
                 **rolled_out,
             },
         ),
-        line_chart(
-            "held-out metric (eval/: greedy; eval_sampled/: at the training temperature)",
-            {**{k: _series(k, evals) for k in eval_keys}, **lr0_control(evals)},
-        ),
+        _held_out_chart(evals, eval_keys),
         line_chart(
             "groups with all-equal rewards (no signal)",
             {"fraction": _series("frac_all_equal_groups", steps)},
@@ -158,6 +192,22 @@ def _charts(
             {k: _series(f"time/{k}", steps) for k in ("step", "rollout", "update", "weight_sync")},
         ),
     ]
+
+
+def _held_out_chart(evals: list[dict[str, Any]], eval_keys: list[str]) -> str:
+    """The held-out curves beside their lr = 0 controls: every metric of the mean-reward
+    evaluation, or with a task its primary metric, named (the table lists the others)."""
+    timing = "eval/: greedy; eval_sampled/: at the training temperature"
+    if not evals or evals[-1].get(PRIMARY_KEY) is None:
+        series = {**{k: _series(k, evals) for k in eval_keys}, **lr0_control(evals)}
+        return line_chart(f"held-out metric ({timing})", series)
+    name = evals[-1][PRIMARY_KEY]
+    keys = [f"{p}/{name}" for p in EVAL_PREFIXES if f"{p}/{name}" in eval_keys]
+    control = lr0_control(evals).get(f"eval/{name}{CONTROL}")
+    series = {k: _series(k, evals) for k in keys}
+    if control:
+        series[f"eval/{name}{CONTROL}"] = control
+    return line_chart(f"held-out {held_out_metric(evals)} ({timing})", series)
 
 
 def _rejected(record: dict[str, Any], prefix: str) -> str:
