@@ -69,7 +69,32 @@ def test_report_shows_every_item_worst_first_and_the_rejected_ones(tmp_path):
     assert order == sorted(order)  # lowest hit first
     assert "lost" in page and "not_scorable" in page and "no &#x27;boxes&#x27; field" in page
     assert "[[30, 10, 60, 40]]" in page  # the truth, next to the prediction
+    assert "lowest hit first" in page
 
     colours = [{c for _, c in img.getcolors(1 << 16)} for img in _pixels(page)]
     assert len(colours) == 3
     assert all(GT_COLOUR in c and episode_colour(0) in c for c in colours)
+
+
+class CorpusTask(BoxTask):
+    """A task whose headline metric exists only over a set (as CIDEr-D): items rank by their
+    own value."""
+
+    primary = "corpus"
+    correct_key = None
+
+    def aggregate(self, scores, items):
+        return {"corpus": 1.0, **super().aggregate(scores, items)}
+
+
+def test_items_rank_by_their_own_value_when_the_headline_is_a_corpus_metric(tmp_path):
+    items = [{"id": f"item-{i}", "boxes": [[1, 1, 5, 5]]} for i in range(3)]
+    predictor = ScriptedPredictor({"item-0": ["0.5"], "item-1": ["0.9"], "item-2": ["0.1"]})
+    result = evaluate_items(
+        CorpusTask(), predictor, items, None, progress=False, family="qwen2_vl", bootstrap=0
+    )
+    page = write_report(tmp_path, result, items).read_text()
+    assert "lowest hit first" in page
+    order = [page.index(f"<h3>item-{i}") for i in (2, 0, 1)]
+    assert order == sorted(order)
+    assert "<b>corpus</b>" in page and "no image" in page

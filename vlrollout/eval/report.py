@@ -41,18 +41,15 @@ TRUTH_FIELDS = ("boxes", "captions", "answer", "choices")
 """Item fields shown as the truth a prediction is scored against."""
 
 
-def sort_key(task_primary: str, correct_key: str | None) -> Any:
-    """The ordering of item scores for the report: the primary metric's value, else the
-    ``correct_key``'s, else the first value; lowest first, items without one last."""
-
-    def key(score: ItemScore) -> tuple[int, float]:
-        for name in (task_primary, correct_key):
-            if name is not None and name in score.values:
-                return (0, float(score.values[name]))
-        values = list(score.values.values())
-        return (0, float(values[0])) if values else (1, 0.0)
-
-    return key
+def ranking_metric(
+    scores: Sequence[ItemScore], primary: str, correct_key: str | None
+) -> str | None:
+    """The per-item value items are ranked by: the primary metric when items carry it (a corpus
+    metric such as CIDEr-D does not), else the ``correct_key``, else the first value."""
+    for name in (primary, correct_key):
+        if name is not None and scores and all(name in s.values for s in scores):
+            return name
+    return next((name for s in scores for name in s.values), None)
 
 
 def _fmt(value: Any) -> str:
@@ -92,7 +89,8 @@ def _picture(item: Mapping[str, Any], score: ItemScore) -> str:
     preds = [
         (j, [tuple(b) for b in s.details.get("pred_boxes") or []]) for j, s in enumerate(samples)
     ]
-    caption = "true boxes magenta, predicted by completion number" if truth or preds else "image"
+    drawn = truth or any(boxes for _, boxes in preds)
+    caption = "true boxes magenta, predicted by completion number" if drawn else "image"
     return (
         f"<figure><img src='{draw_boxes(image, truth, preds)}'>"
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
@@ -175,7 +173,8 @@ def write_report(
 ) -> Path:
     """Write ``output/report.html`` (see the module docstring); returns its path."""
     by_id = {str(item.get("id")): item for item in items}
-    ordered = sorted(result.scores, key=sort_key(result.primary, correct_key))
+    rank = ranking_metric(result.scores, result.primary, correct_key)
+    ordered = sorted(result.scores, key=lambda s: s.values.get(rank, math.inf))
     sections = [_safe_section(by_id[s.id], s, result) for s in ordered if s.id in by_id]
     rejected = ", ".join(f"{html.escape(r)} {n}" for r, n in result.rejected.items())
     page = (
@@ -185,7 +184,7 @@ def write_report(
         + (f", k={result.k}" if result.k > 1 else "")
         + (f"; rejected: {rejected}" if rejected else "")
         + f"</p>{metric_table(result)}"
-        f"<h2>Items, lowest {html.escape(result.primary)} first</h2>{''.join(sections)}"
+        f"<h2>Items, lowest {html.escape(str(rank))} first</h2>{''.join(sections)}"
         f"{rejected_table(result.rejections)}"
     )
     path = output / REPORT_FILE
