@@ -93,8 +93,9 @@ def test_items_rank_by_their_own_value_when_the_headline_is_a_corpus_metric(tmp_
     result = evaluate_items(
         CorpusTask(), predictor, items, None, progress=False, family="qwen2_vl", bootstrap=0
     )
-    page = write_report(tmp_path, result, items).read_text()
+    page = write_report(tmp_path, result, items, pictured=2).read_text()
     assert "lowest hit first" in page
-    order = [page.index(f"<h3>item-{i}") for i in (2, 0, 1)]
-    assert order == sorted(order)
+    order = [page.index(f"<h3>item-{i}") for i in (2, 0)] + [page.index("<td>item-1</td>")]
+    assert order == sorted(order) and "<h3>item-1" not in page  # beyond 2: a row, no picture
+    assert "1 more items, without pictures" in page
     assert "<b>corpus</b>" in page and "no image" in page

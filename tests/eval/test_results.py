@@ -58,6 +58,12 @@ def test_results_json_holds_every_field(tmp_path):
     }
     assert saved["settings"] == {"k": 1, "task": "exact"}
     assert saved["vlrollout_version"]
+    lines = [json.loads(x) for x in (tmp_path / "out" / "scores.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["split"], r["values"]) for r in lines] == [
+        ("a", "val", {"exact_match": 1.0}),
+        ("b", "val", {"exact_match": 0.0}),
+        ("c", "test", {"exact_match": 1.0}),
+    ]
 
 
 def test_a_folder_digest_changes_when_a_file_is_renamed_or_changed(tmp_path):

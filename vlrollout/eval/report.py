@@ -37,6 +37,9 @@ from vlrollout.report_drawing import (
 logger = get_logger("vlrollout.eval")
 
 REPORT_FILE = "report.html"
+PICTURED = 300
+"""Items drawn with their image (the lowest first); the rest are rows of a table, so a
+5000-item evaluation still gives a page a browser opens."""
 TRUTH_FIELDS = ("boxes", "captions", "answer", "choices")
 """Item fields shown as the truth a prediction is scored against."""
 
@@ -164,18 +167,39 @@ def rejected_table(rejections: Sequence[Mapping[str, str]]) -> str:
     )
 
 
+def rest_table(scores: Sequence[ItemScore]) -> str:
+    """Items beyond :data:`PICTURED`, one row each: id, split, values, prediction."""
+    if not scores:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(s.id)}</td><td>{html.escape(s.split)}</td>"
+        f"<td>{html.escape(', '.join(f'{k} {_fmt(v)}' for k, v in s.values.items()))}</td>"
+        f"<td>{html.escape(json.dumps(s.details.get('prediction'), default=str))}</td></tr>"
+        for s in scores
+    )
+    return (
+        f"<h2>{len(scores)} more items, without pictures</h2><table><tr><th>item</th>"
+        f"<th>split</th><th>score</th><th>prediction</th></tr>{rows}</table>"
+    )
+
+
 def write_report(
     output: Path,
     result: EvalResult,
     items: Sequence[Mapping[str, Any]],
     correct_key: str | None = None,
     title: str = "",
+    pictured: int = PICTURED,
 ) -> Path:
-    """Write ``output/report.html`` (see the module docstring); returns its path."""
+    """Write ``output/report.html`` (see the module docstring); returns its path.
+
+    The ``pictured`` lowest items get a section with their image; the others a row each."""
     by_id = {str(item.get("id")): item for item in items}
     rank = ranking_metric(result.scores, result.primary, correct_key)
-    ordered = sorted(result.scores, key=lambda s: s.values.get(rank, math.inf))
-    sections = [_safe_section(by_id[s.id], s, result) for s in ordered if s.id in by_id]
+    known = [s for s in result.scores if s.id in by_id]
+    ordered = sorted(known, key=lambda s: s.values.get(rank, math.inf))
+    sections = [_safe_section(by_id[s.id], s, result) for s in ordered[:pictured]]
+    sections.append(rest_table(ordered[pictured:]))
     rejected = ", ".join(f"{html.escape(r)} {n}" for r, n in result.rejected.items())
     page = (
         f"<!doctype html><meta charset=utf-8><title>vlrollout eval</title><style>{STYLE}</style>"

@@ -10,6 +10,10 @@ an earlier ``results.json`` that makes ``vlrollout eval --compare`` a regression
      "model": "...", "data": {"path": "...", "sha256": "..."}, "settings": {...},
      "vlrollout_version": "0.1.0"}
 
+``scores.jsonl`` beside it holds one line per scored item (``id``, ``split``, ``values``: the
+item's values averaged over its completions, ``prediction``, ``reason``), for paired comparisons of
+two runs on the same items.
+
 Every metric is higher-is-better, so a regression is a drop.
 """
 
@@ -26,8 +30,10 @@ from typing import Any
 from vlrollout.errors import UsageError
 from vlrollout.eval.runner import EvalResult
 from vlrollout.files import atomic_write_json
+from vlrollout.jsonl import write_jsonl
 
 RESULTS_FILE = "results.json"
+SCORES_FILE = "scores.jsonl"
 DEFAULT_THRESHOLD = 0.01
 """A metric that drops by more than this (absolute: 0.01 is one point of a 0-1 accuracy) is a
 regression for ``--compare``."""
@@ -79,10 +85,25 @@ def results_dict(
 def write_results(
     output: Path, result: EvalResult, *, model: str, data: str | Path, settings: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Write ``output/results.json``; returns what was written."""
+    """Write ``output/results.json`` and ``output/scores.jsonl``; returns the results."""
     content = results_dict(result, model=model, data=data, settings=settings)
+    write_jsonl(output / SCORES_FILE, score_records(result))
     atomic_write_json(output / RESULTS_FILE, content)
     return content
+
+
+def score_records(result: EvalResult) -> list[dict[str, Any]]:
+    """One ``scores.jsonl`` record per scored item (see the module docstring)."""
+    return [
+        {
+            "id": s.id,
+            "split": s.split,
+            "values": s.values,
+            "prediction": s.details.get("prediction"),
+            "reason": s.details.get("reason"),
+        }
+        for s in result.scores
+    ]
 
 
 def read_results(path: str | Path) -> dict[str, Any]:

@@ -8,7 +8,8 @@
 - ``predictions/<name>.json``: one finished item's :class:`~vlrollout.eval.prediction.Prediction`
   (``<name>`` is :func:`vlrollout.files.item_stem`), written atomically; its presence marks the
   item done, so a rerun skips it (a rejected prediction, a server error say, is tried again);
-- ``results.json`` and ``report.html`` (:mod:`vlrollout.eval.results`, :mod:`vlrollout.eval.report`).
+- ``results.json``, ``scores.jsonl`` and ``report.html`` (:mod:`vlrollout.eval.results`,
+  :mod:`vlrollout.eval.report`).
 
 Nothing is dropped: an item the loader could not read (``LOAD_ERROR``), one the task refuses
 (:meth:`EvalTask.check_item`), one the predictor could not run and one the task could not score are
@@ -43,7 +44,7 @@ logger = get_logger("vlrollout.eval")
 
 PREDICTIONS = "predictions"
 SETTINGS_FILE = "eval.json"
-EVAL_OUTPUTS = (PREDICTIONS, "results.json", "report.html", SETTINGS_FILE)
+EVAL_OUTPUTS = (PREDICTIONS, "results.json", "scores.jsonl", "report.html", SETTINGS_FILE)
 """What an evaluation writes into its folder (what ``--overwrite`` removes, and nothing else)."""
 NOT_SCORABLE = "not_scorable"
 """Reason of an item the task refuses before it runs (the task's words are the detail)."""
