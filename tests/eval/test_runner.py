@@ -19,6 +19,7 @@ from vlrollout.datasets import LOAD_ERROR
 from vlrollout.errors import OutputFolderError
 from vlrollout.eval.prediction import Prediction
 from vlrollout.eval.runner import (
+    COMPLETION_COUNT,
     NOT_SCORABLE,
     PREDICTIONS,
     SCORE_ERROR,
@@ -149,6 +150,13 @@ def test_k_samples_give_the_mean_and_pass_at_k(tmp_path):
     # mean over samples: sample j's exact match over items, averaged over j = 3/9
     assert result.value("exact_match") == pytest.approx(3 / 9)
     assert result.value("pass@3") == pytest.approx(2 / 3)
+
+
+def test_a_prediction_with_too_few_completions_is_rejected_not_averaged(tmp_path):
+    script = {"q0": ["0", "0"], "q1": ["1"], "q2": []}
+    result = _evaluate(ScriptedPredictor(script), _items(3), None, k=2)
+    assert result.rejected == {COMPLETION_COUNT: 2}
+    assert [s.id for s in result.scores] == ["q0"] and result.value("exact_match") == 1.0
 
 
 def test_metrics_per_split_with_intervals(tmp_path):

@@ -48,6 +48,9 @@ EVAL_OUTPUTS = (PREDICTIONS, "results.json", "scores.jsonl", "report.html", SETT
 """What an evaluation writes into its folder (what ``--overwrite`` removes, and nothing else)."""
 NOT_SCORABLE = "not_scorable"
 """Reason of an item the task refuses before it runs (the task's words are the detail)."""
+COMPLETION_COUNT = "completion_count"
+"""Reason of a prediction with another number of completions than ``k`` (a server that ignores
+``n``, or returned nothing): its samples cannot be averaged with the others'."""
 SCORE_ERROR = "score_error"
 """Reason of a completion the task raised on while scoring (a bug or an item it did not check)."""
 
@@ -270,8 +273,10 @@ def score_item(
     item_id = item["id"]
     if prediction.rejection is not None:
         return {"id": item_id, **{k_: str(v) for k_, v in prediction.rejection.items()}}
-    if not prediction.completions:
-        return {"id": item_id, "reason": "no_completion", "detail": "the predictor returned none"}
+    if len(prediction.completions) != k:
+        got = len(prediction.completions)
+        detail = f"item {item_id}: asked for {k} completion(s), the predictor returned {got}"
+        return {"id": item_id, "reason": COMPLETION_COUNT, "detail": detail}
     samples = []
     for completion in prediction.completions:
         try:
