@@ -49,13 +49,14 @@ you'll you're you've""".split()
 
 def _contractions() -> dict[str, str]:
     """Each contraction keyed by every spelling with one apostrophe left out (``couldn'tve`` and
-    ``couldnt've``, ``dont``), the rule of the official table, plus its one reversed entry."""
+    ``couldnt've``, ``dont``), the rule of the official table, plus its three odd entries."""
     table = {}
     for word in _CONTRACTED:
         for i, ch in enumerate(word):
             if ch == "'":
                 table[word[:i] + word[i + 1 :]] = word
     table["somebody'd"] = "somebodyd"  # reversed in the official table, kept for equal scores
+    table.update({"let's": "let's", "she's": "she's"})  # no-ops there too ("lets" is a verb)
     return table
 
 
