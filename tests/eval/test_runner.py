@@ -91,6 +91,7 @@ def test_a_rerun_skips_finished_items_and_gives_the_same_results(tmp_path):
     one = _evaluate(first, items, tmp_path, concurrency=2)
     assert sorted(first.calls) == ["q0", "q1", "q2", "q3", "q4"]
     assert len(list((tmp_path / PREDICTIONS).glob("*.json"))) == 5
+    (tmp_path / PREDICTIONS / ".q9.json.x1.tmp").write_text("{half")  # a killed run's temp file
     assert one.value("exact_match") == pytest.approx(3 / 5)
 
     (
@@ -101,6 +102,7 @@ def test_a_rerun_skips_finished_items_and_gives_the_same_results(tmp_path):
     again = ScriptedPredictor(script)
     two = _evaluate(again, items, tmp_path)
     assert len(again.calls) == 1  # only the item whose prediction was lost runs again
+    assert not list((tmp_path / PREDICTIONS).glob(".*"))
     assert two.metrics == one.metrics
     assert [s.values for s in two.scores] == [s.values for s in one.scores]
 

@@ -37,7 +37,7 @@ from vlrollout.errors import OutputFolderError
 from vlrollout.eval.intervals import bootstrap_interval, pass_at_k
 from vlrollout.eval.prediction import Prediction, Predictor
 from vlrollout.eval.tasks import EvalTask, ItemScore
-from vlrollout.files import atomic_write_json, item_stem, remove_temp_files
+from vlrollout.files import TEMP_SUFFIX, atomic_write_json, item_stem, remove_temp_files
 from vlrollout.logs import get_logger
 
 logger = get_logger("vlrollout.eval")
@@ -219,6 +219,8 @@ async def predict_items(
     if output is not None:
         remove_temp_files(output)
         (output / PREDICTIONS).mkdir(parents=True, exist_ok=True)
+        for leftover in (output / PREDICTIONS).glob(f".*{TEMP_SUFFIX}"):  # a killed run's
+            leftover.unlink(missing_ok=True)
         on_disk = read_predictions(output)
         done = {
             item["id"]: on_disk[item["id"]]
