@@ -81,7 +81,7 @@ def test_source_form():
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda p: p, "is a folder"),
+        (lambda p: p, "is a folder holding neither"),
         (lambda p: p / "missing.jsonl", "does not exist"),
         (lambda p: (p / "e.jsonl").write_text("") and None or p / "e.jsonl", "has no items"),
         (lambda p: (p / "d.csv").write_text("a") and None or p / "d.csv", "expected a .jsonl"),

@@ -1,0 +1,224 @@
+"""Readers of the datasets users download, each producing data items (``docs/item_format.md``)
+with no conversion step: JSONL and parquet items, Hugging Face parquet and ``save_to_disk``
+folders, COCO captions and instances JSON, RefCOCO refs, LLaVA conversation JSON.
+
+``docs/datasets.md`` describes every format, the column mapping, the image-folder rule and the
+errors. A file that cannot be read at all raises :class:`DataFileError`; a malformed row becomes a
+``LOAD_ERROR`` placeholder naming the file, row and field, so it is skipped and the run goes on.
+
+>>> parse_mapping(["question=problem", "answer=solution"])
+{'question': 'problem', 'answer': 'solution'}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from vlrollout.jsonl import iter_jsonl
+from vlrollout.readers.coco import caption_items, instance_items, load_json
+from vlrollout.readers.fields import RowError, placeholder
+from vlrollout.readers.images import ImageFolders
+from vlrollout.readers.llava import llava_items
+from vlrollout.readers.prompts import TASK_PROMPTS, PromptFieldError, with_prompt
+from vlrollout.readers.refcoco import refcoco_items
+from vlrollout.readers.rows import check_data_path, jsonl_items
+from vlrollout.readers.sources import LOAD_ERROR, DataFileError, resolve_item_sources, unreadable
+from vlrollout.readers.tables import (
+    disk_rows,
+    disk_splits,
+    parquet_rows,
+    parquet_split,
+    table_items,
+)
+
+FORMATS = ("jsonl", "parquet", "hf_disk", "coco_captions", "coco_instances", "refcoco", "llava")
+"""The formats :func:`read_items` reads (``fmt``; ``None`` detects it with :func:`detect_format`)."""
+
+MAPPED = ("jsonl", "parquet", "hf_disk", "llava")
+"""The formats whose rows a column mapping applies to."""
+
+
+def parse_mapping(pairs: Sequence[str]) -> dict[str, str]:
+    """``["canonical=source", ...]`` as ``{canonical: source}``.
+
+    Raises:
+        DataFileError: a pair is not ``name=column``, or a name is given twice.
+    """
+    mapping: dict[str, str] = {}
+    for pair in pairs:
+        canonical, sep, source = pair.partition("=")
+        if not sep or not canonical.strip() or not source.strip():
+            raise DataFileError(
+                f"--map {pair!r}: write CANONICAL=COLUMN, e.g. question=problem answer=solution"
+            )
+        if canonical.strip() in mapping:
+            raise DataFileError(f"--map names {canonical.strip()!r} twice")
+        mapping[canonical.strip()] = source.strip()
+    return mapping
+
+
+def _json_format(data: Any, path: Path) -> str:
+    if isinstance(data, dict) and isinstance(data.get("annotations"), list):
+        first = next((a for a in data["annotations"] if isinstance(a, dict)), {})
+        if "caption" in first:
+            return "coco_captions"
+        if "bbox" in first:
+            return "coco_instances"
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        if "conversations" in data[0]:
+            return "llava"
+        if "sentences" in data[0] and "ann_id" in data[0]:
+            return "refcoco"
+    raise DataFileError(
+        f"data file {path}: JSON of no known layout (COCO captions/instances with "
+        "'annotations', RefCOCO refs with 'sentences' and 'ann_id', LLaVA rows with "
+        "'conversations'); pass --format"
+    )
+
+
+def _detect(path: Path) -> tuple[str, Any]:
+    """``(format, parsed JSON or None)`` of a checked data path."""
+    if path.is_dir():
+        disk_splits(path)  # raises when it is no save_to_disk folder
+        return "hf_disk", None
+    if path.suffix in (".p", ".pkl", ".pickle"):
+        return "refcoco", None
+    if path.suffix == ".json":
+        data = load_json(path)
+        return _json_format(data, path), data
+    return path.suffix.lstrip("."), None
+
+
+def detect_format(path: str | Path) -> str:
+    """The format of a data path: by suffix, folder content (``save_to_disk``) or JSON keys.
+
+    Raises:
+        DataFileError: no reader knows it (naming the path and ``--format``).
+    """
+    return _detect(check_data_path(path))[0]
+
+
+def _table_items(
+    path: Path, fmt: str, mapping: Mapping[str, str] | None
+) -> Iterator[dict[str, Any]]:
+    """Items of a parquet file or a ``save_to_disk`` folder (a ``DatasetDict``'s splits become
+    ``split``; ids from positions are prefixed by the split so splits never collide)."""
+    if fmt == "parquet":
+        sources = [(parquet_split(path), str(path), path.parent, parquet_rows(path), False)]
+    else:
+        sources = [
+            (split, str(folder), path, disk_rows(folder), split is not None)
+            for split, folder in disk_splits(path)
+        ]
+    for split, where, base, rows, prefix in sources:
+        for index, row in enumerate(rows):
+            default_id = f"{split}-{index}" if prefix else str(index)
+            try:
+                items = table_items(row, default_id, base, mapping)
+            except RowError as e:
+                yield placeholder(str(row.get("id", default_id)), where, index + 1, e)
+                continue
+            for item in items:
+                if split is not None:
+                    item.setdefault("split", split)
+                yield item
+
+
+def _llava_rows(path: Path, data: Any) -> Any:
+    if data is not None:
+        return data
+    if path.suffix == ".jsonl":
+        return (row for _, row in iter_jsonl(path))
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise DataFileError(f"data file {path}: LLaVA data is a JSON list of conversations")
+    return data
+
+
+def _items(
+    path: Path, fmt: str, data: Any, mapping: Mapping[str, str] | None, root: Path | None
+) -> Iterator[dict[str, Any]]:
+    folders = ImageFolders(path, root)
+    if fmt in ("parquet", "hf_disk"):
+        return _table_items(path, fmt, mapping)
+    if fmt == "llava":
+        return llava_items(_llava_rows(path, data), path, folders, mapping)
+    if fmt == "refcoco":
+        return refcoco_items(path, folders)
+    data = load_json(path) if data is None else data
+    reader = caption_items if fmt == "coco_captions" else instance_items
+    return reader(data, path, folders)
+
+
+def _finish(items: list[dict[str, Any]], path: Path, fmt: str, prompt: str | None) -> list[dict]:
+    """Ids made unique (a repeated id is a ``duplicate_id`` placeholder), the prompt template
+    applied to items without messages, media sources resolved."""
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for n, item in enumerate(items, 1):
+        if LOAD_ERROR not in item and item["id"] in seen:
+            detail = f"{path}: id {item['id']!r} already used by item {seen[item['id']]}"
+            item = unreadable(f"{item['id']}@item-{n}", "duplicate_id", detail)
+        elif LOAD_ERROR not in item:
+            seen[item["id"]] = n
+            template = prompt or (None if fmt == "jsonl" else TASK_PROMPTS.get(item.get("task")))
+            if template is not None:
+                try:
+                    item = with_prompt(item, template)
+                except PromptFieldError as e:
+                    item = unreadable(item["id"], "missing_field", f"{path} item {n}: {e}")
+            item = resolve_item_sources(item, path if path.is_dir() else path.parent)
+        out.append(item)
+    return out
+
+
+def read_items(
+    path: str | Path,
+    *,
+    fmt: str | None = None,
+    mapping: Mapping[str, str] | None = None,
+    images_root: str | Path | None = None,
+    prompt: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The data items of ``path`` in any of :data:`FORMATS`.
+
+    Args:
+        path: A data file, or a folder written by ``save_to_disk``.
+        fmt: One of :data:`FORMATS`; ``None`` detects it (:func:`detect_format`).
+        mapping: ``{canonical field: source column}`` for table rows (:data:`MAPPED`).
+        images_root: The folder holding the images an annotation file names (COCO, RefCOCO,
+            LLaVA); ``None``: the image-folder rule of :mod:`vlrollout.readers.images`.
+        prompt: A template (``str.format_map`` over the item's fields) for items without
+            ``messages``; ``None``: the template of the item's ``task`` when the format implies
+            one (COCO captions, RefCOCO), else no prompt is added.
+        limit: Only the first ``limit`` items.
+
+    Raises:
+        DataFileError: the path cannot be read, its format is unknown, or not one row is an item.
+    """
+    path = check_data_path(path)
+    if fmt is not None and fmt not in FORMATS:
+        raise DataFileError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    fmt, data = _detect(path) if fmt is None else (fmt, None)
+    if mapping and fmt not in MAPPED:
+        raise DataFileError(f"--map applies to {', '.join(MAPPED)} rows, not to {fmt}")
+    root = Path(images_root) if images_root is not None else None
+    if fmt == "jsonl":
+        items = jsonl_items(path, limit, mapping)
+        if prompt is not None:
+            items = _finish(items, path, fmt, prompt)
+    else:
+        rows = list(islice(_items(path, fmt, data, mapping, root), limit))
+        items = _finish(rows, path, fmt, prompt)
+    if not items:
+        raise DataFileError(f"data file {path} has no items")
+    if all(LOAD_ERROR in item for item in items):
+        raise DataFileError(
+            f"data file {path}: no row is a data item ({items[0][LOAD_ERROR]['detail']} on the "
+            f"first); run `vlrollout validate-data {path}` to list every bad row"
+        )
+    return items

@@ -1,0 +1,59 @@
+"""Checks of single fields every reader shares: a row error naming its field, COCO boxes.
+
+A reader turns a :class:`RowError` into a ``LOAD_ERROR`` placeholder whose detail reads
+``<file> row <n>: field <f>: <why>``: the row is named and skipped, the others are read.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from vlrollout.readers.sources import unreadable
+
+
+class RowError(ValueError):
+    """One row cannot be an item: ``reason`` (``missing_field``, ``bad_box``, ``bad_row``,
+    ``image_not_found``) and ``field`` name what to fix."""
+
+    def __init__(self, reason: str, field_name: str, why: str) -> None:
+        super().__init__(f"field {field_name}: {why}")
+        self.reason, self.field, self.why = reason, field_name, why
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def xywh_box(value: Any, field_name: str = "bbox") -> list[float]:
+    """A COCO ``[x, y, width, height]`` box (pixels) as ``[x1, y1, x2, y2]`` (pixels).
+
+    Raises:
+        RowError: ``bad_box`` when it is not 4 finite numbers or its width or height is <= 0.
+
+    >>> xywh_box([10, 20, 30, 40])
+    [10, 20, 40, 60]
+    """
+    if not isinstance(value, (list, tuple)) or len(value) != 4 or not all(map(_number, value)):
+        raise RowError("bad_box", field_name, f"{value!r} is not 4 numbers [x, y, width, height]")
+    x, y, w, h = value
+    if w <= 0 or h <= 0:
+        raise RowError("bad_box", field_name, f"{list(value)} has width or height <= 0")
+    return [x, y, x + w, y + h]
+
+
+def strings(value: Any, field_name: str) -> list[str]:
+    """``value`` if it is a non-empty list of non-empty strings.
+
+    Raises:
+        RowError: ``missing_field`` otherwise.
+    """
+    ok = isinstance(value, (list, tuple)) and value
+    if not ok or not all(isinstance(s, str) and s.strip() for s in value):
+        raise RowError("missing_field", field_name, f"{value!r} is not a list of strings")
+    return list(value)
+
+
+def placeholder(item_id: str, where: str, row: int, error: RowError) -> dict[str, Any]:
+    """The ``LOAD_ERROR`` placeholder of a malformed row: detail ``<where> row <row>: field ...``."""
+    return unreadable(item_id, error.reason, f"{where} row {row}: {error}")

@@ -1,0 +1,78 @@
+"""Default prompts of the evaluation tasks, and :func:`with_prompt`, which gives an item without
+``messages`` its prompt from a template over the item's own fields.
+
+The referring-expression prompt is deliberately neutral ("output its bounding box"): it names no
+coordinate frame, so each model family answers in the convention it was trained on (Qwen2-VL's
+0-1000 ``<|box_start|>``, Qwen2.5-VL's pixel ``bbox_2d`` JSON, ...), which the family's box parser
+then reads with the image's resize geometry. lmms-eval's ``refcoco_bbox_rec`` prompt instead asks
+for 0-1 floats, which families trained on another frame ignore. The caption prompt is the
+``question`` of lmms-lab's COCO-Caption2017 rows; the VQA and multiple-choice suffixes are LLaVA's
+evaluation prompts (the short-answer and letter-answer instructions lmms-eval uses for them).
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+TASK_PROMPTS: dict[str, str] = {
+    "refcoco": "Locate {expression} in the image and output its bounding box.",
+    "caption": "Provide a one-sentence caption for the provided image.",
+    "count": "{question}\nAnswer with a single number.",
+    "mc": "{question}\n{options}\nAnswer with the option's letter from the given choices directly.",
+    "vqa": "{question}\nAnswer the question using a single word or phrase.",
+}
+"""The default prompt template of each task of ``vlrollout eval`` (``str.format_map`` over the
+item's fields, plus ``options``: the item's ``choices`` as lines ``A. text``)."""
+
+
+class PromptFieldError(ValueError):
+    """A prompt template names a field the item does not have."""
+
+
+def template_fields(template: str) -> list[str]:
+    """The field names a template reads.
+
+    >>> template_fields("{question}\\n{options}")
+    ['question', 'options']
+    """
+    names = [name for _, name, _, _ in string.Formatter().parse(template) if name]
+    return [name.split(".")[0].split("[")[0] for name in names]
+
+
+def _fields(item: dict[str, Any]) -> dict[str, Any]:
+    fields = dict(item)
+    choices = item.get("choices")
+    if isinstance(choices, (list, tuple)) and "options" not in fields:
+        fields["options"] = "\n".join(
+            f"{chr(ord('A') + k)}. {choice}" for k, choice in enumerate(choices)
+        )
+    return fields
+
+
+def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
+    """``item`` with a user message built from ``template`` when it has no ``messages``.
+
+    The message holds one ``{"type": "image"}`` part per entry of ``images`` (in order) and then
+    the text ``template.format_map(fields)``. An item that has ``messages`` is returned unchanged.
+
+    Raises:
+        PromptFieldError: the template names a field the item lacks (the message names it).
+
+    >>> with_prompt({"id": "1", "images": ["a.png"], "expression": "the dog"},
+    ...             "Locate {expression}.")["messages"]
+    [{'role': 'user', 'content': [{'type': 'image'}, {'type': 'text', 'text': 'Locate the dog.'}]}]
+    """
+    if item.get("messages"):
+        return item
+    fields = _fields(item)
+    for name in template_fields(template):
+        if fields.get(name) is None:
+            raise PromptFieldError(
+                f"field {name}: the prompt template {template!r} reads it and the item has none "
+                "(map a column to it, or pass another prompt)"
+            )
+    text = template.format_map(fields)
+    images = item.get("images") or []
+    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+    return {**item, "messages": [{"role": "user", "content": content}]}

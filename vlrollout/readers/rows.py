@@ -1,0 +1,116 @@
+"""Files whose rows are data items already (JSONL, and parquet written in the item format), and
+the checks every reader shares: the data path, a row that is not an item, the placeholder of a
+malformed row.
+
+A JSONL row is kept as written (its relative image paths resolved against the file's folder); the
+item format is described in ``docs/item_format.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from vlrollout.jsonl import iter_jsonl
+from vlrollout.readers.fields import RowError, placeholder
+from vlrollout.readers.sources import DataFileError, resolve_item_sources, unreadable
+from vlrollout.readers.tables import apply_mapping
+
+SUFFIXES = (".jsonl", ".parquet", ".json", ".p", ".pkl", ".pickle")
+"""Suffixes of data files a reader takes (a folder is read as a ``save_to_disk`` dataset)."""
+
+
+def check_data_path(path: str | Path) -> Path:
+    """``path`` as a ``Path`` if it is an existing data file of a known suffix, or a folder.
+
+    Raises:
+        DataFileError: naming the path and what to pass instead.
+    """
+    path = Path(path)
+    if not path.exists():
+        where = "" if path.is_absolute() else f" (relative to the working folder {Path.cwd()})"
+        raise DataFileError(f"data file {path} does not exist{where}; pass --data FILE.jsonl")
+    if path.is_dir():
+        return path
+    if path.suffix not in SUFFIXES:
+        raise DataFileError(
+            f"data file {path}: expected a .jsonl or .parquet file (or .json, a refs .p pickle, "
+            f"a save_to_disk folder), got {path.suffix or 'no'} suffix"
+        )
+    return path
+
+
+def read_rows(path: Path) -> list[tuple[int, Any]]:
+    """``(line number, parsed row)`` of every non-blank row (JSONL by
+    :func:`vlrollout.jsonl.iter_jsonl`); a row that is not JSON is its ``json.JSONDecodeError``
+    (so a checker can report every bad line at once)."""
+    if path.suffix == ".parquet":
+        return list(enumerate(read_parquet(path).to_pylist(), 1))
+    try:
+        return list(iter_jsonl(path))
+    except UnicodeDecodeError as e:
+        raise DataFileError(f"data file {path} is not UTF-8 text ({e.reason})") from None
+
+
+def read_parquet(path: Path) -> Any:
+    """The ``pyarrow.Table`` of a parquet file.
+
+    Raises:
+        DataFileError: the file is not parquet (naming the path and the library's reason).
+    """
+    try:
+        return pq.read_table(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataFileError(f"data file {path} cannot be read as parquet ({e})") from None
+
+
+def row_problem(row: Any) -> tuple[str, str] | None:
+    """``(reason, detail)`` when a row read from a data file is not an item at all, else ``None``.
+
+    >>> row_problem([1, 2])
+    ('bad_item', 'item is a list, not a JSON object')
+    """
+    if isinstance(row, json.JSONDecodeError):
+        return "bad_json", f"not valid JSON ({row.msg})"
+    if not isinstance(row, dict):
+        return "bad_item", f"item is a {type(row).__name__}, not a JSON object"
+    return None
+
+
+def jsonl_items(
+    path: Path, limit: int | None = None, mapping: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The items of a JSONL (or item-format parquet) file; every item gets an ``id`` (its own,
+    else its 0-based position) and its relative media paths resolved against the file's folder.
+
+    A line that cannot be an item (not valid JSON, not a JSON object, an id already used, a mapped
+    column absent) becomes a placeholder item with id ``line-N`` (or ``ID@line-N``) carrying
+    ``LOAD_ERROR``, so one bad line is one rejected item, not a stopped run.
+    """
+    rows = read_rows(path)
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for index, (lineno, row) in enumerate(rows[:limit] if limit is not None else rows):
+        problem = row_problem(row)
+        if problem is None and mapping:
+            try:
+                row = apply_mapping(row, mapping)
+            except RowError as e:
+                out.append(placeholder(f"line-{lineno}", str(path), lineno, e))
+                continue
+        if problem is not None:
+            out.append(unreadable(f"line-{lineno}", *problem))
+            continue
+        item = {"id": str(index), **row}
+        item["id"] = str(item["id"])
+        if item["id"] in seen:
+            detail = f"id {item['id']!r} already used on line {seen[item['id']]}"
+            out.append(unreadable(f"{item['id']}@line-{lineno}", "duplicate_id", detail))
+            continue
+        seen[item["id"]] = lineno
+        out.append(resolve_item_sources(item, path.parent))
+    return out

@@ -1,0 +1,131 @@
+"""Image and video sources in data items, recognised by their form, never by their length.
+
+=====================================  ===========================================================
+form                                   what happens
+=====================================  ===========================================================
+``data:image/...;base64,...``          passed through (decoded by the loader)
+``file:///abs/x.jpg``                  passed through (a local file)
+``http://``, ``https://``, ``s3://``…  passed through; the loader refuses it with ``image_source``
+absolute path ``/abs/x.jpg``           passed through
+relative path ``img/x.jpg``            made absolute against the data file's folder
+base64 (only ``A-Za-z0-9+/=``, no      passed through (decoded by the loader), unless a file of
+``.``, length a multiple of 4)         that name exists next to the data file
+=====================================  ===========================================================
+
+The same applies to sources inside messages (``image_url`` parts and inline ``image`` values).
+Also here: :class:`DataFileError` (the file itself is unusable) and :data:`LOAD_ERROR` (the
+placeholder a row that cannot be an item becomes), shared by every reader.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from vlrollout.errors import UsageError
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}\s*$")
+
+
+class DataFileError(UsageError):
+    """The data file itself is unusable (not one bad item: those are rejected one by one)."""
+
+
+def source_form(text: str) -> str:
+    """``"data_url"``, ``"file_url"``, ``"url"`` (any other scheme), ``"path"`` or ``"base64"``.
+
+    >>> [source_form(s) for s in ("data:image/png;base64,AAAA", "file:///a.png", "http://x/a.png",
+    ...                           "/abs/a.png", "img/a.png", "iVBORw0KGgo=")]
+    ['data_url', 'file_url', 'url', 'path', 'path', 'base64']
+    """
+    if text.startswith("data:"):
+        return "data_url"
+    if text.startswith("file://"):
+        return "file_url"
+    if _SCHEME.match(text):
+        return "url"
+    compact = "".join(text.split())
+    if compact and "." not in text and len(compact) % 4 == 0 and _BASE64.match(text):
+        return "base64"
+    return "path"
+
+
+def resolve_source(source: Any, base: Path) -> Any:
+    """``source`` with a relative path made absolute against ``base``; other forms unchanged."""
+    if not isinstance(source, str):
+        return source
+    form = source_form(source)
+    if form == "base64" and not _exists(base / source):
+        return source
+    if form in ("path", "base64") and not Path(source).expanduser().is_absolute():
+        return str(base / source)
+    return source
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # name too long, NUL byte
+        return False
+
+
+def _resolve_url_part(part: dict[str, Any], key: str, base: Path) -> dict[str, Any]:
+    """An ``image_url``/``video_url`` part with its url resolved (a dict ``{"url": ...}`` or a str)."""
+    url = part.get(key)
+    if isinstance(url, dict) and isinstance(url.get("url"), str):
+        return {**part, key: {**url, "url": resolve_source(url["url"], base)}}
+    if isinstance(url, str):
+        return {**part, key: resolve_source(url, base)}
+    return part
+
+
+def _resolve_parts(content: Any, base: Path) -> Any:
+    if not isinstance(content, list):
+        return content
+    out = []
+    for part in content:
+        if isinstance(part, dict):
+            if part.get("image") is not None:
+                part = {**part, "image": resolve_source(part["image"], base)}
+            if part.get("video") is not None:
+                part = {**part, "video": resolve_video(part["video"], base)}
+            for key in ("image_url", "video_url"):
+                if part.get("type") == key:
+                    part = _resolve_url_part(part, key, base)
+        out.append(part)
+    return out
+
+
+def resolve_video(source: Any, base: Path) -> Any:
+    """A video source resolved: a path like an image's, a list of frames frame by frame."""
+    if isinstance(source, list):
+        return [resolve_source(frame, base) for frame in source]
+    return resolve_source(source, base)
+
+
+def resolve_item_sources(item: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The item with every media source (``images``, ``videos`` and inside ``messages``) resolved."""
+    item = dict(item)
+    if isinstance(item.get("images"), list):
+        item["images"] = [resolve_source(image, base) for image in item["images"]]
+    if isinstance(item.get("videos"), list):
+        item["videos"] = [resolve_video(video, base) for video in item["videos"]]
+    if isinstance(item.get("messages"), list):
+        item["messages"] = [
+            {**m, "content": _resolve_parts(m.get("content"), base)} if isinstance(m, dict) else m
+            for m in item["messages"]
+        ]
+    return item
+
+
+LOAD_ERROR = "_load_error"
+"""Key of the placeholder item that a line which cannot be an item becomes (not valid JSON, not an
+object, an id seen before): ``{"reason": ..., "detail": ...}``. ``vlrollout run`` rejects it with
+that reason like any other bad item (:data:`vlrollout.run.items.BLOCKING`) instead of stopping."""
+
+
+def unreadable(item_id: str, reason: str, detail: str) -> dict[str, Any]:
+    """The placeholder item of a row that cannot be an item: ``{"id", LOAD_ERROR: {reason, detail}}``."""
+    return {"id": item_id, LOAD_ERROR: {"reason": reason, "detail": detail}}

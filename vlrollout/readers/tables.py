@@ -1,0 +1,188 @@
+"""Hugging Face tables: parquet files and folders written by ``Dataset.save_to_disk`` /
+``DatasetDict.save_to_disk``, read with pyarrow (images stay the raw bytes the table holds).
+
+Each row becomes an item in three steps:
+
+1. the column mapping ``{canonical: source}`` renames columns (the source column is dropped, so
+   ``images=image`` leaves no singular ``image`` behind); an absent source is a malformed row;
+2. an ``image``/``images`` column of ``{"bytes", "path"}`` structs (one, or a list) becomes
+   ``images``: the bytes, else the path against the file's folder;
+3. the published lmms-lab layouts are recognised: RefCOCO rows (``bbox`` x, y, w, h in pixels and
+   ``answer`` a list of referring expressions) give one item per expression with ``expression``,
+   ``boxes`` ``[[x1, y1, x2, y2]]`` and ``task: "refcoco"``, as lmms-eval's ``refcoco_bbox_rec``
+   expands them; COCO-Caption2017 rows (``answer`` a list of captions, ``question`` absent or
+   asking for a caption) give ``captions`` and ``task: "caption"``. Other rows pass through.
+
+A row is numbered from 1 in its file (``<folder>/<split>`` for a ``DatasetDict``). The split of a
+hub parquet file is read from its name (``val-00000-of-00001.parquet`` -> ``val``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vlrollout.readers.fields import RowError, strings, xywh_box
+from vlrollout.readers.images import image_sources
+from vlrollout.readers.sources import DataFileError
+
+_HUB_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)-\d{5}-of-\d{5}")
+REFCOCO_KEPT = ("question_id", "file_name")
+"""Columns of a RefCOCO row kept beside the canonical fields (``segmentation`` is dropped)."""
+
+
+def parquet_split(path: Path) -> str | None:
+    """The split a hub parquet shard's name carries, else ``None``.
+
+    >>> parquet_split(Path("data/testA-00000-of-00001.parquet"))
+    'testA'
+    """
+    match = _HUB_SHARD.match(path.name)
+    return match["split"] if match else None
+
+
+def parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a parquet file, read a batch at a time.
+
+    Raises:
+        DataFileError: the file is not parquet.
+    """
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=256)
+        for batch in batches:
+            yield from batch.to_pylist()
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataFileError(f"data file {path} cannot be read as parquet ({e})") from None
+
+
+def _arrow_table(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        try:
+            return pa.ipc.open_stream(source).read_all()
+        except pa.ArrowInvalid:
+            source.seek(0)
+            return pa.ipc.open_file(source).read_all()
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DataFileError(
+            f"{path} cannot be read ({e}); is the folder a save_to_disk copy?"
+        ) from None
+
+
+def disk_splits(folder: Path) -> list[tuple[str | None, Path]]:
+    """``(split, folder)`` of a ``save_to_disk`` folder: one ``(None, folder)`` for a
+    ``Dataset``, one per split of a ``DatasetDict``.
+
+    Raises:
+        DataFileError: the folder is neither (no ``state.json`` nor ``dataset_dict.json``).
+    """
+    if (folder / "dataset_dict.json").is_file():
+        splits = _read_json(folder / "dataset_dict.json").get("splits") or []
+        return [(str(split), folder / str(split)) for split in splits]
+    if (folder / "state.json").is_file():
+        return [(None, folder)]
+    raise DataFileError(
+        f"data path {folder} is a folder holding neither state.json nor dataset_dict.json: "
+        "pass a data file (.jsonl, .parquet, .json) or a folder written by save_to_disk"
+    )
+
+
+def disk_rows(folder: Path) -> Iterator[dict[str, Any]]:
+    """The rows of one ``Dataset`` folder written by ``save_to_disk`` (its Arrow files in order).
+
+    Raises:
+        DataFileError: a file ``state.json`` lists cannot be read.
+    """
+    state = _read_json(folder / "state.json")
+    for entry in state.get("_data_files") or []:
+        path = folder / entry["filename"]
+        try:
+            table = _arrow_table(path)
+        except (OSError, pa.ArrowInvalid) as e:
+            raise DataFileError(f"{path} cannot be read as Arrow ({e})") from None
+        for batch in table.to_batches(max_chunksize=256):
+            yield from batch.to_pylist()
+
+
+def apply_mapping(row: dict[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
+    """``row`` with each ``canonical`` field taken from its ``source`` column (sources dropped).
+
+    Raises:
+        RowError: ``missing_field`` naming the absent source column and the columns there are.
+    """
+    out = dict(row)
+    for canonical, source in mapping.items():
+        if source not in row:
+            columns = ", ".join(sorted(row))
+            raise RowError(
+                "missing_field", source, f"mapped to {canonical}, absent (columns: {columns})"
+            )
+    for source in set(mapping.values()) - set(mapping):
+        out.pop(source, None)
+    for canonical, source in mapping.items():
+        out[canonical] = row[source]
+    return out
+
+
+def _is_caption_row(row: dict[str, Any]) -> bool:
+    answer, question = row.get("answer"), row.get("question")
+    captions = isinstance(answer, list) and answer and all(isinstance(a, str) for a in answer)
+    return bool(captions) and (question is None or "caption" in str(question).lower())
+
+
+def table_items(
+    row: dict[str, Any], default_id: str, base: Path, mapping: Mapping[str, str] | None
+) -> list[dict[str, Any]]:
+    """The items of one table row (``default_id`` when it has no ``id``/``question_id``; see
+    the module docstring).
+
+    Raises:
+        RowError: the row is malformed (the field and why).
+    """
+    if mapping:
+        row = apply_mapping(row, mapping)
+    row = dict(row)
+    if "images" in row:
+        if row["images"]:
+            row["images"] = image_sources(row["images"], base, "images")
+    elif "image" in row:
+        row["images"] = image_sources(row.pop("image"), base, "image")
+    if "bbox" in row and isinstance(row.get("answer"), list) and "expression" not in row:
+        return _refcoco_items(row, default_id)
+    if "captions" not in row and _is_caption_row(row):
+        row["captions"] = row.pop("answer")
+        row.pop("question", None)
+        row.setdefault("task", "caption")
+    row["id"] = str(row.get("id", row.get("question_id", default_id)))
+    return [row]
+
+
+def _refcoco_items(row: dict[str, Any], default_id: str) -> list[dict[str, Any]]:
+    box = xywh_box(row["bbox"], "bbox")
+    expressions = strings(row["answer"], "answer")
+    if not row.get("images"):
+        raise RowError("missing_field", "image", "a RefCOCO row needs its image")
+    stem = str(row.get("question_id", row.get("id", default_id)))
+    kept = {k: row[k] for k in REFCOCO_KEPT if row.get(k) is not None}
+    return [
+        {
+            "id": f"{stem}-{k}",
+            "images": row["images"],
+            "expression": expression,
+            "boxes": [box],
+            "task": "refcoco",
+            **({"split": row["split"]} if row.get("split") else {}),
+            **kept,
+        }
+        for k, expression in enumerate(expressions)
+    ]
