@@ -45,6 +45,7 @@ from vlrollout.eval.runner import EvalResult, aevaluate_items, pending_items, pr
 from vlrollout.eval.tasks import EvalTask, get_task
 from vlrollout.families import UnsupportedModelError, family_of
 from vlrollout.ledger import NothingAccepted
+from vlrollout.readers import parse_mapping
 
 PROTOCOLS = ("openai", "sglang", "vllm")
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -244,11 +245,7 @@ def plan(args: argparse.Namespace) -> Plan:
 
 
 def _mapping(pairs: Sequence[str]) -> dict[str, str] | None:
-    if not pairs:
-        return None
-    from vlrollout.readers import parse_mapping
-
-    return parse_mapping(pairs)
+    return parse_mapping(pairs) if pairs else None
 
 
 def served_model_name(args: argparse.Namespace) -> str:
