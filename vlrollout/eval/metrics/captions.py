@@ -27,12 +27,57 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
 from vlrollout.rewards.caption import ngram_counts, rouge_l
 from vlrollout.rewards.cider import cider_d_corpus
 from vlrollout.rewards.ptb_tokenize import ptb_tokenize
 
 CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D")
+
+
+@dataclass(frozen=True)
+class BleuCounts:
+    """What corpus BLEU needs of one candidate: its length, its closest reference length, and
+    per order its clipped matches and n-gram count (pycocoevalcap's ``cook_test``)."""
+
+    test_len: int
+    ref_len: int
+    correct: tuple[int, ...]
+    guess: tuple[int, ...]
+
+
+def bleu_counts(
+    candidate: Sequence[str], references: Sequence[Sequence[str]], n: int = 4
+) -> BleuCounts:
+    """The :class:`BleuCounts` of tokenised ``candidate`` against its tokenised ``references``."""
+    if not references:
+        raise ValueError("BLEU needs at least one reference")
+    maxcounts: dict[tuple[str, ...], int] = {}
+    for ref in references:
+        for gram, c in ngram_counts(ref, n).items():
+            maxcounts[gram] = max(maxcounts.get(gram, 0), c)
+    length = len(candidate)
+    correct = [0] * n
+    for gram, c in ngram_counts(candidate, n).items():
+        correct[len(gram) - 1] += min(maxcounts.get(gram, 0), c)
+    ref_len = min((abs(len(r) - length), len(r)) for r in references)[1]
+    return BleuCounts(length, ref_len, tuple(correct), tuple(max(0, length - k) for k in range(n)))
+
+
+def bleu_from_counts(counts: Sequence[BleuCounts], n: int = 4) -> list[float]:
+    """Corpus BLEU-1..n from per-candidate counts: every count summed over the split."""
+    scores, prod = [], 1.0
+    for k in range(n):
+        correct = sum(c.correct[k] for c in counts)
+        guess = sum(c.guess[k] for c in counts)
+        prod *= (correct + 1e-15) / (guess + 1e-9)
+        scores.append(prod ** (1.0 / (k + 1)))
+    ratio = (sum(c.test_len for c in counts) + 1e-15) / (sum(c.ref_len for c in counts) + 1e-9)
+    if ratio < 1:
+        scores = [s * math.exp(1 - 1 / ratio) for s in scores]
+    return scores
 
 
 def corpus_bleu(
@@ -51,30 +96,12 @@ def corpus_bleu(
     """
     if len(candidates) != len(references):
         raise ValueError(f"{len(candidates)} candidates but {len(references)} reference sets")
-    correct, guess = [0] * n, [0] * n
-    test_len = ref_len = 0
+    counts = []
     for i, (cand, refs) in enumerate(zip(candidates, references, strict=True)):
         if not refs:
             raise ValueError(f"references[{i}] is empty; BLEU needs at least one reference")
-        maxcounts: dict[tuple[str, ...], int] = {}
-        for ref in refs:
-            for gram, c in ngram_counts(ref, n).items():
-                maxcounts[gram] = max(maxcounts.get(gram, 0), c)
-        length = len(cand)
-        test_len += length
-        ref_len += min((abs(len(r) - length), len(r)) for r in refs)[1]
-        for gram, c in ngram_counts(cand, n).items():
-            correct[len(gram) - 1] += min(maxcounts.get(gram, 0), c)
-        for k in range(n):
-            guess[k] += max(0, length - k)
-    scores, prod = [], 1.0
-    for k in range(n):
-        prod *= (correct[k] + 1e-15) / (guess[k] + 1e-9)
-        scores.append(prod ** (1.0 / (k + 1)))
-    ratio = (test_len + 1e-15) / (ref_len + 1e-9)
-    if ratio < 1:
-        scores = [s * math.exp(1 - 1 / ratio) for s in scores]
-    return scores
+        counts.append(bleu_counts(cand, refs, n))
+    return bleu_from_counts(counts, n)
 
 
 def _tokens(text: str) -> list[str]:
@@ -86,13 +113,37 @@ def _space_split(text: str) -> list[str]:
     return text.split()
 
 
+@dataclass(frozen=True)
+class CaptionStats:
+    """One image's share of the split's metrics: what does not depend on the other images."""
+
+    tokens: str
+    references: tuple[str, ...]
+    bleu: BleuCounts
+    rouge_l: float
+
+
+@lru_cache(maxsize=1 << 16)
+def caption_stats(prediction: str, references: tuple[str, ...]) -> CaptionStats:
+    """Tokens (space-joined), BLEU counts and ROUGE-L of one raw caption against its references.
+
+    Cached: a bootstrap recomputes the split's metrics on many resamples of the same images, and
+    only CIDEr-D's document frequencies depend on which images a resample holds.
+    """
+    cand = _tokens(prediction)
+    refs = [_tokens(r) for r in references]
+    joined = tuple(" ".join(r) for r in refs)
+    return CaptionStats(" ".join(cand), joined, bleu_counts(cand, refs), rouge_l(cand, refs))
+
+
 def caption_metrics(
     predictions: Sequence[str], references: Sequence[Sequence[str]]
 ) -> dict[str, float]:
     """BLEU-1..4, ROUGE-L and CIDEr-D of raw captions over one split (see the module docstring).
 
     Args:
-        predictions: One raw caption per image.
+        predictions: One raw caption per image (an image may appear more than once: a
+            bootstrap resample).
         references: The raw reference captions of each image.
 
     Returns:
@@ -102,11 +153,17 @@ def caption_metrics(
         raise ValueError(f"{len(predictions)} predictions but {len(references)} reference sets")
     if not predictions:
         return {}
-    cands = [_tokens(p) for p in predictions]
-    refs = [[_tokens(r) for r in rs] for rs in references]
-    out = dict(zip(CAPTION_METRICS[:4], corpus_bleu(cands, refs, 4), strict=True))
-    out["ROUGE-L"] = statistics.fmean(rouge_l(c, r) for c, r in zip(cands, refs, strict=True))
-    joined = [" ".join(c) for c in cands]
-    joined_refs = [[" ".join(r) for r in rs] for rs in refs]
-    out["CIDEr-D"] = statistics.fmean(cider_d_corpus(joined, joined_refs, tokenizer=_space_split))
+    for i, refs in enumerate(references):
+        if isinstance(refs, str) or not refs:
+            raise ValueError(f"references[{i}] must be a non-empty list of reference captions")
+    stats = [
+        caption_stats(str(p), tuple(str(r) for r in rs))
+        for p, rs in zip(predictions, references, strict=True)
+    ]
+    out = dict(zip(CAPTION_METRICS[:4], bleu_from_counts([s.bleu for s in stats]), strict=True))
+    out["ROUGE-L"] = statistics.fmean(s.rouge_l for s in stats)
+    cider = cider_d_corpus(
+        [s.tokens for s in stats], [s.references for s in stats], tokenizer=_space_split
+    )
+    out["CIDEr-D"] = statistics.fmean(cider)
     return out
