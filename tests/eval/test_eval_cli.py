@@ -4,9 +4,13 @@ refcoco task, results.json, report.html and the printed table; a rerun resumes w
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image, ImageDraw
 
@@ -122,3 +126,32 @@ def test_nothing_scored_exits_3_with_the_reasons_and_still_writes_results(tmp_pa
     assert "not_scorable: 2" in capsys.readouterr().err
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     assert results["items"] == 0 and results["rejected"] == {"not_scorable": 2}
+
+
+def test_a_hugging_face_refcoco_parquet_is_evaluated_as_published(tmp_path):
+    """lmms-lab/RefCOCO's layout: image structs with PNG bytes, ``answer`` a list of expressions
+    (one item each), ``bbox`` x, y, w, h in pixels; no conversion step."""
+    rows = []
+    for i, (x, y) in enumerate([(10, 10), (40, 20)]):
+        image = Image.new("RGB", (96, 80), "white")
+        ImageDraw.Draw(image).rectangle([x, y, x + 25, y + 20], fill="red")
+        png = io.BytesIO()
+        image.save(png, format="PNG")
+        rows.append(
+            {
+                "question_id": f"q{i}",
+                "image": {"bytes": png.getvalue(), "path": f"{i}.png"},
+                "answer": ["red box", "the red one"],
+                "bbox": [x, y, 25, 20],
+            }
+        )
+    data = tmp_path / "refcoco_val.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    out = tmp_path / "out"
+    assert _eval(data, out, "--bootstrap", "50") == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["items"] == 4 and results["rejected"] == {}
+    assert results["data"]["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    page = (out / "report.html").read_text()
+    assert all(f"<h3>q{i}-{k}" in page for i in (0, 1) for k in (0, 1))
+    assert page.count("<img src='data:image/png;base64,") == 4
