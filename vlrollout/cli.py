@@ -91,7 +91,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="any RunConfig field, AReaL style (e.g. gconfig.top_p=0.9 engine.deterministic=false)",
     )
-    a("--data", help="JSONL or parquet file of items (image paths relative to it)")
+    a("--data", help="data file or save_to_disk folder (docs/datasets.md: every format)")
+    _add_data_flags(a)
     a("--output", help="output folder (a rerun with the same settings resumes)")
     a("--overwrite", action="store_true", help="delete earlier results in --output first")
     a(
@@ -219,10 +220,32 @@ def run_config_from_flags(argv: Sequence[str]) -> RunConfig:
     return _run_config(build_parser().parse_args(["run", *argv]))
 
 
+def _add_data_flags(a: Any) -> None:
+    """``--format``, ``--map``, ``--images-root``, ``--prompt``: how a data file is read."""
+    a("--format", dest="data_format", metavar="FORMAT", help="data format (default: detected)")
+    a(
+        "--map",
+        nargs="+",
+        dest="data_map",
+        metavar="FIELD=COLUMN",
+        help="take item fields from other columns, e.g. --map question=problem answer=solution",
+    )
+    a(
+        "--images-root",
+        dest="images_root",
+        metavar="DIR",
+        help="folder of the images a COCO/RefCOCO/LLaVA file names (default: docs/datasets.md)",
+    )
+    a("--prompt", help="prompt template for items without messages, e.g. '{question}'")
+
+
 def _run_config(args: argparse.Namespace) -> RunConfig:
+    from vlrollout.readers import parse_mapping
     from vlrollout.run.config import RunConfig
 
     overrides = {k: v for k, v in vars(args).items() if k not in RUN_ONLY_FLAGS}
+    if overrides.get("data_map"):
+        overrides["data_map"] = parse_mapping(overrides["data_map"])
     return RunConfig.load(args.config, dotlist=args.settings, **overrides)
 
 
@@ -259,14 +282,43 @@ def _add_validate_data(sub: argparse._SubParsersAction) -> None:
         description="Check every line of a data file (docs/item_format.md). Exit 0: all good; "
         "1: some lines have problems; 2: the file cannot be read.",
     )
-    p.add_argument("file", help="JSONL or parquet data file")
+    p.add_argument("file", help="data file or save_to_disk folder (docs/datasets.md)")
+    _add_data_flags(p.add_argument)
     p.set_defaults(func=_cmd_validate_data)
 
 
+def _validate_read_items(args: argparse.Namespace) -> tuple[int, list[Any]]:
+    """``(items, problems)`` of a file in any reader format: every item as ``vlrollout run``
+    would get it, checked like a JSONL line (``line`` is the item's position, from 1)."""
+    from vlrollout.readers import parse_mapping, read_all_items
+    from vlrollout.run.items import BadLine, item_problems
+
+    items = read_all_items(
+        args.file,
+        fmt=args.data_format,
+        mapping=parse_mapping(args.data_map) if args.data_map else None,
+        images_root=args.images_root,
+        prompt=args.prompt,
+    )
+    bad = [
+        BadLine(n, str(item.get("id")), reason, detail)
+        for n, item in enumerate(items, 1)
+        for reason, detail in item_problems(item)
+    ]
+    if not items:
+        bad.append(BadLine(0, None, "empty", "the file has no items"))
+    return len(items), bad
+
+
 def _cmd_validate_data(args: argparse.Namespace) -> int:
+    from vlrollout.readers import detect_format
     from vlrollout.run.items import validate_data
 
-    n, bad = validate_data(args.file)
+    flags = (args.data_format, args.data_map, args.images_root, args.prompt)
+    if detect_format(args.file) == "jsonl" and not any(flags):
+        n, bad = validate_data(args.file)
+    else:
+        n, bad = _validate_read_items(args)
     for problem in bad:
         print(f"{args.file}:{problem}")
     lines = len({b.line for b in bad})
@@ -444,6 +496,7 @@ class SignalExit(BaseException):  # noqa: N818 - a request to stop, like Keyboar
 #: not listed (serve, snapshot, ...) keep nothing worth naming.
 KEPT_WHEN_STOPPED = {
     "run": "finished items are kept: rerun the same command to resume",
+    "eval": "finished predictions are kept: rerun the same command to resume",
     "train": "saved checkpoints are kept: rerun the same command to resume from the last one",
 }
 

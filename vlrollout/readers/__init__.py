@@ -119,7 +119,8 @@ def _table_items(
             try:
                 items = table_items(row, default_id, base, mapping)
             except RowError as e:
-                yield placeholder(str(row.get("id", default_id)), where, index + 1, e)
+                row_id = row.get("id", row.get("question_id", default_id))
+                yield placeholder(str(row_id), where, index + 1, e)
                 continue
             for item in items:
                 if split is not None:
@@ -175,6 +176,31 @@ def _finish(items: list[dict[str, Any]], path: Path, fmt: str, prompt: str | Non
     return out
 
 
+def read_all_items(
+    path: str | Path,
+    *,
+    fmt: str | None = None,
+    mapping: Mapping[str, str] | None = None,
+    images_root: str | Path | None = None,
+    prompt: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`read_items` without its last check: also when every row is a placeholder (so
+    ``vlrollout validate-data`` can list every bad row)."""
+    path = check_data_path(path)
+    if fmt is not None and fmt not in FORMATS:
+        raise DataFileError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    fmt, data = _detect(path) if fmt is None else (fmt, None)
+    if mapping and fmt not in MAPPED:
+        raise DataFileError(f"--map applies to {', '.join(MAPPED)} rows, not to {fmt}")
+    root = Path(images_root) if images_root is not None else None
+    if fmt == "jsonl":
+        items = jsonl_items(path, limit, mapping)
+        return _finish(items, path, fmt, prompt) if prompt is not None else items
+    rows = list(islice(_items(path, fmt, data, mapping, root), limit))
+    return _finish(rows, path, fmt, prompt)
+
+
 def read_items(
     path: str | Path,
     *,
@@ -200,20 +226,9 @@ def read_items(
     Raises:
         DataFileError: the path cannot be read, its format is unknown, or not one row is an item.
     """
-    path = check_data_path(path)
-    if fmt is not None and fmt not in FORMATS:
-        raise DataFileError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    fmt, data = _detect(path) if fmt is None else (fmt, None)
-    if mapping and fmt not in MAPPED:
-        raise DataFileError(f"--map applies to {', '.join(MAPPED)} rows, not to {fmt}")
-    root = Path(images_root) if images_root is not None else None
-    if fmt == "jsonl":
-        items = jsonl_items(path, limit, mapping)
-        if prompt is not None:
-            items = _finish(items, path, fmt, prompt)
-    else:
-        rows = list(islice(_items(path, fmt, data, mapping, root), limit))
-        items = _finish(rows, path, fmt, prompt)
+    items = read_all_items(
+        path, fmt=fmt, mapping=mapping, images_root=images_root, prompt=prompt, limit=limit
+    )
     if not items:
         raise DataFileError(f"data file {path} has no items")
     if all(LOAD_ERROR in item for item in items):

@@ -36,6 +36,7 @@ from omegaconf.errors import OmegaConfBaseException
 from vlrollout.config import check_gconfig, explain, read_yaml
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
+from vlrollout.readers import FORMATS
 
 WORKFLOWS = ("text", "vision", "multi_attempt", "vision_multi_attempt", "vision_tool")
 
@@ -49,7 +50,14 @@ class RunConfig:
     """Everything ``vlrollout run`` needs.
 
     Attributes:
-        data: JSONL or parquet file of data items (image paths are relative to this file).
+        data: Data file or ``save_to_disk`` folder, in any format of :mod:`vlrollout.readers`
+            (image paths in JSONL are relative to this file).
+        data_format: One of :data:`vlrollout.readers.FORMATS` (``None``: detected from the path).
+        data_map: Column mapping ``{canonical field: source column}`` for table rows.
+        images_root: Folder of the images an annotation file names (COCO, RefCOCO, LLaVA;
+            ``None``: the image-folder rule of ``docs/datasets.md``).
+        prompt: Prompt template for items without ``messages`` (``str.format_map`` over the
+            item's fields; ``None``: the template of the item's task where the format implies one).
         output: Output folder (trajectories, summary.json, report.html).
         workflow: A built-in workflow name or an import path of a ``RolloutWorkflow`` class.
         reward: A reward name from :mod:`vlrollout.rewards` or an import path.
@@ -79,6 +87,10 @@ class RunConfig:
     """
 
     data: str = "assets/samples/data.jsonl"
+    data_format: str | None = None
+    data_map: dict[str, str] = field(default_factory=dict)
+    images_root: str | None = None
+    prompt: str | None = None
     output: str = "runs/demo"
     workflow: str = "vision"
     reward: str = "tiny_task"
@@ -134,6 +146,11 @@ class RunConfig:
         if not 0 < self.turn_discount <= 1:
             raise ConfigError(
                 f"{_flag('turn_discount')} must be in (0, 1], got {self.turn_discount}"
+            )
+        if self.data_format is not None and self.data_format not in FORMATS:
+            raise ConfigError(
+                f"data_format (--format) must be null (detected from the path) or one of "
+                f"{', '.join(FORMATS)}, got {self.data_format!r}"
             )
         if self.workflow not in WORKFLOWS and "." not in self.workflow:
             raise ConfigError(

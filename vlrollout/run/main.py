@@ -116,7 +116,14 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     Raises:
         UsageError: (or a subclass) naming the bad value and the fix.
     """
-    items = load_items(cfg.data, limit=cfg.limit)
+    items = load_items(
+        cfg.data,
+        limit=cfg.limit,
+        fmt=cfg.data_format,
+        mapping=dict(cfg.data_map) or None,
+        images_root=cfg.images_root,
+        prompt=cfg.prompt,
+    )
     check_engine(cfg.engine)
     check_workflow(cfg)
     reward = load_reward(cfg.reward, items)

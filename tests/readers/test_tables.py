@@ -1,0 +1,155 @@
+"""Hugging Face tables: parquet with ``{"bytes", "path"}`` image structs (lmms-lab layouts and
+mapped columns) and ``save_to_disk`` folders, read into items with no conversion step."""
+
+from __future__ import annotations
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.readers.conftest import png
+from vlrollout.datasets import LOAD_ERROR, DataFileError, load_items
+from vlrollout.processors.image_loading import load_image
+from vlrollout.readers import detect_format, parse_mapping
+
+IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def _parquet(path, columns: dict, types: dict | None = None):
+    types = types or {}
+    table = pa.table({k: pa.array(v, type=types.get(k)) for k, v in columns.items()})
+    pq.write_table(table, path)
+    return path
+
+
+def test_lmms_lab_refcoco_rows_give_one_item_per_expression(tmp_path):
+    # As lmms-lab/RefCOCO publishes it: bbox x, y, w, h in pixels, answer = expressions.
+    data = _parquet(
+        tmp_path / "val-00000-of-00001.parquet",
+        {
+            "question_id": ["17", "18"],
+            "image": [
+                {"bytes": png((40, 30)), "path": "a.jpg"},
+                {"bytes": png((8, 8)), "path": None},
+            ],
+            "answer": [["left dog", "brown dog"], ["cup"]],
+            "bbox": [[2.0, 3.0, 10.0, 5.0], [1.0, 1.0, 2.0, 2.0]],
+            "segmentation": [[1.0], [2.0]],
+        },
+        {"image": IMAGE},
+    )
+    items = load_items(data)
+    assert [i["id"] for i in items] == ["17-0", "17-1", "18-0"]
+    assert [i["expression"] for i in items] == ["left dog", "brown dog", "cup"]
+    assert items[0]["boxes"] == [[2.0, 3.0, 12.0, 8.0]]  # x1 = x, x2 = x + w
+    assert items[2]["boxes"] == [[1.0, 1.0, 3.0, 3.0]]
+    assert {i["split"] for i in items} == {"val"} and {i["task"] for i in items} == {"refcoco"}
+    assert "segmentation" not in items[0] and "image" not in items[0]
+    assert load_image(items[0]["images"][0]).original_size == (40, 30)
+    text = items[0]["messages"][0]["content"]
+    assert text[0] == {"type": "image"} and "left dog" in text[1]["text"]
+
+
+def test_coco_caption_rows_give_captions(tmp_path):
+    data = _parquet(
+        tmp_path / "c.parquet",
+        {
+            "id": [5],
+            "image": [{"bytes": png((6, 4)), "path": None}],
+            "question": ["Provide a one-sentence caption for the provided image."],
+            "answer": [["a red square.", "a square"]],
+        },
+        {"image": IMAGE},
+    )
+    (item,) = load_items(data)
+    assert item["id"] == "5" and item["captions"] == ["a red square.", "a square"]
+    assert item["task"] == "caption" and "answer" not in item
+    assert load_image(item["images"][0]).original_size == (6, 4)
+
+
+def test_mapping_renames_columns_and_an_image_list_becomes_images(tmp_path):
+    data = _parquet(
+        tmp_path / "rl.parquet",
+        {
+            "problem": ["How many?", "What colour?"],
+            "solution": ["3", "red"],
+            "pics": [
+                [{"bytes": png((3, 3)), "path": None}] * 2,
+                [{"bytes": png((5, 2)), "path": None}],
+            ],
+        },
+        {"pics": pa.list_(IMAGE)},
+    )
+    mapping = parse_mapping(["question=problem", "answer=solution", "images=pics"])
+    items = load_items(data, mapping=mapping, prompt="{question}")
+    assert [i["question"] for i in items] == ["How many?", "What colour?"]
+    assert [i["answer"] for i in items] == ["3", "red"]
+    assert "problem" not in items[0] and "pics" not in items[0]
+    assert [len(i["images"]) for i in items] == [2, 1]
+    assert items[0]["messages"][0]["content"][:2] == [{"type": "image"}, {"type": "image"}]
+    assert load_image(items[1]["images"][0]).original_size == (5, 2)
+
+
+def test_a_mapped_column_that_is_absent_is_named(tmp_path):
+    data = _parquet(tmp_path / "d.parquet", {"problem": ["q"], "solution": ["a"]})
+    with pytest.raises(DataFileError, match=r"field answer_text: mapped to answer, absent"):
+        load_items(data, mapping={"answer": "answer_text"})
+    with pytest.raises(DataFileError, match="CANONICAL=COLUMN"):
+        parse_mapping(["question"])
+
+
+def test_malformed_rows_are_named_and_skipped(tmp_path):
+    data = _parquet(
+        tmp_path / "val-00000-of-00001.parquet",
+        {
+            "question_id": ["a", "b", "c", "d"],
+            "image": [
+                {"bytes": png((9, 9)), "path": None},
+                None,
+                {"bytes": png((9, 9)), "path": None},
+                {"bytes": png((9, 9)), "path": None},
+            ],
+            "answer": [["x"], ["y"], ["z"], ["w"]],
+            "bbox": [[0.0, 0.0, 4.0, 4.0], [0.0, 0.0, 4.0, 4.0], [0.0, 0.0, 0.0, 4.0], [1.0, 2.0]],
+        },
+        {"image": IMAGE},
+    )
+    items = load_items(data)
+    assert [i["id"] for i in items if LOAD_ERROR not in i] == ["a-0"]
+    bad = {i["id"]: i[LOAD_ERROR] for i in items if LOAD_ERROR in i}
+    assert bad["b"]["reason"] == "missing_field"
+    assert bad["b"]["detail"].startswith(f"{data} row 2: field image: ")
+    assert bad["c"]["reason"] == "bad_box" and f"{data} row 3: field bbox: " in bad["c"]["detail"]
+    assert "width or height <= 0" in bad["c"]["detail"]
+    assert bad["d"]["reason"] == "bad_box" and "row 4" in bad["d"]["detail"]
+
+
+def test_save_to_disk_folders_dataset_and_dataset_dict(tmp_path):
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "question": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+        }
+    )
+    rows = {"image": [{"bytes": png((7, 3)), "path": None}] * 2, "question": ["q1", "q2"]}
+    rows["answer"] = ["1", "2"]
+    one = datasets.Dataset.from_dict(rows, features=features)
+    one.save_to_disk(str(tmp_path / "one"))
+    assert detect_format(tmp_path / "one") == "hf_disk"
+    items = load_items(tmp_path / "one")
+    assert [(i["id"], i["question"], i["answer"]) for i in items] == [
+        ("0", "q1", "1"),
+        ("1", "q2", "2"),
+    ]
+    assert load_image(items[0]["images"][0]).original_size == (7, 3)
+    both = datasets.DatasetDict({"train": one, "test": one.select([1])})
+    both.save_to_disk(str(tmp_path / "both"))
+    items = load_items(tmp_path / "both", prompt="{question}")
+    assert [(i["id"], i["split"]) for i in items] == [
+        ("train-0", "train"),
+        ("train-1", "train"),
+        ("test-0", "test"),
+    ]
+    assert items[2]["messages"][0]["content"][1]["text"] == "q2"
