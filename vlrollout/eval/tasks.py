@@ -36,11 +36,9 @@ from vlrollout.eval.metrics.boxes import (
     read_box,
     rec_values,
 )
-from vlrollout.eval.metrics.captions import caption_metrics
+from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, caption_stats
 from vlrollout.rewards.answer import ChoiceReward, CountReward, parse_count
-from vlrollout.rewards.caption import bleu, rouge_l
 from vlrollout.rewards.grounding import label_boxes
-from vlrollout.rewards.ptb_tokenize import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
 
 
@@ -215,10 +213,9 @@ class CaptionTask(_TaskBase):
         self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
     ) -> ItemScore:
         caption = answer_region(completion, True).strip()
-        tokens = ptb_tokenize(caption)
-        refs = [ptb_tokenize(c) for c in item["captions"]]
-        values = {"BLEU-4": bleu(tokens, refs)[3], "ROUGE-L": rouge_l(tokens, refs)}
-        reason = None if tokens else "empty_caption"
+        stats = caption_stats(caption, tuple(item["captions"]))  # cached for aggregate
+        values = {"BLEU-4": bleu_from_counts([stats.bleu])[3], "ROUGE-L": stats.rouge_l}
+        reason = None if stats.tokens else "empty_caption"
         details = {"prediction": caption, "references": list(item["captions"]), "reason": reason}
         return ItemScore(str(item["id"]), _split(item), values, details)
 
