@@ -15,6 +15,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from vlrollout.cli import main
+from vlrollout.eval.main import build_parser, build_predictor, settings_of
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "assets" / "tiny-qwen2vl"
@@ -155,3 +156,16 @@ def test_a_hugging_face_refcoco_parquet_is_evaluated_as_published(tmp_path):
     page = (out / "report.html").read_text()
     assert all(f"<h3>q{i}-{k}" in page for i in (0, 1) for k in (0, 1))
     assert page.count("<img src='data:image/png;base64,") == 4
+
+
+@pytest.mark.parametrize("extra, deterministic", [([], True), (["--no-deterministic"], False)])
+def test_the_local_engine_is_deterministic_unless_asked_otherwise(tmp_path, extra, deterministic):
+    args = build_parser().parse_args(
+        ["--data", "d", "--task", "refcoco", "--model", str(TINY), "--output", "o", *extra]
+    )
+    predictor, release = build_predictor(args)
+    try:
+        assert predictor.engine.deterministic is deterministic
+    finally:
+        release()
+    assert settings_of(args)["deterministic"] is deterministic

@@ -114,7 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a("--images-root", dest="images_root", help="folder image paths in the data are relative to")
     a("--prompt", help="prompt template (default: the task's), fields in braces: {expression}")
-    a("--seed", type=int, help="seed: a seeded local engine is deterministic under any load")
+    a("--seed", type=int, default=0, help="sampling (--k > 1) and bootstrap seed (default 0)")
+    a(
+        "--no-deterministic",
+        action="store_false",
+        dest="deterministic",
+        help="let the local engine batch requests as they come: faster, but a rare greedy "
+        "argmax can then flip with the load, so the numbers may not reproduce exactly",
+    )
     a("--compare", metavar="BASELINE.json", help="results.json to compare with (exit 1 on a drop)")
     a(
         "--threshold",
@@ -210,6 +217,7 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         "temperature": args.temperature if args.k > 1 else None,
         "max_new_tokens": args.max_new_tokens,
         "seed": args.seed,
+        "deterministic": args.deterministic if args.protocol is None else None,
     }
 
 
@@ -294,10 +302,8 @@ def build_predictor(args: argparse.Namespace) -> tuple[Predictor, Callable[[], N
         device=args.device,
         addresses=[] if local else [args.address],
     )
-    kwargs = {"deterministic": args.seed is not None} if local else {}
-    engine = make_engine(
-        cfg, seed=args.seed or 0, max_concurrent_rollouts=args.concurrency, **kwargs
-    )
+    kwargs = {"deterministic": args.deterministic} if local else {}
+    engine = make_engine(cfg, seed=args.seed, max_concurrent_rollouts=args.concurrency, **kwargs)
     context = _context_length(engine)
     gconfig = GenerationHyperparameters(
         max_new_tokens=args.max_new_tokens, temperature=args.temperature
@@ -324,7 +330,7 @@ async def _evaluate(p: Plan, predictor: Predictor) -> EvalResult:
             concurrency=args.concurrency,
             progress=not args.no_progress,
             family=p.family,
-            seed=args.seed or 0,
+            seed=args.seed,
             bootstrap=args.bootstrap,
         )
     finally:
