@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vlrollout.eval.tasks import TASKS, ItemScore, get_task
+from vlrollout.eval.tasks import TASKS, EvalTask, ItemScore, get_task
+from vlrollout.readers.prompts import TASK_PROMPTS
 
 GEO = [{"original_width": 100, "original_height": 100, "model_width": 100, "model_height": 100}]
 
@@ -20,6 +21,7 @@ def test_task_table():
     }
     assert {n: (t.primary, t.correct_key) for n, t in TASKS.items()} == expected
     assert all(get_task(n).name == n for n in TASKS)
+    assert all(isinstance(t, EvalTask) and t.prompt == TASK_PROMPTS[n] for n, t in TASKS.items())
     with pytest.raises(ValueError, match="unknown eval task 'ocr'; known tasks: refcoco, caption"):
         get_task("ocr")
 

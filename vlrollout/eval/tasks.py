@@ -37,6 +37,7 @@ from vlrollout.eval.metrics.boxes import (
     rec_values,
 )
 from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, caption_stats
+from vlrollout.readers.prompts import TASK_PROMPTS
 from vlrollout.rewards.answer import ChoiceReward, CountReward, parse_count
 from vlrollout.rewards.grounding import label_boxes
 from vlrollout.rewards.text_extract import answer_region
@@ -125,8 +126,6 @@ class _TaskBase:
     @property
     def prompt(self) -> str:
         """The default prompt template of this task (:data:`vlrollout.readers.prompts.TASK_PROMPTS`)."""
-        from vlrollout.readers.prompts import TASK_PROMPTS  # the readers land beside this module
-
         return TASK_PROMPTS[self.name]
 
     def aggregate(
