@@ -1,0 +1,35 @@
+"""Prompt templates: items without messages get one user message, fields filled from the item."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vlrollout.datasets import LOAD_ERROR, load_items
+from vlrollout.readers.prompts import TASK_PROMPTS, PromptFieldError, with_prompt
+
+
+def test_with_prompt_fills_fields_and_adds_one_image_part_per_image():
+    item = {"id": "1", "images": ["a", "b"], "question": "Which?", "choices": ["cat", "dog"]}
+    out = with_prompt(item, TASK_PROMPTS["mc"])
+    content = out["messages"][0]["content"]
+    assert content[:2] == [{"type": "image"}, {"type": "image"}]
+    assert content[2]["text"].startswith("Which?\nA. cat\nB. dog\n")
+    kept = {"id": "2", "messages": "already", "question": "x"}
+    assert with_prompt(kept, "{question}") is kept
+    with pytest.raises(PromptFieldError, match="field expression"):
+        with_prompt({"id": "3"}, TASK_PROMPTS["refcoco"])
+
+
+def test_a_prompt_over_a_missing_field_makes_that_item_a_named_placeholder(tmp_path):
+    rows = [{"id": "a", "question": "q?", "images": []}, {"id": "b", "images": []}]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = load_items(path, prompt="Q: {question}")
+    assert items[0]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Q: q?"}]}
+    ]
+    assert items[1][LOAD_ERROR]["reason"] == "missing_field"
+    assert f"{path} item 2: field question" in items[1][LOAD_ERROR]["detail"]
+    assert "messages" not in load_items(path)[0]  # JSONL unchanged without a prompt
