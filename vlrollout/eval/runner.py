@@ -383,18 +383,22 @@ async def aevaluate_items(
             scores.append(scored)
     by_id = {item["id"]: item for item in runnable}
     metrics = metric_function(task, by_id, k)
+    overall = await asyncio.to_thread(with_intervals, scores, metrics, bootstrap, seed)
+    splits = sorted({s.split for s in scores})
     per_split = {}
-    for split in sorted({s.split for s in scores}):
+    for split in splits:
         subset = [s for s in scores if s.split == split]
         per_split[split] = {
             "items": len(subset),
-            "metrics": with_intervals(subset, metrics, bootstrap, seed),
+            "metrics": overall
+            if len(splits) == 1
+            else await asyncio.to_thread(with_intervals, subset, metrics, bootstrap, seed),
         }
     return EvalResult(
         task=task.name,
         primary=task.primary,
         k=k,
-        metrics=await asyncio.to_thread(with_intervals, scores, metrics, bootstrap, seed),
+        metrics=overall,
         per_split=per_split,
         scores=scores,
         rejections=rejections,
