@@ -289,9 +289,13 @@ def _add_validate_data(sub: argparse._SubParsersAction) -> None:
 
 def _validate_read_items(args: argparse.Namespace) -> tuple[int, list[Any]]:
     """``(items, problems)`` of a file in any reader format: every item as ``vlrollout run``
-    would get it, checked like a JSONL line (``line`` is the item's position, from 1)."""
+    would get it, checked like a JSONL line (named by its position, from 1)."""
     from vlrollout.readers import parse_mapping, read_all_items
     from vlrollout.run.items import BadLine, item_problems
+
+    class _BadItem(BadLine):
+        def __str__(self) -> str:
+            return f"item {self.line} (id {self.id}): {self.reason}: {self.detail}"
 
     items = read_all_items(
         args.file,
@@ -301,12 +305,12 @@ def _validate_read_items(args: argparse.Namespace) -> tuple[int, list[Any]]:
         prompt=args.prompt,
     )
     bad = [
-        BadLine(n, str(item.get("id")), reason, detail)
+        _BadItem(n, str(item.get("id")), reason, detail)
         for n, item in enumerate(items, 1)
         for reason, detail in item_problems(item)
     ]
     if not items:
-        bad.append(BadLine(0, None, "empty", "the file has no items"))
+        bad.append(_BadItem(0, None, "empty", "the file has no items"))
     return len(items), bad
 
 
