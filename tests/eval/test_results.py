@@ -28,7 +28,7 @@ def _result(tmp_path):
         {"id": "c", "answer": "3", "split": "test"},
         {"id": "d", "question": "no answer"},
     ]
-    predictor = ScriptedPredictor({"a": ["1"], "b": ["0"], "c": ["3"]})
+    predictor = ScriptedPredictor({"a": ["1"], "b": ["x"], "c": ["3"]})
     return evaluate_items(
         ExactTask(), predictor, items, tmp_path / "out", progress=False, family="qwen2_vl"
     )
@@ -51,6 +51,7 @@ def test_results_json_holds_every_field(tmp_path):
     assert saved["items"] == 3
     assert saved["rejected"] == {"not_scorable": 1}
     assert saved["rejections"][0]["id"] == "d"
+    assert saved["unreadable"] == {"no_number": 1}  # b's completion: scored 0, and said why
     assert saved["model"] == "m"
     assert saved["data"] == {
         "path": str(data.resolve()),
@@ -85,6 +86,7 @@ def test_the_table_names_each_metric_split_and_rejection(tmp_path):
     assert "exact_match" in table and "0.6667" in table and "95% CI" in table
     assert "split val (2 items)" in table and "split test (1 items)" in table
     assert "not_scorable 1" in table
+    assert "completions scored 0 as unreadable: no_number 1" in table
 
 
 def _results(overall: float, val: float) -> dict:

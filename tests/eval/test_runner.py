@@ -48,7 +48,10 @@ class ExactTask:
             id=item["id"],
             split=item.get("split", "all"),
             values={"exact_match": hit},
-            details={"prediction": completion.strip(), "reason": None},
+            details={
+                "prediction": completion.strip(),
+                "reason": None if completion.strip().isdigit() else "no_number",
+            },
         )
 
     def aggregate(
@@ -140,7 +143,7 @@ def test_a_rejected_prediction_is_tried_again_on_a_rerun(tmp_path):
 
 def test_k_samples_give_the_mean_and_pass_at_k(tmp_path):
     items = _items(3)
-    script = {"q0": ["0", "0", "9"], "q1": ["9", "1", "9"], "q2": ["9", "9", "9"]}
+    script = {"q0": ["0", "0", "9"], "q1": ["9", "1", "9"], "q2": ["9", "x", "x"]}
     result = _evaluate(ScriptedPredictor(script), items, None, k=3)
     by_id = {s.id: s.values for s in result.scores}
     assert by_id["q0"]["exact_match"] == pytest.approx(2 / 3)
@@ -148,6 +151,7 @@ def test_k_samples_give_the_mean_and_pass_at_k(tmp_path):
     # mean over samples: sample j's exact match over items, averaged over j = 3/9
     assert result.value("exact_match") == pytest.approx(3 / 9)
     assert result.value("pass@3") == pytest.approx(2 / 3)
+    assert result.unreadable == {"no_number": 2}  # each unreadable completion, not each item
 
 
 def test_a_prediction_with_too_few_completions_is_rejected_not_averaged(tmp_path):

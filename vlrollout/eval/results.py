@@ -6,13 +6,17 @@ an earlier ``results.json`` that makes ``vlrollout eval --compare`` a regression
     {"task": "refcoco", "primary": "ACC@0.5", "k": 1,
      "metrics": {"ACC@0.5": {"value": 0.61, "ci95": [0.55, 0.67]}, ...},
      "per_split": {"val": {"items": 120, "metrics": {...}}, ...},
-     "items": 240, "rejected": {"no_box": 3}, "rejections": [{"id", "reason", "detail"}, ...],
+     "items": 240, "rejected": {"image_not_found": 1},
+     "rejections": [{"id", "reason", "detail"}, ...], "unreadable": {"no_box": 3},
      "model": "...", "data": {"path": "...", "sha256": "..."}, "settings": {...},
      "vlrollout_version": "0.1.0"}
 
 ``scores.jsonl`` beside it holds one line per scored item (``id``, ``split``, ``values``: the
 item's values averaged over its completions, ``prediction``, ``reason``), for paired comparisons of
 two runs on the same items.
+
+``rejected`` counts the items not scored, by reason; ``unreadable`` the completions that were
+scored as 0 because the task could not read them (no box, no number), by reason.
 
 Every metric is higher-is-better, so a regression is a drop.
 """
@@ -75,6 +79,7 @@ def results_dict(
         "items": len(result.scores),
         "rejected": result.rejected,
         "rejections": result.rejections,
+        "unreadable": result.unreadable,
         "model": model,
         "data": {"path": str(Path(data).resolve()), "sha256": data_sha256(data)},
         "settings": dict(settings),
@@ -161,6 +166,10 @@ def format_table(results: Mapping[str, Any]) -> str:
         lines += [f"  {a:<{width}}  {b:>7}  {c}" for a, b, c in rows]
     if rejected:
         lines.append("rejected: " + ", ".join(f"{r} {n}" for r, n in rejected.items()))
+    unreadable = results.get("unreadable") or {}
+    if unreadable:
+        shown = ", ".join(f"{r} {n}" for r, n in unreadable.items())
+        lines.append(f"completions scored 0 as unreadable: {shown}")
     return "\n".join(lines)
 
 

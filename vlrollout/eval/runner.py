@@ -86,6 +86,18 @@ class EvalResult:
         """``{reason: count}`` of the items not scored, most frequent first."""
         return dict(Counter(r["reason"] for r in self.rejections).most_common())
 
+    @property
+    def unreadable(self) -> dict[str, int]:
+        """``{reason: count}`` of the completions the task scored as unreadable (no box, no
+        number: ``details["reason"]``), most frequent first; they count in the metrics as 0."""
+        reasons = Counter(
+            str(sample.details["reason"])
+            for score in self.scores
+            for sample in score.details.get("samples", [score])
+            if sample.details.get("reason")
+        )
+        return dict(reasons.most_common())
+
     def value(self, name: str) -> float | None:
         """The overall value of metric ``name`` (``None`` when it was not computed)."""
         entry = self.metrics.get(name)
