@@ -196,7 +196,7 @@ def test_box_details_are_in_original_pixels():
     score = RefcocoTask().score(_items()[0], CASES[-1][1], [LETTERBOX], "plain:model")
     assert score.details["pred_boxes"] == [pytest.approx([128, 96, 384, 288])]
     assert score.details["true_boxes"] == [[64, 48, 320, 240]]
-    assert score.details["frame"] == "model"
+    assert (score.details["frame"], score.details["prediction"]) == ("model", "[64, 88, 192, 184]")
 
 
 def test_family_box_formats():

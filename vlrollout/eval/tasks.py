@@ -52,9 +52,9 @@ class ItemScore:
         split: ``item["split"]``, or ``"all"``.
         values: Per-completion values the evaluator averages over items (``IoU``, ``ACC@0.5``,
             ``exact_match``, ...).
-        details: For the report: ``prediction`` (the parsed answer, caption or box text),
-            ``reason`` (why the completion could not be read, else ``None``) and, for boxes,
-            ``pred_boxes``/``true_boxes`` in original pixels.
+        details: For the report: ``prediction`` (the parsed answer, caption, or the first box as
+            written, in ``frame``), ``reason`` (why the completion could not be read, else
+            ``None``) and, for boxes, ``pred_boxes``/``true_boxes`` in original pixels.
     """
 
     id: str
@@ -137,6 +137,11 @@ class _TaskBase:
         return f"{type(self).__name__}()"
 
 
+def _box_text(box: Sequence[float]) -> str:
+    """A box as the model wrote it, in its frame (``details["frame"]``): ``[161, 119.5, 483, 357]``."""
+    return "[" + ", ".join(f"{v:.10g}" for v in box) + "]"
+
+
 class RefcocoTask(_TaskBase):
     """Referring-expression grounding scored as lmms-eval's ``refcoco_bbox_rec``
     (:mod:`vlrollout.eval.metrics.boxes`). Items: ``boxes`` (one ``[x1, y1, x2, y2]`` in original
@@ -173,7 +178,7 @@ class RefcocoTask(_TaskBase):
         width, height = original_size(geometry[0])
         reading = read_box(completion, family, geometry[0])
         details: dict[str, Any] = {
-            "prediction": list(reading.written) if reading.written else None,
+            "prediction": _box_text(reading.written) if reading.written else None,
             "frame": reading.frame.value,
             "num_boxes": reading.num_boxes,
             "true_boxes": [true],
