@@ -232,8 +232,9 @@ def read_items(
     if not items:
         raise DataFileError(f"data file {path} has no items")
     if all(LOAD_ERROR in item for item in items):
+        row = "line" if Path(path).suffix == ".jsonl" else "row"
         raise DataFileError(
-            f"data file {path}: no row is a data item ({items[0][LOAD_ERROR]['detail']} on the "
-            f"first); run `vlrollout validate-data {path}` to list every bad row"
+            f"data file {path}: no {row} is a data item ({items[0][LOAD_ERROR]['detail']} on the "
+            f"first); run `vlrollout validate-data {path}` to list every bad {row}"
         )
     return items
