@@ -243,7 +243,10 @@ class CountReward(Reward):
 
 _LETTER_PATTERNS = [
     r"^\s*\(?([A-Z])\)?\s*[.:)]?\s*$",  # the whole answer is a letter: "B", "(B)", "B."
-    r"answer\s*(?:is|:)?\s*[:\-]?\s*\(?([A-Z])\b\)?",  # "the answer is (B)", "Answer: B"
+    # "the answer is (b)", "Answer: B": a bare letter must be a capital, so the article in "the
+    # answer is a blue car" is not read as choice A.
+    r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*\(([A-Za-z])\)",
+    r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*([A-Z])\b",
     r"\(([A-Z])\)",  # "(B)" anywhere
     r"^\s*([A-Z])[.):]\s",  # "B. because ..."
 ]
@@ -278,9 +281,8 @@ class ChoiceReward(Reward):
         else:
             raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not a choice letter/index")
         text = answer_region(completions, self.use_answer_tag)
-        for i, pattern in enumerate(_LETTER_PATTERNS):
-            flags = re.IGNORECASE if i == 1 else 0
-            letters = [x.upper() for x in re.findall(pattern, text, flags) if x.upper() in valid]
+        for pattern in _LETTER_PATTERNS:
+            letters = [x.upper() for x in re.findall(pattern, text) if x.upper() in valid]
             if not letters:
                 continue
             if len(set(letters)) > 1:

@@ -87,6 +87,10 @@ def test_choice_reward():
     assert r("p", "<answer>B</answer>", [], [], answer="B") == 1.0
     assert r("p", "The answer is (c).", [], [], answer="C") == 1.0  # lower-case after "answer is"
     assert r("p", "Answer: D", [], [], answer=3) == 1.0  # 0-based index 3 -> D
+    # the article after "the answer is" is not choice A
+    article = r.score("p", "The answer is a blue car.", [], [], answer="A")
+    assert (article.value, article.reason) == (0.0, "no_choice")
+    assert r("p", "The answer is a blue car, so (B).", [], [], answer="B") == 1.0
     assert r("p", "(A) looks wrong", [], [], answer="B") == 0.0
     amb = r.score("p", "either (A) or (B)", [], [], answer="A")
     assert (amb.value, amb.reason) == (0.0, "ambiguous_choice")
