@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --no-cache-dir --upgrade pip
 	$(BIN)/pip install --quiet --no-cache-dir -c requirements.lock -e '.[test,bench]'
+	# lmms-eval's own scoring files, loaded by path by the reference tests of vlrollout eval's metrics
+	# (tests/eval/test_metrics_boxes.py, test_metrics_answers.py); without its ~40 dependencies, which
+	# the scoring files do not import.
+	$(BIN)/pip install --quiet --no-cache-dir --no-deps lmms-eval==0.7.3
 	touch $(STAMP)
 
 # The main job: rollouts of the tiny model on the sample images -> runs/demo/
