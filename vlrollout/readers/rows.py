@@ -48,6 +48,8 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
     """``(line number, parsed row)`` of every non-blank row (JSONL by
     :func:`vlrollout.jsonl.iter_jsonl`); a row that is not JSON is its ``json.JSONDecodeError``
     (so a checker can report every bad line at once)."""
+    if path.is_dir():
+        raise DataFileError(f"data path {path} is a folder; read it with vlrollout.readers")
     if path.suffix == ".parquet":
         return list(enumerate(read_parquet(path).to_pylist(), 1))
     try:
