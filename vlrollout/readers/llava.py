@@ -18,8 +18,14 @@ from vlrollout.readers.fields import RowError, placeholder
 from vlrollout.readers.images import ImageFolders
 from vlrollout.readers.tables import apply_mapping
 
-ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
-ROLES["system"] = "system"
+ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+}
+"""LLaVA's ``from`` values and the chat roles they become."""
 
 
 def _turns(conversations: Any) -> list[dict[str, str]]:
