@@ -21,6 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 from vlrollout.config import check_gconfig, known_keys
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
+from vlrollout.eval.tasks import TASKS as EVAL_TASKS
+from vlrollout.readers import FORMATS
 from vlrollout.tiny.rewards import GROUND_METRICS
 from vlrollout.train.loggers import problem as stats_logger_problem
 
@@ -79,6 +81,51 @@ class TrainSection:
         metadata={
             "help": "Box reward of `tiny_task`'s grounding items in training: `iou`, or `giou` "
             "(dense: a miss still ranks by how far it is). Evaluation always reports IoU."
+        },
+    )
+    eval_task: str | None = field(
+        default=None,
+        metadata={
+            "help": "`null`: the held-out score is the mean reward of `vlrollout.reward`. A "
+            "task of `vlrollout eval` (`refcoco`, `caption`, `count`, `mc`, `vqa`): the "
+            "held-out items are scored by that evaluator (the training engine's greedy "
+            "completions, the task's benchmark metrics), `eval.jsonl` records "
+            "`eval/<metric>` per metric and `eval/mean` = the task's primary metric, and "
+            "`vlrollout eval` on a saved checkpoint reproduces the last evaluation "
+            "(docs/training.md)."
+        },
+    )
+    data_format: str | None = field(
+        default=None,
+        metadata={
+            "help": "Format of `train_dataset.path` and `valid_dataset.path` (`jsonl`, "
+            "`parquet`, `hf_disk`, `coco_captions`, `coco_instances`, `refcoco`, `llava`); "
+            "`null`: detected from each path, as `vlrollout eval --format`."
+        },
+    )
+    data_map: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Column mapping of both data files, `{item field: column}`, e.g. "
+            "`{question: problem, answer: solution}` (`vlrollout eval --map "
+            "question=problem`)."
+        },
+    )
+    images_root: str | None = field(
+        default=None,
+        metadata={
+            "help": "Folder of the images an annotation file names (COCO `file_name`, RefCOCO "
+            "refs, LLaVA `image`; JSONL and parquet paths stay relative to their file); `null`: "
+            "looked for beside the annotation file (docs/datasets.md). As `vlrollout eval "
+            "--images-root`."
+        },
+    )
+    prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prompt template for data items without `messages`, item fields in braces "
+            "(`Where is {expression}?`); `null`: the held-out items of `eval_task` get the "
+            "task's own prompt, as `vlrollout eval` does (`--prompt`)."
         },
     )
     eval_every: int = field(
@@ -219,6 +266,16 @@ class TrainSection:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):  # NaN too
                 raise ConfigError(f"vlrollout.{name} must be a positive number, got {value}")
+        if self.eval_task is not None and self.eval_task not in EVAL_TASKS:
+            raise ConfigError(
+                f"vlrollout.eval_task must be null or one of {', '.join(EVAL_TASKS)} (the tasks "
+                f"of vlrollout eval), got {self.eval_task!r}"
+            )
+        if self.data_format is not None and self.data_format not in FORMATS:
+            raise ConfigError(
+                f"vlrollout.data_format must be null (detected from the path) or one of "
+                f"{', '.join(FORMATS)}, got {self.data_format!r}"
+            )
         if self.log_rollouts < 0:
             raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")
         if self.eval_every < 0 or self.save_every < 1 or self.eval_samples < 0:
@@ -354,6 +411,27 @@ def _model_path_problem(model: str, config: Path) -> str | None:
     return None
 
 
+HELD_OUT_KEYS = ("vlrollout.eval_path", "vlrollout.valid_path", "vlrollout.eval_data")
+"""Keys a user may try for the held-out file, which is AReaL's own ``valid_dataset.path``."""
+
+
+def held_out_hint(key: str) -> str:
+    """How to set the held-out file when ``key`` could not be set: a guessed name of ours, or
+    ``valid_dataset.path`` in a config without a ``valid_dataset`` section (hydra cannot set a
+    key under a section the file leaves out, and AReaL's section needs its ``type``).
+
+    >>> print(held_out_hint("vlrollout.eval_path").split(":")[0])
+    the held-out file is AReaL's valid_dataset.path, not vlrollout.eval_path
+    """
+    fix = "pass +valid_dataset.type=rl +valid_dataset.path=FILE"
+    if key == "valid_dataset.path":
+        return f"the config has no valid_dataset section to set {key} in: {fix}"
+    return (
+        f"the held-out file is AReaL's valid_dataset.path, not {key}: {fix} (or "
+        "valid_dataset.path=FILE when the config has a valid_dataset section)"
+    )
+
+
 def _explain_override(e: Exception, path: str) -> Exception:
     """One line for a failed load. AReaL's loader overrides only keys the YAML sets, and hydra
     says "Could not override 'KEY'" both for a typo and for a real key the file leaves out (with
@@ -368,6 +446,8 @@ def _explain_override(e: Exception, path: str) -> Exception:
     if not match:
         return ConfigError(f"{path}: {first}")
     key = match.group(1)
+    if key in HELD_OUT_KEYS or key == "valid_dataset.path":
+        return ConfigError(f"{path}: {held_out_hint(key)}")
     parent, _, leaf = key.rpartition(".")
     known = known_keys(TrainConfig, parent)
     if leaf in known:

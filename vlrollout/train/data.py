@@ -1,8 +1,8 @@
 """The items of a ``vlrollout train`` run: training and held-out items, and each step's share.
 
-Items come from ``train_dataset.path`` (and ``valid_dataset.path``) through the one item loader
-(:func:`vlrollout.datasets.load_items`), or from the synthetic task's generator
-(``vlrollout.task`` with ``vlrollout.data_seed`` / ``eval_seed``). :func:`batch_items` fixes the
+Items come from ``train_dataset.path`` and ``valid_dataset.path`` through the one item loader
+(:func:`vlrollout.datasets.load_items`, any format it reads), or from the synthetic task's
+generator (``vlrollout.task`` with ``vlrollout.data_seed`` / ``eval_seed``). :func:`batch_items` fixes the
 order in which a run trains them, so a resumed run, the asynchronous loader
 (:mod:`vlrollout.train.asynchronous`) and the TRL peer (``bench/trl_peer.py``) all see the same
 items at the same step.
@@ -13,32 +13,63 @@ from __future__ import annotations
 import random
 
 from vlrollout.datasets import LOAD_ERROR, load_items
+from vlrollout.eval.tasks import get_task
 from vlrollout.logs import get_logger
 from vlrollout.tiny.synthetic import generate_items
-from vlrollout.train.config import TrainConfig
+from vlrollout.train.config import TrainConfig, TrainSection
 
 logger = get_logger(__name__)
 
 
 def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
-    """``(training items, held-out items)``: from the data files when ``train_dataset.path`` is
-    set (held-out items from ``valid_dataset.path``, else generated), otherwise both generated
-    by the synthetic task from their own seeds."""
+    """``(training items, held-out items)``.
+
+    Training items come from ``train_dataset.path`` when it is set, else from the synthetic task
+    (``vlrollout.task``, ``data_seed``); held-out items from ``valid_dataset.path`` when it is
+    set, else from the synthetic task (``eval_seed``). Both files are read with the
+    ``vlrollout`` data keys (``data_format``, ``data_map``, ``images_root``, ``prompt``). With
+    ``vlrollout.eval_task`` the held-out file is read as ``vlrollout eval --task`` reads it (the
+    task's prompt unless ``prompt`` is set) and its unreadable rows are kept as placeholders: the
+    evaluator counts them as rejected with their reason, as ``vlrollout eval`` does.
+    """
     vl = cfg.vlrollout
-    if not cfg.train_dataset.path:
-        return (
-            generate_items(vl.task, vl.train_items, vl.data_seed),
-            generate_items(vl.task, vl.eval_items, vl.eval_seed),
+    if cfg.train_dataset.path:
+        train = readable_items(
+            cfg.train_dataset.path, read_file(cfg.train_dataset.path, vl, vl.prompt)
         )
-    train = readable_items(cfg.train_dataset.path)
-    if cfg.valid_dataset is not None and cfg.valid_dataset.path:
-        return train, readable_items(cfg.valid_dataset.path)
-    return train, generate_items(vl.task, vl.eval_items, vl.eval_seed)
+    else:
+        train = generate_items(vl.task, vl.train_items, vl.data_seed)
+    path = cfg.valid_dataset.path if cfg.valid_dataset is not None else ""
+    if not path:
+        return train, generate_items(vl.task, vl.eval_items, vl.eval_seed)
+    if vl.eval_task is None:
+        return train, readable_items(path, read_file(path, vl, vl.prompt))
+    return train, read_file(path, vl, eval_prompt(vl))
 
 
-def readable_items(path: str) -> list[dict]:
-    """The file's items; lines that are not items are skipped with a warning each."""
-    items = load_items(path)
+def eval_prompt(vl: TrainSection) -> str | None:
+    """The prompt template of the held-out file: ``vlrollout.prompt``, else with ``eval_task``
+    the task's own (what ``vlrollout eval --task`` uses without ``--prompt``)."""
+    if vl.prompt is not None or vl.eval_task is None:
+        return vl.prompt
+    return get_task(vl.eval_task).prompt
+
+
+def read_file(path: str, vl: TrainSection, prompt: str | None) -> list[dict]:
+    """The items of a data file, read with the ``vlrollout`` data keys (bad rows are
+    ``LOAD_ERROR`` placeholders)."""
+    return load_items(
+        path,
+        fmt=vl.data_format,
+        mapping=dict(vl.data_map) or None,
+        images_root=vl.images_root,
+        prompt=prompt,
+    )
+
+
+def readable_items(path: str, items: list[dict]) -> list[dict]:
+    """``items`` (of file ``path``) without the placeholders of unreadable rows, each skipped with
+    a warning."""
     for item in items:
         if LOAD_ERROR in item:
             logger.warning("%s %s skipped: %s", path, item["id"], item[LOAD_ERROR])

@@ -126,6 +126,19 @@ def model_family(path: str) -> str:
     return family_of(config).name
 
 
+def held_out_concurrency(kind: str, deterministic: bool, items: int) -> int:
+    """Held-out items a task evaluation runs at once: one on a batching local engine, so each
+    greedy completion is decoded alone, as a deterministic engine (``vlrollout eval``'s default)
+    decodes it: rows batched together can flip a near-tie argmax. A deterministic local engine
+    decodes one row at a time whatever is in flight, and a server batches as it likes: every item
+    at once.
+
+    >>> held_out_concurrency("local", False, 200), held_out_concurrency("local", True, 200)
+    (1, 200)
+    """
+    return 1 if kind == "local" and not deterministic else max(1, items)
+
+
 @dataclass
 class TaskEvaluation:
     """The evaluator of ``vlrollout eval`` on the training engine (``vlrollout.eval_task``).
@@ -136,11 +149,13 @@ class TaskEvaluation:
             greedy for the ``eval/`` evaluation, sampling at the training temperature for
             ``eval_sampled/`` (``vlrollout.eval_samples`` completions per item).
         family: The model family (how the task reads its boxes).
+        concurrency: Held-out items in flight at once (:func:`held_out_concurrency`).
     """
 
     task: EvalTask
     predictor: EnginePredictor
     family: str
+    concurrency: int = 1
 
 
 def evaluate_task(
@@ -166,7 +181,7 @@ def evaluate_task(
         items,
         None,
         k=k,
-        concurrency=max(1, len(items)),
+        concurrency=evaluation.concurrency,
         progress=False,
         family=evaluation.family,
         bootstrap=0,

@@ -19,6 +19,9 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import FinetuneSpec
 
+from vlrollout.datasets import LOAD_ERROR
+from vlrollout.eval.predict import EnginePredictor
+from vlrollout.eval.tasks import get_task
 from vlrollout.jsonl import read_jsonl, write_jsonl
 from vlrollout.logs import get_logger
 from vlrollout.train import asynchronous, checkpoint, dynamic_sampling, samples
@@ -27,7 +30,13 @@ from vlrollout.train.asynchronous import AsyncRollouts
 from vlrollout.train.checkpoint import Checkpoint
 from vlrollout.train.config import TrainConfig, check_rules, rule_warnings
 from vlrollout.train.data import load_data
-from vlrollout.train.evaluation import EVAL_FILE, HeldOut
+from vlrollout.train.evaluation import (
+    EVAL_FILE,
+    HeldOut,
+    TaskEvaluation,
+    held_out_concurrency,
+    model_family,
+)
 from vlrollout.train.loggers import TrainLoggers
 from vlrollout.train.lora import check_resume, load_adapter
 from vlrollout.train.ranks import Ranks, SharedRollout
@@ -112,7 +121,8 @@ def start_session(cfg: TrainConfig) -> Session:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
-    reward, eval_reward = build_rewards(vl.reward, vl.ground_metric, train_items, eval_items)
+    readable = [item for item in eval_items if LOAD_ERROR not in item]  # eval_task keeps the rest
+    reward, eval_reward = build_rewards(vl.reward, vl.ground_metric, train_items, readable)
     bs = cfg.train_dataset.batch_size
     ft_spec = FinetuneSpec(
         total_train_epochs=cfg.total_train_epochs,
@@ -218,7 +228,9 @@ def build_workflows(
     eval_items: list[dict],
 ) -> tuple[Any, HeldOut]:
     """The training workflow (one sample per episode; AReaL runs ``n_samples`` episodes per
-    item) and the held-out evaluation's greedy and sampled workflows."""
+    item) and the held-out evaluation: its greedy and sampled workflows and, with
+    ``vlrollout.eval_task``, the evaluator of ``vlrollout eval`` on the same engine, prompts built
+    as the workflows build them (same processor, frame sampling and ``gconfig`` lengths)."""
     tokenizer = processor.tokenizer
     one = dataclasses.replace(cfg.gconfig, n_samples=1)
     greedy = GenerationHyperparameters(
@@ -228,6 +240,16 @@ def build_workflows(
     frames = FrameSampling(
         vl.video_fps, vl.video_max_frames, vl.video_min_pixels, vl.video_max_pixels
     )
+    task = None
+    if vl.eval_task is not None:
+        predictor = EnginePredictor(
+            engine, tokenizer, processor, gconfig=cfg.gconfig, frames=frames
+        )
+        concurrency = held_out_concurrency(
+            vl.engine.kind, bool(vl.engine.deterministic), len(eval_items)
+        )
+        family = model_family(cfg.actor.path)
+        task = TaskEvaluation(get_task(vl.eval_task), predictor, family, concurrency)
     held_out = HeldOut(
         engine=engine,
         greedy=VisionRLVRWorkflow(eval_reward, greedy, tokenizer, processor, frames=frames),
@@ -237,6 +259,7 @@ def build_workflows(
         sampled_repeats=vl.eval_samples,
         shown=vl.log_rollouts,
         out=Path(vl.output),
+        task=task,
     )
     return VisionRLVRWorkflow(reward, one, tokenizer, processor, frames=frames), held_out
 
