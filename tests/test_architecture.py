@@ -40,6 +40,9 @@ COMPONENTS = {
     "vlrollout.geometry",
     "vlrollout.jsonl",
     "vlrollout.datasets",
+    "vlrollout.readers",
+    "vlrollout.eval",
+    "vlrollout.report_drawing",
     "vlrollout.charts",
     "vlrollout.ledger",
     "vlrollout.checks",
@@ -269,6 +272,8 @@ def test_layout():
         "vlrollout/run/runner.py",
         "vlrollout/train/loop.py",
         "vlrollout/serve/app.py",
+        "vlrollout/eval/runner.py",  # one evaluator for `vlrollout eval` and training's held-out pass
+        "vlrollout/readers/__init__.py",  # every data format behind vlrollout.datasets.load_items
     ]
     missing = [p for p in expected if not (REPO / p).exists()]
     assert not missing
