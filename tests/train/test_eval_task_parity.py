@@ -1,15 +1,19 @@
 """A trained checkpoint's ``vlrollout eval`` reproduces the last held-out evaluation of its
 training run with ``vlrollout.eval_task``: the same completions, metrics and rejections.
 
-One run of ``vlrollout train`` (two steps from the tiny grounding model, a held-out file of
+Each run: ``vlrollout train`` (two steps from the tiny grounding model, a held-out file of
 referring expressions in RefCOCO item form: ``boxes`` + ``expression``, no ``messages``), then
 ``vlrollout eval`` on the checkpoint it saved, with the run's ``gconfig.max_new_tokens`` and
-prompt.
+prompt and otherwise its defaults. Two runs: on a deterministic training engine (the same run
+every time, so the test can also check that the compared completions are worth comparing), and on
+the recipe's batching engine.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -22,25 +26,38 @@ MAX_NEW_TOKENS = 24
 PROMPT = "{expression}"  # not the model's question: some completions run to the length limit
 STEPS = 2
 HELD_OUT = 5
+ENGINES = ("deterministic", "batching")
 
 
-@pytest.fixture(scope="module")
-def trained_and_evaluated(tmp_path_factory):
-    """``(last eval.jsonl record, eval_rollouts.jsonl, results.json, eval's predictions by
-    id)``."""
-    root = tmp_path_factory.mktemp("eval_task_parity")
+@dataclass
+class Run:
+    """What a training run and the eval of its checkpoint wrote."""
+
+    brief: dict  # what vlrollout train printed
+    evals: list[dict]  # eval.jsonl
+    shown: list[dict]  # eval_rollouts.jsonl: every held-out item at every evaluation
+    results: dict  # vlrollout eval's results.json
+    predictions: dict[str, dict]  # vlrollout eval's predictions by item id
+
+
+def _held_out_file(folder: Path) -> Path:
     items = generate_items("ground", HELD_OUT, seed=300)
-    folder = write_dataset(items, root / "data").parent
+    folder = write_dataset(items, folder).parent
     rows = [
         {"id": it["id"], "images": [f"images/{it['id']}.png"], "boxes": it["boxes"]}
         | {"expression": it["object"]}
         for it in items
     ]
     rows[-1]["boxes"] = [[5, 5, 5, 20]]  # no area: refused by the task, in training and in eval
-    held_out = folder / "refcoco.jsonl"
-    write_jsonl(held_out, rows)
+    path = folder / "refcoco.jsonl"
+    write_jsonl(path, rows)
+    return path
+
+
+def _train_and_evaluate(root: Path, deterministic: bool) -> Run:
+    held_out = _held_out_file(root / "data")
     out = root / "run"
-    run_train(
+    proc = run_train(
         out,
         "actor.path=assets/tiny-qwen3vl-ground",
         f"total_train_steps={STEPS}",
@@ -52,7 +69,7 @@ def trained_and_evaluated(tmp_path_factory):
         "vlrollout.eval_every=0",
         "vlrollout.progress=false",
         f"vlrollout.log_rollouts={HELD_OUT}",
-        "vlrollout.engine.deterministic=true",  # the same run every time: its rollouts too
+        f"vlrollout.engine.deterministic={str(deterministic).lower()}",
         "+vlrollout.eval_task=refcoco",
         f"+vlrollout.prompt='{PROMPT}'",
         "+valid_dataset.type=rl",
@@ -60,62 +77,68 @@ def trained_and_evaluated(tmp_path_factory):
     )
     checkpoint = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
     evaluated = root / "eval"
-    status = eval_main(
-        [
-            "--model",
-            str(checkpoint),
-            "--data",
-            str(held_out),
-            "--task",
-            "refcoco",
-            "--output",
-            str(evaluated),
-            "--max-new-tokens",
-            str(MAX_NEW_TOKENS),
-            "--prompt",
-            PROMPT,
-            "--seed",
-            "1",
-            "--no-progress",
-        ]
-    )
-    assert status == 0
-    last = read_jsonl(out / "eval.jsonl")[-1]
-    shown = read_jsonl(out / "eval_rollouts.jsonl")
-    results = json.loads((evaluated / "results.json").read_text())
+    flags = ["--model", str(checkpoint), "--data", str(held_out), "--task", "refcoco"]
+    flags += ["--output", str(evaluated), "--max-new-tokens", str(MAX_NEW_TOKENS)]
+    flags += ["--prompt", PROMPT, "--seed", "1", "--no-progress"]
+    assert eval_main(flags) == 0
     predictions = {}
     for path in (evaluated / "predictions").glob("*.json"):
         prediction = json.loads(path.read_text())
         predictions[prediction["id"]] = prediction
-    return last, shown, results, predictions
+    return Run(
+        brief=json.loads(proc.stdout[proc.stdout.index("{") : proc.stdout.index("}") + 1]),
+        evals=read_jsonl(out / "eval.jsonl"),
+        shown=read_jsonl(out / "eval_rollouts.jsonl"),
+        results=json.loads((evaluated / "results.json").read_text()),
+        predictions=predictions,
+    )
+
+
+@pytest.fixture(scope="module")
+def deterministic(tmp_path_factory):
+    return _train_and_evaluate(tmp_path_factory.mktemp("deterministic"), True)
+
+
+@pytest.fixture(scope="module")
+def batching(tmp_path_factory):
+    return _train_and_evaluate(tmp_path_factory.mktemp("batching"), False)
+
+
+def _completions(run: Run, step: int) -> dict[str, str | None]:
+    return {r["id"]: r["completion"] for r in run.shown if r["step"] == step}
 
 
 @pytest.mark.slow
-def test_the_checkpoints_eval_gives_the_last_held_out_metrics(trained_and_evaluated):
-    last, _, results, _ = trained_and_evaluated
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_checkpoints_eval_gives_the_last_held_out_metrics(request, engine):
+    run: Run = request.getfixturevalue(engine)
+    last = run.evals[-1]
     assert last["step"] == STEPS
-    metrics = {name: entry["value"] for name, entry in results["metrics"].items()}
+    metrics = {name: entry["value"] for name, entry in run.results["metrics"].items()}
     assert set(metrics) >= {"IoU", "ACC@0.5", "Center_ACC"}
     assert {k: last[f"eval/{k}"] for k in metrics} == metrics  # exactly equal
     assert last["eval/mean"] == metrics["ACC@0.5"]
-    assert last["eval/n"] - last["eval/rejected"] == results["items"] == HELD_OUT - 1
-    assert sum(results["rejected"].values()) == last["eval/rejected"] == 1
+    assert last["eval/n"] - last["eval/rejected"] == run.results["items"] == HELD_OUT - 1
+    assert sum(run.results["rejected"].values()) == last["eval/rejected"] == 1
+    assert run.brief["held_out_metric"] == "refcoco ACC@0.5"
+    assert run.brief["held_out_last_rejected"] == f"1 of {HELD_OUT} items (not scored)"
 
 
 @pytest.mark.slow
-def test_the_checkpoints_eval_gives_the_last_evaluations_completions(trained_and_evaluated):
-    """Every held-out completion of the last evaluation, which training changed (so a checkpoint
-    of other weights, or an evaluation before the last update, would not reproduce them), some
-    cut by the length limit (so another limit would not reproduce them)."""
-    last, shown, _, predictions = trained_and_evaluated
-    by_step = {
-        step: {r["id"]: r["completion"] for r in shown if r["step"] == step}
-        for step in (0, last["step"])
-    }
-    trained = by_step[last["step"]]
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_checkpoints_eval_gives_the_last_evaluations_completions(request, engine):
+    run: Run = request.getfixturevalue(engine)
+    trained = _completions(run, STEPS)
     assert len(trained) == HELD_OUT  # every held-out item shown, the refused one without text
-    evaluated = {i: p["completions"][0] for i, p in predictions.items() if p["completions"]}
+    evaluated = {i: p["completions"][0] for i, p in run.predictions.items() if p["completions"]}
     assert {i: c for i, c in trained.items() if c is not None} == evaluated
     assert len(evaluated) == HELD_OUT - 1
-    assert by_step[0] != trained
-    assert any(p["generated_tokens"] == MAX_NEW_TOKENS for p in predictions.values())
+
+
+@pytest.mark.slow
+def test_the_compared_completions_are_the_trained_weights_at_the_length_limit(deterministic):
+    """Training changed the completions (so a checkpoint of other weights, or an evaluation before
+    the last update, would not reproduce them), and some are cut by the length limit (so another
+    limit would not)."""
+    assert _completions(deterministic, 0) != _completions(deterministic, STEPS)
+    assert any(p["generated_tokens"] == MAX_NEW_TOKENS for p in deterministic.predictions.values())
