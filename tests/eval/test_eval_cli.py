@@ -94,6 +94,11 @@ def test_compare_exits_1_on_a_drop_and_0_within_the_threshold(evaluated, tmp_pat
     assert _eval(data, out, "--compare", str(tmp_path / "higher.json"), "--threshold", "0.06") == 0
     (tmp_path / "same.json").write_text(json.dumps(results))
     assert _eval(data, out, "--compare", str(tmp_path / "same.json")) == 0
+    assert "differs" not in capsys.readouterr().err
+    other = {**results, "data": {**results["data"], "sha256": "f" * 64}}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert _eval(data, out, "--compare", str(tmp_path / "other.json")) == 0
+    assert "note: the baseline differs in data: sha256 ffffffffffff" in capsys.readouterr().err
 
 
 def test_other_settings_into_the_same_output_are_refused(evaluated, capsys):

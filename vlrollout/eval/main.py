@@ -37,6 +37,7 @@ from vlrollout.eval.report import write_report
 from vlrollout.eval.results import (
     DEFAULT_THRESHOLD,
     compare,
+    differing_inputs,
     format_table,
     read_results,
     write_results,
@@ -378,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "the evaluation", len(p.items), records, hint=f"every rejection: {output}/results.json"
         )
     if p.baseline is not None:
+        for note in differing_inputs(results, p.baseline):
+            print(f"note: the baseline differs in {note}", file=sys.stderr)
         drops = compare(results, p.baseline, args.threshold)
         for line in drops:
             print(f"regression: {line}", file=sys.stderr)

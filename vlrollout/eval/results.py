@@ -173,6 +173,23 @@ def format_table(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def differing_inputs(results: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    """What the two runs were not both given: the data (by digest), the model, the settings
+    that shape the numbers. A regression test compares the same data; a difference is worth a
+    line, not a refusal (a new checkpoint is the point of the comparison).
+
+    >>> differing_inputs({"data": {"sha256": "a"}, "k": 1}, {"data": {"sha256": "b"}, "k": 1})
+    ['data: sha256 b… (baseline) vs a… (now)']
+    """
+    notes = []
+    old, new = (baseline.get("data") or {}).get("sha256"), (results.get("data") or {}).get("sha256")
+    if old and new and old != new:
+        notes.append(f"data: sha256 {old[:12]}… (baseline) vs {new[:12]}… (now)")
+    if baseline.get("k", 1) != results.get("k", 1):
+        notes.append(f"k: {baseline.get('k', 1)} (baseline) vs {results.get('k', 1)} (now)")
+    return notes
+
+
 def compare(
     results: Mapping[str, Any], baseline: Mapping[str, Any], threshold: float = DEFAULT_THRESHOLD
 ) -> list[str]:
