@@ -55,7 +55,13 @@ def test_report_shows_every_item_worst_first_and_the_rejected_ones(tmp_path):
     picture = tmp_path / "p.png"
     Image.new("RGB", (64, 48), "white").save(picture)
     items = [
-        {"id": f"item-{i}", "images": [str(picture)], "boxes": [[30, 10, 60, 40]]} for i in range(3)
+        {
+            "id": f"item-{i}",
+            "images": [str(picture)],
+            "boxes": [[30, 10, 60, 40]],
+            "messages": [{"role": "user", "content": [{"type": "image"}, f"find box {i}"]}],
+        }
+        for i in range(3)
     ] + [{"id": "lost", "images": [str(picture)]}]
     predictor = ScriptedPredictor({"item-0": ["0.5"], "item-1": ["0.1"], "item-2": ["0.9"]})
     task = BoxTask()
@@ -69,6 +75,7 @@ def test_report_shows_every_item_worst_first_and_the_rejected_ones(tmp_path):
     assert order == sorted(order)  # lowest hit first
     assert "lost" in page and "not_scorable" in page and "no &#x27;boxes&#x27; field" in page
     assert "[[30, 10, 60, 40]]" in page  # the truth, next to the prediction
+    assert "<b>prompt</b> find box 1" in page
     assert "lowest hit first" in page
 
     colours = [{c for _, c in img.getcolors(1 << 16)} for img in _pixels(page)]

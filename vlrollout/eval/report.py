@@ -100,6 +100,24 @@ def _picture(item: Mapping[str, Any], score: ItemScore) -> str:
     )
 
 
+def prompt_text(item: Mapping[str, Any]) -> str:
+    """The text of the item's messages (what the model was asked), images left out."""
+    messages = item.get("messages")
+    if isinstance(messages, str):
+        return messages
+    parts: list[str] = []
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            parts.append(content)
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+    return " ".join(parts)
+
+
 def _truth(item: Mapping[str, Any]) -> str:
     shown = {k: item[k] for k in TRUTH_FIELDS if k in item}
     return "".join(
@@ -133,7 +151,7 @@ def render_scored(
     return (
         f"<section><h3>{html.escape(str(item['id']))} <small>{html.escape(score.split)}</small>"
         f"</h3><p>{headline}</p><div class=item><div>{_picture(item, score)}</div>"
-        f"<div>{_truth(item)}<table><tr><th>#</th><th>completion</th><th>prediction</th>"
+        f"<div><p><b>prompt</b> {html.escape(prompt_text(item))}</p>{_truth(item)}<table><tr><th>#</th><th>completion</th><th>prediction</th>"
         f"<th>score</th></tr>{''.join(rows)}</table></div></div></section>"
     )
 
