@@ -187,7 +187,8 @@ def read_all_items(
 ) -> list[dict[str, Any]]:
     """:func:`read_items` without its last check: also when every row is a placeholder (so
     ``vlrollout validate-data`` can list every bad row)."""
-    path = check_data_path(path)
+    # Absolute, so a source resolved against the file's folder is never resolved against it again.
+    path = check_data_path(path).absolute()
     if fmt is not None and fmt not in FORMATS:
         raise DataFileError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     fmt, data = _detect(path) if fmt is None else (fmt, None)
