@@ -115,6 +115,7 @@ def test_other_settings_into_the_same_output_are_refused(evaluated, capsys):
         (["--task", "nope"], "--task"),
         (["--address", "127.0.0.1:1"], "--address needs --protocol"),
         (["--k", "2", "--temperature", "0"], "--temperature > 0"),
+        (["--box-format", "qwen2vl"], "unknown box format 'qwen2vl'"),
     ],
 )
 def test_usage_errors_exit_2_before_any_model_loads(tmp_path, capsys, extra, message):
@@ -174,3 +175,21 @@ def test_the_local_engine_is_deterministic_unless_asked_otherwise(tmp_path, extr
     finally:
         release()
     assert settings_of(args)["deterministic"] is deterministic
+
+
+def test_box_format_reads_a_fine_tuned_models_boxes_in_the_format_it_was_trained_on(tmp_path):
+    """The tiny Qwen3-VL grounding model was trained on Qwen2-VL-style boxes: read as its family
+    writes them (JSON ``bbox_2d``) nothing is a box; with ``--box-format qwen2_vl`` every
+    completion's box is read, and the setting is recorded."""
+    data = write_refs(tmp_path)
+    model = REPO / "assets" / "tiny-qwen3vl-ground"
+    runs = {}
+    for name, extra in (("family", []), ("qwen2_vl", ["--box-format", "qwen2_vl"])):
+        argv = ["eval", "--data", str(data), "--task", "refcoco", "--model", str(model)]
+        argv += ["--output", str(tmp_path / name), "--max-new-tokens", "24", "--no-progress"]
+        main([*argv, *extra])
+        runs[name] = json.loads((tmp_path / name / "results.json").read_text())
+    assert runs["family"]["unreadable"] == {"no_box": 3}
+    # every completion now holds a box (this model's boxes on these images may still be reversed)
+    assert not {"no_box", "no_box:points_only"} & set(runs["qwen2_vl"]["unreadable"])
+    assert runs["qwen2_vl"]["settings"]["box_format"] == "qwen2_vl"

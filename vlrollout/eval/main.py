@@ -30,6 +30,7 @@ from vlrollout.engine.checks import check_engine
 from vlrollout.engine.config import EngineConfig
 from vlrollout.engine.factory import make_engine
 from vlrollout.errors import ConfigError, UsageError
+from vlrollout.eval.metrics.boxes import check_box_format
 from vlrollout.eval.openai_client import OpenAIPredictor, api_base_url
 from vlrollout.eval.predict import EnginePredictor
 from vlrollout.eval.prediction import Predictor
@@ -115,6 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a("--images-root", dest="images_root", help="folder image paths in the data are relative to")
     a("--prompt", help="prompt template (default: the task's), fields in braces: {expression}")
+    a(
+        "--box-format",
+        dest="box_format",
+        metavar="NAME",
+        help="how the model writes boxes, when not as its family does (a fine-tuned model): a "
+        "family name (qwen2_vl: <|box_start|>(x,y),(x,y)<|box_end|> in 0-1000), a parser of "
+        "vlrollout.rewards.box_parsing, or plain:FRAME for [x1, y1, x2, y2] lists in original, "
+        "model, norm1000 or norm1 (default: the model family's)",
+    )
     a("--seed", type=int, default=0, help="sampling (--k > 1) and bootstrap seed (default 0)")
     a(
         "--no-deterministic",
@@ -210,6 +220,7 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         "map": list(args.map),
         "images_root": str(Path(args.images_root).resolve()) if args.images_root else None,
         "prompt": args.prompt,
+        "box_format": args.box_format,
         "model": str(Path(args.model).resolve()),
         "source": args.protocol or "local",
         "served_model": args.served_model,
@@ -237,7 +248,11 @@ def plan(args: argparse.Namespace) -> Plan:
         check_engine(EngineConfig(kind="local", model=args.model, device=args.device))
     else:
         check_server(args.address, args.protocol, args.model)
-    family = model_family(args.model)
+    family = args.box_format or model_family(args.model)
+    try:
+        check_box_format(family)
+    except ValueError as e:
+        raise UsageError(f"--box-format: {e}") from None
     mapping = _mapping(args.map)
     items = load_items(
         args.data,

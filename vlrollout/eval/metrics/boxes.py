@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlrollout.geometry import Box, Frame, ImageGeometry, convert_boxes
-from vlrollout.rewards.box_parsing import get_parser
+from vlrollout.rewards.box_parsing import PARSERS, get_parser
 from vlrollout.rewards.grounding import box_problem
 from vlrollout.rewards.text_extract import answer_region
 
@@ -163,6 +163,31 @@ def box_format(family: str) -> BoxFormat:
         get_parser(key)
     except ValueError:
         return _LMMS_EVAL
+    return BoxFormat(key)
+
+
+def check_box_format(name: str) -> BoxFormat:
+    """:func:`box_format` of a name a user typed (``vlrollout eval --box-format``): a
+    :data:`BOX_FORMATS` family, a parser key or ``plain:<frame>``, never the silent lmms-eval
+    fallback :func:`box_format` gives families without a format of their own.
+
+    Raises:
+        ValueError: naming the known formats.
+
+    >>> check_box_format("qwen2_vl").parser
+    'qwen2_vl'
+    """
+    key = name.lower().replace("-", "_").replace(".", "_")
+    if key in BOX_FORMATS or name.startswith("plain:"):
+        return box_format(name)
+    try:
+        get_parser(key)
+    except ValueError:
+        known = sorted({*BOX_FORMATS, *PARSERS})
+        raise ValueError(
+            f"unknown box format {name!r}; expected one of {known} or plain:FRAME with FRAME one "
+            f"of {[f.value for f in Frame]}"
+        ) from None
     return BoxFormat(key)
 
 
