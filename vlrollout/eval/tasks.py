@@ -40,6 +40,7 @@ from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, c
 from vlrollout.readers.prompts import TASK_PROMPTS
 from vlrollout.rewards.answer import ChoiceReward, CountReward, parse_count
 from vlrollout.rewards.grounding import label_boxes
+from vlrollout.rewards.ptb_tokenize import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
 
 
@@ -211,6 +212,11 @@ class CaptionTask(_TaskBase):
         ok = isinstance(captions, (list, tuple)) and captions
         if not ok or not all(isinstance(c, str) and c.strip() for c in captions):
             return "missing field 'captions' (a non-empty list of reference caption strings)"
+        if not any(ptb_tokenize(c) for c in captions):
+            return (
+                f"field 'captions' = {list(captions)!r}: every reference is punctuation only, "
+                "which COCO's tokenizer drops (no words to match); fix the annotation"
+            )
         return _needs_images(item)
 
     def score(
