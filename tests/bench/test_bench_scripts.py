@@ -252,3 +252,15 @@ def test_a_relative_kept_folder_is_made_absolute(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     assert record.fresh_folder("runs") == tmp_path.resolve() / "runs"
+
+
+def test_eval_quick_gives_the_served_model_the_local_models_metrics(tmp_path):
+    """``vlrollout eval`` on a local model and on the same model behind a ``vlrollout serve``
+    process reached as any OpenAI-compatible server: the same metrics, or the script exits 1."""
+    lines = _run_quick("bench_eval.py", timeout_s=600, record_dir=tmp_path)
+    assert "identical metrics" in lines[-1]
+    numbers = json.loads(next(tmp_path.glob("*.json")).read_text())["numbers"]
+    assert numbers["items"] == 8 and numbers["split"] == "test"
+    accs = [f"ACC@{t}" for t in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    assert set(numbers["local"]) == {"IoU", *accs, "Center_ACC"}
+    assert numbers["local"] == numbers["served"]
