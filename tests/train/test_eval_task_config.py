@@ -74,6 +74,7 @@ def test_a_prompt_applies_to_both_files_and_without_a_task_bad_rows_are_dropped(
     [
         ("+vlrollout.eval_task=refcocog", "vlrollout.eval_task must be null or one of refcoco, "),
         ("+vlrollout.data_format=csv", "vlrollout.data_format must be null"),
+        ("+vlrollout.eval_box_format=qwen9", "vlrollout.eval_box_format: unknown box format"),
         (
             "vlrollout.eval_path=x.jsonl",
             "the held-out file is AReaL's valid_dataset.path, not vlrollout.eval_path: pass "

@@ -3,8 +3,8 @@ training run with ``vlrollout.eval_task``: the same completions, metrics and rej
 
 Each run: ``vlrollout train`` (two steps from the tiny grounding model, a held-out file of
 referring expressions in RefCOCO item form: ``boxes`` + ``expression``, no ``messages``), then
-``vlrollout eval`` on the checkpoint it saved, with the run's ``gconfig.max_new_tokens`` and
-prompt and otherwise its defaults. Two runs: on a deterministic training engine (the same run
+``vlrollout eval`` on the checkpoint it saved, with the run's ``gconfig.max_new_tokens``, prompt
+and box format and otherwise its defaults. Two runs: on a deterministic training engine (the same run
 every time, so the test can also check that the compared completions are worth comparing), and on
 the recipe's batching engine.
 """
@@ -23,9 +23,9 @@ from vlrollout.jsonl import read_jsonl, write_jsonl
 from vlrollout.tiny.synthetic import generate_items, write_dataset
 
 MAX_NEW_TOKENS = 24
-PROMPT = "{expression}"  # not the model's question: some completions run to the length limit
+PROMPT = "Where is the {expression}? Answer with a box."  # the grounding model's own question
 STEPS = 2
-HELD_OUT = 5
+HELD_OUT = 10
 ENGINES = ("deterministic", "batching")
 
 
@@ -41,6 +41,9 @@ class Run:
 
 
 def _held_out_file(folder: Path) -> Path:
+    """Ten items in RefCOCO item form: seven prompted by the run's template (the model answers with
+    a box), two with their own message, the bare expression (the model runs on to the length
+    limit), and one whose box has no area (refused by the task)."""
     items = generate_items("ground", HELD_OUT, seed=300)
     folder = write_dataset(items, folder).parent
     rows = [
@@ -48,7 +51,9 @@ def _held_out_file(folder: Path) -> Path:
         | {"expression": it["object"]}
         for it in items
     ]
-    rows[-1]["boxes"] = [[5, 5, 5, 20]]  # no area: refused by the task, in training and in eval
+    for row in rows[2:4]:
+        row["messages"] = f"<image>{row['expression']}"
+    rows[-1]["boxes"] = [[5, 5, 5, 20]]
     path = folder / "refcoco.jsonl"
     write_jsonl(path, rows)
     return path
@@ -71,6 +76,7 @@ def _train_and_evaluate(root: Path, deterministic: bool) -> Run:
         f"vlrollout.log_rollouts={HELD_OUT}",
         f"vlrollout.engine.deterministic={str(deterministic).lower()}",
         "+vlrollout.eval_task=refcoco",
+        "+vlrollout.eval_box_format=qwen2_vl",  # the tiny model writes Qwen2-VL's boxes
         f"+vlrollout.prompt='{PROMPT}'",
         "+valid_dataset.type=rl",
         f"+valid_dataset.path={held_out}",
@@ -79,7 +85,7 @@ def _train_and_evaluate(root: Path, deterministic: bool) -> Run:
     evaluated = root / "eval"
     flags = ["--model", str(checkpoint), "--data", str(held_out), "--task", "refcoco"]
     flags += ["--output", str(evaluated), "--max-new-tokens", str(MAX_NEW_TOKENS)]
-    flags += ["--prompt", PROMPT, "--seed", "1", "--no-progress"]
+    flags += ["--prompt", PROMPT, "--box-format", "qwen2_vl", "--no-progress"]
     assert eval_main(flags) == 0
     predictions = {}
     for path in (evaluated / "predictions").glob("*.json"):
@@ -136,9 +142,10 @@ def test_the_checkpoints_eval_gives_the_last_evaluations_completions(request, en
 
 
 @pytest.mark.slow
-def test_the_compared_completions_are_the_trained_weights_at_the_length_limit(deterministic):
+def test_the_compared_numbers_are_worth_comparing(deterministic):
     """Training changed the completions (so a checkpoint of other weights, or an evaluation before
-    the last update, would not reproduce them), and some are cut by the length limit (so another
-    limit would not)."""
+    the last update, would not reproduce them), some are cut by the length limit (so another
+    limit would not), and the boxes read score above 0 (so a wrong box format would not)."""
     assert _completions(deterministic, 0) != _completions(deterministic, STEPS)
     assert any(p["generated_tokens"] == MAX_NEW_TOKENS for p in deterministic.predictions.values())
+    assert deterministic.evals[-1]["eval/IoU"] > 0

@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from vlrollout.config import check_gconfig, known_keys
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
+from vlrollout.eval.metrics.boxes import check_box_format
 from vlrollout.eval.tasks import TASKS as EVAL_TASKS
 from vlrollout.readers import FORMATS
 from vlrollout.tiny.rewards import GROUND_METRICS
@@ -93,6 +94,14 @@ class TrainSection:
             "`eval/<metric>` per metric and `eval/mean` = the task's primary metric, and "
             "`vlrollout eval` on a saved checkpoint reproduces the last evaluation "
             "(docs/training.md)."
+        },
+    )
+    eval_box_format: str | None = field(
+        default=None,
+        metadata={
+            "help": "With `eval_task`: how the model writes boxes, when not as its family does "
+            "(a model fine-tuned on another format: the tiny grounding model writes Qwen2-VL's "
+            "`qwen2_vl` boxes); `null`: the family's. As `vlrollout eval --box-format`."
         },
     )
     data_format: str | None = field(
@@ -271,6 +280,11 @@ class TrainSection:
                 f"vlrollout.eval_task must be null or one of {', '.join(EVAL_TASKS)} (the tasks "
                 f"of vlrollout eval), got {self.eval_task!r}"
             )
+        if self.eval_box_format is not None:
+            try:
+                check_box_format(self.eval_box_format)
+            except ValueError as e:
+                raise ConfigError(f"vlrollout.eval_box_format: {e}") from None
         if self.data_format is not None and self.data_format not in FORMATS:
             raise ConfigError(
                 f"vlrollout.data_format must be null (detected from the path) or one of "

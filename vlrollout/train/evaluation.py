@@ -148,7 +148,8 @@ class TaskEvaluation:
         predictor: The predictor on the training engine, built with the run's ``gconfig``:
             greedy for the ``eval/`` evaluation, sampling at the training temperature for
             ``eval_sampled/`` (``vlrollout.eval_samples`` completions per item).
-        family: The model family (how the task reads its boxes).
+        family: The model family, or the box format (``vlrollout.eval_box_format``): how the
+            task reads boxes.
         concurrency: Held-out items in flight at once (:func:`held_out_concurrency`).
     """
 

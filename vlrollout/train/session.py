@@ -248,7 +248,7 @@ def build_workflows(
         concurrency = held_out_concurrency(
             vl.engine.kind, bool(vl.engine.deterministic), len(eval_items)
         )
-        family = model_family(cfg.actor.path)
+        family = vl.eval_box_format or model_family(cfg.actor.path)
         task = TaskEvaluation(get_task(vl.eval_task), predictor, family, concurrency)
     held_out = HeldOut(
         engine=engine,
