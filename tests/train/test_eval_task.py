@@ -123,3 +123,30 @@ def test_the_report_names_the_tasks_metric(tmp_path):
     assert "Held-out greedy refcoco ACC@0.5 at step 2: 0.5 against 0.5" in page
     assert "<th>eval/IoU</th>" in page  # the other metrics in the table
     assert "rejected episode scores 0" not in page  # rejected items are not scored
+
+
+def test_a_caption_evaluation_records_the_corpus_metric_and_shows_a_per_item_value(tmp_path):
+    image = tmp_path / "grey.png"
+    Image.new("RGB", (100, 100), (128, 128, 128)).save(image)
+    caption = "a red square on a grey field"
+    items = [
+        {
+            "id": i,
+            "images": [str(image)],
+            "captions": [caption],
+            "messages": "<image>Describe.",
+            "answers": [answer],
+        }
+        for i, answer in (("same", caption), ("other", "blue"))
+    ]
+    task = TaskEvaluation(get_task("caption"), _Written(), family="qwen2_vl")
+    record = HeldOut(None, None, None, items, None, 0, 2, tmp_path, task=task).run(
+        1, TrainLoggers()
+    )
+    assert (record["eval_primary"], record["eval/mean"]) == ("CIDEr-D", record["eval/CIDEr-D"])
+    assert {"eval/BLEU-4", "eval/ROUGE-L"} <= set(record)
+    shown = read_jsonl(tmp_path / "eval_rollouts.jsonl")
+    # CIDEr-D has no per-item value: an identical caption shows its sentence BLEU-4, 1.
+    first = shown[0]
+    assert (first["completion"], first["box_problems"]) == (caption, [])
+    assert first["reward"] == pytest.approx(1.0)

@@ -210,9 +210,9 @@ def shown_predictions(
     step: int, result: EvalResult, items: list[dict], primary: str, count: int
 ) -> list[samples.HeldOutRollout]:
     """The first ``count`` held-out items of a task evaluation as shown rollouts: the greedy
-    completion, the item's primary metric as its reward (0 for an item not scored), and for
-    grounding the true and predicted boxes the task compared (original pixels) drawn on the
-    image."""
+    completion, the item's primary metric as its reward (a corpus metric such as CIDEr-D has no
+    per-item value: the item's first value instead; 0 for an item not scored), and for grounding
+    the true and predicted boxes the task compared (original pixels) drawn on the image."""
     scores = {s.id: s for s in result.scores}
     out = []
     for index, item in enumerate(items[:count]):
@@ -225,10 +225,10 @@ def shown_predictions(
         shown.completion = prediction.completions[0]
         if score is None:
             continue
-        shown.reward = score.values.get(primary, 0.0)
+        shown.reward = score.values.get(primary, next(iter(score.values.values()), 0.0))
         shown.true_boxes = [tuple(b) for b in score.details.get("true_boxes") or []]
         shown.predicted_boxes = [tuple(b) for b in score.details.get("pred_boxes") or []]
-        if score.details.get("reason"):
+        if score.details.get("reason") and "true_boxes" in score.details:
             shown.box_problems = [str(score.details["reason"])]
         images = item.get("images") or []
         if images:
