@@ -1,0 +1,42 @@
+"""`vlrollout eval` driven as a new user drives it: a wrong flag found before a long run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PIL import Image
+
+from vlrollout.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "assets" / "tiny-qwen2vl"
+
+
+def _refs(folder: Path, n: int = 2) -> Path:
+    Image.new("RGB", (40, 30), "white").save(folder / "a.png")
+    rows = [
+        {
+            "id": f"r{i}",
+            "images": [str(folder / "a.png")],
+            "expression": "x",
+            "boxes": [[1, 1, 9, 9]],
+        }
+        for i in range(n)
+    ]
+    data = folder / "refs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
+def test_a_compare_baseline_of_another_task_is_refused_before_any_prediction(tmp_path):
+    """docs/eval.md: every check that needs no model runs first, the --compare file included. A
+    caption baseline given to a refcoco run must stop it with exit 2 before the model runs, not
+    after the whole evaluation."""
+    baseline = tmp_path / "base.json"
+    baseline.write_text(json.dumps({"task": "caption", "metrics": {}, "per_split": {}}))
+    out = tmp_path / "out"
+    argv = ["eval", "--data", str(_refs(tmp_path)), "--task", "refcoco", "--model", str(TINY)]
+    argv += ["--output", str(out), "--max-new-tokens", "2", "--no-progress", "--bootstrap", "0"]
+    assert main([*argv, "--compare", str(baseline)]) == 2
+    assert not list(out.glob("predictions/*.json"))
