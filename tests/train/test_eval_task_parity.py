@@ -4,9 +4,9 @@ training run with ``vlrollout.eval_task``: the same completions, metrics and rej
 Each run: ``vlrollout train`` (two steps from the tiny grounding model, a held-out file of
 referring expressions in RefCOCO item form: ``boxes`` + ``expression``, no ``messages``), then
 ``vlrollout eval`` on the checkpoint it saved, with the run's ``gconfig.max_new_tokens``, prompt
-and box format and otherwise its defaults. Two runs: on a deterministic training engine (the same run
-every time, so the test can also check that the compared completions are worth comparing), and on
-the recipe's batching engine.
+and box format and otherwise its defaults. Three runs: on a deterministic training engine (the
+same run every time, so the test can also check that the compared completions are worth
+comparing), on the recipe's batching engine, and with LoRA (merged weights in the checkpoint).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ MAX_NEW_TOKENS = 24
 PROMPT = "Where is the {expression}? Answer with a box."  # the grounding model's own question
 STEPS = 2
 HELD_OUT = 10
-ENGINES = ("deterministic", "batching")
+ENGINES = ("deterministic", "batching", "lora")
 
 
 @dataclass
@@ -59,7 +59,7 @@ def _held_out_file(folder: Path) -> Path:
     return path
 
 
-def _train_and_evaluate(root: Path, deterministic: bool) -> Run:
+def _train_and_evaluate(root: Path, deterministic: bool, *extra: str) -> Run:
     held_out = _held_out_file(root / "data")
     out = root / "run"
     proc = run_train(
@@ -80,6 +80,7 @@ def _train_and_evaluate(root: Path, deterministic: bool) -> Run:
         f"+vlrollout.prompt='{PROMPT}'",
         "+valid_dataset.type=rl",
         f"+valid_dataset.path={held_out}",
+        *extra,
     )
     checkpoint = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
     evaluated = root / "eval"
@@ -108,6 +109,13 @@ def deterministic(tmp_path_factory):
 @pytest.fixture(scope="module")
 def batching(tmp_path_factory):
     return _train_and_evaluate(tmp_path_factory.mktemp("batching"), False)
+
+
+@pytest.fixture(scope="module")
+def lora(tmp_path_factory):
+    """LoRA: the checkpoint holds the merged weights the engine evaluated with (and the adapter)."""
+    root = tmp_path_factory.mktemp("lora")
+    return _train_and_evaluate(root, True, "actor.use_lora=true", "actor.lora_rank=4")
 
 
 def _completions(run: Run, step: int) -> dict[str, str | None]:
@@ -149,3 +157,9 @@ def test_the_compared_numbers_are_worth_comparing(deterministic):
     assert _completions(deterministic, 0) != _completions(deterministic, STEPS)
     assert any(p["generated_tokens"] == MAX_NEW_TOKENS for p in deterministic.predictions.values())
     assert deterministic.evals[-1]["eval/IoU"] > 0
+
+
+@pytest.mark.slow
+def test_the_lora_run_compares_changed_completions(lora):
+    """The merged LoRA weights changed some answers: the checkpoint is not the base model."""
+    assert _completions(lora, 0) != _completions(lora, STEPS)
