@@ -15,3 +15,20 @@ def test_a_caption_item_whose_only_reference_is_punctuation_is_refused_by_name()
     why = task.check_item(item)
     assert why is not None and "captions" in why
     assert task.check_item({**item, "captions": ["...", "A red square."]}) is None
+
+
+def test_a_box_with_exactly_half_the_overlap_counts_for_acc_at_one_half():
+    """Qwen2-VL writes integers in 0-1000; on a 100 x 80 image the true box [10, 20, 40, 60]
+    and a prediction covering its left half, [10, 20, 25, 60], have IoU 1/2 exactly (hand-derived:
+    15 x 40 over 30 x 40). Normalising to 0-1 leaves the float a hair below 0.5; the report then
+    shows IoU 0.5000 beside ACC@0.5 = 0. A tie is ACC@0.5 (IoU >= 0.5), not ACC@0.7."""
+    task = get_task("refcoco")
+    item = {"id": "1-1", "images": ["x.jpg"], "expression": "left", "boxes": [[10, 20, 40, 60]]}
+    geometry = [
+        {"original_width": 100, "original_height": 80, "model_width": 112, "model_height": 84}
+    ]
+    half = task.score(item, "<|box_start|>(100,250),(250,750)<|box_end|>", geometry, "qwen2_vl")
+    assert abs(half.values["IoU"] - 0.5) < 1e-12
+    assert half.values["ACC@0.5"] == 1.0 and half.values["ACC@0.7"] == 0.0
+    whole = task.score(item, "<|box_start|>(100,250),(400,750)<|box_end|>", geometry, "qwen2_vl")
+    assert whole.values["IoU"] == 1.0 and whole.values["ACC@0.9"] == 1.0
