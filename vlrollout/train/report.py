@@ -105,15 +105,7 @@ def write_report(out: Path, cfg: Any = None) -> Path:
         if k.partition("/")[0] in EVAL_PREFIXES and k.partition("/")[2] not in EVAL_COUNTS
     )
     charts = _charts(steps, evals, eval_keys)
-    if evals and evals[-1].get(PRIMARY_KEY) is not None:
-        scored = (
-            f"The {html.escape(held_out_metric(evals))} of <code>vlrollout eval</code> and the "
-            "task's other metrics, over the scored items; a rejected item is counted, not "
-            "scored. <code>vlrollout eval</code> on a saved checkpoint reproduces an evaluation "
-            "(docs/training.md)."
-        )
-    else:
-        scored = "Means over every episode; a rejected episode scores 0."
+    scored = _scored_note(evals)
     columns = (
         "step",
         "reward_mean",
@@ -192,6 +184,19 @@ def _charts(
             {k: _series(f"time/{k}", steps) for k in ("step", "rollout", "update", "weight_sync")},
         ),
     ]
+
+
+def _scored_note(evals: list[dict[str, Any]]) -> str:
+    """What the held-out numbers are averaged over (HTML): episodes of the mean reward, or the
+    items a task scored."""
+    if not evals or evals[-1].get(PRIMARY_KEY) is None:
+        return "Means over every episode; a rejected episode scores 0."
+    return (
+        f"The {html.escape(held_out_metric(evals))} of <code>vlrollout eval</code> and the "
+        "task's other metrics, over the scored items; a rejected item is counted, not "
+        "scored. <code>vlrollout eval</code> on a saved checkpoint reproduces an evaluation "
+        "(docs/training.md)."
+    )
 
 
 def _held_out_chart(evals: list[dict[str, Any]], eval_keys: list[str]) -> str:
