@@ -40,3 +40,14 @@ def test_a_compare_baseline_of_another_task_is_refused_before_any_prediction(tmp
     argv += ["--output", str(out), "--max-new-tokens", "2", "--no-progress", "--bootstrap", "0"]
     assert main([*argv, "--compare", str(baseline)]) == 2
     assert not list(out.glob("predictions/*.json"))
+
+
+def test_a_temperature_without_k_is_not_silently_greedy(tmp_path, capsys):
+    """`--temperature 0.7` with the default `--k 1` decodes greedily and records no temperature:
+    the flag the user typed does nothing. It is refused (exit 2) or at least said."""
+    out = tmp_path / "out"
+    argv = ["eval", "--data", str(_refs(tmp_path, 1)), "--task", "refcoco", "--model", str(TINY)]
+    argv += ["--output", str(out), "--max-new-tokens", "2", "--no-progress", "--bootstrap", "0"]
+    rc = main([*argv, "--temperature", "0.7"])
+    said = capsys.readouterr()
+    assert rc == 2 or "--temperature" in said.out + said.err
