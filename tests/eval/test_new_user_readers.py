@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
@@ -38,3 +39,28 @@ def test_parquet_image_path_struct_resolves_once_with_a_relative_data_path(tmp_p
     monkeypatch.chdir(tmp_path)
     (item,) = load_items("d/t.parquet")
     assert Path(item["images"][0]).resolve() == (tmp_path / "d" / "x.png").resolve()
+
+
+def test_a_dataset_dict_whose_splits_reuse_question_ids_keeps_every_split(tmp_path):
+    """Published sets number `question_id` per split (val 0, 1, ...; test 0, 1, ...). Read as one
+    `DatasetDict`, the second split's rows must not all become `duplicate_id` rejections: every row
+    is an item, ids unique, each with its split."""
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "question_id": datasets.Value("int64"),
+            "question": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+        }
+    )
+
+    def split(n: int) -> datasets.Dataset:
+        columns = {"image": [Image.new("RGB", (8, 8))] * n, "question_id": list(range(n))}
+        columns |= {"question": ["How many?"] * n, "answer": ["1"] * n}
+        return datasets.Dataset.from_dict(columns, features=features)
+
+    datasets.DatasetDict({"val": split(2), "test": split(2)}).save_to_disk(str(tmp_path / "dd"))
+    items = load_items(tmp_path / "dd", prompt="{question}")
+    assert [i.get(LOAD_ERROR) for i in items] == [None] * 4
+    assert len({i["id"] for i in items}) == 4
+    assert sorted(i["split"] for i in items) == ["test", "test", "val", "val"]
