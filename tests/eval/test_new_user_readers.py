@@ -64,3 +64,34 @@ def test_a_dataset_dict_whose_splits_reuse_question_ids_keeps_every_split(tmp_pa
     assert [i.get(LOAD_ERROR) for i in items] == [None] * 4
     assert len({i["id"] for i in items}) == 4
     assert sorted(i["split"] for i in items) == ["test", "test", "val", "val"]
+
+
+def test_a_llava_row_with_an_image_and_no_image_placeholder_is_named_by_file_and_row(tmp_path):
+    """A LLaVA row with `image` but no `<image>` in its turns: either the reader names it (file,
+    row, field) or it places the image; today it passes as an item and is rejected later as a
+    `placeholder_mismatch` whose detail names neither the file nor the row."""
+    _image(tmp_path / "a.jpg")
+    rows = [
+        {
+            "id": "ok",
+            "image": "a.jpg",
+            "conversations": [{"from": "human", "value": "<image>\nColour?"}],
+        },
+        {
+            "id": "bare",
+            "image": "a.jpg",
+            "conversations": [
+                {"from": "human", "value": "What colour is it?"},
+                {"from": "gpt", "value": "red"},
+            ],
+        },
+    ]
+    (tmp_path / "llava.json").write_text(json.dumps(rows))
+    bare = load_items(tmp_path / "llava.json")[1]
+    if LOAD_ERROR in bare:
+        assert "llava.json row 2" in bare[LOAD_ERROR]["detail"]
+        assert "conversations" in bare[LOAD_ERROR]["detail"]
+    else:
+        assert "<image>" in json.dumps(bare["messages"]) or '"image"' in json.dumps(
+            bare["messages"]
+        )
