@@ -37,6 +37,7 @@ AREAL_REFERENCE = "https://github.com/inclusionAI/AReaL/blob/main/docs/en/cli_re
 AREAL_SECTIONS = {
     "cluster": "cluster-specification-configuration",
     "train_dataset": "traindataset-configuration",
+    "valid_dataset": "traindataset-configuration",  # the same DatasetConfig class
     "rollout": "inferenceengine-configuration",
     "gconfig": "generationhyperparameters",
     "actor": "ppoactor-configuration",
