@@ -51,3 +51,22 @@ def test_a_temperature_without_k_is_not_silently_greedy(tmp_path, capsys):
     rc = main([*argv, "--temperature", "0.7"])
     said = capsys.readouterr()
     assert rc == 2 or "--temperature" in said.out + said.err
+
+
+def test_a_rerun_after_the_data_file_changed_does_not_reuse_stale_predictions(tmp_path):
+    """Same command, same --output, but the data file was edited (a new referring expression, so
+    a new prompt): the saved prediction answers the old prompt. docs/eval.md: a setting that shapes
+    the predictions, data included, is refused (exit 2) unless --overwrite; or the item is run
+    again. Reusing it silently scores an answer to another question."""
+    data, out = _refs(tmp_path, 1), tmp_path / "out"
+    argv = ["eval", "--data", str(data), "--task", "refcoco", "--model", str(TINY)]
+    argv += ["--output", str(out), "--max-new-tokens", "2", "--no-progress", "--bootstrap", "0"]
+    assert main(argv) == 0
+    (saved,) = out.glob("predictions/*.json")
+    record = json.loads(saved.read_text())
+    saved.write_text(json.dumps({**record, "completions": ["STALE"]}))
+    row = json.loads(data.read_text())
+    data.write_text(json.dumps({**row, "expression": "the other box"}) + "\n")
+    rc = main(argv)
+    reused = any("STALE" in p.read_text() for p in out.glob("predictions/*.json"))
+    assert rc == 2 or not reused
