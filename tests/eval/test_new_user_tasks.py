@@ -32,3 +32,26 @@ def test_a_box_with_exactly_half_the_overlap_counts_for_acc_at_one_half():
     assert half.values["ACC@0.5"] == 1.0 and half.values["ACC@0.7"] == 0.0
     whole = task.score(item, "<|box_start|>(100,250),(400,750)<|box_end|>", geometry, "qwen2_vl")
     assert whole.values["IoU"] == 1.0 and whole.values["ACC@0.9"] == 1.0
+
+
+def test_answers_as_tables_store_them_are_scored_not_refused():
+    """Columns as parquet/pandas hand them over: a VQA answer column of integers (`2`), a count
+    column that became float because of a null elsewhere (`2.0`), a multiple-choice answer whose
+    text differs from its choice only in case (`"Blue"` for `"blue"`). Each is the answer it
+    reads as; a non-integral count (`2.5`) is still refused."""
+    vqa, count, mc = get_task("vqa"), get_task("count"), get_task("mc")
+    base = {"id": "x", "question": "How many?", "images": ["i.jpg"]}
+    # Three human answers, all "2": each left out leaves two matches, min(1, 2/3).
+    for answer, right in ((2, 1.0), ([2, 2, "2"], 2 / 3)):
+        item = {**base, "answer": answer}
+        assert vqa.check_item(item) is None, answer
+        assert vqa.score(item, "2", [], "qwen2_vl").values["exact_match"] == right
+        assert vqa.score(item, "3", [], "qwen2_vl").values["exact_match"] == 0.0
+    item = {**base, "answer": 2.0}
+    assert count.check_item(item) is None
+    assert count.score(item, "There are 2.", [], "qwen2_vl").values["exact_match"] == 1.0
+    assert count.check_item({**base, "answer": 2.5}) is not None
+    item = {**base, "choices": ["red", "blue"], "answer": "Blue"}
+    assert mc.check_item(item) is None
+    assert mc.score(item, "B", [], "qwen2_vl").values["exact_match"] == 1.0
+    assert mc.score(item, "A", [], "qwen2_vl").values["exact_match"] == 0.0

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from vlrollout.eval.metrics.answers import match_choice_text, vqa_accuracy
+from vlrollout.eval.metrics.answers import match_choice_text, normalize_answer, vqa_accuracy
 from vlrollout.eval.metrics.boxes import (
     MISSED,
     REC_METRICS,
@@ -249,19 +249,29 @@ class CountTask(_TaskBase):
 
     name = "count"
 
+    @staticmethod
+    def _gold(raw: Any) -> int | None:
+        """The true count: an integer, an integral float (a table column with a null becomes
+        float: ``2.0``), or a string holding one."""
+        if isinstance(raw, bool):
+            return None
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float):
+            return int(raw) if raw.is_integer() else None
+        return parse_count(raw) if isinstance(raw, str) else None
+
     def check_item(self, item: dict[str, Any]) -> str | None:
         raw = item.get("answer")
-        gold = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-        if gold is None and isinstance(raw, str):
-            gold = parse_count(raw)
-        if gold is None:
+        if self._gold(raw) is None:
             return f"field 'answer' = {raw!r} is not a count (an integer or a string with one)"
         return _prompt_needs(item, "question", "the question")
 
     def score(
         self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
     ) -> ItemScore:
-        result = CountReward().score("", completion, [], [], answer=item["answer"])
+        gold = self._gold(item["answer"])
+        result = CountReward().score("", completion, [], [], answer=gold)
         return _exact(item, result.value, result.details.get("pred"), result.reason)
 
 
@@ -294,7 +304,11 @@ class ChoiceTask(_TaskBase):
         letter = raw.strip().strip("().").upper()
         if len(letter) == 1 and 0 <= ord(letter) - ord("A") < len(choices):
             return letter
-        return chr(ord("A") + choices.index(raw)) if raw in choices else None
+        if raw in choices:
+            return chr(ord("A") + choices.index(raw))
+        text = normalize_answer(raw)
+        same = [i for i, c in enumerate(choices) if text and normalize_answer(str(c)) == text]
+        return chr(ord("A") + same[0]) if len(same) == 1 else None
 
     def score(
         self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
@@ -317,11 +331,24 @@ class VqaTask(_TaskBase):
 
     name = "vqa"
 
+    @staticmethod
+    def _gold(raw: Any) -> str | list[str] | None:
+        """The human answer(s) as text: strings, or integers as a table column of numeric
+        answers holds them (``2`` is the answer ``"2"``)."""
+
+        def text(value: Any) -> str | None:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return str(value)
+            return value if isinstance(value, str) and value.strip() else None
+
+        if not isinstance(raw, (list, tuple)):
+            return text(raw)
+        answers = [text(a) for a in raw]
+        return answers if answers and None not in answers else None
+
     def check_item(self, item: dict[str, Any]) -> str | None:
         raw = item.get("answer")
-        one = isinstance(raw, str) and raw.strip()
-        many = isinstance(raw, (list, tuple)) and raw and all(isinstance(a, str) for a in raw)
-        if not (one or many):
+        if self._gold(raw) is None:
             return f"field 'answer' = {raw!r} is not an answer string or a list of them"
         return _prompt_needs(item, "question", "the question")
 
@@ -329,7 +356,7 @@ class VqaTask(_TaskBase):
         self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
     ) -> ItemScore:
         answer = answer_region(completion, True).strip()
-        gold = item["answer"] if isinstance(item["answer"], str) else list(item["answer"])
+        gold = self._gold(item["answer"])
         value = vqa_accuracy(answer, gold)
         return _exact(item, value, answer, None if answer else "empty_answer")
 
