@@ -54,3 +54,15 @@ def test_run_on_refcoco_rows_without_a_reward_for_them_names_the_fix(tmp_path, c
     if (out / "summary.json").exists():
         said += json.dumps(json.loads((out / "summary.json").read_text())["rejections"])
     assert "refcoco" in said and "--reward" in said
+
+
+def test_validate_data_on_rows_without_messages_names_the_prompt_flag(tmp_path, capsys):
+    """Question/answer rows (no messages, no implied task; a JSONL, as a save_to_disk folder): each is
+    reported `bad_message: item has no 'messages'`, which does not say that `--prompt
+    '{question}'` (or `vlrollout eval`'s task template) makes them items."""
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    row = {"id": "q1", "images": [str(tmp_path / "a.png")], "question": "How many?", "answer": "1"}
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    assert cli.main(["validate-data", str(data)]) == 1
+    assert "--prompt" in capsys.readouterr().out
