@@ -18,6 +18,7 @@ from vlrollout.readers import read_items
 from vlrollout.readers.rows import check_data_path, read_rows, row_problem
 from vlrollout.readers.sources import (
     LOAD_ERROR,
+    LOAD_REASONS,
     DataFileError,
     resolve_item_sources,
     resolve_source,
@@ -27,6 +28,7 @@ from vlrollout.readers.sources import (
 
 __all__ = [
     "LOAD_ERROR",
+    "LOAD_REASONS",
     "DataFileError",
     "check_data_path",
     "load_items",

@@ -126,6 +126,26 @@ object, an id seen before): ``{"reason": ..., "detail": ...}``. ``vlrollout run`
 that reason like any other bad item (:data:`vlrollout.run.items.BLOCKING`) instead of stopping."""
 
 
+LOAD_REASONS = (
+    "bad_json",
+    "bad_item",
+    "duplicate_id",
+    "missing_field",
+    "bad_box",
+    "bad_row",
+    "image_not_found",
+    "placeholder_mismatch",
+)
+"""Every reason a placeholder carries; all of them block the item in ``vlrollout run``."""
+
+
 def unreadable(item_id: str, reason: str, detail: str) -> dict[str, Any]:
-    """The placeholder item of a row that cannot be an item: ``{"id", LOAD_ERROR: {reason, detail}}``."""
+    """The placeholder item of a row that cannot be an item: ``{"id", LOAD_ERROR: {reason, detail}}``.
+
+    Raises:
+        ValueError: ``reason`` is not one of :data:`LOAD_REASONS` (a reader's bug: the run would
+            not know the reason blocks the item).
+    """
+    if reason not in LOAD_REASONS:
+        raise ValueError(f"placeholder reason {reason!r} is not one of {', '.join(LOAD_REASONS)}")
     return {"id": item_id, LOAD_ERROR: {"reason": reason, "detail": detail}}

@@ -3,10 +3,12 @@ an item reaches a workflow, and what ``vlrollout validate-data`` reports for eve
 
 A problem is ``(reason, detail)``. ``bad_message``, ``bad_images``, ``bad_videos``,
 ``media_field_unsupported`` (a media field nothing reads, e.g. ``audio``), ``placeholder_mismatch``
-(an ``<image>``/``<video>`` without its medium, or a medium without its placeholder) and the
-line-level ``bad_json``, ``bad_item`` and ``duplicate_id`` make the run reject the item (every
-episode of its group, with that reason); ``bad_field`` (a task field such as ``boxes`` of the wrong
-shape) is only reported by ``validate-data``: the reward decides what it can score.
+(an ``<image>``/``<video>`` without its medium, or a medium without its placeholder) and every
+reason of a reader's placeholder item (:data:`~vlrollout.readers.sources.LOAD_REASONS`:
+``bad_json``, ``duplicate_id``, ``missing_field``, ``image_not_found``, ``bad_box``, ...) make the
+run reject the item (every episode of its group, with that reason and the reader's detail);
+``bad_field`` (a task field such as ``boxes`` of the wrong shape) is only reported by
+``validate-data``: the reward decides what it can score.
 ``validate-data`` also opens every video (:func:`video_file_problems`): readable, at least one
 frame, within the size and frame-count caps, with the preprocessor's reasons (``video_decode``,
 ``video_not_found``, ``video_too_large``, ...).
@@ -21,6 +23,7 @@ from typing import Any
 
 from vlrollout.datasets import (
     LOAD_ERROR,
+    LOAD_REASONS,
     check_data_path,
     read_rows,
     resolve_source,
@@ -41,9 +44,7 @@ BLOCKING = (
     "bad_videos",
     "media_field_unsupported",
     "placeholder_mismatch",
-    "bad_json",
-    "bad_item",
-    "duplicate_id",
+    *(reason for reason in LOAD_REASONS if reason != "placeholder_mismatch"),
 )
 
 
