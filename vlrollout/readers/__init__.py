@@ -105,24 +105,31 @@ def _table_items(
     path: Path, fmt: str, mapping: Mapping[str, str] | None
 ) -> Iterator[dict[str, Any]]:
     """Items of a parquet file or a ``save_to_disk`` folder (a ``DatasetDict``'s splits become
-    ``split``; ids from positions are prefixed by the split so splits never collide)."""
+    ``split``).
+
+    Ids: the row's ``id``, else ``question_id``, else its position. A ``DatasetDict`` prefixes
+    position ids by the split (``train-0``), and when it has more than one split it prefixes every
+    id (``test-7``): published sets number their rows per split, so ids repeat across splits."""
     if fmt == "parquet":
-        sources = [(parquet_split(path), str(path), path.parent, parquet_rows(path), False)]
+        sources = [(parquet_split(path), str(path), path.parent, parquet_rows(path))]
     else:
         sources = [
-            (split, str(folder), path, disk_rows(folder), split is not None)
-            for split, folder in disk_splits(path)
+            (split, str(folder), path, disk_rows(folder)) for split, folder in disk_splits(path)
         ]
-    for split, where, base, rows, prefix in sources:
+    every = fmt == "hf_disk" and len(sources) > 1
+    for split, where, base, rows in sources:
+        positions = f"{split}-" if split is not None and fmt == "hf_disk" and not every else ""
+        prefix = f"{split}-" if every else ""
         for index, row in enumerate(rows):
-            default_id = f"{split}-{index}" if prefix else str(index)
+            default_id = f"{positions}{index}"
             try:
                 items = table_items(row, default_id, base, mapping)
             except RowError as e:
                 row_id = row.get("id", row.get("question_id", default_id))
-                yield placeholder(str(row_id), where, index + 1, e)
+                yield placeholder(f"{prefix}{row_id}", where, index + 1, e)
                 continue
             for item in items:
+                item["id"] = f"{prefix}{item['id']}"
                 if split is not None:
                     item.setdefault("split", split)
                 yield item
