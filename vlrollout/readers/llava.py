@@ -5,7 +5,9 @@ The last ``gpt`` turn becomes ``answer`` and the turns before it ``messages`` (`
 ``user``, ``gpt`` -> ``assistant``, ``system`` kept), ``<image>`` placeholders kept; a
 conversation that does not end with ``gpt`` is all ``messages``. ``image`` becomes ``images``
 (paths found by the image-folder rule of :mod:`vlrollout.readers.images`); a row without
-``image`` is a text-only item. Other fields pass through.
+``image`` is a text-only item. Other fields pass through. The turns must hold one ``<image>`` per
+image (LLaVA's training code inserts none where a row has none): a row that does not is named as a
+``placeholder_mismatch`` row.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Any
 from vlrollout.readers.fields import RowError, placeholder
 from vlrollout.readers.images import ImageFolders
 from vlrollout.readers.tables import apply_mapping
+
+IMAGE_TOKEN = "<image>"
+"""LLaVA's image placeholder in a turn's text."""
 
 ROLES = {
     "human": "user",
@@ -68,7 +73,30 @@ def llava_item(
         if not all(isinstance(n, str) and n for n in names):
             raise RowError("missing_field", "image", f"{image!r} is not a path or list of paths")
         item["images"] = [folders.find(n, "image") for n in names]
+    _check_placeholders(turns, len(item.get("images", [])))
     return item
+
+
+def _check_placeholders(turns: list[dict[str, str]], images: int) -> None:
+    """One ``<image>`` per image across the turns, else the row is named here (file, row,
+    field): LLaVA's training code moves a turn's ``<image>`` to the front of that turn but inserts
+    none, so a row whose image has no ``<image>`` has no place for it that LLaVA would agree on.
+
+    Raises:
+        RowError: ``placeholder_mismatch`` naming the counts and the fix.
+    """
+    found = sum(turn["content"].count(IMAGE_TOKEN) for turn in turns)
+    if found != images:
+        fix = (
+            "write '<image>\\n' at the start of the first human turn"
+            if found < images
+            else "drop the extra <image> or list its file in 'image'"
+        )
+        raise RowError(
+            "placeholder_mismatch",
+            "conversations",
+            f"{found} {IMAGE_TOKEN} for the row's {images} image(s) in 'image'; {fix}",
+        )
 
 
 def llava_items(
