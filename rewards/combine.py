@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .registry import task_reward_hint
 from .result import Reward, RewardResult
 
 
@@ -95,7 +96,8 @@ class ByTask(Reward):
     """Route each sample to the reward of its task, read from a ``task_data`` field.
 
     For mixed datasets (counting, grounding and captioning items in one run). An item whose task
-    has no reward raises ``ValueError`` naming the task and the known ones, rather than scoring 0.
+    has no reward raises ``ValueError`` naming the task, the known ones and a reward that scores
+    it (:func:`~vlrollout.rewards.registry.task_reward_hint`), rather than scoring 0.
 
     >>> r = ByTask({"count": lambda *a, **k: 1.0})
     >>> r("p", "3", [], [], task="count")
@@ -121,7 +123,8 @@ class ByTask(Reward):
         task = task_data.get(self.key)
         if task not in self.rewards:
             raise ValueError(
-                f"no reward for {self.key}={task!r}; known tasks: {sorted(self.rewards)}"
+                f"no reward for {self.key}={task!r}; known tasks: {sorted(self.rewards)}; "
+                f"{task_reward_hint(task)}"
             )
         result = score_any(
             self.rewards[task], prompt, completions, prompt_ids, completion_ids, **task_data

@@ -26,6 +26,31 @@ def _caption(metric: str) -> Callable[..., Any]:
     return build
 
 
+def _cider_d(items: list[dict[str, Any]], corpus: Any = None, **kwargs: Any) -> Any:
+    """CIDEr-D with its document frequencies from ``corpus``, else from the items' ``captions``
+    (computed once, so a caption's score does not depend on its batch).
+
+    Raises:
+        ValueError: no ``corpus`` and no item holds reference captions.
+    """
+    from .caption import CaptionReward
+
+    if corpus is None:
+        corpus = [
+            item["captions"]
+            for item in items
+            if isinstance(item.get("captions"), list)
+            and item["captions"]
+            and all(isinstance(c, str) for c in item["captions"])
+        ]
+        if not corpus:
+            raise ValueError(
+                "cider_d scores against the items' reference captions ('captions', a list of "
+                "strings) and no item has any; use another reward, or pass corpus="
+            )
+    return CaptionReward("cider_d", corpus=corpus, **kwargs)
+
+
 def _grounding(metric: str) -> Callable[..., Any]:
     def build(**kwargs: Any) -> Any:
         from .grounding import GroundingReward
@@ -83,7 +108,8 @@ class DatasetReward:
 
 
 BUILTINS: dict[str, Callable[..., Any]] = {
-    "cider_d": _caption("cider_d"),
+    # Document frequencies from the scored items' references (or corpus=), fixed once.
+    "cider_d": DatasetReward(_cider_d),
     "bleu1": _caption("bleu1"),
     "bleu2": _caption("bleu2"),
     "bleu3": _caption("bleu3"),
@@ -116,6 +142,30 @@ BUILTINS: dict[str, Callable[..., Any]] = {
         "vlrollout.tiny.rewards:shapes_task_reward", options=("ground_metric",)
     ),
 }
+
+
+TASK_REWARDS: dict[str, str] = {
+    "refcoco": "iou",
+    "ground": "iou",
+    "caption": "cider_d",
+    "count": "count",
+    "mc": "choice",
+}
+"""A built-in reward that scores each task the readers and the eval tasks name (the fix an
+error suggests when a reward has no route for an item's task)."""
+
+
+def task_reward_hint(task: Any) -> str:
+    """The reward to pass for items of ``task``, as an error's fix.
+
+    >>> task_reward_hint("refcoco")
+    "pass a reward that scores task 'refcoco': --reward iou"
+    """
+    if task in TASK_REWARDS:
+        return f"pass a reward that scores task {task!r}: --reward {TASK_REWARDS[task]}"
+    examples = ", ".join(f"{name} ({t})" for t, name in TASK_REWARDS.items() if t != "ground")
+    what = "items without a task" if task is None else f"task {task!r}"
+    return f"pass a reward that scores {what} with --reward NAME, e.g. {examples}, math"
 
 
 REWARDS: Registry[Callable[..., Any]] = Registry("reward", BUILTINS)

@@ -32,7 +32,9 @@ def no_model(monkeypatch):
 @pytest.fixture
 def data(tmp_path) -> Path:
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps({"id": "a", "messages": "hi", "answer": "x"}) + "\n")
+    # A task the default reward (tiny_task) scores: otherwise the run stops on the reward.
+    item = {"id": "a", "messages": "hi", "answer": "3", "task": "count"}
+    path.write_text(json.dumps(item) + "\n")
     return path
 
 

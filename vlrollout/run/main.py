@@ -10,15 +10,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from areal.api import RolloutWorkflow
 
-from vlrollout.datasets import load_items
+from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
 from vlrollout.errors import ConfigError, Interrupted
+from vlrollout.rewards.combine import ByTask
+from vlrollout.rewards.registry import task_reward_hint
 from vlrollout.run.config import WORKFLOWS, RunConfig
 from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
@@ -37,6 +40,34 @@ def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
         return get_reward(name, items=items)
     except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
         raise ConfigError(f"--reward {name!r}: {str(e).splitlines()[0]}") from None
+
+
+def check_reward_tasks(reward: Any, items: list[dict[str, Any]], name: str) -> None:
+    """Stop before the model loads when ``reward`` routes by task (:class:`ByTask`, such as the
+    default ``tiny_task``) and not one readable item has a task it scores: every episode would be
+    a ``reward_error``. When some items have one, the others are rejected one by one, each with
+    the same fix (:func:`~vlrollout.rewards.registry.task_reward_hint`).
+
+    Raises:
+        ConfigError: naming the reward, its tasks, the items' tasks and the reward to pass.
+    """
+    if not isinstance(reward, ByTask):
+        return
+    tasks = Counter(_task_name(item.get(reward.key)) for item in items if LOAD_ERROR not in item)
+    if not tasks or any(task in reward.rewards for task in tasks):
+        return
+    counted = ", ".join(
+        f"{'no ' + reward.key if task is None else task}: {n} item(s)"
+        for task, n in tasks.most_common()
+    )
+    raise ConfigError(
+        f"--reward {name!r} scores {reward.key} {', '.join(sorted(reward.rewards))} and not one "
+        f"item has one of those ({counted}); {task_reward_hint(tasks.most_common(1)[0][0])}"
+    )
+
+
+def _task_name(task: Any) -> str | None:
+    return task if task is None or isinstance(task, str) else repr(task)
 
 
 def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) -> RolloutWorkflow:
@@ -111,7 +142,8 @@ class Prepared:
 
 
 def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
-    """Every check that needs no model: data, output folder, engine, workflow, reward.
+    """Every check that needs no model: data, output folder, engine, workflow, reward (and that
+    it scores the items' tasks: :func:`check_reward_tasks`).
 
     Raises:
         UsageError: (or a subclass) naming the bad value and the fix.
@@ -127,6 +159,7 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     check_engine(cfg.engine)
     check_workflow(cfg)
     reward = load_reward(cfg.reward, items)
+    check_reward_tasks(reward, items, cfg.reward)
     prepare_output(Path(cfg.output), cfg, overwrite=overwrite)
     return Prepared(items, reward)
 
