@@ -120,6 +120,25 @@ def field_problems(item: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _prompt_hint(item: dict[str, Any]) -> str:
+    """The fix of an item without messages: a prompt template over one of its text fields.
+
+    >>> _prompt_hint({"id": "q1", "question": "How many?"})
+    "pass --prompt TEMPLATE over its fields, e.g. --prompt '{question}' (vlrollout eval applies its task's template)"
+    """
+    text = [
+        k
+        for k, v in item.items()
+        if isinstance(v, str) and k not in ("id", "task", "split", "answer", "solution")
+    ]
+    field = next((k for k in ("question", "expression", "problem") if k in text), None)
+    example = f"{{{field or (text[0] if text else 'question')}}}"
+    return (
+        f"pass --prompt TEMPLATE over its fields, e.g. --prompt '{example}' "
+        "(vlrollout eval applies its task's template)"
+    )
+
+
 def item_problems(item: Any) -> list[tuple[str, str]]:
     """Every ``(reason, detail)`` problem of one item (``[]`` for a good item).
 
@@ -132,7 +151,7 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
     if LOAD_ERROR in item:  # a line load_items could not make an item of
         return [(item[LOAD_ERROR]["reason"], item[LOAD_ERROR]["detail"])]
     if "messages" not in item:
-        return [("bad_message", "item has no 'messages'")]
+        return [("bad_message", f"item has no 'messages': {_prompt_hint(item)}")]
     problems = [("bad_message", p) for p in message_problems(item["messages"])]
     for name in READ_MEDIA:
         media = item.get(name)
