@@ -115,6 +115,7 @@ def test_other_settings_into_the_same_output_are_refused(evaluated, capsys):
         (["--task", "nope"], "--task"),
         (["--address", "127.0.0.1:1"], "--address needs --protocol"),
         (["--k", "2", "--temperature", "0"], "--temperature > 0"),
+        (["--temperature", "0.7"], "--temperature needs --k > 1; --k 1 decodes greedily"),
         (["--box-format", "qwen2vl"], "unknown box format 'qwen2vl'"),
     ],
 )
@@ -193,3 +194,31 @@ def test_box_format_reads_a_fine_tuned_models_boxes_in_the_format_it_was_trained
     # every completion now holds a box (this model's boxes on these images may still be reversed)
     assert not {"no_box", "no_box:points_only"} & set(runs["qwen2_vl"]["unreadable"])
     assert runs["qwen2_vl"]["settings"]["box_format"] == "qwen2_vl"
+
+
+@pytest.mark.parametrize("extra, temperature", [([], 1.0), (["--temperature", "0.5"], 0.5)])
+def test_k_samples_at_the_given_temperature_or_1(extra, temperature):
+    """--temperature has no default of its own (so a typed one with --k 1 is refused, not
+    ignored); --k > 1 samples at 1.0 unless it is given, and the settings record it."""
+    args = build_parser().parse_args(
+        ["--data", "d", "--task", "refcoco", "--model", str(TINY), "--output", "o", "--k", "2"]
+        + extra
+    )
+    predictor, release = build_predictor(args)
+    try:
+        assert predictor.sampled.temperature == temperature
+    finally:
+        release()
+    assert settings_of(args)["temperature"] == temperature
+
+
+def test_a_rerun_after_an_item_changed_says_how_many_were_redone(tmp_path, capsys):
+    data, out = write_refs(tmp_path), tmp_path / "out"
+    extra = ("--limit", "2", "--bootstrap", "0", "--max-new-tokens", "2")
+    assert _eval(data, out, *extra) == 0
+    assert "redone" not in capsys.readouterr().out
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    rows[1]["expression"] = "the other box"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert _eval(data, out, *extra) == 0
+    assert "redone: 1 item(s) whose prompt or image changed" in capsys.readouterr().out

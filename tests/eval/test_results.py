@@ -10,6 +10,7 @@ import pytest
 
 from vlrollout.errors import UsageError
 from vlrollout.eval.results import (
+    check_baseline,
     compare,
     data_sha256,
     format_table,
@@ -123,3 +124,15 @@ def test_read_results_names_a_bad_file(tmp_path):
     (tmp_path / "x.json").write_text("[1]")
     with pytest.raises(UsageError, match="no 'metrics'"):
         read_results(tmp_path / "x.json")
+
+
+def test_check_baseline_refuses_what_compare_cannot_compare():
+    good = _results(0.6, 0.5)
+    check_baseline(good, "refcoco", "base.json")
+    with pytest.raises(UsageError, match=r"--compare base.json: the baseline is task 'caption'"):
+        check_baseline({**good, "task": "caption"}, "refcoco", "base.json")
+    bad_split = {**good, "per_split": {"val": {"items": 2}}}
+    bad_metric = {**good, "metrics": {"ACC@0.5": 0.6}}
+    for bad in (bad_split, bad_metric, {**good, "per_split": [1]}):
+        with pytest.raises(UsageError, match="'metrics' or 'per_split' is not as"):
+            check_baseline(bad, "refcoco", "base.json")

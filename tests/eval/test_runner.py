@@ -14,16 +14,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from vlrollout.datasets import LOAD_ERROR
 from vlrollout.errors import OutputFolderError
 from vlrollout.eval.prediction import Prediction
 from vlrollout.eval.runner import (
     COMPLETION_COUNT,
+    ITEM_KEY,
     NOT_SCORABLE,
     PREDICTIONS,
     SCORE_ERROR,
     evaluate_items,
+    prediction_path,
     prepare_output,
 )
 from vlrollout.eval.tasks import ItemScore
@@ -189,3 +192,36 @@ def test_predictions_without_settings_are_refused(tmp_path):
     _evaluate(ScriptedPredictor({"q0": ["0"]}), _items(1), tmp_path)
     with pytest.raises(OutputFolderError, match="without eval.json"):
         prepare_output(tmp_path, {"task": "exact"})
+
+
+def test_a_rerun_redoes_only_the_items_whose_prompt_or_image_changed(tmp_path):
+    """A prediction answers the prompt and images it was made for: after the data changed, an
+    item with another message or image (or a prediction file without its item's key) runs again
+    and is counted as redone; the unchanged ones, and a subset of them (--limit), resume."""
+    images = [tmp_path / "a.png", tmp_path / "b.png"]
+    for path in images:
+        Image.new("RGB", (8, 8), "white").save(path)
+    items = _items(4)
+    for i, item in enumerate(items):
+        item["messages"] = [{"role": "user", "content": item["question"]}]
+        item["images"] = [str(images[i % 2])]
+    out = tmp_path / "out"
+    _evaluate(ScriptedPredictor({f"q{i}": ["old"] for i in range(4)}), items, out)
+    items[0]["messages"][0]["content"] = "a new question"  # the data file was edited
+    Image.new("RGB", (9, 8), "black").save(images[1])  # q1 and q3 show another image now
+    legacy = prediction_path(out, "q2")
+    record = json.loads(legacy.read_text())
+    del record[ITEM_KEY]
+    legacy.write_text(json.dumps(record))  # no key: not known to answer this item
+    script = {f"q{i}": [str(i)] for i in range(4)}
+    again = ScriptedPredictor(script)
+    result = _evaluate(again, items, out)
+    assert sorted(again.calls) == sorted(result.redone) == ["q0", "q1", "q2", "q3"]
+    assert result.value("exact_match") == 1.0  # the new answers, not the stale ones
+
+    items[2]["messages"][0]["content"] = "changed again"
+    subset = ScriptedPredictor(script)
+    result = _evaluate(subset, [items[0], items[2], items[3]], out)
+    assert subset.calls == ["q2"] and result.redone == ["q2"]
+    resumed = ScriptedPredictor(script)
+    assert _evaluate(resumed, items, out).redone == [] and resumed.calls == []

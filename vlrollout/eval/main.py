@@ -1,7 +1,7 @@
 """``vlrollout eval``: score a model, or a served one, on a dataset with a benchmark task.
 
 Every check that needs no model runs first (the task, the data, the model folder or the server,
-the output folder, the ``--compare`` file); then the model source is built, the items run
+the output folder, the ``--compare`` file and its task); then the model source is built, the items run
 (:func:`vlrollout.eval.runner.evaluate_items`, resumable), and ``results.json``, ``report.html``
 and the printed table come out. Exit status: 0 done, 1 a regression against ``--compare``,
 2 a usage error, 3 no item was scored.
@@ -37,6 +37,7 @@ from vlrollout.eval.prediction import Predictor
 from vlrollout.eval.report import write_report
 from vlrollout.eval.results import (
     DEFAULT_THRESHOLD,
+    check_baseline,
     compare,
     differing_inputs,
     format_table,
@@ -51,6 +52,8 @@ from vlrollout.readers import parse_mapping
 
 PROTOCOLS = ("openai", "sglang", "vllm")
 DEFAULT_MAX_NEW_TOKENS = 128
+DEFAULT_TEMPERATURE = 1.0
+"""The sampling temperature of ``--k > 1`` when ``--temperature`` is not given."""
 
 EPILOG = f"""\
 Against a local model: --model DIR. Against a server: --address HOST:PORT --protocol
@@ -60,8 +63,10 @@ family read from its config.json decides how boxes are parsed). --protocol opena
 /v1/chat/completions server (vLLM, SGLang, `vlrollout serve --protocol vllm`, hosted APIs; the
 key from $OPENAI_API_KEY); sglang and vllm use AReaL's remote engines.
 
-Rerunning the same command resumes (finished items are kept in OUTPUT/predictions/); a rerun with
-other settings into the same --output is refused (--overwrite starts over). --limit may change.
+Rerunning the same command resumes (finished items are kept in OUTPUT/predictions/, each with a
+digest of its prompt and images: an item changed since, an edited data file, runs again and is
+counted as redone); a rerun with other settings into the same --output is refused (--overwrite
+starts over). --limit may change. --temperature is for --k > 1 (default 1.0); --k 1 is greedy.
 
 --compare BASELINE.json exits 1 when a metric (overall or of a split in both) is lower than the
 baseline's by more than --threshold, an absolute difference (default {DEFAULT_THRESHOLD}: one
@@ -98,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--output", required=True, help="output folder (a rerun with the same settings resumes)")
     a("--limit", type=whole_number(1), help="only the first N items")
     a("--k", type=whole_number(1), default=1, help="completions per item (k > 1: sampled, pass@k)")
-    a("--temperature", type=float, default=1.0, help="sampling temperature when --k > 1")
+    a(
+        "--temperature",
+        type=float,
+        help=f"sampling temperature of --k > 1 (default {DEFAULT_TEMPERATURE}); refused with "
+        "--k 1, which decodes greedily",
+    )
     a("--concurrency", type=whole_number(1), default=4, help="items in flight at once")
     a(
         "--max-new-tokens",
@@ -176,10 +186,17 @@ def _check_flags(args: argparse.Namespace) -> None:
             "pass --model DIR: the local model, or with --address the served model's folder "
             "(its processor builds the prompts and its config names the family)"
         )
-    if args.k > 1 and args.temperature <= 0:
+    if args.k == 1 and args.temperature is not None:
+        raise UsageError("--temperature needs --k > 1; --k 1 decodes greedily")
+    if args.k > 1 and temperature(args) <= 0:
         raise UsageError(f"--k {args.k} samples need --temperature > 0, got {args.temperature}")
     if args.threshold < 0:
         raise UsageError(f"--threshold must be >= 0, got {args.threshold}")
+
+
+def temperature(args: argparse.Namespace) -> float:
+    """The sampling temperature of ``--k > 1``: ``--temperature``, else the default."""
+    return DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
 
 
 def check_server(address: str, protocol: str, model: str) -> None:
@@ -226,7 +243,7 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         "served_model": args.served_model,
         "device": args.device if args.protocol is None else None,
         "k": args.k,
-        "temperature": args.temperature if args.k > 1 else None,
+        "temperature": temperature(args) if args.k > 1 else None,
         "max_new_tokens": args.max_new_tokens,
         "seed": args.seed,
         "deterministic": args.deterministic if args.protocol is None else None,
@@ -262,7 +279,10 @@ def plan(args: argparse.Namespace) -> Plan:
         images_root=args.images_root,
         prompt=args.prompt or task.prompt,
     )
-    baseline = read_results(args.compare) if args.compare else None
+    baseline = None
+    if args.compare:
+        baseline = read_results(args.compare)
+        check_baseline(baseline, task.name, args.compare)
     settings = settings_of(args)
     prepare_output(Path(args.output), settings, overwrite=args.overwrite)
     return Plan(args, task, items, settings, baseline, family)
@@ -307,7 +327,7 @@ def build_predictor(args: argparse.Namespace) -> tuple[Predictor, Callable[[], N
             args.model,
             api_key=os.environ.get("OPENAI_API_KEY"),
             max_tokens=args.max_new_tokens,
-            temperature=args.temperature,
+            temperature=temperature(args),
             seed=args.seed,
         )
         return predictor, lambda: None
@@ -322,7 +342,7 @@ def build_predictor(args: argparse.Namespace) -> tuple[Predictor, Callable[[], N
     engine = make_engine(cfg, seed=args.seed, max_concurrent_rollouts=args.concurrency, **kwargs)
     context = _context_length(engine)
     gconfig = GenerationHyperparameters(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature
+        max_new_tokens=args.max_new_tokens, temperature=temperature(args)
     )
     predictor = EnginePredictor(
         engine,
@@ -384,6 +404,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = write_results(output, result, model=args.model, data=args.data, settings=p.settings)
     write_report(output, result, p.items, correct_key=p.task.correct_key, title=str(args.model))
     print(format_table(results))
+    if result.redone:
+        print(
+            f"redone: {len(result.redone)} item(s) whose prompt or image changed since their "
+            "saved predictions were made ran again"
+        )
     print(f"results: {output / 'results.json'}  report: {output / 'report.html'}")
     if not result.scores:
         records = [

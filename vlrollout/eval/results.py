@@ -131,6 +131,40 @@ def read_results(path: str | Path) -> dict[str, Any]:
     return content
 
 
+def check_baseline(baseline: Mapping[str, Any], task: str, path: str | Path = "") -> None:
+    """Refuse a baseline :func:`compare` cannot compare with a run of ``task``: another task, or
+    ``metrics`` or ``per_split`` not shaped as :func:`results_dict` writes them. ``vlrollout
+    eval`` calls it before any model runs, so a wrong ``--compare`` file costs no evaluation.
+
+    Raises:
+        UsageError: naming the file, what is wrong and the fix.
+
+    >>> check_baseline({"task": "caption", "metrics": {}}, "refcoco", "base.json")
+    Traceback (most recent call last):
+    vlrollout.errors.UsageError: --compare base.json: the baseline is task 'caption', this run ...
+    """
+    where = f"--compare {path}".rstrip()
+    if baseline.get("task") != task:
+        raise UsageError(
+            f"{where}: the baseline is task {baseline.get('task')!r}, this run is {task!r}; "
+            "compare results of the same task"
+        )
+    splits = baseline.get("per_split") or {}
+    if not _is_metrics(baseline.get("metrics")) or not (
+        isinstance(splits, dict)
+        and all(isinstance(e, dict) and _is_metrics(e.get("metrics")) for e in splits.values())
+    ):
+        raise UsageError(
+            f"{where}: 'metrics' or 'per_split' is not as vlrollout eval writes them "
+            '({name: {"value", "ci95"}}, {split: {"items", "metrics"}}); pass a results.json of '
+            "vlrollout eval"
+        )
+
+
+def _is_metrics(metrics: Any) -> bool:
+    return isinstance(metrics, dict) and all(isinstance(e, dict) for e in metrics.values())
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, int | float) and math.isfinite(value):
         return f"{value:.4f}"
@@ -205,11 +239,7 @@ def compare(
     >>> compare({"task": "t", "metrics": {"acc": {"value": 0.7}}, "per_split": {}}, base)
     ['acc (all items): baseline 0.8000, now 0.7000 (-0.1000)']
     """
-    if results.get("task") != baseline.get("task"):
-        raise UsageError(
-            f"--compare: the baseline is task {baseline.get('task')!r}, this run is "
-            f"{results.get('task')!r}; compare results of the same task"
-        )
+    check_baseline(baseline, str(results.get("task")))
     pairs = [("all items", baseline["metrics"], results["metrics"])]
     now_splits = results.get("per_split") or {}
     for split, entry in (baseline.get("per_split") or {}).items():

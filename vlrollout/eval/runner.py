@@ -6,8 +6,10 @@
 - ``eval.json``: the settings that shape the results; a rerun with the same ones resumes, with
   others it is refused unless ``--overwrite`` (:func:`prepare_output`), as ``vlrollout run`` does;
 - ``predictions/<name>.json``: one finished item's :class:`~vlrollout.eval.prediction.Prediction`
-  (``<name>`` is :func:`vlrollout.files.item_stem`), written atomically; its presence marks the
-  item done, so a rerun skips it (a rejected prediction, a server error say, is tried again);
+  (``<name>`` is :func:`vlrollout.files.item_stem`) and the :data:`ITEM_KEY` of the item it
+  answers, written atomically. A rerun reuses it only while the item's key is the same, so an item
+  whose prompt or image changed since (an edited data file) runs again, and the others resume; a
+  rejected prediction (a server error, say) is tried again too;
 - ``results.json``, ``scores.jsonl`` and ``report.html`` (:mod:`vlrollout.eval.results`,
   :mod:`vlrollout.eval.report`).
 
@@ -39,6 +41,7 @@ from vlrollout.eval.prediction import Prediction, Predictor
 from vlrollout.eval.tasks import EvalTask, ItemScore
 from vlrollout.files import TEMP_SUFFIX, atomic_write_json, item_stem, remove_temp_files
 from vlrollout.logs import get_logger
+from vlrollout.processors.cache import item_key
 
 logger = get_logger("vlrollout.eval")
 
@@ -53,6 +56,11 @@ COMPLETION_COUNT = "completion_count"
 ``n``, or returned nothing): its samples cannot be averaged with the others'."""
 SCORE_ERROR = "score_error"
 """Reason of a completion the task raised on while scoring (a bug or an item it did not check)."""
+ITEM_KEY = "item_key"
+"""Field of a prediction file: :func:`vlrollout.processors.cache.item_key` of the item it answers
+(a digest of its messages and of each image and video: path, size and modification time of a
+file, the bytes or pixels of an inline one), the key the prepared-prompt cache uses. A prediction
+whose key is not the item's current one answers another prompt and is made again."""
 
 
 @dataclass
@@ -70,6 +78,8 @@ class EvalResult:
             ``details["samples"]`` holds each completion's own score.
         rejections: ``{"id", "reason", "detail"}`` of every item that was not scored.
         predictions: Every run item's :class:`Prediction` (completions, geometry), by id.
+        redone: Ids of the items whose finished prediction in the output folder was made for
+            another version of the item (its prompt or an image changed) and that ran again.
     """
 
     task: str
@@ -80,6 +90,7 @@ class EvalResult:
     scores: list[ItemScore] = field(default_factory=list)
     rejections: list[dict[str, str]] = field(default_factory=list)
     predictions: dict[str, Prediction] = field(default_factory=dict)
+    redone: list[str] = field(default_factory=list)
 
     @property
     def rejected(self) -> dict[str, int]:
@@ -170,18 +181,52 @@ def prediction_path(output: Path, item_id: str) -> Path:
     return output / PREDICTIONS / f"{item_stem(item_id)}.json"
 
 
-def read_predictions(output: Path) -> dict[str, Prediction]:
-    """Every finished prediction in ``output``, by the id stored inside the file."""
-    found: dict[str, Prediction] = {}
+def read_predictions(output: Path) -> dict[str, tuple[Prediction, str | None]]:
+    """Every prediction file in ``output``, by the id stored inside it, with the
+    :data:`ITEM_KEY` it was made for (``None`` when the file has none)."""
+    found: dict[str, tuple[Prediction, str | None]] = {}
     for path in sorted((output / PREDICTIONS).glob("*.json")):
         try:
             data = json.loads(path.read_text())
+            key = data.pop(ITEM_KEY, None)
             prediction = Prediction(**data)
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, AttributeError):
             logger.warning("ignoring unreadable prediction file %s (the item runs again)", path)
             continue
-        found[prediction.id] = prediction
+        found[prediction.id] = (prediction, key if isinstance(key, str) else None)
     return found
+
+
+@dataclass
+class Resume:
+    """What an output folder holds for a set of items.
+
+    Attributes:
+        keys: Each item's :data:`ITEM_KEY`, by id (written beside its new prediction).
+        reused: The finished predictions made for the items as they are now, by id.
+        redone: Ids of the items with a finished prediction made for another version of them
+            (another key, or none): they run again.
+    """
+
+    keys: dict[str, str] = field(default_factory=dict)
+    reused: dict[str, Prediction] = field(default_factory=dict)
+    redone: list[str] = field(default_factory=list)
+
+
+def resume_state(output: Path, items: Sequence[dict[str, Any]]) -> Resume:
+    """The predictions in ``output`` that ``items`` may reuse: finished (not rejected) and made
+    for the item's current :data:`ITEM_KEY`; the ids of those that changed since."""
+    on_disk = read_predictions(output) if (output / PREDICTIONS).is_dir() else {}
+    state = Resume(keys={item["id"]: item_key(item) for item in items})
+    for item in items:
+        prediction, key = on_disk.get(item["id"], (None, None))
+        if prediction is None or prediction.rejection is not None:
+            continue
+        if key == state.keys[item["id"]]:
+            state.reused[item["id"]] = prediction
+        else:
+            state.redone.append(item["id"])
+    return state
 
 
 def refusal(task: EvalTask, item: dict[str, Any]) -> dict[str, str] | None:
@@ -202,14 +247,11 @@ def pending_items(
     task: EvalTask, items: Sequence[dict[str, Any]], output: Path
 ) -> list[dict[str, Any]]:
     """The items an evaluation into ``output`` still has to run: those the task accepts without
-    a finished (not rejected) prediction on disk. Empty: no model is needed to score them."""
-    on_disk = read_predictions(output) if (output / PREDICTIONS).is_dir() else {}
-    return [
-        item
-        for item in items
-        if refusal(task, item) is None
-        and (item["id"] not in on_disk or on_disk[item["id"]].rejection is not None)
-    ]
+    a finished prediction made for them as they are now (:func:`resume_state`). Empty: no model
+    is needed to score them."""
+    runnable = [item for item in items if refusal(task, item) is None]
+    reused = resume_state(output, runnable).reused
+    return [item for item in runnable if item["id"] not in reused]
 
 
 async def predict_items(
@@ -219,26 +261,21 @@ async def predict_items(
     k: int = 1,
     concurrency: int = 4,
     progress: bool = True,
+    resume: Resume | None = None,
 ) -> dict[str, Prediction]:
-    """Predictions of ``items``, at most ``concurrency`` in flight; with ``output``, those
-    already on disk are read instead of run, and each new one is written as it finishes.
+    """Predictions of ``items``, at most ``concurrency`` in flight: ``resume.reused`` as they
+    are, the others run; with ``output``, each new one is written as it finishes, with its
+    item's key from ``resume.keys`` (:func:`resume_state` of ``output``).
 
-    A prediction that was rejected (a server error, an image that would not load) is run again
-    by a rerun; finished ones are not. Cancelling the task stops the items in flight (not
-    written, so a rerun does them).
+    Cancelling the task stops the items in flight (not written, so a rerun does them).
     """
-    done: dict[str, Prediction] = {}
+    resume = resume or Resume()
+    done: dict[str, Prediction] = dict(resume.reused)
     if output is not None:
         remove_temp_files(output)
         (output / PREDICTIONS).mkdir(parents=True, exist_ok=True)
         for leftover in (output / PREDICTIONS).glob(f".*{TEMP_SUFFIX}"):  # a killed run's
             leftover.unlink(missing_ok=True)
-        on_disk = read_predictions(output)
-        done = {
-            item["id"]: on_disk[item["id"]]
-            for item in items
-            if item["id"] in on_disk and on_disk[item["id"]].rejection is None
-        }
     todo = [item for item in items if item["id"] not in done]
     bar = None
     if progress:
@@ -263,7 +300,8 @@ async def predict_items(
                 detail = f"{type(e).__name__}: {e}"
                 prediction = Prediction.rejected(item["id"], "predictor_error", detail)
             if output is not None:
-                atomic_write_json(prediction_path(output, item["id"]), prediction.to_dict())
+                record = {**prediction.to_dict(), ITEM_KEY: resume.keys.get(item["id"])}
+                atomic_write_json(prediction_path(output, item["id"]), record)
             done[item["id"]] = prediction
             if bar is not None:
                 bar.update(1)
@@ -385,7 +423,12 @@ async def aevaluate_items(
             runnable.append(item)
         else:
             rejections.append(refused)
-    predictions = await predict_items(predictor, runnable, output, k, concurrency, progress)
+    resume = None if output is None else await asyncio.to_thread(resume_state, output, runnable)
+    if resume is not None and resume.redone:
+        logger.info(
+            "%d item(s) changed since their predictions were made: run again", len(resume.redone)
+        )
+    predictions = await predict_items(predictor, runnable, output, k, concurrency, progress, resume)
     scores = []
     for item in runnable:
         scored = await asyncio.to_thread(score_item, task, item, predictions[item["id"]], family, k)
@@ -415,6 +458,7 @@ async def aevaluate_items(
         scores=scores,
         rejections=rejections,
         predictions=predictions,
+        redone=resume.redone if resume is not None else [],
     )
 
 
