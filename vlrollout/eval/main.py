@@ -4,7 +4,8 @@ Every check that needs no model runs first (the task, the data, the model folder
 the output folder, the ``--compare`` file and its task); then the model source is built, the items run
 (:func:`vlrollout.eval.runner.evaluate_items`, resumable), and ``results.json``, ``report.html``
 and the printed table come out. Exit status: 0 done, 1 a regression against ``--compare``,
-2 a usage error, 3 no item was scored.
+2 a usage error, 3 no item was scored, 130 (143) stopped by Ctrl-C (SIGTERM; finished
+predictions are kept).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ starts over). --limit may change. --temperature is for --k > 1 (default 1.0); --
 baseline's by more than --threshold, an absolute difference (default {DEFAULT_THRESHOLD}: one
 point of a 0-1 accuracy); every metric is higher-is-better.
 Exit status: 0 done, 1 a regression found by --compare (each one printed), 2 a usage error,
-3 no item was scored (the reasons are printed; results.json and report.html are still written).
+3 no item was scored (the reasons are printed; results.json and report.html are still written),
+130 (143) stopped by Ctrl-C (SIGTERM): finished predictions are kept, rerun to resume.
 Documentation: docs/eval.md.
 """
 
