@@ -70,3 +70,23 @@ def test_a_rerun_after_the_data_file_changed_does_not_reuse_stale_predictions(tm
     rc = main(argv)
     reused = any("STALE" in p.read_text() for p in out.glob("predictions/*.json"))
     assert rc == 2 or not reused
+
+
+def test_a_prompt_template_with_a_stray_brace_is_a_usage_error_naming_the_fix(tmp_path, capsys):
+    """`--prompt 'Locate {expression} {'` is not a template str.format reads: a usage error
+    (exit 2) naming --prompt, not an internal error that exits 1, the status --compare gives a
+    regression."""
+    argv = ["eval", "--data", str(_refs(tmp_path, 1)), "--task", "refcoco", "--model", str(TINY)]
+    argv += ["--output", str(tmp_path / "out"), "--no-progress", "--max-new-tokens", "2"]
+    assert main([*argv, "--prompt", "Locate {expression} {"]) == 2
+    assert "--prompt" in capsys.readouterr().err
+
+
+def test_a_prompt_with_literal_json_braces_is_told_to_double_them(tmp_path, capsys):
+    """A grounding prompt showing the answer format, `{"bbox_2d": [...]}`, reads `"bbox_2d"` as a
+    field; the message must say to write literal braces as `{{` and `}}`, not only to map a column."""
+    argv = ["eval", "--data", str(_refs(tmp_path, 1)), "--task", "refcoco", "--model", str(TINY)]
+    argv += ["--output", str(tmp_path / "out"), "--no-progress", "--max-new-tokens", "2"]
+    prompt = 'Locate {expression}. Answer as {"bbox_2d": [x1, y1, x2, y2]}'
+    assert main([*argv, "--prompt", prompt]) == 2
+    assert "{{" in capsys.readouterr().err
