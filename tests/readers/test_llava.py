@@ -57,3 +57,31 @@ def test_llava_rows_become_items(tmp_path):
     assert items[3][LOAD_ERROR]["reason"] == "image_not_found"
     assert f"{path} row 4: field image: " in items[3][LOAD_ERROR]["detail"]
     assert items[4]["answer"] == "yo" and "images" not in items[4]
+
+
+def test_a_row_whose_turns_do_not_hold_one_image_placeholder_per_image_is_named(tmp_path):
+    # LLaVA's training code moves an existing <image> to its turn's front and inserts none.
+    save_image(tmp_path / "a.jpg", (4, 4))
+    ask = {"from": "human", "value": "Colour?"}
+    rows = [
+        {"id": "ok", "image": "a.jpg", "conversations": [{**ask, "value": "Colour?\n<image>"}]},
+        {
+            "id": "none",
+            "image": "a.jpg",
+            "conversations": [ask, {"from": "gpt", "value": "<image>"}],
+        },
+        {"id": "two", "image": ["a.jpg", "a.jpg"], "conversations": [{**ask, "value": "<image>?"}]},
+        {"id": "extra", "conversations": [{**ask, "value": "<image> Colour?"}]},
+    ]
+    path = write_json(tmp_path / "llava.json", rows)
+    items = {i["id"]: i for i in load_items(path)}
+    assert item_problems(items["ok"]) == []
+    for row, (item_id, found, images) in enumerate(
+        [("none", 0, 1), ("two", 1, 2), ("extra", 1, 0)], 2
+    ):
+        error = items[item_id][LOAD_ERROR]
+        assert error["reason"] == "placeholder_mismatch"
+        detail = (
+            f"{path} row {row}: field conversations: {found} <image> for the row's {images} image"
+        )
+        assert error["detail"].startswith(detail), error["detail"]

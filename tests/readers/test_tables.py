@@ -153,3 +153,36 @@ def test_save_to_disk_folders_dataset_and_dataset_dict(tmp_path):
         ("test-0", "test"),
     ]
     assert items[2]["messages"][0]["content"][1]["text"] == "q2"
+
+
+def test_a_dataset_dict_of_several_splits_prefixes_every_id_by_its_split(tmp_path):
+    # lmms-lab numbers question_id per split: the same ids in val and test are different rows.
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "question_id": datasets.Value("string"),
+            "answer": datasets.Sequence(datasets.Value("string")),
+            "bbox": datasets.Sequence(datasets.Value("float64")),
+        }
+    )
+    image = {"bytes": png((9, 9)), "path": None}
+    rows = {"image": [image] * 2, "question_id": ["7", "8"], "answer": [["a", "b"], ["c"]]}
+    good = datasets.Dataset.from_dict({**rows, "bbox": [[0, 0, 4, 4]] * 2}, features=features)
+    bad = datasets.Dataset.from_dict({**rows, "bbox": [[0, 0, 4, 4], [1, 2]]}, features=features)
+    datasets.DatasetDict({"val": good, "test": bad}).save_to_disk(str(tmp_path / "dd"))
+    items = load_items(tmp_path / "dd")
+    assert [(i["id"], i.get("split")) for i in items] == [
+        ("val-7-0", "val"),
+        ("val-7-1", "val"),
+        ("val-8-0", "val"),
+        ("test-7-0", "test"),
+        ("test-7-1", "test"),
+        ("test-8", None),
+    ]
+    assert items[-1][LOAD_ERROR]["reason"] == "bad_box"
+    assert items[-1][LOAD_ERROR]["detail"].startswith(
+        f"{tmp_path / 'dd' / 'test'} row 2: field bbox"
+    )
+    # One split: its own ids are kept (nothing to collide with).
+    datasets.DatasetDict({"test": good}).save_to_disk(str(tmp_path / "one"))
+    assert [i["id"] for i in load_items(tmp_path / "one")] == ["7-0", "7-1", "8-0"]

@@ -1,0 +1,60 @@
+"""What ``vlrollout run`` does before the model loads with what the readers made: every reader
+placeholder blocks its item under its own reason, and a reward that scores none of the items'
+tasks stops the run naming the reward to pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlrollout.datasets import LOAD_ERROR, LOAD_REASONS
+from vlrollout.errors import ConfigError
+from vlrollout.readers.sources import unreadable
+from vlrollout.rewards.combine import ByTask
+from vlrollout.rewards.registry import get_reward
+from vlrollout.run.items import BLOCKING, item_problems
+from vlrollout.run.main import check_reward_tasks
+
+
+def test_every_reader_placeholder_blocks_its_item_under_its_own_reason():
+    for reason in LOAD_REASONS:
+        item = unreadable("x", reason, "d.json row 2: field image: why")
+        blocking = [(r, d) for r, d in item_problems(item) if r in BLOCKING]
+        assert blocking == [(reason, "d.json row 2: field image: why")], reason
+    with pytest.raises(ValueError, match="placeholder reason 'made_up'"):
+        unreadable("x", "made_up", "d")
+
+
+def _items(*tasks):
+    return [{"id": str(k), "messages": "q", "task": t} for k, t in enumerate(tasks)]
+
+
+def test_a_reward_that_scores_none_of_the_items_tasks_stops_naming_the_reward_to_pass():
+    tiny = get_reward("tiny_task", items=[])
+    bad = unreadable("z", "bad_box", "d row 3: field bbox: why")  # placeholders are not counted
+    with pytest.raises(ConfigError, match=r"count, ground .*\(refcoco: 2 item.*--reward iou$"):
+        check_reward_tasks(tiny, [*_items("refcoco", "refcoco"), bad], "tiny_task")
+    with pytest.raises(ConfigError, match=r"no task: 1 item.*--reward NAME, e\.g\. iou"):
+        check_reward_tasks(tiny, [{"id": "a", "messages": "q"}], "tiny_task")
+    with pytest.raises(ConfigError, match="--reward cider_d"):
+        check_reward_tasks(tiny, _items("caption"), "tiny_task")
+    check_reward_tasks(tiny, _items("refcoco", "count"), "tiny_task")  # some scored: run
+    check_reward_tasks(get_reward("count"), _items("refcoco"), "count")  # not routed by task
+    assert LOAD_ERROR in bad
+
+
+def test_an_item_whose_task_has_no_route_is_rejected_with_the_fix():
+    reward = ByTask({"count": lambda *a, **k: 1.0})
+    with pytest.raises(ValueError, match=r"task='refcoco'.*--reward iou"):
+        reward("p", "3", [], [], task="refcoco")
+
+
+def test_cider_d_takes_its_document_frequencies_from_the_items_captions():
+    captions = [["a red square", "a square"], ["a blue circle"]]
+    items = [{"id": str(k), "captions": c} for k, c in enumerate(captions)] + [{"id": "x"}]
+    from_items = get_reward("cider_d", items=items)
+    given = get_reward("cider_d", corpus=captions)
+    assert from_items.cider.num_docs == 2
+    reference = given("p", "a red square", [], [], captions=captions[0])
+    assert from_items("p", "a red square", [], [], captions=captions[0]) == reference > 0
+    with pytest.raises(ValueError, match="no item has any"):
+        get_reward("cider_d", items=[{"id": "x"}])
