@@ -55,3 +55,16 @@ def test_answers_as_tables_store_them_are_scored_not_refused():
     assert mc.check_item(item) is None
     assert mc.score(item, "B", [], "qwen2_vl").values["exact_match"] == 1.0
     assert mc.score(item, "A", [], "qwen2_vl").values["exact_match"] == 0.0
+
+
+def test_a_true_box_of_strings_or_booleans_is_refused_naming_the_field():
+    """A JSONL written by hand or a CSV export: `"boxes": [["1", "2", "30", "40"]]` or a `true`
+    among the numbers. `vlrollout validate-data` refuses both (4 numbers); the eval task read them
+    as 1.0 and scored against a box the file does not hold. Refused, naming the field `boxes`."""
+    task = get_task("refcoco")
+    item = {"id": "x", "images": ["a.jpg"], "expression": "the dog"}
+    for boxes in ([["1", "2", "30", "40"]], [[True, 2, 30, 40]], ["1", "2", "30", "40"]):
+        why = task.check_item({**item, "boxes": boxes})
+        assert why is not None and "'boxes'" in why, boxes
+    assert task.check_item({**item, "boxes": [[1, 2.5, 30, 40]]}) is None
+    assert task.check_item({**item, "boxes": [1, 2.5, 30, 40]}) is None

@@ -138,6 +138,19 @@ class _TaskBase:
         return f"{type(self).__name__}()"
 
 
+def _numbers_only(boxes: Any) -> bool:
+    """Whether ``boxes`` (one box or a list of them) holds only ints and floats: a string or a
+    boolean coordinate is a data error, never read as a number."""
+    values = boxes if isinstance(boxes, (list, tuple)) else [boxes]
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            if not _numbers_only(value):
+                return False
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+    return True
+
+
 def _box_text(box: Sequence[float]) -> str:
     """A box as the model wrote it, in its frame (``details["frame"]``): ``[161, 119.5, 483, 357]``."""
     return "[" + ", ".join(f"{v:.10g}" for v in box) + "]"
@@ -156,6 +169,11 @@ class RefcocoTask(_TaskBase):
     def check_item(self, item: dict[str, Any]) -> str | None:
         if "boxes" not in item or item["boxes"] is None:
             return "missing field 'boxes' (one [x1, y1, x2, y2] box in original pixels)"
+        if not _numbers_only(item["boxes"]):
+            return (
+                f"field 'boxes' = {item['boxes']!r:.120} holds something other than numbers; "
+                "write the box as [x1, y1, x2, y2] numbers in original pixels"
+            )
         try:
             boxes = label_boxes(item["boxes"], "boxes")
         except ValueError as e:
