@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from vlrollout.datasets import LOAD_ERROR, load_items
+from vlrollout.datasets import LOAD_ERROR, DataFileError, load_items
+from vlrollout.readers import read_all_items
 from vlrollout.readers.prompts import TASK_PROMPTS, PromptFieldError, with_prompt
 
 
@@ -33,3 +34,16 @@ def test_a_prompt_over_a_missing_field_makes_that_item_a_named_placeholder(tmp_p
     assert items[1][LOAD_ERROR]["reason"] == "missing_field"
     assert f"{path} item 2: field question" in items[1][LOAD_ERROR]["detail"]
     assert "messages" not in load_items(path)[0]  # JSONL unchanged without a prompt
+
+
+def test_a_template_str_format_cannot_read_is_refused_naming_prompt_and_doubled_braces(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "expression": "the dog", "choices": ["x"]}) + "\n")
+    for template in ("Locate {expression} {", 'Locate {expression}. Answer {"bbox_2d": [x1]}'):
+        with pytest.raises(DataFileError, match=r"^--prompt .*write a literal brace as \{\{"):
+            load_items(data, prompt=template)
+    (item,) = load_items(data, prompt='Locate {expression}. Answer {{"bbox_2d": [x1]}}')
+    assert item["messages"][0]["content"][-1]["text"] == 'Locate the dog. Answer {"bbox_2d": [x1]}'
+    (bad,) = read_all_items(data, prompt="{choices[3]}")  # per item: a named row, not a crash
+    assert bad[LOAD_ERROR]["reason"] == "missing_field"
+    assert "IndexError" in bad[LOAD_ERROR]["detail"]

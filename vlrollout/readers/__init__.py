@@ -22,7 +22,7 @@ from vlrollout.readers.coco import caption_items, instance_items, load_json
 from vlrollout.readers.fields import RowError, placeholder
 from vlrollout.readers.images import ImageFolders
 from vlrollout.readers.llava import llava_items
-from vlrollout.readers.prompts import TASK_PROMPTS, PromptFieldError, with_prompt
+from vlrollout.readers.prompts import TASK_PROMPTS, PromptFieldError, check_template, with_prompt
 from vlrollout.readers.refcoco import refcoco_items
 from vlrollout.readers.rows import check_data_path, jsonl_items
 from vlrollout.readers.sources import LOAD_ERROR, DataFileError, resolve_item_sources, unreadable
@@ -201,6 +201,8 @@ def read_all_items(
     fmt, data = _detect(path) if fmt is None else (fmt, None)
     if mapping and fmt not in MAPPED:
         raise DataFileError(f"--map applies to {', '.join(MAPPED)} rows, not to {fmt}")
+    if prompt is not None:
+        check_template(prompt)
     root = Path(images_root) if images_root is not None else None
     if fmt == "jsonl":
         items = jsonl_items(path, limit, mapping)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import string
 from typing import Any
 
+from vlrollout.readers.sources import DataFileError
+
 TASK_PROMPTS: dict[str, str] = {
     "refcoco": "Locate {expression} in the image and output its bounding box.",
     "caption": "Provide a one-sentence caption for the provided image.",
@@ -26,8 +28,34 @@ TASK_PROMPTS: dict[str, str] = {
 item's fields, plus ``options``: the item's ``choices`` as lines ``A. text``)."""
 
 
+BRACES = "write a literal brace as {{ or }} (e.g. 'Answer as {{\"bbox_2d\": [x1, y1, x2, y2]}}')"
+"""The fix of a template whose braces are meant as text."""
+
+
 class PromptFieldError(ValueError):
     """A prompt template names a field the item does not have."""
+
+
+def check_template(template: str) -> None:
+    """Refuse a template ``str.format_map`` cannot read, or whose field names are not names (a
+    JSON answer format written with single braces), before any item is read.
+
+    Raises:
+        DataFileError: naming ``--prompt`` and the fix (literal braces doubled).
+
+    >>> check_template('Locate {expression}. Answer as {{"bbox_2d": [...]}}')
+    """
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as e:
+        raise DataFileError(f"--prompt {template!r}: {e}; {BRACES}") from None
+    for name in names:
+        field = name.split(".")[0].split("[")[0]
+        if not field.isidentifier():
+            raise DataFileError(
+                f"--prompt {template!r}: {{{name}}} is not a field name; fields are written "
+                f"{{question}}, {{expression}}, ...; {BRACES}"
+            )
 
 
 def template_fields(template: str) -> list[str]:
@@ -70,9 +98,15 @@ def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
         if fields.get(name) is None:
             raise PromptFieldError(
                 f"field {name}: the prompt template {template!r} reads it and the item has none "
-                "(map a column to it, or pass another prompt)"
+                f"(map a column to it, or pass another prompt; {BRACES})"
             )
-    text = template.format_map(fields)
+    try:
+        text = template.format_map(fields)
+    except (ValueError, LookupError, AttributeError, TypeError) as e:
+        raise PromptFieldError(
+            f"the prompt template {template!r} cannot be filled from the item's fields "
+            f"({type(e).__name__}: {e}); {BRACES}"
+        ) from None
     images = item.get("images") or []
     content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
     return {**item, "messages": [{"role": "user", "content": content}]}
