@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -95,3 +96,22 @@ def test_a_llava_row_with_an_image_and_no_image_placeholder_is_named_by_file_and
         assert "<image>" in json.dumps(bare["messages"]) or '"image"' in json.dumps(
             bare["messages"]
         )
+
+
+def test_a_question_that_places_its_image_with_a_marker_gets_one_placeholder(tmp_path):
+    """EasyR1-style RL rows (geometry3k and most VLM RL sets): `problem` = "<image>Find x." with
+    one image. With `--map question=problem --prompt '{question}'` the model must see the image
+    once, where the marker is; today it gets an image part AND the literal text "<image>"."""
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, format="PNG")
+    row = {"images": [{"bytes": buf.getvalue(), "path": None}], "problem": "<image>Find x."}
+    pq.write_table(pa.Table.from_pylist([{**row, "answer": "3"}]), tmp_path / "geo.parquet")
+    (item,) = load_items(
+        tmp_path / "geo.parquet", mapping={"question": "problem"}, prompt="{question}"
+    )
+    assert LOAD_ERROR not in item
+    content = item["messages"][0]["content"]
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    image_parts = sum(1 for p in parts if isinstance(p, dict) and p.get("type") == "image")
+    markers = sum(p.get("text", "").count("<image>") for p in parts if isinstance(p, dict))
+    assert image_parts + markers == 1
