@@ -90,3 +90,33 @@ def test_a_prompt_with_literal_json_braces_is_told_to_double_them(tmp_path, caps
     prompt = 'Locate {expression}. Answer as {"bbox_2d": [x1, y1, x2, y2]}'
     assert main([*argv, "--prompt", prompt]) == 2
     assert "{{" in capsys.readouterr().err
+
+
+def test_the_report_puts_the_worst_of_equally_failed_items_first(tmp_path):
+    """ACC@0.5 is 0 or 1, so most failed items tie on the headline metric; "worst items first"
+    must then rank them by the other values (IoU), not by file order. Item `near` (IoU 0.4,
+    hand-derived: 160 x 400 over 400 x 400 in 0-1000 units) comes first in the file; item `none`
+    (no box at all) must come first in the report."""
+    Image.new("RGB", (100, 100), "white").save(tmp_path / "a.png")
+    rows = [
+        {
+            "id": i,
+            "images": [str(tmp_path / "a.png")],
+            "expression": "x",
+            "boxes": [[10, 10, 50, 50]],
+        }
+        for i in ("near", "none")
+    ]
+    data = tmp_path / "refs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    argv = ["eval", "--data", str(data), "--task", "refcoco", "--model", str(TINY)]
+    argv += ["--output", str(out), "--max-new-tokens", "2", "--no-progress", "--bootstrap", "0"]
+    assert main(argv) == 0
+    answers = {"near": "<|box_start|>(100,100),(260,500)<|box_end|>", "none": "no idea"}
+    for saved in out.glob("predictions/*.json"):
+        record = json.loads(saved.read_text())
+        saved.write_text(json.dumps({**record, "completions": [answers[record["id"]]]}))
+    assert main(argv) == 0
+    page = (out / "report.html").read_text()
+    assert page.index("<h3>none") < page.index("<h3>near")
