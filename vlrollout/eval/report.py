@@ -2,7 +2,8 @@
 
 At the top the metric table (overall and per split) and the rejected items by reason. Then one
 section per scored item, ordered by the task's primary metric (lowest first, so what went wrong is
-what one sees first): the first image with the true boxes (magenta) and each completion's
+what one sees first; ties, as every failure of a 0-or-1 metric, by the mean of the item's other
+values): the first image with the true boxes (magenta) and each completion's
 predicted boxes in its own colour and number (both in the original image's pixels, as the task
 scored them), the prediction next to the truth (boxes, reference captions or answer), the
 completions as the model wrote them and the item's scores. Then every rejected item with its
@@ -53,6 +54,25 @@ def ranking_metric(
         if name is not None and scores and all(name in s.values for s in scores):
             return name
     return next((name for s in scores for name in s.values), None)
+
+
+def rank_key(score: ItemScore, rank: str | None) -> tuple[float, float]:
+    """Sort key of an item, lowest first: its ``rank`` value, then the mean of its other finite
+    values. A 0-or-1 headline (ACC@0.5, exact_match) ties every failed item; the other values
+    (IoU, the looser thresholds) then put the item with no box before the near miss.
+
+    >>> near = ItemScore("a", "val", {"ACC@0.5": 0.0, "IoU": 0.4}, {})
+    >>> none = ItemScore("b", "val", {"ACC@0.5": 0.0, "IoU": 0.0}, {})
+    >>> rank_key(none, "ACC@0.5") < rank_key(near, "ACC@0.5")
+    True
+    """
+    others = [
+        v
+        for name, v in score.values.items()
+        if name != rank and isinstance(v, int | float) and math.isfinite(v)
+    ]
+    first = score.values.get(rank, math.inf) if rank is not None else math.inf
+    return first, sum(others) / len(others) if others else math.inf
 
 
 def _fmt(value: Any) -> str:
@@ -215,7 +235,7 @@ def write_report(
     by_id = {str(item.get("id")): item for item in items}
     rank = ranking_metric(result.scores, result.primary, correct_key)
     known = [s for s in result.scores if s.id in by_id]
-    ordered = sorted(known, key=lambda s: s.values.get(rank, math.inf))
+    ordered = sorted(known, key=lambda s: rank_key(s, rank))
     sections = [_safe_section(by_id[s.id], s, result) for s in ordered[:pictured]]
     sections.append(rest_table(ordered[pictured:]))
     rejected = ", ".join(f"{html.escape(r)} {n}" for r, n in result.rejected.items())
