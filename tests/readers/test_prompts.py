@@ -47,3 +47,24 @@ def test_a_template_str_format_cannot_read_is_refused_naming_prompt_and_doubled_
     (bad,) = read_all_items(data, prompt="{choices[3]}")  # per item: a named row, not a crash
     assert bad[LOAD_ERROR]["reason"] == "missing_field"
     assert "IndexError" in bad[LOAD_ERROR]["detail"]
+
+
+def test_image_markers_in_the_prompt_text_place_the_images_there(tmp_path):
+    # EasyR1-style rows: the question places its image; the model sees it once, at the marker.
+    item = {"id": "g", "images": ["a.png", "b.png"], "question": "<image>Find x in<image>."}
+    content = with_prompt(item, "{question} Answer briefly.")["messages"][0]["content"]
+    assert content == [
+        {"type": "image"},
+        {"type": "text", "text": "Find x in"},
+        {"type": "image"},
+        {"type": "text", "text": ". Answer briefly."},
+    ]
+    data = tmp_path / "d.jsonl"
+    rows = [{"id": "one", "images": ["a.png"], "question": "<image><image>Same?"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (bad,) = read_all_items(data, prompt="{question}")
+    assert bad[LOAD_ERROR]["reason"] == "placeholder_mismatch"
+    assert (
+        "item 1: the prompt text has 2 <image> for the item's 1 image(s)"
+        in bad[LOAD_ERROR]["detail"]
+    )

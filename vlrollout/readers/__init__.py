@@ -177,7 +177,7 @@ def _finish(items: list[dict[str, Any]], path: Path, fmt: str, prompt: str | Non
                 try:
                     item = with_prompt(item, template)
                 except PromptFieldError as e:
-                    item = unreadable(item["id"], "missing_field", f"{path} item {n}: {e}")
+                    item = unreadable(item["id"], e.reason, f"{path} item {n}: {e}")
             item = resolve_item_sources(item, path if path.is_dir() else path.parent)
         out.append(item)
     return out

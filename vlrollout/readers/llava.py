@@ -16,12 +16,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from vlrollout.processors.messages import IMAGE_PLACEHOLDER
 from vlrollout.readers.fields import RowError, placeholder
 from vlrollout.readers.images import ImageFolders
 from vlrollout.readers.tables import apply_mapping
-
-IMAGE_TOKEN = "<image>"
-"""LLaVA's image placeholder in a turn's text."""
 
 ROLES = {
     "human": "user",
@@ -85,7 +83,7 @@ def _check_placeholders(turns: list[dict[str, str]], images: int) -> None:
     Raises:
         RowError: ``placeholder_mismatch`` naming the counts and the fix.
     """
-    found = sum(turn["content"].count(IMAGE_TOKEN) for turn in turns)
+    found = sum(turn["content"].count(IMAGE_PLACEHOLDER) for turn in turns)
     if found != images:
         fix = (
             "write '<image>\\n' at the start of the first human turn"
@@ -95,7 +93,7 @@ def _check_placeholders(turns: list[dict[str, str]], images: int) -> None:
         raise RowError(
             "placeholder_mismatch",
             "conversations",
-            f"{found} {IMAGE_TOKEN} for the row's {images} image(s) in 'image'; {fix}",
+            f"{found} {IMAGE_PLACEHOLDER} for the row's {images} image(s) in 'image'; {fix}",
         )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
+from vlrollout.processors.messages import IMAGE_PLACEHOLDER
 from vlrollout.readers.sources import DataFileError
 
 TASK_PROMPTS: dict[str, str] = {
@@ -33,7 +34,13 @@ BRACES = "write a literal brace as {{ or }} (e.g. 'Answer as {{\"bbox_2d\": [x1,
 
 
 class PromptFieldError(ValueError):
-    """A prompt template names a field the item does not have."""
+    """A prompt cannot be made of the item: ``reason`` ``missing_field`` (a field the template
+    reads is absent) or ``placeholder_mismatch`` (its ``<image>`` markers do not pair with the
+    item's images)."""
+
+    def __init__(self, message: str, reason: str = "missing_field") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def check_template(template: str) -> None:
@@ -82,10 +89,13 @@ def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
     """``item`` with a user message built from ``template`` when it has no ``messages``.
 
     The message holds one ``{"type": "image"}`` part per entry of ``images`` (in order) and then
-    the text ``template.format_map(fields)``. An item that has ``messages`` is returned unchanged.
+    the text ``template.format_map(fields)``; when that text holds one ``<image>`` marker per
+    image, the image parts stand at the markers instead. An item that has ``messages`` is
+    returned unchanged.
 
     Raises:
-        PromptFieldError: the template names a field the item lacks (the message names it).
+        PromptFieldError: the template names a field the item lacks (the message names it), or
+            the text's ``<image>`` markers are neither 0 nor one per image.
 
     >>> with_prompt({"id": "1", "images": ["a.png"], "expression": "the dog"},
     ...             "Locate {expression}.")["messages"]
@@ -107,6 +117,31 @@ def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
             f"the prompt template {template!r} cannot be filled from the item's fields "
             f"({type(e).__name__}: {e}); {BRACES}"
         ) from None
-    images = item.get("images") or []
-    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+    content = _content(text, len(item.get("images") or []))
     return {**item, "messages": [{"role": "user", "content": content}]}
+
+
+def _content(text: str, images: int) -> list[dict[str, Any]]:
+    """The message parts of a prompt ``text`` for ``images`` images: one image part per image
+    first, or, when the text places them itself with as many ``<image>`` markers (EasyR1-style
+    rows: ``"<image>Find x."``), an image part at each marker.
+
+    Raises:
+        PromptFieldError: ``placeholder_mismatch``, a number of markers other than 0 or ``images``.
+    """
+    markers = text.count(IMAGE_PLACEHOLDER)
+    if markers == 0:
+        return [{"type": "image"} for _ in range(images)] + [{"type": "text", "text": text}]
+    if markers != images:
+        raise PromptFieldError(
+            f"the prompt text has {markers} {IMAGE_PLACEHOLDER} for the item's {images} image(s); "
+            f"write one {IMAGE_PLACEHOLDER} per image where it goes, or none (images first)",
+            "placeholder_mismatch",
+        )
+    parts: list[dict[str, Any]] = []
+    for k, chunk in enumerate(text.split(IMAGE_PLACEHOLDER)):
+        if k:
+            parts.append({"type": "image"})
+        if chunk:
+            parts.append({"type": "text", "text": chunk})
+    return parts
