@@ -66,3 +66,19 @@ def test_validate_data_on_rows_without_messages_names_the_prompt_flag(tmp_path, 
     data.write_text(json.dumps(row) + "\n")
     assert cli.main(["validate-data", str(data)]) == 1
     assert "--prompt" in capsys.readouterr().out
+
+
+def test_validate_data_on_llava_rows_in_a_jsonl_points_at_format_llava(tmp_path, capsys):
+    """LLaVA rows (`image` + `conversations`) saved as .jsonl are read as our items without
+    `--format llava`; the hint then proposes `--prompt '{image}'`. Either the rows are detected
+    as LLaVA (exit 0) or the message says `--format llava`."""
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.jpg")
+    row = {"id": "1", "image": "a.jpg"}
+    row["conversations"] = [
+        {"from": "human", "value": "<image>\nColour?"},
+        {"from": "gpt", "value": "black"},
+    ]
+    data = tmp_path / "llava.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    rc = cli.main(["validate-data", str(data)])
+    assert rc == 0 or "--format llava" in capsys.readouterr().out
