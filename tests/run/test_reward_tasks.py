@@ -58,3 +58,10 @@ def test_cider_d_takes_its_document_frequencies_from_the_items_captions():
     assert from_items("p", "a red square", [], [], captions=captions[0]) == reference > 0
     with pytest.raises(ValueError, match="no item has any"):
         get_reward("cider_d", items=[{"id": "x"}])
+
+
+def test_an_item_without_messages_names_its_fix():
+    (problem,) = item_problems({"id": "1", "image": "a.jpg", "problem": "Find x.", "answer": "3"})
+    assert problem[0] == "bad_message" and "--prompt '{problem}'" in problem[1]
+    llava = {"id": "1", "image": "a.jpg", "conversations": [{"from": "human", "value": "?"}]}
+    assert "--format llava" in item_problems(llava)[0][1]

@@ -121,16 +121,19 @@ def field_problems(item: dict[str, Any]) -> list[str]:
 
 
 def _prompt_hint(item: dict[str, Any]) -> str:
-    """The fix of an item without messages: a prompt template over one of its text fields.
+    """The fix of an item without messages: a prompt template over one of its text fields, or
+    ``--format llava`` for LLaVA rows.
 
     >>> _prompt_hint({"id": "q1", "question": "How many?"})
     "pass --prompt TEMPLATE over its fields, e.g. --prompt '{question}' (vlrollout eval applies its task's template)"
     """
-    text = [
-        k
-        for k, v in item.items()
-        if isinstance(v, str) and k not in ("id", "task", "split", "answer", "solution")
-    ]
+    if "conversations" in item:
+        return (
+            "its 'conversations' are LLaVA turns: pass --format llava (a .jsonl is read as our "
+            "items unless told)"
+        )
+    not_text = ("id", "task", "split", "answer", "solution", "image", "video", "file_name")
+    text = [k for k, v in item.items() if isinstance(v, str) and k not in not_text]
     field = next((k for k in ("question", "expression", "problem") if k in text), None)
     example = f"{{{field or (text[0] if text else 'question')}}}"
     return (
