@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vlrollout.errors import OutputFolderError
 from vlrollout.logs import get_logger
 
 logger = get_logger("vlrollout.files")
@@ -112,3 +113,29 @@ def read_outcomes(output: Path) -> dict[str, dict[str, Any]]:
         if isinstance(outcome, dict) and "id" in outcome:
             found[str(outcome["id"])] = outcome
     return found
+
+
+def check_writable_folder(output: Path) -> None:
+    """Create ``output`` (and its parents) and check a file can be written in it, before any
+    work whose results would go there.
+
+    Raises:
+        OutputFolderError: a parent is a file, or the folder is not writable (naming the fix).
+    """
+    for parent in [output, *output.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputFolderError(
+                    f"output {output}: {parent} is a file, not a folder; pass --output to a folder"
+                )
+            break
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=output, prefix=".write-test.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputFolderError(
+            f"output folder {output} is not writable ({e.strerror or e}); pass --output to a "
+            "folder you can write to"
+        ) from None

@@ -24,8 +24,8 @@ from vlrollout.ledger import EpisodeRejected
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.workflows.episode import EpisodeContext
-from vlrollout.workflows.preparation import FrameSampling, build_preprocessor, load_tokenizer
+from vlrollout.workflows.episode import EpisodeContext, build_context
+from vlrollout.workflows.preparation import FrameSampling
 from vlrollout.workflows.steps import build_request, check_engine_takes_videos, generate
 
 Run = Callable[[PreparedPrompt, list[dict[str, Any]]], Awaitable[Prediction]]
@@ -102,22 +102,16 @@ def episode_context(
     max_prompt_tokens: int | None = None,
 ) -> EpisodeContext:
     """The single-turn workflow's context, built as :class:`EpisodeWorkflow` builds it, without
-    a reward (the evaluator scores with its task)."""
-    tok = load_tokenizer(tokenizer)
-    proc, prep = build_preprocessor(
-        tok,
+    a reward (the evaluator scores with its task), one sample per request."""
+    return build_context(
+        tokenizer,
         processor,
-        preprocessor,
+        gconfig.new(n_samples=1),
+        preprocessor=preprocessor,
         enable_thinking=enable_thinking,
         min_pixels=min_pixels,
         max_pixels=max_pixels,
         frames=frames,
-    )
-    return EpisodeContext(
-        tokenizer=tok,
-        preprocessor=prep,
-        gconfig=gconfig.new(n_samples=1),
-        processor=proc,
         max_prompt_tokens=max_prompt_tokens,
     )
 

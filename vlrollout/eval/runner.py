@@ -24,10 +24,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
 import shutil
 import statistics
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +37,13 @@ from vlrollout.errors import OutputFolderError
 from vlrollout.eval.intervals import bootstrap_interval, pass_at_k
 from vlrollout.eval.prediction import Prediction, Predictor
 from vlrollout.eval.tasks import EvalTask, ItemScore
-from vlrollout.files import TEMP_SUFFIX, atomic_write_json, item_stem, remove_temp_files
+from vlrollout.files import (
+    TEMP_SUFFIX,
+    atomic_write_json,
+    check_writable_folder,
+    item_stem,
+    remove_temp_files,
+)
 from vlrollout.logs import get_logger
 from vlrollout.processors.cache import item_key
 
@@ -123,7 +127,7 @@ def prepare_output(output: Path, settings: Mapping[str, Any], overwrite: bool = 
         OutputFolderError: the folder is a file or not writable, or holds predictions made with
             other settings (each difference named).
     """
-    _check_writable(output)
+    check_writable_folder(output)
     path = output / SETTINGS_FILE
     new = json.loads(json.dumps(dict(settings), default=str))
     if overwrite:
@@ -154,26 +158,6 @@ def prepare_output(output: Path, settings: Mapping[str, Any], overwrite: bool = 
             "--output folder, or --overwrite to delete them"
         )
     atomic_write_json(path, {"settings": new})
-
-
-def _check_writable(output: Path) -> None:
-    for parent in [output, *output.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise OutputFolderError(
-                    f"output {output}: {parent} is a file, not a folder; pass --output to a folder"
-                )
-            break
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=output, prefix=".write-test.", suffix=".tmp")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise OutputFolderError(
-            f"output folder {output} is not writable ({e.strerror or e}); pass --output to a "
-            "folder you can write to"
-        ) from None
 
 
 def prediction_path(output: Path, item_id: str) -> Path:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from vlrollout.errors import OutputFolderError
+from vlrollout.files import check_writable_folder
 
 RUN_FILE = "run.json"
 #: Settings that do not change what an item's results are (resuming with them changed is fine).
@@ -67,26 +67,6 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     ]
 
 
-def _check_writable(output: Path) -> None:
-    for parent in [output, *output.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise OutputFolderError(
-                    f"output {output}: {parent} is a file, not a folder; pass --output to a folder"
-                )
-            break
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=output, prefix=".write-test.", suffix=".tmp")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise OutputFolderError(
-            f"output folder {output} is not writable ({e.strerror or e}); pass --output to a "
-            "folder you can write to"
-        ) from None
-
-
 def _remove_results(output: Path) -> None:
     for name in RUN_OUTPUTS:
         path = output / name
@@ -104,7 +84,7 @@ def prepare_output(output: Path, cfg: Any, overwrite: bool = False) -> None:
         OutputFolderError: the folder is a file or not writable, or holds results of another
             configuration (the message lists the differences).
     """
-    _check_writable(output)
+    check_writable_folder(output)
     run_file = output / RUN_FILE
     new = fingerprint(cfg)
     if overwrite:

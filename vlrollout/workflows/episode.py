@@ -164,6 +164,42 @@ class EpisodeContext:
         return trajectory
 
 
+def build_context(
+    tokenizer: Any,
+    processor: Any,
+    gconfig: GenerationHyperparameters,
+    *,
+    reward: RewardCaller | None = None,
+    preprocessor: Preprocessor | str | dict[str, Any] | None = None,
+    enable_thinking: bool = False,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    frames: FrameSampling | None = None,
+    max_prompt_tokens: int | None = None,
+) -> EpisodeContext:
+    """An :class:`EpisodeContext` from a tokenizer and processor (objects or paths) and the
+    preprocessing settings: how every workflow builds its context, and the evaluator too
+    (``reward=None``: it scores completions with its task, not a reward)."""
+    tok = load_tokenizer(tokenizer)
+    proc, prep = build_preprocessor(
+        tok,
+        processor,
+        preprocessor,
+        enable_thinking=enable_thinking,
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
+        frames=frames,
+    )
+    return EpisodeContext(
+        tokenizer=tok,
+        preprocessor=prep,
+        gconfig=gconfig,
+        reward=reward,
+        processor=proc,
+        max_prompt_tokens=max_prompt_tokens,
+    )
+
+
 class EpisodeWorkflow(RolloutWorkflow):
     """The base of every vlrollout workflow: owns the :class:`EpisodeContext`, checks processor
     parity once, runs ``_episode`` and records the outcome (a bad item or a failed step becomes
@@ -219,22 +255,16 @@ class EpisodeWorkflow(RolloutWorkflow):
         share: str | None = None,
     ) -> None:
         def build() -> EpisodeContext:
-            tok = load_tokenizer(tokenizer)
-            proc, prep = build_preprocessor(
-                tok,
+            return build_context(
+                tokenizer,
                 processor,
-                preprocessor,
+                gconfig,
+                reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
+                preprocessor=preprocessor,
                 enable_thinking=enable_thinking,
                 min_pixels=min_pixels,
                 max_pixels=max_pixels,
                 frames=frames,
-            )
-            return EpisodeContext(
-                tokenizer=tok,
-                preprocessor=prep,
-                gconfig=gconfig,
-                reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
-                processor=proc,
                 max_prompt_tokens=max_prompt_tokens,
             )
 
