@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .registry import task_reward_hint
 from .result import Reward, RewardResult
+from .task_hints import task_reward_hint
 
 
 def reward_name(reward: Callable[..., Any]) -> str:
@@ -97,7 +97,7 @@ class ByTask(Reward):
 
     For mixed datasets (counting, grounding and captioning items in one run). An item whose task
     has no reward raises ``ValueError`` naming the task, the known ones and a reward that scores
-    it (:func:`~vlrollout.rewards.registry.task_reward_hint`), rather than scoring 0.
+    it (:func:`~vlrollout.rewards.task_hints.task_reward_hint`), rather than scoring 0.
 
     >>> r = ByTask({"count": lambda *a, **k: 1.0})
     >>> r("p", "3", [], [], task="count")

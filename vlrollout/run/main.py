@@ -21,7 +21,7 @@ from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
 from vlrollout.errors import ConfigError, Interrupted
 from vlrollout.rewards.combine import ByTask
-from vlrollout.rewards.registry import task_reward_hint
+from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import WORKFLOWS, RunConfig
 from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
@@ -46,7 +46,7 @@ def check_reward_tasks(reward: Any, items: list[dict[str, Any]], name: str) -> N
     """Stop before the model loads when ``reward`` routes by task (:class:`ByTask`, such as the
     default ``tiny_task``) and not one readable item has a task it scores: every episode would be
     a ``reward_error``. When some items have one, the others are rejected one by one, each with
-    the same fix (:func:`~vlrollout.rewards.registry.task_reward_hint`).
+    the same fix (:func:`~vlrollout.rewards.task_hints.task_reward_hint`).
 
     Raises:
         ConfigError: naming the reward, its tasks, the items' tasks and the reward to pass.
