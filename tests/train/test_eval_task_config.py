@@ -5,6 +5,7 @@ user may try for the held-out file are answered with AReaL's ``valid_dataset.pat
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,7 @@ def _config(tmp_path, *settings):
         [
             f"vlrollout.output={tmp_path / 'run'}",
             f"train_dataset.path={train}",
-            "+valid_dataset.type=rl",
-            f"+valid_dataset.path={valid}",
+            f"valid_dataset.path={valid}",
             "+vlrollout.data_map={expression: phrase, boxes: bbox}",
             *settings,
         ],
@@ -52,7 +52,7 @@ def _text(item: dict) -> str:
 
 
 def test_the_held_out_file_is_read_as_vlrollout_eval_reads_it(tmp_path):
-    train, held_out = load_data(_config(tmp_path, "+vlrollout.eval_task=refcoco"))
+    train, held_out = load_data(_config(tmp_path, "vlrollout.eval_task=refcoco"))
     assert [(t["id"], t["expression"], t["boxes"]) for t in train] == [
         ("t0", "the dot", [[1, 1, 5, 5]])
     ]
@@ -64,7 +64,7 @@ def test_the_held_out_file_is_read_as_vlrollout_eval_reads_it(tmp_path):
 
 
 def test_a_prompt_applies_to_both_files_and_without_a_task_bad_rows_are_dropped(tmp_path):
-    train, held_out = load_data(_config(tmp_path, "+vlrollout.prompt='Where is {expression}?'"))
+    train, held_out = load_data(_config(tmp_path, "vlrollout.prompt='Where is {expression}?'"))
     assert [_text(it) for it in train + held_out] == ["Where is the dot?", "Where is a dot?"]
     assert not any(LOAD_ERROR in it for it in held_out)
 
@@ -72,21 +72,31 @@ def test_a_prompt_applies_to_both_files_and_without_a_task_bad_rows_are_dropped(
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("+vlrollout.eval_task=refcocog", "vlrollout.eval_task must be null or one of refcoco, "),
-        ("+vlrollout.data_format=csv", "vlrollout.data_format must be null"),
-        ("+vlrollout.eval_box_format=qwen9", "vlrollout.eval_box_format: unknown box format"),
+        ("vlrollout.eval_task=refcocog", "vlrollout.eval_task must be null or one of refcoco, "),
+        ("vlrollout.data_format=csv", "vlrollout.data_format must be null"),
+        ("vlrollout.eval_box_format=qwen9", "vlrollout.eval_box_format: unknown box format"),
         (
             "vlrollout.eval_path=x.jsonl",
             "the held-out file is AReaL's valid_dataset.path, not vlrollout.eval_path: pass "
             "+valid_dataset.type=rl +valid_dataset.path=FILE",
-        ),
-        (
-            "valid_dataset.path=x.jsonl",
-            "no valid_dataset section to set valid_dataset.path in: pass +valid_dataset.type=rl",
         ),
     ],
 )
 def test_bad_or_misplaced_evaluation_keys_are_one_line_errors(tmp_path, setting, message):
     with pytest.raises(ConfigError) as caught:
         load_config(GROUNDING, [f"vlrollout.output={tmp_path}", setting])
+    assert message in str(caught.value)
+
+
+def test_a_config_without_a_valid_dataset_section_is_told_how_to_add_it(tmp_path):
+    """The recipes carry an empty valid_dataset section; a config of one's own may not, and hydra
+    cannot set a key under a section the file leaves out."""
+    text = Path(GROUNDING).read_text()
+    section = re.search(r"^valid_dataset:.*?\n(?=\S)", text, re.S | re.M)
+    assert section is not None
+    config = tmp_path / "no_valid.yaml"
+    config.write_text(text.replace(section.group(0), ""))
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(config), [f"vlrollout.output={tmp_path}", "valid_dataset.path=x.jsonl"])
+    message = "no valid_dataset section to set valid_dataset.path in: pass +valid_dataset.type=rl"
     assert message in str(caught.value)

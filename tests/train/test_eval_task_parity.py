@@ -75,11 +75,10 @@ def _train_and_evaluate(root: Path, deterministic: bool, *extra: str) -> Run:
         "vlrollout.progress=false",
         f"vlrollout.log_rollouts={HELD_OUT}",
         f"vlrollout.engine.deterministic={str(deterministic).lower()}",
-        "+vlrollout.eval_task=refcoco",
-        "+vlrollout.eval_box_format=qwen2_vl",  # the tiny model writes Qwen2-VL's boxes
-        f"+vlrollout.prompt='{PROMPT}'",
-        "+valid_dataset.type=rl",
-        f"+valid_dataset.path={held_out}",
+        "vlrollout.eval_task=refcoco",
+        "vlrollout.eval_box_format=qwen2_vl",  # the tiny model writes Qwen2-VL's boxes
+        f"vlrollout.prompt='{PROMPT}'",
+        f"valid_dataset.path={held_out}",
         *extra,
     )
     checkpoint = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
