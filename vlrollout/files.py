@@ -11,7 +11,9 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +141,28 @@ def check_writable_folder(output: Path) -> None:
             f"output folder {output} is not writable ({e.strerror or e}); pass --output to a "
             "folder you can write to"
         ) from None
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old → new`` for every setting that differs.
+
+    >>> differences({"group_size": 4, "workflow": "vision"}, {"group_size": 2, "workflow": "vision"})
+    ['group_size: 4 → 2']
+    """
+    keys = sorted(set(old) | set(new))
+    return [
+        f"{k}: {json.dumps(old.get(k))} → {json.dumps(new.get(k))}"
+        for k in keys
+        if old.get(k) != new.get(k)
+    ]
+
+
+def remove_outputs(output: Path, names: Sequence[str]) -> None:
+    """Delete the files and folders ``names`` under ``output`` (what a recipe's ``--overwrite``
+    clears: only what the recipe writes, nothing else in the folder)."""
+    for name in names:
+        path = output / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import shutil
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -41,7 +40,9 @@ from vlrollout.files import (
     TEMP_SUFFIX,
     atomic_write_json,
     check_writable_folder,
+    differences,
     item_stem,
+    remove_outputs,
     remove_temp_files,
 )
 from vlrollout.logs import get_logger
@@ -131,22 +132,13 @@ def prepare_output(output: Path, settings: Mapping[str, Any], overwrite: bool = 
     path = output / SETTINGS_FILE
     new = json.loads(json.dumps(dict(settings), default=str))
     if overwrite:
-        for name in EVAL_OUTPUTS:
-            target = output / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            else:
-                target.unlink(missing_ok=True)
+        remove_outputs(output, EVAL_OUTPUTS)
     elif path.exists():
         try:
             old = json.loads(path.read_text()).get("settings", {})
         except (OSError, ValueError, AttributeError):
             old = {}
-        diff = [
-            f"{k}: {json.dumps(old.get(k))} → {json.dumps(new.get(k))}"
-            for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k)
-        ]
+        diff = differences(old, new)
         if diff:
             raise OutputFolderError(
                 f"output folder {output} holds predictions made with other settings "

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from vlrollout.errors import OutputFolderError
-from vlrollout.files import check_writable_folder
+from vlrollout.files import check_writable_folder, differences, remove_outputs
 
 RUN_FILE = "run.json"
 #: Settings that do not change what an item's results are (resuming with them changed is fine).
@@ -53,29 +52,6 @@ def fingerprint(cfg: Any) -> dict[str, Any]:
     return {k: v for k, v in flat.items() if k not in NOT_RESULT_SHAPING}
 
 
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``key: old → new`` for every setting that differs.
-
-    >>> differences({"group_size": 4, "workflow": "vision"}, {"group_size": 2, "workflow": "vision"})
-    ['group_size: 4 → 2']
-    """
-    keys = sorted(set(old) | set(new))
-    return [
-        f"{k}: {json.dumps(old.get(k))} → {json.dumps(new.get(k))}"
-        for k in keys
-        if old.get(k) != new.get(k)
-    ]
-
-
-def _remove_results(output: Path) -> None:
-    for name in RUN_OUTPUTS:
-        path = output / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-
-
 def prepare_output(output: Path, cfg: Any, overwrite: bool = False) -> None:
     """Make ``output`` ready for ``cfg``: writable, and either new, a resume of the same
     configuration, or cleared by ``overwrite``.
@@ -88,7 +64,7 @@ def prepare_output(output: Path, cfg: Any, overwrite: bool = False) -> None:
     run_file = output / RUN_FILE
     new = fingerprint(cfg)
     if overwrite:
-        _remove_results(output)
+        remove_outputs(output, RUN_OUTPUTS)
     elif run_file.exists():
         try:
             old = json.loads(run_file.read_text()).get("config", {})
