@@ -3,10 +3,10 @@
     python tests/train/async_train_run.py SLEEP_S --config examples/train_grounding.yaml [k=v ...]
 
 Runs the command line's own ``vlrollout train`` with the given arguments. The embedded engine's
-LM head sleeps ``SLEEP_S`` before each call, once per prefill and per decode step: a batch of
-rollouts then outlasts the one second that AReaL's ``prepare_batch`` waits before it submits the
-next batch, which is so under way while the trainer updates. Each batch that
-``actor.prepare_batch`` or ``actor.rollout_batch`` returns is examined before the trainer touches
+LM head sleeps ``SLEEP_S`` before each call, once per prefill and per decode step (0: as fast as
+the tiny model goes): with a sleep, episodes outlast an update, so their tokens carry two weight
+versions. Each batch that
+``AsyncRollouts.next_batch`` or ``actor.rollout_batch`` returns is examined before the trainer touches
 it, and one JSON line is appended to ``OUTPUT/batches.jsonl``:
 
 - ``step`` (the first is 1) and ``version``: the trainer's weight version, about to be updated;
@@ -17,7 +17,8 @@ it, and one JSON line is appended to ``OUTPUT/batches.jsonl``:
   ``vlrollout.save_every=1`` and k = 1: the loop keeps two checkpoints);
 - ``gap_to_start``: the same with the starting weights (how far training moved them).
 
-The loop itself is unchanged: only ``build_rollout_engine`` and ``build_actor`` are wrapped.
+The loop itself is unchanged: only ``build_rollout_engine``, ``build_actor`` and
+``AsyncRollouts.next_batch`` are wrapped.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def main(sleep_s: float, argv: list[str]) -> int:
     from transformers import AutoModelForImageTextToText
 
     from vlrollout import cli
-    from vlrollout.train import session
+    from vlrollout.train import asynchronous, session
 
     out = Path(next(a.split("=", 1)[1] for a in argv if a.startswith("vlrollout.output=")))
     start_path: list[str] = []
@@ -88,36 +89,49 @@ def main(sleep_s: float, argv: list[str]) -> int:
             ).eval()
         return models[version]
 
-    def examined(method, actor):
+    def examine(batch, actor) -> None:
+        version = actor.get_version()
+        record = {
+            "step": version + 1,
+            "version": version,
+            "versions": [
+                t["versions"][row][t["loss_mask"][row].bool()].tolist()
+                for t in batch
+                for row in range(t["versions"].shape[0])
+            ],
+            "gap": {str(v): g for v, g in teacher_forced_gaps(batch, model_for).items()},
+            "gap_to_start": {
+                str(v): g for v, g in teacher_forced_gaps(batch, model_for, False).items()
+            },
+        }
+        with open(out / RECORD, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    actors = []
+
+    def watched_rollout_batch(method):
         def wrapper(*args, **kwargs):
             batch = method(*args, **kwargs)
-            version = actor.get_version()
-            record = {
-                "step": version + 1,
-                "version": version,
-                "versions": [
-                    t["versions"][row][t["loss_mask"][row].bool()].tolist()
-                    for t in batch
-                    for row in range(t["versions"].shape[0])
-                ],
-                "gap": {str(v): g for v, g in teacher_forced_gaps(batch, model_for).items()},
-                "gap_to_start": {
-                    str(v): g for v, g in teacher_forced_gaps(batch, model_for, False).items()
-                },
-            }
-            with open(out / RECORD, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            examine(batch, actors[0])
             return batch
 
         return wrapper
 
     def watched_actor(*args, **kwargs):
         actor = build_actor(*args, **kwargs)
-        actor.prepare_batch = examined(actor.prepare_batch, actor)
-        actor.rollout_batch = examined(actor.rollout_batch, actor)
+        actor.rollout_batch = watched_rollout_batch(actor.rollout_batch)
+        actors.append(actor)
         return actor
 
+    async_batch = asynchronous.AsyncRollouts.next_batch
+
+    def watched_next_batch(self, step):
+        batch, outcome = async_batch(self, step)
+        examine(batch, actors[0])
+        return batch, outcome
+
     session.build_rollout_engine, session.build_actor = slow_engine, watched_actor
+    asynchronous.AsyncRollouts.next_batch = watched_next_batch
     return cli.main(["train", *argv])
 
 

@@ -88,6 +88,33 @@ def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
         _stop(server)
 
 
+@pytest.mark.slow
+def test_asynchronous_training_overlaps_on_a_served_engine(tmp_path):
+    """k = 1 with the rollouts on ``vlrollout serve``: each step's batch was submitted before
+    the previous update, so every step after the first trains tokens one version old."""
+    port = _free_port()
+    server = _serve(port)
+    out = tmp_path / "run"
+    try:
+        _wait_for_health(f"http://127.0.0.1:{port}", server)
+        run_train(
+            out,
+            *SMALL,
+            "total_train_steps=3",
+            "vlrollout.engine.kind=sglang",
+            f"vlrollout.engine.addresses=[127.0.0.1:{port}]",
+            "rollout.max_head_offpolicyness=1",
+            "actor.use_decoupled_loss=true",
+            "vlrollout.eval_every=0",
+            "vlrollout.save_every=3",
+        )
+        steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert [r["staleness_max"] for r in steps] == [0, 1, 1]
+        assert all(r["n_trajectories"] == 4 for r in steps)
+    finally:
+        _stop(server)
+
+
 def _serve(port: int) -> subprocess.Popen:
     """``vlrollout serve`` of the tiny model on ``port`` (SGLang protocol, one thread)."""
     return subprocess.Popen(

@@ -1,16 +1,17 @@
 """Asynchronous rollouts for ``vlrollout train``: ``rollout.max_head_offpolicyness = k > 0``.
 
-With k > 0 a step takes its batch from AReaL's ``actor.prepare_batch``, as AReaL's own
-``PPOTrainer.train`` does. AReaL's ``WorkflowExecutor`` keeps pulling items from a dataloader and
-running episodes (groups of ``gconfig.n_samples``) while the trainer computes logprobs and the PPO
-update; the trainer waits only for what is not finished yet. Its staleness manager admits a new
-episode only while ``accepted + running < (k + version + 1) × consumer_batch_size`` (``version``:
-the engine's weight version), so an episode starts at most k versions before the step that trains
-it when episodes finish in the order they started; one that is overtaken by later ones can be
-trained later than that (AReaL bounds admission, it filters nothing).
-:func:`staleness` measures what was trained, and the loop records it in ``metrics.jsonl``.
-``prepare_batch`` submits the next batch of items each time its wait for results times out (one
-second), so the rollouts overlap the update when a batch takes longer than that to roll out.
+With k > 0 the items of a step are submitted to the engine ``k`` steps before the step that
+trains them, through AReaL's ``WorkflowExecutor`` (the engine's public ``submit``/``wait``), so
+episodes run while the trainer computes logprobs and the PPO update, and the trainer waits only
+for what is not finished yet. When step ``s`` has its batch, the items of steps up to ``s + k``
+are submitted before the update starts: the overlap does not depend on how long a batch takes.
+AReaL's staleness manager admits a submitted episode only while ``accepted + running <
+(k + version + 1) × batch_size`` (``version``: the engine's weight version), so an episode
+starts at most k versions before the step that trains it when episodes finish in the order they
+started; one overtaken by later ones can be trained later than that (AReaL bounds admission, it
+filters nothing). Step ``s`` so trains tokens ``min(s - 1, k)`` versions old when a batch rolls
+out within an update. :func:`staleness` measures what was trained, and the loop records it in
+``metrics.jsonl``.
 
 Weight updates are the on-policy loop's: ``engine.pause()`` (AReaL's executor starts no new
 episode) → ``actor.update_weights`` → ``set_version`` → ``engine.resume()``. Episodes in flight
@@ -18,34 +19,44 @@ carry on with the new weights; each token keeps the version of the weights that 
 
 The pieces here, used by :mod:`vlrollout.train.session` (start) and :mod:`vlrollout.train.step`:
 
-- :class:`StepOrderedItems` and :func:`build_loader`: a torchdata ``StatefulDataLoader`` (what
-  AReaL's ``prepare_batch`` pulls from) over the training items in the order
-  :func:`~vlrollout.train.data.batch_items` gives them, step after step. Its state is saved with
-  each checkpoint (:meth:`AsyncRollouts.state`), so a resumed run pulls the next item the killed
-  one had not pulled yet; episodes in flight when it stopped are not run again.
-- :class:`GuardedLoader`: stops the run with :class:`~vlrollout.ledger.NothingAccepted` when a
-  step has seen a whole step's worth of rejected episodes and no accepted one. AReaL's
-  ``prepare_batch`` would otherwise keep submitting for ever: it returns only once
-  ``batch_size`` groups were accepted, and a rejected group only frees room for another.
+- :class:`StepOrderedItems` and :func:`build_loader`: a torchdata ``StatefulDataLoader`` over
+  the training items in the order :func:`~vlrollout.train.data.batch_items` gives them, step
+  after step. Its state is saved with each checkpoint (:meth:`AsyncRollouts.state`), so a
+  resumed run pulls the next item the killed one had not pulled yet; episodes in flight when it
+  stopped (up to k steps' worth) are not run again, and neither are the items of a batch pulled
+  for a rejected group's replacement and not submitted yet.
+- :class:`GuardedLoader`: hands out the items one at a time and stops the run with
+  :class:`~vlrollout.ledger.NothingAccepted` when a step has seen a whole step's worth of
+  rejected episodes and no accepted one (each rejected group is replaced by the next item, so
+  without it a run whose every episode fails would submit for ever).
+- :class:`AsyncRollouts`: submits ahead and collects each step's accepted groups.
 - :func:`config_warnings`: what the run is told about the rest of the config under k > 0.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from areal.infra.dist_rollout import redistribute_trajectories
+from areal.utils.data import tensor_container_to
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from vlrollout.compat.areal import training_device
 from vlrollout.ledger import NothingAccepted
 from vlrollout.train.data import batch_items
 
 ENDLESS = sys.maxsize
 """Positions of :class:`StepOrderedItems`: epochs follow one another, so there is no last one."""
+
+WAIT_S = 5.0
+"""How long one ``wait`` for a finished group lasts before the trainer asks again (it returns as
+soon as one finishes; nothing is submitted on its account)."""
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -116,7 +127,7 @@ def build_loader(
     state: dict[str, Any] | None = None,
     start: int = 0,
 ) -> StatefulDataLoader:
-    """The ``StatefulDataLoader`` that ``prepare_batch`` pulls the training items from.
+    """The ``StatefulDataLoader`` that :class:`GuardedLoader` pulls the training items from.
 
     Args:
         items: The training items.
@@ -138,16 +149,17 @@ def build_loader(
     return loader
 
 
-# ----------------------------------------------------------------------------- the nothing-accepted stop
+# ----------------------------------------------------------------------------- the items, guarded
 class GuardedLoader:
-    """What ``prepare_batch`` pulls from: ``loader``'s batches, each pulled only while the step
+    """The items of ``loader``'s batches one at a time, each handed out only while the step
     under way has an accepted episode or fewer rejected ones than a step holds.
 
-    ``prepare_batch`` pulls a new batch whenever rejections free room, so when nothing is
-    accepted the next pull comes soon after the step's worth of rejections, and raises.
+    A rejected group is replaced by the next item (:class:`AsyncRollouts`), so when nothing is
+    accepted the next pull comes right after the step's worth of rejections, and raises
+    instead of submitting for ever.
 
     Args:
-        loader: The dataloader (its ``batch_size`` is what ``prepare_batch`` waits for).
+        loader: The dataloader (its ``batch_size`` is a step's number of groups).
         ledger: The training workflow's :class:`~vlrollout.ledger.EpisodeLedger`.
         episodes_per_step: ``batch_size × n_samples``.
     """
@@ -157,6 +169,8 @@ class GuardedLoader:
         self.batch_size = loader.batch_size
         self._step = 0
         self._mark = ledger.mark()
+        self._batches: Iterator[list[dict]] | None = None
+        self._pulled: list[dict] = []  # the rest of the last batch pulled from the loader
 
     def begin(self, step: int) -> None:
         """A new training step (numbered as ``metrics.jsonl`` numbers it) starts waiting."""
@@ -179,54 +193,122 @@ class GuardedLoader:
                 hint="each rejection is logged above as a warning (--debug adds its traceback)",
             )
 
-    def __iter__(self) -> Iterator[list[dict]]:
-        batches = iter(self.loader)
-        while True:
-            self.check()
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            yield batch
+    def next_item(self) -> dict:
+        """The next item in the loader's order (:meth:`check` first).
+
+        Raises:
+            NothingAccepted: See :meth:`check`.
+        """
+        self.check()
+        if not self._pulled:
+            if self._batches is None:
+                self._batches = iter(self.loader)
+            self._pulled = list(next(self._batches))  # StepOrderedItems never ends
+        return self._pulled.pop(0)
 
 
 # ----------------------------------------------------------------------------- the rollouts
+def share_between_ranks(
+    actor: Any, packing: str, groups: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """This rank's part of every rank's ``groups``, as AReaL's ``prepare_batch`` hands it out
+    (``DistRolloutCoordinator``): on the training device, redistributed over the actor's
+    data-parallel group by sequence length with AReaL's ``redistribute_trajectories`` and its
+    allocation ``packing`` (whole groups move; one process keeps them all, padding trimmed).
+    Every rank passes ``batch_size`` groups (AReaL's gather needs equal numbers)."""
+    groups = tensor_container_to(groups, training_device())
+    return redistribute_trajectories(
+        groups, group=actor.data_parallel_group, packing_algorithm=packing
+    ).data
+
+
 @dataclass
 class AsyncRollouts:
-    """The training batches of an asynchronous run, from AReaL's ``actor.prepare_batch``.
+    """The training batches of an asynchronous run, submitted ``k`` steps ahead.
+
+    Each item is submitted with the engine's public ``submit`` (a group of ``group_size``
+    episodes in AReaL's ``GroupedRolloutWorkflow``) and its group collected with ``wait``, the
+    submit/wait pattern AReaL's ``prepare_batch`` recommends for finer control. Before
+    :meth:`next_batch` returns the batch of step ``s``, the items of steps up to ``s + k`` are
+    submitted, so the next batch rolls out while the trainer updates, by construction. AReaL's
+    staleness manager still admits a submitted item only while ``accepted + running <
+    (k + version + 1) × batch_size``, so no episode starts more than ``k`` versions before the
+    step that trains it.
 
     Attributes:
-        actor: AReaL's actor, connected to the engine.
+        engine: This rank's inference engine (``submit``/``wait``/``workflow_executor``).
         workflow: The training workflow (its ``ledger`` counts every episode).
         group_size: Episodes per item (``gconfig.n_samples``).
-        loader: The dataloader ``prepare_batch`` pulls from (:func:`build_loader`).
+        ahead: ``rollout.max_head_offpolicyness`` (k >= 1): steps submitted ahead.
+        loader: The dataloader the items come from (:func:`build_loader`).
         first: Its first position (:class:`StepOrderedItems`), saved with its state.
+        start: Steps completed before this run (the checkpoint resumed from).
+        share: This rank's part of the groups every rank collected (:func:`share_between_ranks`).
     """
 
-    actor: Any
+    engine: Any
     workflow: Any
     group_size: int
+    ahead: int
     loader: StatefulDataLoader
     first: int
+    start: int = 0
+    share: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = list
     guard: GuardedLoader = field(init=False)
+    submitted: int = field(init=False, default=0)  # items submitted by this run
+    replaced: int = field(init=False, default=0)  # rejected groups, each replaced by an item
 
     def __post_init__(self) -> None:
+        if self.ahead < 1:
+            raise ValueError(f"asynchronous rollouts need k >= 1 steps ahead, got {self.ahead}")
         self.guard = GuardedLoader(
             self.loader, self.workflow.ledger, self.loader.batch_size * self.group_size
         )
 
+    @property
+    def batch_size(self) -> int:
+        """Groups per step on this rank."""
+        return self.loader.batch_size
+
     def next_batch(self, step: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The batch of training step ``step`` (the first is 1) and the ledger's record of the
-        episodes that finished while the trainer waited for it.
+        episodes that finished while the trainer waited for it; on return the items of steps
+        up to ``step + k`` are submitted.
 
         Raises:
             NothingAccepted: See :class:`GuardedLoader`.
         """
         self.guard.begin(step)
-        batch = self.actor.prepare_batch(
-            self.guard, workflow=self.workflow, group_size=self.group_size
-        )
-        return batch, self.guard.outcome()
+        self.submit_through(step)
+        groups = self.collect()
+        self.submit_through(step + self.ahead)
+        return self.share(groups), self.guard.outcome()
+
+    def submit_through(self, step: int) -> None:
+        """Submit items until the steps up to ``step`` have theirs (a rejected group's
+        replacement counts for the step it was rejected in)."""
+        while self.submitted - self.replaced < (step - self.start) * self.batch_size:
+            self.submit_one()
+
+    def submit_one(self) -> None:
+        """Submit the next item's group (:meth:`GuardedLoader.next_item`)."""
+        item = self.guard.next_item()
+        self.engine.submit(item, workflow=self.workflow, group_size=self.group_size)
+        self.submitted += 1
+
+    def collect(self) -> list[dict[str, Any]]:
+        """``batch_size`` accepted groups, the earliest submitted first (AReaL's ``wait``
+        returns the earliest created of those finished); each rejected group is replaced by
+        the next item."""
+        groups: list[dict[str, Any]] = []
+        while len(groups) < self.batch_size:
+            for group in self.engine.wait(1, timeout=WAIT_S, raise_timeout=False):
+                if group is None:
+                    self.replaced += 1
+                    self.submit_one()
+                else:
+                    groups.append(group)
+        return groups
 
     def state(self) -> dict[str, Any]:
         """The loader's position, for the checkpoint (``build_loader(state=...)`` restores it)."""
@@ -241,9 +323,11 @@ def start(
     *,
     batch_size: int,
     group_size: int,
+    ahead: int,
     seed: int,
     start_step: int,
     state: dict[str, Any] | None,
+    packing: str = "ffd",
 ) -> AsyncRollouts:
     """Asynchronous rollouts from ``start_step`` on (resumed from ``state`` when saved).
 
@@ -255,7 +339,16 @@ def start(
     if start_step:
         engine.workflow_executor.staleness_manager.on_version_recovered(start_step)
     first = state["first"] if state is not None else start_step * batch_size
-    return AsyncRollouts(actor, workflow, group_size, loader, first)
+    return AsyncRollouts(
+        engine,
+        workflow,
+        group_size,
+        ahead,
+        loader,
+        first,
+        start=start_step,
+        share=functools.partial(share_between_ranks, actor, packing),
+    )
 
 
 # ----------------------------------------------------------------------------- measuring

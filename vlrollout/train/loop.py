@@ -9,9 +9,9 @@ ours; the other modules add data (:mod:`vlrollout.train.data`), rewards, the rol
 
 The batch: with ``rollout.max_head_offpolicyness = 0`` (on-policy), ``actor.rollout_batch`` of the
 step's items (AReaL's ``WorkflowExecutor`` running our vision workflow on the engine,
-``gconfig.n_samples`` episodes per item), the trainer idle meanwhile; with k > 0, AReaL's
-``actor.prepare_batch``, whose episodes keep running while the trainer updates, at most k weight
-versions behind it (:mod:`vlrollout.train.asynchronous`).
+``gconfig.n_samples`` episodes per item), the trainer idle meanwhile; with k > 0,
+the step's items submitted k steps ahead, whose episodes keep running while the trainer updates,
+at most k weight versions behind it (:mod:`vlrollout.train.asynchronous`).
 """
 
 from __future__ import annotations

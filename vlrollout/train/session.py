@@ -286,9 +286,11 @@ def start_rollouts(
         ranks.share(train_items),
         batch_size=cfg.train_dataset.batch_size // ranks.world,
         group_size=cfg.gconfig.n_samples,
+        ahead=offpolicy,
         seed=cfg.seed,
         start_step=ckpt.step if ckpt is not None else 0,
         state=saved[ranks.rank] if saved else None,
+        packing=packing_algorithm(cfg),
     )
     logger.info("asynchronous rollouts, at most %d weight versions behind", offpolicy)
     return rollouts

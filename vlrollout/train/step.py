@@ -84,7 +84,8 @@ def next_batch(s: Session, step: int) -> tuple[Batch, dict[str, Any], dict[str, 
 
     On-policy the step's items (:func:`~vlrollout.train.data.batch_items`, this rank's share)
     are rolled out now, with ``vlrollout.dynamic_sampling`` topped up until enough groups have
-    reward spread; asynchronously the batch comes from AReaL's ``prepare_batch``.
+    reward spread; asynchronously the batch comes from
+    :meth:`~vlrollout.train.asynchronous.AsyncRollouts.next_batch`, submitted k steps ahead.
     """
     cfg = s.cfg
     if s.rollouts is not None:
