@@ -11,7 +11,9 @@ run of a benchmark, kept for what it measured).
 
 A per-step table longer than :data:`LONG_TABLE_ROWS` rows (the sampled reward at every step) is not
 printed: the region shows it as an SVG line chart, written to ``docs/results/charts/`` by the same
-run, and links the record that holds every row.
+run, and links the record that holds every row. A record whose ``numbers`` hold ``charts`` (chart
+specs: a title, axis labels and series of points, as ``bench/bench_scaling.py`` writes) gets each
+drawn as a log-log SVG chart there too, shown after its tables.
 
 Nothing outside the regions changes, and rendering an already rendered page gives it back
 unchanged. A region without a record is an error: a number with no command behind it does not
@@ -35,6 +37,7 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 from record import RESULTS, Record, Table, read  # noqa: E402
+from scaling_charts import loglog_chart  # noqa: E402
 
 from vlrollout.charts import line_chart  # noqa: E402
 
@@ -75,6 +78,16 @@ def is_long(table: Table) -> bool:
 def chart_path(name: str, index: int) -> Path:
     """Where the chart of table ``index`` (0-based) of record ``name`` is written."""
     return CHARTS / f"{name.replace('/', '-')}-{index + 1}.svg"
+
+
+def curve_path(name: str, index: int) -> Path:
+    """Where chart spec ``index`` (0-based) of record ``name``'s ``numbers["charts"]`` is drawn."""
+    return CHARTS / f"{name.replace('/', '-')}-curve-{index + 1}.svg"
+
+
+def curve_specs(rec: Record) -> list[dict]:
+    """The record's chart specs (``numbers["charts"]``), none for most records."""
+    return list(rec.numbers.get("charts") or [])
 
 
 def _link(target: Path, page: Path) -> str:
@@ -157,6 +170,10 @@ def render_record(rec: Record, page: Path = README, name: str | None = None) -> 
         render_long_table(rec, i, page, name) if is_long(t) else render_table(t)
         for i, t in enumerate(rec.tables)
     ]
+    parts += [
+        f"![{escape(spec['title'])}]({_link(curve_path(name, i), page)})"
+        for i, spec in enumerate(curve_specs(rec))
+    ]
     parts += [escape(n) for n in rec.notes]
     parts.append("Last line: " + escape(rec.headline))
     return "\n\n".join(parts) + "\n"
@@ -205,6 +222,8 @@ def charts(text: str, records: Mapping[str, Record]) -> dict[Path, str]:
         for i, table in enumerate(records[name].tables):
             if is_long(table):
                 out[chart_path(name, i)] = chart(table)
+        for i, spec in enumerate(curve_specs(records[name])):
+            out[curve_path(name, i)] = loglog_chart(spec)
     return out
 
 

@@ -1,0 +1,276 @@
+"""Cost as the work grows: engine, ``generate``, prepared prompts, ``vlrollout serve`` and the
+trainer, from the tiny model to a Qwen2-VL-2B shape, 64 to 4,096 image tokens, groups of 1 to 16
+and 1 to 4 images per prompt.
+
+Shapes (``scaling_shapes.py``): random weights in real transformers configurations: the tiny
+model, about 20 M and 100 M parameters (Qwen2-VL class), a SmolVLM-256M shape (Idefics3 class)
+and a Qwen2-VL-2B shape in bfloat16 (engine and ``generate`` on one point: as much as 2 shared
+cores allow). Each is saved once under ``/tmp/vlrollout-scaling-models`` (keyed by its config).
+
+Each shape is measured along three axes around a base point (image tokens per image, group size,
+images per prompt; ``PLANS``), and every shape at (64 tokens, its base group, 1 image) makes the
+model-size axis. Per point (``scaling_points.py``, one process per shape and side so each side's
+peak memory is its own): engine and ``generate`` tokens/s, prefill and decode time, peak
+resident memory, images the vision tower encoded; the prompt prepared for the group (seconds,
+preparations, bytes); ``vlrollout serve`` latency (``scaling_serve.py``); and the trainer's GRPO
+step by phase and its peak memory with ``encode_images_once`` against the per-copy reference
+(``scaling_trainer.py``). ``scaling_growth.py`` fits the growth exponent of every cost against
+every axis and flags those above their expected order.
+
+Goals (worst case first in the headline): engine/``generate`` tokens/s >= 1.0 at every point;
+engine peak memory <= ``generate``'s + 10 %; one preparation and one image encoding per group;
+the trainer's peak memory with ``encode_images_once`` below the per-copy reference at every
+group size.
+
+    .venv/bin/python bench/bench_scaling.py             # ~25 min on 2 shared CPU cores
+    .venv/bin/python bench/bench_scaling.py --quick     # the tiny model, a few points, for tests
+    .venv/bin/python bench/bench_scaling.py --device cuda   # the same on a GPU (absolute numbers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import record
+import scaling_growth as growth
+import scaling_report as report
+from scaling_shapes import DEFAULT_CACHE, SHAPES, build_model, parameter_count, shape
+
+BENCH = Path(__file__).resolve().parent
+MAX_BATCH = 16
+AXES = ("tokens", "group", "images")
+
+PLANS: dict[str, dict[str, Any]] = {
+    # base point, the values of each axis, new tokens per sample, paths measured
+    "tiny": {
+        "base": {"tokens": 256, "group": 4, "images": 1},
+        "tokens": [64, 256, 1024, 4096],
+        "group": [1, 2, 4, 8, 16],
+        "images": [1, 2, 4],
+        "new_tokens": 8,
+        "paths": ["engine", "generate", "serve"],
+    },
+    "20m": {
+        "base": {"tokens": 256, "group": 4, "images": 1},
+        "tokens": [64, 256, 1024],
+        "group": [1, 4, 16],
+        "images": [1, 2, 4],
+        "new_tokens": 8,
+        "paths": ["engine", "generate", "serve"],
+    },
+    "100m": {
+        "base": {"tokens": 64, "group": 4, "images": 1},
+        "tokens": [64, 256, 1024],
+        "group": [1, 4, 16],
+        "images": [1, 2, 4],
+        "new_tokens": 4,
+        "paths": ["engine", "generate", "serve"],
+    },
+    "smolvlm-256m": {
+        "base": {"tokens": 64, "group": 4, "images": 1},
+        "tokens": [64, 320, 1088],
+        "group": [1, 4, 16],
+        "images": [1, 2],
+        "new_tokens": 4,
+        "paths": ["engine", "generate"],
+    },
+    "qwen2vl-2b": {
+        "base": {"tokens": 64, "group": 4, "images": 1},
+        "tokens": [64],
+        "group": [4],
+        "images": [1],
+        "new_tokens": 4,
+        "paths": ["engine", "generate"],
+    },
+}
+QUICK: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "base": {"tokens": 64, "group": 2, "images": 1},
+        "tokens": [64, 256],
+        "group": [1, 2],
+        "images": [1, 2],
+        "new_tokens": 4,
+        "paths": ["engine", "generate", "serve"],
+    }
+}
+SERVE_NOTE = (
+    "vlrollout serve runs its folder's processor on the images it receives, so Idefics3 token "
+    "counts other than the folder's (320 a square image) cannot be sent to it; smolvlm-256m and "
+    "the 2B shape have no serve points."
+)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def specs(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The points of one shape: each axis swept from the base point (small to large), the base
+    point once per axis, and the size-axis point (64 tokens, base group, 1 image)."""
+    out = []
+    for axis in AXES:
+        for x in plan[axis]:
+            out.append({**plan["base"], axis: x, "axis": axis, "new_tokens": plan["new_tokens"]})
+    size = {**plan["base"], "tokens": 64, "images": 1, "axis": "size"}
+    out.append({**size, "new_tokens": plan["new_tokens"]})
+    return out
+
+
+def job(name: str, side: str, folder: Path, params: int, plan: dict, args) -> dict[str, Any]:
+    return {
+        "side": side,
+        "shape": name,
+        "folder": str(folder),
+        "dtype": shape(name).dtype,
+        "device": args.device,
+        "threads": args.threads,
+        "max_batch": MAX_BATCH,
+        "params": params,
+        "points": specs(plan),
+    }
+
+
+def run_side(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """One side of one shape in its own process; its last stdout line holds the points."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "scaling_points.py"), json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=None,
+        text=True,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("POINTS ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"{spec['side']} on {spec['shape']} failed (exit {proc.returncode}): "
+            f"{proc.stdout[-1500:]}"
+        )
+    return json.loads(lines[-1].removeprefix("POINTS "))
+
+
+def run_shape(name: str, plan: dict, args, failures: list[str]) -> list[dict[str, Any]]:
+    """Every path of one shape: the sides one after another (at once with ``--quick``)."""
+    from scaling_serve import serve_points
+
+    start = time.perf_counter()
+    folder = build_model(shape(name), args.cache)
+    params = parameter_count(folder)
+    log(
+        f"{name}: {params / 1e6:.1f} M parameters in {folder} ({time.perf_counter() - start:.0f} s)"
+    )
+    paths = [p for p in plan["paths"] if p in args.paths]
+    jobs = {p: job(name, p, folder, params, plan, args) for p in paths}
+
+    def one(path: str) -> list[dict[str, Any]]:
+        try:
+            if path == "serve":
+                serve_job = {**jobs[path], "points": [s for s in jobs[path]["points"]]}
+                return serve_points(serve_job, log=log)
+            return run_side(jobs[path])
+        except (RuntimeError, TimeoutError, OSError) as e:
+            failures.append(f"{path} on {name}: {e}")
+            log(f"FAILED {path} on {name}: {e}")
+            return []
+
+    if args.quick:
+        with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:
+            results = list(pool.map(one, paths))
+    else:
+        results = [one(p) for p in paths]
+    log(f"{name}: done in {time.perf_counter() - start:.0f} s")
+    return [p for r in results for p in r]
+
+
+def trainer(args, failures: list[str]) -> list[dict[str, Any]]:
+    """H6's trainer points (``scaling_trainer.trainer_points``), or none with the reason noted."""
+    try:
+        from scaling_trainer import trainer_points
+    except ImportError as e:
+        failures.append(f"trainer points: bench/scaling_trainer.py not importable ({e})")
+        return []
+    plans = QUICK if args.quick else PLANS
+    shapes = [s for s in SHAPES if s.name in plans and s.name in args.shapes and s.trainable]
+    groups = sorted({g for n in plans if n in args.shapes for g in plans[n]["group"]})
+    start = time.perf_counter()
+    try:
+        points = list(trainer_points(shapes, groups, quick=args.quick, device=args.device))
+    except Exception as e:  # noqa: BLE001  (the other paths' record is kept; the reason is noted)
+        failures.append(f"trainer points failed: {type(e).__name__}: {e}")
+        return []
+    log(f"trainer: {len(points)} points in {time.perf_counter() - start:.0f} s")
+    return points
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the tiny model, a few points (< 1 min)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads per process (default 1 on the CPU: on cores shared with other "
+        "processes more threads wait on each other; the device's default on a GPU)",
+    )
+    p.add_argument("--shapes", nargs="*", default=None, help="shape names (default: all)")
+    p.add_argument(
+        "--paths",
+        nargs="*",
+        default=["engine", "generate", "serve", "train"],
+        help="paths to measure (default: engine generate serve train)",
+    )
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where shapes are saved")
+    record.add_record_dir(p)
+    args = p.parse_args(argv)
+    plans = QUICK if args.quick else PLANS
+    args.shapes = args.shapes or list(plans)
+    unknown = [n for n in args.shapes if n not in plans]
+    if unknown:
+        p.error(f"no plan for shape(s) {unknown}; known: {list(plans)}")
+    if args.threads is None and args.device == "cpu":
+        args.threads = 1
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error(f"--device {args.device}: torch sees no CUDA device here")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    run = record.Run("scaling", argv)
+    plans = QUICK if args.quick else PLANS
+    failures: list[str] = []
+    points: list[dict[str, Any]] = []
+    for name in args.shapes:  # small to large: the 2B shape runs last, alone
+        points += run_shape(name, plans[name], args, failures)
+    if "train" in args.paths:
+        points += trainer(args, failures)
+    fits = growth.fits(points)
+    params = {p["shape"]: p["x"] for p in points if p["axis"] == "size"}
+    tables, headline, numbers, notes = report.summarise(points, fits, failures, params)
+    notes.append(SERVE_NOTE)
+    numbers["plans"] = {n: plans[n] for n in args.shapes}
+    numbers["device"] = args.device
+    for table in tables:
+        print(table.text(), end="\n\n")
+    for note in notes:
+        print(note)
+    print(headline)
+    mode = "default" if not args.quick else "quick: the tiny model, 2 values an axis, sides at once"
+    if args.shapes != list(PLANS) and not args.quick:
+        mode = f"shapes {' '.join(args.shapes)} only"
+    rec = run.record(tables, headline, numbers, mode=mode, notes=notes)
+    record.write(rec, args.record_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""One side of the scaling benchmark in its own process: the engine, or transformers ``generate``.
+
+``bench_scaling.py`` starts this once per (shape, side) with a JSON job on the command line; it
+loads the shape's folder, runs every point of the job and prints one line ``POINTS <json>`` last
+(progress goes to stderr). Each side has its own process, so neither side's allocations, caches
+or threads are in the other's peak memory.
+
+For one point (``tokens`` image tokens per image, ``images`` images per prompt, a group of
+``group`` samples of ``new_tokens`` tokens each, temperature 1):
+
+- **prompt** (engine process): a fresh ``PreparedPromptCache`` acquires the item once per group
+  member, concurrently, as a GRPO group's episodes do: seconds for the whole group, how many
+  preparations ran (the cache's misses: 1 when the group shares one) and the prepared bytes.
+- **engine**: the group's requests (``build_request``, the workflows' request builder) sent at
+  once to a ``LocalInferenceEngine``; **generate**: one processor batch of the prompt and
+  ``model.generate(num_return_sequences=group)``, what a user writes instead. ``time/total`` is
+  the group's wall time; ``time/prefill`` the time until the group's first tokens exist (the
+  engine: the latest time-to-first-token of the group's responses; ``generate``: a streamer's
+  second call, the first after the prompt); ``time/decode`` the rest, and
+  ``time/decode_per_token`` that over ``new_tokens - 1`` steps.
+- **peak_rss**: the process's peak resident memory during the full run (``/proc/self/status``
+  VmHWM, reset before the run after freeing what earlier points left), and ``peak_rss_extra``:
+  that peak above the resident memory just before the run (the model and libraries loaded).
+  On CUDA also ``peak_device`` (``torch.cuda.max_memory_allocated``).
+- **images_encoded**: images the vision tower encoded during the full run (rows it saw over rows
+  per image), which is 1 per distinct image when a group's prefill shares the encoding.
+
+    .venv/bin/python bench/scaling_points.py '{"side": "engine", "shape": "tiny", ...}'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from areal.api.cli_args import GenerationHyperparameters
+from scaling_shapes import image_for_tokens, processor_kwargs, shape
+
+from vlrollout.engine import LocalInferenceEngine
+from vlrollout.processors import AutoProcessorPreprocessor, PreparedPromptCache
+from vlrollout.processors.cache import prepared_nbytes
+from vlrollout.workflows.steps import build_request
+
+QUESTION = "Describe the picture in one sentence."
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak() -> int:
+    """Free what earlier points left, reset the peak to the current resident memory and return
+    it (bytes). ``clear_refs`` 5 resets VmHWM (Linux 4.0 and later)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    return _status_kib("VmRSS") * 1024
+
+
+def peak_rss() -> int:
+    return _status_kib("VmHWM") * 1024
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+def item(shape_name: str, tokens: int, images: int) -> dict[str, Any]:
+    """A data item of ``images`` distinct pictures of ``tokens`` image tokens each."""
+    s = shape(shape_name)
+    return {
+        "messages": [{"role": "user", "content": "<image>" * images + QUESTION}],
+        "images": [image_for_tokens(s, tokens, seed=j) for j in range(images)],
+    }
+
+
+def preprocessor(processor: Any, shape_name: str, tokens: int) -> AutoProcessorPreprocessor:
+    return AutoProcessorPreprocessor(
+        processor, processor_kwargs=processor_kwargs(shape(shape_name), tokens)
+    )
+
+
+async def prepare_group(pre: AutoProcessorPreprocessor, data: dict, group: int):
+    """The group's ``acquire`` calls at once on a fresh cache: (seconds, preparations, prompt)."""
+    cache = PreparedPromptCache(pre)
+    start = time.perf_counter()
+    got = await asyncio.gather(*(cache.acquire(data) for _ in range(group)))
+    seconds = time.perf_counter() - start
+    for key, _ in got:
+        cache.release(key)
+    return seconds, cache.misses, got[0][1]
+
+
+class VisionCounter:
+    """Counts the rows the vision tower sees (Qwen2-VL: patches; Idefics3: tiles)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        inner = getattr(model, "model", model)
+        self.module = getattr(inner, "visual", None) or getattr(inner, "vision_model", None)
+        self.rows = 0
+        self._handle = None
+
+    def __enter__(self) -> VisionCounter:
+        def pre(_module, args, kwargs):
+            first = args[0] if args else next(iter(kwargs.values()))
+            self.rows += int(first.shape[0])
+
+        if self.module is not None:
+            self._handle = self.module.register_forward_pre_hook(pre, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+
+
+def rows_per_image(prepared) -> float:
+    """Vision-tower rows per image of a prepared prompt."""
+    mm = prepared.multi_modal_input
+    rows = mm["pixel_values"].shape[0]
+    if mm["pixel_values"].dim() == 5:  # Idefics3: [batch, tiles, 3, H, W]
+        rows = mm["pixel_values"].shape[1] * mm["pixel_values"].shape[0]
+    return rows / max(1, prepared.num_images)
+
+
+# -- the two sides --------------------------------------------------------------------------------
+
+
+def gconfig(new_tokens: int) -> GenerationHyperparameters:
+    return GenerationHyperparameters(
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens, greedy=False, temperature=1.0
+    )
+
+
+class EngineSide:
+    def __init__(self, model, processor, device: str, max_batch: int) -> None:
+        self.processor = processor
+        self.engine = LocalInferenceEngine(
+            model, processor, device=device, max_batch_size=max_batch
+        ).initialize()
+        self.model = self.engine.model
+
+    def run(self, prepared, group: int, new_tokens: int) -> tuple[float, float]:
+        """(total seconds, seconds to the group's first tokens)."""
+        reqs = [
+            build_request(prepared, gconfig(new_tokens), self.processor.tokenizer)
+            for _ in range(group)
+        ]
+
+        async def go() -> tuple[float, float]:
+            start = time.perf_counter()
+            resps = await asyncio.gather(*(self.engine.agenerate(r) for r in reqs))
+            return time.perf_counter() - start, max(r.ttft for r in resps)
+
+        return asyncio.run(go())
+
+    def close(self) -> None:
+        self.engine.destroy()
+
+
+class StepClock:
+    """A ``generate`` streamer that only notes when it is called: once with the prompt, then once
+    per sampled step."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+class GenerateSide:
+    def __init__(self, model, processor, device: str, max_batch: int) -> None:
+        self.model, self.processor, self.device = model.to(device).eval(), processor, device
+
+    def run(self, batch: dict, group: int, new_tokens: int) -> tuple[float, float]:
+        """(total seconds, seconds to the first sampled tokens)."""
+        pad = self.processor.tokenizer.pad_token_id
+        clock = StepClock()
+        start = time.perf_counter()
+        with torch.no_grad():
+            self.model.generate(
+                **batch,
+                num_return_sequences=group,
+                do_sample=True,
+                top_k=0,
+                top_p=1.0,
+                temperature=1.0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=pad,
+                streamer=clock,
+            )
+        end = time.perf_counter()
+        first = clock.times[1] if len(clock.times) > 1 else end
+        return end - start, first - start
+
+    def close(self) -> None:
+        pass
+
+
+def generate_batch(pre: AutoProcessorPreprocessor, prepared, data: dict, device: str) -> dict:
+    """The processor's batch of one prompt (the same chat-templated text and images), as a
+    user builds it before calling ``generate``."""
+    out = pre.processor(
+        text=[prepared.prompt_text],
+        images=[data["images"]],
+        return_tensors="pt",
+        **pre.processor_kwargs,
+    )
+    return {k: v.to(device) for k, v in out.items()}
+
+
+# -- one point ------------------------------------------------------------------------------------
+
+
+def point(path: str, job: dict, spec: dict, metric: str, value: float, unit: str) -> dict:
+    fixed = {k: spec[k] for k in ("tokens", "group", "images", "new_tokens") if k != spec["axis"]}
+    return {
+        "path": path,
+        "shape": job["shape"],
+        "axis": spec["axis"],
+        "x": spec[spec["axis"]] if spec["axis"] != "size" else job["params"],
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        "fixed": fixed,
+    }
+
+
+def measure(side, job: dict, spec: dict, pre, data: dict) -> list[dict]:
+    """Every metric of one point on one side."""
+    name = job["side"]
+    out: list[dict] = []
+    seconds, prepares, prepared = asyncio.run(prepare_group(pre, data, spec["group"]))
+    if name == "engine":
+        out += [
+            point("prompt", job, spec, "time/prepare_group", seconds, "s"),
+            point("prompt", job, spec, "prepares_per_group", prepares, "count"),
+            point("prompt", job, spec, "bytes", prepared_nbytes(prepared), "B"),
+        ]
+    inputs = prepared if name == "engine" else generate_batch(pre, prepared, data, job["device"])
+    group, new = spec["group"], spec["new_tokens"]
+    before = reset_peak()
+    with VisionCounter(side.model) as counter:
+        total, prefill = side.run(inputs, group, new)
+    peak = peak_rss()
+    decode = max(total - prefill, 0.0)
+    out += [
+        point(name, job, spec, "time/total", total, "s"),
+        point(name, job, spec, "tokens_per_s", group * new / total, "tok/s"),
+        point(name, job, spec, "time/prefill", prefill, "s"),
+        point(name, job, spec, "time/decode", decode, "s"),
+        point(name, job, spec, "time/decode_per_token", decode / max(1, new - 1), "s"),
+        point(name, job, spec, "peak_rss", peak, "B"),
+        point(name, job, spec, "peak_rss_extra", max(peak - before, 0), "B"),
+        point(name, job, spec, "images_encoded", counter.rows / rows_per_image(prepared), "count"),
+    ]
+    if torch.cuda.is_available() and job["device"].startswith("cuda"):
+        out.append(point(name, job, spec, "peak_device", torch.cuda.max_memory_allocated(), "B"))
+    return out
+
+
+def load(job: dict):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    folder = Path(job["folder"])
+    model = AutoModelForImageTextToText.from_pretrained(
+        folder, dtype=getattr(torch, job["dtype"]), local_files_only=True
+    )
+    processor = AutoProcessor.from_pretrained(folder, local_files_only=True)
+    return model, processor
+
+
+def run_job(job: dict) -> list[dict]:
+    """Load the shape, warm up on the smallest point, then measure every point in order."""
+    if job.get("threads"):
+        torch.set_num_threads(job["threads"])
+    model, processor = load(job)
+    cls = EngineSide if job["side"] == "engine" else GenerateSide
+    side = cls(model, processor, job["device"], job["max_batch"])
+    points: list[dict] = []
+    try:
+        pres: dict[int, AutoProcessorPreprocessor] = {}
+        specs = job["points"]
+        warm = min(specs, key=lambda s: (s["tokens"] * s["images"], s["group"]))
+        for spec in [{**warm, "warmup": True}, *specs]:
+            pre = pres.setdefault(
+                spec["tokens"], preprocessor(processor, job["shape"], spec["tokens"])
+            )
+            data = item(job["shape"], spec["tokens"], spec["images"])
+            start = time.perf_counter()
+            measured = measure(side, job, spec, pre, data)
+            if not spec.get("warmup"):
+                points += measured
+            log(
+                f"  {job['side']:8s} {job['shape']:12s} {spec['axis']:6s} tokens={spec['tokens']} "
+                f"group={spec['group']} images={spec['images']}: "
+                f"{time.perf_counter() - start:.1f} s"
+                + (" (warm-up)" if spec.get("warmup") else "")
+            )
+    finally:
+        side.close()
+    return points
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        raise SystemExit("usage: scaling_points.py JOB_JSON")
+    points = run_job(json.loads(argv[0]))
+    print("POINTS " + json.dumps(points), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

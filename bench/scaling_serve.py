@@ -1,0 +1,151 @@
+"""Request latency of a ``vlrollout serve`` process, for the scaling benchmark.
+
+One server per shape (``python -m vlrollout.cli serve --model FOLDER``, SGLang protocol, its own
+process); the client prepares each point's prompt with the folder's processor and sends what
+AReaL's SGLang client sends (``input_ids`` and base64 PNG ``image_data``, which the server decodes
+and runs through its processor). Per point: one warm-up request, then ``REPEATS`` rounds of the
+group's requests sent at once; ``serve/latency`` is the median round's wall time (the group's last
+response), ``serve/latency_per_request`` that over the group size.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests as http
+
+REPO = Path(__file__).resolve().parents[1]
+REPEATS = 2
+STARTUP_S = 300
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``vlrollout serve`` on ``folder`` in a child process, stopped on exit."""
+
+    def __init__(self, folder: Path, device: str, max_batch: int, threads: int | None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "vlrollout.cli",
+            "serve",
+            "--model",
+            str(folder),
+            "--port",
+            str(self.port),
+            "--device",
+            device,
+            "--max-batch-size",
+            str(max_batch),
+            *(["--threads", str(threads)] if threads else []),
+        ]
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> Server:
+        self.proc = subprocess.Popen(
+            self.cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + STARTUP_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vlrollout serve exited: {self.proc.stderr.read()[-2000:]}")
+            try:
+                if http.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except http.ConnectionError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"vlrollout serve did not answer /health within {STARTUP_S} s")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def payload(prepared: Any, new_tokens: int) -> dict[str, Any]:
+    return {
+        "input_ids": list(prepared.input_ids),
+        "image_data": list(prepared.image_data),
+        "sampling_params": {
+            "max_new_tokens": new_tokens,
+            "temperature": 1.0,
+            "ignore_eos": True,
+        },
+        "return_logprob": True,
+        "stream": False,
+    }
+
+
+def round_trip(url: str, body: dict[str, Any], group: int) -> float:
+    """Seconds until all ``group`` copies of ``body`` sent at once have their responses."""
+
+    def one() -> None:
+        r = http.post(f"{url}/generate", json=body, timeout=600)
+        r.raise_for_status()
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(group) as pool:
+        for fut in [pool.submit(one) for _ in range(group)]:
+            fut.result()
+    return time.perf_counter() - start
+
+
+def serve_points(job: dict[str, Any], log=print) -> list[dict[str, Any]]:
+    """Latency points of ``job`` (the same job dict the engine side gets) through one server."""
+    from scaling_points import item, point, preprocessor
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with Server(Path(job["folder"]), job["device"], job["max_batch"], job["threads"]) as server:
+        out: list[dict[str, Any]] = []
+        warmed = False
+        for spec in job["points"]:
+            pre = preprocessor(server_processor(job), job["shape"], spec["tokens"])
+            prepared = pre.prepare(item(job["shape"], spec["tokens"], spec["images"]))
+            body = payload(prepared, spec["new_tokens"])
+            if not warmed:
+                round_trip(server.url, body, 1)
+                warmed = True
+            times = [round_trip(server.url, body, spec["group"]) for _ in range(REPEATS)]
+            latency = statistics.median(times)
+            out += [
+                point("serve", job, spec, "latency", latency, "s"),
+                point("serve", job, spec, "latency_per_request", latency / spec["group"], "s"),
+            ]
+            log(
+                f"  serve    {job['shape']:12s} {spec['axis']:6s} tokens={spec['tokens']} "
+                f"group={spec['group']} images={spec['images']}: {latency:.2f} s"
+            )
+    return out
+
+
+_PROCESSORS: dict[str, Any] = {}
+
+
+def server_processor(job: dict[str, Any]) -> Any:
+    """The folder's processor (what the server loads), loaded once per folder."""
+    from transformers import AutoProcessor
+
+    folder = job["folder"]
+    if folder not in _PROCESSORS:
+        _PROCESSORS[folder] = AutoProcessor.from_pretrained(folder, local_files_only=True)
+    return _PROCESSORS[folder]

@@ -1,0 +1,143 @@
+"""The scaling benchmark (bench/bench_scaling.py): its quick run writes a record of the contract's
+points, growth exponents that match a refit of those points, goals and chart specs; the results
+page renders its charts from the record alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(REPO / "scripts"))
+
+import render_readme_numbers as render  # noqa: E402
+from bench_scaling import PLANS, specs  # noqa: E402
+from record import Record, Table  # noqa: E402
+from scaling_growth import exponent  # noqa: E402
+
+POINT_KEYS = {"path", "shape", "axis", "x", "metric", "value", "unit", "fixed"}
+
+
+def _quick(tmp_path: Path, *extra: str) -> tuple[list[str], dict]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_scaling.py"),
+            "--quick",
+            "--record-dir",
+            str(tmp_path),
+            "--paths",
+            "engine",
+            "generate",
+            "serve",
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    return lines, json.loads((tmp_path / "scaling.json").read_text())
+
+
+def _check_record(lines: list[str], rec: dict) -> None:
+    assert rec["headline"] == lines[-1] and rec["mode"].startswith("quick")
+    numbers = rec["numbers"]
+    points = numbers["points"]
+    assert points and all(set(p) == POINT_KEYS for p in points)
+    assert {p["path"] for p in points} == {"engine", "generate", "prompt", "serve"}
+    assert {p["axis"] for p in points} == {"tokens", "group", "images", "size"}
+    # Every group prepared its prompt once; the engine encoded each image once per group while
+    # generate encoded one copy per sample.
+    assert numbers["goals"]["once_per_group"]["prepared_once"]
+    encoded = {
+        (p["path"], p["axis"], p["x"]): p["value"]
+        for p in points
+        if p["metric"] == "images_encoded" and p["axis"] == "group"
+    }
+    assert encoded["engine", "group", 2] == 1 and encoded["generate", "group", 2] == 2
+    # The recorded exponents are the least-squares slopes of the recorded points.
+    fit = next(
+        f
+        for f in numbers["fits"]
+        if (f["path"], f["metric"], f["axis"]) == ("engine", "time/total", "tokens")
+    )
+    series = sorted(
+        (p["x"], p["value"])
+        for p in points
+        if (p["path"], p["metric"], p["axis"]) == ("engine", "time/total", "tokens")
+    )
+    assert fit["exponent"] == pytest.approx(
+        exponent([x for x, _ in series], [y for _, y in series]), abs=1e-3
+    )
+    assert [f for f in numbers["fits"] if f["flagged"]] == numbers["flags"]
+    assert numbers["charts"] and all(c["series"] for c in numbers["charts"][:3])
+    assert numbers["largest"]["engine"]["shape"] == "tiny"
+    assert "worst engine/generate" in rec["headline"]
+
+
+@pytest.mark.slow
+def test_quick_run_writes_the_contracts_points_exponents_goals_and_charts(tmp_path):
+    lines, rec = _quick(tmp_path)
+    _check_record(lines, rec)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_quick_run_on_cuda(tmp_path):
+    lines, rec = _quick(tmp_path, "--device", "cuda")
+    _check_record(lines, rec)
+    assert any(p["metric"] == "peak_device" for p in rec["numbers"]["points"])
+
+
+def test_every_axis_is_swept_from_the_base_point_and_every_shape_has_the_size_point():
+    for name, plan in PLANS.items():
+        points = specs(plan)
+        for axis in ("tokens", "group", "images"):
+            swept = [p for p in points if p["axis"] == axis]
+            assert [p[axis] for p in swept] == plan[axis], name
+            others = {k: v for k, v in plan["base"].items() if k != axis}
+            assert all(all(p[k] == v for k, v in others.items()) for p in swept), name
+        (size,) = [p for p in points if p["axis"] == "size"]
+        assert (size["tokens"], size["images"]) == (64, 1), name
+
+
+def test_a_record_with_chart_specs_renders_them_as_charts_under_its_tables(tmp_path):
+    spec = {
+        "title": "Seconds per group",
+        "x": "group size",
+        "y": "s",
+        "series": {"tiny engine": [[1, 0.5], [4, 1.0]], "tiny generate": [[1, 0.6], [4, 2.0]]},
+    }
+    rec = Record(
+        "scaling",
+        "cmd",
+        "2026-01-01T00:00:00+00:00",
+        "abc",
+        False,
+        2,
+        1.0,
+        1.0,
+        1.0,
+        "default",
+        [Table(["a"], [["1"]])],
+        "headline: x",
+        {"charts": [spec]},
+    )
+    page = REPO / "docs" / "results" / "scaling.md"
+    body = render.render_record(rec, page)
+    assert "![Seconds per group](charts/scaling-curve-1.svg)" in body
+    assert body.index("| a |") < body.index("![Seconds per group]")
+    text = "<!-- bench:scaling -->\n<!-- /bench:scaling -->"
+    ((path, svg),) = render.charts(text, {"scaling": rec}).items()
+    assert path == render.CHARTS / "scaling-curve-1.svg"
+    assert svg.count("<polyline") == 2 and "stroke-dasharray" in svg
