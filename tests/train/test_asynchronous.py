@@ -252,6 +252,8 @@ def test_async_run_resumes_after_a_kill(tmp_path):
     # Rollouts of this tiny model finish well within an update, and still every step after
     # the first of each process trained the batch submitted before the previous update.
     assert [r["staleness_max"] for r in steps] == [0, 1, 0, 1]
+    # Each process's one-time set-up, reported with its first step (not inside its update).
+    assert ["time/setup" in r for r in steps] == [True, False, True, False]
     assert [r["step"] for r in _jsonl(out / "eval.jsonl")] == [0, 4]
     end = json.loads((out / "checkpoints" / "step_4" / "state.json").read_text())
     # The resumed loader went on from the killed run's position (the same first position, two

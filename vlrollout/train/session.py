@@ -1,7 +1,8 @@
 """Everything a ``vlrollout train`` run is set up with before its first step.
 
 :func:`start_session` does it in the order the run needs: settings checked, items loaded, the
-checkpoint to resume from found, AReaL's actor built (and restored), the records after that
+checkpoint to resume from found, AReaL's actor built, its one-time set-up done (so the first
+update costs what a later one does) and the checkpoint's state restored, the records after that
 checkpoint dropped, the rollout engine built and connected, the workflows made, asynchronous
 rollouts started (``rollout.max_head_offpolicyness > 0``) and the experiment trackers opened.
 The :class:`Session` it returns is what :mod:`vlrollout.train.step` and
@@ -25,7 +26,7 @@ from vlrollout.eval.tasks import get_task
 from vlrollout.jsonl import read_jsonl, write_jsonl
 from vlrollout.logs import get_logger
 from vlrollout.train import asynchronous, checkpoint, dynamic_sampling, samples
-from vlrollout.train.actor import build_actor
+from vlrollout.train.actor import build_actor, warm_up
 from vlrollout.train.asynchronous import AsyncRollouts
 from vlrollout.train.checkpoint import Checkpoint
 from vlrollout.train.config import TrainConfig, check_rules, rule_warnings
@@ -71,6 +72,8 @@ class Session:
         held_out: The held-out evaluation.
         loggers: The experiment trackers of ``stats_logger``.
         last_batch_at: When the previous step's batch arrived (asynchronous generation time).
+        setup_s: Seconds of the trainer's one-time set-up (:func:`~vlrollout.train.actor.
+            warm_up`), reported with this run's first step as ``time/setup``, then ``None``.
     """
 
     cfg: TrainConfig
@@ -88,6 +91,7 @@ class Session:
     held_out: HeldOut
     loggers: TrainLoggers
     last_batch_at: float | None = None
+    setup_s: float | None = None
 
     @property
     def metrics_path(self) -> Path:
@@ -140,6 +144,7 @@ def start_session(cfg: TrainConfig) -> Session:
         freeze_projector=vl.freeze_projector,
         encode_images_once=vl.encode_images_once,
     )
+    setup_s = warm_up(actor)  # before the checkpoint's optimizer state is loaded
     if ckpt is not None:
         restore(actor, ckpt, cfg.actor.use_lora)
     if ranks.main:
@@ -167,6 +172,7 @@ def start_session(cfg: TrainConfig) -> Session:
         rollouts=rollouts,
         held_out=held_out,
         loggers=TrainLoggers.open(cfg, ft_spec),
+        setup_s=setup_s,
     )
 
 

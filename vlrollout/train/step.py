@@ -73,6 +73,8 @@ def train_step(s: Session, step: int) -> dict[str, Any]:
         **diagnostics(whole, ranks.gather(stats_view(adv, ADVANTAGE_KEYS))),
         "areal": areal_stats,
     }
+    if s.setup_s is not None:  # this run's first step: the set-up it did not pay (session start)
+        record["time/setup"], s.setup_s = s.setup_s, None
     if ranks.world > 1:
         record["world_size"] = ranks.world
     return record
