@@ -7,9 +7,9 @@ model, about 20 M and 100 M parameters (Qwen2-VL class), a SmolVLM-256M shape (I
 and a Qwen2-VL-2B shape in bfloat16 (engine and ``generate`` on one point: as much as 2 shared
 cores allow). Each is saved once under ``/tmp/vlrollout-scaling-models`` (keyed by its config).
 
-Each shape is measured along three axes around a base point (image tokens per image, group size,
-images per prompt; ``PLANS``), and every shape at (64 tokens, its base group, 1 image) makes the
-model-size axis. Per point (``scaling_points.py``, one process per shape and side so each side's
+Each shape is swept along three axes (``PLANS``): image tokens per image (group 1, one image),
+the group size, and images per prompt; every shape at ``SIZE_POINT`` (64 tokens, a group of 4,
+one image) makes the model-size axis. Per point (``scaling_points.py``, one process per shape and side so each side's
 peak memory is its own): engine and ``generate`` tokens/s, prefill and decode time, peak
 resident memory, images the vision tower encoded; the prompt prepared for the group (seconds,
 preparations, bytes); ``vlrollout serve`` latency (``scaling_serve.py``); and the trainer's GRPO
@@ -47,58 +47,40 @@ BENCH = Path(__file__).resolve().parent
 MAX_BATCH = 16
 AXES = ("tokens", "group", "images")
 
+SIZE_POINT = {"tokens": 64, "group": 4, "images": 1}
+"""The model-size axis: every shape at this point."""
+
+
+def plan(
+    tokens, group, images, new_tokens: int, paths: list[str], at=None, warmup: bool = True
+) -> dict[str, Any]:
+    """A shape's sweeps: image tokens at group 1 and one image (the vision tower's cost shows,
+    not copies of it), the group at ``at["tokens"]`` tokens, images per prompt at that many
+    tokens each in a group of ``at["group"]``. ``warmup``: run the smallest point once untimed
+    first (off for a shape whose every point takes long enough that first-call costs vanish)."""
+    at = {"tokens": 256, "group": 4, **(at or {})}
+    return {
+        "tokens": {"values": tokens, "at": {"group": 1, "images": 1}},
+        "group": {"values": group, "at": {"tokens": at["tokens"], "images": 1}},
+        "images": {"values": images, "at": {"tokens": at["tokens"], "group": at["group"]}},
+        "new_tokens": new_tokens,
+        "paths": paths,
+        "warmup": warmup,
+    }
+
+
+ALL = ["engine", "generate", "serve"]
 PLANS: dict[str, dict[str, Any]] = {
-    # base point, the values of each axis, new tokens per sample, paths measured
-    "tiny": {
-        "base": {"tokens": 256, "group": 4, "images": 1},
-        "tokens": [64, 256, 1024, 4096],
-        "group": [1, 2, 4, 8, 16],
-        "images": [1, 2, 4],
-        "new_tokens": 8,
-        "paths": ["engine", "generate", "serve"],
-    },
-    "20m": {
-        "base": {"tokens": 256, "group": 4, "images": 1},
-        "tokens": [64, 256, 1024],
-        "group": [1, 4, 16],
-        "images": [1, 2, 4],
-        "new_tokens": 8,
-        "paths": ["engine", "generate", "serve"],
-    },
-    "100m": {
-        "base": {"tokens": 64, "group": 4, "images": 1},
-        "tokens": [64, 256, 1024],
-        "group": [1, 4, 16],
-        "images": [1, 2, 4],
-        "new_tokens": 4,
-        "paths": ["engine", "generate", "serve"],
-    },
-    "smolvlm-256m": {
-        "base": {"tokens": 64, "group": 4, "images": 1},
-        "tokens": [64, 320, 1088],
-        "group": [1, 4, 16],
-        "images": [1, 2],
-        "new_tokens": 4,
-        "paths": ["engine", "generate"],
-    },
-    "qwen2vl-2b": {
-        "base": {"tokens": 64, "group": 4, "images": 1},
-        "tokens": [64],
-        "group": [4],
-        "images": [1],
-        "new_tokens": 4,
-        "paths": ["engine", "generate"],
-    },
+    "tiny": plan([64, 256, 1024, 4096], [1, 2, 4, 8, 16], [1, 2, 4], 8, ALL),
+    "20m": plan([64, 256, 1024], [1, 4, 16], [1, 2, 4], 8, ALL),
+    "100m": plan([64, 256, 1024], [1, 4, 16], [1, 2, 4], 4, ALL, at={"tokens": 64}),
+    "smolvlm-256m": plan(
+        [64, 320], [1, 4], [1, 2], 4, ["engine", "generate"], at={"tokens": 64, "group": 1}
+    ),
+    "qwen2vl-2b": plan([], [], [], 4, ["engine", "generate"], warmup=False),
 }
 QUICK: dict[str, dict[str, Any]] = {
-    "tiny": {
-        "base": {"tokens": 64, "group": 2, "images": 1},
-        "tokens": [64, 256],
-        "group": [1, 2],
-        "images": [1, 2],
-        "new_tokens": 4,
-        "paths": ["engine", "generate", "serve"],
-    }
+    "tiny": plan([64, 256], [1, 2], [1, 2], 4, ALL, at={"tokens": 64, "group": 2}),
 }
 SERVE_NOTE = (
     "vlrollout serve runs its folder's processor on the images it receives, so Idefics3 token "
@@ -111,19 +93,20 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def specs(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The points of one shape: each axis swept from the base point (small to large), the base
-    point once per axis, and the size-axis point (64 tokens, base group, 1 image)."""
+def specs(shape_plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The points of one shape: each axis swept (small to large) with the others at its ``at``
+    values, then the size-axis point (:data:`SIZE_POINT`)."""
+    new = shape_plan["new_tokens"]
     out = []
     for axis in AXES:
-        for x in plan[axis]:
-            out.append({**plan["base"], axis: x, "axis": axis, "new_tokens": plan["new_tokens"]})
-    size = {**plan["base"], "tokens": 64, "images": 1, "axis": "size"}
-    out.append({**size, "new_tokens": plan["new_tokens"]})
+        sweep = shape_plan[axis]
+        for x in sweep["values"]:
+            out.append({**sweep["at"], axis: x, "axis": axis, "new_tokens": new})
+    out.append({**SIZE_POINT, "axis": "size", "new_tokens": new})
     return out
 
 
-def job(name: str, side: str, folder: Path, params: int, plan: dict, args) -> dict[str, Any]:
+def job(name: str, side: str, folder: Path, params: int, shape_plan: dict, args) -> dict:
     return {
         "side": side,
         "shape": name,
@@ -133,7 +116,8 @@ def job(name: str, side: str, folder: Path, params: int, plan: dict, args) -> di
         "threads": args.threads,
         "max_batch": MAX_BATCH,
         "params": params,
-        "points": specs(plan),
+        "points": specs(shape_plan),
+        "warmup": shape_plan["warmup"],
     }
 
 
@@ -154,7 +138,7 @@ def run_side(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return json.loads(lines[-1].removeprefix("POINTS "))
 
 
-def run_shape(name: str, plan: dict, args, failures: list[str]) -> list[dict[str, Any]]:
+def run_shape(name: str, shape_plan: dict, args, failures: list[str]) -> list[dict[str, Any]]:
     """Every path of one shape: the sides one after another (at once with ``--quick``)."""
     from scaling_serve import serve_points
 
@@ -164,14 +148,13 @@ def run_shape(name: str, plan: dict, args, failures: list[str]) -> list[dict[str
     log(
         f"{name}: {params / 1e6:.1f} M parameters in {folder} ({time.perf_counter() - start:.0f} s)"
     )
-    paths = [p for p in plan["paths"] if p in args.paths]
-    jobs = {p: job(name, p, folder, params, plan, args) for p in paths}
+    paths = [p for p in shape_plan["paths"] if p in args.paths]
+    jobs = {p: job(name, p, folder, params, shape_plan, args) for p in paths}
 
     def one(path: str) -> list[dict[str, Any]]:
         try:
             if path == "serve":
-                serve_job = {**jobs[path], "points": [s for s in jobs[path]["points"]]}
-                return serve_points(serve_job, log=log)
+                return serve_points(jobs[path], failures, log=log)
             return run_side(jobs[path])
         except (RuntimeError, TimeoutError, OSError) as e:
             failures.append(f"{path} on {name}: {e}")
@@ -196,7 +179,7 @@ def trainer(args, failures: list[str]) -> list[dict[str, Any]]:
         return []
     plans = QUICK if args.quick else PLANS
     shapes = [s for s in SHAPES if s.name in plans and s.name in args.shapes and s.trainable]
-    groups = sorted({g for n in plans if n in args.shapes for g in plans[n]["group"]})
+    groups = sorted({g for n in plans if n in args.shapes for g in plans[n]["group"]["values"]})
     start = time.perf_counter()
     try:
         points = list(trainer_points(shapes, groups, quick=args.quick, device=args.device))
@@ -205,6 +188,33 @@ def trainer(args, failures: list[str]) -> list[dict[str, Any]]:
         return []
     log(f"trainer: {len(points)} points in {time.perf_counter() - start:.0f} s")
     return points
+
+
+CLASSES = {
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "idefics3": "Idefics3ForConditionalGeneration",
+}
+
+
+def shapes_table(args, plans: dict[str, Any], params: dict[str, int]) -> record.Table:
+    """The shapes measured: class, dtype, parameters, the paths run and each axis' values."""
+    rows = []
+    for name in args.shapes:
+        s, p = shape(name), plans[name]
+        count = params.get(name)
+        rows.append(
+            [
+                name,
+                CLASSES[s.family],
+                s.dtype,
+                "n/a" if count is None else f"{count / 1e6:,.1f} M",
+                " ".join(x for x in p["paths"] if x in args.paths),
+                *(",".join(map(str, p[axis]["values"])) or "-" for axis in AXES),
+                str(p["new_tokens"]),
+            ]
+        )
+    columns = ["shape", "class", "dtype", "parameters", "paths", "image tokens", "groups"]
+    return record.Table([*columns, "images", "new tokens"], rows, title="Shapes and sweeps")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -256,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     fits = growth.fits(points)
     params = {p["shape"]: p["x"] for p in points if p["axis"] == "size"}
     tables, headline, numbers, notes = report.summarise(points, fits, failures, params)
+    tables.insert(0, shapes_table(args, plans, params))
     notes.append(SERVE_NOTE)
     numbers["plans"] = {n: plans[n] for n in args.shapes}
     numbers["device"] = args.device

@@ -310,7 +310,8 @@ def run_job(job: dict) -> list[dict]:
         pres: dict[int, AutoProcessorPreprocessor] = {}
         specs = job["points"]
         warm = min(specs, key=lambda s: (s["tokens"] * s["images"], s["group"]))
-        for spec in [{**warm, "warmup": True}, *specs]:
+        warmups = [{**warm, "warmup": True}] if job.get("warmup", True) else []
+        for spec in [*warmups, *specs]:
             pre = pres.setdefault(
                 spec["tokens"], preprocessor(processor, job["shape"], spec["tokens"])
             )

@@ -96,12 +96,17 @@ def payload(prepared: Any, new_tokens: int) -> dict[str, Any]:
     }
 
 
+class RequestRefused(RuntimeError):
+    """The server answered a request with an error status (the body says why)."""
+
+
 def round_trip(url: str, body: dict[str, Any], group: int) -> float:
     """Seconds until all ``group`` copies of ``body`` sent at once have their responses."""
 
     def one() -> None:
         r = http.post(f"{url}/generate", json=body, timeout=600)
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RequestRefused(f"HTTP {r.status_code}: {r.text[:300]}")
 
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(group) as pool:
@@ -110,8 +115,9 @@ def round_trip(url: str, body: dict[str, Any], group: int) -> float:
     return time.perf_counter() - start
 
 
-def serve_points(job: dict[str, Any], log=print) -> list[dict[str, Any]]:
-    """Latency points of ``job`` (the same job dict the engine side gets) through one server."""
+def serve_points(job: dict[str, Any], failures: list[str], log=print) -> list[dict[str, Any]]:
+    """Latency points of ``job`` (the same job dict the engine side gets) through one server; a
+    point the server refuses is left out and its reason appended to ``failures``."""
     from scaling_points import item, point, preprocessor
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -122,10 +128,19 @@ def serve_points(job: dict[str, Any], log=print) -> list[dict[str, Any]]:
             pre = preprocessor(server_processor(job), job["shape"], spec["tokens"])
             prepared = pre.prepare(item(job["shape"], spec["tokens"], spec["images"]))
             body = payload(prepared, spec["new_tokens"])
-            if not warmed:
-                round_trip(server.url, body, 1)
-                warmed = True
-            times = [round_trip(server.url, body, spec["group"]) for _ in range(REPEATS)]
+            where = (
+                f"serve on {job['shape']} ({spec['axis']}: tokens {spec['tokens']}, group "
+                f"{spec['group']}, images {spec['images']})"
+            )
+            try:
+                if not warmed:
+                    round_trip(server.url, body, 1)
+                    warmed = True
+                times = [round_trip(server.url, body, spec["group"]) for _ in range(REPEATS)]
+            except RequestRefused as e:
+                failures.append(f"{where}: {e}")
+                log(f"  {where}: refused: {e}")
+                continue
             latency = statistics.median(times)
             out += [
                 point("serve", job, spec, "latency", latency, "s"),

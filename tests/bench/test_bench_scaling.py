@@ -99,16 +99,19 @@ def test_quick_run_on_cuda(tmp_path):
     assert any(p["metric"] == "peak_device" for p in rec["numbers"]["points"])
 
 
-def test_every_axis_is_swept_from_the_base_point_and_every_shape_has_the_size_point():
+def test_every_axis_is_swept_with_the_others_fixed_and_every_shape_has_the_size_point():
     for name, plan in PLANS.items():
         points = specs(plan)
         for axis in ("tokens", "group", "images"):
             swept = [p for p in points if p["axis"] == axis]
-            assert [p[axis] for p in swept] == plan[axis], name
-            others = {k: v for k, v in plan["base"].items() if k != axis}
+            assert [p[axis] for p in swept] == plan[axis]["values"], name
+            others = plan[axis]["at"]
+            assert set(others) == {"tokens", "group", "images"} - {axis}
             assert all(all(p[k] == v for k, v in others.items()) for p in swept), name
         (size,) = [p for p in points if p["axis"] == "size"]
-        assert (size["tokens"], size["images"]) == (64, 1), name
+        assert (size["tokens"], size["group"], size["images"]) == (64, 4, 1), name
+    assert PLANS["tiny"]["tokens"]["values"] == [64, 256, 1024, 4096]
+    assert PLANS["tiny"]["group"]["values"] == [1, 2, 4, 8, 16]
 
 
 def test_a_record_with_chart_specs_renders_them_as_charts_under_its_tables(tmp_path):
