@@ -1,26 +1,26 @@
-"""Seconds per GRPO step of ``vlrollout train`` and the trainer's wait on rollouts, on-policy and
-asynchronous (``rollout.max_head_offpolicyness`` k = 0, 1, 2).
+"""Seconds per GRPO step of ``vlrollout train``, the trainer's wait on rollouts and the staleness
+of every step, on-policy and asynchronous (``rollout.max_head_offpolicyness`` k = 0, 1, 2), with
+the rollouts on the embedded engine and on a ``vlrollout serve`` process.
 
-Runs the real loop (``vlrollout train``: AReaL's ``FSDPPPOActor`` + the embedded engine,
-``examples/train_grounding.yaml``) once per k, each in its own process and temporary folder, and
-reads its ``metrics.jsonl``. Every run computes the trainer's proximal logprobs
-(``actor.recompute_logprob=true`` for k = 0; ``actor.use_decoupled_loss=true``, AReaL's
-asynchronous recipe, for k > 0), so the trainer's work per step is the same.
+Runs the real loop (``vlrollout train``: AReaL's ``FSDPPPOActor``, ``examples/train_grounding.yaml``)
+once per placement and k, each in its own process and temporary folder, and reads its
+``metrics.jsonl``. ``embedded``: the engine runs in the trainer's process; ``served``: a fresh
+``vlrollout serve`` (SGLang protocol, one thread) per run, reached through AReaL's own
+``RemoteSGLangEngine``, weights updated over HTTP from disk. Every run computes the trainer's
+proximal logprobs (``actor.recompute_logprob=true`` for k = 0; ``actor.use_decoupled_loss=true``,
+AReaL's asynchronous recipe, for k > 0), so the trainer's work per step is the same.
 
-``tok/s`` is trained (generated) tokens per second of the trainer's step. ``rollout`` is the
-trainer's wait for its batch: with k = 0 the whole rollout, with k > 0 what the rollouts running
-during the previous update had not finished. Here the engine and the trainer share the machine's
-cores, so rollouts running during an update slow it down. How the wait would look with the rollouts
-on a machine of their own is projected from the k = 0 run, whose phases are timed apart (neither
-side runs while the other does): with ``R`` its rollout, ``S`` its weight sync (the engine
-generates nothing meanwhile) and ``T`` the trainer's whole step without the wait (logp + update +
-weight sync), k = 0 waits ``R`` per step of ``R + T``; k >= 1 rolls the next batch out during the
-update, so a step lasts ``max(T, R + S)`` of which ``max(0, R + S - T)`` is waiting (the steady
-state, ignoring the one second AReaL's ``prepare_batch`` waits before it submits the next batch).
+``wait`` is the trainer's wait for its batch (``time/rollout``): with k = 0 the whole rollout,
+with k > 0 what the rollouts running during the previous update had not finished. The wait share
+is the wait over the step, averaged over the steps after the first. With k >= 1 the items of the
+next k steps are submitted before each update, so step ``s`` trains tokens ``min(s - 1, k)``
+weight versions old (step 2 cannot be older than version 0 = 1 behind). ``setup`` is the
+trainer's one-time set-up done at the start of the run (``time/setup``), and ``first/later``
+the first step's update over the mean of the later ones. Engine and trainer share the machine's
+cores, so rollouts during an update slow it.
 
     .venv/bin/python bench/bench_train_step.py
-    .venv/bin/python bench/bench_train_step.py --steps 6 --batch 16 --group 8 --offpolicy 0 1
-    .venv/bin/python bench/bench_train_step.py --steps 3 --offpolicy 0 1 --threads 1
+    .venv/bin/python bench/bench_train_step.py --steps 6 --batch 16 --group 8 --placements embedded
 """
 
 from __future__ import annotations
@@ -28,187 +28,224 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import record
+import requests
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("rollout", "logp", "update", "weight_sync")
 KEPT = ("step", "gen_tokens", "staleness_max")
-DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP, DEFAULT_OFFPOLICY = 4, 8, 8, (0, 1, 2)
+PLACEMENTS = ("embedded", "served")
+DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP, DEFAULT_OFFPOLICY = 4, 8, 4, (0, 1, 2)
+TARGET_SHARE = 1 / 3
+"""The asynchronous run's wait share, at most this share of the on-policy one's."""
 
 
-def run_loop(
-    config: str,
-    k: int,
-    steps: int,
-    batch: int,
-    group: int,
-    threads: int | None,
-    overrides: tuple[str, ...] = (),
-) -> list[dict]:
-    """``metrics.jsonl`` of a ``vlrollout train`` run of ``steps`` steps with k = ``k``
-    (``threads``: ``OMP_NUM_THREADS``, torch's threads per calling thread; ``None``: torch's
-    default, one per core; ``overrides``: further ``KEY=VALUE`` settings)."""
+def free_port() -> int:
+    """A free local TCP port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: str, port: int) -> subprocess.Popen:
+    """``vlrollout serve`` of ``model`` on ``port`` (SGLang protocol, one thread), answering
+    ``/health``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vlrollout.cli", "serve", "--model", model]
+        + ["--protocol", "sglang", "--port", str(port), "--threads", "1"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.2)
+    stop_server(proc)
+    raise SystemExit(f"vlrollout serve on port {port} did not answer /health")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server started by :func:`start_server`."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_loop(config: str, placement: str, k: int, args: argparse.Namespace) -> list[dict]:
+    """``metrics.jsonl`` of a ``vlrollout train`` run of ``args.steps`` steps with k = ``k``,
+    its rollouts ``placement``d."""
     proximal = ["actor.use_decoupled_loss=true"] if k else ["actor.recompute_logprob=true"]
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config", config]
-        cmd += [
-            f"vlrollout.output={tmp}",
-            f"total_train_steps={steps}",
-            f"train_dataset.batch_size={batch}",
-            f"gconfig.n_samples={group}",
-            f"rollout.max_head_offpolicyness={k}",
-            *proximal,
-            "vlrollout.eval_items=1",
-            "vlrollout.eval_every=0",
-            f"vlrollout.save_every={steps + 1}",
-            "vlrollout.progress=false",
-            *overrides,
+    server, overrides = None, []
+    if placement == "served":
+        port = free_port()
+        server = start_server(actor_path(config), port)
+        overrides = [
+            "vlrollout.engine.kind=sglang",
+            f"vlrollout.engine.addresses=[127.0.0.1:{port}]",
         ]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        if threads is not None:
-            env["OMP_NUM_THREADS"] = str(threads)
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"k={k}: vlrollout train failed:\n{proc.stderr[-3000:]}")
-        text = (Path(tmp) / "metrics.jsonl").read_text()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config", config]
+            cmd += [
+                f"vlrollout.output={tmp}",
+                f"total_train_steps={args.steps}",
+                f"train_dataset.batch_size={args.batch}",
+                f"gconfig.n_samples={args.group}",
+                f"rollout.max_head_offpolicyness={k}",
+                *proximal,
+                "vlrollout.eval_items=1",
+                "vlrollout.eval_every=0",
+                f"vlrollout.save_every={args.steps + 1}",
+                "vlrollout.progress=false",
+                *overrides,
+            ]
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(
+                    f"{placement} k={k}: vlrollout train failed:\n{proc.stderr[-3000:]}"
+                )
+            text = (Path(tmp) / "metrics.jsonl").read_text()
+    finally:
+        if server is not None:
+            stop_server(server)
     return [json.loads(line) for line in text.splitlines()]
 
 
-def summary(rows: list[dict]) -> dict[str, float]:
-    """Means over the steps after the first (which includes warm-up)."""
+def actor_path(config: str) -> str:
+    """The starting checkpoint ``config`` trains (``actor.path``), which the server serves."""
+    path = yaml.safe_load(Path(config).read_text())["actor"]["path"]
+    return str(ROOT / path) if not Path(path).is_absolute() else path
+
+
+def summary(rows: list[dict], k: int) -> dict:
+    """Means over the steps after the first, the staleness of every step, and the first update
+    against the later ones."""
     steady = rows[1:] or rows
-    out = {p: statistics.fmean(r[f"time/{p}"] for r in steady) for p in PARTS}
+    out: dict = {p: statistics.fmean(r[f"time/{p}"] for r in steady) for p in PARTS}
     out["step"] = statistics.fmean(r["time/step"] for r in steady)
-    out["wait_share"] = out["rollout"] / out["step"]
+    out["wait_share"] = statistics.fmean(r["time/rollout"] / r["time/step"] for r in steady)
     out["tokens_per_s"] = statistics.fmean(r["gen_tokens"] / r["time/step"] for r in steady)
-    out["staleness_max"] = max(r.get("staleness_max", 0) for r in rows)
+    out["staleness"] = [r.get("staleness_max", 0) for r in rows]
+    out["staleness_expected"] = [min(r["step"] - 1, k) for r in rows]
+    out["setup"] = rows[0].get("time/setup", 0.0)
+    out["first_update_ratio"] = rows[0]["time/update"] / out["update"]
     return out
 
 
-def projection(on_policy: dict[str, float]) -> dict[str, float]:
-    """Wait shares with the rollouts on a machine of their own, from the k = 0 phases."""
-    rollout, sync = on_policy["rollout"], on_policy["weight_sync"]
-    trainer = on_policy["logp"] + on_policy["update"] + sync
-    step = max(trainer, rollout + sync)
-    return {
-        "k0_wait_share": rollout / (rollout + trainer),
-        "async_wait_share": max(0.0, rollout + sync - trainer) / step,
-        "async_step_s": step,
-        "k0_step_s": rollout + trainer,
-    }
+def step_table(placement: str, k: int, rows: list[dict], args: argparse.Namespace) -> record.Table:
+    """Every step of one run."""
+    body = []
+    for r in rows:
+        body.append(
+            [str(r["step"])]
+            + [f"{r[f'time/{p}']:.2f}" for p in PARTS]
+            + [f"{r['time/step']:.2f}", f"{r['time/rollout'] / r['time/step']:.0%}"]
+            + [str(r.get("staleness_max", 0)), f"{r.get('time/setup', 0.0):.2f}"]
+        )
+    columns = ["step", *PARTS, "total s", "wait share", "staleness", "setup s"]
+    title = f"{placement}, k={k}: {args.batch} items x {args.group} episodes per step"
+    return record.Table(columns, body, title=title)
 
 
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--steps", type=int, default=DEFAULT_STEPS, help="steps; the first is reported apart"
-    )
+    ap.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="steps; the first apart")
     ap.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="items per step")
-    ap.add_argument(
-        "--group", type=int, default=DEFAULT_GROUP, help="episodes per item (GRPO group)"
-    )
+    ap.add_argument("--group", type=int, default=DEFAULT_GROUP, help="episodes per item")
     ap.add_argument(
         "--offpolicy",
         type=int,
         nargs="+",
         default=list(DEFAULT_OFFPOLICY),
-        help="values of rollout.max_head_offpolicyness to run (0 first: the projection uses it)",
+        help="values of rollout.max_head_offpolicyness to run (0 is the reference)",
     )
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="OMP_NUM_THREADS of the runs: torch's threads for the trainer and for the engine "
-        "each (default: one per core, so with k > 0 both sides start that many during updates)",
-    )
+    ap.add_argument("--placements", nargs="+", choices=PLACEMENTS, default=list(PLACEMENTS))
     ap.add_argument("--config", default=str(ROOT / "examples" / "train_grounding.yaml"))
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
     started = record.Run("train_step", argv)
 
-    runs: dict[int, list[dict]] = {}
-    for k in args.offpolicy:
-        runs[k] = run_loop(args.config, k, args.steps, args.batch, args.group, args.threads)
-        rows = runs[k]
-        print(f"\nk={k}: {args.batch} items x {args.group} episodes per step, {len(rows)} steps")
-        header = f"{'step':>6} " + " ".join(f"{p:>12}" for p in PARTS)
-        print(header + f" {'total s':>9} {'tok/s':>8} {'stale':>6}")
-        for r in rows:
-            parts = " ".join(f"{r[f'time/{p}']:12.2f}" for p in PARTS)
-            print(
-                f"{r['step']:>6} {parts} {r['time/step']:9.2f} "
-                f"{r['gen_tokens'] / r['time/step']:8.0f} {r.get('staleness_max', 0):>6}"
-            )
-    means = {k: summary(rows) for k, rows in runs.items()}
+    tables, runs, means = [], {}, {}
+    for placement in args.placements:
+        for k in args.offpolicy:
+            rows = run_loop(args.config, placement, k, args)
+            runs[f"{placement} k={k}"], means[(placement, k)] = rows, summary(rows, k)
+            tables.append(step_table(placement, k, rows, args))
+            print("\n" + tables[-1].text(), flush=True)
 
-    columns = ["k", "s/step", "tok/s", "wait s", "wait share", *PARTS[1:], "staleness max"]
-    print("\nmeans of the steps after the first (the first includes warm-up)")
-    print("  ".join(f"{c:>13}" for c in columns))
-    body = []
-    for k, m in means.items():
-        row = [str(k), f"{m['step']:.2f}", f"{m['tokens_per_s']:.0f}", f"{m['rollout']:.2f}"]
-        row.append(f"{m['wait_share']:.0%}")
-        row += [f"{m[p]:.2f}" for p in PARTS[1:]] + [str(m["staleness_max"])]
-        body.append(row)
-        print("  ".join(f"{c:>13}" for c in row))
-    tables = [
-        record.Table(
-            columns,
-            body,
-            title=f"{args.batch} items x {args.group} episodes per step, {args.steps} steps "
-            "(means of the steps after the first); engine and trainer share the cores",
+    columns = ["placement", "k", "s/step", "tok/s", "wait s", "wait share", "vs k=0"]
+    columns += ["staleness", "setup s", "first/later update"]
+    body, verdicts = [], []
+    for (placement, k), m in means.items():
+        reference = means.get((placement, 0))
+        ratio = m["wait_share"] / reference["wait_share"] if reference else float("nan")
+        body.append(
+            [placement, str(k), f"{m['step']:.2f}", f"{m['tokens_per_s']:.0f}"]
+            + [f"{m['rollout']:.2f}", f"{m['wait_share']:.0%}", f"{ratio:.2f}"]
+            + [" ".join(map(str, m["staleness"])), f"{m['setup']:.2f}"]
+            + [f"{m['first_update_ratio']:.2f}"]
         )
-    ]
+        m["wait_share_vs_k0"] = ratio
+        if k == 1 and reference:
+            verdicts.append(f"{placement} {ratio:.2f}")
+    summary_table = record.Table(
+        columns,
+        body,
+        title=f"{args.batch} items x {args.group} episodes per step, {args.steps} steps (means "
+        "of the steps after the first); engine and trainer share the cores",
+    )
+    tables.insert(0, summary_table)
+    print("\n" + summary_table.text())
 
-    shares = ", ".join(f"k={k} {m['wait_share']:.0%}" for k, m in means.items())
-    numbers: dict = {
+    stale_ok = all(m["staleness"] == m["staleness_expected"] for m in means.values())
+    first = max(m["first_update_ratio"] for m in means.values())
+    headline = (
+        f"wait share at k=1 over k=0's: {', '.join(verdicts)} (target <= {TARGET_SHARE:.2f}); "
+        f"staleness min(step - 1, k) at every step of every run: {'yes' if stale_ok else 'no'}; "
+        f"first update over the later ones' mean, worst run: {first:.2f} (one-time set-up "
+        "reported apart)"
+    )
+    print(headline)
+    numbers = {
         "runs": {
-            str(k): {
+            name: {
                 "steps": [
                     {c: v for c, v in r.items() if c.startswith("time/") or c in KEPT} for r in rows
                 ],
-                "means": means[k],
             }
-            for k, rows in runs.items()
-        }
+            for name, rows in runs.items()
+        },
+        "means": {f"{p} k={k}": m for (p, k), m in means.items()},
+        "staleness_as_expected": stale_ok,
+        "worst_first_update_ratio": first,
     }
-    headline = f"trainer's wait share here: {shares}"
-    if 0 in means:
-        p = projection(means[0])
-        numbers["projection"] = p
-        print(
-            "\nrollouts on a machine of their own (projected from the k=0 phases): "
-            f"k=0 waits {p['k0_wait_share']:.0%} of a {p['k0_step_s']:.2f} s step, "
-            f"k>=1 {p['async_wait_share']:.0%} of a {p['async_step_s']:.2f} s step"
-        )
-        tables.append(
-            record.Table(
-                ["k", "s/step", "wait share"],
-                [
-                    ["0", f"{p['k0_step_s']:.2f}", f"{p['k0_wait_share']:.0%}"],
-                    [">= 1", f"{p['async_step_s']:.2f}", f"{p['async_wait_share']:.0%}"],
-                ],
-                title="projected with the rollouts on a machine of their own, from the k=0 "
-                "phases timed apart",
-            )
-        )
-        headline += (
-            f"; rollouts on their own machine (projected): k=0 {p['k0_wait_share']:.0%}, "
-            f"k>=1 {p['async_wait_share']:.0%}"
-        )
-    print(headline)
-    settings = (args.steps, args.batch, args.group, tuple(args.offpolicy), args.threads)
+    settings = (args.steps, args.batch, args.group, tuple(args.offpolicy), tuple(args.placements))
+    default = (DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP, DEFAULT_OFFPOLICY, PLACEMENTS)
     mode = (
         "default"
-        if settings == (DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_GROUP, DEFAULT_OFFPOLICY, None)
+        if settings == default
         else f"changed: {args.steps} steps of {args.batch} items x {args.group} episodes, "
-        f"k in {list(args.offpolicy)}, threads {args.threads or 'default'}"
+        f"k in {list(args.offpolicy)}, placements {list(args.placements)}"
     )
     record.write(started.record(tables, headline, numbers, mode=mode), args.record_dir)
 

@@ -1,0 +1,36 @@
+"""``bench/bench_train_step.py``'s summary of a run, on fabricated ``metrics.jsonl`` rows (the
+benchmark itself trains for minutes per run)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import bench_train_step as bench  # noqa: E402
+
+
+def _row(step: int, stale: int, rollout: float, update: float, **extra) -> dict:
+    times = {"rollout": rollout, "logp": 1.0, "update": update, "weight_sync": 0.5}
+    row = {"step": step, "gen_tokens": 100, "staleness_max": stale, **extra}
+    row.update({f"time/{p}": t for p, t in times.items()})
+    row["time/step"] = sum(times.values())
+    return row
+
+
+def test_the_summary_expects_min_step_minus_one_k_and_sets_the_first_update_apart():
+    rows = [
+        _row(1, 0, 2.0, 6.0, **{"time/setup": 3.0}),
+        _row(2, 1, 0.5, 2.0),
+        _row(3, 2, 0.5, 4.0),
+        _row(4, 2, 0.5, 3.0),
+    ]
+    m = bench.summary(rows, k=2)
+    assert m["staleness"] == m["staleness_expected"] == [0, 1, 2, 2]
+    assert m["setup"] == 3.0 and m["first_update_ratio"] == pytest.approx(2.0)
+    assert m["wait_share"] == pytest.approx((0.5 / 4.0 + 0.5 / 6.0 + 0.5 / 5.0) / 3)
+    assert bench.summary(rows, k=1)["staleness_expected"] == [0, 1, 1, 1]
