@@ -1,8 +1,9 @@
 """Does asynchronous training learn as much as on-policy training at equal steps?
 
 A shipped recipe run over seeds at ``rollout.max_head_offpolicyness`` k = 0 (on-policy, the
-recipe as shipped) and at each asked k > 0 (AReaL's ``prepare_batch``, with its decoupled PPO
-loss and recomputed proximal logprobs, as AReaL runs asynchronous GRPO). Each (k, seed) is one
+recipe as shipped) and at each asked k > 0 (each step's items submitted k steps ahead through
+AReaL's executor, with its decoupled PPO loss and recomputed proximal logprobs, as AReaL runs
+asynchronous GRPO). Each (k, seed) is one
 ``vlrollout train`` subprocess (:func:`bench_learning.run_one`); the same seeds, items and
 evaluation in every arm, so the difference between arms is what off-policy rollouts cost.
 
