@@ -43,7 +43,7 @@ from vlrollout.rewards.box_parsing import PARSERS  # noqa: E402
 from vlrollout.rewards.caption import CaptionReward  # noqa: E402
 from vlrollout.rewards.format import ThinkAnswerFormat  # noqa: E402
 from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward  # noqa: E402
-from vlrollout.rewards.ptb_tokenize import _CHUNK_CACHE, ptb_tokenize  # noqa: E402
+from vlrollout.rewards.ptb_tokenize import clear_caches, ptb_tokenize  # noqa: E402
 from vlrollout.rewards.text_extract import extract_tag, last_boxed  # noqa: E402
 from vlrollout.rewards.text_tokenize import tokenize  # noqa: E402
 
@@ -59,11 +59,12 @@ Case = tuple[str, Callable[[str], object], str | None]  # unit None: see _distin
 
 
 def _cold(fn):
-    """``fn`` with ptb_tokenize's chunk memo emptied first: repeated timing runs must not reuse
-    the previous run's chunks (within one call the memo works as it does for real captions)."""
+    """``fn`` with ptb_tokenize's chunk and digit-shape memos emptied first: repeated timing runs
+    must not reuse the previous run's chunks (within one call the memos work as they do for real
+    captions)."""
 
     def call(text):
-        _CHUNK_CACHE.clear()
+        clear_caches()
         return fn(text)
 
     return call
@@ -109,7 +110,7 @@ PARSER_CASES: list[Case] = [
         "ptb_tokenize distinct chunks",
         _cold(ptb_tokenize),
         None,
-    ),  # no repeats: the chunk memo misses
+    ),  # no repeats: the chunk memo misses; each digit shape is lexed once
 ]
 #: Rewards through ``Reward.score``: linear up to ``MAX_OUTPUT_CHARS``, flat past it.
 REWARD_CASES: list[Case] = [

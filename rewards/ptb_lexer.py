@@ -303,10 +303,20 @@ def _plain_period(line: str, run: re.Match[str], table: RuleTable) -> bool:
     )
 
 
-def lex(line: str, pos: int, stop: int, table: RuleTable, out: list[str]) -> int:
+def lex(
+    line: str,
+    pos: int,
+    stop: int,
+    table: RuleTable,
+    out: list[str],
+    starts: list[int] | None = None,
+) -> int:
     """Append to ``out`` the tokens (not lower-cased) that start in ``line[pos:stop]``; return
     where scanning stopped (``stop``, or past it when the last token runs on). ``line`` holds
-    the text after ``stop`` too, for trailing context and for tokens that cross spaces."""
+    the text after ``stop`` too, for trailing context and for tokens that cross spaces.
+    ``starts``: where each token's match starts is appended to it."""
+    if starts is not None:
+        return _lex_with_starts(line, pos, stop, table, out, starts)
     word_run = table.word_run
     while pos < stop:
         run = word_run(line, pos) if word_run is not None else None
@@ -360,5 +370,28 @@ def lex(line: str, pos: int, stop: int, table: RuleTable, out: list[str]) -> int
             pos = end if end - pos == 1 else end - 1
             continue
         _emit(action, line[pos:end], out)
+        pos = end
+    return pos
+
+
+def _lex_with_starts(
+    line: str, pos: int, stop: int, table: RuleTable, out: list[str], starts: list[int]
+) -> int:
+    """:func:`lex`, one token at a time (a run of single-character tokens split into its
+    characters), appending where each token's match starts to ``starts``."""
+    word_run = table.word_run
+    while pos < stop:
+        ruled = (word_run is not None and word_run(line, pos)) or table.clitic(line, pos)
+        single = None if ruled else table.single_run(line, pos)  # as lex tries them
+        if single is not None:
+            for i, ch in enumerate(single.group(), pos):
+                tokens = table.single_tokens(ch)
+                out += tokens
+                starts += [i] * len(tokens)
+            pos = single.end()
+            continue
+        n = len(out)
+        end = lex(line, pos, pos + 1, table, out)  # one step: the token (if any) starting here
+        starts += [pos] * (len(out) - n)
         pos = end
     return pos

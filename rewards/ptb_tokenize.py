@@ -25,7 +25,9 @@ Speed: the text is cut at spaces into chunks. An ASCII-letter chunk is one token
 and ``cannot`` split); other chunks go through the lexer and are memoised, keyed by the chunk
 and, for the last chunk, the spaces after it. A chunk whose tokens can depend on the next chunk
 (it ends in a digit, ``)`` or ``.`` and the next chunk starts with what a rule could continue
-with, or it holds ``<``) is lexed in place every time.
+with, or it holds ``<``) is lexed in place every time. Chunks that differ only in their ASCII
+digits (``dog12,`` ``dog345,``: one digit shape) are lexed once per shape: the others take the
+same slices (:func:`_shape_key` says when that is exact).
 
 >>> ptb_tokenize('A man with 1,000 dollars at 10:30, $5 (red) -- gonna win!')
 ['a', 'man', 'with', '1,000', 'dollars', 'at', '10:30', '$', '5', '-lrb-', 'red', '-rrb-', 'gon', 'na', 'win']
@@ -70,6 +72,18 @@ _Tokens = tuple[list[str], list[str], int]
 # chunk, or for the last chunk (chunk, the spaces after it) -> its tokens
 _CHUNK_CACHE: dict[str | tuple[str, str], _Tokens] = {}
 _CHUNK_CACHE_SIZE = 1 << 16
+
+# Digit shapes (see _shape_key): per token of a chunk, (start, end, None) for the lower-cased
+# chunk's slice or (start, end, token) for a token without digits; the indices of the kept
+# tokens (None: all); when the next chunk matters. None: the shape's tokens are not slices.
+_Template = tuple[tuple[tuple[int, int, str | None], ...], tuple[int, ...] | None, int]
+_SHAPE_CACHE: dict[str | tuple[str, str], _Template | None] = {}
+_MISSING = object()
+_DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
+_ASCII_DIGIT = re.compile("[0-9]")
+# Rules name a digit only right after an apostrophe ('90s, &apos;90s), in S&P-500 and in .mp3:
+# chunks with these, or with any character but printable ASCII, are lexed by themselves.
+_NO_SHAPE = re.compile("[^!-~]|'[0-9]|&|[mM][pP]")
 
 
 # How a chunk's tokens can depend on the text after its space (see :func:`_next_matters`).
@@ -206,15 +220,83 @@ def _lex_chunk(
     line: str, start: int, end: int, chunk: str, key: str | tuple[str, str]
 ) -> tuple[_Tokens, int]:
     """The tokens of ``chunk`` (``line[start:end]``), memoised under ``key``, and where the
-    lexer stopped (``end`` unless a token ran on past it; then nothing is memoised)."""
+    lexer stopped (``end`` unless a token ran on past it; then nothing is memoised).
+
+    A chunk of the same digit shape as one lexed before (``dog12,`` after ``dog345,``) takes
+    its tokens from that one's template instead of the lexer (see :func:`_shape_key`)."""
+    shape = _shape_key(chunk, key)
+    template = _MISSING if shape is None else _SHAPE_CACHE.get(shape, _MISSING)
+    if template is not _MISSING and template is not None:
+        tokens = _from_template(chunk, template)  # type: ignore[arg-type]
+        _remember(_CHUNK_CACHE, key, tokens)
+        return tokens, end
     raw: list[str] = []
-    stop = lex(line, start, end, table_for(chunk), raw)
+    starts: list[int] | None = None if template is not _MISSING or shape is None else []
+    stop = lex(line, start, end, table_for(chunk), raw, starts)
     tokens = _finish(raw, _next_matters(chunk))
     if stop == end:
-        if len(_CHUNK_CACHE) >= _CHUNK_CACHE_SIZE:
-            _CHUNK_CACHE.clear()
-        _CHUNK_CACHE[key] = tokens
+        _remember(_CHUNK_CACHE, key, tokens)
+        if starts is not None:
+            _remember(
+                _SHAPE_CACHE, shape, _template(chunk, raw, [s - start for s in starts], tokens)
+            )
     return tokens, stop
+
+
+def _remember(cache: dict, key: object, value: object) -> None:
+    if len(cache) >= _CHUNK_CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+
+
+def _shape_key(chunk: str, key: str | tuple[str, str]) -> str | tuple[str, str] | None:
+    """``key`` with every ASCII digit of the chunk written ``0``, for a chunk of printable ASCII
+    with digits whose tokens cannot depend on which digits they are; else ``None``.
+
+    Every rule treats the ASCII digits as one class but the three that name a digit, which
+    ``_NO_SHAPE`` keeps out (``tests/rewards/test_ptb_digit_shapes.py`` checks the rules for
+    others), so two chunks of one shape are scanned alike: the same rules match the same spans,
+    and each token is the same slice of its chunk, or the same text where it holds no digit.
+    """
+    if not _ASCII_DIGIT.search(chunk) or _NO_SHAPE.search(chunk):
+        return None
+    shape = chunk.translate(_DIGITS_TO_ZERO)
+    return shape if isinstance(key, str) else (shape, key[1])
+
+
+def _template(chunk: str, raw: list[str], starts: list[int], tokens: _Tokens) -> _Template | None:
+    """How the tokens of ``chunk`` (``raw``, starting at ``starts``) are made from any chunk of
+    its shape, or ``None`` when a token with digits is not a slice of the chunk."""
+    low, kept, matters = tokens
+    parts = []
+    for i, (token, s) in enumerate(zip(raw, starts, strict=True)):
+        e = starts[i + 1] if i + 1 < len(starts) else len(chunk)
+        if e > s and token == chunk[s:e]:
+            parts.append((s, e, None))
+        elif _ASCII_DIGIT.search(token) or _ASCII_DIGIT.search(chunk, s, max(s, e)):
+            return None
+        else:
+            parts.append((s, e, low[i]))
+    keep = (
+        None
+        if len(kept) == len(low)
+        else tuple(i for i, t in enumerate(low) if t not in PUNCTUATIONS)
+    )
+    return tuple(parts), keep, matters
+
+
+def _from_template(chunk: str, template: _Template) -> _Tokens:
+    """The tokens of ``chunk`` by its shape's template (ASCII: lower-casing is per character)."""
+    parts, keep, matters = template
+    lowered = chunk.lower()
+    low = [lowered[s:e] if text is None else text for s, e, text in parts]
+    return low, low if keep is None else [low[i] for i in keep], matters
+
+
+def clear_caches() -> None:
+    """Forget every memoised chunk and shape (benchmarks time cold calls with it)."""
+    _CHUNK_CACHE.clear()
+    _SHAPE_CACHE.clear()
 
 
 def ptb_raw_tokens(text: str) -> list[str]:
