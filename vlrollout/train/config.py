@@ -329,8 +329,8 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
         )
     offpolicy = cfg.rollout.max_head_offpolicyness
     if cfg.vlrollout.dynamic_sampling and offpolicy > 0:
-        # AReaL's prepare_batch streams the batch and its should_accept_fn filters single
-        # episodes, not groups.
+        # Asynchronous steps take groups as they finish (vlrollout.train.asynchronous); topping
+        # a step up with further items for groups without reward spread is built only on-policy.
         raise ConfigError(
             f"vlrollout.dynamic_sampling=true needs on-policy rollouts, got "
             f"rollout.max_head_offpolicyness={offpolicy}: add vlrollout.dynamic_sampling=false "

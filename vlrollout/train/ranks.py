@@ -5,7 +5,8 @@ head rolls out the items it is given on its own engine, then the trajectories ar
 redistributed across ranks by sequence length (whole GRPO groups move together), each rank
 computes advantages and its share of the loss, and FSDP reduces the gradients. On-policy steps
 gather through :class:`SharedRollout` (AReaL's gather needs equal numbers of groups per rank);
-asynchronous ones through AReaL's ``prepare_batch``, which waits for a full share on each rank. So each rank
+asynchronous ones through :func:`vlrollout.train.asynchronous.share_between_ranks` (AReaL's
+``redistribute_trajectories``), each rank collecting a full share. So each rank
 gets its own share of the step's items (:meth:`Ranks.share`); files (``metrics.jsonl``,
 ``eval.jsonl``, the report, checkpoints' ``state.json``) are written once, by rank 0; the
 metrics of a step describe the whole batch (:meth:`Ranks.gather` of every rank's
