@@ -16,7 +16,8 @@ first includes warm-up). Every run recomputes the proximal logprobs
 (``actor.recompute_logprob=true``) so ``time/logp`` is a forward pass, as in
 ``bench/bench_train_step.py``. Peak memory is the trainer process's peak resident set size
 (its ``VmHWM``, polled: :func:`run_measured`), the in-process engine included. On a GPU
-(``device="cuda"``) the actor and the engine run on it and the peak RSS is host memory only.
+(``device="cuda"``) the actor and the engine run on it; the peak RSS is then host memory, and the
+GPU's peak is ``peak_device`` where ``metrics.jsonl`` carries :data:`DEVICE_PEAK`.
 
     .venv/bin/python bench/scaling_trainer.py --smoke        # one short run (about 30 s)
     .venv/bin/python bench/scaling_trainer.py                # both sweeps (about 10 min)
@@ -43,6 +44,9 @@ import scaling_shapes
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "train_grounding.yaml"
 PHASES = ("time/rollout", "time/logp", "time/update", "time/weight_sync", "time/step")
+DEVICE_PEAK = "memory/peak_device"
+"""The ``metrics.jsonl`` key of a step's peak GPU memory (``torch.cuda.max_memory_allocated``),
+where the trainer writes one."""
 GROUP_SHAPE = "tiny"
 """The shape of the group sweep (the smallest trainable shape when it is absent)."""
 SIZE_GROUP = 2
@@ -85,12 +89,14 @@ SMOKE = Settings(steps=2, batch=1, image_tokens=64, timeout_s=300)
 
 @dataclass(frozen=True)
 class Measured:
-    """What one run measured: phase means over the steps after the first, peak RSS in bytes and
-    the run's wall-clock seconds (start-up included)."""
+    """What one run measured: phase means over the steps after the first, peak RSS in bytes,
+    the run's wall-clock seconds (start-up included) and, where ``metrics.jsonl`` reports it,
+    the peak GPU memory in bytes (:func:`device_peak`)."""
 
     phases: dict[str, float]
     peak_rss: int
     seconds: float
+    peak_device: int | None = None
 
 
 class TrainRunError(RuntimeError):
@@ -156,6 +162,16 @@ def phase_means(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     if missing:
         raise ValueError(f"metrics.jsonl rows lack {missing}")
     return {p: statistics.fmean(float(r[p]) for r in steady) for p in PHASES}
+
+
+def device_peak(rows: Sequence[dict[str, Any]]) -> int | None:
+    """The largest :data:`DEVICE_PEAK` of the rows (bytes), or None where no row has it (the CPU).
+
+    >>> device_peak([{DEVICE_PEAK: 5.0}, {DEVICE_PEAK: 7.0}, {}]), device_peak([{}])
+    (7, None)
+    """
+    values = [r[DEVICE_PEAK] for r in rows if DEVICE_PEAK in r]
+    return int(max(values)) if values else None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -244,7 +260,8 @@ def train_once(overrides: Sequence[str], out: Path, device: str, timeout_s: floa
     seconds = time.monotonic() - started
     if status != 0:
         raise TrainRunError(f"vlrollout train exited {status}:\n{stderr}")
-    return Measured(phase_means(read_metrics(out / "metrics.jsonl")), peak, seconds)
+    rows = read_metrics(out / "metrics.jsonl")
+    return Measured(phase_means(rows), peak, seconds, device_peak(rows))
 
 
 def to_points(m: Measured, shape: str, axis: str, x: float, fixed: dict[str, Any]) -> list[Point]:
@@ -252,6 +269,10 @@ def to_points(m: Measured, shape: str, axis: str, x: float, fixed: dict[str, Any
     base = {"path": "train", "shape": shape, "axis": axis, "x": float(x), "fixed": dict(fixed)}
     out = [{**base, "metric": p, "value": v, "unit": "s"} for p, v in m.phases.items()]
     out.append({**base, "metric": "peak_rss", "value": float(m.peak_rss), "unit": "bytes"})
+    if m.peak_device is not None:
+        out.append(
+            {**base, "metric": "peak_device", "value": float(m.peak_device), "unit": "bytes"}
+        )
     return out
 
 
@@ -370,16 +391,17 @@ def size_points(runner: Runner, shapes: Sequence[Any], group: int, s: Settings) 
 
 
 def thin(group_sizes: Sequence[int]) -> list[int]:
-    """The smallest, the middle and the largest group size: three points fit an exponent, and
-    every train run costs tens of seconds here.
+    """The smallest, the middle and the largest group size of 2 or more: three points fit an
+    exponent, every train run costs tens of seconds here, and GRPO needs a group of 2
+    (``vlrollout train`` refuses ``gconfig.n_samples=1``).
 
-    >>> thin([1, 2, 4, 8, 16]), thin([2, 8])
-    ([1, 4, 16], [2, 8])
+    >>> thin([1, 2, 4, 8, 16]), thin([1, 2, 8])
+    ([2, 4, 16], [2, 8])
     """
-    sizes = sorted(set(group_sizes))
+    sizes = sorted({g for g in group_sizes if g >= 2})
     if len(sizes) <= 3:
         return sizes
-    return [sizes[0], sizes[len(sizes) // 2], sizes[-1]]
+    return [sizes[0], sizes[(len(sizes) - 1) // 2], sizes[-1]]
 
 
 def runnable(shapes: Sequence[Any], device: str) -> list[Any]:

@@ -150,15 +150,20 @@ def test_points_follow_the_contract():
     assert by_metric["peak_rss_per_copy"]["value"] == 4 * 2**30
     assert by_metric["peak_rss_ratio"]["value"] == 0.75
     json.dumps(points)  # plain JSON
+    on_gpu = Measured({p: 1.0 for p in PHASES}, 2**30, 20.0, peak_device=5 * 2**30)
+    by_metric = {p["metric"]: p for p in to_points(on_gpu, "20m", "group", 8, fixed)}
+    assert by_metric["peak_device"]["value"] == 5 * 2**30
 
 
 def test_quick_mode_and_a_spent_budget_run_nothing_and_say_why(capsys):
     shapes = [FakeShape("tiny"), FakeShape("big", trainable=False), FakeShape("smolvlm-256m")]
     assert trainer_points(shapes, [1, 16], quick=True, device="cpu") == []
     assert "skipped in --quick" in capsys.readouterr().out
-    assert trainer_points(shapes, [1, 16], quick=False, device="cpu", budget_s=0) == []
+    assert trainer_points(shapes, [1, 2, 16], quick=False, device="cpu", budget_s=0) == []
     out = capsys.readouterr().out
+    # groups 2 and 16 (GRPO needs 2), each in both modes, then the size sweep's one shape
     assert out.count("skipped (the trainer points' time budget is spent)") == 5
+    assert "group 1 " not in out
     assert "big" not in out  # not trainable: never run
     assert "train smolvlm-256m: skipped on the CPU (LoRA on a group needs" in out
 
