@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,21 @@ def run_train(
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+def run_side_by_side(runs: Iterable[Callable[[], object]]) -> list[Future]:
+    """Start ``runs`` (calls of :func:`run_train`, longest first) on as many threads as the machine
+    has cores and return their futures in order.
+
+    A trainer subprocess computes on one thread (``OMP_NUM_THREADS=1``) and the test waiting on it
+    on none, so runs one after another leave every core but one idle. Their results do not depend
+    on what else runs: the seeded deterministic engine gives the same tokens under any load
+    (``vlrollout.engine.deterministic``), which is what a rerun compared with its run checks.
+    """
+    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="train")
+    futures = [pool.submit(run) for run in runs]
+    pool.shutdown(wait=False)
+    return futures
 
 
 SHIPPED_MODEL = "actor.path=assets/tiny-qwen2vl"
