@@ -38,6 +38,8 @@ same slices (:func:`_shape_key` says when that is exact).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from operator import itemgetter
 
 from .java_lowercase import java_lower
 from .ptb_lexer import RuleTable, lex, table_for
@@ -73,10 +75,12 @@ _Tokens = tuple[list[str], list[str], int]
 _CHUNK_CACHE: dict[str | tuple[str, str], _Tokens] = {}
 _CHUNK_CACHE_SIZE = 1 << 16
 
-# Digit shapes (see _shape_key): per token of a chunk, (start, end, None) for the lower-cased
-# chunk's slice or (start, end, token) for a token without digits; the indices of the kept
-# tokens (None: all); when the next chunk matters. None: the shape's tokens are not slices.
-_Template = tuple[tuple[tuple[int, int, str | None], ...], tuple[int, ...] | None, int]
+# Digit shapes (see _shape_key): a function picking each token's slice of the lower-cased chunk,
+# the (index, token) of tokens without digits that are not their slice, the indices of the kept
+# tokens (None: all), when the next chunk matters. None: a token with digits is not a slice.
+_Template = tuple[
+    Callable[[str], tuple[str, ...]], tuple[tuple[int, str], ...], tuple[int, ...] | None, int
+]
 _SHAPE_CACHE: dict[str | tuple[str, str], _Template | None] = {}
 _MISSING = object()
 _DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
@@ -227,9 +231,7 @@ def _lex_chunk(
     shape = _shape_key(chunk, key)
     template = _MISSING if shape is None else _SHAPE_CACHE.get(shape, _MISSING)
     if template is not _MISSING and template is not None:
-        tokens = _from_template(chunk, template)  # type: ignore[arg-type]
-        _remember(_CHUNK_CACHE, key, tokens)
-        return tokens, end
+        return _from_template(chunk, template), end  # type: ignore[arg-type]
     raw: list[str] = []
     starts: list[int] | None = None if template is not _MISSING or shape is None else []
     stop = lex(line, start, end, table_for(chunk), raw, starts)
@@ -258,9 +260,9 @@ def _shape_key(chunk: str, key: str | tuple[str, str]) -> str | tuple[str, str] 
     others), so two chunks of one shape are scanned alike: the same rules match the same spans,
     and each token is the same slice of its chunk, or the same text where it holds no digit.
     """
-    if not _ASCII_DIGIT.search(chunk) or _NO_SHAPE.search(chunk):
-        return None
     shape = chunk.translate(_DIGITS_TO_ZERO)
+    if (shape == chunk and "0" not in chunk) or _NO_SHAPE.search(chunk):
+        return None
     return shape if isinstance(key, str) else (shape, key[1])
 
 
@@ -268,28 +270,31 @@ def _template(chunk: str, raw: list[str], starts: list[int], tokens: _Tokens) ->
     """How the tokens of ``chunk`` (``raw``, starting at ``starts``) are made from any chunk of
     its shape, or ``None`` when a token with digits is not a slice of the chunk."""
     low, kept, matters = tokens
-    parts = []
+    if not raw:
+        return None
+    slices, consts = [], []
     for i, (token, s) in enumerate(zip(raw, starts, strict=True)):
         e = starts[i + 1] if i + 1 < len(starts) else len(chunk)
-        if e > s and token == chunk[s:e]:
-            parts.append((s, e, None))
-        elif _ASCII_DIGIT.search(token) or _ASCII_DIGIT.search(chunk, s, max(s, e)):
-            return None
-        else:
-            parts.append((s, e, low[i]))
+        if e <= s or token != chunk[s:e]:
+            if _ASCII_DIGIT.search(token) or _ASCII_DIGIT.search(chunk, s, max(s, e)):
+                return None
+            consts.append((i, low[i]))
+        slices.append(slice(s, max(s, e)))
+    pick = itemgetter(*slices) if len(slices) > 1 else lambda text, one=slices[0]: (text[one],)
     keep = (
         None
         if len(kept) == len(low)
         else tuple(i for i, t in enumerate(low) if t not in PUNCTUATIONS)
     )
-    return tuple(parts), keep, matters
+    return pick, tuple(consts), keep, matters
 
 
 def _from_template(chunk: str, template: _Template) -> _Tokens:
     """The tokens of ``chunk`` by its shape's template (ASCII: lower-casing is per character)."""
-    parts, keep, matters = template
-    lowered = chunk.lower()
-    low = [lowered[s:e] if text is None else text for s, e, text in parts]
+    pick, consts, keep, matters = template
+    low = list(pick(chunk.lower()))
+    for i, text in consts:
+        low[i] = text
     return low, low if keep is None else [low[i] for i in keep], matters
 
 
