@@ -6,7 +6,7 @@ Runs the command line's own ``vlrollout train`` with the given arguments. The em
 LM head sleeps ``SLEEP_S`` before each call, once per prefill and per decode step (0: as fast as
 the tiny model goes): with a sleep, episodes outlast an update, so their tokens carry two weight
 versions. Each batch that
-``AsyncRollouts.next_batch`` or ``actor.rollout_batch`` returns is examined before the trainer touches
+``AsyncRollouts.next_batch`` or ``OneProcessRollout.rollout_batch`` returns is examined before the trainer touches
 it, and one JSON line is appended to ``OUTPUT/batches.jsonl``:
 
 - ``step`` (the first is 1) and ``version``: the trainer's weight version, about to be updated;
@@ -17,8 +17,8 @@ it, and one JSON line is appended to ``OUTPUT/batches.jsonl``:
   ``vlrollout.save_every=1`` and k = 1: the loop keeps two checkpoints);
 - ``gap_to_start``: the same with the starting weights (how far training moved them).
 
-The loop itself is unchanged: only ``build_rollout_engine``, ``build_actor`` and
-``AsyncRollouts.next_batch`` are wrapped.
+The loop itself is unchanged: only ``build_rollout_engine``, ``build_actor``,
+``AsyncRollouts.next_batch`` and ``OneProcessRollout.rollout_batch`` are wrapped.
 """
 
 from __future__ import annotations
@@ -119,9 +119,12 @@ def main(sleep_s: float, argv: list[str]) -> int:
 
     def watched_actor(*args, **kwargs):
         actor = build_actor(*args, **kwargs)
-        actor.rollout_batch = watched_rollout_batch(actor.rollout_batch)
         actors.append(actor)
         return actor
+
+    session.OneProcessRollout.rollout_batch = watched_rollout_batch(
+        session.OneProcessRollout.rollout_batch
+    )
 
     async_batch = asynchronous.AsyncRollouts.next_batch
 

@@ -21,6 +21,7 @@ import sys
 import time
 
 import pytest
+import torch
 from areal.api.cli_args import GenerationHyperparameters, InferenceEngineConfig
 
 from tests.train.async_train_run import RECORD
@@ -28,7 +29,7 @@ from tests.train.procs import ROOT, run_train, subprocess_env
 from tests.train.test_cli_train import SMALL
 from vlrollout.ledger import NothingAccepted
 from vlrollout.testing.scripted_engine import ScriptedEngine
-from vlrollout.train.asynchronous import AsyncRollouts, build_loader, config_warnings
+from vlrollout.train.asynchronous import AsyncRollouts, build_loader, config_warnings, keep_all
 from vlrollout.train.data import batch_items
 from vlrollout.workflows import RLVRWorkflow
 
@@ -157,6 +158,27 @@ def test_the_next_k_batches_are_submitted_before_the_trainer_gets_its_batch(toke
     finally:
         engine.workflow_executor.destroy()
     assert submitted == [2 * (1 + k), 2 * (2 + k)]
+
+
+def _group(lengths: list[int], width: int) -> dict:
+    mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.bool)
+    ids = torch.arange(len(lengths) * width).reshape(len(lengths), width) * mask
+    return {"input_ids": ids, "attention_mask": mask, "logprobs": ids.float() / 7}
+
+
+def test_one_process_keeps_the_groups_as_areals_redistribution_does(actor):
+    """:func:`keep_all` (no collectives) returns what AReaL's ``redistribute_trajectories``
+    returns to the only rank: the same groups, padding trimmed, in the same order."""
+    from areal.infra.dist_rollout import redistribute_trajectories
+
+    groups = [_group([3, 5], 7), _group([9, 2], 9), _group([4, 4], 6), _group([1, 8], 8)]
+    for packing in ("ffd", "kk"):
+        kept = keep_all(groups, packing)
+        areal = redistribute_trajectories(groups, packing_algorithm=packing).data
+        assert len(kept) == len(areal) == 4
+        for a, b in zip(kept, areal, strict=True):
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert keep_all([], "ffd") == []
 
 
 # ----------------------------------------------------------------------------- configuration
