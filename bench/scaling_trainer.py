@@ -80,10 +80,10 @@ class Settings:
     timeout_s: int = 600
 
 
-GROUP_SETTINGS = Settings(steps=3, batch=1, image_tokens=256)
-"""The group sweep: a few hundred image tokens, so the vision tower's share matters."""
-SIZE_SETTINGS = Settings(steps=3, batch=1, image_tokens=64)
-"""The size sweep: 64 image tokens (one Idefics3 tile), so the larger shapes fit the budget."""
+SETTINGS = Settings(steps=3, batch=1, image_tokens=256)
+"""Both sweeps: a few hundred image tokens, so the vision tower's share matters; one item a
+step, so the larger shapes fit the budget. The size sweep's run of the group sweep's shape is
+the group sweep's run at :data:`SIZE_GROUP`."""
 SMOKE = Settings(steps=2, batch=1, image_tokens=64, timeout_s=300)
 
 
@@ -433,9 +433,10 @@ def trainer_points(
     """The trainer's points (``bench/bench_scaling.py``'s contract) of the ``trainable`` shapes.
 
     The group sweep (:func:`thin` of ``group_sizes`` at :func:`group_shape`, with
-    ``encode_images_once`` and the per-copy reference, :data:`GROUP_SETTINGS`) and then the size
-    sweep (every trainable shape at :data:`SIZE_GROUP`, :data:`SIZE_SETTINGS`), runs past
-    ``budget_s`` skipped with a printed reason. ``quick`` runs nothing and says why: one
+    ``encode_images_once`` and the per-copy reference) and the size sweep (every trainable shape
+    at :data:`SIZE_GROUP`), all at :data:`SETTINGS`, in the order that keeps the most when the
+    budget runs out: the smallest and largest groups, the sizes, then the middle group; runs
+    past ``budget_s`` are skipped with a printed reason. ``quick`` runs nothing and says why: one
     ``vlrollout train`` run takes 25 s or more here (importing torch and AReaL alone takes 10 s),
     over the quick mode's 20 s.
 
@@ -461,8 +462,11 @@ def trainer_points(
     with tempfile.TemporaryDirectory(prefix="scaling-trainer-") as tmp:
         runner = Runner(Path(tmp), device, budget_s)
         shape = group_shape(trainable)
-        points = group_points(runner, shape, thin(group_sizes), GROUP_SETTINGS)
-        return points + size_points(runner, trainable, SIZE_GROUP, SIZE_SETTINGS)
+        groups = thin(group_sizes)
+        ends = sorted({groups[0], groups[-1]}) if groups else []
+        points = group_points(runner, shape, ends, SETTINGS)
+        points += size_points(runner, trainable, SIZE_GROUP, SETTINGS)
+        return points + group_points(runner, shape, groups[1:-1], SETTINGS)
 
 
 def smoke_points(shapes: Sequence[Any], device: str) -> list[Point]:

@@ -156,16 +156,29 @@ def test_points_follow_the_contract():
 
 
 def test_quick_mode_and_a_spent_budget_run_nothing_and_say_why(capsys):
-    shapes = [FakeShape("tiny"), FakeShape("big", trainable=False), FakeShape("smolvlm-256m")]
-    assert trainer_points(shapes, [1, 16], quick=True, device="cpu") == []
+    shapes = [
+        FakeShape("tiny"),
+        FakeShape("20m"),
+        FakeShape("big", trainable=False),
+        FakeShape("smolvlm-256m"),
+    ]
+    assert trainer_points(shapes, [1, 2, 4, 8], quick=True, device="cpu") == []
     assert "skipped in --quick" in capsys.readouterr().out
-    assert trainer_points(shapes, [1, 2, 16], quick=False, device="cpu", budget_s=0) == []
+    assert trainer_points(shapes, [1, 2, 4, 8], quick=False, device="cpu", budget_s=0) == []
     out = capsys.readouterr().out
-    # groups 2 and 16 (GRPO needs 2), each in both modes, then the size sweep's one shape
-    assert out.count("skipped (the trainer points' time budget is spent)") == 5
-    assert "group 1 " not in out
-    assert "big" not in out  # not trainable: never run
     assert "train smolvlm-256m: skipped on the CPU (LoRA on a group needs" in out
+    skipped = [line.split(" (")[0] for line in out.splitlines() if "budget is spent" in line]
+    # GRPO needs a group of 2; the smallest and largest groups first, then the sizes (tiny's
+    # is the group sweep's run at group 2), then the middle group; "big" is not trainable.
+    assert skipped == [
+        "train tiny group 2 once",
+        "train tiny group 2 per-copy",
+        "train tiny group 8 once",
+        "train tiny group 8 per-copy",
+        "train 20m group 2 once",
+        "train tiny group 4 once",
+        "train tiny group 4 per-copy",
+    ]
 
 
 def test_docstring_examples():
