@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import statistics
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.train.procs import SHIPPED_MODEL, run_train
+from tests.train.procs import SHIPPED_MODEL, run_side_by_side, run_train
 
 STEPS = 10
 BAR = 0.05
@@ -65,9 +66,13 @@ def _late(rows: list[dict]) -> float:
 
 @pytest.mark.slow
 def test_short_run_learns_reproducibly_and_lr0_control_does_not(tmp_path):
-    trained, trained_eval = _run(tmp_path / "trained", "1e-3")
-    again, again_eval = _run(tmp_path / "again", "1e-3")
-    control, control_eval = _run(tmp_path / "control", "0")
+    runs = run_side_by_side(
+        partial(_run, tmp_path / name, lr)
+        for name, lr in (("trained", "1e-3"), ("again", "1e-3"), ("control", "0"))
+    )
+    (trained, trained_eval), (again, again_eval), (control, control_eval) = (
+        r.result() for r in runs
+    )
     print(
         f"trained {_first(trained):.3f} -> {_late(trained):.3f}; "
         f"control {_first(control):.3f} -> {_late(control):.3f}"
