@@ -125,10 +125,12 @@ def engine_requests(processor, cases: list[Case], sample: bool = False) -> list[
     return reqs
 
 
-def generate_batches(processor, cases: list[Case], rows: int) -> list[tuple[list[Case], dict]]:
+def generate_batches(
+    processor, cases: list[Case], rows: int, device: str = "cpu"
+) -> list[tuple[list[Case], dict]]:
     """What a user hands ``model.generate``: the cases in arrival order, ``rows`` at a time, each
-    chunk one left-padded processor batch (built before the clock starts, as the engine's
-    requests are)."""
+    chunk one left-padded processor batch on ``device`` (built before the clock starts, as the
+    engine's requests are)."""
     processor.tokenizer.padding_side = "left"
     chunks = [cases[i : i + rows] for i in range(0, len(cases), rows)]
     return [
@@ -139,7 +141,7 @@ def generate_batches(processor, cases: list[Case], rows: int) -> list[tuple[list
                 images=[c.image for c in chunk],
                 padding=True,
                 return_tensors="pt",
-            ),
+            ).to(device),
         )
         for chunk in chunks
     ]
@@ -199,10 +201,12 @@ def run_engine(engine, reqs, timed: bool = True) -> tuple[list[list[int]], float
 class ForwardTimer:
     """Sums the wall time of a model's outermost forward calls (hooks, removed on exit): the
     model itself, and its text decoder and LM head, which the engine's decode steps call
-    directly (``vlrollout.engine.step_forward``); a call inside another is not counted again."""
+    directly (``vlrollout.engine.step_forward``); a call inside another is not counted again.
+    On a GPU each outermost call is synchronised at its end, so its kernels are counted."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.modules = [model, model.get_decoder(), model.get_output_embeddings()]
+        self.cuda = next(model.parameters()).is_cuda
         self.seconds, self._start, self._depth, self._handles = 0.0, 0.0, 0, []
 
     def __enter__(self) -> ForwardTimer:
@@ -214,6 +218,8 @@ class ForwardTimer:
         def post(*_):
             self._depth -= 1
             if self._depth == 0:
+                if self.cuda:
+                    torch.cuda.synchronize()
                 self.seconds += time.perf_counter() - self._start
 
         for module in self.modules:
@@ -348,9 +354,11 @@ def measure(engine, model, processor, args, timed_forwards: bool) -> list[Measur
         n = args.requests * (times or args.queued)
         cases = build_cases(n, args.new_tokens, mixed)
         reqs = engine_requests(processor, cases, sample)
-        batches = generate_batches(processor, cases, args.batch)
+        batches = generate_batches(processor, cases, args.batch, args.device)
         run_engine(engine, reqs[:2], timed=False)  # warm-up
-        run_generate(model, processor, generate_batches(processor, cases[:2], 2), banned)
+        run_generate(
+            model, processor, generate_batches(processor, cases[:2], 2, args.device), banned
+        )
         gen_s, eng_s, fwd_s, calls = float("inf"), float("inf"), None, {}
         for _ in range(args.repeat):
             gen_tokens, s = run_generate(model, processor, batches, banned, sample)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import torch
 from areal.api.cli_args import GenerationHyperparameters
@@ -18,6 +20,21 @@ def generate_all(engine, reqs):
         return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
 
     return asyncio.run(run())
+
+
+def generate_together(engine, reqs):
+    """All of ``reqs`` admitted in one prefill whatever the machine's load: queued while the
+    engine is paused, then released at once."""
+    engine.pause_generation()
+    out: list = []
+    thread = threading.Thread(target=lambda: out.extend(generate_all(engine, reqs)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while len(engine._worker._pending) < len(reqs) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    engine.continue_generation()
+    thread.join()
+    return out
 
 
 def shrinking_requests(vision_prompt, n: int) -> list[ModelRequest]:

@@ -7,20 +7,31 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 
-from tests.engine.batches import assert_as_if_alone, generate_all, shrinking_requests
+from tests.engine.batches import (
+    assert_as_if_alone,
+    generate_all,
+    generate_together,
+    shrinking_requests,
+)
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.batch import MaskBuffer
 from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
 
 
 def test_mask_buffer_adds_columns_past_its_spare_room():
+    """The bool mask and its additive SDPA form (0 attend, -inf padding) stay in step as columns
+    are added, within the spare room and past it."""
     buf = MaskBuffer(torch.tensor([[0, 1], [1, 1]]), spare=1)
-    for _ in range(3):
+    for added in range(3):
+        four_d = buf.for_sdpa(torch.float32)
+        assert four_d.shape == (2, 1, 1, 2 + added) and four_d.dtype == torch.float32
+        assert (four_d[:, 0, 0] == 0).tolist() == buf.mask.tolist()
+        assert four_d[0, 0, 0, 0] == float("-inf")
         buf.add_column()
     assert buf.mask.tolist() == [[False, True, True, True, True], [True] * 5]
-    four_d = buf.for_sdpa()
-    assert four_d.shape == (2, 1, 1, 5) and four_d.dtype == torch.bool
-    assert four_d[:, 0, 0].tolist() == buf.mask.tolist()
+    four_d = buf.for_sdpa(torch.bfloat16)
+    assert four_d.shape == (2, 1, 1, 5) and four_d.dtype == torch.bfloat16
+    assert (four_d[:, 0, 0] == 0).tolist() == buf.mask.tolist()
 
 
 def test_requests_arriving_together_share_one_prefill(tiny, vision_prompt):
@@ -172,7 +183,7 @@ def test_a_group_sharing_a_prompt_computes_its_positions_once(tiny, vision_promp
     monkeypatch.setattr(model.model, "get_rope_index", counted)
     reqs = [_fixed_length(vision_prompt, 0, 4)] * 4 + [_fixed_length(vision_prompt, 1, 6)]
     with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
-        together = generate_all(engine, reqs)
+        together = generate_together(engine, reqs)
         assert engine.stats()["prefill_batches"] == 1
     assert len(calls) == 2
     assert_as_if_alone(model, processor, reqs, together)
@@ -234,3 +245,31 @@ def test_a_group_sending_one_prompt_is_prefilled_once(tiny, vision_prompt):
     assert stats["prefill_batches"] == 1 and stats["prefills"] == 7
     assert stats["prefill_rows_run"] == 3
     assert_as_if_alone(model, processor, reqs, results)
+
+
+def test_a_group_sharing_one_prepared_prompt_prepares_it_once(tiny, vision_prompt, monkeypatch):
+    """The episodes of a group send one ``multi_modal_input`` object: its inputs are prepared
+    once (so the group reaches the queue together), a new tensor in the dict prepares again,
+    and each episode gets the tokens it would get alone."""
+    import vlrollout.engine.local as local
+
+    model, processor = tiny
+    calls = []
+    prepare = local.prepare_inputs
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return prepare(*args, **kwargs)
+
+    monkeypatch.setattr(local, "prepare_inputs", counted)
+    reqs = [_fixed_length(vision_prompt, 0, 3 + i) for i in range(4)]
+    for r in reqs[1:]:
+        r.metadata = reqs[0].metadata  # one object for the group, as a workflow sends it
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        together = generate_all(engine, reqs)
+        assert len(calls) == 1
+        mm = reqs[0].metadata["multi_modal_input"]
+        mm["pixel_values"] = mm["pixel_values"].clone()
+        generate_all(engine, reqs[:1])
+        assert len(calls) == 2
+    assert_as_if_alone(model, processor, reqs, together)

@@ -26,8 +26,10 @@ set by ``set_version``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
+import operator
 import threading
 import time
 from typing import Any
@@ -137,6 +139,9 @@ class LocalInferenceEngine(InferenceEngine):
         self.deterministic = deterministic
         self.seed = seed
         self._request_keys = RequestKeys()
+        # The requests of a GRPO group share one prompt (the same multi_modal_input object):
+        # prepared once, they reach the queue together and prefill in one batch (see _prepared).
+        self._prepared: collections.OrderedDict = collections.OrderedDict()
         if deterministic:
             max_batch_size = 1
         self.processor, self.tokenizer = _split_processor(processor_or_tokenizer)
@@ -333,7 +338,7 @@ class LocalInferenceEngine(InferenceEngine):
         if not (req.metadata or {}).get("multi_modal_input") and req.image_data:
             inputs = await asyncio.to_thread(prepare_inputs, *args)  # decode + resize images
         else:
-            inputs = prepare_inputs(*args)
+            inputs = self._prepare_shared(args)
         check_token_ids(inputs.input_ids, self.input_vocab_size)
         params = SamplingParams.from_gconfig(
             req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
@@ -369,6 +374,28 @@ class LocalInferenceEngine(InferenceEngine):
             ttft=(task.t_first or end) - start,
             itl=task.itl,
         )
+
+    def _prepare_shared(self, args: tuple) -> Any:
+        """``prepare_inputs(*args)``, reused for a request with the same ``input_ids`` and the
+        same ``multi_modal_input`` object as one of the last 64 (a group's episodes): the
+        group's later requests then cost microseconds each, so an idle worker sees them arrive
+        together and prefills them in one batch (a slow submitter would split the group)."""
+        req = args[0]
+        mm = (req.metadata or {}).get("multi_modal_input")
+        if mm is None:
+            return prepare_inputs(*args)
+        values = tuple(mm.values()) if isinstance(mm, dict) else (mm,)
+        key = (id(mm), tuple(map(id, values)), tuple(req.input_ids))
+        hit = self._prepared.get(key)
+        if hit is not None and hit[0] is mm and all(map(operator.is_, hit[1], values)):
+            self._prepared.move_to_end(key)
+            return hit[2]
+        inputs = prepare_inputs(*args)
+        # mm and its tensors kept alive, so their ids are not reused meanwhile.
+        self._prepared[key] = (mm, values, inputs)
+        if len(self._prepared) > 64:
+            self._prepared.popitem(last=False)
+        return inputs
 
     # ------------------------------------------------------------------ weights and control
     def pause_generation(self):

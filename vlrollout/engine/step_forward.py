@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from vlrollout.compat.torch import maybe_mark_dynamic
+from vlrollout.engine.batch import additive_mask
 from vlrollout.logs import get_logger
 
 logger = get_logger(__name__)
@@ -49,11 +50,16 @@ class FullStep:
     """A decode step through the model's own forward.
 
     ``step(ids, mask, positions, cache) -> (logits [rows, vocab], cache)``, with ``mask`` the
-    2-D decode mask or the prepared ``[rows, 1, 1, columns]`` SDPA mask.
+    2-D decode mask or the prepared ``[rows, 1, 1, columns]`` additive SDPA mask.
     """
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the model's queries (its input embeddings')."""
+        return self.model.get_input_embeddings().weight.dtype
 
     def __call__(self, ids, mask, positions, cache) -> tuple[torch.Tensor, Any]:
         out = self.model(
@@ -68,7 +74,7 @@ class FullStep:
 
 class DirectStep:
     """The same step through ``decoder`` and ``head``; with ``prepared_mask`` the mask is the
-    ``[rows, 1, 1, columns]`` SDPA mask, handed over as ``{"full_attention": mask}``."""
+    ``[rows, 1, 1, columns]`` additive SDPA mask, handed over as ``{"full_attention": mask}``."""
 
     def __init__(self, decoder: torch.nn.Module, head: torch.nn.Module, prepared_mask: bool):
         self.decoder, self.head, self.prepared_mask = decoder, head, prepared_mask
@@ -218,8 +224,8 @@ def _probe(
     pairs = []
     for step in range(warm + 2):
         mask = torch.ones(rows, step + 1, dtype=torch.bool, device=device)
-        if prepared_mask:
-            mask = mask[:, None, None, :]
+        if prepared_mask:  # as MaskBuffer.for_sdpa hands it over
+            mask = additive_mask(mask, reference.dtype)[:, None, None, :]
         positions = torch.full((rows, 1), step, device=device)
         if mrope:
             positions = positions.view(1, rows, 1).expand(3, rows, 1)

@@ -29,8 +29,15 @@ from typing import Any
 
 import torch
 
-from vlrollout.compat.transformers import DynamicCache, attn_implementation
-from vlrollout.engine.batch import MaskBuffer, can_merge, merge_caches, select_rows
+from vlrollout.compat.transformers import DynamicCache, attn_implementation, growing_cache
+from vlrollout.engine.batch import (
+    MaskBuffer,
+    as_growing,
+    can_merge,
+    drop_rows,
+    merge_caches,
+    select_rows,
+)
 from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
 from vlrollout.engine.sampling import SamplingParams, sample_batch, top_logprobs
 from vlrollout.engine.step_forward import CompiledStep, DirectStep, FullStep, choose_step
@@ -48,6 +55,9 @@ _ARRIVAL_PAUSES = 3  # process-wide pauses (a garbage collection) forgiven while
 # admitted in groups of a quarter of the batch (or all of a shorter queue), and no later than
 # this many decode steps after a row fell free for them.
 _ADMIT_MAX_WAIT_STEPS = 8
+# Spare KV-cache columns per layer: decode steps append in place, and the buffers grow by this
+# many columns when full (one copy per layer every that many steps, instead of one per step).
+_CACHE_GROW = 64
 
 
 def distinct_rows(tasks: list[Any], rows: list[list[int]]) -> list[int]:
@@ -178,18 +188,25 @@ class DecodeWorker:
         self._next_pos: torch.Tensor | None = None
         self._admit_rows = max(1, max_batch_size // 4)
         self._waited_steps = 0  # decode steps run while a free row and a queued request waited
-        # Transformers' SDPA path takes a prepared 4-D bool mask as-is (see MaskBuffer); not for
+        # Transformers' SDPA path takes a prepared 4-D mask as-is (see MaskBuffer); not for
         # sliding-window layers, whose window the model would then no longer apply.
         text_config = model.config.get_text_config(decoder=True)
-        self._sdpa = attn_implementation(text_config) == "sdpa" and can_merge(
-            DynamicCache(config=model.config)
-        )
+        mergeable = can_merge(DynamicCache(config=model.config))
+        self._sdpa = attn_implementation(text_config) == "sdpa" and mergeable
+        self._mask_dtype = model.get_input_embeddings().weight.dtype  # the queries' dtype
         # Chosen by a probe forward (see step_forward) at the first decode step, on the worker
         # thread; a compiled one here and now, on the caller's thread (with torch 2.10, state
         # left by compiling on a thread that later ends crashes later backwards and FSDP set-up).
         self._step_forward: FullStep | DirectStep | CompiledStep | None = None
         if compile:
             self._step_forward = choose_step(model, device, self._mrope, self._sdpa, True)
+        # Caches that append in place (see batch.py); a compiled step keeps plain ones, whose
+        # one memory layout its graph was compiled for.
+        self._grow = _CACHE_GROW if mergeable and not compile else 0
+        # Whether the model's own prefill makes a plain full-attention DynamicCache (some
+        # families make their own cache class): learnt at the first prefill, which then
+        # converts its cache; later prefills write into a growing cache directly.
+        self._plain_cache: bool | None = None
 
     # ---------------------------------------------------------------- called from other threads
     @property
@@ -364,10 +381,13 @@ class DecodeWorker:
         if not keep:
             self._reset_batch()
             return
-        self._cache, mask = select_rows(self._cache, self._mask.mask, keep)
+        if self._grow:  # finished rows' places taken by the last rows: no whole-cache copy
+            self._cache, mask, order = drop_rows(self._cache, self._mask.mask, keep)
+        else:
+            (self._cache, mask), order = select_rows(self._cache, self._mask.mask, keep), keep
         self._mask = MaskBuffer(mask)
-        self._active = [self._active[i] for i in keep]
-        index = torch.tensor(keep, device=self.device)
+        self._active = [self._active[i] for i in order]
+        index = torch.tensor(order, device=self.device)
         self._next_ids, self._next_pos = self._next_ids[index], self._next_pos[index]
 
     def _admission_due(self) -> bool:
@@ -466,6 +486,7 @@ class DecodeWorker:
             input_ids=ids,
             attention_mask=mask if len(run) > 1 else None,
             position_ids=position_ids,
+            past_key_values=growing_cache(self._grow) if self._grow and self._plain_cache else None,
             use_cache=True,
             logits_to_keep=1,
             **self._token_types(run, length),
@@ -486,20 +507,30 @@ class DecodeWorker:
         if not keep:
             return
         new = [tasks[i] for i in keep]
-        cache, mask, next_ids = out.past_key_values, mask.bool(), tokens.view(-1, 1)
+        cache, mask, next_ids = self._growing(out.past_key_values), mask.bool(), tokens.view(-1, 1)
         next_pos = torch.tensor([[t.length - 1 + t.rope_delta] for t in new], device=self.device)
         wanted = [row_of[i] for i in keep]
         if wanted != list(range(len(run))):
-            cache, mask = select_rows(cache, mask, wanted)
+            cache, mask = select_rows(cache, mask, wanted, self._grow)
         if len(keep) < len(tasks):
             next_ids = next_ids[torch.tensor(keep, device=self.device)]
         if self._cache is not None:
-            cache, mask = merge_caches(self._cache, self._mask.mask, cache, mask)
+            cache, mask = merge_caches(self._cache, self._mask.mask, cache, mask, self._grow)
             next_ids = torch.cat([self._next_ids, next_ids])
             next_pos = torch.cat([self._next_pos, next_pos])
             new = self._active + new
         self._active, self._cache, self._mask = new, cache, MaskBuffer(mask)
         self._next_ids, self._next_pos = next_ids, next_pos
+
+    def _growing(self, cache: Any) -> Any:
+        """A prefill's cache as the decode batch keeps it: see ``_plain_cache``."""
+        if not self._grow or self._plain_cache:
+            return cache
+        self._plain_cache = type(cache) is DynamicCache and can_merge(cache)
+        if not self._plain_cache:
+            self._grow = 0  # the model's own cache class, kept as it is
+            return cache
+        return as_growing(cache, self._grow)
 
     @torch.inference_mode()
     def _decode_step(self) -> None:
@@ -513,7 +544,7 @@ class DecodeWorker:
                 self._step_forward = choose_step(self.model, self.device, self._mrope, self._sdpa)
             logits, self._cache = self._step_forward(
                 self._next_ids,
-                self._mask.for_sdpa() if self._sdpa else self._mask.mask,
+                self._mask.for_sdpa(self._mask_dtype) if self._sdpa else self._mask.mask,
                 pos,
                 self._cache,
             )
