@@ -67,11 +67,28 @@ def test_pixel_change_without_size_change_is_caught():
     assert isinstance(image, Image.Image)
 
 
+def _clis(*commands: list[str]) -> list[subprocess.CompletedProcess]:
+    """``vlrollout COMMAND`` for each command, all started at once (each spends seconds importing
+    on one core), and their results in order."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "vlrollout.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for args in commands
+    ]
+    done = []
+    for p in procs:
+        out, err = p.communicate()
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
+
+
 def test_check_command_passes_on_a_clean_checkout_and_fails_on_max_pixels():
     base = [
-        sys.executable,
-        "-m",
-        "vlrollout.cli",
         "check",
         "--processor",
         "offline:qwen2_vl",
@@ -80,11 +97,8 @@ def test_check_command_passes_on_a_clean_checkout_and_fails_on_max_pixels():
         "--snapshot",
         str(SNAPSHOTS / "qwen2_vl.json"),
     ]
-    ok = subprocess.run(base, capture_output=True, text=True)
+    ok, bad = _clis(base, base + ["--min-pixels", "784", "--max-pixels", "3136"])
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    bad = subprocess.run(
-        base + ["--min-pixels", "784", "--max-pixels", "3136"], capture_output=True, text=True
-    )
     assert bad.returncode == 1
     assert "image_grid_thw: expected" in bad.stdout
 
@@ -133,28 +147,24 @@ def test_slow_to_fast_switch_reports_the_size_of_the_difference_and_the_settings
     assert "* image_processor: Qwen2VLImageProcessor | Qwen2VLImageProcessorFast" in report
 
 
-def _cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "vlrollout.cli", *args], capture_output=True, text=True, cwd=REPO
-    )
-
-
 def test_snapshot_commands_explain_a_bad_item_and_a_missing_file(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(
         '{"id": "broken-7", "messages": [{"role": "user", "content": "<image>Q"}], '
         '"images": ["does/not/exist.png"]}\n'
     )
-    for command in (["snapshot", "--out", str(tmp_path / "s.json")], ["check", "--snapshot", str(SNAPSHOTS / "qwen2_vl.json")]):  # fmt: skip
-        res = _cli(*command, "--processor", "offline:qwen2_vl", "--data", str(bad))
+    missing = tmp_path / "nope.json"
+    processor = ["--processor", "offline:qwen2_vl"]
+    *bad_item, no_file = _clis(
+        ["snapshot", "--out", str(tmp_path / "s.json"), *processor, "--data", str(bad)],
+        ["check", "--snapshot", str(SNAPSHOTS / "qwen2_vl.json"), *processor, "--data", str(bad)],
+        ["check", *processor, "--data", str(DATA), "--snapshot", str(missing)],
+    )
+    for res in bad_item:
         assert res.returncode == 2 and "Traceback" not in res.stderr
         assert "item broken-7: image_not_found" in res.stderr and "fix the item" in res.stderr
-    missing = tmp_path / "nope.json"
-    res = _cli(
-        "check", "--processor", "offline:qwen2_vl", "--data", str(DATA), "--snapshot", str(missing)
-    )
-    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert no_file.returncode == 2 and "Traceback" not in no_file.stderr
     assert (
-        f"snapshot file {missing} does not exist" in res.stderr
-        and "vlrollout snapshot" in res.stderr
+        f"snapshot file {missing} does not exist" in no_file.stderr
+        and "vlrollout snapshot" in no_file.stderr
     )

@@ -7,10 +7,15 @@ import json
 import re
 import subprocess
 import sys
+from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
 from PIL import Image
+
+from tests.train.procs import run_side_by_side
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
@@ -35,9 +40,58 @@ def _run_quick(script: str, timeout_s: int, record_dir: Path) -> list[str]:
     return lines
 
 
+QUICK_RUNS = {
+    "test_engine_quick_prints_ratios_tokens_and_http_overhead": ("bench_engine.py", 400),
+    "test_workflow_overhead_quick_prints_every_input_class_and_engine_and_the_worst_last": (
+        "bench_workflow_overhead.py",
+        900,
+    ),
+    "test_eval_quick_gives_the_served_model_the_local_models_metrics": ("bench_eval.py", 600),
+    "test_processor_call_quick_prints_identical_outputs_and_the_headline": (
+        "bench_processor_call.py",
+        300,
+    ),
+    "test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs": (
+        "bench_decode_step.py",
+        300,
+    ),
+    "test_prompt_memory_quick_runs_and_prints_the_headline": ("bench_prompt_memory.py", 300),
+    "test_reward_pool_quick_prints_both_sizes_and_the_headline": ("bench_reward_pool.py", 300),
+    "test_packaging_quick_prints_every_case_and_the_headline": ("bench_packaging.py", 120),
+}
+"""Per test, the script it runs with ``--quick`` and its time limit in seconds (longest first)."""
+
+
+@dataclass(frozen=True)
+class QuickRun:
+    """A script's ``--quick`` run, started (:func:`_run_quick`)."""
+
+    record_dir: Path
+    future: Future[list[str]]
+
+    def lines(self) -> list[str]:
+        """Its non-empty stdout lines, once it has ended."""
+        return self.future.result()
+
+
+@pytest.fixture(scope="module")
+def quick(request, tmp_path_factory) -> dict[str, QuickRun]:
+    """Per script, the ``--quick`` run of each test this session runs, all started at once so
+    they share the machine's cores (``run_side_by_side``; the tests check what the scripts
+    print and record, never their timings)."""
+    selected = {getattr(item, "originalname", None) for item in request.session.items}
+    record_dirs, jobs = {}, []
+    for test, (script, timeout_s) in QUICK_RUNS.items():
+        if test in selected:
+            record_dirs[script] = tmp_path_factory.mktemp(Path(script).stem)
+            jobs.append(partial(_run_quick, script, timeout_s, record_dirs[script]))
+    futures = run_side_by_side(jobs)
+    return {s: QuickRun(d, f) for (s, d), f in zip(record_dirs.items(), futures, strict=True)}
+
+
 @pytest.mark.slow
-def test_workflow_overhead_quick_prints_every_input_class_and_engine_and_the_worst_last(tmp_path):
-    lines = _run_quick("bench_workflow_overhead.py", timeout_s=900, record_dir=tmp_path)
+def test_workflow_overhead_quick_prints_every_input_class_and_engine_and_the_worst_last(quick):
+    lines = quick["bench_workflow_overhead.py"].lines()
     assert any(line.startswith("One episode, ms") for line in lines)
     assert any(line.startswith("Group of 8") for line in lines)
     for name in ("RGB JPEG", "grey PNG", "RGBA PNG", "palette GIF", "PIL input", "small <=336^2"):
@@ -71,8 +125,8 @@ def test_subjects_differ(monkeypatch):
     assert len(set(pictures)) == len(SUBJECTS)
 
 
-def test_packaging_quick_prints_every_case_and_the_headline(tmp_path):
-    lines = _run_quick("bench_packaging.py", timeout_s=120, record_dir=tmp_path)
+def test_packaging_quick_prints_every_case_and_the_headline(quick):
+    lines = quick["bench_packaging.py"].lines()
     for case in ("single-turn", "single-turn + mm ids", "multi-turn 4 gen + 3 obs"):
         rows = [line for line in lines if re.match(rf"{re.escape(case)}\s+\d+k\s", line)]
         assert len(rows) == 2, lines  # 1k and 8k
@@ -93,8 +147,8 @@ def test_bench_photos_are_jpegs_of_the_requested_sizes(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_engine_quick_prints_ratios_tokens_and_http_overhead(tmp_path):
-    lines = _run_quick("bench_engine.py", timeout_s=400, record_dir=tmp_path)
+def test_engine_quick_prints_ratios_tokens_and_http_overhead(quick):
+    lines = quick["bench_engine.py"].lines()
     compiled_title = [i for i, line in enumerate(lines) if "compile_decode=True" in line]
     assert len(compiled_title) == 1 and "decode steps compiled;" in lines[compiled_title[0]]
     tables = {"default": lines[: compiled_title[0]], "compiled": lines[compiled_title[0] :]}
@@ -113,8 +167,8 @@ def test_engine_quick_prints_ratios_tokens_and_http_overhead(tmp_path):
     assert "compile_decode " in lines[-1] and "default " in lines[-1]
 
 
-def test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs(tmp_path):
-    lines = _run_quick("bench_decode_step.py", timeout_s=300, record_dir=tmp_path)
+def test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs(quick):
+    lines = quick["bench_decode_step.py"].lines()
     assert sum(line.startswith("decode step, ") for line in lines) == 2
     (saved,) = [line for line in lines if line.startswith("decode step saved")]
     assert saved.endswith("logits bit-identical: True"), saved
@@ -122,8 +176,8 @@ def test_decode_step_quick_shows_both_paths_bit_identical_and_the_sampling_costs
     assert len(kinds) == 4 and all(re.search(r"median\s+\d+\.\d us", k) for k in kinds)
 
 
-def test_processor_call_quick_prints_identical_outputs_and_the_headline(tmp_path):
-    lines = _run_quick("bench_processor_call.py", timeout_s=300, record_dir=tmp_path)
+def test_processor_call_quick_prints_identical_outputs_and_the_headline(quick):
+    lines = quick["bench_processor_call.py"].lines()
     rows = [line for line in lines if re.match(r"\d+x\d+ \w+ \((fast|slow)\)", line)]
     assert len(rows) == 6 and all(row.endswith("True") for row in rows), lines
     assert lines[-1].startswith("headline") and lines[-1].endswith("outputs identical: True")
@@ -174,16 +228,16 @@ def test_engine_benchmarks_refuse_counts_below_one_in_one_line(script, args, nam
     assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_prompt_memory_quick_runs_and_prints_the_headline(tmp_path):
+def test_prompt_memory_quick_runs_and_prints_the_headline(quick):
     """Its rollout coroutine and bench/entry's ``run`` are different names: one module-level
     ``run`` would be rebound by the other when the script starts."""
-    lines = _run_quick("bench_prompt_memory.py", timeout_s=300, record_dir=tmp_path)
+    lines = quick["bench_prompt_memory.py"].lines()
     assert lines[-1].startswith("headline: prepared prompts peak")
 
 
-def test_reward_pool_quick_prints_both_sizes_and_the_headline(tmp_path):
+def test_reward_pool_quick_prints_both_sizes_and_the_headline(quick):
     """It once ended in a TypeError: the module's own ``run`` was shadowed by bench/entry's."""
-    lines = _run_quick("bench_reward_pool.py", timeout_s=300, record_dir=tmp_path)
+    lines = quick["bench_reward_pool.py"].lines()
     rows = [line.split() for line in lines if re.match(r"\s*\d+\s", line)]
     assert [int(r[0]) for r in rows] == [12, 500]
     assert lines[-1].startswith("headline: RewardCaller per call")
@@ -254,12 +308,13 @@ def test_a_relative_kept_folder_is_made_absolute(tmp_path, monkeypatch):
     assert record.fresh_folder("runs") == tmp_path.resolve() / "runs"
 
 
-def test_eval_quick_gives_the_served_model_the_local_models_metrics(tmp_path):
+def test_eval_quick_gives_the_served_model_the_local_models_metrics(quick):
     """``vlrollout eval`` on a local model and on the same model behind a ``vlrollout serve``
     process reached as any OpenAI-compatible server: the same metrics, or the script exits 1."""
-    lines = _run_quick("bench_eval.py", timeout_s=600, record_dir=tmp_path)
+    run = quick["bench_eval.py"]
+    lines = run.lines()
     assert "identical metrics" in lines[-1]
-    numbers = json.loads(next(tmp_path.glob("*.json")).read_text())["numbers"]
+    numbers = json.loads(next(run.record_dir.glob("*.json")).read_text())["numbers"]
     assert numbers["items"] == 8 and numbers["split"] == "test"
     accs = [f"ACC@{t}" for t in (0.1, 0.3, 0.5, 0.7, 0.9)]
     assert set(numbers["local"]) == {"IoU", *accs, "Center_ACC"}

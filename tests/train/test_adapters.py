@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import Future
+from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
 
-from tests.train.procs import ROOT, subprocess_env
+from tests.train.procs import ROOT, run_side_by_side, subprocess_env
 from vlrollout.errors import ConfigError
 from vlrollout.testing.tiny_families import save_tiny_vlm, tiny_vlm
 from vlrollout.train.freezing import freeze_vision, vision_parts
@@ -56,16 +59,43 @@ def _same(model, served: dict) -> None:
         torch.testing.assert_close(state[k], v, rtol=0, atol=0, msg=k)
 
 
+ADAPT_STEPS = {
+    "test_lora_trains_adapters_and_serves_merged_weights": (TINY, "lora"),
+    "test_frozen_vision_tower_stays_bit_identical": (TINY, "tower"),
+    "test_lora_with_frozen_vision_on_qwen2_5_vl": ("qwen2_5_vl", "lora", "tower", "projector"),
+}
+"""Each slow test's model (a folder, or a family saved tiny with random weights) and flags."""
+
+
+@pytest.fixture(scope="module")
+def adapt_steps(request, tmp_path_factory) -> dict[str, tuple[Path, Future[dict]]]:
+    """The adapt steps of the slow tests this session runs, all started at once so they share
+    the machine's cores (``run_side_by_side``): per test, its output folder and result."""
+    selected = {getattr(item, "originalname", None) for item in request.session.items}
+    root = tmp_path_factory.mktemp("adapt")
+    runs = {}
+    for test, (model, *flags) in ADAPT_STEPS.items():
+        if test in selected:
+            out = root / test / "run"
+            out.mkdir(parents=True)
+            if model != TINY:
+                model = save_tiny_vlm(model, root / test / "model")
+            runs[test] = (out, partial(_adapt_step, model, out, *flags))
+    futures = run_side_by_side(job for _, job in runs.values())
+    return {test: (out, f) for (test, (out, _)), f in zip(runs.items(), futures, strict=True)}
+
+
 @pytest.mark.slow
-def test_lora_trains_adapters_and_serves_merged_weights(tmp_path):
+def test_lora_trains_adapters_and_serves_merged_weights(adapt_steps):
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    result = _adapt_step(TINY, tmp_path, "lora")
+    out, run = adapt_steps["test_lora_trains_adapters_and_serves_merged_weights"]
+    result = run.result()
     _check_trained(result)
     assert all(".lora_" in n for n in result["trainable"])
     assert all(".lora_" not in n for n in result["frozen"])
-    served = torch.load(tmp_path / "served.pt")
+    served = torch.load(out / "served.pt")
     ckpt = result["checkpoint"]
     _same(AutoModelForImageTextToText.from_pretrained(ckpt), served)
     AutoProcessor.from_pretrained(ckpt)  # a complete HF folder
@@ -74,24 +104,25 @@ def test_lora_trains_adapters_and_serves_merged_weights(tmp_path):
 
 
 @pytest.mark.slow
-def test_frozen_vision_tower_stays_bit_identical(tmp_path):
+def test_frozen_vision_tower_stays_bit_identical(adapt_steps):
     from transformers import AutoModelForImageTextToText
 
-    result = _adapt_step(TINY, tmp_path, "tower")
+    out, run = adapt_steps["test_frozen_vision_tower_stays_bit_identical"]
+    result = run.result()
     _check_trained(result)
     visual = [n for n in result["frozen"] + result["trainable"] if n.startswith("model.visual.")]
     assert set(result["frozen"]) == {n for n in visual if ".merger." not in n}
     assert any(n.startswith("model.visual.merger.") for n in result["trainable"])
     _same(
         AutoModelForImageTextToText.from_pretrained(result["checkpoint"]),
-        torch.load(tmp_path / "served.pt"),
+        torch.load(out / "served.pt"),
     )
 
 
 @pytest.mark.slow
-def test_lora_with_frozen_vision_on_qwen2_5_vl(tmp_path):
-    model = save_tiny_vlm("qwen2_5_vl", tmp_path / "model")
-    result = _adapt_step(model, tmp_path / "run", "lora", "tower", "projector")
+def test_lora_with_frozen_vision_on_qwen2_5_vl(adapt_steps):
+    _, run = adapt_steps["test_lora_with_frozen_vision_on_qwen2_5_vl"]
+    result = run.result()
     _check_trained(result, moved=False)  # random weights: rewards may all be equal (no signal)
     assert result["trainable"] and not any(".visual." in n for n in result["trainable"])
 

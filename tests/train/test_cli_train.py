@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 
-from tests.train.procs import ROOT, SHIPPED_MODEL, run_train, subprocess_env
+from tests.train.procs import ROOT, SHIPPED_MODEL, run_side_by_side, run_train, subprocess_env
 
 SMALL = [
     SHIPPED_MODEL,
@@ -138,8 +139,14 @@ def test_dynamic_sampling_scale_makes_a_short_steps_update_the_share_kept(tmp_pa
         "vlrollout.dynamic_sampling=true",
         "vlrollout.dynamic_sampling_rounds=1",
     )
-    _train(tmp_path / "plain", *common)
-    _train(tmp_path / "scaled", *common, "vlrollout.dynamic_sampling_scale=true")
+    runs = run_side_by_side(
+        [
+            partial(_train, tmp_path / "plain", *common),
+            partial(_train, tmp_path / "scaled", *common, "vlrollout.dynamic_sampling_scale=true"),
+        ]
+    )
+    for run in runs:
+        run.result()
     (plain,) = _jsonl(tmp_path / "plain" / "metrics.jsonl")
     (scaled,) = _jsonl(tmp_path / "scaled" / "metrics.jsonl")
     kept = scaled["dynamic/kept"]

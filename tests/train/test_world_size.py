@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.train.conftest import rollout
-from tests.train.procs import subprocess_env
+from tests.train.procs import run_side_by_side, subprocess_env
 
 SCRIPT = Path(__file__).with_name("distributed_step.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,8 +72,11 @@ def test_world_size_2_equals_world_size_1(base_engine, tmp_path):
     batch = tmp_path / "batch.pt"
     torch.save(groups, batch)
 
-    one = _run(1, batch, tmp_path / "ws1.pt")
-    two = _run(2, batch, tmp_path / "ws2.pt")
+    # The two-process run first: it is the longer.
+    ws2, ws1 = run_side_by_side(
+        [partial(_run, 2, batch, tmp_path / "ws2.pt"), partial(_run, 1, batch, tmp_path / "ws1.pt")]
+    )
+    one, two = ws1.result(), ws2.result()
 
     grad_diff = max((two["grads"][n] - g).abs().max().item() for n, g in one["grads"].items())
     print(  # the closing note quotes these (pytest -s)
