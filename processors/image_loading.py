@@ -24,11 +24,10 @@ encoded, its format is PNG, JPEG, WebP or GIF (what AReaL's ``detect_image_mime`
 single frame and no EXIF rotation, and its mode converts to RGB by PIL's own rule in
 :func:`~vlrollout.processors.image_mode.to_rgb` (``RGB``, grey ``L``, ``1``, and palette ``P``
 without transparency). Otherwise (PIL input, rotation, alpha or transparency, 16-bit or float grey,
-first-frame extraction, other formats) the RGB pixels are re-encoded as a lossless PNG by
-:func:`~vlrollout.processors.png_encoding.encode_rgb_png` (one filter for every row, run-length
-deflate: a few times faster than PIL's encoder), which decodes to exactly the trainer's pixels.
-Encoding happens only when :meth:`LoadedImage.engine_bytes` is called, i.e. when an engine reads
-``image_data``, and once per prepared prompt (every episode of a group shares it).
+first-frame extraction, other formats) the RGB pixels are re-encoded as lossless PNG at the fastest
+setting (``compress_level=1``), which decodes to exactly the trainer's pixels. Encoding happens only
+when :meth:`LoadedImage.engine_bytes` is called, i.e. when an engine reads ``image_data``, and
+once per prepared prompt (every episode of a group shares it).
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from .errors import PreprocessError
 from .image_mode import has_alpha, to_rgb
-from .png_encoding import encode_rgb_png
 
 DEFAULT_MAX_PIXELS = 64 * 1024 * 1024
 """Largest decoded image accepted (width × height), below PIL's own 89.5 M bomb warning."""
@@ -58,6 +56,8 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 PASSTHROUGH_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "GIF"})
 PASSTHROUGH_MODES = frozenset({"RGB", "L", "1", "P"})
 """Modes whose ``convert("RGB")`` (what servers do) equals ours, when they carry no transparency."""
+PNG_COMPRESS_LEVEL = 1
+"""zlib level of re-encoded PNGs: lossless at any level, level 1 is the fastest that compresses."""
 _MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -96,7 +96,9 @@ class LoadedImage:
         """Encoded bytes for the engine: the original ones, or a lossless PNG of ``image``."""
         if self.encoded is not None:
             return self.encoded
-        return encode_rgb_png(self.image)
+        buf = io.BytesIO()
+        self.image.save(buf, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
+        return buf.getvalue()
 
     def to_base64(self) -> str:
         """Base64 (no ``data:`` prefix) of :meth:`engine_bytes`, for SGLang's ``image_data``."""

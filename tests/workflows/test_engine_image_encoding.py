@@ -39,8 +39,10 @@ def test_a_group_on_a_pil_image_encodes_it_once(tokenizer, qwen2vl_processor, mo
         rng.integers(0, 256, (28, 42, 3), np.uint8)
     )  # decoded, as datasets give
     calls = []
-    encode = image_loading.encode_rgb_png
-    monkeypatch.setattr(image_loading, "encode_rgb_png", lambda im: calls.append(1) or encode(im))
+    encode = image_loading.LoadedImage.engine_bytes
+    monkeypatch.setattr(
+        image_loading.LoadedImage, "engine_bytes", lambda self: calls.append(1) or encode(self)
+    )
     wf = VisionRLVRWorkflow(
         "tests.workflows.reward_fns.contains_answer",
         GenerationHyperparameters(max_new_tokens=4),
