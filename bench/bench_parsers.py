@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
+import string
 import sys
 import time
 from collections.abc import Callable
@@ -53,9 +55,12 @@ LIMIT_1MB_S = 1.0
 CASE_LIMIT_S = 5.0
 NOISE_FLOOR_S = 0.05
 BOX = '{"bbox_2d": [1, 2, 3, 4]}'
+DISTINCT_DIGITS = "<distinct chunks: digits>"
+DISTINCT_WORDS = "<distinct chunks: words>"
+"""Units that name a generated text (:data:`GENERATED`) instead of a repeated one."""
 
 # (case name, function of the text, repeated unit); the text is the unit repeated to the size.
-Case = tuple[str, Callable[[str], object], str | None]  # unit None: see _distinct; text: case_text
+Case = tuple[str, Callable[[str], object], str]  # a unit, or a key of GENERATED; text: case_text
 
 
 def _cold(fn):
@@ -109,8 +114,13 @@ PARSER_CASES: list[Case] = [
     (
         "ptb_tokenize distinct chunks",
         _cold(ptb_tokenize),
-        None,
+        DISTINCT_DIGITS,
     ),  # no repeats: the chunk memo misses; each digit shape is lexed once
+    (
+        "ptb_tokenize distinct words",
+        _cold(ptb_tokenize),
+        DISTINCT_WORDS,
+    ),  # no repeats and no shared digit shape: every chunk is lexed
 ]
 #: Rewards through ``Reward.score``: linear up to ``MAX_OUTPUT_CHARS``, flat past it.
 REWARD_CASES: list[Case] = [
@@ -153,13 +163,43 @@ def _distinct(n: int) -> str:
     return " ".join(parts)[:n]
 
 
-def case_text(unit: str | None, n: int) -> str:
-    """The hostile input of a case at ``n`` characters: ``unit`` repeated, or distinct chunks.
+def _distinct_words(n: int) -> str:
+    """Caption-like text of seeded random words in punctuated forms (``abc's`` ``(wxyz)`` ...),
+    no chunk twice: unlike :func:`_distinct`, the chunks share no shape beyond their form."""
+    forms = ("{}'s", "{},", "({})", "${}", "{}.", "{}-{}")
+    rng = random.Random(0)
+    parts, seen, size = [], set(), 0
+    while size < n:
+        word = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 8)))
+        form = rng.choice(forms)
+        part = form.format(word, word[::-1])
+        if part in seen:
+            continue
+        seen.add(part)
+        parts.append(part)
+        size += len(part) + 1
+    return " ".join(parts)[:n]
+
+
+GENERATED: dict[str, Callable[[int], str]] = {
+    DISTINCT_DIGITS: _distinct,
+    DISTINCT_WORDS: _distinct_words,
+}
+
+
+def case_text(unit: str, n: int) -> str:
+    """The hostile input of a case at ``n`` characters: ``unit`` repeated, or the generated
+    text ``GENERATED[unit]`` names.
 
     >>> case_text("<ref>", 12)
     '<ref><ref><r'
+    >>> chunks = case_text(DISTINCT_WORDS, 10_000).split()
+    >>> len(set(chunks)) == len(chunks)
+    True
     """
-    return _distinct(n) if unit is None else (unit * (n // len(unit) + 1))[:n]
+    if unit in GENERATED:
+        return GENERATED[unit](n)
+    return (unit * (n // len(unit) + 1))[:n]
 
 
 def _time(fn: Callable[[str], object], text: str) -> float:
