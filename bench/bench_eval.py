@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 from entry import positive_int, run
 from record import REPO, Run, Table, add_record_dir, write
+from served import Served
 from splits import SPLITS, add_split
 
 VLROLLOUT = str(REPO / ".venv" / "bin" / "vlrollout")
@@ -48,35 +45,6 @@ def parse_args() -> argparse.Namespace:
     add_split(p)
     add_record_dir(p)
     return p.parse_args()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def served(model: str, port: int):
-    """``vlrollout serve --protocol vllm --deterministic`` on ``port`` until the block ends."""
-    cmd = [VLROLLOUT, "serve", "--model", model, "--protocol", "vllm", "--port", str(port)]
-    proc = subprocess.Popen([*cmd, "--deterministic"], cwd=REPO, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vlrollout serve exited with {proc.returncode}") from None
-                time.sleep(1)
-        else:
-            raise RuntimeError("vlrollout serve did not answer /health within 300 s")
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def evaluate(data: Path, output: Path, source: list[str]) -> tuple[dict, str]:
@@ -130,9 +98,8 @@ def main() -> int:
         data = root / "data" / "data.jsonl"
         model = ["--model", args.model, "--box-format", args.box_format]
         local, printed = evaluate(data, root / "local", model)
-        port = free_port()
-        with served(args.model, port):
-            address = ["--address", f"127.0.0.1:{port}", "--protocol", "openai"]
+        with Served(args.model, "--protocol", "vllm", "--deterministic") as server:
+            address = ["--address", f"127.0.0.1:{server.port}", "--protocol", "openai"]
             remote, _ = evaluate(data, root / "served", [*address, *model])
     print(printed)
     table, headline, numbers = summarise(local, remote, args, seed)

@@ -26,20 +26,18 @@ cores, so rollouts during an update slow it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import record
-import requests
 import yaml
+from served import Served
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("rollout", "logp", "update", "weight_sync")
@@ -50,84 +48,41 @@ TARGET_SHARE = 1 / 3
 """The asynchronous run's wait share, at most this share of the on-policy one's."""
 
 
-def free_port() -> int:
-    """A free local TCP port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(model: str, port: int) -> subprocess.Popen:
-    """``vlrollout serve`` of ``model`` on ``port`` (SGLang protocol, one thread), answering
-    ``/health``."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vlrollout.cli", "serve", "--model", model]
-        + ["--protocol", "sglang", "--port", str(port), "--threads", "1"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.2)
-    stop_server(proc)
-    raise SystemExit(f"vlrollout serve on port {port} did not answer /health")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    """Stop a server started by :func:`start_server`."""
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def run_loop(config: str, placement: str, k: int, args: argparse.Namespace) -> list[dict]:
     """``metrics.jsonl`` of a ``vlrollout train`` run of ``args.steps`` steps with k = ``k``,
     its rollouts ``placement``d."""
     proximal = ["actor.use_decoupled_loss=true"] if k else ["actor.recompute_logprob=true"]
-    server, overrides = None, []
-    if placement == "served":
-        port = free_port()
-        server = start_server(actor_path(config), port)
-        overrides = [
-            "vlrollout.engine.kind=sglang",
-            f"vlrollout.engine.addresses=[127.0.0.1:{port}]",
-        ]
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config", config]
-            cmd += [
-                f"vlrollout.output={tmp}",
-                f"total_train_steps={args.steps}",
-                f"train_dataset.batch_size={args.batch}",
-                f"gconfig.n_samples={args.group}",
-                f"rollout.max_head_offpolicyness={k}",
-                *proximal,
-                "vlrollout.eval_items=1",
-                "vlrollout.eval_every=0",
-                f"vlrollout.save_every={args.steps + 1}",
-                "vlrollout.progress=false",
-                *overrides,
+    with contextlib.ExitStack() as stack:
+        overrides = []
+        if placement == "served":
+            flags = ("--protocol", "sglang", "--threads", "1")
+            server = stack.enter_context(
+                Served(actor_path(config), *flags, env={"OMP_NUM_THREADS": "1"}, startup_s=180)
+            )
+            overrides = [
+                "vlrollout.engine.kind=sglang",
+                f"vlrollout.engine.addresses=[127.0.0.1:{server.port}]",
             ]
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise SystemExit(
-                    f"{placement} k={k}: vlrollout train failed:\n{proc.stderr[-3000:]}"
-                )
-            text = (Path(tmp) / "metrics.jsonl").read_text()
-    finally:
-        if server is not None:
-            stop_server(server)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config", config]
+        cmd += [
+            f"vlrollout.output={tmp}",
+            f"total_train_steps={args.steps}",
+            f"train_dataset.batch_size={args.batch}",
+            f"gconfig.n_samples={args.group}",
+            f"rollout.max_head_offpolicyness={k}",
+            *proximal,
+            "vlrollout.eval_items=1",
+            "vlrollout.eval_every=0",
+            f"vlrollout.save_every={args.steps + 1}",
+            "vlrollout.progress=false",
+            *overrides,
+        ]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{placement} k={k}: vlrollout train failed:\n{proc.stderr[-3000:]}")
+        text = (Path(tmp) / "metrics.jsonl").read_text()
     return [json.loads(line) for line in text.splitlines()]
 
 

@@ -12,74 +12,25 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import requests as http
+from served import Served
 
 REPO = Path(__file__).resolve().parents[1]
 REPEATS = 2
 STARTUP_S = 300
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """``vlrollout serve`` on ``folder`` in a child process, stopped on exit."""
-
-    def __init__(self, folder: Path, device: str, max_batch: int, threads: int | None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [
-            sys.executable,
-            "-m",
-            "vlrollout.cli",
-            "serve",
-            "--model",
-            str(folder),
-            "--port",
-            str(self.port),
-            "--device",
-            device,
-            "--max-batch-size",
-            str(max_batch),
-            *(["--threads", str(threads)] if threads else []),
-        ]
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> Server:
-        self.proc = subprocess.Popen(
-            self.cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-        deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vlrollout serve exited: {self.proc.stderr.read()[-2000:]}")
-            try:
-                if http.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            except http.ConnectionError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"vlrollout serve did not answer /health within {STARTUP_S} s")
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def server(job: dict[str, Any]) -> Served:
+    """``vlrollout serve`` of the point's model folder, device, batch size and threads."""
+    flags = ["--device", job["device"], "--max-batch-size", str(job["max_batch"])]
+    if job["threads"]:
+        flags += ["--threads", str(job["threads"])]
+    return Served(Path(job["folder"]), *flags, startup_s=STARTUP_S)
 
 
 def payload(prepared: Any, new_tokens: int) -> dict[str, Any]:
@@ -121,7 +72,7 @@ def serve_points(job: dict[str, Any], failures: list[str], log=print) -> list[di
     from scaling_points import item, point, preprocessor
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    with Server(Path(job["folder"]), job["device"], job["max_batch"], job["threads"]) as server:
+    with server(job) as served:
         out: list[dict[str, Any]] = []
         warmed = False
         for spec in job["points"]:
@@ -134,9 +85,9 @@ def serve_points(job: dict[str, Any], failures: list[str], log=print) -> list[di
             )
             try:
                 if not warmed:
-                    round_trip(server.url, body, 1)
+                    round_trip(served.url, body, 1)
                     warmed = True
-                times = [round_trip(server.url, body, spec["group"]) for _ in range(REPEATS)]
+                times = [round_trip(served.url, body, spec["group"]) for _ in range(REPEATS)]
             except RequestRefused as e:
                 failures.append(f"{where}: {e}")
                 log(f"  {where}: refused: {e}")
