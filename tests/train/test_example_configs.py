@@ -86,6 +86,10 @@ def test_group_size_one_is_refused(tmp_path):
             ],
             "train_dataset.batch_size=3 cannot be shared by 2 processes",
         ),
+        (
+            ["--config", "examples/train_grounding.yaml", "rollout.max_head_offpolicyness=-1"],
+            "rollout.max_head_offpolicyness must be >= 0 (0: on-policy), got -1",
+        ),
     ],
 )
 def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):

@@ -328,6 +328,10 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
             f"each rolls out an equal share of a step's items; use a multiple of {world_size}"
         )
     offpolicy = cfg.rollout.max_head_offpolicyness
+    if offpolicy < 0:
+        raise ConfigError(
+            f"rollout.max_head_offpolicyness must be >= 0 (0: on-policy), got {offpolicy}"
+        )
     if cfg.vlrollout.dynamic_sampling and offpolicy > 0:
         # Asynchronous steps take groups as they finish (vlrollout.train.asynchronous); topping
         # a step up with further items for groups without reward spread is built only on-policy.
