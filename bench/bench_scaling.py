@@ -42,6 +42,7 @@ import record
 import scaling_growth as growth
 import scaling_report as report
 from scaling_shapes import DEFAULT_CACHE, SHAPES, build_model, parameter_count, shape
+from scaling_trainer import trainer_points
 
 BENCH = Path(__file__).resolve().parent
 MAX_BATCH = 16
@@ -140,7 +141,8 @@ def run_side(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run_shape(name: str, shape_plan: dict, args, failures: list[str]) -> list[dict[str, Any]]:
     """Every path of one shape: the sides one after another (at once with ``--quick``)."""
-    from scaling_serve import serve_points
+    from scaling_serve import serve_points  # imports torch: only when a shape runs (tests and
+    # the README renderer import this module for PLANS and specs)
 
     start = time.perf_counter()
     folder = build_model(shape(name), args.cache)
@@ -171,12 +173,7 @@ def run_shape(name: str, shape_plan: dict, args, failures: list[str]) -> list[di
 
 
 def trainer(args, failures: list[str]) -> list[dict[str, Any]]:
-    """H6's trainer points (``scaling_trainer.trainer_points``), or none with the reason noted."""
-    try:
-        from scaling_trainer import trainer_points
-    except ImportError as e:
-        failures.append(f"trainer points: bench/scaling_trainer.py not importable ({e})")
-        return []
+    """The trainer points (``scaling_trainer.trainer_points``), or none with the reason noted."""
     plans = QUICK if args.quick else PLANS
     shapes = [s for s in SHAPES if s.name in plans and s.name in args.shapes and s.trainable]
     groups = sorted({g for n in plans if n in args.shapes for g in plans[n]["group"]["values"]})

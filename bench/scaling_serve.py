@@ -69,7 +69,7 @@ def round_trip(url: str, body: dict[str, Any], group: int) -> float:
 def serve_points(job: dict[str, Any], failures: list[str], log=print) -> list[dict[str, Any]]:
     """Latency points of ``job`` (the same job dict the engine side gets) through one server; a
     point the server refuses is left out and its reason appended to ``failures``."""
-    from scaling_points import item, point, preprocessor
+    from scaling_points import item, point, preprocessor  # imports torch: only when points run
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with server(job) as served:
