@@ -55,7 +55,7 @@ def test_the_stub_reads_the_images_and_sends_one_per_request_as_areals_client(
             for p in payload["messages"][0]["content"]
             if p["type"] == "image_url"
         ]
-        assert url.startswith("data:image/png;base64,")
+        assert url.startswith("data:image/webp;base64,")  # AReaL labels it by its magic bytes
         b64 = url.split(",", 1)[1]
     with Image.open(io.BytesIO(base64.b64decode(b64))) as sent:
         assert sent.size == (40, 30)

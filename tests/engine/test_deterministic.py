@@ -14,8 +14,12 @@ import pytest
 import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
+from PIL import Image
 
 from vlrollout.engine import LocalInferenceEngine
+from vlrollout.engine.determinism import request_digest
+from vlrollout.processors import AutoProcessorPreprocessor
+from vlrollout.workflows.steps import LazyImagesRequest
 
 
 def _requests(vision_prompt, text_prompt) -> list[ModelRequest]:
@@ -116,3 +120,30 @@ def test_an_explicit_request_seed_wins(tiny, text_prompt):
         with LocalInferenceEngine(model, processor, deterministic=deterministic) as eng:
             outs.append(asyncio.run(eng.agenerate(req.copy())).output_tokens)
     assert outs[0] == outs[1]
+
+
+def _lazy_request(processor, colour: str) -> LazyImagesRequest:
+    image = Image.new("RGBA", (40, 30), colour)  # re-encoded for engines that read image_data
+    item = {"messages": [{"role": "user", "content": "<image>Q"}], "images": [image]}
+    prepared = AutoProcessorPreprocessor(processor).prepare(item)
+    return LazyImagesRequest(
+        prepared,
+        input_ids=list(prepared.input_ids),
+        metadata={"multi_modal_input": prepared.multi_modal_input},
+    )
+
+
+def test_the_sampling_key_is_what_the_engine_reads_so_tensors_are_never_encoded(
+    qwen2vl_processor,
+):
+    """The local engine reads a workflow's tensors, so keying its sampling stream on the engine
+    images would encode every image only to hash it; a request with images only is keyed on
+    them."""
+    red, blue = _lazy_request(qwen2vl_processor, "red"), _lazy_request(qwen2vl_processor, "blue")
+    assert request_digest(red) != request_digest(blue)
+    assert red.images_unread and blue.images_unread
+    alike = ModelRequest(input_ids=list(red.input_ids), metadata=dict(red.metadata))
+    alike.image_data = ["another encoding of the same pixels"]
+    assert request_digest(alike) == request_digest(red)
+    images_only = [ModelRequest(input_ids=[1, 2], image_data=[b]) for b in ("aGk=", "aGV5")]
+    assert request_digest(images_only[0]) != request_digest(images_only[1])

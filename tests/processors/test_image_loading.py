@@ -2,12 +2,14 @@ import base64
 import io
 from pathlib import Path
 
+import numpy as np
 import pytest
+from areal.api.io_struct import detect_image_mime
 from PIL import Image
 
 from tests.processors.images import halves, png_bytes
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.image_loading import load_image, read_source
+from vlrollout.processors.image_loading import WEBP_MAX_SIDE, load_image, read_source
 
 RED, BLUE, GREEN = (255, 0, 0), (0, 0, 255), (0, 255, 0)
 
@@ -231,3 +233,23 @@ def test_transparent_palette_is_still_reencoded(tmp_path):
     raw = png_bytes(image, "PNG", transparency=0)
     loaded = load_image(raw)
     assert not loaded.passthrough and same_pixels(engine_pixels(loaded), loaded.image)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (37, 23), (200, 3)])
+def test_re_encoded_images_are_lossless_webp_the_fastest_lossless_codec_pil_has(size):
+    """WebP lossless at its fastest effort encodes a photo 1.6-4x faster than PNG at zlib level 1
+    and decodes faster on the server; AReaL's vLLM client labels it image/webp."""
+    rng = np.random.default_rng(size[0])
+    noise = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+    loaded = load_image(noise)
+    assert not loaded.passthrough and loaded.mime == "image/webp"
+    assert Image.open(io.BytesIO(loaded.engine_bytes())).format == "WEBP"
+    assert detect_image_mime(loaded.to_base64()) == "image/webp"
+    assert same_pixels(engine_pixels(loaded), loaded.image)
+
+
+def test_images_past_webps_size_limit_are_re_encoded_as_png():
+    loaded = load_image(Image.new("RGB", (WEBP_MAX_SIDE + 1, 1), (1, 2, 3)))
+    assert loaded.mime == "image/png"
+    assert Image.open(io.BytesIO(loaded.engine_bytes())).format == "PNG"
+    assert same_pixels(engine_pixels(loaded), loaded.image)

@@ -1,5 +1,5 @@
-"""A group of episodes on one PIL image encodes the engine's PNG once, and every request carries
-the trainer's pixels."""
+"""A group of episodes on one PIL image encodes the engine's lossless image once, and every request
+carries the trainer's pixels."""
 
 from __future__ import annotations
 
@@ -57,4 +57,4 @@ def test_a_group_on_a_pil_image_encodes_it_once(tokenizer, qwen2vl_processor, mo
     assert len(engine.bodies) == GROUP
     (b64,) = {b64 for body in engine.bodies for b64 in body["image_data"]}
     sent = Image.open(io.BytesIO(base64.b64decode(b64)))
-    assert sent.format == "PNG" and sent.convert("RGB").tobytes() == image.tobytes()
+    assert sent.format == "WEBP" and sent.convert("RGB").tobytes() == image.tobytes()

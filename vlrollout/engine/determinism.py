@@ -5,10 +5,10 @@ request gets depend on which other requests were in flight: two seeded runs star
 side would write different files. In deterministic mode the engine removes both sources:
 
 - **Sampling.** Each request draws from its own ``torch.Generator`` seeded from the engine seed
-  and a stable key of the request: a digest of its content (prompt ids, images, sampling
-  settings) and how many earlier requests had the same digest. The request id is not used: our
-  workflows and AReaL draw it from ``uuid4``. The n episodes of a GRPO group share a prompt, so
-  they get keys ``(digest, 0) .. (digest, n-1)`` and stay distinct samples.
+  and a stable key of the request: a digest of its content (prompt ids, images as the engine
+  reads them, sampling settings) and how many earlier requests had the same digest. The request
+  id is not used: our workflows and AReaL draw it from ``uuid4``. The n episodes of a GRPO group
+  share a prompt, so they get keys ``(digest, 0) .. (digest, n-1)`` and stay distinct samples.
 - **Arithmetic.** Sequences run one at a time, so no left padding or batch shape can change a
   floating-point result (batched matmuls and attention are not bit-identical to batch 1).
 
@@ -46,6 +46,10 @@ def _update(h: Any, value: Any) -> None:
 def request_digest(req: Any) -> str:
     """A digest of what determines a request's completion: prompt, images, sampling settings.
 
+    The images are keyed as the engine reads them: the tensors of ``multi_modal_input`` when the
+    request carries them, else ``image_data``. A workflow's request then never encodes its
+    images only to be hashed, and two encodings of the same pixels share a key.
+
     >>> from areal.api.io_struct import ModelRequest
     >>> a, b = ModelRequest(input_ids=[1, 2]), ModelRequest(input_ids=[1, 2])
     >>> request_digest(a) == request_digest(b), request_digest(a) == request_digest(ModelRequest(input_ids=[2, 1]))
@@ -53,8 +57,8 @@ def request_digest(req: Any) -> str:
     """
     h = hashlib.blake2b(digest_size=16)
     _update(h, [int(t) for t in req.input_ids])
-    _update(h, list(req.image_data or []))
-    _update(h, (req.metadata or {}).get("multi_modal_input") or {})
+    tensors = (req.metadata or {}).get("multi_modal_input")
+    _update(h, tensors if tensors else list(req.image_data or []))
     g = req.gconfig
     _update(
         h,

@@ -74,7 +74,7 @@ class Observation:
         geometry: One :class:`ImageGeometry` per new image.
         outcomes: The outcomes shown (an image the processor rejected turns its call into an error).
         parts: The message content parts; ``text``: the same as one string with ``<image>`` marks.
-        image_data: Base64 of each new image for the engine (lossless PNG of exactly these pixels).
+        image_data: Base64 of each new image for the engine (a lossless encoding of exactly these pixels).
     """
 
     token_ids: list[int]
