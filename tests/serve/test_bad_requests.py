@@ -12,7 +12,7 @@ import requests
 from tests.engine.conftest import make_image as image
 from tests.engine.conftest import to_base64 as png_base64
 from tests.processors.images import bomb_png
-from tests.serve.conftest import serving, vision_prompt
+from tests.serve.conftest import ASSET, serving, vision_prompt
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_PIXELS, load_image
 from vlrollout.serve.errors import BadRequest
@@ -283,10 +283,11 @@ def test_oversized_body_is_413_and_server_keeps_serving(prompts):
         )
 
 
-def test_failed_weight_update_is_400_and_weights_stay(sglang_server, prompts, tmp_path):
+def test_failed_weight_update_is_400_and_weights_stay(sglang_server, prompts):
     server, engine = sglang_server
     version = engine.get_version()
-    r = _post(server, "/update_weights_from_disk", {"model_path": str(tmp_path / "missing")})
+    missing = ASSET.parent / "no-such-checkpoint"  # under the weights root, not a model
+    r = _post(server, "/update_weights_from_disk", {"model_path": str(missing)})
     assert r.status_code == 400 and "cannot load weights" in r.json()["error"]["message"]
     assert engine.get_version() == version
     r = _post(server, "/update_weights_from_disk", {"path": "x"})

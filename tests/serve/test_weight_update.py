@@ -66,7 +66,7 @@ def _request(ids, n: int) -> ModelRequest:
 
 @pytest.mark.parametrize("protocol", ["sglang", "vllm"])
 def test_served_logprobs_follow_the_new_weights(protocol, name_root):
-    with serving(protocol) as (server, engine):
+    with serving(protocol, weights_root=name_root) as (server, engine):
         client = areal_client(
             protocol, server.address, experiment_name=EXPERIMENT, trial_name=TRIAL
         )
@@ -101,7 +101,7 @@ def test_abort_mid_generation_resumes_with_new_weights(protocol, name_root):
     """Pause aborts the running request; AReaL resends prompt + tokens so far; after the update
     the remaining tokens come from the new weights and carry the new version."""
     n = 40
-    with serving(protocol) as (server, engine):
+    with serving(protocol, weights_root=name_root) as (server, engine):
         client = areal_client(
             protocol, server.address, experiment_name=EXPERIMENT, trial_name=TRIAL
         )
@@ -143,7 +143,7 @@ def test_vllm_chat_request_is_held_not_aborted_across_an_update(name_root):
     from vlrollout.processors.auto import AutoProcessorPreprocessor
 
     n = 40
-    with serving("vllm") as (server, engine):
+    with serving("vllm", weights_root=name_root) as (server, engine):
         client = areal_client("vllm", server.address, experiment_name=EXPERIMENT, trial_name=TRIAL)
         slow = SlowDecode(engine.model, 0.01)
         try:

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from vlrollout.logs import get_logger
+from vlrollout.serve.admission import (
+    Admission,
+    QueueLimits,
+    admission_middleware,
+    charge_read_body,
+)
+from vlrollout.serve.auth import key_middleware
 from vlrollout.serve.errors import BadRequest
 from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
+from vlrollout.serve.memory import release_free_memory, resident_bytes
 from vlrollout.serve.state import STATE, ServerState
 
 if TYPE_CHECKING:
@@ -31,6 +42,7 @@ async def _read_json(request: web.Request) -> Any:
             "(vlrollout serve --max-body-mb)",
             status=413,
         ) from None
+    charge_read_body(request, request.app[STATE].admission, len(raw))
     if not raw.strip():
         return {}
     try:
@@ -55,7 +67,7 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
         return await handler(request)
     except BadRequest as e:
         logger.info("%s %s -> %d: %s", request.method, request.path, e.status, e.message)
-        return web.json_response(e.body(), status=e.status)
+        return web.json_response(e.body(), status=e.status, headers=e.headers)
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -68,6 +80,8 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
 
 
 async def _health(request: web.Request) -> web.Response:
+    """``status``, pause state, weight version, requests per path, the queue's counters,
+    generated tokens (total and per second over the last ten seconds) and resident memory."""
     state: ServerState = request.app[STATE]
     return web.json_response(
         {
@@ -75,8 +89,46 @@ async def _health(request: web.Request) -> web.Response:
             "paused": not state.running.is_set(),
             "version": state.engine.get_version(),
             "requests": dict(state.requests),
+            "queue": state.admission.snapshot(),
+            "generated_tokens": state.tokens.total,
+            "tokens_per_s": round(state.tokens.per_second(), 3),
+            "rss_bytes": resident_bytes(),
         }
     )
+
+
+NO_BOUND = QueueLimits()
+"""Queue limits that bound nothing (``build_app``'s default; the command line sets bounds)."""
+
+TRIM_INTERVAL_S = 2.0
+"""Least time between two hand-backs of freed memory (:func:`release_free_memory`) when the
+queue drains: a server answering one request at a time drains after each."""
+
+
+def _trim_when_drained() -> Callable[[], None]:
+    """An ``on_drain`` callback handing freed memory back off the event loop, at most once per
+    :data:`TRIM_INTERVAL_S`."""
+    last = [float("-inf")]
+
+    def on_drain() -> None:
+        now = time.monotonic()
+        if now - last[0] >= TRIM_INTERVAL_S:
+            last[0] = now
+            asyncio.get_running_loop().run_in_executor(None, release_free_memory)
+
+    return on_drain
+
+
+def _weights_root(engine: Any, weights_root: str | Path | None) -> Path:
+    if weights_root is not None:
+        return Path(weights_root).resolve()
+    folder = getattr(engine.model.config, "name_or_path", "")
+    if not folder or not Path(folder).is_dir():
+        raise ValueError(
+            "build_app(control=True) needs weights_root: the engine's model was not loaded from "
+            f"a folder whose parent could be the root (name_or_path={folder!r})"
+        )
+    return Path(folder).resolve().parent
 
 
 def build_app(
@@ -88,6 +140,10 @@ def build_app(
     max_image_bytes: int | None = None,
     frames: FrameSampling | None = None,
     destroy_engine: bool = False,
+    api_key: str | None = None,
+    control: bool = True,
+    weights_root: str | Path | None = None,
+    limits: QueueLimits = NO_BOUND,
 ) -> web.Application:
     """An aiohttp application serving ``engine`` over ``protocol`` (``sglang`` or ``vllm``).
 
@@ -100,18 +156,29 @@ def build_app(
         max_image_bytes: Largest encoded image (default: the processors' limit).
         frames: How requests' videos are sampled (default: the model family's settings).
         destroy_engine: Call ``engine.destroy()`` when the application shuts down.
+        api_key: Every route answers 401 unless the request carries
+            ``Authorization: Bearer <api_key>`` (``None``: no key).
+        control: Serve the pause, continue and weight-update routes (``False``: they are 404).
+        weights_root: Weight updates load only from folders under it (default: the parent of
+            the engine's model folder).
+        limits: Bounds on queued generation requests and their bytes (default: none); beyond
+            them a request gets 503 with ``Retry-After``.
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if protocol == "sglang":
-        from vlrollout.serve.sglang import ROUTES
+        from vlrollout.serve.sglang import CONTROL_ROUTES, ROUTES
 
         get_routes = {}
     else:
+        from vlrollout.serve.vllm import CONTROL_ROUTES, ROUTES
         from vlrollout.serve.vllm import GET_ROUTES as get_routes
-        from vlrollout.serve.vllm import ROUTES
 
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors])
+    root = _weights_root(engine, weights_root) if control else None
+    admission = Admission(limits, on_drain=_trim_when_drained())
+    middlewares = [_errors, *([key_middleware(api_key)] if api_key else [])]
+    middlewares.append(admission_middleware(admission, set(ROUTES)))
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
 
     async def on_startup(app: web.Application) -> None:  # the Event needs the running loop
         app[STATE] = ServerState(
@@ -120,6 +187,8 @@ def build_app(
             max_image_bytes=max_image_bytes,
             max_body_bytes=max_body_bytes,
             frames=frames,
+            weights_root=root,
+            admission=admission,
         )
 
     async def on_cleanup(app: web.Application) -> None:
@@ -129,7 +198,7 @@ def build_app(
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
     app.router.add_get("/health", _health)
-    for path, fn in ROUTES.items():
+    for path, fn in {**ROUTES, **(CONTROL_ROUTES if control else {})}.items():
         app.router.add_post(path, _json_route(fn))
     for path, get in get_routes.items():
         app.router.add_get(path, get)

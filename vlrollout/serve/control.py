@@ -2,19 +2,41 @@
 
 SGLang: ``/pause_generation``, ``/continue_generation``, ``/update_weights_from_disk``; AReaL's
 vLLM server: ``/areal_pause_generation``, ``/areal_continue_generation``, ``/areal_update_weights``.
+
+A weight update loads only from a folder under the server's weights root (``--weights-root``,
+default the served model's parent folder), resolved with symbolic links followed: a client must
+not make the server load (and run the code paths of) any folder on the machine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from vlrollout.serve.errors import check_fields, typed
+from vlrollout.serve.errors import BadRequest, check_fields, typed
 from vlrollout.serve.state import STATE
 
 Handler = Callable[[web.Request, Any], Awaitable[dict[str, Any]]]
+
+
+def check_under_root(path: str, root: Path, where: str) -> None:
+    """403 unless ``path``, with symbolic links and ``..`` resolved, lies under ``root``.
+
+    >>> check_under_root("/srv/models/../../etc", Path("/srv/models"), "/update")
+    Traceback (most recent call last):
+    ...
+    vlrollout.serve.errors.BadRequest: /update: model_path '/srv/models/../../etc' is outside the weights root /srv/models (vlrollout serve --weights-root)
+    """
+    resolved, allowed = Path(path).resolve(), root.resolve()
+    if not resolved.is_relative_to(allowed):
+        raise BadRequest(
+            f"{where}: model_path {path!r} is outside the weights root {allowed} "
+            "(vlrollout serve --weights-root)",
+            status=403,
+        )
 
 
 def control_routes(
@@ -41,6 +63,7 @@ def control_routes(
             required=["model_path"],
         )
         path = typed(body, "model_path", str, weights)
+        check_under_root(path, request.app[STATE].weights_root, weights)
         version = await request.app[STATE].update_weights(
             path, bool(body.get("abort_all_requests", False))
         )

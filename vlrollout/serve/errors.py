@@ -5,25 +5,38 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    413: "RequestTooLarge",
+    503: "ServiceUnavailableError",
+}
+"""The ``type`` of an error body by status: the names of the OpenAI client's exceptions."""
+
 
 class BadRequest(Exception):
-    """A request the server refuses; answered with ``status`` and an OpenAI-style error body.
+    """A request the server refuses; answered with ``status``, an OpenAI-style error body and
+    ``headers`` (``WWW-Authenticate`` on a 401, ``Retry-After`` on a 503).
 
     >>> BadRequest("input_ids must be a list").body()
     {'error': {'message': 'input_ids must be a list', 'type': 'BadRequestError', 'code': 400}}
     """
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(
+        self, message: str, status: int = 400, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
-        kind = {400: "BadRequestError", 404: "NotFoundError", 413: "RequestTooLarge"}
         return {
             "error": {
                 "message": self.message,
-                "type": kind.get(self.status, "Error"),
+                "type": ERROR_TYPES.get(self.status, "Error"),
                 "code": self.status,
             }
         }

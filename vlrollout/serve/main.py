@@ -6,10 +6,32 @@ import argparse
 import errno
 import logging
 import math
+import os
 from pathlib import Path
 
 from vlrollout.errors import UsageError
-from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
+from vlrollout.serve.admission import QueueLimits
+from vlrollout.serve.auth import API_KEY_ENV, api_key, exposure_warning
+from vlrollout.serve.limits import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_QUEUED_REQUESTS,
+    PROTOCOLS,
+    QUEUE_MEMORY_SHARE,
+    RESIDENT_PER_QUEUED_BYTE,
+)
+
+
+def machine_memory_bytes() -> int:
+    """The machine's physical memory (``sysconf``)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def default_max_queued_mb() -> int:
+    """:data:`QUEUE_MEMORY_SHARE` of the machine's memory divided by
+    :data:`RESIDENT_PER_QUEUED_BYTE`, in MiB, and never below the default body limit (a bound
+    smaller than one body would refuse that body forever)."""
+    share = machine_memory_bytes() * QUEUE_MEMORY_SHARE / RESIDENT_PER_QUEUED_BYTE
+    return max(int(share // 2**20), DEFAULT_MAX_BODY_BYTES // 2**20)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,11 +69,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_BODY_BYTES / 2**20,
         help="largest request body; larger ones get 413",
     )
+    add_access_arguments(p)
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--video-fps", type=float, help="frames sampled per second of a video")
     p.add_argument("--video-max-frames", type=int, help="most frames sampled from one video")
     p.add_argument("--video-min-pixels", type=int, help="smallest pixel budget of a video frame")
     p.add_argument("--video-max-pixels", type=int, help="largest pixel budget of a video frame")
+
+
+def add_access_arguments(p: argparse.ArgumentParser) -> None:
+    """Who may call the server and how much it queues."""
+    p.add_argument(
+        "--api-key",
+        help=f"require 'Authorization: Bearer KEY' on every route (prefer ${API_KEY_ENV}: "
+        "arguments show in process listings)",
+    )
+    p.add_argument(
+        "--no-control",
+        dest="control",
+        action="store_false",
+        help="serve generation only: no pause, continue or weight-update routes",
+    )
+    p.add_argument(
+        "--weights-root",
+        help="weight updates load only from folders under this one (default: the parent of "
+        "--model)",
+    )
+    p.add_argument(
+        "--max-queued-requests",
+        type=int,
+        default=DEFAULT_MAX_QUEUED_REQUESTS,
+        help="generation requests held at once; more get 503 with Retry-After (0: no bound)",
+    )
+    mb = default_max_queued_mb()
+    p.add_argument(
+        "--max-queued-mb",
+        type=float,
+        default=mb,
+        help=f"request-body MiB held at once; more get 503 (0: no bound). Default {mb}: "
+        f"1/{round(1 / QUEUE_MEMORY_SHARE)} of this machine's memory over the "
+        f"{RESIDENT_PER_QUEUED_BYTE} resident bytes a queued image request costs per body byte",
+    )
+
+
+def queue_limits(args: argparse.Namespace) -> QueueLimits:
+    """``--max-queued-requests`` / ``--max-queued-mb`` as :class:`QueueLimits` (0: no bound)."""
+    requests, mb = args.max_queued_requests, args.max_queued_mb
+    return QueueLimits(max_requests=requests or None, max_bytes=int(mb * 2**20) if mb else None)
 
 
 def parse_max_memory(items: list[str] | None) -> dict[int | str, str] | None:
@@ -93,10 +157,26 @@ def check_flags(args: argparse.Namespace) -> dict[int | str, str] | None:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if not args.max_body_mb > 0:
         raise UsageError(f"--max-body-mb must be > 0, got {args.max_body_mb:g}")
+    check_queue_flags(args)
     frame_settings(args)
     max_memory = parse_max_memory(args.max_memory)
     check_can_listen(args.host, args.port)
     return max_memory
+
+
+def check_queue_flags(args: argparse.Namespace) -> None:
+    """The queue's bounds are whole requests and MiB >= 0, and the byte bound holds one body."""
+    if args.max_queued_requests < 0:
+        raise UsageError(f"--max-queued-requests must be >= 0, got {args.max_queued_requests}")
+    if not (math.isfinite(args.max_queued_mb) and args.max_queued_mb >= 0):
+        raise UsageError(f"--max-queued-mb must be >= 0, got {args.max_queued_mb:g}")
+    if 0 < args.max_queued_mb < args.max_body_mb:
+        raise UsageError(
+            f"--max-queued-mb {args.max_queued_mb:g} is below --max-body-mb "
+            f"{args.max_body_mb:g}: a body that large would be refused forever"
+        )
+    if args.weights_root is not None and not Path(args.weights_root).is_dir():
+        raise UsageError(f"--weights-root {args.weights_root!r} is not a folder")
 
 
 def frame_settings(args: argparse.Namespace) -> dict[str, float | int | None]:
@@ -139,6 +219,11 @@ def serve(args: argparse.Namespace) -> int:
 
     log_to_stderr(logging.INFO)  # each refused request is logged with its reason
     max_memory = check_flags(args)
+    key = api_key(args)
+    weights_root = Path(args.weights_root or Path(args.model).resolve().parent)
+    warning = exposure_warning(args.host, key, args.control, weights_root.resolve())
+    if warning:
+        get_logger(__name__).warning(warning)
     if args.threads:
         import torch
 
@@ -161,6 +246,10 @@ def serve(args: argparse.Namespace) -> int:
         max_body_bytes=int(args.max_body_mb * 2**20),
         frames=FrameSampling(**frame_settings(args)),
         destroy_engine=True,
+        api_key=key,
+        control=args.control,
+        weights_root=weights_root,
+        limits=queue_limits(args),
     )
     print(
         f"vlrollout serve: {args.protocol} protocol on http://{args.host}:{args.port}", flush=True

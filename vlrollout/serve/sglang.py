@@ -117,12 +117,13 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     return {"text": text, "output_ids": resp.output_tokens, "meta_info": meta}
 
 
-ROUTES = {
-    "/generate": generate,
-    **control_routes(
-        "/pause_generation",
-        "/continue_generation",
-        "/update_weights_from_disk",
-        pause_fields=("mode",),
-    ),
-}
+ROUTES = {"/generate": generate}
+"""Generation routes (admission-controlled)."""
+
+CONTROL_ROUTES = control_routes(
+    "/pause_generation",
+    "/continue_generation",
+    "/update_weights_from_disk",
+    pause_fields=("mode",),
+)
+"""Pause, continue and weight updates (absent with ``--no-control``)."""

@@ -29,6 +29,7 @@ from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline
+from vlrollout.serve.admission import Admission, TokenRate
 from vlrollout.serve.errors import BadRequest, typed
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class ServerState:
         max_image_bytes: Largest encoded image accepted.
         max_body_bytes: The application's body limit (named in 413 answers).
         frames: How the served preprocessor samples videos (``None``: the family's defaults).
+        weights_root: The folder weight updates may load from (anything under it).
+        admission: The queue's bounds and counters (``None``: no bound).
     """
 
     engine: Any
@@ -55,10 +58,13 @@ class ServerState:
     max_image_bytes: int | None = None
     max_body_bytes: int | None = None
     frames: FrameSampling | None = None
+    weights_root: Path | None = None
+    admission: Admission | None = None
     running: asyncio.Event = field(default_factory=asyncio.Event)
     inflight: dict[str, bool] = field(default_factory=dict)  # rid -> abort on pause
     preprocessor: Any = None
     requests: collections.Counter = field(default_factory=collections.Counter)  # per path
+    tokens: TokenRate = field(default_factory=TokenRate)  # generated, all requests
 
     def __post_init__(self) -> None:
         self.running.set()
@@ -199,7 +205,9 @@ class ServerState:
         rid = req.rid = req.rid or uuid.uuid4().hex
         self.inflight[rid] = abort_on_pause
         try:
-            return await self.engine.agenerate(req)
+            resp = await self.engine.agenerate(req)
+            self.tokens.add(resp.output_len)
+            return resp
         except PlaceholderMismatchError as e:
             raise BadRequest(f"{where}: image placeholders and images disagree: {e}") from None
         except (ValueError, TypeError) as e:

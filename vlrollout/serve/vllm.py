@@ -327,10 +327,10 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
 GET_ROUTES = {"/v1/models": models}
 """Plain GET handlers (OpenAI clients and evaluation harnesses list the models first)."""
 
-ROUTES = {
-    "/v1/chat/completions": chat_completions,
-    "/v1/completions": completions,
-    **control_routes(
-        "/areal_pause_generation", "/areal_continue_generation", "/areal_update_weights"
-    ),
-}
+ROUTES = {"/v1/chat/completions": chat_completions, "/v1/completions": completions}
+"""Generation routes (admission-controlled)."""
+
+CONTROL_ROUTES = control_routes(
+    "/areal_pause_generation", "/areal_continue_generation", "/areal_update_weights"
+)
+"""Pause, continue and weight updates (absent with ``--no-control``)."""

@@ -1,0 +1,44 @@
+"""Hand memory freed after a burst back to the system.
+
+glibc's allocator keeps freed heap memory in its arenas (one per thread that allocated: the event
+loop, the image-decoding threads, the engine's thread), so after a burst of image requests the
+server's resident memory stays near its peak although the requests are gone. ``malloc_trim(0)``
+(glibc's public API, ``man 3 malloc_trim``) returns the free pages of every arena;
+``bench/bench_serve_load.py`` records the server's resident memory idle, at its peak and after a
+burst. Other C libraries (musl, macOS) have no ``malloc_trim``; there this is a no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+
+
+@functools.cache
+def _malloc_trim():
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # no C library found, or one without malloc_trim
+        return None
+
+
+def release_free_memory() -> bool:
+    """Return the allocator's free memory to the system; ``False`` where that is not possible
+    (no glibc). Takes milliseconds; call it off the event loop."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
