@@ -14,6 +14,9 @@ import requests
 
 from tests.serve.conftest import ASSET, ROOT
 from vlrollout.cli import build_parser, main
+from vlrollout.serve.admission import QueueLimits
+from vlrollout.serve.limits import DEFAULT_MAX_QUEUED_REQUESTS
+from vlrollout.serve.main import default_max_queued_mb
 
 
 def test_serve_is_a_subcommand_with_the_documented_flags():
@@ -41,6 +44,41 @@ def test_compile_reaches_the_engine(monkeypatch, flags, compiled):
     with pytest.raises(KeyboardInterrupt):
         serve(build_parser().parse_args(["serve", "--model", str(ASSET), *flags]))
     assert seen["compile_decode"] is compiled
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ([], QueueLimits(DEFAULT_MAX_QUEUED_REQUESTS, default_max_queued_mb() * 2**20)),
+        (["--max-queued-requests", "4", "--max-queued-mb", "64.5"], QueueLimits(4, 67633152)),
+        (["--max-queued-requests", "0", "--max-queued-mb", "0"], QueueLimits(None, None)),
+    ],
+)
+def test_queue_flags_reach_the_app(monkeypatch, flags, expected):
+    """The queue flags, the key, ``--no-control`` and ``--weights-root`` become
+    ``build_app``'s arguments (0: no bound)."""
+    from vlrollout.engine import LocalInferenceEngine
+    from vlrollout.serve import main as serve_main
+
+    seen = {}
+
+    def build(engine, protocol, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt  # stop here: no server
+
+    monkeypatch.setattr(LocalInferenceEngine, "from_pretrained", staticmethod(lambda p, **k: _E()))
+    monkeypatch.setattr("vlrollout.serve.app.build_app", build)
+    monkeypatch.setenv("VLROLLOUT_API_KEY", "k")
+    args = ["serve", "--model", str(ASSET), "--no-control", "--weights-root", "/srv/w", *flags]
+    with pytest.raises(KeyboardInterrupt):
+        serve_main.serve(build_parser().parse_args(args))
+    assert seen["limits"] == expected
+    assert (seen["api_key"], seen["control"], str(seen["weights_root"])) == ("k", False, "/srv/w")
+
+
+class _E:
+    def initialize(self):
+        return self
 
 
 def test_missing_model_folder_is_a_one_line_error(tmp_path, capsys):
@@ -72,6 +110,10 @@ def no_model_load(monkeypatch):
         (["--max-memory", "cpu=lots"], "--max-memory cpu=lots: `size` lots is not in a valid"),
         (["--max-memory", "garbage"], "--max-memory expects DEVICE=SIZE, got 'garbage'"),
         (["--host", "999.1.1.1"], "cannot listen on 999.1.1.1:"),
+        (["--max-queued-requests", "-1"], "--max-queued-requests must be >= 0, got -1"),
+        (["--max-queued-mb", "-1"], "--max-queued-mb must be >= 0, got -1"),
+        (["--max-queued-mb", "nan"], "--max-queued-mb must be >= 0, got nan"),
+        (["--max-queued-mb", "8"], "--max-queued-mb 8 is below --max-body-mb 64"),
     ],
 )
 def test_bad_flags_are_refused_before_the_model_loads(no_model_load, capsys, flags, message):

@@ -92,8 +92,8 @@ def add_access_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--weights-root",
-        help="weight updates load only from folders under this one (default: the parent of "
-        "--model)",
+        help="weight updates load only from folders under this one, which may not exist yet "
+        "(default: the parent of --model)",
     )
     p.add_argument(
         "--max-queued-requests",
@@ -175,8 +175,6 @@ def check_queue_flags(args: argparse.Namespace) -> None:
             f"--max-queued-mb {args.max_queued_mb:g} is below --max-body-mb "
             f"{args.max_body_mb:g}: a body that large would be refused forever"
         )
-    if args.weights_root is not None and not Path(args.weights_root).is_dir():
-        raise UsageError(f"--weights-root {args.weights_root!r} is not a folder")
 
 
 def frame_settings(args: argparse.Namespace) -> dict[str, float | int | None]:
