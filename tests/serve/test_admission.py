@@ -95,7 +95,10 @@ async def _burst(url: str, bodies: list[dict]) -> tuple[list[tuple[int, dict, di
     return answers, healths
 
 
-def test_a_burst_larger_than_the_queue(slow_engine):
+def test_a_burst_larger_than_the_queue(slow_engine, monkeypatch):
+    trims = []
+    monkeypatch.setattr("vlrollout.serve.app.TRIM_DELAY_S", 0.05)
+    monkeypatch.setattr("vlrollout.serve.app.release_free_memory", lambda: trims.append(1))
     ids, _, _ = vision_prompt(slow_engine.processor, [Image.open(IMAGE)])
     image = base64.b64encode(IMAGE.read_bytes()).decode()
     bodies = [
@@ -111,6 +114,10 @@ def test_a_burst_larger_than_the_queue(slow_engine):
     with serving("sglang", slow_engine, limits=limits) as (server, _):
         answers, healths = asyncio.run(_burst(server.url, bodies))
         after = requests.get(server.url + "/health", timeout=10).json()
+        deadline = time.monotonic() + 30
+        while not trims and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert trims, "freed memory was not handed back after the queue drained"
     ok = [(k, a) for k, a in enumerate(answers) if a[0] == 200]
     full = [a for a in answers if a[0] == 503]
     assert len(ok) + len(full) == BURST, [a[0] for a in answers]

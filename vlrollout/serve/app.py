@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,21 +99,25 @@ async def _health(request: web.Request) -> web.Response:
 NO_BOUND = QueueLimits()
 """Queue limits that bound nothing (``build_app``'s default; the command line sets bounds)."""
 
-TRIM_INTERVAL_S = 2.0
-"""Least time between two hand-backs of freed memory (:func:`release_free_memory`) when the
-queue drains: a server answering one request at a time drains after each."""
+TRIM_DELAY_S = 1.0
+"""Seconds between the queue draining and freed memory being handed back
+(:func:`release_free_memory`): a server answering one request at a time drains after each, and
+one hand-back per second at most is enough."""
 
 
 def _trim_when_drained() -> Callable[[], None]:
-    """An ``on_drain`` callback handing freed memory back off the event loop, at most once per
-    :data:`TRIM_INTERVAL_S`."""
-    last = [float("-inf")]
+    """An ``on_drain`` callback that hands freed memory back, off the event loop,
+    :data:`TRIM_DELAY_S` after the queue drains; drains while one is pending share it, so the
+    last drain of a burst is always followed by one."""
+    pending: list[asyncio.TimerHandle] = []
+
+    def trim() -> None:
+        pending.clear()
+        asyncio.get_running_loop().run_in_executor(None, release_free_memory)
 
     def on_drain() -> None:
-        now = time.monotonic()
-        if now - last[0] >= TRIM_INTERVAL_S:
-            last[0] = now
-            asyncio.get_running_loop().run_in_executor(None, release_free_memory)
+        if not pending:
+            pending.append(asyncio.get_running_loop().call_later(TRIM_DELAY_S, trim))
 
     return on_drain
 
