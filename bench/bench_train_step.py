@@ -54,8 +54,9 @@ def run_loop(config: str, placement: str, k: int, args: argparse.Namespace) -> l
     proximal = ["actor.use_decoupled_loss=true"] if k else ["actor.recompute_logprob=true"]
     with contextlib.ExitStack() as stack:
         overrides = []
-        if placement == "served":
-            flags = ("--protocol", "sglang", "--threads", "1")
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        if placement == "served":  # the trainer saves its weight updates under the output
+            flags = ("--protocol", "sglang", "--threads", "1", "--weights-root", tmp)
             server = stack.enter_context(
                 Served(actor_path(config), *flags, env={"OMP_NUM_THREADS": "1"}, startup_s=180)
             )
@@ -63,7 +64,6 @@ def run_loop(config: str, placement: str, k: int, args: argparse.Namespace) -> l
                 "vlrollout.engine.kind=sglang",
                 f"vlrollout.engine.addresses=[127.0.0.1:{server.port}]",
             ]
-        tmp = stack.enter_context(tempfile.TemporaryDirectory())
         cmd = [sys.executable, "-m", "vlrollout.cli", "train", "--config", config]
         cmd += [
             f"vlrollout.output={tmp}",

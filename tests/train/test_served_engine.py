@@ -55,7 +55,7 @@ def _teacher_forced(model_dir: Path, prompt: list[int], completion: list[int]) -
 def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    server = _serve(port)
+    server = _serve(port, tmp_path)
     out = tmp_path / "run"
     try:
         _wait_for_health(url, server)
@@ -93,7 +93,7 @@ def test_asynchronous_training_overlaps_on_a_served_engine(tmp_path):
     """k = 1 with the rollouts on ``vlrollout serve``: each step's batch was submitted before
     the previous update, so every step after the first trains tokens one version old."""
     port = _free_port()
-    server = _serve(port)
+    server = _serve(port, tmp_path)
     out = tmp_path / "run"
     try:
         _wait_for_health(f"http://127.0.0.1:{port}", server)
@@ -115,11 +115,13 @@ def test_asynchronous_training_overlaps_on_a_served_engine(tmp_path):
         _stop(server)
 
 
-def _serve(port: int) -> subprocess.Popen:
-    """``vlrollout serve`` of the tiny model on ``port`` (SGLang protocol, one thread)."""
+def _serve(port: int, weights_root: Path) -> subprocess.Popen:
+    """``vlrollout serve`` of the tiny model on ``port`` (SGLang protocol, one thread), loading
+    weight updates from under ``weights_root`` (where the trainer saves them)."""
     return subprocess.Popen(
         [sys.executable, "-m", "vlrollout.cli", "serve", "--model", str(TINY)]
-        + ["--protocol", "sglang", "--port", str(port), "--threads", "1"],
+        + ["--protocol", "sglang", "--port", str(port), "--threads", "1"]
+        + ["--weights-root", str(weights_root)],
         cwd=ROOT,
         env=subprocess_env(OMP_NUM_THREADS="1"),
         stdout=subprocess.DEVNULL,
@@ -162,7 +164,7 @@ def test_train_rollouts_spread_over_two_served_engines(tmp_path):
     while ports[1] == ports[0]:
         ports[1] = _free_port()
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    servers = [_serve(p) for p in ports]
+    servers = [_serve(p, tmp_path) for p in ports]
     out = tmp_path / "run"
     try:
         for url, server in zip(urls, servers, strict=True):
