@@ -15,12 +15,12 @@ and reruns of both recipes run side by side, one per core: the deterministic eng
 not depend on the load. Each margin is about half the smallest gain measured (its record's
 seeds, this seed):
 
-- counting (dynamic sampling, two rounds, scaled short steps), the first 48 of its 120 steps:
-  held-out accuracy 0.790 -> 0.900, 0.845, 0.825 over the record's seeds at step 48 on the
-  test split (smallest gain +0.035; 0.975-0.990 at step 120), so the margin is 0.015, three of
-  the 200 held-out items. (On the development split: 0.775 -> 0.890-0.930 at step 48, and 0.955
-  for this deterministic seed.) The record evaluates at steps 24 and 48 only, and at 24 one of
-  its seeds has gained nothing.
+- counting (dynamic sampling, two rounds, scaled short steps), the first 72 of its 120 steps:
+  held-out accuracy 0.790 -> 0.960, 0.980, 0.875 over the record's seeds at step 72 on the
+  test split (smallest gain +0.085; 0.975-0.990 at step 120), and 0.930 for this deterministic
+  seed (+0.140), so the margin is 0.04, eight of the 200 held-out items. Earlier steps are no
+  check: at step 48 the record's seeds gained +0.035 to +0.110 and this seed nothing (0.850 at
+  step 24, 0.790 at step 48).
 - grounding (Dr. GRPO advantages over every group of the step), the first 15 of its 30 steps:
   mean IoU 0.093 -> 0.156, 0.172, 0.128 over the record's seeds at step 15 on the test split
   (smallest gain +0.035; at step 30 +0.015 to +0.069), and 0.13 for this deterministic seed
@@ -60,7 +60,7 @@ class Recipe:
 
 
 RECIPES = {
-    "counting": Recipe("examples/train_count.yaml", 48, 0.015, 3, "learning_counting"),
+    "counting": Recipe("examples/train_count.yaml", 72, 0.04, 3, "learning_counting"),
     "grounding": Recipe("examples/train_grounding.yaml", 15, 0.017, 3, "learning_grounding"),
 }
 
