@@ -29,6 +29,7 @@ from pathlib import Path
 import aiohttp
 import record
 from images import bench_photos
+from scaling_trainer import high_water_mark
 from served import Served
 
 from vlrollout.serve.limits import QUEUE_MEMORY_SHARE
@@ -44,16 +45,6 @@ SETTLE_S = 4.0
 """Seconds after a burst before the memory is read again (the queue drains, memory is trimmed)."""
 BOUNDS = {"on": (), "off": ("--max-queued-requests", "0", "--max-queued-mb", "0")}
 """Server flags per setting: the defaults, or no bound."""
-
-
-def proc_memory(pid: int) -> dict[str, int]:
-    """``VmRSS`` and ``VmHWM`` (peak) of process ``pid`` in bytes (Linux ``/proc``)."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) * 1024
-    return out
 
 
 def chat_body(image_url: str) -> dict:
@@ -121,13 +112,12 @@ def run_point(n: int, bound: str, body: dict) -> dict:
     """One burst of ``n`` against a fresh server with the bound ``on`` or ``off``."""
     flags = ("--protocol", "vllm", "--threads", "1", *BOUNDS[bound])
     with Served(MODEL, *flags, env={"OMP_NUM_THREADS": "1"}, startup_s=300) as server:
-        pid = server.proc.pid
-        idle = proc_memory(pid)["VmRSS"]
+        idle = get_json(server.url + "/health")["rss_bytes"]
         result = asyncio.run(burst(server.url, body, n))
-        peak = proc_memory(pid)["VmHWM"]
+        peak = high_water_mark(server.proc.pid)
         time.sleep(SETTLE_S)
-        after = proc_memory(pid)["VmRSS"]
-        queue = get_json(server.url + "/health")["queue"]
+        health = get_json(server.url + "/health")
+        after, queue = health["rss_bytes"], health["queue"]
     result.update(
         concurrency=n,
         bound=bound,

@@ -20,13 +20,17 @@ from vlrollout.serve.admission import (
 from vlrollout.serve.auth import key_middleware
 from vlrollout.serve.errors import BadRequest
 from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
-from vlrollout.serve.memory import release_free_memory, resident_bytes
+from vlrollout.serve.memory import resident_bytes, trim_after_drain
 from vlrollout.serve.state import STATE, ServerState
 
 if TYPE_CHECKING:
     from vlrollout.workflows.preparation import FrameSampling
 
 logger = get_logger(__name__)
+
+PARSE_OFF_LOOP_BYTES = 64 * 1024
+"""Bodies larger than this are parsed on a worker thread: a burst of image requests parsed on the
+event loop one after another kept ``/health`` and every other answer waiting behind them."""
 
 Route = Callable[[web.Request, Any], Awaitable[dict[str, Any] | web.StreamResponse]]
 
@@ -45,6 +49,8 @@ async def _read_json(request: web.Request) -> Any:
     if not raw.strip():
         return {}
     try:
+        if len(raw) > PARSE_OFF_LOOP_BYTES:
+            return await asyncio.to_thread(json.loads, raw)
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRequest(f"{request.path}: malformed JSON body: {e}") from None
@@ -98,28 +104,6 @@ async def _health(request: web.Request) -> web.Response:
 
 NO_BOUND = QueueLimits()
 """Queue limits that bound nothing (``build_app``'s default; the command line sets bounds)."""
-
-TRIM_DELAY_S = 1.0
-"""Seconds between the queue draining and freed memory being handed back
-(:func:`release_free_memory`): a server answering one request at a time drains after each, and
-one hand-back per second at most is enough."""
-
-
-def _trim_when_drained() -> Callable[[], None]:
-    """An ``on_drain`` callback that hands freed memory back, off the event loop,
-    :data:`TRIM_DELAY_S` after the queue drains; drains while one is pending share it, so the
-    last drain of a burst is always followed by one."""
-    pending: list[asyncio.TimerHandle] = []
-
-    def trim() -> None:
-        pending.clear()
-        asyncio.get_running_loop().run_in_executor(None, release_free_memory)
-
-    def on_drain() -> None:
-        if not pending:
-            pending.append(asyncio.get_running_loop().call_later(TRIM_DELAY_S, trim))
-
-    return on_drain
 
 
 def _weights_root(engine: Any, weights_root: str | Path | None) -> Path:
@@ -178,7 +162,7 @@ def build_app(
         from vlrollout.serve.vllm import GET_ROUTES as get_routes
 
     root = _weights_root(engine, weights_root) if control else None
-    admission = Admission(limits, on_drain=_trim_when_drained())
+    admission = Admission(limits, on_drain=trim_after_drain())
     middlewares = [_errors, *([key_middleware(api_key)] if api_key else [])]
     middlewares.append(admission_middleware(admission, set(ROUTES)))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)

@@ -69,11 +69,11 @@ def exposure_warning(host: str, key: str | None, control: bool, weights_root: Pa
     listens on loopback only."""
     if key or is_loopback(host):
         return None
-    reach = "generate and pause generation and load weights from any folder under " + str(
-        weights_root
-    )
+    reach = "generate"
+    if control:
+        reach += f", pause generation and load weights from any folder under {weights_root}"
     return (
         f"{host} is not a loopback address and no API key is set: anyone who reaches the port "
-        f"can {reach if control else 'generate'}. Set {API_KEY_ENV} (or --api-key), "
-        "bind to 127.0.0.1, or add --no-control for generation only"
+        f"can {reach}. Set {API_KEY_ENV} (or --api-key), bind to 127.0.0.1, or add --no-control "
+        "for generation only"
     )

@@ -10,10 +10,12 @@ burst. Other C libraries (musl, macOS) have no ``malloc_trim``; there this is a 
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import functools
 import os
+from collections.abc import Callable
 
 
 @functools.cache
@@ -42,3 +44,26 @@ def resident_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+TRIM_DELAY_S = 1.0
+"""Seconds between the queue draining and freed memory being handed back
+(:func:`release_free_memory`): a server answering one request at a time drains after each, and
+one hand-back per second at most is enough."""
+
+
+def trim_after_drain() -> Callable[[], None]:
+    """An ``on_drain`` callback that hands freed memory back, off the event loop,
+    :data:`TRIM_DELAY_S` after the queue drains; drains while one is pending share it, so the
+    last drain of a burst is always followed by one."""
+    pending: list[asyncio.TimerHandle] = []
+
+    def trim() -> None:
+        pending.clear()
+        asyncio.get_running_loop().run_in_executor(None, release_free_memory)
+
+    def on_drain() -> None:
+        if not pending:
+            pending.append(asyncio.get_running_loop().call_later(TRIM_DELAY_S, trim))
+
+    return on_drain
