@@ -55,7 +55,7 @@ def test_limits_must_be_positive(bad):
 
 def test_the_default_byte_bound_is_a_share_of_the_machine(monkeypatch):
     monkeypatch.setattr("vlrollout.serve.main.machine_memory_bytes", lambda: 64 * 2**30)
-    assert default_max_queued_mb() == 1024  # 64 GiB / 8 share / 8 resident bytes per byte
+    assert default_max_queued_mb() == 512  # 64 GiB / 8 share / 16 resident bytes per byte
     monkeypatch.setattr("vlrollout.serve.main.machine_memory_bytes", lambda: 2 * 2**30)
     assert default_max_queued_mb() == 64  # never below the largest body
 
@@ -97,8 +97,8 @@ async def _burst(url: str, bodies: list[dict]) -> tuple[list[tuple[int, dict, di
 
 def test_a_burst_larger_than_the_queue(slow_engine, monkeypatch):
     trims = []
-    monkeypatch.setattr("vlrollout.serve.app.TRIM_DELAY_S", 0.05)
-    monkeypatch.setattr("vlrollout.serve.app.release_free_memory", lambda: trims.append(1))
+    monkeypatch.setattr("vlrollout.serve.memory.TRIM_DELAY_S", 0.05)
+    monkeypatch.setattr("vlrollout.serve.memory.release_free_memory", lambda: trims.append(1))
     ids, _, _ = vision_prompt(slow_engine.processor, [Image.open(IMAGE)])
     image = base64.b64encode(IMAGE.read_bytes()).decode()
     bodies = [

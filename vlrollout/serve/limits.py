@@ -15,7 +15,9 @@ DEFAULT_MAX_QUEUED_REQUESTS = 256
 QUEUE_MEMORY_SHARE = 1 / 8
 """The share of the machine's memory the default ``--max-queued-mb`` lets queued requests take."""
 
-RESIDENT_PER_QUEUED_BYTE = 8
-"""Resident bytes a queued image request costs the server at its peak per byte of its body,
-rounded up from ``bench/bench_serve_load.py`` (2048x1536 JPEGs: the decoded image, the processor's
-copies and the allocator's slack outweigh the base64 body about eight to one)."""
+RESIDENT_PER_QUEUED_BYTE = 16
+"""Resident bytes the server may grow by per byte of queued request body, at its peak, with a
+margin: ``bench/bench_serve_load.py`` measured 9.5 to 11.8 during bursts of 1,000 and 1,500
+2048x1536 JPEG chat requests against the default request bound (the decoded images, the
+processor's copies, the buffers of refused requests' bodies and the allocator's slack outweigh
+the base64 bodies)."""

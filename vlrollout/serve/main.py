@@ -107,8 +107,9 @@ def add_access_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=mb,
         help=f"request-body MiB held at once; more get 503 (0: no bound). Default {mb}: "
-        f"1/{round(1 / QUEUE_MEMORY_SHARE)} of this machine's memory over the "
-        f"{RESIDENT_PER_QUEUED_BYTE} resident bytes a queued image request costs per body byte",
+        f"1/{round(1 / QUEUE_MEMORY_SHARE)} of this machine's memory over "
+        f"{RESIDENT_PER_QUEUED_BYTE}, the resident bytes a queued image request may cost per "
+        "body byte",
     )
 
 

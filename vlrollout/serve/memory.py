@@ -5,7 +5,8 @@ loop, the image-decoding threads, the engine's thread), so after a burst of imag
 server's resident memory stays near its peak although the requests are gone. ``malloc_trim(0)``
 (glibc's public API, ``man 3 malloc_trim``) returns the free pages of every arena;
 ``bench/bench_serve_load.py`` records the server's resident memory idle, at its peak and after a
-burst. Other C libraries (musl, macOS) have no ``malloc_trim``; there this is a no-op.
+burst. Other C libraries (musl, macOS) have no ``malloc_trim``; there this is a no-op. The server
+does it a second after its queue drains (:func:`trim_after_drain`), off the event loop.
 """
 
 from __future__ import annotations
