@@ -23,6 +23,9 @@ from areal.utils import name_resolve, names
 from tests.serve.conftest import areal_client, serving, teacher_forced
 
 EXPERIMENT, TRIAL = "serve-test", "t0"
+SLOW_STEP_S = 0.03
+"""Seconds each forward is slowed by in the mid-generation tests: the 35 decode steps left after
+the trainer starts its update must outlast the pause's round trip on a loaded machine."""
 
 
 @pytest.fixture
@@ -105,7 +108,7 @@ def test_abort_mid_generation_resumes_with_new_weights(protocol, name_root):
         client = areal_client(
             protocol, server.address, experiment_name=EXPERIMENT, trial_name=TRIAL
         )
-        slow = SlowDecode(engine.model, 0.01)
+        slow = SlowDecode(engine.model, SLOW_STEP_S)
         try:
             old = copy.deepcopy(engine.model)
             new = perturbed(engine.model, seed=1)
@@ -145,7 +148,7 @@ def test_vllm_chat_request_is_held_not_aborted_across_an_update(name_root):
     n = 40
     with serving("vllm", weights_root=name_root) as (server, engine):
         client = areal_client("vllm", server.address, experiment_name=EXPERIMENT, trial_name=TRIAL)
-        slow = SlowDecode(engine.model, 0.01)
+        slow = SlowDecode(engine.model, SLOW_STEP_S)
         try:
             old = copy.deepcopy(engine.model)
             new = perturbed(engine.model, seed=2)
