@@ -83,6 +83,8 @@ def test_every_route_needs_the_key(engine, protocol):
         good = {"Authorization": f"Bearer {KEY}"}
         r = requests.get(server.url + "/health", headers=good, timeout=30)
         assert r.status_code == 200, r.text
+        queue = r.json()["queue"]  # refused before admission: nothing was queued or counted
+        assert (queue["admitted"], queue["refused"]) == (0, 0)
         assert engine.get_version() == 0  # no refused control call reached the engine
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 
 import aiohttp
@@ -39,6 +40,7 @@ def test_requests_and_bytes_are_bounded_and_counted():
         "peak_bytes": 100,
     }
     assert not gate.grow(1)  # a body without Content-Length, read: over the bound
+    assert (gate.admitted, gate.refused) == (2, 3)
     assert gate.grow(0)
     gate.release(10)
     assert drained == []
@@ -137,3 +139,23 @@ def test_a_burst_larger_than_the_queue(slow_engine, monkeypatch):
     assert (queue["requests"], queue["bytes"], queue["peak_requests"]) == (0, 0, BOUND)
     assert after["generated_tokens"] == 4 * len(ok)
     assert after["tokens_per_s"] > 0
+
+
+def test_a_chunked_body_is_charged_when_read(slow_engine):
+    """A body without ``Content-Length`` is charged its size once read: over the byte bound it
+    gets 503, under it the request is answered."""
+    small = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
+    big = {**small, "rid": "x" * 2000}
+
+    def chunked(body: dict):
+        yield json.dumps(body).encode()
+
+    limits = QueueLimits(max_requests=4, max_bytes=1000)
+    with serving("sglang", slow_engine, limits=limits) as (server, _):
+        r = requests.post(server.url + "/generate", data=chunked(big), timeout=60)
+        assert r.status_code == 503, r.text
+        assert "queue is full" in r.json()["error"]["message"]
+        r = requests.post(server.url + "/generate", data=chunked(small), timeout=60)
+        assert r.status_code == 200, r.text
+        queue = requests.get(server.url + "/health", timeout=10).json()["queue"]
+    assert (queue["admitted"], queue["refused"], queue["bytes"], queue["requests"]) == (1, 1, 0, 0)

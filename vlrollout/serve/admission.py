@@ -82,9 +82,12 @@ class Admission:
         return True
 
     def grow(self, nbytes: int) -> bool:
-        """Charge an admitted request ``nbytes`` more; ``False`` (nothing charged) when that
-        exceeds the byte bound."""
+        """Charge an admitted request ``nbytes`` more; ``False`` when that exceeds the byte
+        bound: nothing is charged and the request counts as refused instead of admitted (it is
+        answered 503; :meth:`release` still follows)."""
         if not self._fits(nbytes):
+            self.admitted -= 1
+            self.refused += 1
             return False
         self._add(nbytes)
         return True
