@@ -1,0 +1,135 @@
+"""Our rewards as verl's and EasyR1's reward functions.
+
+The contracts, as read from their sources (neither package is installed here: both need GPU
+libraries; the tests call the adapters the way these managers do):
+
+- verl (``verl/workers/reward_manager/naive.py``, ``verl/utils/reward_score/__init__.py``
+  ``default_compute_score``): ``compute_score(data_source, solution_str, ground_truth,
+  extra_info=None)`` per sample returns a float, or a dict whose ``"score"`` is the reward and
+  whose every key is collected per sample into ``reward_extra_info`` (so every sample must return
+  the same keys). The response is decoded with ``skip_special_tokens=True``.
+- EasyR1 (``verl/workers/reward/function.py``): ``reward_type=batch`` calls
+  ``compute_score(reward_inputs: list[RewardInput]) -> list[RewardScore]``, sequential calls it
+  with one ``RewardInput``; ``RewardInput`` is ``{"response", "response_length",
+  "ground_truth"}``, ``RewardScore`` a dict of floats whose ``"overall"`` is the reward and whose
+  every key is averaged into a metric (so values must be numbers).
+
+Labels reach our reward from ``ground_truth`` (a dict, or a JSON object as a string: ``{"boxes":
+[...], "geometry": [...]}``; any other value is ``{label_key: value}``) and from verl's
+``extra_info`` dict. Scoring is :func:`~vlrollout.rewards.plain.score_one`, in the calling
+process (both trainers run reward functions in their own reward workers), with the reward's own
+output cap and reasons. A reward that raises (a label missing) scores ``failure_score`` and says
+why, rather than stopping the run; the reasons are counted in :attr:`VerlReward.reasons`.
+
+>>> reward = VerlReward("count")
+>>> reward("clevr", "There are 3.", "3")
+{'score': 1.0, 'reason': ''}
+>>> reward("clevr", "I cannot tell.", "3")["reason"]
+'no_number'
+>>> reward.easyr1([{"response": "3", "response_length": 1, "ground_truth": "4"}])
+[{'overall': 0.0, 'failed': 0.0}]
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .plain import build_reward, score_one
+
+
+def labels_from(ground_truth: Any, extra_info: Any = None, label_key: str = "answer") -> dict:
+    """The reward's keyword labels from verl's ``ground_truth`` and ``extra_info``.
+
+    >>> labels_from('{"boxes": [0, 0, 5, 5]}', {"split": "train"})
+    {'boxes': [0, 0, 5, 5], 'split': 'train'}
+    >>> labels_from("3")
+    {'answer': '3'}
+    """
+    labels: dict[str, Any]
+    if isinstance(ground_truth, Mapping):
+        labels = dict(ground_truth)
+    else:
+        parsed = _json_object(ground_truth) if isinstance(ground_truth, str) else None
+        labels = parsed if parsed is not None else {label_key: ground_truth}
+    if isinstance(extra_info, Mapping):
+        labels.update(extra_info)
+    return labels
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class VerlReward:
+    """One of our rewards as verl's ``compute_score`` (``__call__``) and EasyR1's (:meth:`easyr1`).
+
+    Args:
+        reward: A built-in reward name, an import path or a reward object.
+        items: For rewards built from their dataset (``"cider_d"``).
+        label_key: The label a plain (non-JSON) ``ground_truth`` becomes.
+        failure_score: The score of a sample the reward raised on (its reason says why).
+        **options: Options of a reward given by name (``family=``, ``corpus=``...).
+
+    Attributes:
+        reasons: How many samples each reason (a rule's, or ``reward_error``) decided.
+    """
+
+    def __init__(
+        self,
+        reward: Callable[..., Any] | str,
+        items: Sequence[Mapping[str, Any]] = (),
+        *,
+        label_key: str = "answer",
+        failure_score: float = 0.0,
+        **options: Any,
+    ) -> None:
+        self.reward = build_reward(reward, items, **options)
+        self.label_key = label_key
+        self.failure_score = float(failure_score)
+        self.reasons: collections.Counter[str] = collections.Counter()
+
+    def score(self, completion: str, labels: Mapping[str, Any]) -> tuple[float, str | None]:
+        """``(value, reason)``; a reward that raises gives ``failure_score`` and
+        ``"reward_error: <exception>"``."""
+        try:
+            value, reason = score_one(self.reward, completion, labels)
+        except Exception as e:  # noqa: BLE001 - returned as the reason, never a silent 0
+            value, reason = self.failure_score, f"reward_error: {type(e).__name__}: {e}"
+        if reason:
+            self.reasons[reason.split(":", 1)[0]] += 1
+        return value, reason
+
+    def __call__(
+        self, data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None
+    ) -> dict[str, Any]:
+        """verl's ``compute_score``: ``{"score": value, "reason": why or ""}``."""
+        labels = labels_from(ground_truth, extra_info, self.label_key)
+        value, reason = self.score(solution_str, labels)
+        return {"score": value, "reason": reason or ""}
+
+    def easyr1(self, reward_inputs: Any) -> Any:
+        """EasyR1's ``compute_score``: a list of ``RewardInput`` (``reward_type=batch``) or one.
+
+        Each score is ``{"overall": value, "failed": 1.0 if a rule or an error decided it}``
+        (EasyR1 averages every key into a metric, so the reasons go to :attr:`reasons`).
+        """
+        if isinstance(reward_inputs, Mapping):
+            return self._easyr1_one(reward_inputs)
+        return [self._easyr1_one(x) for x in reward_inputs]
+
+    def _easyr1_one(self, reward_input: Mapping[str, Any]) -> dict[str, float]:
+        labels = labels_from(reward_input["ground_truth"], None, self.label_key)
+        value, reason = self.score(reward_input["response"], labels)
+        return {"overall": value, "failed": 1.0 if reason else 0.0}
+
+    def __repr__(self) -> str:
+        return f"VerlReward({self.reward!r})"

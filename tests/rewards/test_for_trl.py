@@ -1,0 +1,192 @@
+"""``TRLReward``: TRL's reward-function contract, scores equal to our ``RewardCaller``'s, and one
+real GRPO step of TRL's ``GRPOTrainer`` on the tiny model with our grounding and caption rewards."""
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from vlrollout.processors.for_trainers import model_inputs
+from vlrollout.rewards.caller import RewardCaller
+from vlrollout.rewards.for_trl import AsyncTRLReward, TRLReward
+from vlrollout.rewards.grounding import GroundingReward
+from vlrollout.rewards.registry import get_reward
+from vlrollout.testing.offline_processors import build_qwen2_5_vl
+from vlrollout.tiny.synthetic import make_item
+
+TINY = Path(__file__).resolve().parents[2] / "assets" / "tiny-qwen2vl"
+
+
+def _ours(reward, prompt, completion, ids, task_data, geometry):
+    return asyncio.run(RewardCaller(reward)(prompt, completion, [], ids, task_data, geometry))
+
+
+def test_boxes_are_read_in_the_frame_of_the_images_column():
+    # Qwen2.5-VL writes pixels of the resized image: 200x100 becomes 112x56 under max_pixels.
+    processor = build_qwen2_5_vl()
+    image = Image.new("RGB", (200, 100))
+    geometry = model_inputs({"messages": "<image>Where?", "images": [image]}, processor)["geometry"]
+    sx = geometry[0]["model_width"] / 200
+    sy = geometry[0]["model_height"] / 100
+    assert (sx, sy) != (1.0, 1.0)
+    model_box = [round(20 * sx, 3), round(10 * sy, 3), round(100 * sx, 3), round(50 * sy, 3)]
+    text = json.dumps({"bbox_2d": model_box})
+    reward = TRLReward(GroundingReward("qwen2_5_vl"), processor, name="iou")
+    conversational = [
+        [{"role": "assistant", "content": text}],
+        [{"role": "assistant", "content": "none"}],
+    ]
+    prompt = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Where?"}]}]
+    scores = reward(
+        prompts=[prompt, prompt],
+        completions=conversational,
+        completion_ids=[processor.tokenizer.encode(text), processor.tokenizer.encode("none")],
+        images=[[image], [image]],
+        boxes=[[20, 10, 100, 50]] * 2,
+        trainer_state=None,
+        log_extra=None,
+        log_metric=None,
+    )
+    # Without the processor there is no geometry: the first completion is rejected, not zeroed.
+    bare = TRLReward(GroundingReward("qwen2_5_vl"))(
+        prompts=["Where?"],
+        completions=[text],
+        completion_ids=[[1]],
+        images=[[image]],
+        boxes=[[20, 10, 100, 50]],
+    )
+    assert scores[0] == pytest.approx(1.0, abs=1e-3) and scores[1] == 0.0
+    assert reward.__name__ == "iou"
+    assert bare == [None]
+
+
+def test_a_geometry_column_is_used_as_given_and_equals_the_reward_caller():
+    reward = GroundingReward("qwen2_5_vl")
+    geometry = [
+        {"original_width": 200, "original_height": 100, "model_width": 100, "model_height": 50}
+    ]
+    text = '{"bbox_2d": [10, 5, 50, 25]}'
+    adapter = AsyncTRLReward(reward)
+    got = asyncio.run(
+        adapter(
+            prompts=["p"],
+            completions=[text],
+            completion_ids=[[3]],
+            geometry=[geometry],
+            boxes=[[20, 10, 100, 50]],
+        )
+    )
+    assert got == [_ours(reward, "p", text, [3], {"boxes": [20, 10, 100, 50]}, geometry)] == [1.0]
+
+
+def test_rejections_score_none_with_their_reason_counted():
+    adapter = TRLReward("iou", family="qwen2_5_vl")
+    assert adapter(prompts=["p"], completions=["x"], completion_ids=[[1]]) == [
+        None
+    ]  # no boxes column
+    assert adapter.rejected == {"reward_error": 1}
+    with pytest.raises(ValueError, match="one of each per completion"):
+        adapter(prompts=["p"], completions=["x", "y"], completion_ids=[[1]])
+
+
+def test_the_output_cap_applies_through_the_adapter():
+    geometry = [
+        {"original_width": 100, "original_height": 100, "model_width": 100, "model_height": 100}
+    ]
+    box = '{"bbox_2d": [0, 0, 50, 50]}'
+    adapter = TRLReward(GroundingReward("qwen2_5_vl"))
+    columns = {"geometry": [geometry] * 2, "boxes": [[0, 0, 50, 50]] * 2}
+    # A box past the first MAX_OUTPUT_CHARS characters of a 1 MB completion is not read.
+    hostile = "x" * 1_000_000 + box
+    got = adapter(
+        prompts=["p", "p"], completions=[box, hostile], completion_ids=[[1], [1]], **columns
+    )
+    assert got == [1.0, 0.0]
+
+
+def test_one_grpo_step_of_trl_scores_what_our_reward_caller_scores(tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(0)
+    items = [make_item("ground", 0, 0), make_item("caption", 0, 1)]
+    processor = AutoProcessor.from_pretrained(TINY, local_files_only=True)
+    rows = {
+        "prompt": [
+            [{"role": "user", "content": i["messages"][0]["content"][1]["text"]}] for i in items
+        ],
+        "images": [i["images"] for i in items],
+        "task": [i["task"] for i in items],
+        "boxes": [i.get("boxes") for i in items],
+        "captions": [i.get("captions") for i in items],
+        "item_index": [0, 1],
+    }
+    # CIDEr-D's document frequencies from more references than the two items; GIoU so a box that
+    # misses still scores (a dense value, not 0 everywhere).
+    corpus = items + [make_item("caption", 0, i) for i in range(2, 30)]
+    adapter = TRLReward("tiny_task", processor, items=corpus, ground_metric="giou", name="shapes")
+    seen = []
+
+    class Trainer(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            out = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            seen.append(([x["item_index"] for x in inputs], completion_ids_list, out.clone()))
+            return out
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=24,
+        learning_rate=1e-5,
+        beta=0.0,
+        loss_type="dapo",
+        use_cpu=True,
+        seed=0,
+        shuffle_dataset=False,
+        remove_unused_columns=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    model = AutoModelForImageTextToText.from_pretrained(TINY, dtype=torch.float32)
+    trainer = Trainer(
+        model=model,
+        reward_funcs=[adapter],
+        args=args,
+        train_dataset=Dataset.from_dict(rows),
+        processing_class=processor,
+    )
+    trainer.train()
+
+    assert len(seen) == 1
+    indices, completion_ids, trl_scores = seen[0]
+    assert sorted(set(indices)) == [0, 1] and trl_scores.shape == (4, 1)
+    reward = get_reward("tiny_task", items=corpus, ground_metric="giou")
+    tokenizer = processor.tokenizer
+    stop = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    ours = []
+    for index, ids in zip(indices, completion_ids, strict=True):
+        ids = list(ids)
+        while ids and ids[-1] in stop:
+            ids.pop()
+        item = items[index]
+        task_data = {k: item.get(k) for k in ("task", "boxes", "captions", "item_index")}
+        geometry = model_inputs(item, processor)["geometry"]
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+        ours.append(_ours(reward, "", text, list(ids), task_data, geometry))
+    assert trl_scores[:, 0].tolist() == pytest.approx(ours)
+    assert len(set(ours)) > 1  # the comparison is not of zeros
+    logged = [r for r in trainer.state.log_history if "rewards/shapes/mean" in r]
+    assert logged and math.isclose(
+        logged[0]["rewards/shapes/mean"], sum(ours) / len(ours), rel_tol=1e-5
+    )
+    assert not adapter.rejected
