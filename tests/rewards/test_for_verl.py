@@ -1,0 +1,104 @@
+"""``VerlReward``, called the way verl's ``NaiveRewardManager`` and EasyR1's function reward
+managers call a reward function (their contracts as read from their sources; neither package
+installs here without GPU libraries), and ``PlainReward``: the scores equal our
+``RewardCaller``'s on the same completions, failures come with their reasons."""
+
+import asyncio
+import json
+from functools import partial
+
+import pytest
+
+from vlrollout.rewards.caller import RewardCaller
+from vlrollout.rewards.for_verl import VerlReward
+from vlrollout.rewards.plain import PlainReward
+from vlrollout.rewards.registry import get_reward
+
+GEOMETRY = [{"original_width": 200, "original_height": 100, "model_width": 112, "model_height": 56}]
+BOXES = [[20, 10, 100, 50]]
+COMPLETIONS = [
+    '{"bbox_2d": [11.2, 5.6, 56, 28]}',  # the label box in the model frame: IoU 1
+    '{"bbox_2d": [0, 0, 30, 20]}',
+    "no box",
+    '{"bbox_2d": [50, 20, 10, 40]}',  # inverted
+]
+CAPTIONS = [["a red square and a blue circle", "two shapes"], ["a green triangle", "one shape"]]
+
+
+def _caller(reward, completion, labels):
+    return asyncio.run(RewardCaller(reward)("", completion, [], [], labels))
+
+
+def test_verl_compute_score_equals_the_reward_caller_with_reasons():
+    reward = get_reward("giou", family="qwen2_5_vl")
+    verl = VerlReward(reward)
+    truth = json.dumps({"boxes": BOXES})
+    got = [
+        verl(
+            data_source="refcoco",
+            solution_str=c,
+            ground_truth=truth,
+            extra_info={"geometry": GEOMETRY},
+        )
+        for c in COMPLETIONS
+    ]
+    ours = [_caller(reward, c, {"boxes": BOXES, "geometry": GEOMETRY}) for c in COMPLETIONS]
+    assert [g["score"] for g in got] == pytest.approx(ours)
+    assert ours[0] == pytest.approx(1.0) and ours[1] != ours[2]
+    assert [g["reason"] for g in got] == ["", "", "no_box", "inverted_box"]
+    assert {frozenset(g) for g in got} == {
+        frozenset({"score", "reason"})
+    }  # verl aligns keys per sample
+
+
+def test_verl_reward_error_is_a_reason_not_a_crash():
+    verl = VerlReward("iou", family="qwen2_5_vl", failure_score=-1.0)
+    got = verl("refcoco", COMPLETIONS[0], json.dumps({"boxes": BOXES}))  # no geometry anywhere
+    assert got["score"] == -1.0 and got["reason"].startswith("reward_error: ")
+    assert verl.reasons == {"reward_error": 1}
+
+
+def test_easyr1_batch_and_sequential_forms_equal_the_reward_caller():
+    items = [{"captions": c} for c in CAPTIONS]
+    reward = get_reward("cider_d", items=items)
+    easyr1 = VerlReward(reward)
+    # EasyR1 binds reward_function_kwargs with functools.partial and passes RewardInput dicts.
+    batch = partial(easyr1.easyr1)
+    texts = ["a red square and a blue circle", "a green square", ""]
+    inputs = [
+        {
+            "response": t,
+            "response_length": len(t.split()),
+            "ground_truth": json.dumps({"captions": CAPTIONS[0]}),
+        }
+        for t in texts
+    ]
+    got = batch(inputs)
+    ours = [_caller(reward, t, {"captions": CAPTIONS[0]}) for t in texts]
+    assert [g["overall"] for g in got] == pytest.approx(ours) and ours[0] > ours[1] > 0
+    assert [g["failed"] for g in got] == [0.0, 0.0, 1.0]
+    assert all(isinstance(v, float) for g in got for v in g.values())  # EasyR1 averages every key
+    assert easyr1.easyr1(inputs[1]) == got[1]
+    assert easyr1.reasons == {"empty_caption": 1}
+
+
+def test_hostile_completion_is_capped_with_its_reason():
+    verl = VerlReward("count")
+    got = verl("clevr", "x" * 1_000_000 + " 3", "3")
+    # Scored on its first MAX_OUTPUT_CHARS characters: the 3 at the end is never read.
+    assert got == {"score": 0.0, "reason": "no_number"}
+    assert PlainReward("count").score("x" * 1_000_000, answer=3) == (0.0, "no_number")
+    assert PlainReward("count").score("3 " + "x" * 1_000_000, answer=3)[1] == "output_truncated"
+
+
+def test_plain_reward_equals_the_reward_caller():
+    reward = get_reward("iou", family="qwen2_5_vl")
+    plain = PlainReward(reward)
+    for c in COMPLETIONS:
+        value, _ = plain.score(c, boxes=BOXES, geometry=GEOMETRY)
+        assert value == pytest.approx(_caller(reward, c, {"boxes": BOXES, "geometry": GEOMETRY}))
+    assert plain(COMPLETIONS[2], boxes=BOXES, geometry=GEOMETRY) == 0.0
+    with pytest.raises(TypeError, match="already built"):
+        PlainReward(reward, family="qwen2_vl")
+    with pytest.raises(KeyError, match="boxes"):
+        plain.score(COMPLETIONS[0], geometry=GEOMETRY)
