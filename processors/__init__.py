@@ -55,6 +55,8 @@ _LAZY = {
     "get_preprocessor": ".registry",
     "resolve_preprocessor": ".registry",
     "available_preprocessors": ".registry",
+    "model_inputs": ".for_trainers",
+    "image_geometry": ".for_trainers",
 }
 
 __all__ = [
@@ -87,12 +89,15 @@ __all__ = [
     "get_preprocessor",
     "resolve_preprocessor",
     "available_preprocessors",
+    "model_inputs",
+    "image_geometry",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .auto import AutoProcessorPreprocessor, item_label
     from .cache import PreparedPromptCache, item_key
     from .families import FamilyAdapter, adapter_for
+    from .for_trainers import image_geometry, model_inputs
     from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
     from .image_mode import to_rgb
     from .messages import MEDIA_FIELDS, check_media_fields, normalize_media, normalize_messages

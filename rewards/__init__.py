@@ -55,6 +55,10 @@ _EXPORTS = {
     "ByTask": "combine",
     "CLIPScoreReward": "clip_score",
     "get_reward": "registry",
+    "PlainReward": "plain",
+    "TRLReward": "for_trl",
+    "AsyncTRLReward": "for_trl",
+    "VerlReward": "for_verl",
 }
 
 __all__ = sorted(_EXPORTS)
