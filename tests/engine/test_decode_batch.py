@@ -273,3 +273,67 @@ def test_a_group_sharing_one_prepared_prompt_prepares_it_once(tiny, vision_promp
         generate_all(engine, reqs[:1])
         assert len(calls) == 2
     assert_as_if_alone(model, processor, reqs, together)
+
+
+def test_a_group_larger_than_the_batch_encodes_its_image_once(tiny, vision_prompt):
+    """A group of 16 sharing one prompt with ``max_batch_size=8`` is admitted in two rounds: the
+    second round reuses the first round's prefill of the prompt (the vision tower runs once,
+    one prefill row in all) while its requests wait in the queue, and each request samples the
+    tokens and logprobs it samples when it is the only request."""
+    model, processor = tiny
+    p = vision_prompt(seed=0)
+
+    def request(seed: int) -> ModelRequest:
+        return ModelRequest(
+            input_ids=p["input_ids"],
+            metadata={"multi_modal_input": p["mm"], "seed": seed},
+            gconfig=GenerationHyperparameters(max_new_tokens=3, min_new_tokens=3),
+        )
+
+    reqs = [request(seed) for seed in range(16)]
+    encodes = []
+    hook = model.model.visual.register_forward_pre_hook(lambda *_: encodes.append(1))
+    try:
+        with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+            group = generate_together(engine, reqs)
+            stats = engine.stats()
+    finally:
+        hook.remove()
+    assert (len(encodes), stats["prefill_batches"], stats["prefill_rows_run"]) == (1, 2, 1)
+    with LocalInferenceEngine(model, processor, max_batch_size=1) as engine:
+        alone = [generate_all(engine, [r])[0] for r in reqs]
+    for a, b in zip(group, alone, strict=True):
+        assert a.output_tokens == b.output_tokens
+        torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-4, rtol=0)
+
+
+def test_kept_prompt_rows_sample_bit_for_bit_what_a_prefill_samples(
+    tiny, vision_prompt, monkeypatch
+):
+    """The deterministic engine (one row at a time) serves a queued group from the first
+    request's prefill: every token and logprob equal, bit for bit, to each request running its
+    own prefill (the sampling stream seeded training runs replay)."""
+    import vlrollout.engine.kept_prefills as kept_prefills
+
+    model, processor = tiny
+    p = vision_prompt(seed=3)
+    reqs = [
+        ModelRequest(
+            input_ids=p["input_ids"],
+            metadata={"multi_modal_input": p["mm"]},
+            gconfig=GenerationHyperparameters(max_new_tokens=4, min_new_tokens=4),
+        )
+        for _ in range(4)
+    ]
+
+    def run():
+        with LocalInferenceEngine(model, processor, seed=7, deterministic=True) as engine:
+            return generate_together(engine, reqs), engine.stats()
+
+    kept, stats = run()
+    assert (stats["prefill_rows_run"], stats["prefill_rows_reused"]) == (1, 3)
+    monkeypatch.setattr(kept_prefills.KeptPrefills, "find", lambda *_: None)
+    fresh, stats = run()
+    assert stats["prefill_rows_run"] == 4
+    assert [r.output_tokens for r in kept] == [r.output_tokens for r in fresh]
+    assert [r.output_logprobs for r in kept] == [r.output_logprobs for r in fresh]
