@@ -8,9 +8,10 @@ What the peer shares with ``vlrollout train``, taken from the recipe's loaded co
 - the model (``actor.path``), training items and held-out items (:func:`~vlrollout.train.data.
   load_data`), and the items of each step (:func:`trl_settings.step_order`: the loop's own
   :func:`~vlrollout.train.data.batch_items` fed to TRL through its train sampler);
-- the reward object (:func:`~vlrollout.train.rewards.build_rewards`), called by
-  :class:`RewardAdapter` with the prompt text, geometry and decoded completion our workflow gives
-  it, through the same :class:`~vlrollout.rewards.caller.RewardCaller`;
+- the reward object (:func:`~vlrollout.train.rewards.build_rewards`), called through the public
+  TRL adapter (:class:`~vlrollout.rewards.for_trl.TRLReward`, in :class:`RewardAdapter`) with the
+  geometry and decoded completion our workflow gives it, by a
+  :class:`~vlrollout.rewards.caller.RewardCaller`;
 - the hyper-parameters TRL has a key for (:func:`trl_settings.peer_settings`, which also lists
   what it cannot set);
 - the evaluator: at every evaluation step the peer's weights are saved and evaluated by
@@ -20,7 +21,6 @@ What the peer shares with ``vlrollout train``, taken from the recipe's loaded co
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import dataclasses
 import statistics
@@ -32,61 +32,46 @@ from typing import Any
 
 from trl_settings import order_per_step, peer_settings, step_order
 
+from vlrollout.rewards.for_trl import TRLReward
+
 
 # ----------------------------------------------------------------------------- the reward
-class RewardAdapter:
-    """Our reward as a TRL reward function: ``(prompts, completions, completion_ids, item_index,
-    **kwargs) -> list[float | None]``.
+class RewardAdapter(TRLReward):
+    """Our reward as a TRL reward function: the public :class:`~vlrollout.rewards.for_trl.
+    TRLReward` over the training workflow's reward and preprocessor, with each item's task
+    fields looked up by TRL's ``item_index`` column.
 
-    Each completion is scored as :class:`~vlrollout.workflows.SingleTurnWorkflow` scores an
-    episode: the reward gets the item's chat-templated prompt text and prompt ids (our
-    preprocessor's), the completion decoded from TRL's ``completion_ids`` with trailing stop
-    tokens dropped and special tokens kept (TRL's own ``completions`` text drops special tokens,
-    Qwen2-VL's box markers among them), the item's task data and the image geometry, through
-    the workflow's :class:`~vlrollout.rewards.caller.RewardCaller`. A rejected episode scores
-    ``None`` (TRL's "not applicable") and is counted in :attr:`rejected` by reason.
+    Each completion is scored through the adapter's :class:`~vlrollout.rewards.caller.
+    RewardCaller`, with the geometry of the row's images as our preprocessor prepares them and
+    the completion decoded from TRL's ``completion_ids`` with trailing stop tokens dropped and
+    special tokens kept, as our workflows decode it. A rejected episode scores ``None`` (TRL's
+    "not applicable") and is counted in :attr:`rejected` by reason.
 
     Args:
         workflow: The training workflow (``VisionRLVRWorkflow(reward, gconfig, tokenizer,
-            processor)``), whose context prepares, decodes and scores.
+            processor)``): its reward, timeout and preprocessor.
         items: The training items; TRL's ``item_index`` column indexes them.
 
     Attributes:
         calls: The item indices of each call, in order (one call per TRL step).
-        rejected: Rejected episodes by reason.
     """
-
-    __name__ = "vlrollout_reward"  # TRL names reward functions by __name__
 
     def __init__(self, workflow: Any, items: list[dict]) -> None:
         self.ctx = workflow.ctx
+        reward = self.ctx.reward
+        super().__init__(
+            reward.reward_fn,
+            self.ctx.preprocessor,
+            name="vlrollout_reward",
+            timeout_s=reward.timeout_s,
+            max_workers=reward.max_workers,
+        )
         self.items = items
-        self._prepared: dict[int, Any] = {}
         self.calls: list[list[int]] = []
-        self.rejected: collections.Counter[str] = collections.Counter()
 
     def prepared(self, index: int) -> Any:
         """Our preprocessor's :class:`~vlrollout.processors.base.PreparedPrompt` of an item."""
-        if index not in self._prepared:
-            self._prepared[index] = self.ctx.preprocessor.prepare(self.items[index])
-        return self._prepared[index]
-
-    async def _score(self, index: int, ids: list[int]) -> float | None:
-        from vlrollout.ledger import EpisodeRejected
-
-        prepared = self.prepared(index)
-        try:
-            return await self.ctx.reward(
-                prepared.prompt_text,
-                self.ctx.decode_completion(ids),
-                prepared.input_ids,
-                ids,
-                self.items[index],
-                geometry=[g.to_dict() for g in prepared.geometry],
-            )
-        except EpisodeRejected as e:
-            self.rejected[e.reason] += 1
-            return None
+        return self.ctx.preprocessor.prepare(self.items[index])
 
     def __call__(
         self,
@@ -94,7 +79,7 @@ class RewardAdapter:
         completions: list[Any],
         completion_ids: list[list[int]],
         item_index: list[int],
-        **_: Any,
+        **columns: Any,
     ) -> list[float | None]:
         if len(item_index) != len(completion_ids):
             raise ValueError(
@@ -102,12 +87,9 @@ class RewardAdapter:
             )
         indices = [int(i) for i in item_index]
         self.calls.append(indices)
-
-        async def score_all() -> list[float | None]:
-            pairs = zip(indices, completion_ids, strict=True)
-            return await asyncio.gather(*(self._score(i, list(ids)) for i, ids in pairs))
-
-        return asyncio.run(score_all())
+        fields = {k for i in indices for k in self.items[i]} - {"messages", "images", "videos"}
+        task = {k: [self.items[i].get(k) for i in indices] for k in sorted(fields)}
+        return super().__call__(prompts, completions, completion_ids, **{**columns, **task})
 
 
 def trl_rows(items: list[dict]) -> dict[str, list]:
