@@ -65,3 +65,19 @@ def test_engine_results_equal_those_of_full_forward_steps(tiny, vision_prompt):
     for a, b in zip(results["direct"], results["full"], strict=True):
         assert a.output_tokens == b.output_tokens
         assert a.output_logprobs == b.output_logprobs
+
+
+def test_the_step_is_chosen_when_the_engine_starts_not_in_a_request(tiny, vision_prompt):
+    """The probe that chooses the step runs in ``initialize``: a request's time holds its own
+    forwards only (one prefill and a decode step per later token), which is what a request's
+    latency and a benchmark of decode steps measure."""
+    model, processor = tiny
+    calls = []
+    hook = model.get_decoder().register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with LocalInferenceEngine(model, processor) as engine:
+            started = len(calls)
+            generate_all(engine, shrinking_requests(vision_prompt, 1))  # 3 new tokens
+    finally:
+        hook.remove()
+    assert started > 0 and len(calls) - started == 3

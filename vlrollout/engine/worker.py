@@ -182,9 +182,9 @@ class DecodeWorker:
         mergeable = can_merge(DynamicCache(config=model.config))
         self._sdpa = attn_implementation(text_config) == "sdpa" and mergeable
         self._mask_dtype = model.get_input_embeddings().weight.dtype  # the queries' dtype
-        # Chosen by a probe forward (see step_forward) at the first decode step, on the worker
-        # thread; a compiled one here and now, on the caller's thread (with torch 2.10, state
-        # left by compiling on a thread that later ends crashes later backwards and FSDP set-up).
+        # Chosen by a probe forward (see step_forward) in start(); a compiled one here and now,
+        # on the caller's thread (with torch 2.10, state left by compiling on a thread that
+        # later ends crashes later backwards and FSDP set-up).
         self._step_forward: FullStep | DirectStep | CompiledStep | None = None
         if compile:
             self._step_forward = choose_step(model, device, self._mrope, self._sdpa, True)
@@ -202,6 +202,10 @@ class DecodeWorker:
         return self._thread is not None
 
     def start(self) -> None:
+        """Choose the decode step (its probe: a few forwards, seconds for a 2B model on a CPU)
+        unless chosen, then start the thread: the first request's decode runs no probe."""
+        if self._step_forward is None:
+            self._step_forward = choose_step(self.model, self.device, self._mrope, self._sdpa)
         if self._thread is None:
             self._stopping = False
             self._thread = threading.Thread(target=self._loop, name="DecodeWorker", daemon=True)
