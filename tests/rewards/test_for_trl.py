@@ -81,6 +81,20 @@ def test_a_geometry_column_is_used_as_given_and_equals_the_reward_caller():
         )
     )
     assert got == [_ours(reward, "p", text, [3], {"boxes": [20, 10, 100, 50]}, geometry)] == [1.0]
+    # Conversational prompts and completions without a processor: the last message's text.
+    chat = asyncio.run(
+        adapter(
+            prompts=[[{"role": "user", "content": "Where?"}]] * 2,
+            completions=[
+                [{"role": "assistant", "content": text}],
+                [{"role": "assistant", "content": "?"}],
+            ],
+            completion_ids=[[3], [3]],
+            geometry=[geometry] * 2,
+            boxes=[[20, 10, 100, 50]] * 2,
+        )
+    )
+    assert chat == [1.0, 0.0]
 
 
 def test_rejections_score_none_with_their_reason_counted():
