@@ -1,11 +1,13 @@
 """Our rewards as verl's and EasyR1's reward functions.
 
-The contracts, as read from their sources (neither package is installed here: both need GPU
-libraries; the tests call the adapters the way these managers do):
+The contracts, as read from their sources (neither is a test dependency: verl pulls ray,
+tensordict, hydra and wandb into the environment, and EasyR1 is not on PyPI; the tests call the
+adapters the way these managers do):
 
-- verl (``verl/workers/reward_manager/naive.py``, ``verl/utils/reward_score/__init__.py``
-  ``default_compute_score``): ``compute_score(data_source, solution_str, ground_truth,
-  extra_info=None)`` per sample returns a float, or a dict whose ``"score"`` is the reward and
+- verl 0.9.1 (``verl/workers/reward_manager/naive.py``, ``verl/utils/reward_score/__init__.py``
+  ``default_compute_score``): ``compute_score(data_source=, solution_str=, ground_truth=,
+  extra_info=)`` per sample (the experimental reward loop adds the manager's
+  ``**extra_reward_kwargs``) returns a float, or a dict whose ``"score"`` is the reward and
   whose every key is collected per sample into ``reward_extra_info`` (so every sample must return
   the same keys). The response is decoded with ``skip_special_tokens=True``.
 - EasyR1 (``verl/workers/reward/function.py``): ``reward_type=batch`` calls
@@ -109,9 +111,17 @@ class VerlReward:
         return value, reason
 
     def __call__(
-        self, data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None
+        self,
+        data_source: Any,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Any = None,
+        **manager_kwargs: Any,
     ) -> dict[str, Any]:
-        """verl's ``compute_score``: ``{"score": value, "reason": why or ""}``."""
+        """verl's ``compute_score``: ``{"score": value, "reason": why or ""}``.
+
+        ``manager_kwargs`` (what verl's reward loop adds from its config) are not labels and are
+        not passed to the reward."""
         labels = labels_from(ground_truth, extra_info, self.label_key)
         value, reason = self.score(solution_str, labels)
         return {"score": value, "reason": reason or ""}
