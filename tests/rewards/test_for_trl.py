@@ -71,6 +71,9 @@ def test_a_geometry_column_is_used_as_given_and_equals_the_reward_caller():
     ]
     text = '{"bbox_2d": [10, 5, 50, 25]}'
     adapter = AsyncTRLReward(reward)
+    from trl.trainer.utils import is_async_callable  # how GRPOTrainer decides to await a reward
+
+    assert is_async_callable(adapter) and not is_async_callable(TRLReward(reward))
     got = asyncio.run(
         adapter(
             prompts=["p"],
