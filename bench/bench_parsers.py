@@ -120,7 +120,7 @@ PARSER_CASES: list[Case] = [
         "ptb_tokenize distinct words",
         _cold(ptb_tokenize),
         DISTINCT_WORDS,
-    ),  # no repeats and no shared digit shape: every chunk is lexed
+    ),  # no repeats and no shared digit shape: the memos miss on every chunk
 ]
 #: Rewards through ``Reward.score``: linear up to ``MAX_OUTPUT_CHARS``, flat past it.
 REWARD_CASES: list[Case] = [

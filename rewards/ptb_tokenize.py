@@ -27,7 +27,9 @@ and, for the last chunk, the spaces after it. A chunk whose tokens can depend on
 (it ends in a digit, ``)`` or ``.`` and the next chunk starts with what a rule could continue
 with, or it holds ``<``) is lexed in place every time. Chunks that differ only in their ASCII
 digits (``dog12,`` ``dog345,``: one digit shape) are lexed once per shape: the others take the
-same slices (:func:`_shape_key` says when that is exact).
+same slices (:func:`_shape_key` says when that is exact). A chunk of a common word shape (``(dog)``,
+``man's,`` ``$hat.`` ``co-op;``) is not lexed: its pieces are its tokens
+(:func:`_word_shape_tokens` says when).
 
 >>> ptb_tokenize('A man with 1,000 dollars at 10:30, $5 (red) -- gonna win!')
 ['a', 'man', 'with', '1,000', 'dollars', 'at', '10:30', '$', '5', '-lrb-', 'red', '-rrb-', 'gon', 'na', 'win']
@@ -43,7 +45,7 @@ from operator import itemgetter
 
 from .java_lowercase import java_lower
 from .ptb_lexer import RuleTable, lex, table_for
-from .ptb_rules import SPACE_CHARS
+from .ptb_rules import ABBREVIATION_WORDS, SPACE_CHARS
 
 # pycocoevalcap/tokenizer/ptbtokenizer.py, verbatim (the bracket names never match lower case).
 PUNCTUATIONS = frozenset(
@@ -88,6 +90,15 @@ _ASCII_DIGIT = re.compile("[0-9]")
 # Rules name a digit only right after an apostrophe ('90s, &apos;90s), in S&P-500 and in .mp3:
 # chunks with these, or with any character but printable ASCII, are lexed by themselves.
 _NO_SHAPE = re.compile("[^!-~]|'[0-9]|&|[mM][pP]")
+
+# Word shapes (see _word_shape_tokens): "(" or "$", a word of two or more ASCII letters (or two
+# such joined by a hyphen), a clitic the lexer's REDAUX names, ")" and one of ",", ".", ";" (each
+# but the word optional).
+_WORD_SHAPE = re.compile(
+    r"([($]?)([A-Za-z]{2,}(?:-[A-Za-z]{2,})?)('(?:[msdMSD]|[rR][eE]|[vV][eE]|[lL][lL]))?(\)?[,.;]?)"
+)
+_MARKS = {"": (), "(": ("-lrb-",), "$": ("$",), ",": (",",), ".": (".",), ";": (";",),
+          ")": ("-rrb-",)}  # fmt: skip
 
 
 # How a chunk's tokens can depend on the text after its space (see :func:`_next_matters`).
@@ -227,7 +238,13 @@ def _lex_chunk(
     lexer stopped (``end`` unless a token ran on past it; then nothing is memoised).
 
     A chunk of the same digit shape as one lexed before (``dog12,`` after ``dog345,``) takes
-    its tokens from that one's template instead of the lexer (see :func:`_shape_key`)."""
+    its tokens from that one's template instead of the lexer (see :func:`_shape_key`), and a
+    word shape (``(dog)``, ``man's,``) its tokens from :func:`_word_shape_tokens`."""
+    low = _word_shape_tokens(chunk)
+    if low is not None:
+        tokens = (low, [t for t in low if t not in PUNCTUATIONS], _next_matters(chunk))
+        _remember(_CHUNK_CACHE, key, tokens)
+        return tokens, end
     shape = _shape_key(chunk, key)
     template = _MISSING if shape is None else _SHAPE_CACHE.get(shape, _MISSING)
     if template is not _MISSING and template is not None:
@@ -243,6 +260,51 @@ def _lex_chunk(
                 _SHAPE_CACHE, shape, _template(chunk, raw, [s - start for s in starts], tokens)
             )
     return tokens, stop
+
+
+def _word_shape_tokens(chunk: str) -> list[str] | None:
+    """The lower-cased tokens of a word-shaped ``chunk`` (followed by a space or the end of the
+    line), or ``None`` when the chunk is not one or the lexer could read it otherwise.
+
+    A word shape is ``(`` or ``$``, a word of two or more ASCII letters or two such joined by a
+    hyphen (``co-op``), a clitic (``'s``, ``'re`` ...), ``)`` and one of ``,`` ``.`` ``;``, each
+    but the word optional. Its pieces are its tokens (brackets written ``-lrb-``, ``-rrb-``):
+    at each piece the longest match of any rule (the first on ties) is that piece.
+
+    - ``(``: PHONE needs a digit next, ASIANSMILEY ``(xx)`` is the one letters-only face;
+      ``$`` is a token whatever follows (``SINGLES_ASCII``).
+    - the word: ``gonna``, ``cannot`` ... split (left out). Before a clitic WORD/REDAUX matches
+      the word and the clitic, the most any rule can but APOWORD's ``cont'd.`` (left out; the
+      other APOWORD forms, THING, ``y'``, ``c'est`` need a one-letter word or a letter after
+      the apostrophe, ``n't`` a ``t``). Before ``.`` an
+      abbreviation (``etc.``, ``Mr.``) is left out, as the lexer's ``_plain_period`` leaves it;
+      before ``,`` the same test passes every word; no rule runs on past a word with ``;``,
+      ``)``, a space or the line end (``JOINS``; the tests check it). A hyphenated word is
+      HTHING (ACRO2, the one part that takes a period, needs one inside; no abbreviation holds a
+      hyphen).
+    - the clitic before a non-letter is REDAUX; ``)`` is a token by itself; ``,`` ``;`` ``.``
+      before a space or the line end are INSENTP and PERIOD (NUMBER needs a digit after them, a
+      smiley a bracket after ``;``, an ellipsis more periods, and the callers lex a chunk in
+      place when the chunk after it starts with a digit or a period).
+    """
+    m = _WORD_SHAPE.fullmatch(chunk)
+    if m is None:
+        return None
+    pre, word, clitic, post = m.groups()
+    low = word.lower()
+    if (
+        low in _SPLIT
+        or (pre == "(" and post[:1] == ")" and low == "xx")
+        or (clitic is None and post[:1] == "." and low in ABBREVIATION_WORDS)
+        or (clitic is not None and low == "cont")
+    ):
+        return None
+    out = [*_MARKS[pre], low]
+    if clitic is not None:
+        out.append(clitic.lower())
+    for mark in post:
+        out += _MARKS[mark]
+    return out
 
 
 def _remember(cache: dict, key: object, value: object) -> None:
