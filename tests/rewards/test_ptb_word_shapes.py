@@ -10,6 +10,7 @@ emoticons, hyphens ...) and compares the tokens with every rule tried at every p
 import importlib
 import random
 import string
+from functools import cache
 
 import pytest
 
@@ -56,13 +57,15 @@ def word_shape_captions(n: int, seed: int) -> list[str]:
     return out
 
 
-_EXHAUSTIVE = RuleTable(amp=True, at=True, url=True, exhaustive=True)
+@cache
+def _exhaustive_table() -> RuleTable:
+    return RuleTable(amp=True, at=True, url=True, exhaustive=True)
 
 
 def _exhaustive(text: str) -> list[str]:
     """Tokens of ``text`` with every rule tried at every position."""
     raw: list[str] = []
-    lex(text + "\n", 0, len(text), _EXHAUSTIVE, raw)
+    lex(text + "\n", 0, len(text), _exhaustive_table(), raw)
     return [java_lower(t) for t in raw]
 
 
