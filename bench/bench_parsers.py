@@ -11,9 +11,10 @@ scans ranged 1.0-1.45 between runs (cache misses past ~300 KB, allocation), whil
 fits ~2 (and passes 1 s long before 1 MB). A case that passes ``CASE_LIMIT_S`` at some size stops there
 and fails (the quadratic parsers this replaces took hours at 1 MB).
 
-Parsers and extractors are called on the whole text (no cap); rewards go through
-``Reward.score``, which scores the first ``MAX_OUTPUT_CHARS`` characters of longer outputs
-(``output_truncated``), so their time flattens past 64 KB by design.
+Parsers and extractors are called on the whole text (no cap); rewards, and the adapters other
+trainers call (as each trainer calls them), go through ``Reward.score``, which scores the first
+``MAX_OUTPUT_CHARS`` characters of longer outputs (``output_truncated``), so their time flattens
+past 64 KB by design.
 Headline (printed last): the worst exponent and the worst time at the largest size.
 """
 
@@ -43,8 +44,11 @@ from vlrollout.rewards.answer import (  # noqa: E402
 )
 from vlrollout.rewards.box_parsing import PARSERS  # noqa: E402
 from vlrollout.rewards.caption import CaptionReward  # noqa: E402
+from vlrollout.rewards.for_trl import TRLReward  # noqa: E402
+from vlrollout.rewards.for_verl import VerlReward  # noqa: E402
 from vlrollout.rewards.format import ThinkAnswerFormat  # noqa: E402
 from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward  # noqa: E402
+from vlrollout.rewards.plain import PlainReward  # noqa: E402
 from vlrollout.rewards.ptb_tokenize import clear_caches, ptb_tokenize  # noqa: E402
 from vlrollout.rewards.text_extract import extract_tag, last_boxed  # noqa: E402
 from vlrollout.rewards.text_tokenize import tokenize  # noqa: E402
@@ -148,7 +152,31 @@ REWARD_CASES: list[Case] = [
     ("CaptionReward rouge_l", _reward(CaptionReward("rouge_l"), captions=["a dog runs"]), "a "),
     ("CaptionReward bleu4", _reward(CaptionReward("bleu4"), captions=["a dog runs"]), "dog "),
 ]
-CASES: list[Case] = PARSER_CASES + REWARD_CASES
+_TRL = TRLReward("giou", family="qwen2_5_vl")
+_VERL = VerlReward("giou", family="qwen2_5_vl")
+_EASYR1 = VerlReward("cider_d", items=[{"captions": ["a dog runs"]}]).easyr1
+_PLAIN = PlainReward("giou", family="qwen2_5_vl")
+_LABELS = {"boxes": [1, 2, 3, 4], **GEO}
+#: The adapters other trainers call (``docs/other_trainers.md``), each as its trainer calls it:
+#: TRL's batch through the reward pool (the 1 MB text is pickled to a worker), verl's and EasyR1's
+#: ``compute_score``, the plain call.
+ADAPTER_CASES: list[Case] = [
+    (
+        "TRLReward giou (reward pool)",
+        lambda text: _TRL(["p"], [text], [[0]], boxes=[[1, 2, 3, 4]], geometry=[GEO["geometry"]]),
+        "[{",
+    ),  # fmt: skip
+    ("VerlReward giou", lambda text: _VERL("refcoco", text, _LABELS), "[{"),
+    (
+        "VerlReward.easyr1 cider_d",
+        lambda text: _EASYR1(
+            {"response": text, "response_length": 1, "ground_truth": {"captions": ["a dog runs"]}}
+        ),
+        "a dog ",
+    ),  # fmt: skip
+    ("PlainReward giou", lambda text: _PLAIN.score(text, **_LABELS), "[{"),
+]
+CASES: list[Case] = PARSER_CASES + REWARD_CASES + ADAPTER_CASES
 
 
 def _distinct(n: int) -> str:
@@ -286,7 +314,8 @@ def main() -> int:
          "limits"],
         [_summary_row(title, group, measured)
          for title, group in (("parsers and extractors, on the whole text", PARSER_CASES),
-                              ("rewards (score the first 64 Ki characters)", REWARD_CASES))],
+                              ("rewards (score the first 64 Ki characters)", REWARD_CASES),
+                              ("adapters for TRL, verl, EasyR1 and plain calls", ADAPTER_CASES))],
         title=f"hostile inputs, {sizes[0] // 1000} KB to {sizes[-1] // 1000} KB ("
         + (f"failed: {'; '.join(failed)}" if failed else "every case within the limits") + ")",
     )  # fmt: skip
