@@ -72,7 +72,7 @@ _WHITESPACE = re.compile(r"\s")
 _QUIET_AFTER_PERIOD = frozenset("abcdefghijkmnopqrstuvwxyz")
 
 # Lower-cased tokens of a chunk, the kept ones, when the next chunk matters (_next_matters).
-_Tokens = tuple[list[str], list[str], int]
+_Tokens = tuple[tuple[str, ...], tuple[str, ...], int]
 # chunk, or for the last chunk (chunk, the spaces after it) -> its tokens
 _CHUNK_CACHE: dict[str | tuple[str, str], _Tokens] = {}
 _CHUNK_CACHE_SIZE = 1 << 16
@@ -147,7 +147,7 @@ def _finish(raw: list[str], matters: int) -> _Tokens:
     else:
         low = [t.lower() for t in raw]
         kept = [t for t in low if t not in PUNCTUATIONS]
-    return low, kept, matters
+    return tuple(low), tuple(kept), matters
 
 
 def _tokens(text: str, filtered: bool) -> list[str]:
@@ -242,7 +242,7 @@ def _lex_chunk(
     word shape (``(dog)``, ``man's,``) its tokens from :func:`_word_shape_tokens`."""
     low = _word_shape_tokens(chunk)
     if low is not None:
-        tokens = (low, [t for t in low if t not in PUNCTUATIONS], _next_matters(chunk))
+        tokens = (tuple(low), tuple(t for t in low if t not in PUNCTUATIONS), _next_matters(chunk))
         _remember(_CHUNK_CACHE, key, tokens)
         return tokens, end
     shape = _shape_key(chunk, key)
@@ -357,7 +357,8 @@ def _from_template(chunk: str, template: _Template) -> _Tokens:
     low = list(pick(chunk.lower()))
     for i, text in consts:
         low[i] = text
-    return low, low if keep is None else [low[i] for i in keep], matters
+    tokens = tuple(low)
+    return tokens, tokens if keep is None else tuple(low[i] for i in keep), matters
 
 
 def clear_caches() -> None:
