@@ -22,7 +22,7 @@ from vlrollout.eval.main import main as eval_main
 from vlrollout.jsonl import read_jsonl, write_jsonl
 from vlrollout.tiny.synthetic import generate_items, write_dataset
 
-MAX_NEW_TOKENS = 24
+MAX_NEW_TOKENS = 19
 PROMPT = "Where is the {expression}? Answer with a box."  # the grounding model's own question
 STEPS = 2
 HELD_OUT = 10
