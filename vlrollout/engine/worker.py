@@ -14,9 +14,7 @@ Speed (the tiny model on a CPU is bound by per-step overhead, so it is measured 
 decode step calls the text decoder and LM head directly where a probe shows the model's own
 logits (:mod:`vlrollout.engine.step_forward`), feeding tokens and positions kept as tensors; the
 decode mask grows in place and reaches SDPA models as a prepared 4-D mask; an idle worker waits
-a moment for requests submitted together so they share one prefill, and a group larger than
-the free rows takes its later rounds' prompt rows from the first round's prefill
-(:mod:`vlrollout.engine.kept_prefills`).
+a moment for requests submitted together so they share one prefill.
 """
 
 from __future__ import annotations
@@ -41,7 +39,6 @@ from vlrollout.engine.batch import (
     select_rows,
 )
 from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
-from vlrollout.engine.kept_prefills import KeptPrefill, KeptPrefills, row_of_cache, same_inputs
 from vlrollout.engine.sampling import SamplingParams, sample_batch, top_logprobs
 from vlrollout.engine.step_forward import CompiledStep, DirectStep, FullStep, choose_step
 from vlrollout.families import family_of
@@ -70,12 +67,29 @@ def distinct_rows(tasks: list[Any], rows: list[list[int]]) -> list[int]:
     seen: dict[tuple[int, ...], list[int]] = {}
     for i, (task, row) in enumerate(zip(tasks, rows, strict=True)):
         same = seen.setdefault(tuple(row), [])
-        match = next((j for j in same if same_inputs(tasks[j].inputs, task.inputs)), None)
+        match = next((j for j in same if _same_inputs(tasks[j].inputs, task.inputs)), None)
         if match is None:
             same.append(i)
             match = i
         source.append(match)
     return source
+
+
+def _same_inputs(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if (a.mm_token_type_ids is None) != (b.mm_token_type_ids is None) or a.vision.keys() != (
+        b.vision.keys()
+    ):
+        return False
+    if a.mm_token_type_ids is not None and not torch.equal(
+        a.mm_token_type_ids, b.mm_token_type_ids
+    ):
+        return False
+    return all(
+        a.vision[k].shape == b.vision[k].shape and torch.equal(a.vision[k], b.vision[k])
+        for k in a.vision
+    )
 
 
 @dataclass(eq=False)
@@ -167,8 +181,6 @@ class DecodeWorker:
         self._active: list[GenerationTask] = []
         self._cache = None
         self._mask: MaskBuffer | None = None
-        # Prefilled prompt rows that queued tasks also send (a group larger than the free rows).
-        self._kept = KeptPrefills()
         # [rows, 1] int64: the token each running row feeds in the next decode step, and its
         # position (its index in the sequence, shifted by the M-RoPE delta of the prompt's
         # images); kept as tensors, so a step builds no inputs from Python lists.
@@ -227,7 +239,6 @@ class DecodeWorker:
             _resolve(fut, error=error)
         self._pending.clear()
         self._controls.clear()
-        self._kept.clear()
         self._reset_batch()
 
     def submit(self, task: GenerationTask) -> concurrent.futures.Future:
@@ -353,7 +364,6 @@ class DecodeWorker:
         return not (self._paused or self._halted) and bool(self._pending or self._active)
 
     def _run_controls(self, controls) -> None:
-        self._kept.clear()  # computed with the weights and device of before
         for fn, invalidates, fut in controls:
             if invalidates and self._active:
                 with self._cond:
@@ -423,8 +433,6 @@ class DecodeWorker:
                         self._prefill([task])
                     except Exception as e1:
                         _resolve(task.future, error=e1)
-        with self._cond:
-            self._kept.prune(self._pending)
 
     @staticmethod
     def _batch_key(inputs: PreparedInputs) -> tuple:
@@ -454,58 +462,12 @@ class DecodeWorker:
 
         The episodes of a GRPO group send one prompt n times: each distinct row (same tokens,
         same images) is run once, and its cache and last logits serve every task that sent it
-        (each still samples its own tokens); a row kept from an earlier prefill for queued tasks
-        (see ``kept_prefills``) is not run again."""
+        (each still samples its own tokens)."""
         rows = [task.inputs.input_ids + task.out_tokens for task in tasks]
         source = distinct_rows(tasks, rows)
         firsts = sorted(set(source))  # each a first occurrence, so in the tasks' order
-        kept = {i: self._kept.find(tasks[i].inputs, tuple(rows[i])) for i in firsts}
-        misses = [i for i in firsts if kept[i] is None]
-        parts = [self._forward([tasks[i] for i in misses], [rows[i] for i in misses])]
-        parts += [self._from_kept(tasks[i], kept[i]) for i in firsts if kept[i] is not None]
-        firsts = misses + [i for i in firsts if kept[i] is not None]  # the rows' order
-        parts = [p for p in parts if p is not None]
-        cache, mask, logits = parts[0]
-        for more in parts[1:]:
-            cache, mask = merge_caches(cache, mask, more[0], more[1], self._grow)
-            logits = torch.cat([logits, more[2]])
-        self.stats["prefills"] += len(tasks)
-        self.stats["prefill_batches"] += 1
-        self.stats["prefill_rows_run"] += len(misses)
-        slot = {task_index: n for n, task_index in enumerate(firsts)}
-        row_of = [slot[i] for i in source]  # each task's row of the forward
-        for task, i in zip(tasks, source, strict=True):
-            task.rope_delta = tasks[i].rope_delta
-        if len(firsts) < len(tasks):
-            logits = logits[torch.tensor(row_of, device=logits.device)]
-        tokens, done = self._sample(tasks, logits)
-        keep = [i for i, d in enumerate(done) if not d]
-        if not keep:
-            return
-        new = [tasks[i] for i in keep]
-        next_ids = tokens.view(-1, 1)
-        next_pos = torch.tensor([[t.length - 1 + t.rope_delta] for t in new], device=self.device)
-        wanted = [row_of[i] for i in keep]
-        if wanted != list(range(len(firsts))):
-            cache, mask = select_rows(cache, mask, wanted, self._grow)
-        if len(keep) < len(tasks):
-            next_ids = next_ids[torch.tensor(keep, device=self.device)]
-        if self._cache is not None:
-            cache, mask = merge_caches(self._cache, self._mask.mask, cache, mask, self._grow)
-            next_ids = torch.cat([self._next_ids, next_ids])
-            next_pos = torch.cat([self._next_pos, next_pos])
-            new = self._active + new
-        self._active, self._cache, self._mask = new, cache, MaskBuffer(mask)
-        self._next_ids, self._next_pos = next_ids, next_pos
-
-    def _forward(
-        self, run: list[GenerationTask], run_rows: list[list[int]]
-    ) -> tuple[Any, torch.Tensor, torch.Tensor] | None:
-        """The prefill forward of distinct rows (``None`` for none): their cache, ``[rows,
-        length]`` bool mask and ``[rows, vocab]`` last logits; sets each task's ``rope_delta``
-        and keeps the rows that queued tasks also send."""
-        if not run:
-            return None
+        run = [tasks[i] for i in firsts]
+        run_rows = [rows[i] for i in firsts]
         length = max(len(r) for r in run_rows)
         ids = torch.tensor([[0] * (length - len(r)) + r for r in run_rows], device=self.device)
         mask = torch.tensor(
@@ -534,28 +496,35 @@ class DecodeWorker:
             **self._token_types(run, length),
             **vision,
         )
-        cache, logits = self._growing(out.past_key_values), out.logits[:, -1]
-        if self._plain_cache or (type(cache) is DynamicCache and can_merge(cache)):
-            with self._cond:
-                queued = list(self._pending)
-            for n, (task, row) in enumerate(zip(run, run_rows, strict=True)):
-                if self._kept.wanted(task.inputs, tuple(row), queued):
-                    layers = row_of_cache(cache, n, len(row))
-                    self._kept.rows.append(
-                        KeptPrefill(
-                            task.inputs, tuple(row), layers, logits[n].clone(), task.rope_delta
-                        )
-                    )
-        return cache, mask.bool(), logits
-
-    def _from_kept(
-        self, task: GenerationTask, kept: KeptPrefill
-    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """A kept row as a prefill part: a fresh cache of its columns, its mask and logits."""
-        task.rope_delta = kept.rope_delta
-        self.stats["prefill_rows_reused"] += 1
-        cache, mask = kept.cache(self._grow)
-        return cache, mask, kept.logits[None]
+        self.stats["prefills"] += len(tasks)
+        self.stats["prefill_batches"] += 1
+        self.stats["prefill_rows_run"] += len(run)
+        slot = {task_index: n for n, task_index in enumerate(firsts)}
+        row_of = [slot[i] for i in source]  # each task's row of the forward
+        for task, i in zip(tasks, source, strict=True):
+            task.rope_delta = tasks[i].rope_delta
+        logits = out.logits[:, -1]
+        if len(run) < len(tasks):
+            logits = logits[torch.tensor(row_of, device=logits.device)]
+        tokens, done = self._sample(tasks, logits)
+        keep = [i for i, d in enumerate(done) if not d]
+        if not keep:
+            return
+        new = [tasks[i] for i in keep]
+        cache, mask, next_ids = self._growing(out.past_key_values), mask.bool(), tokens.view(-1, 1)
+        next_pos = torch.tensor([[t.length - 1 + t.rope_delta] for t in new], device=self.device)
+        wanted = [row_of[i] for i in keep]
+        if wanted != list(range(len(run))):
+            cache, mask = select_rows(cache, mask, wanted, self._grow)
+        if len(keep) < len(tasks):
+            next_ids = next_ids[torch.tensor(keep, device=self.device)]
+        if self._cache is not None:
+            cache, mask = merge_caches(self._cache, self._mask.mask, cache, mask, self._grow)
+            next_ids = torch.cat([self._next_ids, next_ids])
+            next_pos = torch.cat([self._next_pos, next_pos])
+            new = self._active + new
+        self._active, self._cache, self._mask = new, cache, MaskBuffer(mask)
+        self._next_ids, self._next_pos = next_ids, next_pos
 
     def _growing(self, cache: Any) -> Any:
         """A prefill's cache as the decode batch keeps it: see ``_plain_cache``."""
