@@ -35,6 +35,7 @@ from vlrollout.processors.for_trainers import as_preprocessor, image_geometry
 
 from .caller import RewardCaller
 from .plain import build_reward
+from .text_extract import completion_text
 
 TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
 """What TRL adds to the columns; not task data."""
@@ -146,10 +147,7 @@ class TRLReward:
         """The text the reward reads (see the module docstring)."""
         if self.tokenizer is None:
             return message_text(completion)
-        end = len(ids)
-        while end > 0 and ids[end - 1] in self.stop_ids:
-            end -= 1
-        return self.tokenizer.decode(list(ids[:end]), skip_special_tokens=False)
+        return completion_text(self.tokenizer, ids, self.stop_ids)
 
     def row_geometry(self, row: dict[str, Any]) -> list[dict[str, float]]:
         """A row's image geometry: its ``geometry`` column, else its images' (by their sizes)."""

@@ -1,4 +1,5 @@
-"""Pull the part of a completion a reward should read: ``<answer>`` blocks and ``\\boxed{}``.
+"""Pull the part of a completion a reward should read: the decoded completion, ``<answer>`` blocks
+and ``\\boxed{}``.
 
 Both run in one left-to-right pass (``str.find`` and a brace counter), so their time is linear in
 the text on any input: RL policies emit long garbage, and a lazy ``<tag>(.*?)</tag>`` regex
@@ -8,6 +9,8 @@ rescans to the end of the text from every unclosed ``<tag>`` (quadratic in the t
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
+from typing import Any
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
@@ -89,3 +92,13 @@ def last_boxed(text: str) -> str | None:
         if end is not None:
             return text[start:end].strip()
     return None
+
+
+def completion_text(tokenizer: Any, token_ids: Sequence[int], stop_ids: Collection[int]) -> str:
+    """The text rewards read from generated ``token_ids``: trailing stop tokens dropped, other
+    special tokens kept (some families write boxes with them, Qwen2-VL's ``<|box_start|>``; the
+    stop token is scaffolding, not answer)."""
+    end = len(token_ids)
+    while end > 0 and token_ids[end - 1] in stop_ids:
+        end -= 1
+    return tokenizer.decode(list(token_ids[:end]), skip_special_tokens=False)

@@ -26,6 +26,7 @@ from vlrollout.processors.cache import PreparedPromptCache, item_key
 from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.rewards.caller import RewardCaller
+from vlrollout.rewards.text_extract import completion_text
 from vlrollout.workflows.preparation import FrameSampling, build_preprocessor, load_tokenizer
 from vlrollout.workflows.shared import config_key, shared_state
 
@@ -125,16 +126,8 @@ class EpisodeContext:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def decode_completion(self, token_ids: Sequence[int]) -> str:
-        """Completion text for rewards: trailing stop tokens dropped, other special tokens kept.
-
-        Special tokens stay because some families write boxes with them
-        (Qwen2-VL's ``<|box_start|>``); the stop token is scaffolding, not answer.
-        """
-        stop = set(self.gconfig.stop_token_ids)
-        end = len(token_ids)
-        while end > 0 and token_ids[end - 1] in stop:
-            end -= 1
-        return self.tokenizer.decode(list(token_ids[:end]), skip_special_tokens=False)
+        """Completion text for rewards (:func:`~vlrollout.rewards.text_extract.completion_text`)."""
+        return completion_text(self.tokenizer, token_ids, set(self.gconfig.stop_token_ids))
 
     async def run_recorded(
         self, data: dict[str, Any], episode: Callable[[], Awaitable[dict[str, Any]]]
