@@ -9,10 +9,12 @@ cores allow). Each is saved once under ``/tmp/vlrollout-scaling-models`` (keyed 
 
 Each shape is swept along three axes (``PLANS``): image tokens per image (group 1, one image),
 the group size, and images per prompt; every shape at ``SIZE_POINT`` (64 tokens, a group of 4,
-one image) makes the model-size axis. Per point (``scaling_points.py``, one process per shape and side so each side's
-peak memory is its own): engine and ``generate`` tokens/s, prefill and decode time, peak
-resident memory, images the vision tower encoded; the prompt prepared for the group (seconds,
-preparations, bytes); ``vlrollout serve`` latency (``scaling_serve.py``); and the trainer's GRPO
+one image) makes the model-size axis. Per point (``scaling_points.py``: one process per shape
+and side, so each side's peak memory is its own, both loaded at once and driven side by side):
+engine and ``generate`` tokens/s, prefill and decode time (the median of ``repeats`` timed runs
+a side, the sides taking turns), peak resident memory and images the vision tower encoded (an
+untimed run after a peak reset); the prompt prepared for the group (seconds, preparations,
+bytes); ``vlrollout serve`` latency (``scaling_serve.py``); and the trainer's GRPO
 step by phase and its peak memory with ``encode_images_once`` against the per-copy reference
 (``scaling_trainer.py``). ``scaling_growth.py`` fits the growth exponent of every cost against
 every axis and flags those above their expected order.
@@ -22,7 +24,7 @@ engine peak memory <= ``generate``'s + 10 %; one preparation and one image encod
 the trainer's peak memory with ``encode_images_once`` below the per-copy reference at every
 group size.
 
-    .venv/bin/python bench/bench_scaling.py             # ~25 min on 2 shared CPU cores
+    .venv/bin/python bench/bench_scaling.py             # ~45 min on 2 shared CPU cores
     .venv/bin/python bench/bench_scaling.py --quick     # the tiny model, a few points, for tests
     .venv/bin/python bench/bench_scaling.py --device cuda   # the same on a GPU (absolute numbers)
 """
@@ -31,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,7 +44,6 @@ import scaling_report as report
 from scaling_shapes import DEFAULT_CACHE, SHAPES, build_model, parameter_count, shape
 from scaling_trainer import trainer_points
 
-BENCH = Path(__file__).resolve().parent
 MAX_BATCH = 16
 AXES = ("tokens", "group", "images")
 
@@ -53,12 +52,13 @@ SIZE_POINT = {"tokens": 64, "group": 4, "images": 1}
 
 
 def plan(
-    tokens, group, images, new_tokens: int, paths: list[str], at=None, warmup: bool = True
+    tokens, group, images, new_tokens: int, paths: list[str], at=None, repeats: int = 3
 ) -> dict[str, Any]:
     """A shape's sweeps: image tokens at group 1 and one image (the vision tower's cost shows,
     not copies of it), the group at ``at["tokens"]`` tokens, images per prompt at that many
-    tokens each in a group of ``at["group"]``. ``warmup``: run the smallest point once untimed
-    first (off for a shape whose every point takes long enough that first-call costs vanish)."""
+    tokens each in a group of ``at["group"]``. ``repeats``: timed runs a side at each point
+    (their median is recorded; fewer where each run takes long, to keep the benchmark's wall
+    time near 45 minutes on 2 cores)."""
     at = {"tokens": 256, "group": 4, **(at or {})}
     return {
         "tokens": {"values": tokens, "at": {"group": 1, "images": 1}},
@@ -66,19 +66,27 @@ def plan(
         "images": {"values": images, "at": {"tokens": at["tokens"], "group": at["group"]}},
         "new_tokens": new_tokens,
         "paths": paths,
-        "warmup": warmup,
+        "repeats": repeats,
     }
 
 
 ALL = ["engine", "generate", "serve"]
+SIDES = ("engine", "generate")
+"""The paths ``scaling_points.run_sides`` measures side by side."""
 PLANS: dict[str, dict[str, Any]] = {
     "tiny": plan([64, 256, 1024, 4096], [1, 2, 4, 8, 16], [1, 2, 4], 8, ALL),
     "20m": plan([64, 256, 1024], [1, 4, 16], [1, 2, 4], 8, ALL),
     "100m": plan([64, 256, 1024], [1, 4, 16], [1, 2, 4], 4, ALL, at={"tokens": 64}),
     "smolvlm-256m": plan(
-        [64, 320], [1, 4], [1, 2], 4, ["engine", "generate"], at={"tokens": 64, "group": 1}
+        [64, 320],
+        [1, 4],
+        [1, 2],
+        4,
+        ["engine", "generate"],
+        at={"tokens": 64, "group": 1},
+        repeats=2,
     ),
-    "qwen2vl-2b": plan([], [], [], 4, ["engine", "generate"], warmup=False),
+    "qwen2vl-2b": plan([], [], [], 4, ["engine", "generate"]),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "tiny": plan([64, 256], [1, 2], [1, 2], 4, ALL, at={"tokens": 64, "group": 2}),
@@ -88,6 +96,17 @@ SERVE_NOTE = (
     "counts other than the folder's (320 a square image) cannot be sent to it; smolvlm-256m and "
     "the 2B shape have no serve points."
 )
+
+
+def timing_note(plans: dict[str, Any]) -> str:
+    """How the engine and ``generate`` times were taken, with the timed runs of each shape."""
+    runs = ", ".join(f"{n} {p['repeats']}" for n, p in plans.items())
+    return (
+        "Engine and generate times are medians of timed runs a side (" + runs + "), the "
+        "sides' processes loaded at once and taking turns, who goes first swapping every "
+        "round; peak memory and images encoded come from one untimed run before them, after "
+        "a peak reset."
+    )
 
 
 def log(msg: str) -> None:
@@ -118,31 +137,15 @@ def job(name: str, side: str, folder: Path, params: int, shape_plan: dict, args)
         "max_batch": MAX_BATCH,
         "params": params,
         "points": specs(shape_plan),
-        "warmup": shape_plan["warmup"],
     }
 
 
-def run_side(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """One side of one shape in its own process; its last stdout line holds the points."""
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "scaling_points.py"), json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=None,
-        text=True,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("POINTS ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"{spec['side']} on {spec['shape']} failed (exit {proc.returncode}): "
-            f"{proc.stdout[-1500:]}"
-        )
-    return json.loads(lines[-1].removeprefix("POINTS "))
-
-
 def run_shape(name: str, shape_plan: dict, args, failures: list[str]) -> list[dict[str, Any]]:
-    """Every path of one shape: the sides one after another (at once with ``--quick``)."""
-    from scaling_serve import serve_points  # imports torch: only when a shape runs (tests and
-    # the README renderer import this module for PLANS and specs)
+    """Every path of one shape: engine and ``generate`` side by side (``run_sides``), then
+    ``vlrollout serve`` (at the same time with ``--quick``)."""
+    from scaling_points import run_sides  # these import torch: only when a shape runs (tests
+    from scaling_serve import serve_points  # and the README renderer import this module for
+    # PLANS and specs)
 
     start = time.perf_counter()
     folder = build_model(shape(name), args.cache)
@@ -152,22 +155,24 @@ def run_shape(name: str, shape_plan: dict, args, failures: list[str]) -> list[di
     )
     paths = [p for p in shape_plan["paths"] if p in args.paths]
     jobs = {p: job(name, p, folder, params, shape_plan, args) for p in paths}
+    sides = {p: j for p, j in jobs.items() if p in SIDES}
 
-    def one(path: str) -> list[dict[str, Any]]:
+    def one(group: str) -> list[dict[str, Any]]:
         try:
-            if path == "serve":
-                return serve_points(jobs[path], failures, log=log)
-            return run_side(jobs[path])
+            if group == "serve":
+                return serve_points(jobs["serve"], failures, log=log)
+            return run_sides(sides, shape_plan["repeats"], failures, log=log)
         except (RuntimeError, TimeoutError, OSError) as e:
-            failures.append(f"{path} on {name}: {e}")
-            log(f"FAILED {path} on {name}: {e}")
+            failures.append(f"{group} on {name}: {e}")
+            log(f"FAILED {group} on {name}: {e}")
             return []
 
+    groups = (["sides"] if sides else []) + (["serve"] if "serve" in jobs else [])
     if args.quick:
-        with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:
-            results = list(pool.map(one, paths))
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(groups))) as pool:
+            results = list(pool.map(one, groups))
     else:
-        results = [one(p) for p in paths]
+        results = [one(g) for g in groups]
     log(f"{name}: done in {time.perf_counter() - start:.0f} s")
     return [p for r in results for p in r]
 
@@ -208,10 +213,12 @@ def shapes_table(args, plans: dict[str, Any], params: dict[str, int]) -> record.
                 " ".join(x for x in p["paths"] if x in args.paths),
                 *(",".join(map(str, p[axis]["values"])) or "-" for axis in AXES),
                 str(p["new_tokens"]),
+                str(p["repeats"]),
             ]
         )
     columns = ["shape", "class", "dtype", "parameters", "paths", "image tokens", "groups"]
-    return record.Table([*columns, "images", "new tokens"], rows, title="Shapes and sweeps")
+    columns += ["images", "new tokens", "timed runs"]
+    return record.Table(columns, rows, title="Shapes and sweeps")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -265,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     tables, headline, numbers, notes = report.summarise(points, fits, failures, params)
     tables.insert(0, shapes_table(args, plans, params))
     notes.append(SERVE_NOTE)
+    notes.append(timing_note({n: plans[n] for n in args.shapes}))
     numbers["plans"] = {n: plans[n] for n in args.shapes}
     numbers["device"] = args.device
     for table in tables:

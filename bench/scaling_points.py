@@ -1,9 +1,18 @@
-"""One side of the scaling benchmark in its own process: the engine, or transformers ``generate``.
+"""The engine and transformers ``generate`` measured side by side, each side in its own process.
 
-``bench_scaling.py`` starts this once per (shape, side) with a JSON job on the command line; it
-loads the shape's folder, runs every point of the job and prints one line ``POINTS <json>`` last
-(progress goes to stderr). Each side has its own process, so neither side's allocations, caches
-or threads are in the other's peak memory.
+``run_sides`` (called by ``bench_scaling.py`` once per shape) starts one child process per side
+(this file with the side's JSON job on the command line); each loads the shape's folder once
+and then runs what the parent asks on stdin, one point at a time (progress goes to stderr).
+Each side has its own process, so neither side's allocations, caches or threads are in the
+other's peak memory; both stay loaded for the whole shape, so their runs can be interleaved:
+
+1. **peak run**, each side in turn: prepare the point's inputs, free what earlier points left
+   (``gc`` and ``malloc_trim``), reset the peak and run once. This run gives the peak memory
+   and the images encoded, and is not timed: after the trim it faults its memory back in.
+2. **timed runs**: ``repeats`` a side (3; fewer at the largest shapes, as the record's plan
+   says), in :func:`run_order`: the sides take turns and swap who goes first every round, so
+   load from other work on the machine hits both alike. No trim or peak reset between them.
+   Each time is the median over a side's timed runs (:func:`timing_points`).
 
 For one point (``tokens`` image tokens per image, ``images`` images per prompt, a group of
 ``group`` samples of ``new_tokens`` tokens each, temperature 1):
@@ -18,12 +27,12 @@ For one point (``tokens`` image tokens per image, ``images`` images per prompt, 
   engine: the latest time-to-first-token of the group's responses; ``generate``: a streamer's
   second call, the first after the prompt); ``time/decode`` the rest, and
   ``time/decode_per_token`` that over ``new_tokens - 1`` steps.
-- **peak_rss**: the process's peak resident memory during the full run (``/proc/self/status``
-  VmHWM, reset before the run after freeing what earlier points left), and ``peak_rss_extra``:
-  that peak above the resident memory just before the run (the model and libraries loaded).
-  On CUDA also ``peak_device`` (``torch.cuda.max_memory_allocated``).
-- **images_encoded**: images the vision tower encoded during the full run (rows it saw over rows
-  per image), which is 1 per distinct image when a group's prefill shares the encoding.
+- **peak_rss**: the process's peak resident memory during the peak run (``/proc/self/status``
+  VmHWM, reset before the run), and ``peak_rss_extra``: that peak above the resident memory
+  just before the run (the model and libraries loaded). On CUDA also ``peak_device``
+  (``torch.cuda.max_memory_allocated``).
+- **images_encoded**: images the vision tower encoded during the peak run (rows it saw over
+  rows per image), which is 1 per distinct image when a group's prefill shares the encoding.
 
     .venv/bin/python bench/scaling_points.py '{"side": "engine", "shape": "tiny", ...}'
 """
@@ -34,6 +43,8 @@ import asyncio
 import ctypes
 import gc
 import json
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -254,36 +265,194 @@ def point(path: str, job: dict, spec: dict, metric: str, value: float, unit: str
     }
 
 
-def measure(side, job: dict, spec: dict, pre, data: dict) -> list[dict]:
-    """Every metric of one point on one side."""
-    name = job["side"]
-    out: list[dict] = []
-    seconds, prepares, prepared = asyncio.run(prepare_group(pre, data, spec["group"]))
-    if name == "engine":
-        out += [
-            point("prompt", job, spec, "time/prepare_group", seconds, "s"),
-            point("prompt", job, spec, "prepares_per_group", prepares, "count"),
-            point("prompt", job, spec, "bytes", prepared_nbytes(prepared), "B"),
-        ]
-    inputs = prepared if name == "engine" else generate_batch(pre, prepared, data, job["device"])
-    group, new = spec["group"], spec["new_tokens"]
-    before = reset_peak()
-    with VisionCounter(side.model) as counter:
-        total, prefill = side.run(inputs, group, new)
-    peak = peak_rss()
-    decode = max(total - prefill, 0.0)
-    out += [
+def run_order(sides: list[str], repeats: int) -> list[str]:
+    """The order of the timed runs: the sides take turns, and who goes first swaps every round
+    (engine, generate, generate, engine, engine, ...), so a load that rises or falls during a
+    point slows both sides alike."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    return [s for r in range(repeats) for s in (sides if r % 2 == 0 else sides[::-1])]
+
+
+def timing_points(job: dict, spec: dict, runs: list[tuple[float, float]]) -> list[dict]:
+    """One side's time points of one point from its timed runs' (total, prefill) seconds: each
+    time the median over the runs, ``tokens_per_s`` from the median total."""
+    if not runs:
+        raise ValueError(f"no timed run for {job['side']} at {spec}")
+    name, group, new = job["side"], spec["group"], spec["new_tokens"]
+    total = statistics.median(t for t, _ in runs)
+    decode = statistics.median(max(t - p, 0.0) for t, p in runs)
+    return [
         point(name, job, spec, "time/total", total, "s"),
         point(name, job, spec, "tokens_per_s", group * new / total, "tok/s"),
-        point(name, job, spec, "time/prefill", prefill, "s"),
+        point(name, job, spec, "time/prefill", statistics.median(p for _, p in runs), "s"),
         point(name, job, spec, "time/decode", decode, "s"),
         point(name, job, spec, "time/decode_per_token", decode / max(1, new - 1), "s"),
-        point(name, job, spec, "peak_rss", peak, "B"),
-        point(name, job, spec, "peak_rss_extra", max(peak - before, 0), "B"),
-        point(name, job, spec, "images_encoded", counter.rows / rows_per_image(prepared), "count"),
     ]
-    if torch.cuda.is_available() and job["device"].startswith("cuda"):
-        out.append(point(name, job, spec, "peak_device", torch.cuda.max_memory_allocated(), "B"))
+
+
+class Worker:
+    """One side of one shape, in the child process: the model loaded once, the current point's
+    inputs kept between its peak run and its timed runs."""
+
+    def __init__(self, job: dict) -> None:
+        if job.get("threads"):
+            torch.set_num_threads(job["threads"])
+        self.job = job
+        model, self.processor = load(job)
+        cls = EngineSide if job["side"] == "engine" else GenerateSide
+        self.side = cls(model, self.processor, job["device"], job["max_batch"])
+        self.pres: dict[int, AutoProcessorPreprocessor] = {}
+        self.inputs: tuple[int, Any] | None = None
+
+    def peak(self, index: int) -> list[dict]:
+        """Prepare the point's inputs, reset the peak, run once (untimed: it faults in the
+        memory the timed runs reuse) and return the prompt and memory points."""
+        job, spec = self.job, self.job["points"][index]
+        pre = self.pres.setdefault(
+            spec["tokens"], preprocessor(self.processor, job["shape"], spec["tokens"])
+        )
+        data = item(job["shape"], spec["tokens"], spec["images"])
+        seconds, prepares, prepared = asyncio.run(prepare_group(pre, data, spec["group"]))
+        name, out = job["side"], []
+        if name == "engine":
+            out += [
+                point("prompt", job, spec, "time/prepare_group", seconds, "s"),
+                point("prompt", job, spec, "prepares_per_group", prepares, "count"),
+                point("prompt", job, spec, "bytes", prepared_nbytes(prepared), "B"),
+            ]
+        inputs = (
+            prepared if name == "engine" else generate_batch(pre, prepared, data, job["device"])
+        )
+        self.inputs = (index, inputs)
+        before = reset_peak()
+        with VisionCounter(self.side.model) as counter:
+            self.side.run(inputs, spec["group"], spec["new_tokens"])
+        peak = peak_rss()
+        encoded = counter.rows / rows_per_image(prepared)
+        out += [
+            point(name, job, spec, "peak_rss", peak, "B"),
+            point(name, job, spec, "peak_rss_extra", max(peak - before, 0), "B"),
+            point(name, job, spec, "images_encoded", encoded, "count"),
+        ]
+        if torch.cuda.is_available() and job["device"].startswith("cuda"):
+            out.append(
+                point(name, job, spec, "peak_device", torch.cuda.max_memory_allocated(), "B")
+            )
+        return out
+
+    def timed(self, index: int) -> tuple[float, float]:
+        """One timed run of the point whose peak run came last: (total, prefill) seconds."""
+        if self.inputs is None or self.inputs[0] != index:
+            raise RuntimeError(f"timed run of point {index} before its peak run")
+        spec = self.job["points"][index]
+        gc.collect()
+        return self.side.run(self.inputs[1], spec["group"], spec["new_tokens"])
+
+    def close(self) -> None:
+        self.side.close()
+
+
+def serve(job: dict) -> None:
+    """The child's loop: one JSON command a stdin line (``{"op": "peak" | "time", "index": i}``),
+    one ``REPLY <json>`` stdout line each; stdin's end closes the side."""
+    worker = Worker(job)
+    print("REPLY " + json.dumps({"ready": True}), flush=True)
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            got = worker.peak(cmd["index"]) if cmd["op"] == "peak" else worker.timed(cmd["index"])
+            print("REPLY " + json.dumps(got), flush=True)
+    finally:
+        worker.close()
+
+
+# -- the parent: both sides side by side ----------------------------------------------------------
+
+
+class SideProcess:
+    """A child process running :func:`serve` for one side's job."""
+
+    def __init__(self, job: dict) -> None:
+        self.job = job
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, json.dumps(job)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._read()
+
+    def _read(self) -> Any:
+        seen: list[str] = []
+        for line in self.proc.stdout:
+            if line.startswith("REPLY "):
+                return json.loads(line.removeprefix("REPLY "))
+            seen.append(line)
+        code = self.proc.wait()
+        tail = "".join(seen)[-1500:]
+        raise RuntimeError(
+            f"{self.job['side']} on {self.job['shape']} failed (exit {code}): {tail}"
+        )
+
+    def ask(self, op: str, index: int) -> Any:
+        try:
+            self.proc.stdin.write(json.dumps({"op": op, "index": index}) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child has died: _read reports its exit status and output
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
+
+
+def run_sides(jobs: dict[str, dict], repeats: int, failures: list[str], log=log) -> list[dict]:
+    """Every point of one shape on each side in ``jobs`` (engine, generate or both), side by
+    side: per point each side's peak run, then ``repeats`` timed runs a side in
+    :func:`run_order`. A side that fails is noted in ``failures`` and the other carries on."""
+    alive: dict[str, SideProcess] = {}
+
+    def fail(side: str, e: RuntimeError) -> None:
+        failures.append(f"{side} on {jobs[side]['shape']}: {e}")
+        log(f"FAILED {side} on {jobs[side]['shape']}: {e}")
+        if (proc := alive.pop(side, None)) is not None:
+            proc.close()
+
+    def ask(side: str, op: str, index: int) -> Any:
+        try:
+            return alive[side].ask(op, index)
+        except RuntimeError as e:
+            fail(side, e)
+            return None
+
+    for side, job in jobs.items():
+        try:
+            alive[side] = SideProcess(job)
+        except RuntimeError as e:
+            fail(side, e)
+    out: list[dict] = []
+    try:
+        for index, spec in enumerate(next(iter(jobs.values()))["points"]):
+            start = time.perf_counter()
+            for side in list(alive):
+                out += ask(side, "peak", index) or []
+            runs: dict[str, list[tuple[float, float]]] = {side: [] for side in alive}
+            for side in run_order(list(alive), repeats):
+                if side in alive and (got := ask(side, "time", index)) is not None:
+                    runs[side].append(tuple(got))
+            for side in alive:
+                out += timing_points(jobs[side], spec, runs[side])
+            log(
+                f"  {'+'.join(alive) or 'no side':15s} {spec['axis']:6s} tokens={spec['tokens']} "
+                f"group={spec['group']} images={spec['images']}: "
+                f"{time.perf_counter() - start:.1f} s"
+            )
+    finally:
+        for proc in alive.values():
+            proc.close()
     return out
 
 
@@ -298,44 +467,10 @@ def load(job: dict):
     return model, processor
 
 
-def run_job(job: dict) -> list[dict]:
-    """Load the shape, warm up on the smallest point, then measure every point in order."""
-    if job.get("threads"):
-        torch.set_num_threads(job["threads"])
-    model, processor = load(job)
-    cls = EngineSide if job["side"] == "engine" else GenerateSide
-    side = cls(model, processor, job["device"], job["max_batch"])
-    points: list[dict] = []
-    try:
-        pres: dict[int, AutoProcessorPreprocessor] = {}
-        specs = job["points"]
-        warm = min(specs, key=lambda s: (s["tokens"] * s["images"], s["group"]))
-        warmups = [{**warm, "warmup": True}] if job.get("warmup", True) else []
-        for spec in [*warmups, *specs]:
-            pre = pres.setdefault(
-                spec["tokens"], preprocessor(processor, job["shape"], spec["tokens"])
-            )
-            data = item(job["shape"], spec["tokens"], spec["images"])
-            start = time.perf_counter()
-            measured = measure(side, job, spec, pre, data)
-            if not spec.get("warmup"):
-                points += measured
-            log(
-                f"  {job['side']:8s} {job['shape']:12s} {spec['axis']:6s} tokens={spec['tokens']} "
-                f"group={spec['group']} images={spec['images']}: "
-                f"{time.perf_counter() - start:.1f} s"
-                + (" (warm-up)" if spec.get("warmup") else "")
-            )
-    finally:
-        side.close()
-    return points
-
-
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        raise SystemExit("usage: scaling_points.py JOB_JSON")
-    points = run_job(json.loads(argv[0]))
-    print("POINTS " + json.dumps(points), flush=True)
+        raise SystemExit("usage: scaling_points.py JOB_JSON  (commands on stdin; see serve)")
+    serve(json.loads(argv[0]))
     return 0
 
 

@@ -1,0 +1,69 @@
+"""The scaling benchmark's side-by-side timing (bench/scaling_points.py): the order the two
+sides' timed runs take, and the points built from their medians."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from scaling_points import run_order, timing_points  # noqa: E402
+
+JOB = {"side": "engine", "shape": "tiny", "params": 2_450_000}
+SPEC = {"axis": "group", "tokens": 64, "group": 4, "images": 1, "new_tokens": 5}
+
+
+def test_the_sides_alternate_and_swap_who_goes_first_each_round():
+    assert run_order(["engine", "generate"], 3) == [
+        "engine",
+        "generate",
+        "generate",
+        "engine",
+        "engine",
+        "generate",
+    ]
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 3, 4])
+def test_each_side_runs_its_repeats_and_no_side_runs_twice_before_the_other_once(repeats):
+    order = run_order(["engine", "generate"], repeats)
+    assert order.count("engine") == order.count("generate") == repeats
+    for r in range(repeats):
+        assert sorted(order[2 * r : 2 * r + 2]) == ["engine", "generate"]
+
+
+def test_one_side_alone_runs_its_repeats():
+    assert run_order(["generate"], 3) == ["generate"] * 3
+
+
+def test_repeats_below_one_are_refused():
+    with pytest.raises(ValueError, match="repeats"):
+        run_order(["engine", "generate"], 0)
+
+
+def test_timing_points_are_the_medians_of_the_runs_not_their_means():
+    # (total, prefill) per run; one slow outlier the median ignores
+    runs = [(2.0, 0.5), (9.0, 4.0), (2.2, 0.6)]
+    got = {p["metric"]: p["value"] for p in timing_points(JOB, SPEC, runs)}
+    assert got["time/total"] == 2.2
+    assert got["time/prefill"] == 0.6
+    assert got["time/decode"] == pytest.approx(1.6)  # median of 1.5, 5.0, 1.6
+    assert got["time/decode_per_token"] == pytest.approx(1.6 / 4)
+    assert got["tokens_per_s"] == pytest.approx(4 * 5 / 2.2)
+
+
+def test_timing_points_carry_the_side_and_the_fixed_settings():
+    points = timing_points(JOB, SPEC, [(1.0, 0.25)])
+    assert {p["path"] for p in points} == {"engine"}
+    assert all(
+        p["x"] == 4 and p["fixed"] == {"tokens": 64, "images": 1, "new_tokens": 5} for p in points
+    )
+    assert {p["metric"]: p["unit"] for p in points}["tokens_per_s"] == "tok/s"
+
+
+def test_timing_points_need_a_run():
+    with pytest.raises(ValueError, match="no timed run"):
+        timing_points(JOB, SPEC, [])
