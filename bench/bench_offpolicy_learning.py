@@ -7,38 +7,81 @@ asynchronous GRPO). Each (k, seed) is one
 ``vlrollout train`` subprocess (:func:`bench_learning.run_one`); the same seeds, items and
 evaluation in every arm, so the difference between arms is what off-policy rollouts cost.
 
-Printed: the held-out greedy metric per evaluation step, mean ± sd over seeds per k; each k's
+Each k > 0 runs twice: at the recipe's learning rate, and at that rate divided by k + 1, the
+staleness-scaled step of asynchronous SGD (Zhang et al. 2016, "Staleness-aware Async-SGD"): a
+gradient computed on samples k versions old is a delayed correction, and a step that moves the
+policy far between versions overshoots on it. ``--no-scaled-lr`` leaves that arm out.
+
+Printed: the held-out greedy metric per evaluation step, mean ± sd over seeds per arm; each arm's
 last-evaluation gap to k = 0 against the larger of the two arms' seed sd; training minutes. A
 JSON record goes to ``--record-dir`` as ``offpolicy_learning_<recipe>.json``.
 
-    .venv/bin/python bench/bench_offpolicy_learning.py --recipe counting        # k = 0, 1; 3 seeds
+    .venv/bin/python bench/bench_offpolicy_learning.py --recipe counting   # k = 0, 1, 1 at lr/2
     .venv/bin/python bench/bench_offpolicy_learning.py --ks 0 1 2 --seeds 1 2
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
-from bench_learning import METRIC, RECIPES, RunResult, run_one  # noqa: E402
+from bench_learning import METRIC, RECIPES, ROOT, RunResult, run_one  # noqa: E402
+
+from vlrollout.train.config import load_config  # noqa: E402
 
 ASYNC_KEYS = ("actor.use_decoupled_loss=true", "actor.recompute_logprob=true")
 """What AReaL's asynchronous GRPO sets with k > 0 (the decoupled loss needs pi_prox)."""
 
 
-def arm_overrides(k: int) -> list[str]:
-    """The settings of the k-versions-stale arm (nothing for k = 0: the recipe as shipped).
+@dataclass(frozen=True)
+class Arm:
+    """One arm: ``k`` versions stale, at the recipe's learning rate or at it over ``k + 1``."""
 
-    >>> arm_overrides(0), arm_overrides(2)[0]
-    ([], 'rollout.max_head_offpolicyness=2')
+    k: int
+    scaled_lr: bool = False
+
+    @property
+    def name(self) -> str:
+        """``k0``, ``k1``, ``k1-lr/2``: the arm's label in tables and the record."""
+        return f"k{self.k}-lr/{self.k + 1}" if self.scaled_lr else f"k{self.k}"
+
+    def overrides(self, recipe_lr: float) -> list[str]:
+        """The arm's settings (nothing for k = 0: the recipe as shipped).
+
+        >>> Arm(0).overrides(2e-4), Arm(2).overrides(2e-4)[0]
+        ([], 'rollout.max_head_offpolicyness=2')
+        >>> Arm(1, scaled_lr=True).overrides(2e-4)[-1]
+        'actor.optimizer.lr=0.0001'
+        """
+        if self.k == 0:
+            return []
+        keys = [f"rollout.max_head_offpolicyness={self.k}", *ASYNC_KEYS]
+        if self.scaled_lr:
+            keys.append(f"actor.optimizer.lr={recipe_lr / (self.k + 1):g}")
+        return keys
+
+
+def arms(ks: list[int], scaled_lr: bool) -> list[Arm]:
+    """k = 0 first, then each k > 0 at the recipe's rate and, with ``scaled_lr``, at rate/(k+1).
+
+    >>> [a.name for a in arms([1, 0], scaled_lr=True)]
+    ['k0', 'k1', 'k1-lr/2']
     """
-    return [] if k == 0 else [f"rollout.max_head_offpolicyness={k}", *ASYNC_KEYS]
+    out = [Arm(0)]
+    for k in sorted(set(ks) - {0}):
+        out.append(Arm(k))
+        if scaled_lr:
+            out.append(Arm(k, scaled_lr=True))
+    return out
 
 
 def per_step(runs: list[RunResult]) -> dict[int, tuple[float, float]]:
@@ -72,59 +115,83 @@ def verdict(base: dict[int, tuple[float, float]], other: dict[int, tuple[float, 
     return f"gap {gap:+.3f}, seed sd {spread:.3f}: {where} the spread"
 
 
+def run_arms(
+    config: str, arm_list: list[Arm], args: argparse.Namespace, base: Path
+) -> dict[str, list[RunResult]]:
+    """Every (arm, seed) run, ``args.jobs`` at a time, each with cores/jobs torch threads."""
+    common = ["vlrollout.progress=false", "vlrollout.log_rollouts=0", *args.overrides]
+    if args.eval_items is not None:
+        common.append(f"vlrollout.eval_items={args.eval_items}")
+    recipe_lr = load_config(str(ROOT / config)).actor.optimizer.lr
+    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
+    jobs = [(arm, seed) for seed in args.seeds for arm in arm_list]
+
+    def one(job: tuple[Arm, int]) -> RunResult:
+        arm, seed = job
+        out = base / f"{arm.name.replace('/', '_')}-seed{seed}"
+        res = run_one(config, arm.name, seed, out, common + arm.overrides(recipe_lr), threads)
+        print(f"{arm.name} seed {seed}: {res.evals} ({res.train_minutes:.1f} min)", flush=True)
+        return res
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(one, jobs))
+    runs: dict[str, list[RunResult]] = {arm.name: [] for arm in arm_list}
+    for (arm, _), res in zip(jobs, results, strict=True):
+        runs[arm.name].append(res)
+    return runs
+
+
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="counting")
     ap.add_argument("--ks", type=int, nargs="+", default=[0, 1], help="0 is always run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--eval-items", type=int, default=None, help="vlrollout.eval_items")
+    ap.add_argument(
+        "--no-scaled-lr", action="store_true", help="no k > 0 arm at the recipe's lr / (k + 1)"
+    )
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (cores shared)")
     record.add_keep(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to every run")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
-    ks = sorted({0, *args.ks})
+    arm_list = arms(args.ks, scaled_lr=not args.no_scaled_lr)
     started = record.Run(f"offpolicy_learning_{args.recipe}", argv)
-    common = ["vlrollout.progress=false", "vlrollout.log_rollouts=0", *args.overrides]
-    if args.eval_items is not None:
-        common.append(f"vlrollout.eval_items={args.eval_items}")
-    runs: dict[int, list[RunResult]] = {k: [] for k in ks}
     with tempfile.TemporaryDirectory() as tmp:
-        base = args.keep or Path(tmp)
-        for seed in args.seeds:
-            for k in ks:
-                out = base / f"k{k}-seed{seed}"
-                res = run_one(RECIPES[args.recipe], f"k{k}", seed, out, common + arm_overrides(k))
-                runs[k].append(res)
-                print(f"k={k} seed {seed}: {res.evals} ({res.train_minutes:.1f} min)", flush=True)
-    curves = {k: per_step(r) for k, r in runs.items()}
+        runs = run_arms(RECIPES[args.recipe], arm_list, args, args.keep or Path(tmp))
+    names = [arm.name for arm in arm_list]
+    curves = {name: per_step(r) for name, r in runs.items()}
     steps = sorted(set.intersection(*(set(c) for c in curves.values())))
     metric = METRIC[args.recipe]
     held_out = record.Table(
-        ["step", *(f"k={k} {metric}" for k in ks)],
-        [[str(s), *(f"{curves[k][s][0]:.3f} ± {curves[k][s][1]:.3f}" for k in ks)] for s in steps],
+        ["step", *(f"{n} {metric}" for n in names)],
+        [
+            [str(s), *(f"{curves[n][s][0]:.3f} ± {curves[n][s][1]:.3f}" for n in names)]
+            for s in steps
+        ],
         title=f"{metric}, mean ± sd over seeds {args.seeds}",
     )
     minutes = record.Table(
-        ["k", "training minutes per run"],
-        [[str(k), ", ".join(f"{r.train_minutes:.1f}" for r in runs[k])] for k in ks],
+        ["arm", "training minutes per run"],
+        [[n, ", ".join(f"{r.train_minutes:.1f}" for r in runs[n])] for n in names],
         title="minutes per run, in seed order",
     )
     for table in (held_out, minutes):
         print(f"\n{table.text()}")
-    verdicts = {k: verdict(curves[0], curves[k]) for k in ks if k}
+    verdicts = {n: verdict(curves["k0"], curves[n]) for n in names[1:]}
     line = f"headline: at step {steps[-1]}, " + "; ".join(
-        f"k={k} vs k=0 {v}" for k, v in verdicts.items()
+        f"{n} vs k0 {v}" for n, v in verdicts.items()
     )
     print(line)
     numbers = {
         "recipe": args.recipe,
-        "ks": ks,
-        "runs": {k: [vars(r) for r in rs] for k, rs in runs.items()},
-        "curves": {k: {s: list(v) for s, v in c.items()} for k, c in curves.items()},
+        "arms": names,
+        "runs": {n: [vars(r) for r in rs] for n, rs in runs.items()},
+        "curves": {n: {s: list(v) for s, v in c.items()} for n, c in curves.items()},
         "verdicts": verdicts,
     }
     changed = args.ks != [0, 1] or args.seeds != [1, 2, 3] or args.overrides or args.eval_items
-    mode = "changed: " + " ".join(argv) if changed else "default"
+    mode = "changed: " + " ".join(argv) if changed or args.no_scaled_lr else "default"
     record.write(started.record([held_out, minutes], line, numbers, mode=mode), args.record_dir)
 
 

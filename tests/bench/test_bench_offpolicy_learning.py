@@ -21,10 +21,24 @@ def test_docstring_examples_of_the_script_and_of_the_tables_it_prints():
 
 
 def test_the_asynchronous_arm_sets_what_areal_needs_and_k0_is_the_recipe():
-    assert bench.arm_overrides(0) == []
-    k1 = bench.arm_overrides(1)
+    assert bench.Arm(0).overrides(2e-4) == []
+    k1 = bench.Arm(1).overrides(2e-4)
     assert "rollout.max_head_offpolicyness=1" in k1
     assert {"actor.use_decoupled_loss=true", "actor.recompute_logprob=true"} <= set(k1)
+    assert not any(key.startswith("actor.optimizer.lr") for key in k1)
+
+
+def test_the_scaled_arm_divides_the_recipe_rate_by_k_plus_one():
+    k2 = bench.Arm(2, scaled_lr=True).overrides(3e-4)
+    assert "actor.optimizer.lr=0.0001" in k2 and "rollout.max_head_offpolicyness=2" in k2
+    assert [a.name for a in bench.arms([0, 2], scaled_lr=False)] == ["k0", "k2"]
+    assert [a.name for a in bench.arms([2], scaled_lr=True)] == ["k0", "k2", "k2-lr/3"]
+
+
+def test_the_recipe_rate_is_the_one_the_run_trains_with():
+    from vlrollout.train.config import load_config
+
+    assert load_config(bench.RECIPES["counting"]).actor.optimizer.lr == 2e-4
 
 
 def test_the_verdict_compares_the_last_common_step_against_the_larger_seed_sd():
