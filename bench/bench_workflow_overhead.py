@@ -49,6 +49,13 @@ episode. Medians over repetitions. The group table wraps both in AReaL's
 ``GroupedRolloutWorkflow(wf, 8)``. Both workflows' prompts are checked to give identical
 ``input_ids``, and on the remote engines to send one image each.
 
+On the remote engines a third table splits a group's time beyond floor*: the engine-image encode
+(the first request of a freshly prepared prompt reads the images, so ours encodes them, once per
+group: its client work beyond a later request's), AReaL's client work on each of the group's
+requests (``req.copy()``, the backend's body, ``json.dumps``: a later request of the same prompt)
+and the rest (the workflow's own work per episode, as on the local engine). Both parts are timed
+apart from the episodes, once per group round, in the same shuffled order.
+
 Targets for every class, processor and engine: a group of 8 <= 1.5x floor*, and one episode >= 2x
 ahead of AReaL (AReaL/ours >= 2). The headline is the worst case over classes and engines (the
 worse of the local and the remote engines), printed last. The column ``AReaL/floor*`` is the most
@@ -92,6 +99,7 @@ from vlrollout.processors.merge_kwargs_cache import with_merged_kwargs_cache  # 
 from vlrollout.testing.offline_processors import build_qwen2_5_vl  # noqa: E402
 from vlrollout.testing.scripted_engine import ScriptedEngine  # noqa: E402
 from vlrollout.workflows import VisionRLVRWorkflow  # noqa: E402
+from vlrollout.workflows.steps import build_request  # noqa: E402
 
 MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # Qwen2.5-VL preprocessor_config.json / AReaL defaults
 QUESTION = "What is shown in this picture? Answer in one sentence."
@@ -222,7 +230,7 @@ class Bench:
     def __init__(self, fast: bool, group_size: int, engines: tuple[str, ...]) -> None:
         self.processor = build_processor(fast)
         self.tokenizer = self.processor.tokenizer
-        gconfig = GenerationHyperparameters(max_new_tokens=16)
+        self.gconfig = gconfig = GenerationHyperparameters(max_new_tokens=16)
         answer = self.tokenizer.encode(ANSWER, add_special_tokens=False)[:7]
         script = [answer + [self.tokenizer.eos_token_id]]
         self.engines: dict[str, ScriptedEngine] = {
@@ -270,6 +278,28 @@ class Bench:
         clear(engine)
         return elapsed
 
+    def _client_work(self, engine: RemoteClientStub, req) -> float:
+        """Seconds of what :class:`RemoteClientStub` does with a request before answering (AReaL's
+        remote client: ``req.copy()``, its backend's body, ``json.dumps``)."""
+        t0 = time.perf_counter()
+        http_req = engine.backend.build_generation_request(req.copy(), with_lora=False, version=0)
+        json.dumps(http_req.payload)
+        return time.perf_counter() - t0
+
+    async def remote_cost(self, case: Case, engine: RemoteClientStub) -> RemoteCost:
+        """AReaL's client work on two requests from one freshly prepared prompt: the first reads
+        the engine images, so ours encodes them then (once per group); the second finds them
+        encoded. The prompt is not kept (the next episode starts from a cold cache)."""
+        self.ours.ctx.prompts.clear()
+        prepared = await self.ours.ctx.prepare(our_item(case))
+        self.ours.ctx.prompts.clear()
+        requests = [
+            build_request(prepared, self.gconfig, self.tokenizer, self.processor) for _ in range(2)
+        ]
+        gc.collect()
+        first, later = (self._client_work(engine, req) for req in requests)
+        return RemoteCost(encode_ms=(first - later) * 1e3, body_ms=later * 1e3)
+
     async def check_floor(self, case: Case) -> None:
         """floor* computes exactly our prepared tensors: the same processor call on the same
         pixels, so ours/floor* measures the workflow, not a different call."""
@@ -301,6 +331,21 @@ class Bench:
                 if sent != [1, 1]:
                     raise RuntimeError(f"{case.name} on {name}: images sent {sent}, not one each")
             clear(engine)
+
+
+@dataclass(frozen=True)
+class RemoteCost:
+    """What AReaL's remote client work adds to one group of ours, in ms (medians).
+
+    Attributes:
+        encode_ms: The first request's extra: reading the engine images makes ours encode them
+            (a lossless re-encode, or base64 of the file's own bytes), once per group.
+        body_ms: One request's client work once the images are encoded (copy, body, json.dumps),
+            paid by every request of the group.
+    """
+
+    encode_ms: float
+    body_ms: float
 
 
 def _images_sent(endpoint: str, payload: dict) -> int:
@@ -337,8 +382,10 @@ def spread(n: int, total: int) -> set[int]:
 
 
 async def measure(bench: Bench, cases: list[Case], reps: Reps) -> dict[str, dict[str, list]]:
-    """Samples (seconds) per column and case: ``floor``, ``floor_min`` (floor*), and per engine
-    ``ours:<engine>``, ``areal:<engine>``, ``g_ours:<engine>``, ``g_areal:<engine>``."""
+    """Samples (seconds) per column and case: ``floor``, ``floor_min`` (floor*), per engine
+    ``ours:<engine>``, ``areal:<engine>``, ``g_ours:<engine>``, ``g_areal:<engine>``, and per
+    remote engine (once per group round) ``encode:<engine>``, ``body:<engine>`` (ms, see
+    :class:`RemoteCost`)."""
     order = random.Random(0)
     for case in cases:
         await bench.check_floor(case)
@@ -346,9 +393,12 @@ async def measure(bench: Bench, cases: list[Case], reps: Reps) -> dict[str, dict
     areal_items = {c.name: areal_item(bench.tokenizer, c) for c in cases}
     gc.collect()
     gc.freeze()
-    keys = ["floor", "floor_min"] + [
-        f"{k}:{e}" for e in bench.engines for k in ("ours", "areal", "g_ours", "g_areal")
-    ]
+    remote = [e for e, engine in bench.engines.items() if isinstance(engine, RemoteClientStub)]
+    keys = (
+        ["floor", "floor_min"]
+        + [f"{k}:{e}" for e in bench.engines for k in ("ours", "areal", "g_ours", "g_areal")]
+        + [f"{k}:{e}" for e in remote for k in ("encode", "body")]
+    )
     out: dict[str, dict[str, list]] = {k: {c.name: [] for c in cases} for k in keys}
 
     async def one_round(c: Case, grouped: bool, with_areal: bool) -> None:
@@ -369,9 +419,19 @@ async def measure(bench: Bench, cases: list[Case], reps: Reps) -> dict[str, dict
                         lambda e=engine: bench.episode(areal_wf, e, fresh(areal_items[c.name])),
                     )
                 )
+        if grouped:
+            steps += [
+                (f"cost:{e}", lambda e=e: bench.remote_cost(c, bench.engines[e])) for e in remote
+            ]
         order.shuffle(steps)
         for key, run in steps:
-            out[key][c.name].append(await run())
+            value = await run()
+            if isinstance(value, RemoteCost):
+                engine = key.split(":", 1)[1]
+                out[f"encode:{engine}"][c.name].append(value.encode_ms)
+                out[f"body:{engine}"][c.name].append(value.body_ms)
+            else:
+                out[key][c.name].append(value)
 
     for grouped, total, n_areal in (
         (False, reps.single, reps.areal),
@@ -419,6 +479,8 @@ class Result:
     areal: float
     g_ours: float
     g_areal: float
+    encode: float | None = None
+    body: float | None = None
 
     @property
     def group_ratio(self) -> float:
@@ -441,8 +503,20 @@ def results_of(res: dict[str, dict[str, list]], cases: list[Case], kind: str, en
             o, a, go, ga = (
                 median_ms(res[f"{k}:{e}"][c.name]) for k in ("ours", "areal", "g_ours", "g_areal")
             )
-            out.append(Result(f"{c.name} ({kind})", c.subject, e, f, fm, o, a, go, ga))
+            remote = {
+                k: statistics.median(res[f"{k}:{e}"][c.name])
+                for k in ("encode", "body")
+                if f"{k}:{e}" in res
+            }
+            out.append(Result(f"{c.name} ({kind})", c.subject, e, f, fm, o, a, go, ga, **remote))
     return out
+
+
+def beyond_floor(r: Result, cost: RemoteCost, g: int) -> tuple[float, float, float, float]:
+    """A group's ms beyond floor*, split: the engine-image encode (once), AReaL's client work on
+    ``g`` requests, and the rest (the workflow's own per-episode work)."""
+    beyond, bodies = r.g_ours - r.floor_min, g * cost.body_ms
+    return beyond, cost.encode_ms, bodies, beyond - cost.encode_ms - bodies
 
 
 def readme_table(results: list[Result], engines: tuple[str, ...], g: int) -> record.Table:
@@ -469,6 +543,27 @@ def readme_table(results: list[Result], engines: tuple[str, ...], g: int) -> rec
         rows,
         title=f"targets: group ours/floor* <= {TARGET_GROUP}x, one episode AReaL/ours >= "
         f"{TARGET_AREAL}x; AReaL/floor* bounds AReaL/ours for any workflow",
+    )
+
+
+def beyond_floor_table(results: list[Result], g: int) -> record.Table:
+    """Per input class, processor and remote engine: where a group's ms beyond floor* go."""
+    rows = []
+    for r in results:
+        if r.encode is None or r.body is None:
+            continue
+        parts = beyond_floor(r, RemoteCost(r.encode, r.body), g)
+        rows.append([r.label, r.engine, f"{r.floor_min:.1f}", f"{r.g_ours:.1f}"]
+                    + [f"{x:.1f}" for x in parts] + [fmt_ratio(r.group_ratio)])  # fmt: skip
+    columns = ["input class (image processor)", "engine", "floor*", "ours", "ours - floor*",
+               "engine images encoded (once)", f"client work x {g} requests", "rest",
+               "ours/floor*"]  # fmt: skip
+    return record.Table(
+        columns,
+        rows,
+        title=f"group of {g} on the remote engines, ms: ours - floor* = the engine-image encode "
+        f"(once per group) + AReaL's client work on each request (copy, body, json.dumps; "
+        f"measured apart, medians) + the rest (the workflow's own work)",
     )
 
 
@@ -533,6 +628,9 @@ def main(argv: list[str] | None = None) -> int:
           fmt_ratio(r.group_ratio), fmt_ratio(r.g_areal / r.g_ours),
           "ok" if r.group_ratio <= TARGET_GROUP else "MISS"] for r in results],
     )  # fmt: skip
+    split = beyond_floor_table(results, g)
+    if split.rows:
+        print_table(split.title, split.columns, split.rows)
     worst_group = max(results, key=lambda r: r.group_ratio)
     worst_areal = min(results, key=lambda r: r.areal_ratio)
     print()
@@ -550,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         else "default"
     )
     rec = started.record(
-        [readme_table(results, engines, g)],
+        [readme_table(results, engines, g)] + ([split] if split.rows else []),
         headline,
         {"results": [r.__dict__ for r in results], "reps": reps.__dict__},
         mode=mode,
