@@ -29,7 +29,13 @@ from tests.train.procs import ROOT, run_train, subprocess_env
 from tests.train.test_cli_train import SMALL
 from vlrollout.ledger import NothingAccepted
 from vlrollout.testing.scripted_engine import ScriptedEngine
-from vlrollout.train.asynchronous import AsyncRollouts, build_loader, config_warnings, keep_all
+from vlrollout.train.asynchronous import (
+    AsyncRollouts,
+    build_loader,
+    config_warnings,
+    keep_all,
+    policy_drift,
+)
 from vlrollout.train.data import batch_items
 from vlrollout.workflows import RLVRWorkflow
 
@@ -181,6 +187,39 @@ def test_one_process_keeps_the_groups_as_areals_redistribution_does(actor):
     assert keep_all([], "ffd") == []
 
 
+# ----------------------------------------------------------------------------- drift
+def _traj(versions, logprobs, prox):
+    n = len(versions)
+    return {
+        "loss_mask": torch.tensor([[0] + [1] * (n - 1)]),
+        "versions": torch.tensor([versions]),
+        "logprobs": torch.tensor([logprobs]),
+        "prox_logp": torch.tensor([prox]),
+    }
+
+
+def test_drift_pairs_each_stale_token_with_the_proximal_logprob_that_scores_it():
+    # Prompt token, then tokens sampled at versions 2, 2, 3; the trainer is at 3. prox_logp[i]
+    # scores token i + 1, so the stale tokens are prox positions 0 and 1.
+    traj = _traj([-1, 2, 2, 3], [0.0, -1.0, -0.5, -2.0], [-1.25, -0.25, -9.0, 0.0])
+    drift = policy_drift([traj], version=3)
+    assert drift == {"staleness/behave_kl": 0.0, "staleness/max_log_ratio": 0.25}
+    other = _traj([-1, 2, 3], [0.0, -3.0, -1.0], [-1.0, -4.0, 0.0])
+    both = policy_drift([traj, other], version=3)
+    assert both["staleness/behave_kl"] == pytest.approx((0.25 - 0.25 - 2.0) / 3)
+    assert both["staleness/max_log_ratio"] == 2.0
+
+
+def test_drift_is_zero_on_policy_and_absent_without_a_proximal_policy():
+    fresh = _traj([-1, 3, 3], [0.0, -1.0, -2.0], [-5.0, -6.0, 0.0])
+    assert policy_drift([fresh], version=3) == {
+        "staleness/behave_kl": 0.0,
+        "staleness/max_log_ratio": 0.0,
+    }
+    del fresh["prox_logp"]
+    assert policy_drift([fresh], version=3) == {}
+
+
 # ----------------------------------------------------------------------------- configuration
 def _config(tmp_path, *overrides):
     from vlrollout.train.config import load_config
@@ -220,6 +259,9 @@ def test_async_run_trains_fresh_tokens_from_the_weights_that_sampled_them(tmp_pa
     # (a) Every trained token at most k = 1 version old, and the next batch under way during
     # every update (else this run would test nothing asynchronous).
     assert [r["staleness_max"] for r in steps] == [0, 1, 1]
+    # The weights moved between the version that sampled a step's tokens and the trainer's.
+    assert steps[0]["staleness/max_log_ratio"] == 0.0
+    assert all(r["staleness/max_log_ratio"] > 1e-3 for r in steps[1:])
 
     batches = _jsonl(out / RECORD)
     assert [b["step"] for b in batches] == [1, 2, 3]

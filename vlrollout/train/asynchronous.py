@@ -372,6 +372,52 @@ def start(
 
 
 # ----------------------------------------------------------------------------- measuring
+DRIFT_KEYS = ("loss_mask", "versions", "logprobs", "prox_logp")
+"""What :func:`policy_drift` reads of a trajectory after ``compute_logp``."""
+
+
+def policy_drift(batch: list[dict[str, torch.Tensor]], version: int) -> dict[str, float]:
+    """How far the policy about to be updated (``version``, whose logprobs are ``prox_logp``) has
+    moved from the older policies that sampled the batch's stale tokens (``versions <
+    version``), in nats per token.
+
+    A gradient on k-version-old samples is a delayed correction: when one update moves these
+    tokens far, the next ones overshoot on it (lower ``actor.optimizer.lr`` then). On-policy
+    tokens are left out: their logprobs are the ones being updated.
+
+    Returns:
+        ``staleness/behave_kl``: the mean over stale tokens of ``logprobs - prox_logp`` (an
+        estimate of KL(behaviour || proximal), since the tokens were sampled by the behaviour
+        policy); ``staleness/max_log_ratio``: the largest ``|prox_logp - logprobs|``; both 0
+        when no token is stale. Empty when the batch has no ``prox_logp`` (the loss needs no
+        proximal policy).
+
+    ``prox_logp`` comes from ``compute_logp``, already shifted (position ``i`` scores token
+    ``i + 1``); the rollout's ``logprobs``, ``versions`` and ``loss_mask`` are shifted here.
+
+    >>> traj = {"loss_mask": torch.tensor([[0, 1, 1]]), "versions": torch.tensor([[-1, 3, 4]]),
+    ...         "logprobs": torch.tensor([[0.0, -1.0, -2.0]]),
+    ...         "prox_logp": torch.tensor([[-1.5, -2.0, 0.0]])}
+    >>> policy_drift([traj], 4)
+    {'staleness/behave_kl': 0.5, 'staleness/max_log_ratio': 0.5}
+    """
+    if not batch or any("prox_logp" not in traj for traj in batch):
+        return {}
+    diffs = []
+    for traj in batch:
+        shift = functools.partial(torch.roll, shifts=-1, dims=-1)
+        stale = shift(traj["loss_mask"]).bool() & (shift(traj["versions"]) >= 0)
+        stale &= shift(traj["versions"]) < version
+        diffs.append((shift(traj["logprobs"]).float() - traj["prox_logp"].float())[stale])
+    d = torch.cat(diffs)
+    if d.numel() == 0:
+        return {"staleness/behave_kl": 0.0, "staleness/max_log_ratio": 0.0}
+    return {
+        "staleness/behave_kl": float(d.mean()),
+        "staleness/max_log_ratio": float(d.abs().max()),
+    }
+
+
 def staleness(batch: list[dict[str, torch.Tensor]], version: int) -> dict[str, float]:
     """How many weight versions behind ``version`` (the trainer's, about to update) the batch's
     generated tokens were sampled.

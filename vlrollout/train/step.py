@@ -14,7 +14,7 @@ from typing import Any
 
 from vlrollout.logs import get_logger
 from vlrollout.train import dynamic_sampling, grouping
-from vlrollout.train.asynchronous import staleness
+from vlrollout.train.asynchronous import DRIFT_KEYS, policy_drift, staleness
 from vlrollout.train.batch import compute_advantages, rollout_step
 from vlrollout.train.data import batch_items
 from vlrollout.train.ranks import ADVANTAGE_KEYS, stats_view
@@ -48,6 +48,7 @@ def train_step(s: Session, step: int) -> dict[str, Any]:
     t = time.perf_counter()
     recompute_logp(s, batch)
     t_logp = time.perf_counter() - t
+    drift = drift_stats(s, batch)
 
     t = time.perf_counter()
     adv = update(s, batch, dynamic)
@@ -64,6 +65,7 @@ def train_step(s: Session, step: int) -> dict[str, Any]:
         "rejected": ranks.total({"rejected": outcome["rejected"]})["rejected"],
         **dynamic,
         **stale,
+        **drift,
         **update_stats(areal_stats),
         "time/rollout": t_rollout,
         "time/logp": t_logp,
@@ -126,6 +128,15 @@ def checked_staleness(s: Session, whole: Batch, step: int) -> dict[str, float]:
             offpolicy,
         )
     return stale
+
+
+def drift_stats(s: Session, batch: Batch) -> dict[str, float]:
+    """:func:`~vlrollout.train.asynchronous.policy_drift` of the whole batch on an asynchronous
+    run whose loss has a proximal policy (nothing otherwise). The condition is the config's, the
+    same on every rank, since the gather is collective."""
+    if s.rollouts is None or not s.cfg.actor.should_compute_prox_logp():
+        return {}
+    return policy_drift(s.ranks.gather(stats_view(batch, DRIFT_KEYS)), s.actor.get_version())
 
 
 def recompute_logp(s: Session, batch: Batch) -> None:
