@@ -8,15 +8,11 @@ several).
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import os
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any
-
-import torch
 
 from vlrollout.logs import get_logger
 from vlrollout.train.support import (
@@ -188,47 +184,3 @@ def build_actor(
     if model_type in PADDED_IMAGE_KEYS:
         _install_image_padding(actor, PADDED_IMAGE_KEYS[model_type])
     return actor
-
-
-def warm_up(actor: Any) -> float:
-    """Take the trainer's one-time set-up out of the first PPO update; returns its seconds.
-
-    The first ``optimizer_step`` of AReaL's FSDP engine costs many times a later one: the first
-    clip of gradient norms and the first fused Adam step over the FSDP-sharded parameters (torch's
-    ``DTensor`` works out and caches how each operation is sharded, and Adam creates its state).
-    Here that step runs once, before any rollout, on a zero gradient for every trainable parameter
-    with the learning rate at 0, so every weight stays as it was (AdamW's step and decoupled
-    decay are multiplied by it). The optimizer's state is then what a new optimizer's would be:
-    Adam's ``step``, ``exp_avg`` and ``exp_avg_sq`` zeroed in place (their initial values; the
-    buffers stay allocated), any other optimizer's state dropped (it creates it again at its
-    first step). A checkpoint's optimizer state is loaded after this. (A first backward pass
-    is not warmed: AReaL's Qwen-VL path needs an image in every training batch, and none exists
-    before the first rollout.)
-
-    Args:
-        actor: An initialised ``FSDPPPOActor``.
-    """
-    start = time.perf_counter()
-    optimizer = actor.optimizer
-    fresh = copy.deepcopy(optimizer.state_dict())
-    groups = optimizer.param_groups
-    rates = [group["lr"] for group in groups]
-    try:
-        for group in groups:
-            group["lr"] = 0.0
-            for p in group["params"]:
-                if p.requires_grad:
-                    p.grad = torch.zeros_like(p)
-        actor.optimizer_step()
-    finally:
-        actor.optimizer_zero_grad()
-        for group, lr in zip(groups, rates, strict=True):
-            group["lr"] = lr
-        if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
-            for state in optimizer.state.values():
-                for value in state.values():
-                    if torch.is_tensor(value):
-                        value.zero_()
-        else:
-            optimizer.load_state_dict(fresh)
-    return time.perf_counter() - start

@@ -1,10 +1,10 @@
 """Everything a ``vlrollout train`` run is set up with before its first step.
 
 :func:`start_session` does it in the order the run needs: settings checked, items loaded, the
-checkpoint to resume from found, AReaL's actor built, its one-time set-up done (so the first
-update costs what a later one does) and the checkpoint's state restored, the records after that
-checkpoint dropped, the rollout engine built and connected, the workflows made, asynchronous
-rollouts started (``rollout.max_head_offpolicyness > 0``) and the experiment trackers opened.
+checkpoint to resume from found, AReaL's actor built, the records after that checkpoint
+dropped, the rollout engine built and connected, the workflows made, the trainer's one-time
+set-up done (:mod:`vlrollout.train.warmup`: the first update then costs what a later one does)
+and the checkpoint's state restored, asynchronous rollouts started (``rollout.max_head_offpolicyness > 0``) and the experiment trackers opened.
 The :class:`Session` it returns is what :mod:`vlrollout.train.step` and
 :mod:`vlrollout.train.loop` read.
 """
@@ -12,6 +12,7 @@ The :class:`Session` it returns is what :mod:`vlrollout.train.step` and
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from vlrollout.eval.tasks import get_task
 from vlrollout.jsonl import read_jsonl, write_jsonl
 from vlrollout.logs import get_logger
 from vlrollout.train import asynchronous, checkpoint, dynamic_sampling, samples
-from vlrollout.train.actor import build_actor, warm_up
+from vlrollout.train.actor import build_actor
 from vlrollout.train.asynchronous import AsyncRollouts, keep_all
 from vlrollout.train.checkpoint import Checkpoint
 from vlrollout.train.config import TrainConfig, check_rules, rule_warnings
@@ -46,6 +47,7 @@ from vlrollout.train.ranks import Ranks, SharedRollout
 from vlrollout.train.rewards import build_rewards
 from vlrollout.train.rollout_engine import build_rollout_engine, connect
 from vlrollout.train.support import check_trainable
+from vlrollout.train.warmup import warm_up, warm_up_batch
 from vlrollout.workflows import FrameSampling, VisionRLVRWorkflow
 
 logger = get_logger(__name__)
@@ -74,7 +76,7 @@ class Session:
         held_out: The held-out evaluation.
         loggers: The experiment trackers of ``stats_logger``.
         last_batch_at: When the previous step's batch arrived (asynchronous generation time).
-        setup_s: Seconds of the trainer's one-time set-up (:func:`~vlrollout.train.actor.
+        setup_s: Seconds of the trainer's one-time set-up (:func:`~vlrollout.train.warmup.
             warm_up`), reported with this run's first step as ``time/setup``, then ``None``.
     """
 
@@ -146,9 +148,6 @@ def start_session(cfg: TrainConfig) -> Session:
         freeze_projector=vl.freeze_projector,
         encode_images_once=vl.encode_images_once,
     )
-    setup_s = warm_up(actor)  # before the checkpoint's optimizer state is loaded
-    if ckpt is not None:
-        restore(actor, ckpt, cfg.actor.use_lora)
     if ranks.main:
         drop_records_after(out, start)
     engine, processor = build_rollout_engine(
@@ -156,6 +155,9 @@ def start_session(cfg: TrainConfig) -> Session:
     )
     meta = connect(cfg, actor, engine, ranks, start)
     workflow, held_out = build_workflows(cfg, processor, reward, eval_reward, engine, eval_items)
+    setup_s = warm_up_actor(cfg, actor, workflow, train_items, ranks)
+    if ckpt is not None:  # after the warm-up, which leaves a new optimizer's state
+        restore(actor, ckpt, cfg.actor.use_lora)
     rollouts = start_rollouts(cfg, actor, engine, workflow, train_items, ranks, ckpt)
     # Several processes: shares with unequal numbers of accepted groups must not end the run.
     if ranks.world == 1:
@@ -179,6 +181,24 @@ def start_session(cfg: TrainConfig) -> Session:
         loggers=TrainLoggers.open(cfg, ft_spec),
         setup_s=setup_s,
     )
+
+
+def warm_up_actor(
+    cfg: TrainConfig, actor: Any, workflow: Any, train_items: list[dict], ranks: Ranks
+) -> float:
+    """:func:`~vlrollout.train.warmup.warm_up` on a batch shaped like one step's share of this
+    rank (the first training items, the same on every rank); returns its seconds, the batch's
+    preparation included."""
+    start = time.perf_counter()
+    batch = warm_up_batch(
+        workflow.ctx.preprocessor,
+        train_items,
+        groups=max(cfg.train_dataset.batch_size // ranks.world, 1),
+        group_size=cfg.gconfig.n_samples,
+        new_tokens=cfg.gconfig.max_new_tokens,
+    )
+    warm_up(actor, batch, encode_images_once=cfg.vlrollout.encode_images_once)
+    return time.perf_counter() - start
 
 
 @dataclass
