@@ -15,9 +15,15 @@ with k > 0 what the rollouts running during the previous update had not finished
 is the wait over the step, averaged over the steps after the first. With k >= 1 the items of the
 next k steps are submitted before each update, so step ``s`` trains tokens ``min(s - 1, k)``
 weight versions old (step 2 cannot be older than version 0 = 1 behind). ``setup`` is the
-trainer's one-time set-up done at the start of the run (``time/setup``), and ``first/later``
-the first step's update over the mean of the later ones. Engine and trainer share the machine's
-cores, so rollouts during an update slow it.
+trainer's one-time set-up done at the start of the run (``time/setup``: a first logprob pass,
+backward pass and optimizer step at learning rate 0, :mod:`vlrollout.train.warmup`), and
+``first/later`` the first step's update (and logprob pass) over the mean of the later ones';
+the set-up is not in either. With k = 0 no rollout runs during any update, and with k = 1 every
+step's logprob pass and update overlap one batch of rollouts (the next step's items are
+submitted when a step's batch arrives), the first included: the comparison is like for like.
+With k = 2 the first step's overlap two batches (steps 2 and 3 are submitted then) and later
+ones' one, so its ratio also holds that extra rollout. Engine and trainer share the machine's cores, so rollouts during an update slow it,
+and on a loaded machine one step's update moves by tenths of a second from the next's.
 
     .venv/bin/python bench/bench_train_step.py
     .venv/bin/python bench/bench_train_step.py --steps 6 --batch 16 --group 8 --placements embedded
@@ -104,6 +110,7 @@ def summary(rows: list[dict], k: int) -> dict:
     out["staleness_expected"] = [min(r["step"] - 1, k) for r in rows]
     out["setup"] = rows[0].get("time/setup", 0.0)
     out["first_update_ratio"] = rows[0]["time/update"] / out["update"]
+    out["first_logp_ratio"] = rows[0]["time/logp"] / out["logp"]
     return out
 
 
@@ -149,7 +156,7 @@ def main(argv: list[str]) -> None:
             print("\n" + tables[-1].text(), flush=True)
 
     columns = ["placement", "k", "s/step", "tok/s", "wait s", "wait share", "vs k=0"]
-    columns += ["staleness", "setup s", "first/later update"]
+    columns += ["staleness", "setup s", "first/later update", "first/later logp"]
     body, verdicts = [], []
     for (placement, k), m in means.items():
         reference = means.get((placement, 0))
@@ -158,7 +165,7 @@ def main(argv: list[str]) -> None:
             [placement, str(k), f"{m['step']:.2f}", f"{m['tokens_per_s']:.0f}"]
             + [f"{m['rollout']:.2f}", f"{m['wait_share']:.0%}", f"{ratio:.2f}"]
             + [" ".join(map(str, m["staleness"])), f"{m['setup']:.2f}"]
-            + [f"{m['first_update_ratio']:.2f}"]
+            + [f"{m['first_update_ratio']:.2f}", f"{m['first_logp_ratio']:.2f}"]
         )
         m["wait_share_vs_k0"] = ratio
         if k == 1 and reference:
