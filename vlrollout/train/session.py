@@ -3,7 +3,7 @@
 :func:`start_session` does it in the order the run needs: settings checked, items loaded, the
 checkpoint to resume from found, AReaL's actor built, the records after that checkpoint
 dropped, the rollout engine built and connected, the workflows made, the trainer's one-time
-set-up done (:mod:`vlrollout.train.warmup`: the first update then costs what a later one does)
+set-up done (:mod:`vlrollout.train.warmup`: what the first update would pay for once)
 and the checkpoint's state restored, asynchronous rollouts started (``rollout.max_head_offpolicyness > 0``) and the experiment trackers opened.
 The :class:`Session` it returns is what :mod:`vlrollout.train.step` and
 :mod:`vlrollout.train.loop` read.

@@ -1,5 +1,5 @@
-"""The trainer's one-time set-up, done at session start so that the first update costs what a
-later one does; its seconds are the run's ``time/setup``.
+"""The trainer's one-time set-up, done at session start so that the first update does not pay
+for it; its seconds are the run's ``time/setup``.
 
 The first ``compute_logp`` and ``ppo_update`` of AReaL's FSDP actor pay for things later ones
 reuse: the first forward pass builds torch's lazily made tables (``torch._dynamo``'s rule map,
