@@ -89,6 +89,9 @@ def quick(request, tmp_path_factory) -> dict[str, QuickRun]:
     return {s: QuickRun(d, f) for (s, d), f in zip(record_dirs.items(), futures, strict=True)}
 
 
+ENGINES = ("local", "sglang", "vllm")
+
+
 @pytest.mark.slow
 def test_workflow_overhead_quick_prints_every_input_class_and_engine_and_the_worst_last(quick):
     lines = quick["bench_workflow_overhead.py"].lines()
@@ -96,10 +99,11 @@ def test_workflow_overhead_quick_prints_every_input_class_and_engine_and_the_wor
     assert any(line.startswith("Group of 8") for line in lines)
     for name in ("RGB JPEG", "grey PNG", "RGBA PNG", "palette GIF", "PIL input", "small <=336^2"):
         rows = [line for line in lines if line.startswith(f"{name} (fast)")]
-        # One row per engine in each table: the tensor-reading one and AReaL's two remote clients.
-        assert len(rows) == 6, lines
-        for engine in ("local", "sglang", "vllm"):
-            assert sum(f" {engine} " in row for row in rows) == 2, rows
+        # One row per engine in the episode and group tables (the tensor-reading one and AReaL's
+        # two remote clients), and one per remote client in the split of a remote group's time.
+        assert len(rows) == 8, lines
+        counts = {engine: sum(f" {engine} " in row for row in rows) for engine in ENGINES}
+        assert counts == {"local": 2, "sglang": 3, "vllm": 3}, rows
     assert lines[-1].startswith("headline (worst class and engine)") and "AReaL/ours" in lines[-1]
     assert "ours/floor*" in lines[-1] and "bound AReaL/floor*" in lines[-1]
     (header,) = [line for line in lines if line.startswith("input class") and "subject" in line]
