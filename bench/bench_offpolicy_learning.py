@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record  # noqa: E402
 from bench_learning import METRIC, RECIPES, ROOT, RunResult, run_one  # noqa: E402
 
+from vlrollout.argtypes import whole_number  # noqa: E402
 from vlrollout.train.config import load_config  # noqa: E402
 
 ASYNC_KEYS = ("actor.use_decoupled_loss=true", "actor.recompute_logprob=true")
@@ -150,7 +151,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument(
         "--no-scaled-lr", action="store_true", help="no k > 0 arm at the recipe's lr / (k + 1)"
     )
-    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (cores shared)")
+    ap.add_argument("--jobs", type=whole_number(1), default=1, help="runs at a time (cores shared)")
     record.add_keep(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to every run")
     record.add_record_dir(ap)

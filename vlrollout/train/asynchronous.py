@@ -403,9 +403,9 @@ def policy_drift(batch: list[dict[str, torch.Tensor]], version: int) -> dict[str
     """
     if not batch or any("prox_logp" not in traj for traj in batch):
         return {}
+    shift = functools.partial(torch.roll, shifts=-1, dims=-1)
     diffs = []
     for traj in batch:
-        shift = functools.partial(torch.roll, shifts=-1, dims=-1)
         stale = shift(traj["loss_mask"]).bool() & (shift(traj["versions"]) >= 0)
         stale &= shift(traj["versions"]) < version
         diffs.append((shift(traj["logprobs"]).float() - traj["prox_logp"].float())[stale])
