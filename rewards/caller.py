@@ -27,6 +27,42 @@ from .pool import NotStarted, RewardBatch, RewardRecipe
 _NOT_FOR_REWARD = ("images", "videos")
 
 
+def resolve_reward(reward_fn: Callable[..., float] | str) -> Callable[..., float]:
+    """The reward a name stands for: a built-in reward name or an import path (a class path is
+    instantiated); a callable as it is.
+
+    Raises:
+        TypeError: ``reward_fn`` is neither a name nor callable.
+    """
+    if isinstance(reward_fn, str):
+        from .registry import get_reward
+
+        reward_fn = get_reward(reward_fn)
+    if not callable(reward_fn):
+        raise TypeError(
+            f"reward function must be a callable or an import path, got {type(reward_fn).__name__}"
+        )
+    return reward_fn
+
+
+def runs_in_thread(reward_fn: Callable[..., float]) -> bool:
+    """The reward runs in a thread of the calling process, not in the pool: torch-model rewards
+    (``run_in_thread = True``), since a forked pool worker inherits torch's thread pools and can
+    hang."""
+    return bool(getattr(reward_fn, "run_in_thread", False))
+
+
+def start_reward_workers(reward_fn: Callable[..., float] | str, max_workers: int | None = None):
+    """Start now the pool workers that a :class:`RewardCaller` of ``reward_fn`` would call
+    (:meth:`~vlrollout.rewards.executor.RewardPool.start`); nothing for a reward run in a thread.
+
+    ``reward_fn`` and ``max_workers`` are as for :class:`RewardCaller`.
+    """
+    if not runs_in_thread(resolve_reward(reward_fn)):
+        size = pools.default_max_workers() if max_workers is None else max_workers
+        pools.current_pool(size).start()
+
+
 class RewardCaller:
     """Runs a synchronous reward function in the reward process pool; awaited by episodes.
 
@@ -66,17 +102,7 @@ class RewardCaller:
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"reward timeout must be positive, got {timeout_s}")
-        if isinstance(reward_fn, str):
-            # Built-in reward names and import paths; a class path is instantiated.
-            from .registry import get_reward
-
-            reward_fn = get_reward(reward_fn)
-        if not callable(reward_fn):
-            raise TypeError(
-                "reward function must be a callable or an import path, "
-                f"got {type(reward_fn).__name__}"
-            )
-        self.reward_fn = reward_fn
+        self.reward_fn = reward_fn = resolve_reward(reward_fn)
         # What crosses into the pool per call is a small recipe; each worker builds the reward
         # once from the file it names (vlrollout.rewards.pool), so per-call cost does not grow
         # with the reward's state (a CIDEr-D corpus). Raises ValueError if it cannot pickle.
@@ -106,16 +132,14 @@ class RewardCaller:
             kwargs["geometry"] = [dict(g) for g in geometry]
         try:
             args = (prompt, completion, list(prompt_ids), list(completion_ids))
-            if getattr(self.reward_fn, "run_in_thread", False):
-                # Torch-model rewards: a forked pool worker inherits torch's thread pools and can
-                # hang, so they run in a thread of this process (torch releases the GIL).
+            if runs_in_thread(self.reward_fn):  # torch releases the GIL
                 call = asyncio.to_thread(self.reward_fn, *args, **kwargs)
             else:
                 pool = pools.current_pool(self.max_workers)
                 call = self._submit(args, kwargs)
             value = await asyncio.wait_for(call, timeout=self.timeout_s)
         except TimeoutError as e:
-            if not getattr(self.reward_fn, "run_in_thread", False):
+            if not runs_in_thread(self.reward_fn):
                 # The hung call still occupies a pool worker: replace the pool so the next
                 # rewards do not queue behind it (calls beside it are run again on the new pool;
                 # calls batched with it time out with it).

@@ -142,6 +142,20 @@ class RewardPool:
             initializer=ignore_interrupts,
         )
 
+    def start(self) -> None:
+        """Start every worker now, rather than on the first call, and return once they all run.
+
+        With the default ``fork`` start method a worker is a copy of this process as it is when
+        the worker starts, sharing its memory pages until either side writes one. A trainer
+        starts its workers before it loads the model (:func:`vlrollout.train.session.start_session`),
+        so that its writes to the weights, gradients and optimizer state copy no shared page:
+        the first step would otherwise pay for those copies, and each copied page would be held
+        twice.
+        """
+        calls = [self.executor.submit(os.getpid) for _ in range(self.max_workers)]
+        for call in calls:
+            call.result()
+
     def kill(self) -> None:
         """Stop accepting calls and kill every worker now, busy or not.
 

@@ -34,3 +34,16 @@ def test_the_summary_expects_min_step_minus_one_k_and_sets_the_first_update_apar
     assert m["setup"] == 3.0 and m["first_update_ratio"] == pytest.approx(2.0)
     assert m["wait_share"] == pytest.approx((0.5 / 4.0 + 0.5 / 6.0 + 0.5 / 5.0) / 3)
     assert bench.summary(rows, k=1)["staleness_expected"] == [0, 1, 1, 1]
+
+
+def test_the_first_update_headline_sets_apart_runs_whose_first_step_overlaps_more():
+    means = {
+        ("embedded", 0): {"first_update_ratio": 1.04},
+        ("embedded", 1): {"first_update_ratio": 0.97},
+        ("served", 1): {"first_update_ratio": 1.08},
+        ("served", 2): {"first_update_ratio": 1.30},
+    }
+    text = bench.first_update_verdict(means)
+    assert text.startswith("first update over the later ones' mean, worst run with k <= 1: 1.08")
+    assert "k >= 2 (the first update overlaps k batches of rollouts, a later one 1): 1.30" in text
+    assert "k >= 2" not in bench.first_update_verdict({("embedded", 0): {"first_update_ratio": 1}})

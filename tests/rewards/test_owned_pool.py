@@ -80,6 +80,17 @@ def test_a_pool_records_exactly_the_workers_that_run_its_calls():
     assert os.getpid() not in _pids(pool)
 
 
+def test_starting_a_pool_starts_every_worker_before_any_call():
+    pool = current_pool(6)
+    try:
+        assert pool.workers == []  # a pool starts its workers on its first call...
+        pool.start()  # ...or when asked
+        assert len(pool.running_workers()) == 6
+        assert os.getpid() not in _pids(pool)
+    finally:
+        shutdown_reward_pools(keep=[p for p in live_reward_pools() if p is not pool])
+
+
 def test_replacing_a_hung_pool_kills_its_workers_and_reruns_the_call_beside_once():
     async def main():
         pool = current_pool(3)

@@ -1,7 +1,9 @@
 """Everything a ``vlrollout train`` run is set up with before its first step.
 
 :func:`start_session` does it in the order the run needs: settings checked, items loaded, the
-checkpoint to resume from found, AReaL's actor built, the records after that checkpoint
+reward's pool workers started (before any model is loaded, so that they share none of its memory:
+:meth:`~vlrollout.rewards.executor.RewardPool.start`), the checkpoint to resume from found, AReaL's
+actor built, the records after that checkpoint
 dropped, the rollout engine built and connected, the workflows made, the trainer's one-time
 set-up done (:mod:`vlrollout.train.warmup`: what the first update would pay for once)
 and the checkpoint's state restored, asynchronous rollouts started (``rollout.max_head_offpolicyness > 0``) and the experiment trackers opened.
@@ -28,6 +30,7 @@ from vlrollout.eval.predict import EnginePredictor
 from vlrollout.eval.tasks import get_task
 from vlrollout.jsonl import read_jsonl, write_jsonl
 from vlrollout.logs import get_logger
+from vlrollout.rewards.caller import start_reward_workers
 from vlrollout.train import asynchronous, checkpoint, dynamic_sampling, samples
 from vlrollout.train.actor import build_actor
 from vlrollout.train.asynchronous import AsyncRollouts, keep_all
@@ -131,6 +134,7 @@ def start_session(cfg: TrainConfig) -> Session:
     train_items, eval_items = load_data(cfg)
     readable = [item for item in eval_items if LOAD_ERROR not in item]  # eval_task keeps the rest
     reward, eval_reward = build_rewards(vl.reward, vl.ground_metric, train_items, readable)
+    start_reward_workers(reward)  # forked while the process holds no model (RewardPool.start)
     bs = cfg.train_dataset.batch_size
     ft_spec = FinetuneSpec(
         total_train_epochs=cfg.total_train_epochs,
