@@ -99,3 +99,58 @@ def test_a_copy_of_a_wrapped_model_encodes_with_its_own_weights():
             p.add_(1.0)  # the original changes; the copy must not notice
         after = copied(**batch).logits
     assert torch.equal(before, after)
+
+
+def _encoded_counts(model) -> list[int]:
+    """Images the vision tower encodes, one entry per call."""
+    encoded: list[int] = []
+    model.model.visual.register_forward_pre_hook(
+        lambda _m, args, kwargs: encoded.append(int(kwargs["grid_thw"].shape[0])),
+        with_kwargs=True,
+    )
+    return encoded
+
+
+@pytest.mark.parametrize("family", TRAINABLE)
+def test_a_remembered_image_is_not_encoded_again_by_a_later_forward(family):
+    """The engine's memo: a group larger than the engine's free rows prefills in several
+    forwards; the later ones reuse the first one's features of the same image."""
+    model, processor = tiny_vlm(family)
+    a, b = ((56, 56), (200, 30, 30)), ((84, 56), (10, 220, 90))
+    remembering = copy.deepcopy(model)
+    assert image_sharing.install(remembering, memo_bytes=64 << 20)
+    encoded = _encoded_counts(remembering)
+    with torch.inference_mode():
+        for images in ([a, a], [a, b, a], [b], [a]):
+            batch = _batch(processor, images)
+            got, want = remembering(**batch).logits, model(**batch).logits
+            assert (got - want).abs().max().item() < 1e-5
+    assert encoded == [1, 1]  # a once, then b once; the last two forwards encode nothing
+
+
+def test_new_weights_make_the_memo_forget():
+    model, processor = tiny_vlm("qwen2_vl")
+    image_sharing.install(model, memo_bytes=64 << 20)
+    encoded = _encoded_counts(model)
+    batch = _batch(processor, [((56, 56), (200, 30, 30))])
+    with torch.inference_mode():
+        model(**batch)
+        image_sharing.forget(model)
+        model(**batch)
+    assert encoded == [1, 1]
+
+
+def test_the_memo_keeps_within_its_bytes_and_is_not_used_with_gradients():
+    model, processor = tiny_vlm("qwen2_vl")
+    image_sharing.install(model, memo_bytes=1)  # room for no image
+    encoded = _encoded_counts(model)
+    batch = _batch(processor, [((56, 56), (200, 30, 30))])
+    with torch.inference_mode():
+        model(**batch)
+        model(**batch)
+    trained, _ = tiny_vlm("qwen2_vl")
+    image_sharing.install(trained, memo_bytes=64 << 20)
+    encoded_in_training = _encoded_counts(trained)
+    trained(**batch)
+    trained(**batch)
+    assert encoded == [1, 1] and encoded_in_training == [1, 1]

@@ -6,6 +6,10 @@ the model's vision tower encodes them n times. :func:`install` wraps the model's
 ``get_image_features`` so that images with the same grid and the same pixels are encoded once
 and their features repeated for every copy.
 
+An inference engine's model also keeps the features it encoded (:class:`FeatureMemo`,
+``install(model, memo_bytes=...)``): a group larger than the engine's free rows is prefilled in
+several forwards, and the later ones reuse the first one's features of the group's image.
+
 The result is the same forward: each image is encoded on its own either way (the vision towers
 of the families below attend within an image only). In training, autograd sums the gradients of
 the repeated features into the one encoding, which is the sum the n encodings' gradients would
@@ -84,29 +88,125 @@ def distinct_images(pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> Disti
     return DistinctImages(kept, source)
 
 
-def _row_ranges(sizes: list[int], picks: list[int]) -> torch.Tensor:
-    """Row indices of the blocks ``picks`` of a tensor made of blocks of ``sizes`` rows."""
-    starts = [0]
-    for n in sizes[:-1]:
-        starts.append(starts[-1] + n)
-    return torch.cat([torch.arange(starts[p], starts[p] + sizes[p]) for p in picks])
+class _CannotSplit(Exception):
+    """A feature output this module does not know how to split per image."""
 
 
-class _CannotRepeat(Exception):
-    """A feature output this module does not know how to repeat per image."""
+def _split(value: Any, rows: dict[int, list[int]], images: int) -> list[Any]:
+    """``value`` (one feature output of several images) as one piece per image.
 
-
-def _repeat(value: Any, rows: dict[int, torch.Tensor]) -> Any:
+    ``rows`` maps a tensor's row count to the rows each image has in it (per patch or per
+    merged token); lists are split item by item, except ``pooler_output``'s one tensor per image.
+    """
     if value is None:
-        return None
+        return [None] * images
     if isinstance(value, torch.Tensor):
-        index = rows.get(value.shape[0]) if value.ndim else None
-        if index is None:
-            raise _CannotRepeat(f"a tensor of shape {tuple(value.shape)}")
-        return value.index_select(0, index.to(value.device))
+        sizes = rows.get(value.shape[0]) if value.ndim else None
+        if sizes is None:
+            raise _CannotSplit(f"a tensor of shape {tuple(value.shape)}")
+        return list(torch.split(value, sizes))
     if isinstance(value, (list, tuple)):
-        return type(value)(_repeat(v, rows) for v in value)
-    raise _CannotRepeat(f"a {type(value).__name__}")
+        per_item = [_split(v, rows, images) for v in value]
+        return [type(value)(item[i] for item in per_item) for i in range(images)]
+    raise _CannotSplit(f"a {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class _OneOfMany:
+    """One image's item of an output that holds one item per image (``pooler_output``)."""
+
+    value: Any
+    container: type
+
+
+def _join(pieces: list[Any]) -> Any:
+    """The inverse of :func:`_split`: the pieces of several images as one feature output."""
+    first = pieces[0]
+    if first is None:
+        return None
+    if isinstance(first, _OneOfMany):
+        return first.container(p.value for p in pieces)
+    if isinstance(first, torch.Tensor):
+        return torch.cat(pieces)
+    return type(first)(_join([p[i] for p in pieces]) for i in range(len(first)))
+
+
+@dataclass
+class _Encoded:
+    """One image's grid, patch rows and share of each feature output (of type ``kind``)."""
+
+    grid: tuple[int, ...]
+    pixels: torch.Tensor
+    pieces: dict[str, Any]
+    kind: type
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.pixels) + sum(_nbytes(v) for v in self.pieces.values())
+
+
+class FeatureMemo:
+    """The features of the images a model encoded last, for later forwards of the same images.
+
+    An inference engine prefills a group of requests larger than its free rows in several
+    forwards; each would encode the group's image again. The memo keeps each encoded image (its
+    patch rows, for an exact comparison, and its share of every feature output) up to
+    ``max_bytes``, the least recently used dropped first. It is only read without gradients, and
+    must be cleared (:func:`forget`) whenever the weights change.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: list[_Encoded] = []  # the most recently used last
+
+    def find(self, grid: tuple[int, ...], pixels: torch.Tensor) -> _Encoded | None:
+        for n, entry in enumerate(self._entries):
+            if entry.grid == grid and torch.equal(entry.pixels, pixels):
+                self._entries.append(self._entries.pop(n))
+                return entry
+        return None
+
+    def keep(self, encoded: _Encoded) -> None:
+        """Remember ``encoded`` (copied out of its batch's tensors), dropping the least recently
+        used images beyond ``max_bytes``; an image larger than that is not kept."""
+        entry = _Encoded(
+            encoded.grid,
+            encoded.pixels.clone(),
+            {k: _owned(v) for k, v in encoded.pieces.items()},
+            encoded.kind,
+        )
+        if entry.nbytes > self.max_bytes:
+            return
+        self._entries.append(entry)
+        while sum(e.nbytes for e in self._entries) > self.max_bytes:
+            self._entries.pop(0)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def _owned(value: Any) -> Any:
+    """``value`` with every tensor copied out of the batch's storage it is a view of."""
+    if isinstance(value, _OneOfMany):
+        return _OneOfMany(_owned(value.value), value.container)
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_owned(v) for v in value)
+    return value
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, _OneOfMany):
+        return _nbytes(value.value)
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+_MEMO = "_vlrollout_feature_memo"
 
 
 def _encode_each_distinct_image_once(
@@ -115,62 +215,113 @@ def _encode_each_distinct_image_once(
     image_grid_thw: torch.Tensor | None = None,
     **kw: Any,
 ) -> Any:
-    """The class's ``get_image_features``, encoding each distinct image once (module docstring).
+    """The class's ``get_image_features``, encoding each distinct image once (module docstring),
+    and, without gradients, none whose features the model's :class:`FeatureMemo` holds.
 
     Bound to the instance as a method, so a ``copy.deepcopy`` of the model rebinds it to the
     copy (a closure over the original's bound method would keep encoding with the original's
     weights)."""
     get_image_features = functools.partial(type(self).get_image_features, self)
-    if image_grid_thw is None or image_grid_thw.shape[0] < 2:
+    # Features made with gradients, or under other options, are not the memo's to give.
+    memo = getattr(self, _MEMO, None)
+    if torch.is_grad_enabled() or set(kw) - {"return_dict"}:
+        memo = None
+    if image_grid_thw is None or (image_grid_thw.shape[0] < 2 and memo is None):
         return get_image_features(pixel_values, image_grid_thw, **kw)
     groups = distinct_images(pixel_values, image_grid_thw)
-    if not groups.has_copies:
+    if not groups.has_copies and memo is None:
         return get_image_features(pixel_values, image_grid_thw, **kw)
-    merge_size = int(getattr(self.visual, "spatial_merge_size", 2))
-    patches = image_grid_thw.prod(-1).tolist()
-    kept_patches = [patches[i] for i in groups.kept]
-    kept_tokens = [n // merge_size**2 for n in kept_patches]
-    out = get_image_features(
-        pixel_values.index_select(0, _row_ranges(patches, groups.kept).to(pixel_values.device)),
-        image_grid_thw[groups.kept],
-        **kw,
-    )
-    # Tensors with a row per patch or per merged token of the kept images, by row count.
-    rows = {
-        sum(kept_tokens): _row_ranges(kept_tokens, groups.source),
-        sum(kept_patches): _row_ranges(kept_patches, groups.source),
-    }
+    images = _Images(self, pixel_values, image_grid_thw, groups)
+    found = [
+        memo.find(*images.key(k)) if memo is not None else None for k in range(len(groups.kept))
+    ]
     try:
-        repeated = {}
-        for name, value in out.items():
-            if name == "pooler_output" and isinstance(value, (list, tuple)):
-                repeated[name] = type(value)(value[k] for k in groups.source)
-            else:
-                repeated[name] = _repeat(value, rows)
-    except (_CannotRepeat, AttributeError) as e:
+        encoded = images.encode([k for k, entry in enumerate(found) if entry is None], kw)
+    except (_CannotSplit, AttributeError) as e:
         logger.warning("image features hold %s: each image is encoded once per copy", e)
         return get_image_features(pixel_values, image_grid_thw, **kw)
-    for name, value in repeated.items():
-        out[name] = value
-    return out
+    for k, entry in encoded.items():
+        found[k] = entry
+        if memo is not None:
+            memo.keep(entry)
+    pieces = [found[k].pieces for k in groups.source]
+    return found[0].kind(**{name: _join([p[name] for p in pieces]) for name in pieces[0]})
 
 
-def install(model: torch.nn.Module) -> bool:
+@dataclass
+class _Images:
+    """The distinct images of one ``get_image_features`` call."""
+
+    module: torch.nn.Module
+    pixel_values: torch.Tensor
+    grid_thw: torch.Tensor
+    groups: DistinctImages
+
+    def __post_init__(self) -> None:
+        self.patches = self.grid_thw.prod(-1).tolist()
+        self.blocks = torch.split(self.pixel_values, self.patches)
+
+    def key(self, k: int) -> tuple[tuple[int, ...], torch.Tensor]:
+        """Distinct image ``k``'s grid and patch rows."""
+        i = self.groups.kept[k]
+        return tuple(self.grid_thw[i].tolist()), self.blocks[i]
+
+    def encode(self, wanted: list[int], kw: dict[str, Any]) -> dict[int, _Encoded]:
+        """Encode the distinct images ``wanted`` in one call; each one's features, by ``k``."""
+        if not wanted:
+            return {}
+        picked = [self.groups.kept[k] for k in wanted]
+        merge_size = int(getattr(self.module.visual, "spatial_merge_size", 2))
+        patches = [self.patches[i] for i in picked]
+        tokens = [n // merge_size**2 for n in patches]
+        out = type(self.module).get_image_features(
+            self.module, torch.cat([self.blocks[i] for i in picked]), self.grid_thw[picked], **kw
+        )
+        rows = {sum(tokens): tokens, sum(patches): patches}
+        split: dict[str, list[Any]] = {}
+        for name, value in out.items():
+            if name == "pooler_output" and isinstance(value, (list, tuple)):
+                split[name] = [_OneOfMany(v, type(value)) for v in value]
+            else:
+                split[name] = _split(value, rows, len(wanted))
+        return {
+            k: _Encoded(*self.key(k), {name: v[n] for name, v in split.items()}, type(out))
+            for n, k in enumerate(wanted)
+        }
+
+
+def install(model: torch.nn.Module, memo_bytes: int = 0) -> bool:
     """Wrap ``model``'s image encoding so each distinct image of a forward is encoded once.
 
     ``model`` is a transformers vision-language model (the ``...ForConditionalGeneration``,
     possibly wrapped by FSDP); the wrapper goes on the inner model whose ``forward`` calls
-    ``get_image_features``. Returns whether it was installed: ``False`` for a family outside
-    :data:`SHARING_FAMILIES` or a model already wrapped.
+    ``get_image_features``. With ``memo_bytes`` > 0 (an inference engine's model) the features of
+    the images it encodes without gradients are also kept, up to that many bytes, for later
+    forwards (:class:`FeatureMemo`; :func:`forget` after every weight change). Returns whether it
+    was installed: ``False`` for a family outside :data:`SHARING_FAMILIES` or a model already
+    wrapped.
     """
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in SHARING_FAMILIES:
         return False
-    # The module that owns the vision tower is the one whose forward calls get_image_features
-    # (the top-level model's method of that name only delegates to it).
-    inner = next((m for m in model.modules() if "visual" in dict(m.named_children())), None)
+    inner = _vision_owner(model)
     current = getattr(inner, "get_image_features", None)
     if current is None or getattr(current, "__func__", None) is _encode_each_distinct_image_once:
         return False
     inner.get_image_features = types.MethodType(_encode_each_distinct_image_once, inner)
+    if memo_bytes > 0:
+        setattr(inner, _MEMO, FeatureMemo(memo_bytes))
     return True
+
+
+def forget(model: torch.nn.Module) -> None:
+    """Drop the image features ``model``'s memo holds (its weights changed); nothing without one."""
+    memo = getattr(_vision_owner(model), _MEMO, None)
+    if memo is not None:
+        memo.clear()
+
+
+def _vision_owner(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The module that owns the vision tower: the one whose forward calls
+    ``get_image_features`` (the top-level model's method of that name only delegates to it)."""
+    return next((m for m in model.modules() if "visual" in dict(m.named_children())), None)

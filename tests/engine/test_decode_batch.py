@@ -13,6 +13,7 @@ from tests.engine.batches import (
     generate_together,
     shrinking_requests,
 )
+from vlrollout import image_sharing
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.batch import MaskBuffer
 from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
@@ -273,3 +274,34 @@ def test_a_group_sharing_one_prepared_prompt_prepares_it_once(tiny, vision_promp
         generate_all(engine, reqs[:1])
         assert len(calls) == 2
     assert_as_if_alone(model, processor, reqs, together)
+
+
+def test_a_group_larger_than_the_free_rows_encodes_its_image_once(vision_prompt):
+    """Five requests of one prompt on two rows prefill in three forwards or more; the image is encoded
+    by the first only, every request still gets what it gets alone, and after new weights the
+    image is encoded again."""
+    model, processor = tiny_qwen2vl(seed=0)
+    encoded: list[int] = []
+    model.model.visual.register_forward_pre_hook(
+        lambda _m, args, kwargs: encoded.append(int(kwargs["grid_thw"].shape[0])),
+        with_kwargs=True,
+    )
+    prompt = vision_prompt(seed=3)
+    reqs = [
+        ModelRequest(
+            input_ids=prompt["input_ids"],
+            metadata={"multi_modal_input": prompt["mm"]},
+            gconfig=GenerationHyperparameters(
+                max_new_tokens=3 + i, min_new_tokens=3 + i, greedy=True
+            ),
+        )
+        for i in range(5)
+    ]
+    with LocalInferenceEngine(model, processor, max_batch_size=2, seed=0) as engine:
+        results = generate_all(engine, reqs)
+        assert engine.stats()["prefill_batches"] >= 3 and encoded == [1]
+        engine.update_weights_from_state_dict({}).result()
+        generate_all(engine, reqs[:1])
+    assert encoded == [1, 1]
+    image_sharing.forget(model)
+    assert_as_if_alone(model, processor, reqs, results)

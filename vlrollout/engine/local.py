@@ -50,6 +50,12 @@ from vlrollout.logs import get_logger
 
 logger = get_logger(__name__)
 
+IMAGE_MEMO_BYTES = 256 << 20
+"""Bytes of image features (and their patch rows) the engine keeps for later prefills of the
+same images (:class:`vlrollout.image_sharing.FeatureMemo`); forgotten whenever the engine changes
+the weights or moves the model. Weights written into ``engine.model`` by other code are not
+seen: call :func:`vlrollout.image_sharing.forget` after doing so."""
+
 
 def _split_processor(obj: Any) -> tuple[Any, Any]:
     """``(processor, tokenizer)`` from a processor or a bare tokenizer."""
@@ -146,8 +152,9 @@ class LocalInferenceEngine(InferenceEngine):
             max_batch_size = 1
         self.processor, self.tokenizer = _split_processor(processor_or_tokenizer)
         family = family_of(model.config)  # refuses a family the engine cannot feed
-        # A group's requests share their image: its prefill encodes the image once.
-        image_sharing.install(self.model)
+        # A group's requests share their image: its prefill encodes the image once, and a
+        # later prefill of the same image (a group larger than the free rows) reuses it.
+        image_sharing.install(self.model, memo_bytes=IMAGE_MEMO_BYTES)
         if max_batch_size > 1 and family.one_row_decode:
             logger.warning(
                 "%s: %s; requests run one at a time (max_batch_size=1).",

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from vlrollout import image_sharing
 from vlrollout.compat.transformers import DynamicCache, attn_implementation, growing_cache
 from vlrollout.engine.batch import (
     MaskBuffer,
@@ -365,6 +366,8 @@ class DecodeWorker:
 
     def _run_controls(self, controls) -> None:
         for fn, invalidates, fut in controls:
+            if invalidates:
+                image_sharing.forget(self.model)  # features of the weights before
             if invalidates and self._active:
                 with self._cond:
                     self._pending.extendleft(reversed(self._active))
