@@ -61,3 +61,13 @@ def test_the_split_adds_up_to_the_time_beyond_the_floor(bench_module):
     beyond, encode, bodies, rest = bench_module.beyond_floor(r, cost, 8)
     assert (beyond, encode, bodies) == (31.0, 14.0, 8.0)
     assert rest == pytest.approx(9.0)
+
+
+def test_the_client_bound_is_the_floor_plus_the_requests_bodies(bench_module):
+    r = bench_module.Result(
+        "PIL input (fast)", "landscape", "sglang", 13.0, 12.0, 40.0, 200.0, 46.0, 1800.0
+    )
+    cost = bench_module.RemoteCost(encode_ms=14.0, body_ms=0.875)
+    assert bench_module.client_bound(r, cost, 8) == pytest.approx((12.0 + 7.0) / 12.0)
+    table = bench_module.beyond_floor_table([r], 8)
+    assert table.columns[-1].startswith("floor* + client work")
