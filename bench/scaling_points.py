@@ -54,6 +54,7 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from scaling_shapes import image_for_tokens, processor_kwargs, shape
 
+from vlrollout import image_sharing
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.processors import AutoProcessorPreprocessor, PreparedPromptCache
 from vlrollout.processors.cache import prepared_nbytes
@@ -175,7 +176,11 @@ class EngineSide:
         self.model = self.engine.model
 
     def run(self, prepared, group: int, new_tokens: int) -> tuple[float, float]:
-        """(total seconds, seconds to the group's first tokens)."""
+        """(total seconds, seconds to the group's first tokens). Each run starts without the
+        image features an earlier run left in the engine's memo, so it encodes its images as a
+        new request does (``generate`` encodes on every run; the points of one axis share
+        their pictures)."""
+        image_sharing.forget(self.model)
         reqs = [
             build_request(prepared, gconfig(new_tokens), self.processor.tokenizer)
             for _ in range(group)

@@ -102,3 +102,17 @@ def test_the_size_axis_is_one_series_across_shapes():
     (fit,) = fits(points)
     assert fit.shape == "all" and fit.points == 3
     assert fit.exponent == pytest.approx(1.0) and not math.isnan(fit.exponent)
+
+
+@pytest.mark.parametrize("metric", ["time/prefill", "time/total", "latency"])
+def test_a_prompt_cost_against_images_per_prompt_is_judged_like_one_against_image_tokens(metric):
+    # Each image lengthens the one prompt, so the prefill's attention grows with the square of
+    # the images, as it does with the square of the tokens of one image.
+    assert expected(metric, "images") == expected(metric, "tokens") == 2.0
+    (fit,) = fits(_points("engine", metric, "images", [1, 2, 4], [0.5, 1.5, 4.5]))
+    assert fit.exponent == pytest.approx(math.log(3, 2), abs=1e-3) and not fit.flagged
+
+
+def test_a_decode_step_against_images_per_prompt_stays_linear():
+    (fit,) = fits(_points("engine", "time/decode_per_token", "images", [1, 2, 4], [0.5, 1.5, 4.5]))
+    assert fit.expected == 1.0 and fit.flagged

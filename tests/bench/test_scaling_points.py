@@ -3,6 +3,7 @@ sides' timed runs take, and the points built from their medians."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -10,7 +11,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from scaling_points import run_order, timing_points  # noqa: E402
+from scaling_points import (  # noqa: E402
+    EngineSide,
+    VisionCounter,
+    item,
+    load,
+    prepare_group,
+    preprocessor,
+    rows_per_image,
+    run_order,
+    timing_points,
+)
+from scaling_shapes import TINY  # noqa: E402
 
 JOB = {"side": "engine", "shape": "tiny", "params": 2_450_000}
 SPEC = {"axis": "group", "tokens": 64, "group": 4, "images": 1, "new_tokens": 5}
@@ -67,3 +79,22 @@ def test_timing_points_carry_the_side_and_the_fixed_settings():
 def test_timing_points_need_a_run():
     with pytest.raises(ValueError, match="no timed run"):
         timing_points(JOB, SPEC, [])
+
+
+def test_every_engine_run_encodes_its_images_as_a_new_request_would():
+    # The engine keeps the features it encoded; a timed run that found them there would skip the
+    # encoding that generate pays on every run, and the next point with the same picture would
+    # count no image encoded.
+    model, processor = load({"folder": str(TINY), "dtype": "float32"})
+    side = EngineSide(model, processor, "cpu", max_batch=4)
+    try:
+        pre = preprocessor(processor, "tiny", 64)
+        _, _, prepared = asyncio.run(prepare_group(pre, item("tiny", 64, 1), 2))
+        rows = []
+        for _ in range(2):
+            with VisionCounter(side.model) as counter:
+                side.run(prepared, 2, 2)
+            rows.append(counter.rows / rows_per_image(prepared))
+    finally:
+        side.close()
+    assert rows == [1.0, 1.0]
