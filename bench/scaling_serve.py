@@ -4,13 +4,15 @@ One server per shape (``python -m vlrollout.cli serve --model FOLDER``, SGLang p
 process); the client prepares each point's prompt with the folder's processor and sends what
 AReaL's SGLang client sends (``input_ids`` and base64 PNG ``image_data``, which the server decodes
 and runs through its processor). Per point: one warm-up request, then ``REPEATS`` rounds of the
-group's requests sent at once; ``serve/latency`` is the median round's wall time (the group's last
-response), ``serve/latency_per_request`` that over the group size.
+group's requests sent at once, each round's pictures marked in one pixel so the server has
+encoded none of them before (:func:`marked`); ``serve/latency`` is the median round's wall
+time (the group's last response), ``serve/latency_per_request`` that over the group size.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import os
 import statistics
 import time
@@ -47,6 +49,18 @@ def payload(prepared: Any, new_tokens: int) -> dict[str, Any]:
     }
 
 
+def marked(data: dict[str, Any], n: int) -> dict[str, Any]:
+    """A copy of ``data`` whose pictures carry ``n`` (``0 <= n < 2**24``) in their top-left
+    pixel: the server's engine keeps the features it encoded, and a round trip that sent an
+    earlier one's pictures would skip the encoding a new request pays."""
+    images = []
+    for image in data["images"]:
+        image = image.convert("RGB")  # a copy, also of an RGB picture
+        image.putpixel((0, 0), (n & 255, (n >> 8) & 255, (n >> 16) & 255))
+        images.append(image)
+    return {**data, "images": images}
+
+
 class RequestRefused(RuntimeError):
     """The server answered a request with an error status (the body says why)."""
 
@@ -72,22 +86,26 @@ def serve_points(job: dict[str, Any], failures: list[str], log=print) -> list[di
     from scaling_points import item, point, preprocessor  # imports torch: only when points run
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    marks = itertools.count()
     with server(job) as served:
         out: list[dict[str, Any]] = []
         warmed = False
         for spec in job["points"]:
             pre = preprocessor(server_processor(job), job["shape"], spec["tokens"])
-            prepared = pre.prepare(item(job["shape"], spec["tokens"], spec["images"]))
-            body = payload(prepared, spec["new_tokens"])
+            data = item(job["shape"], spec["tokens"], spec["images"])
+            bodies = [
+                payload(pre.prepare(marked(data, next(marks))), spec["new_tokens"])
+                for _ in range(REPEATS + 1)
+            ]
             where = (
                 f"serve on {job['shape']} ({spec['axis']}: tokens {spec['tokens']}, group "
                 f"{spec['group']}, images {spec['images']})"
             )
             try:
                 if not warmed:
-                    round_trip(served.url, body, 1)
+                    round_trip(served.url, bodies[0], 1)
                     warmed = True
-                times = [round_trip(served.url, body, spec["group"]) for _ in range(REPEATS)]
+                times = [round_trip(served.url, b, spec["group"]) for b in bodies[1:]]
             except RequestRefused as e:
                 failures.append(f"{where}: {e}")
                 log(f"  {where}: refused: {e}")
