@@ -13,7 +13,6 @@ from tests.engine.batches import (
     generate_together,
     shrinking_requests,
 )
-from vlrollout import image_sharing
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.batch import MaskBuffer
 from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
@@ -276,18 +275,17 @@ def test_a_group_sharing_one_prepared_prompt_prepares_it_once(tiny, vision_promp
     assert_as_if_alone(model, processor, reqs, together)
 
 
-def test_a_group_larger_than_the_free_rows_encodes_its_image_once(vision_prompt):
-    """Five requests of one prompt on two rows prefill in three forwards or more; the image is encoded
-    by the first only, every request still gets what it gets alone, and after new weights the
-    image is encoded again."""
-    model, processor = tiny_qwen2vl(seed=0)
+def _count_encodings(model) -> list[int]:
     encoded: list[int] = []
     model.model.visual.register_forward_pre_hook(
         lambda _m, args, kwargs: encoded.append(int(kwargs["grid_thw"].shape[0])),
         with_kwargs=True,
     )
-    prompt = vision_prompt(seed=3)
-    reqs = [
+    return encoded
+
+
+def _group(prompt, n: int) -> list[ModelRequest]:
+    return [
         ModelRequest(
             input_ids=prompt["input_ids"],
             metadata={"multi_modal_input": prompt["mm"]},
@@ -295,13 +293,81 @@ def test_a_group_larger_than_the_free_rows_encodes_its_image_once(vision_prompt)
                 max_new_tokens=3 + i, min_new_tokens=3 + i, greedy=True
             ),
         )
-        for i in range(5)
+        for i in range(n)
     ]
+
+
+def test_a_group_larger_than_the_free_rows_encodes_its_image_once(vision_prompt):
+    """Five requests of one prompt on two rows prefill in three forwards or more; the image is
+    encoded by the first only and every request still gets what it gets alone. The features are
+    kept only while requests wait for rows: the same group sent again is encoded again."""
+    model, processor = tiny_qwen2vl(seed=0)
+    encoded = _count_encodings(model)
+    reqs = _group(vision_prompt(seed=3), 5)
     with LocalInferenceEngine(model, processor, max_batch_size=2, seed=0) as engine:
         results = generate_all(engine, reqs)
         assert engine.stats()["prefill_batches"] >= 3 and encoded == [1]
-        engine.update_weights_from_state_dict({}).result()
-        generate_all(engine, reqs[:1])
+        generate_all(engine, reqs)
     assert encoded == [1, 1]
-    image_sharing.forget(model)
     assert_as_if_alone(model, processor, reqs, results)
+
+
+def test_new_weights_drop_the_kept_image_features(vision_prompt):
+    model, processor = tiny_qwen2vl(seed=0)
+    encoded = _count_encodings(model)
+    prompt = vision_prompt(seed=3)
+    with LocalInferenceEngine(model, processor, max_batch_size=2, seed=0) as engine:
+        inputs = {
+            "input_ids": torch.tensor([prompt["input_ids"]]),
+            **{k: v for k, v in prompt["mm"].items() if k in ("pixel_values", "image_grid_thw")},
+        }
+        with torch.inference_mode():
+            model(**inputs)
+            model(**inputs)  # kept: not encoded again
+        engine.update_weights_from_state_dict({}).result()
+        with torch.inference_mode():
+            model(**inputs)
+    assert encoded == [1, 1]
+
+
+def _decode_masks(model) -> tuple[list, object]:
+    """The attention masks the decoder gets in decode steps (one new token a row)."""
+    seen: list = []
+
+    def spy(_module, _args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[-1] == 1:
+            mask = kwargs.get("attention_mask")
+            seen.append(mask.get("full_attention") if isinstance(mask, dict) else mask)
+
+    return seen, model.get_decoder().register_forward_pre_hook(spy, with_kwargs=True)
+
+
+def test_a_decode_batch_without_padding_hands_the_decoder_no_mask(vision_prompt):
+    """Rows of one prompt have no padding, so a decode step needs no mask: transformers' SDPA
+    path then reads grouped key/value heads in place (``enable_gqa``) instead of copying them
+    for every query head in every layer, as ``generate`` does. A left-padded batch keeps its
+    mask; every row gets the tokens and logprobs it gets alone."""
+    model, processor = tiny_qwen2vl(seed=0)
+    p = vision_prompt(seed=0)
+    gconfig = GenerationHyperparameters(max_new_tokens=4, min_new_tokens=4, greedy=True)
+    group = [
+        ModelRequest(
+            input_ids=p["input_ids"], metadata={"multi_modal_input": p["mm"]}, gconfig=gconfig
+        )
+        for _ in range(3)
+    ]
+    padded = shrinking_requests(vision_prompt, 3)
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        seen, hook = _decode_masks(model)  # after the engine's probe of its step
+        try:
+            results = generate_together(engine, group)
+            group_masks = list(seen)
+            seen.clear()
+            padded_results = generate_together(engine, padded)
+        finally:
+            hook.remove()
+    assert group_masks and all(m is None for m in group_masks)
+    assert seen and all(isinstance(m, torch.Tensor) for m in seen[:2])
+    assert_as_if_alone(model, processor, group, results)
+    assert_as_if_alone(model, processor, padded, padded_results)

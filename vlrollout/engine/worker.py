@@ -421,6 +421,7 @@ class DecodeWorker:
                 task = self._pending.popleft()
                 if not task.future.cancelled():
                     tasks.append(task)
+            waiting = bool(self._pending)
         groups: dict[tuple, list[GenerationTask]] = {}
         for task in tasks:  # one forward needs vision inputs that concatenate over its rows
             groups.setdefault(self._batch_key(task.inputs), []).append(task)
@@ -436,6 +437,8 @@ class DecodeWorker:
                         self._prefill([task])
                     except Exception as e1:
                         _resolve(task.future, error=e1)
+        if not waiting:  # image features are kept only for requests still waiting for rows
+            image_sharing.forget(self.model)
 
     @staticmethod
     def _batch_key(inputs: PreparedInputs) -> tuple:
@@ -550,10 +553,7 @@ class DecodeWorker:
             if self._step_forward is None:
                 self._step_forward = choose_step(self.model, self.device, self._mrope, self._sdpa)
             logits, self._cache = self._step_forward(
-                self._next_ids,
-                self._mask.for_sdpa(self._mask_dtype) if self._sdpa else self._mask.mask,
-                pos,
-                self._cache,
+                self._next_ids, self._step_mask(), pos, self._cache
             )
             self.stats["decode_steps"] += 1
             self.stats["decode_rows"] += rows
@@ -575,6 +575,18 @@ class DecodeWorker:
             return
         if len(keep) < rows:
             self._select(keep)
+
+    def _step_mask(self) -> torch.Tensor | None:
+        """The decode step's mask: none for an SDPA model when no row has padding, so
+        transformers' SDPA path reads grouped key/value heads in place (``enable_gqa``, as in
+        ``generate``) instead of copying them for every query head in every layer, which it
+        does whenever a mask is given; the prepared 4-D mask otherwise (and always for a
+        compiled step, whose graph takes one); the 2-D mask for other attention."""
+        if not self._sdpa:
+            return self._mask.mask
+        if not self._mask.padded and not isinstance(self._step_forward, CompiledStep):
+            return None
+        return self._mask.for_sdpa(self._mask_dtype)
 
     def _sample(
         self, tasks: list[GenerationTask], logits: torch.Tensor
