@@ -181,7 +181,8 @@ class MaskBuffer:
     ``[rows, 1, 1, columns]`` additive float view that transformers' SDPA path uses as-is,
     skipping its per-step mask construction (``masking_utils.create_causal_mask`` returns 4-D
     masks unchanged; one query token per row needs no causal part) and SDPA's conversion of a
-    bool mask in every layer.
+    bool mask in every layer. ``padded`` says whether any row has padding at all: without it a
+    decode step needs no mask.
     """
 
     def __init__(self, mask: torch.Tensor, spare: int = 64):
@@ -190,6 +191,8 @@ class MaskBuffer:
         self._buf[:, :columns] = mask.bool()
         self._additive: torch.Tensor | None = None  # made by for_sdpa, then kept in step
         self.columns = columns
+        # Whether any row has padding; added columns are real tokens, so it never changes.
+        self.padded = not bool(self._buf[:, :columns].all())
 
     @property
     def mask(self) -> torch.Tensor:
