@@ -167,33 +167,18 @@ class FeatureMemo:
         return None
 
     def keep(self, encoded: _Encoded) -> None:
-        """Remember ``encoded`` (copied out of its batch's tensors), dropping the least recently
-        used images beyond ``max_bytes``; an image larger than that is not kept."""
-        entry = _Encoded(
-            encoded.grid,
-            encoded.pixels.clone(),
-            {k: _owned(v) for k, v in encoded.pieces.items()},
-            encoded.kind,
-        )
-        if entry.nbytes > self.max_bytes:
+        """Remember ``encoded``, dropping the least recently used images beyond ``max_bytes``;
+        an image larger than that is not kept. Nothing is copied: the entry holds views of the
+        forward's own tensors (a forward's peak memory is unchanged; the tensors they view live
+        on while an image of theirs is kept)."""
+        if encoded.nbytes > self.max_bytes:
             return
-        self._entries.append(entry)
+        self._entries.append(encoded)
         while sum(e.nbytes for e in self._entries) > self.max_bytes:
             self._entries.pop(0)
 
     def clear(self) -> None:
         self._entries.clear()
-
-
-def _owned(value: Any) -> Any:
-    """``value`` with every tensor copied out of the batch's storage it is a view of."""
-    if isinstance(value, _OneOfMany):
-        return _OneOfMany(_owned(value.value), value.container)
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_owned(v) for v in value)
-    return value
 
 
 def _nbytes(value: Any) -> int:

@@ -3,6 +3,8 @@ requests that arrive together, and the SDPA 4-D mask against the 2-D mask path."
 
 from __future__ import annotations
 
+import time
+
 import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
@@ -300,13 +302,15 @@ def _group(prompt, n: int) -> list[ModelRequest]:
 def test_a_group_larger_than_the_free_rows_encodes_its_image_once(vision_prompt):
     """Five requests of one prompt on two rows prefill in three forwards or more; the image is
     encoded by the first only and every request still gets what it gets alone. The features are
-    kept only while requests wait for rows: the same group sent again is encoded again."""
+    kept only while the engine has requests: the same group sent again once it is idle is
+    encoded again."""
     model, processor = tiny_qwen2vl(seed=0)
     encoded = _count_encodings(model)
     reqs = _group(vision_prompt(seed=3), 5)
     with LocalInferenceEngine(model, processor, max_batch_size=2, seed=0) as engine:
         results = generate_all(engine, reqs)
         assert engine.stats()["prefill_batches"] >= 3 and encoded == [1]
+        time.sleep(0.5)  # the worker finds itself idle (and forgets) right after the last answer
         generate_all(engine, reqs)
     assert encoded == [1, 1]
     assert_as_if_alone(model, processor, reqs, results)

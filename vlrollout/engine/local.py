@@ -52,8 +52,8 @@ logger = get_logger(__name__)
 
 IMAGE_MEMO_BYTES = 256 << 20
 """Bytes of image features (and their patch rows) the engine keeps for later prefills of the
-same images (:class:`vlrollout.image_sharing.FeatureMemo`): only while requests wait for rows
-(the queue drained, they are dropped), and dropped whenever the engine changes the weights or
+same images (:class:`vlrollout.image_sharing.FeatureMemo`): only while the engine is busy
+(dropped when it has no request left), and dropped whenever the engine changes the weights or
 moves the model. Weights written into ``engine.model`` by other code are not
 seen: call :func:`vlrollout.image_sharing.forget` after doing so."""
 

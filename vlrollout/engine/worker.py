@@ -315,6 +315,8 @@ class DecodeWorker:
     def _loop(self) -> None:
         while True:
             with self._cond:
+                if not (self._active or self._pending):  # kept image features serve a busy
+                    image_sharing.forget(self.model)  # engine's later admissions, no idle one
                 while not (self._stopping or self._controls or self._has_work()):
                     self._cond.wait()
                 if self._stopping:
@@ -421,7 +423,6 @@ class DecodeWorker:
                 task = self._pending.popleft()
                 if not task.future.cancelled():
                     tasks.append(task)
-            waiting = bool(self._pending)
         groups: dict[tuple, list[GenerationTask]] = {}
         for task in tasks:  # one forward needs vision inputs that concatenate over its rows
             groups.setdefault(self._batch_key(task.inputs), []).append(task)
@@ -437,8 +438,6 @@ class DecodeWorker:
                         self._prefill([task])
                     except Exception as e1:
                         _resolve(task.future, error=e1)
-        if not waiting:  # image features are kept only for requests still waiting for rows
-            image_sharing.forget(self.model)
 
     @staticmethod
     def _batch_key(inputs: PreparedInputs) -> tuple:
