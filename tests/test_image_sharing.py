@@ -11,7 +11,7 @@ from PIL import Image
 
 from vlrollout import image_sharing
 from vlrollout.image_sharing import distinct_images
-from vlrollout.testing.tiny_families import tiny_vlm
+from vlrollout.testing.tiny_families import count_image_encodings, tiny_vlm
 
 TRAINABLE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 
@@ -57,11 +57,7 @@ def test_forward_and_gradients_equal_encoding_every_copy(family):
     assert image_sharing.install(shared)
     assert not image_sharing.install(shared)  # once
 
-    encoded: list[int] = []
-    shared.model.visual.register_forward_pre_hook(
-        lambda _m, args, kwargs: encoded.append(int(kwargs["grid_thw"].shape[0])),
-        with_kwargs=True,
-    )
+    encoded = count_image_encodings(shared)
     torch.manual_seed(0)
     logits = model(**batch).logits
     weights = torch.randn_like(logits)
@@ -101,16 +97,6 @@ def test_a_copy_of_a_wrapped_model_encodes_with_its_own_weights():
     assert torch.equal(before, after)
 
 
-def _encoded_counts(model) -> list[int]:
-    """Images the vision tower encodes, one entry per call."""
-    encoded: list[int] = []
-    model.model.visual.register_forward_pre_hook(
-        lambda _m, args, kwargs: encoded.append(int(kwargs["grid_thw"].shape[0])),
-        with_kwargs=True,
-    )
-    return encoded
-
-
 @pytest.mark.parametrize("family", TRAINABLE)
 def test_a_remembered_image_is_not_encoded_again_by_a_later_forward(family):
     """The engine's memo: a group larger than the engine's free rows prefills in several
@@ -119,7 +105,7 @@ def test_a_remembered_image_is_not_encoded_again_by_a_later_forward(family):
     a, b = ((56, 56), (200, 30, 30)), ((84, 56), (10, 220, 90))
     remembering = copy.deepcopy(model)
     assert image_sharing.install(remembering, memo_bytes=64 << 20)
-    encoded = _encoded_counts(remembering)
+    encoded = count_image_encodings(remembering)
     with torch.inference_mode():
         for images in ([a, a], [a, b, a], [b], [a]):
             batch = _batch(processor, images)
@@ -131,7 +117,7 @@ def test_a_remembered_image_is_not_encoded_again_by_a_later_forward(family):
 def test_new_weights_make_the_memo_forget():
     model, processor = tiny_vlm("qwen2_vl")
     image_sharing.install(model, memo_bytes=64 << 20)
-    encoded = _encoded_counts(model)
+    encoded = count_image_encodings(model)
     batch = _batch(processor, [((56, 56), (200, 30, 30))])
     with torch.inference_mode():
         model(**batch)
@@ -143,14 +129,14 @@ def test_new_weights_make_the_memo_forget():
 def test_the_memo_keeps_within_its_bytes_and_is_not_used_with_gradients():
     model, processor = tiny_vlm("qwen2_vl")
     image_sharing.install(model, memo_bytes=1)  # room for no image
-    encoded = _encoded_counts(model)
+    encoded = count_image_encodings(model)
     batch = _batch(processor, [((56, 56), (200, 30, 30))])
     with torch.inference_mode():
         model(**batch)
         model(**batch)
     trained, _ = tiny_vlm("qwen2_vl")
     image_sharing.install(trained, memo_bytes=64 << 20)
-    encoded_in_training = _encoded_counts(trained)
+    encoded_in_training = count_image_encodings(trained)
     trained(**batch)
     trained(**batch)
     assert encoded == [1, 1] and encoded_in_training == [1, 1]

@@ -17,6 +17,7 @@ from tests.engine.batches import (
 )
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.batch import MaskBuffer
+from vlrollout.testing.tiny_families import count_image_encodings
 from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
 
 
@@ -277,15 +278,6 @@ def test_a_group_sharing_one_prepared_prompt_prepares_it_once(tiny, vision_promp
     assert_as_if_alone(model, processor, reqs, together)
 
 
-def _count_encodings(model) -> list[int]:
-    encoded: list[int] = []
-    model.model.visual.register_forward_pre_hook(
-        lambda _m, args, kwargs: encoded.append(int(kwargs["grid_thw"].shape[0])),
-        with_kwargs=True,
-    )
-    return encoded
-
-
 def _group(prompt, n: int) -> list[ModelRequest]:
     return [
         ModelRequest(
@@ -305,7 +297,7 @@ def test_a_group_larger_than_the_free_rows_encodes_its_image_once(vision_prompt)
     kept only while the engine has requests: the same group sent again once it is idle is
     encoded again."""
     model, processor = tiny_qwen2vl(seed=0)
-    encoded = _count_encodings(model)
+    encoded = count_image_encodings(model)
     reqs = _group(vision_prompt(seed=3), 5)
     with LocalInferenceEngine(model, processor, max_batch_size=2, seed=0) as engine:
         results = generate_all(engine, reqs)
@@ -318,7 +310,7 @@ def test_a_group_larger_than_the_free_rows_encodes_its_image_once(vision_prompt)
 
 def test_new_weights_drop_the_kept_image_features(vision_prompt):
     model, processor = tiny_qwen2vl(seed=0)
-    encoded = _count_encodings(model)
+    encoded = count_image_encodings(model)
     prompt = vision_prompt(seed=3)
     with LocalInferenceEngine(model, processor, max_batch_size=2, seed=0) as engine:
         inputs = {

@@ -167,3 +167,14 @@ def save_tiny_vlm(family: str, path: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return path
+
+
+def count_image_encodings(model: torch.nn.Module) -> list[int]:
+    """A list that gets, for every call of ``model``'s Qwen-VL vision tower, the number of images
+    it encodes (a forward hook that stays on the model)."""
+    encoded: list[int] = []
+    model.model.visual.register_forward_pre_hook(
+        lambda _m, args, kwargs: encoded.append(int(kwargs["grid_thw"].shape[0])),
+        with_kwargs=True,
+    )
+    return encoded
