@@ -11,9 +11,14 @@ Each k > 0 runs twice: at the recipe's learning rate, and at that rate divided b
 staleness-scaled step of asynchronous SGD (Zhang et al. 2016, "Staleness-aware Async-SGD"): a
 gradient computed on samples k versions old is a delayed correction, and a step that moves the
 policy far between versions overshoots on it. ``--no-scaled-lr`` leaves that arm out.
+``--behave-clip`` adds a third form of each k > 0: AReaL's standard PPO loss with its ratio taken
+against the logprobs of the policy that sampled each token (``actor.use_decoupled_loss=false``,
+``actor.recompute_logprob=false``). With one minibatch per step the decoupled loss's ratio
+against the recomputed proximal policy is 1 at every token, so nothing clips; this ratio is the
+stale token's importance weight, and PPO's clip bounds how far an update follows it.
 
 Printed: the held-out greedy metric per evaluation step, mean ± sd over seeds per arm; each arm's
-last-evaluation gap to k = 0 against the larger of the two arms' seed sd; training minutes. A
+last-evaluation gap to k = 0 against k = 0's seed sd; training minutes. A
 JSON record goes to ``--record-dir`` as ``offpolicy_learning_<recipe>.json``.
 
     .venv/bin/python bench/bench_offpolicy_learning.py --recipe counting   # k = 0, 1, 1 at lr/2
@@ -42,17 +47,24 @@ from vlrollout.train.config import load_config  # noqa: E402
 ASYNC_KEYS = ("actor.use_decoupled_loss=true", "actor.recompute_logprob=true")
 """What AReaL's asynchronous GRPO sets with k > 0 (the decoupled loss needs pi_prox)."""
 
+BEHAVE_CLIP_KEYS = ("actor.use_decoupled_loss=false", "actor.recompute_logprob=false")
+"""AReaL's standard PPO loss with its ratio against the sampling policy's logprobs."""
+
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm: ``k`` versions stale, at the recipe's learning rate or at it over ``k + 1``."""
+    """One arm: ``k`` versions stale, at the recipe's learning rate or at it over ``k + 1``, with
+    AReaL's decoupled loss or (``behave_clip``) PPO's ratio against the sampling policy."""
 
     k: int
     scaled_lr: bool = False
+    behave_clip: bool = False
 
     @property
     def name(self) -> str:
-        """``k0``, ``k1``, ``k1-lr/2``: the arm's label in tables and the record."""
+        """``k0``, ``k1``, ``k1-lr/2``, ``k1-clip``: the arm's label in tables and the record."""
+        if self.behave_clip:
+            return f"k{self.k}-clip"
         return f"k{self.k}-lr/{self.k + 1}" if self.scaled_lr else f"k{self.k}"
 
     def overrides(self, recipe_lr: float) -> list[str]:
@@ -62,26 +74,32 @@ class Arm:
         ([], 'rollout.max_head_offpolicyness=2')
         >>> Arm(1, scaled_lr=True).overrides(2e-4)[-1]
         'actor.optimizer.lr=0.0001'
+        >>> Arm(1, behave_clip=True).overrides(2e-4)[1:]
+        ['actor.use_decoupled_loss=false', 'actor.recompute_logprob=false']
         """
         if self.k == 0:
             return []
-        keys = [f"rollout.max_head_offpolicyness={self.k}", *ASYNC_KEYS]
+        loss_keys = BEHAVE_CLIP_KEYS if self.behave_clip else ASYNC_KEYS
+        keys = [f"rollout.max_head_offpolicyness={self.k}", *loss_keys]
         if self.scaled_lr:
             keys.append(f"actor.optimizer.lr={recipe_lr / (self.k + 1):g}")
         return keys
 
 
-def arms(ks: list[int], scaled_lr: bool) -> list[Arm]:
-    """k = 0 first, then each k > 0 at the recipe's rate and, with ``scaled_lr``, at rate/(k+1).
+def arms(ks: list[int], scaled_lr: bool, behave_clip: bool = False) -> list[Arm]:
+    """k = 0 first, then each k > 0 at the recipe's rate, with ``scaled_lr`` at rate/(k+1), and
+    with ``behave_clip`` with PPO's ratio against the sampling policy.
 
-    >>> [a.name for a in arms([1, 0], scaled_lr=True)]
-    ['k0', 'k1', 'k1-lr/2']
+    >>> [a.name for a in arms([1, 0], scaled_lr=True, behave_clip=True)]
+    ['k0', 'k1', 'k1-lr/2', 'k1-clip']
     """
     out = [Arm(0)]
     for k in sorted(set(ks) - {0}):
         out.append(Arm(k))
         if scaled_lr:
             out.append(Arm(k, scaled_lr=True))
+        if behave_clip:
+            out.append(Arm(k, behave_clip=True))
     return out
 
 
@@ -102,18 +120,20 @@ def per_step(runs: list[RunResult]) -> dict[int, tuple[float, float]]:
 
 
 def verdict(base: dict[int, tuple[float, float]], other: dict[int, tuple[float, float]]) -> str:
-    """Whether ``other``'s last evaluation is within the seed spread of ``base``'s (k = 0).
+    """Whether ``other``'s last evaluation is within the seed spread of ``base``'s (k = 0): its
+    mean no further from k = 0's mean than k = 0's seed sd. (The other arm's own sd does not
+    widen it: an arm whose seeds scatter is not thereby as good as k = 0.)
 
     >>> verdict({8: (0.80, 0.02)}, {8: (0.79, 0.01)})
-    'gap -0.010, seed sd 0.020: within the spread'
-    >>> verdict({8: (0.80, 0.02)}, {8: (0.70, 0.01)})
-    'gap -0.100, seed sd 0.020: outside the spread'
+    'gap -0.010, k0 seed sd 0.020: within the spread'
+    >>> verdict({8: (0.80, 0.02)}, {8: (0.75, 0.09)})
+    'gap -0.050, k0 seed sd 0.020: outside the spread'
     """
     step = max(set(base) & set(other))
     gap = other[step][0] - base[step][0]
-    spread = max(base[step][1], other[step][1])
+    spread = base[step][1]
     where = "within" if abs(gap) <= spread else "outside"
-    return f"gap {gap:+.3f}, seed sd {spread:.3f}: {where} the spread"
+    return f"gap {gap:+.3f}, k0 seed sd {spread:.3f}: {where} the spread"
 
 
 def run_arms(
@@ -151,12 +171,17 @@ def main(argv: list[str]) -> None:
     ap.add_argument(
         "--no-scaled-lr", action="store_true", help="no k > 0 arm at the recipe's lr / (k + 1)"
     )
+    ap.add_argument(
+        "--behave-clip",
+        action="store_true",
+        help="add each k > 0 with PPO's ratio against the sampling policy, no decoupled loss",
+    )
     ap.add_argument("--jobs", type=whole_number(1), default=1, help="runs at a time (cores shared)")
     record.add_keep(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to every run")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
-    arm_list = arms(args.ks, scaled_lr=not args.no_scaled_lr)
+    arm_list = arms(args.ks, scaled_lr=not args.no_scaled_lr, behave_clip=args.behave_clip)
     started = record.Run(f"offpolicy_learning_{args.recipe}", argv)
     with tempfile.TemporaryDirectory() as tmp:
         runs = run_arms(RECIPES[args.recipe], arm_list, args, args.keep or Path(tmp))
@@ -192,7 +217,8 @@ def main(argv: list[str]) -> None:
         "verdicts": verdicts,
     }
     changed = args.ks != [0, 1] or args.seeds != [1, 2, 3] or args.overrides or args.eval_items
-    mode = "changed: " + " ".join(argv) if changed or args.no_scaled_lr else "default"
+    changed = changed or args.no_scaled_lr or args.behave_clip
+    mode = "changed: " + " ".join(argv) if changed else "default"
     record.write(started.record([held_out, minutes], line, numbers, mode=mode), args.record_dir)
 
 

@@ -28,6 +28,14 @@ def test_the_asynchronous_arm_sets_what_areal_needs_and_k0_is_the_recipe():
     assert not any(key.startswith("actor.optimizer.lr") for key in k1)
 
 
+def test_the_behave_clip_arm_takes_ppo_s_ratio_against_the_sampling_policy():
+    keys = bench.Arm(1, behave_clip=True).overrides(2e-4)
+    assert "rollout.max_head_offpolicyness=1" in keys
+    assert {"actor.use_decoupled_loss=false", "actor.recompute_logprob=false"} <= set(keys)
+    names = [a.name for a in bench.arms([1], scaled_lr=False, behave_clip=True)]
+    assert names == ["k0", "k1", "k1-clip"]
+
+
 def test_the_scaled_arm_divides_the_recipe_rate_by_k_plus_one():
     k2 = bench.Arm(2, scaled_lr=True).overrides(3e-4)
     assert "actor.optimizer.lr=0.0001" in k2 and "rollout.max_head_offpolicyness=2" in k2
@@ -52,3 +60,11 @@ def test_the_verdict_compares_the_last_common_step_against_the_larger_seed_sd():
     assert verdict.startswith("gap -0.075") and verdict.endswith("outside the spread")
     close = bench.per_step([RunResult("k1", 1, {8: 0.87}, {}, 1.0)])
     assert bench.verdict(on, close).endswith("within the spread")
+
+
+def test_an_arm_whose_seeds_scatter_is_not_within_k0_s_spread():
+    on = bench.per_step([RunResult("k0", s, {8: v}, {}, 1.0) for s, v in ((1, 0.97), (2, 0.99))])
+    scattered = bench.per_step(
+        [RunResult("k1", s, {8: v}, {}, 1.0) for s, v in ((1, 0.60), (2, 0.98), (3, 0.96))]
+    )
+    assert bench.verdict(on, scattered).endswith("outside the spread")
