@@ -25,9 +25,12 @@ single frame and no EXIF rotation, and its mode converts to RGB by PIL's own rul
 :func:`~vlrollout.processors.image_mode.to_rgb` (``RGB``, grey ``L``, ``1``, and palette ``P``
 without transparency). Otherwise (PIL input, rotation, alpha or transparency, 16-bit or float grey,
 first-frame extraction, other formats) the RGB pixels are re-encoded as lossless WebP at its fastest
-effort, which decodes to exactly the trainer's pixels: of the lossless codecs PIL has, it encodes a
-photo fastest (1.6-4x PNG at zlib level 1), is about as small, and decodes faster on the server
-(PNG where a side exceeds WebP's 16,383-pixel limit). Encoding happens only
+effort, which decodes to exactly the trainer's pixels (PNG where a side exceeds WebP's 16,383-pixel
+limit). Of PIL's lossless codecs that compress, WebP encodes a photo fastest, is about as small as
+PNG and decodes faster on the server. An uncompressed one (BMP) encodes almost for free, but its
+body is several times larger, and AReaL's remote client serialises the body once per request, so
+for a group the two cost the rollout process about the same; ``bench/bench_engine_image_codecs.py``
+measures each codec's share per image size. Encoding happens only
 when :meth:`LoadedImage.engine_bytes` is called, i.e. when an engine reads ``image_data``, and
 once per prepared prompt (every episode of a group shares it).
 """

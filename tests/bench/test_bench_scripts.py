@@ -3,6 +3,7 @@ headline last, and write the same headline into their JSON record."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -58,6 +59,10 @@ QUICK_RUNS = {
     "test_prompt_memory_quick_runs_and_prints_the_headline": ("bench_prompt_memory.py", 300),
     "test_reward_pool_quick_prints_both_sizes_and_the_headline": ("bench_reward_pool.py", 300),
     "test_packaging_quick_prints_every_case_and_the_headline": ("bench_packaging.py", 120),
+    "test_engine_image_codecs_quick_prints_every_image_and_codec": (
+        "bench_engine_image_codecs.py",
+        120,
+    ),
 }
 """Per test, the script it runs with ``--quick`` and its time limit in seconds (longest first)."""
 
@@ -185,6 +190,37 @@ def test_processor_call_quick_prints_identical_outputs_and_the_headline(quick):
     rows = [line for line in lines if re.match(r"\d+x\d+ \w+ \((fast|slow)\)", line)]
     assert len(rows) == 6 and all(row.endswith("True") for row in rows), lines
     assert lines[-1].startswith("headline") and lines[-1].endswith("outputs identical: True")
+
+
+def test_engine_image_codecs_quick_prints_every_image_and_codec(quick):
+    lines = quick["bench_engine_image_codecs.py"].lines()
+    for size in ("336x252", "800x600", "1411x1411"):
+        rows = [line for line in lines if line.lstrip().startswith(size)]
+        assert len(rows) == 3, lines
+        assert [r for r in rows if "(ours)" in r], rows
+    assert lines[-1].startswith("least client time for the group: 336x252 ")
+
+
+def test_a_codec_that_changes_the_pixels_is_refused(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    from bench_engine_image_codecs import Codec, measure
+
+    def jpeg(image: Image.Image) -> bytes:
+        buf = io.BytesIO()
+        image.save(buf, format="JPEG", quality=90)
+        return buf.getvalue()
+
+    picture = Image.effect_noise((32, 24), 40).convert("RGB")
+    with pytest.raises(RuntimeError, match="does not decode to the image's pixels"):
+        measure(picture, Codec("JPEG", jpeg), reps=1)
+    lossless = measure(picture, Codec("PNG", lambda im: _png(im)), reps=1)
+    assert lossless["body_bytes"] > len(_png(picture))  # the body carries the image
+
+
+def _png(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def test_a_benchmark_stopped_with_ctrl_c_says_so_in_one_line(monkeypatch, capsys):
