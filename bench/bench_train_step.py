@@ -13,8 +13,11 @@ AReaL's asynchronous recipe, for k > 0), so the trainer's work per step is the s
 ``wait`` is the trainer's wait for its batch (``time/rollout``): with k = 0 the whole rollout,
 with k > 0 what the rollouts running during the previous update had not finished. The wait share
 is the wait over the step, averaged over the steps after the first. With k >= 1 the items of the
-next k steps are submitted before each update, so step ``s`` trains tokens ``min(s - 1, k)``
-weight versions old (step 2 cannot be older than version 0 = 1 behind). ``setup`` is the
+next k steps are submitted before each update, so every step after the first trains tokens at
+least 1 and at most ``min(s - 1, k)`` weight versions old (step 2 cannot be older than version 0 =
+1 behind): with k = 1 exactly 1. With k = 2 a step's tokens are 2 versions old only if its
+rollouts started before the weights moved on twice; an engine still busy with the step before
+starts them one version later (the step before's wait shows it). ``setup`` is the
 trainer's one-time set-up done at the start of the run (``time/setup``: a first logprob pass,
 backward pass and optimizer step at learning rate 0, :mod:`vlrollout.train.warmup`), and
 ``first/later`` the first step's update (and logprob pass) over the mean of the later ones';
@@ -110,10 +113,25 @@ def summary(rows: list[dict], k: int) -> dict:
     out["tokens_per_s"] = statistics.fmean(r["gen_tokens"] / r["time/step"] for r in steady)
     out["staleness"] = [r.get("staleness_max", 0) for r in rows]
     out["staleness_expected"] = [min(r["step"] - 1, k) for r in rows]
+    out["staleness_ok"] = staleness_ok(out["staleness"], out["staleness_expected"])
     out["setup"] = rows[0].get("time/setup", 0.0)
     out["first_update_ratio"] = rows[0]["time/update"] / out["update"]
     out["first_logp_ratio"] = rows[0]["time/logp"] / out["logp"]
     return out
+
+
+def staleness_ok(staleness: list[int], most: list[int]) -> bool:
+    """Every step trains tokens at most ``most`` versions old, and (the rollouts overlapping the
+    update) every asynchronous step after the first at least 1.
+
+    >>> staleness_ok([0, 1, 2, 1], [0, 1, 2, 2]), staleness_ok([0, 1, 0, 1], [0, 1, 1, 1])
+    (True, False)
+    >>> staleness_ok([0, 0, 0], [0, 0, 0]), staleness_ok([0, 1, 3], [0, 1, 2])
+    (True, False)
+    """
+    return all(
+        (1 if bound > 0 else 0) <= got <= bound for got, bound in zip(staleness, most, strict=True)
+    )
 
 
 def first_update_verdict(means: dict[tuple[str, int], dict]) -> str:
@@ -197,10 +215,11 @@ def main(argv: list[str]) -> None:
     tables.insert(0, summary_table)
     print("\n" + summary_table.text())
 
-    stale_ok = all(m["staleness"] == m["staleness_expected"] for m in means.values())
+    stale_ok = all(m["staleness_ok"] for m in means.values())
     headline = (
         f"wait share at k=1 over k=0's: {', '.join(verdicts)} (target <= {TARGET_SHARE:.2f}); "
-        f"staleness min(step - 1, k) at every step of every run: {'yes' if stale_ok else 'no'}; "
+        "staleness from 1 to min(step - 1, k) at every step after the first of every run "
+        f"(k = 0: 0): {'yes' if stale_ok else 'no'}; "
         f"{first_update_verdict(means)}"
     )
     print(headline)

@@ -3,6 +3,7 @@ benchmark itself trains for minutes per run)."""
 
 from __future__ import annotations
 
+import doctest
 import sys
 from pathlib import Path
 
@@ -36,6 +37,18 @@ def test_the_summary_expects_min_step_minus_one_k_and_sets_the_first_update_apar
     assert bench.summary(rows, k=1)["staleness_expected"] == [0, 1, 1, 1]
 
 
+def test_staleness_is_judged_as_overlap_bounded_by_k():
+    """Each asynchronous step after the first overlaps (at least 1 version old) and is never
+    older than k allows; a k = 2 step one version old (its rollouts started late) still
+    overlapped, a step at 0 did not."""
+    rows = [_row(s, stale, 0.5, 2.0) for s, stale in ((1, 0), (2, 1), (3, 1), (4, 2))]
+    assert bench.summary(rows, k=2)["staleness_ok"]
+    late = [_row(s, stale, 0.5, 2.0) for s, stale in ((1, 0), (2, 1), (3, 0))]
+    assert not bench.summary(late, k=1)["staleness_ok"]
+    too_old = [_row(s, stale, 0.5, 2.0) for s, stale in ((1, 0), (2, 2))]
+    assert not bench.summary(too_old, k=2)["staleness_ok"]
+
+
 def test_the_first_update_headline_sets_apart_runs_whose_first_step_overlaps_more():
     means = {
         ("embedded", 0): {"first_update_ratio": 1.04},
@@ -47,3 +60,7 @@ def test_the_first_update_headline_sets_apart_runs_whose_first_step_overlaps_mor
     assert text.startswith("first update over the later ones' mean, worst run with k <= 1: 1.08")
     assert "k >= 2 (the first update overlaps k batches of rollouts, a later one 1): 1.30" in text
     assert "k >= 2" not in bench.first_update_verdict({("embedded", 0): {"first_update_ratio": 1}})
+
+
+def test_docstring_examples():
+    assert doctest.testmod(bench).failed == 0
