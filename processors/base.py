@@ -9,6 +9,8 @@ to convert coordinates and each video's timing (:class:`VideoClip`).
 
 from __future__ import annotations
 
+import base64
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -205,8 +207,6 @@ class EngineImages:
         messages: list[dict[str, Any]] | None,
         held_bytes: int,
     ) -> None:
-        import threading
-
         self._images = images
         self._messages = messages
         self._held = held_bytes
@@ -224,8 +224,6 @@ class EngineImages:
         return self._held if self._b64 is None else sum(len(s) for s in self._b64)
 
     def image_data(self) -> list[str]:
-        import base64
-
         with self._lock:
             if self._b64 is None:
                 out = []
