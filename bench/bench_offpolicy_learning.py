@@ -18,7 +18,8 @@ against the recomputed proximal policy is 1 at every token, so nothing clips; th
 stale token's importance weight, and PPO's clip bounds how far an update follows it.
 
 Printed: the held-out greedy metric per evaluation step, mean ± sd over seeds per arm; each arm's
-last-evaluation gap to k = 0 against k = 0's seed sd; training minutes. A
+last-evaluation gap to k = 0 against k = 0's seed sd; training minutes. Every run is evaluated on
+the held-out items of ``--split`` (:mod:`splits`: ``test`` by default, ``dev`` for choosing). A
 JSON record goes to ``--record-dir`` as ``offpolicy_learning_<recipe>.json``.
 
     .venv/bin/python bench/bench_offpolicy_learning.py --recipe counting   # k = 0, 1, 1 at lr/2
@@ -39,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import record  # noqa: E402
+import splits  # noqa: E402
 from bench_learning import METRIC, RECIPES, ROOT, RunResult, run_one  # noqa: E402
 
 from vlrollout.argtypes import whole_number  # noqa: E402
@@ -140,7 +142,12 @@ def run_arms(
     config: str, arm_list: list[Arm], args: argparse.Namespace, base: Path
 ) -> dict[str, list[RunResult]]:
     """Every (arm, seed) run, ``args.jobs`` at a time, each with cores/jobs torch threads."""
-    common = ["vlrollout.progress=false", "vlrollout.log_rollouts=0", *args.overrides]
+    common = [
+        splits.eval_override(args.split),
+        "vlrollout.progress=false",
+        "vlrollout.log_rollouts=0",
+        *args.overrides,
+    ]
     if args.eval_items is not None:
         common.append(f"vlrollout.eval_items={args.eval_items}")
     recipe_lr = load_config(str(ROOT / config)).actor.optimizer.lr
@@ -178,9 +185,11 @@ def main(argv: list[str]) -> None:
     )
     ap.add_argument("--jobs", type=whole_number(1), default=1, help="runs at a time (cores shared)")
     record.add_keep(ap)
+    splits.add_split(ap)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE passed to every run")
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
+    splits.refuse_eval_seed(ap, args.overrides)
     arm_list = arms(args.ks, scaled_lr=not args.no_scaled_lr, behave_clip=args.behave_clip)
     started = record.Run(f"offpolicy_learning_{args.recipe}", argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,7 +204,7 @@ def main(argv: list[str]) -> None:
             [str(s), *(f"{curves[n][s][0]:.3f} ± {curves[n][s][1]:.3f}" for n in names)]
             for s in steps
         ],
-        title=f"{metric}, mean ± sd over seeds {args.seeds}",
+        title=f"{metric} on the {args.split} split, mean ± sd over seeds {args.seeds}",
     )
     minutes = record.Table(
         ["arm", "training minutes per run"],
@@ -215,9 +224,11 @@ def main(argv: list[str]) -> None:
         "runs": {n: [vars(r) for r in rs] for n, rs in runs.items()},
         "curves": {n: {s: list(v) for s, v in c.items()} for n, c in curves.items()},
         "verdicts": verdicts,
+        "split": args.split,
+        "eval_seed": splits.SPLITS[args.split],
     }
     changed = args.ks != [0, 1] or args.seeds != [1, 2, 3] or args.overrides or args.eval_items
-    changed = changed or args.no_scaled_lr or args.behave_clip
+    changed = changed or args.no_scaled_lr or args.behave_clip or args.split != splits.DEFAULT
     mode = "changed: " + " ".join(argv) if changed else "default"
     record.write(started.record([held_out, minutes], line, numbers, mode=mode), args.record_dir)
 

@@ -4,8 +4,11 @@ itself trains for minutes per run)."""
 from __future__ import annotations
 
 import doctest
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
@@ -68,3 +71,26 @@ def test_an_arm_whose_seeds_scatter_is_not_within_k0_s_spread():
         [RunResult("k1", s, {8: v}, {}, 1.0) for s, v in ((1, 0.60), (2, 0.98), (3, 0.96))]
     )
     assert bench.verdict(on, scattered).endswith("outside the spread")
+
+
+def test_every_run_is_evaluated_on_the_split_and_the_record_names_it(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run_one(config, arm, seed, out, overrides, threads):
+        calls.append(overrides)
+        return RunResult(arm, seed, {0: 0.5, 8: 0.7}, {}, 1.0)
+
+    monkeypatch.setattr(bench, "run_one", fake_run_one)
+    bench.main(["--seeds", "1", "--no-scaled-lr", "--record-dir", str(tmp_path)])
+    assert len(calls) == 2 and all("vlrollout.eval_seed=7001" in c for c in calls)
+    calls.clear()
+    bench.main(["--seeds", "1", "--split", "dev", "--no-scaled-lr", "--record-dir", str(tmp_path)])
+    assert all("vlrollout.eval_seed=200" in c for c in calls)
+    written = json.loads((tmp_path / "offpolicy_learning_counting.json").read_text())
+    assert written["numbers"]["split"] == "dev" and written["numbers"]["eval_seed"] == 200
+
+
+def test_an_eval_seed_override_is_refused(capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["vlrollout.eval_seed=5"])
+    assert stop.value.code == 2 and "--split" in capsys.readouterr().err
