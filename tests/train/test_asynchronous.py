@@ -229,14 +229,25 @@ def _config(tmp_path, *overrides):
     )
 
 
-def test_async_config_warns_without_the_decoupled_loss(tmp_path):
-    cfg = _config(tmp_path, "rollout.max_head_offpolicyness=2")
-    (line,) = config_warnings(cfg)
-    assert "actor.use_decoupled_loss=false" in line and "up to 2 weight versions old" in line
+def test_async_config_warns_when_the_loss_trains_stale_tokens_as_on_policy(tmp_path):
+    k2 = "rollout.max_head_offpolicyness=2"
+    recomputed = _config(tmp_path, k2, "actor.recompute_logprob=true")
+    (line,) = config_warnings(recomputed)
+    assert "actor.recompute_logprob=true" in line and "up to 2 weight versions old" in line
     decoupled = _config(
-        tmp_path, "rollout.max_head_offpolicyness=2", "actor.use_decoupled_loss=true"
+        tmp_path, k2, "actor.use_decoupled_loss=true", "actor.recompute_logprob=true"
     )
-    assert config_warnings(decoupled) == []
+    (line,) = config_warnings(decoupled)
+    assert "one minibatch" in line and "actor.use_decoupled_loss=false" in line
+    screened = _config(
+        tmp_path,
+        k2,
+        "actor.use_decoupled_loss=true",
+        "actor.recompute_logprob=true",
+        "+actor.rejection_sampling={level:token,action:mask,metric:ratio,upper:5.0}",
+    )
+    assert config_warnings(screened) == []
+    assert config_warnings(_config(tmp_path, k2)) == []  # PPO against the sampling policy
     assert config_warnings(_config(tmp_path)) == []  # on-policy: nothing to say
 
 

@@ -63,26 +63,38 @@ soon as one finishes; nothing is submitted on its account)."""
 
 # ----------------------------------------------------------------------------- configuration
 def config_warnings(cfg: Any) -> list[str]:
-    """Lines to log for a ``TrainConfig`` with ``rollout.max_head_offpolicyness > 0``.
+    """Lines to log for a ``TrainConfig`` with ``rollout.max_head_offpolicyness > 0`` whose loss
+    trains stale tokens as if they were on-policy.
 
-    Without ``actor.use_decoupled_loss`` AReaL trains anyway (the PPO ratio is taken against the
-    logprobs of the policy that sampled each token, up to k versions old, or against a recomputed
-    one with ``recompute_logprob``); its asynchronous recipe uses the decoupled loss, so the run
-    is told. (What k > 0 cannot run with, :func:`~vlrollout.train.config.check_rules` refuses.)
+    Two settings do: PPO's loss with ``actor.recompute_logprob`` (its ratio is taken against the
+    trainer's current policy, not the one that sampled each token), and AReaL's decoupled loss
+    with one minibatch per step and no ``actor.rejection_sampling`` (its ratio to the proximal
+    policy is 1 at every token, and nothing weights a token by proximal over behaviour policy).
+    PPO's loss against the logprobs of the policy that sampled each token
+    (``actor.use_decoupled_loss=false``, ``actor.recompute_logprob=false``) weights and clips
+    each stale token, and is not warned about. (What k > 0 cannot run with,
+    :func:`~vlrollout.train.config.check_rules` refuses.)
     """
     k = cfg.rollout.max_head_offpolicyness
-    if k == 0 or cfg.actor.use_decoupled_loss:
+    actor = cfg.actor
+    if k == 0:
         return []
-    old = (
-        "the trainer's recomputed logprobs (actor.recompute_logprob)"
-        if cfg.actor.recompute_logprob
-        else "the logprobs of the policy that sampled each token"
-    )
-    return [
-        f"rollout.max_head_offpolicyness={k} with actor.use_decoupled_loss=false: PPO's ratio is "
-        f"taken against {old}, up to {k} weight versions old, with no proximal policy; AReaL's "
-        "asynchronous recipe sets actor.use_decoupled_loss=true"
-    ]
+    if not actor.use_decoupled_loss and actor.recompute_logprob:
+        return [
+            f"rollout.max_head_offpolicyness={k} with actor.recompute_logprob=true and no "
+            "decoupled loss: PPO's ratio is taken against the trainer's current policy, so tokens "
+            f"up to {k} weight versions old are trained as if on-policy; set "
+            "actor.recompute_logprob=false (the ratio against the policy that sampled each token)"
+        ]
+    if actor.use_decoupled_loss and actor.ppo_n_minibatches == 1 and not actor.rejection_sampling:
+        return [
+            f"rollout.max_head_offpolicyness={k} with actor.use_decoupled_loss=true, one minibatch "
+            "per step and no actor.rejection_sampling: the ratio to the proximal policy is 1 at "
+            f"every token, so tokens up to {k} weight versions old are trained as if on-policy; "
+            "actor.use_decoupled_loss=false actor.recompute_logprob=false takes PPO's ratio "
+            "against the policy that sampled each token (docs/training.md#asynchronous-training)"
+        ]
+    return []
 
 
 # ----------------------------------------------------------------------------- the data
