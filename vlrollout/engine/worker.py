@@ -93,6 +93,15 @@ def _same_inputs(a: Any, b: Any) -> bool:
     )
 
 
+def _joined_vision(inputs: list[PreparedInputs]) -> dict[str, torch.Tensor]:
+    """The vision tensors of a prefill's rows, concatenated on their first dimension; a single
+    row's own tensors, uncopied (a prompt of 4,096 Qwen2-VL image tokens has 77 MB of float32
+    patch rows, and a copy of them would be that much more peak memory)."""
+    if len(inputs) == 1:
+        return dict(inputs[0].vision)
+    return {key: torch.cat([i.vision[key] for i in inputs]) for key in inputs[0].vision}
+
+
 @dataclass(eq=False)
 class GenerationTask:
     """One request in flight, and its growing completion.
@@ -488,9 +497,7 @@ class DecodeWorker:
             )
             positions.append(torch.nn.functional.pad(pos, (length - len(row), 0), value=1))
         position_ids = torch.cat(positions, dim=-2)  # [3, B, L] (M-RoPE) or [B, L]
-        vision = {
-            key: torch.cat([t.inputs.vision[key] for t in run]) for key in run[0].inputs.vision
-        }
+        vision = _joined_vision([task.inputs for task in run])
         out = self.model(
             input_ids=ids,
             attention_mask=mask if len(run) > 1 else None,
