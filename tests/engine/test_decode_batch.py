@@ -252,19 +252,19 @@ def test_a_group_sending_one_prompt_is_prefilled_once(tiny, vision_prompt):
 
 def test_a_group_sharing_one_prepared_prompt_prepares_it_once(tiny, vision_prompt, monkeypatch):
     """The episodes of a group send one ``multi_modal_input`` object: its inputs are prepared
-    once (so the group reaches the queue together), a new tensor in the dict prepares again,
-    and each episode gets the tokens it would get alone."""
-    import vlrollout.engine.local as local
+    once while the group is in flight (so it reaches the queue together), a later request
+    prepares again, and each episode gets the tokens it would get alone."""
+    import vlrollout.engine.in_flight as in_flight
 
     model, processor = tiny
     calls = []
-    prepare = local.prepare_inputs
+    prepare = in_flight.prepare_inputs
 
     def counted(*args, **kwargs):
         calls.append(1)
         return prepare(*args, **kwargs)
 
-    monkeypatch.setattr(local, "prepare_inputs", counted)
+    monkeypatch.setattr(in_flight, "prepare_inputs", counted)
     reqs = [_fixed_length(vision_prompt, 0, 3 + i) for i in range(4)]
     for r in reqs[1:]:
         r.metadata = reqs[0].metadata  # one object for the group, as a workflow sends it

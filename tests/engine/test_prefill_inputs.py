@@ -4,6 +4,11 @@ memory than ``generate`` needs for the same prompt."""
 
 from __future__ import annotations
 
+import gc
+import time
+import weakref
+
+import pytest
 import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
@@ -78,3 +83,31 @@ def test_kept_features_of_pixels_changed_in_place_are_not_reused(vision_prompt):
         want = fresh(input_ids=ids, pixel_values=second["mm"]["pixel_values"], image_grid_thw=grid)
     assert encoded == [1, 1]
     torch.testing.assert_close(got.logits, want.logits, rtol=0, atol=0)
+
+
+def test_a_finished_request_leaves_its_pixels_to_the_caller(vision_prompt):
+    """The engine prepares a group's prompt once for the requests of it in flight, and keeps
+    nothing of it once they are done: the caller dropping the prompt frees its pixels."""
+    model, processor = tiny_qwen2vl(seed=0)
+    prompt = vision_prompt(seed=1)
+    prompt["mm"] = {k: v.clone() for k, v in prompt["mm"].items()}
+    pixels = weakref.ref(prompt["mm"]["pixel_values"])
+    with LocalInferenceEngine(model, processor, max_batch_size=4) as engine:
+        generate_all(engine, _group(prompt, 3))
+        assert engine.stats()["prefill_batches"] == 1
+        del prompt
+        deadline = time.monotonic() + 10  # the worker drops its kept features once idle
+        while pixels() is not None and time.monotonic() < deadline:
+            gc.collect()
+            time.sleep(0.01)
+        assert pixels() is None
+
+
+def test_a_refused_request_keeps_no_prepared_prompt(vision_prompt):
+    model, processor = tiny_qwen2vl(seed=0)
+    prompt = vision_prompt(seed=1)
+    prompt["input_ids"] = [*prompt["input_ids"], model.config.text_config.vocab_size]
+    with LocalInferenceEngine(model, processor, max_batch_size=4) as engine:
+        with pytest.raises(ValueError, match="outside the model's vocabulary"):
+            generate_all(engine, _group(prompt, 2))
+        assert len(engine._in_flight) == 0

@@ -26,10 +26,8 @@ set by ``set_version``.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import dataclasses
-import operator
 import threading
 import time
 from typing import Any
@@ -42,6 +40,7 @@ from vlrollout import image_sharing
 from vlrollout.compat.transformers import DynamicCache
 from vlrollout.engine.batch import can_merge
 from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
+from vlrollout.engine.in_flight import InFlightInputs
 from vlrollout.engine.inputs import check_token_ids, placeholder_token_ids, prepare_inputs
 from vlrollout.engine.sampling import SamplingParams
 from vlrollout.engine.worker import DecodeWorker, GenerationTask
@@ -147,8 +146,8 @@ class LocalInferenceEngine(InferenceEngine):
         self.seed = seed
         self._request_keys = RequestKeys()
         # The requests of a GRPO group share one prompt (the same multi_modal_input object):
-        # prepared once, they reach the queue together and prefill in one batch (see _prepared).
-        self._prepared: collections.OrderedDict = collections.OrderedDict()
+        # prepared once, they reach the queue together and prefill in one batch.
+        self._in_flight = InFlightInputs()
         if deterministic:
             max_batch_size = 1
         self.processor, self.tokenizer = _split_processor(processor_or_tokenizer)
@@ -344,28 +343,14 @@ class LocalInferenceEngine(InferenceEngine):
             seed = self._request_keys.seed_for(self.seed, req)
         args = (req, self.processor, self.model.config, self.device, self._dtype)
         if not (req.metadata or {}).get("multi_modal_input") and req.image_data:
-            inputs = await asyncio.to_thread(prepare_inputs, *args)  # decode + resize images
+            key, inputs = None, await asyncio.to_thread(prepare_inputs, *args)  # decode, resize
         else:
-            inputs = self._prepare_shared(args)
-        check_token_ids(inputs.input_ids, self.input_vocab_size)
-        params = SamplingParams.from_gconfig(
-            req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
-        )
-        top = int((req.metadata or {}).get("top_logprobs") or 0)
-        if top:
-            params = dataclasses.replace(params, top_logprobs=top)
-        task = GenerationTask(
-            inputs=inputs,
-            params=params,
-            tokenizer=req.tokenizer or self.tokenizer,
-            rid=str(req.rid),
-            generator=(
-                torch.Generator(device=self.device).manual_seed(int(seed))
-                if seed is not None
-                else None
-            ),
-        )
-        await asyncio.wrap_future(self._worker.submit(task))
+            key, inputs = self._in_flight.acquire(args)
+        try:
+            task = self._task(req, inputs, seed)
+            await asyncio.wrap_future(self._worker.submit(task))
+        finally:
+            self._in_flight.release(key)
         end = time.perf_counter()
         return LocalModelResponse(
             top_logprobs=task.out_top,
@@ -383,27 +368,26 @@ class LocalInferenceEngine(InferenceEngine):
             itl=task.itl,
         )
 
-    def _prepare_shared(self, args: tuple) -> Any:
-        """``prepare_inputs(*args)``, reused for a request with the same ``input_ids`` and the
-        same ``multi_modal_input`` object as one of the last 64 (a group's episodes): the
-        group's later requests then cost microseconds each, so an idle worker sees them arrive
-        together and prefills them in one batch (a slow submitter would split the group)."""
-        req = args[0]
-        mm = (req.metadata or {}).get("multi_modal_input")
-        if mm is None:
-            return prepare_inputs(*args)
-        values = tuple(mm.values()) if isinstance(mm, dict) else (mm,)
-        key = (id(mm), tuple(map(id, values)), tuple(req.input_ids))
-        hit = self._prepared.get(key)
-        if hit is not None and hit[0] is mm and all(map(operator.is_, hit[1], values)):
-            self._prepared.move_to_end(key)
-            return hit[2]
-        inputs = prepare_inputs(*args)
-        # mm and its tensors kept alive, so their ids are not reused meanwhile.
-        self._prepared[key] = (mm, values, inputs)
-        if len(self._prepared) > 64:
-            self._prepared.popitem(last=False)
-        return inputs
+    def _task(self, req: ModelRequest, inputs: Any, seed: int | None) -> GenerationTask:
+        """The worker's task for ``req``, its prompt prepared as ``inputs``."""
+        check_token_ids(inputs.input_ids, self.input_vocab_size)
+        params = SamplingParams.from_gconfig(
+            req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
+        )
+        top = int((req.metadata or {}).get("top_logprobs") or 0)
+        if top:
+            params = dataclasses.replace(params, top_logprobs=top)
+        return GenerationTask(
+            inputs=inputs,
+            params=params,
+            tokenizer=req.tokenizer or self.tokenizer,
+            rid=str(req.rid),
+            generator=(
+                torch.Generator(device=self.device).manual_seed(int(seed))
+                if seed is not None
+                else None
+            ),
+        )
 
     # ------------------------------------------------------------------ weights and control
     def pause_generation(self):
