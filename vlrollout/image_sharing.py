@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from vlrollout.compat.torch import version_counter
 from vlrollout.logs import get_logger
 
 logger = get_logger(__name__)
@@ -148,7 +149,7 @@ class _Encoded:
     version: int | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.version = _version(self.pixels)
+        self.version = version_counter(self.pixels)
 
     @property
     def nbytes(self) -> int:
@@ -156,11 +157,7 @@ class _Encoded:
 
     @property
     def stale(self) -> bool:
-        return _version(self.pixels) != self.version
-
-
-def _version(tensor: torch.Tensor) -> int | None:
-    return None if tensor.is_inference() else tensor._version
+        return version_counter(self.pixels) != self.version
 
 
 class FeatureMemo:
