@@ -24,6 +24,7 @@ its gradients); any other model is left as it is.
 from __future__ import annotations
 
 import functools
+import threading
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,19 +169,22 @@ class FeatureMemo:
     patch rows, for an exact comparison, and its share of every feature output) up to
     ``max_bytes``, the least recently used dropped first, and drops an image whose patch rows
     were changed in place since. It is only read without gradients, and
-    must be cleared (:func:`forget`) whenever the weights change.
+    must be cleared (:func:`forget`) whenever the weights change. Safe to use from several
+    threads (the engine's worker clears it while another thread may run the same model).
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._entries: list[_Encoded] = []  # the most recently used last
+        self._lock = threading.Lock()
 
     def find(self, grid: tuple[int, ...], pixels: torch.Tensor) -> _Encoded | None:
-        self._entries = [e for e in self._entries if not e.stale]
-        for n, entry in enumerate(self._entries):
-            if entry.grid == grid and torch.equal(entry.pixels, pixels):
-                self._entries.append(self._entries.pop(n))
-                return entry
+        with self._lock:
+            self._entries = [e for e in self._entries if not e.stale]
+            for n, entry in enumerate(self._entries):
+                if entry.grid == grid and torch.equal(entry.pixels, pixels):
+                    self._entries.append(self._entries.pop(n))
+                    return entry
         return None
 
     def keep(self, encoded: _Encoded) -> None:
@@ -190,12 +194,14 @@ class FeatureMemo:
         on while an image of theirs is kept)."""
         if encoded.nbytes > self.max_bytes:
             return
-        self._entries.append(encoded)
-        while sum(e.nbytes for e in self._entries) > self.max_bytes:
-            self._entries.pop(0)
+        with self._lock:
+            self._entries.append(encoded)
+            while sum(e.nbytes for e in self._entries) > self.max_bytes:
+                self._entries.pop(0)
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
 
 def _nbytes(value: Any) -> int:
