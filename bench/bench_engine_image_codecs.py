@@ -56,7 +56,7 @@ import record  # noqa: E402
 from images import subject_photo  # noqa: E402
 
 from vlrollout.argtypes import whole_number  # noqa: E402
-from vlrollout.processors.image_loading import load_image  # noqa: E402
+from vlrollout.processors.image_loading import PNG_COMPRESS_LEVEL, load_image  # noqa: E402
 
 SIZES = (("texture", 336, 252), ("landscape", 800, 600), ("city", 1411, 1411))
 BACKENDS = {"sglang": SGLangBackend(), "vllm": VLLMBackend()}
@@ -83,7 +83,7 @@ def _save(fmt: str, **params) -> Callable[[Image.Image], bytes]:
 
 CODECS = (
     Codec("WebP lossless, method 0 (ours)", lambda im: load_image(im, "bench").engine_bytes()),
-    Codec("PNG, zlib level 1", _save("PNG", compress_level=1)),
+    Codec(f"PNG, zlib level {PNG_COMPRESS_LEVEL}", _save("PNG", compress_level=PNG_COMPRESS_LEVEL)),
     Codec("BMP (uncompressed)", _save("BMP")),
 )
 
