@@ -140,3 +140,20 @@ def test_the_memo_keeps_within_its_bytes_and_is_not_used_with_gradients():
     trained(**batch)
     trained(**batch)
     assert encoded == [1, 1] and encoded_in_training == [1, 1]
+
+
+def test_a_copy_of_a_model_with_a_memo_has_an_empty_memo_of_its_own():
+    """A reference copy (``copy.deepcopy``) of an engine's model: the memo's lock does not
+    travel, and the copy remembers nothing of the original's images, so it encodes its first
+    image itself and remembers it in its own memo."""
+    model, processor = tiny_vlm("qwen2_vl")
+    image_sharing.install(model, memo_bytes=64 << 20)
+    batch = _batch(processor, [((56, 56), (200, 30, 30))])
+    with torch.inference_mode():
+        model(**batch)
+    copied = copy.deepcopy(model)
+    encoded = count_image_encodings(copied)
+    with torch.inference_mode():
+        copied(**batch)
+        copied(**batch)
+    assert encoded == [1]

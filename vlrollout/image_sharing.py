@@ -178,6 +178,14 @@ class FeatureMemo:
         self._entries: list[_Encoded] = []  # the most recently used last
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copied or pickled model's memo starts empty: its lock cannot travel, and the
+        entries view the original's tensors."""
+        return {"max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["max_bytes"])
+
     def find(self, grid: tuple[int, ...], pixels: torch.Tensor) -> _Encoded | None:
         with self._lock:
             self._entries = [e for e in self._entries if not e.stale]
