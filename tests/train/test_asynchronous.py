@@ -335,3 +335,9 @@ def test_async_run_resumes_after_a_kill(tmp_path):
     # more steps' batches pulled), not from the start of the data.
     assert end["rollouts"][0]["first"] == 0
     assert end["rollouts"][0]["loader"]["_num_yielded"] >= pulled + 2
+
+
+def test_async_config_warning_counts_one_version_in_the_singular(tmp_path):
+    k1 = _config(tmp_path, "rollout.max_head_offpolicyness=1", "actor.recompute_logprob=true")
+    (line,) = config_warnings(k1)
+    assert "up to 1 weight version old" in line

@@ -62,6 +62,11 @@ soon as one finishes; nothing is submitted on its account)."""
 
 
 # ----------------------------------------------------------------------------- configuration
+def weight_versions(n: int) -> str:
+    """``n`` weight version(s), for messages about staleness."""
+    return f"{n} weight version" if n == 1 else f"{n} weight versions"
+
+
 def config_warnings(cfg: Any) -> list[str]:
     """Lines to log for a ``TrainConfig`` with ``rollout.max_head_offpolicyness > 0`` whose loss
     trains stale tokens as if they were on-policy.
@@ -83,14 +88,14 @@ def config_warnings(cfg: Any) -> list[str]:
         return [
             f"rollout.max_head_offpolicyness={k} with actor.recompute_logprob=true and no "
             "decoupled loss: PPO's ratio is taken against the trainer's current policy, so tokens "
-            f"up to {k} weight versions old are trained as if on-policy; set "
+            f"up to {weight_versions(k)} old are trained as if on-policy; set "
             "actor.recompute_logprob=false (the ratio against the policy that sampled each token)"
         ]
     if actor.use_decoupled_loss and actor.ppo_n_minibatches == 1 and not actor.rejection_sampling:
         return [
             f"rollout.max_head_offpolicyness={k} with actor.use_decoupled_loss=true, one minibatch "
             "per step and no actor.rejection_sampling: the ratio to the proximal policy is 1 at "
-            f"every token, so tokens up to {k} weight versions old are trained as if on-policy; "
+            f"every token, so tokens up to {weight_versions(k)} old are trained as if on-policy; "
             "actor.use_decoupled_loss=false actor.recompute_logprob=false takes PPO's ratio "
             "against the policy that sampled each token (docs/training.md#asynchronous-training)"
         ]

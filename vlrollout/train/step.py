@@ -14,7 +14,7 @@ from typing import Any
 
 from vlrollout.logs import get_logger
 from vlrollout.train import dynamic_sampling, grouping
-from vlrollout.train.asynchronous import DRIFT_KEYS, policy_drift, staleness
+from vlrollout.train.asynchronous import DRIFT_KEYS, policy_drift, staleness, weight_versions
 from vlrollout.train.batch import compute_advantages, rollout_step
 from vlrollout.train.data import batch_items
 from vlrollout.train.ranks import ADVANTAGE_KEYS, stats_view
@@ -121,10 +121,10 @@ def checked_staleness(s: Session, whole: Batch, step: int) -> dict[str, float]:
     stale = staleness(whole, s.actor.get_version())
     if stale["staleness_max"] > offpolicy:
         logger.warning(
-            "step %d trains tokens %d weight versions old (max_head_offpolicyness=%d): "
+            "step %d trains tokens %s old (max_head_offpolicyness=%d): "
             "AReaL bounds when episodes start, and later ones finished first",
             step,
-            stale["staleness_max"],
+            weight_versions(int(stale["staleness_max"])),
             offpolicy,
         )
     return stale
