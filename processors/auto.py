@@ -15,7 +15,13 @@ from typing import Any
 
 import torch
 
-from .base import LAZY, EngineImages, PreparedPrompt, images_in_prompt
+from .base import (
+    ENCODE_ENGINE_IMAGES_AHEAD,
+    LAZY,
+    EngineImages,
+    PreparedPrompt,
+    images_in_prompt,
+)
 from .errors import PreprocessError
 from .expansion import check_expansion
 from .families import FamilyAdapter, adapter_for
@@ -341,6 +347,9 @@ class AutoProcessorPreprocessor:
         if messages is not None:
             prompt_text = self.render(messages)
         self.check_placeholders(prompt_text, len(images), item, len(videos))
+        for_engine = engine_images(images, messages) if images else None
+        if for_engine is not None and ENCODE_ENGINE_IMAGES_AHEAD.get():
+            for_engine.encode_in_background()  # overlaps the processor call
         outputs = self.call_processor(prompt_text, images, item, videos)
         merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", None)
         if merge:
@@ -365,7 +374,7 @@ class AutoProcessorPreprocessor:
             vision_msg_vllm=LAZY if images and messages is not None else None,
             image_token_id=self.image_token_id,
             image_marker_id=self.image_marker_id,
-            engine_images=engine_images(images, messages) if images else None,
+            engine_images=for_engine,
             videos=[v.clip for v in videos],
             video_token_id=self.video_token_id,
             video_frame_images=self._video_frame_images(input_ids, len(images)) if videos else 0,
@@ -410,7 +419,8 @@ class AutoProcessorPreprocessor:
 
 
 def engine_images(images: list[LoadedImage], messages: list[dict[str, Any]] | None) -> EngineImages:
-    """What the engine gets for ``images``, encoded only when an engine reads it."""
+    """What the engine gets for ``images``, encoded when an engine reads it (or ahead: see
+    :data:`~vlrollout.processors.base.ENCODE_ENGINE_IMAGES_AHEAD`)."""
     parts: list[tuple[Any, str]] = []
     held = 0
     for im in images:

@@ -10,8 +10,11 @@ to convert coordinates and each video's timing (:class:`VideoClip`).
 from __future__ import annotations
 
 import base64
+import contextvars
+import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -191,8 +194,27 @@ LAZY: Any = _PENDING
 """Pass as ``image_data=LAZY`` (and ``vision_msg_vllm=LAZY``) with ``engine_images=...``."""
 
 
+ENCODE_ENGINE_IMAGES_AHEAD: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "vlrollout_encode_engine_images_ahead", default=False
+)
+"""Whether a preprocessor preparing a prompt now should start encoding the engine's copies of its
+images in the background (:meth:`EngineImages.encode_in_background`) before its processor call.
+
+A workflow sets it for an episode whose engine reads ``image_data`` (AReaL's SGLang and vLLM
+clients): the encode, a lossless re-encode for PIL input, then overlaps the processor call
+instead of following it. Engines that read the prepared tensors (``reads_multi_modal_input``:
+vlrollout's local engine) never need the encode, and the flag stays off.
+"""
+
+_ENCODER = ThreadPoolExecutor(
+    max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="vlrollout-engine-images"
+)
+"""Threads for background encodes: Pillow's encoders release the GIL while they compress."""
+
+
 class EngineImages:
-    """The engine's copies of a prompt's images, encoded once, on first read, thread-safely.
+    """The engine's copies of a prompt's images, encoded once, on first read (or in the background,
+    :meth:`encode_in_background`), thread-safely.
 
     Args:
         images: Per image, the original encoded bytes to pass through, or a callable returning
@@ -233,6 +255,11 @@ class EngineImages:
                 self._b64 = out
                 self._images = [(None, mime) for _, mime in self._images]  # free the sources
             return self._b64
+
+    def encode_in_background(self) -> None:
+        """Start :meth:`image_data` in a background thread. A reader meanwhile waits for it (the
+        same lock); if it fails, the next reader encodes again and gets the error itself."""
+        _ENCODER.submit(self.image_data)
 
     def vision_msg_vllm(self) -> list[dict[str, Any]] | None:
         if self._messages is None:

@@ -48,6 +48,7 @@ read-only (copy ``input_ids`` before appending to it).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import os
@@ -236,6 +237,7 @@ class PreparedPromptCache:
             first); :func:`default_cache_bytes` (1 GiB unless set) when ``None``.
         key_fn: ``data -> str`` key; :func:`item_key` by default.
         executor: Where ``prepare`` runs; ``asyncio.to_thread`` (the default thread pool) if ``None``.
+            Either way ``prepare`` runs in the caller's ``contextvars`` context.
 
     Attributes:
         hits, misses, evictions: Counters (a waiter joining an in-flight preparation counts as a hit;
@@ -398,7 +400,10 @@ class PreparedPromptCache:
                 value = await asyncio.to_thread(self.preprocessor.prepare, data)
             else:
                 loop = asyncio.get_running_loop()
-                value = await loop.run_in_executor(self.executor, self.preprocessor.prepare, data)
+                prepare = contextvars.copy_context().run  # as asyncio.to_thread does
+                value = await loop.run_in_executor(
+                    self.executor, prepare, self.preprocessor.prepare, data
+                )
             self._put(slot[1], value)
             return value
         finally:

@@ -31,8 +31,10 @@ PNG and decodes faster on the server. An uncompressed one (BMP) encodes almost f
 body is several times larger, and AReaL's remote client serialises the body once per request, so
 for a group the two cost the rollout process about the same; ``bench/bench_engine_image_codecs.py``
 measures each codec's share per image size. Encoding happens only
-when :meth:`LoadedImage.engine_bytes` is called, i.e. when an engine reads ``image_data``, and
-once per prepared prompt (every episode of a group shares it).
+when :meth:`LoadedImage.engine_bytes` is called: when an engine reads ``image_data``, or ahead, in
+a background thread beside the processor call, for an episode whose engine sends images
+(:data:`~vlrollout.processors.base.ENCODE_ENGINE_IMAGES_AHEAD`); once per prepared prompt (every
+episode of a group shares it).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from PIL import Image
 
+from vlrollout.processors.base import ENCODE_ENGINE_IMAGES_AHEAD
 from vlrollout.processors.cache import PreparedPromptCache, item_key
 
 
@@ -112,6 +113,28 @@ def test_distinct_items_each_prepared_once_with_executor():
 
         asyncio.run(main())
     assert sorted(pre.calls) == sorted(item_key(_d(i)) for i in range(3))
+
+
+@pytest.mark.parametrize("with_executor", [False, True])
+def test_prepare_sees_the_callers_context(with_executor):
+    """A workflow tells the preprocessor about its engine through a context variable
+    (``ENCODE_ENGINE_IMAGES_AHEAD``): it must reach ``prepare`` on either kind of thread."""
+    seen = []
+
+    class Reading(Counting):
+        def prepare(self, data):
+            seen.append(ENCODE_ENGINE_IMAGES_AHEAD.get())
+            return super().prepare(data)
+
+    with ThreadPoolExecutor(1) as pool:
+        cache = PreparedPromptCache(Reading(), maxsize=4, executor=pool if with_executor else None)
+
+        async def main():
+            ENCODE_ENGINE_IMAGES_AHEAD.set(True)
+            await cache.aprepare(_d("x"))
+
+        asyncio.run(main())
+    assert seen == [True]
 
 
 def test_lru_eviction_at_the_bound():

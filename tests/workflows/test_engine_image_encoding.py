@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import logging
+import threading
 
 import numpy as np
 from areal.api.cli_args import GenerationHyperparameters
@@ -15,6 +16,7 @@ from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 from PIL import Image
 
 from vlrollout.processors import image_loading
+from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import VisionRLVRWorkflow
 
@@ -23,6 +25,8 @@ GROUP = 8
 
 class Reading(ScriptedEngine):
     """Reads ``image_data`` and serialises it per request, as AReaL's remote clients do."""
+
+    reads_multi_modal_input = False
 
     def __init__(self, script):
         super().__init__(script)
@@ -58,3 +62,58 @@ def test_a_group_on_a_pil_image_encodes_it_once(tokenizer, qwen2vl_processor, mo
     (b64,) = {b64 for body in engine.bodies for b64 in body["image_data"]}
     sent = Image.open(io.BytesIO(base64.b64decode(b64)))
     assert sent.format == "WEBP" and sent.convert("RGB").tobytes() == image.tobytes()
+
+
+def _watch_encode_and_processor(monkeypatch, wait_s: float):
+    """Record the thread of each engine-image encode, and whether one had started when the
+    processor call began (the call waits a little for it)."""
+    started, seen = threading.Event(), {"threads": [], "during_processor_call": []}
+    encode = image_loading.LoadedImage.engine_bytes
+
+    def recording_encode(self):
+        seen["threads"].append(threading.current_thread().name)
+        started.set()
+        return encode(self)
+
+    call = AutoProcessorPreprocessor.call_processor
+
+    def waiting_call(self, *args, **kwargs):
+        seen["during_processor_call"].append(started.wait(timeout=wait_s))
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(image_loading.LoadedImage, "engine_bytes", recording_encode)
+    monkeypatch.setattr(AutoProcessorPreprocessor, "call_processor", waiting_call)
+    return seen
+
+
+def _group_on_a_pil_image(engine, tokenizer, processor):
+    image = Image.fromarray(np.random.default_rng(1).integers(0, 256, (28, 42, 3), np.uint8))
+    wf = VisionRLVRWorkflow(
+        "tests.workflows.reward_fns.contains_answer",
+        GenerationHyperparameters(max_new_tokens=4),
+        tokenizer,
+        processor,
+    )
+    group = GroupedRolloutWorkflow(wf, 2, logging.getLogger("test"))
+    item = {"messages": [{"role": "user", "content": "<image>Q"}], "images": [image], "answer": "x"}
+    assert asyncio.run(group.arun_episode(engine, item)) is not None
+    return image
+
+
+def test_an_engine_that_sends_images_gets_them_encoded_beside_the_processor_call(
+    tokenizer, qwen2vl_processor, monkeypatch
+):
+    seen = _watch_encode_and_processor(monkeypatch, wait_s=5)
+    engine = Reading([[tokenizer.eos_token_id]])
+    image = _group_on_a_pil_image(engine, tokenizer, qwen2vl_processor)
+    assert seen["during_processor_call"] == [True]
+    assert len(seen["threads"]) == 1 and seen["threads"][0].startswith("vlrollout-engine-images")
+    (b64,) = {b64 for body in engine.bodies for b64 in body["image_data"]}
+    sent = Image.open(io.BytesIO(base64.b64decode(b64)))
+    assert sent.convert("RGB").tobytes() == image.tobytes()
+
+
+def test_an_engine_that_reads_the_tensors_gets_no_encode(tokenizer, qwen2vl_processor, monkeypatch):
+    seen = _watch_encode_and_processor(monkeypatch, wait_s=0.2)
+    _group_on_a_pil_image(ScriptedEngine([[tokenizer.eos_token_id]]), tokenizer, qwen2vl_processor)
+    assert seen["during_processor_call"] == [False] and seen["threads"] == []

@@ -122,6 +122,10 @@ class LocalInferenceEngine(InferenceEngine):
     (4, 'length', [0, 0, 0, 0])
     """
 
+    reads_multi_modal_input = True
+    """Requests carrying ``metadata["multi_modal_input"]`` are answered from those tensors: a
+    workflow need not encode their ``image_data`` ahead (it is read only without them)."""
+
     def __init__(
         self,
         model: torch.nn.Module,

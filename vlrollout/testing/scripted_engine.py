@@ -31,6 +31,9 @@ class ScriptedEngine(InferenceEngine):
     logprobs land on the right positions.
     """
 
+    reads_multi_modal_input = True
+    """Never reads ``image_data`` (as vlrollout's local engine, when the tensors are there)."""
+
     def __init__(
         self,
         script: Script,

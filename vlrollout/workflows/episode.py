@@ -21,7 +21,7 @@ from vlrollout.checks import check_processor_parity
 from vlrollout.ledger import EpisodeLedger, EpisodeRejected
 from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
-from vlrollout.processors.base import PreparedPrompt, Preprocessor
+from vlrollout.processors.base import ENCODE_ENGINE_IMAGES_AHEAD, PreparedPrompt, Preprocessor
 from vlrollout.processors.cache import PreparedPromptCache, item_key
 from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
@@ -285,15 +285,24 @@ class EpisodeWorkflow(RolloutWorkflow):
         self.ctx.check_parity_once(engine)
         held: list[tuple[PreparedPromptCache, str]] = []
         token = _HELD.set(held)
+        ahead = ENCODE_ENGINE_IMAGES_AHEAD.set(reads_image_data(engine))
         try:
             return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
         finally:
+            ENCODE_ENGINE_IMAGES_AHEAD.reset(ahead)
             _HELD.reset(token)
             for cache, key in held:
                 cache.release(key)
 
     async def _episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+def reads_image_data(engine: Any) -> bool:
+    """Whether ``engine`` sends a request's ``image_data``/``vision_msg_vllm`` (AReaL's SGLang
+    and vLLM clients, any engine not marked otherwise) rather than reading the prepared tensors
+    (an engine with ``reads_multi_modal_input = True``, as vlrollout's local engine)."""
+    return not getattr(engine, "reads_multi_modal_input", False)
 
 
 def log_reward(**scalars: float) -> None:
