@@ -34,6 +34,9 @@ class RemoteClientStub(ScriptedEngine):
             ``requests``: call :meth:`clear`).
     """
 
+    reads_multi_modal_input = False
+    """Sends ``image_data``/``vision_msg_vllm``, as AReaL's remote clients do."""
+
     def __init__(self, protocol: Protocol, script: Script) -> None:
         super().__init__(script)
         if protocol not in ("sglang", "vllm"):

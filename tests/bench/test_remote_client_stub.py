@@ -69,3 +69,16 @@ def test_the_stub_knows_only_areals_two_remote_protocols(monkeypatch):
 
     with pytest.raises(ValueError, match="sglang"):
         RemoteClientStub("trtllm", [[1]])
+
+
+def test_the_stub_counts_as_an_engine_that_sends_images(monkeypatch):
+    """Episodes on the stub encode engine images beside the processor call, as on AReaL's
+    clients; the local engine column (a plain ScriptedEngine) never encodes."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from remote_client_stub import RemoteClientStub
+
+    from vlrollout.testing.scripted_engine import ScriptedEngine
+    from vlrollout.workflows.episode import reads_image_data
+
+    assert reads_image_data(RemoteClientStub("sglang", [[1]]))
+    assert not reads_image_data(ScriptedEngine([[1]]))

@@ -28,6 +28,8 @@ def _item():
 class Reading(ScriptedEngine):
     """An engine that reads image_data and the vLLM messages, as AReaL's remote clients do."""
 
+    reads_multi_modal_input = False
+
     async def agenerate(self, req):
         self.payload = json.dumps({"image_data": req.image_data, "msgs": req.vision_msg_vllm})
         return await super().agenerate(req)
