@@ -344,12 +344,12 @@ class AutoProcessorPreprocessor:
         messages, prompt_text, image_sources, video_sources = self.read_item(data, item)
         videos = self.load_videos(video_sources, item)
         images = self.load_images(image_sources, item)
+        for_engine = engine_images(images, messages) if images else None
+        if for_engine is not None and ENCODE_ENGINE_IMAGES_AHEAD.get():
+            for_engine.encode_in_background()  # overlaps the template and the processor call
         if messages is not None:
             prompt_text = self.render(messages)
         self.check_placeholders(prompt_text, len(images), item, len(videos))
-        for_engine = engine_images(images, messages) if images else None
-        if for_engine is not None and ENCODE_ENGINE_IMAGES_AHEAD.get():
-            for_engine.encode_in_background()  # overlaps the processor call
         outputs = self.call_processor(prompt_text, images, item, videos)
         merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", None)
         if merge:
