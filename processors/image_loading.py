@@ -28,9 +28,10 @@ first-frame extraction, other formats) the RGB pixels are re-encoded as lossless
 effort, which decodes to exactly the trainer's pixels (PNG where a side exceeds WebP's 16,383-pixel
 limit). Of PIL's lossless codecs that compress, WebP encodes a photo fastest, is about as small as
 PNG and decodes faster on the server. An uncompressed one (BMP) encodes almost for free, but its
-body is several times larger, and AReaL's remote client serialises the body once per request, so
-for a group the two cost the rollout process about the same; ``bench/bench_engine_image_codecs.py``
-measures each codec's share per image size. Encoding happens only
+body is several times larger, and AReaL's remote client serialises the body once per request:
+timed alone, the two cost a group about the same, but WebP's encode can run beside the processor
+call (below) and its small body cannot; ``bench/bench_engine_image_codecs.py`` measures each
+codec's share per image size. Encoding happens only
 when :meth:`LoadedImage.engine_bytes` is called: when an engine reads ``image_data``, or ahead, in
 a background thread beside the processor call, for an episode whose engine sends images
 (:data:`~vlrollout.processors.base.ENCODE_ENGINE_IMAGES_AHEAD`); once per prepared prompt (every
