@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import requests
 from areal.api.cli_args import GenerationHyperparameters
+from PIL import Image
 
 from tests.serve.conftest import ASSET, SAMPLES, areal_client
 from vlrollout.checks import logprob_consistency
 from vlrollout.datasets import load_items
+from vlrollout.processors import image_loading
 from vlrollout.workflows import VisionRLVRWorkflow
 
 REWARD = "tests.workflows.reward_fns.contains_answer"
@@ -69,3 +73,27 @@ def test_submit_and_wait_over_http(served):
     assert len(trajs) == len(items)
     for traj in trajs:
         _check_trainable(engine, traj, rows=traj["input_ids"].shape[0])
+
+
+def test_pil_images_over_http_are_encoded_beside_the_processor_call(served, monkeypatch):
+    """Decoded images (as HF ``datasets`` gives them) through AReaL's own client: each group's
+    lossless copy is encoded once, on the encoder thread, and the server sees exactly the
+    trainer's pixels (its logprobs equal a teacher-forced forward on the trainer's tensors)."""
+    _, _, engine, client = served
+    threads = []
+    encode = image_loading.LoadedImage.engine_bytes
+
+    def recording(self):
+        threads.append(threading.current_thread().name)
+        return encode(self)
+
+    monkeypatch.setattr(image_loading.LoadedImage, "engine_bytes", recording)
+    items = load_items(SAMPLES)[:2]
+    for item in items:
+        with Image.open(item["images"][0]) as im:
+            item["images"] = [im.convert("RGB").transpose(Image.Transpose.FLIP_LEFT_RIGHT)]
+    trajs = client.rollout_batch(items, workflow=_workflow(), group_size=2)
+    assert len(trajs) == 2
+    for traj in trajs:
+        _check_trainable(engine, traj, rows=2)
+    assert len(threads) == 2 and all(t.startswith("vlrollout-engine-images") for t in threads)
