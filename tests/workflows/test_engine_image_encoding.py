@@ -117,3 +117,17 @@ def test_an_engine_that_reads_the_tensors_gets_no_encode(tokenizer, qwen2vl_proc
     seen = _watch_encode_and_processor(monkeypatch, wait_s=0.2)
     _group_on_a_pil_image(ScriptedEngine([[tokenizer.eos_token_id]]), tokenizer, qwen2vl_processor)
     assert seen["during_processor_call"] == [False] and seen["threads"] == []
+
+
+def test_the_local_engine_gets_no_encode(monkeypatch):
+    """vlrollout's own engine reads the tensors (``reads_multi_modal_input``): a PIL image of its
+    episode is never re-encoded for it, ahead or lazily."""
+    from vlrollout.engine.local import LocalInferenceEngine
+    from vlrollout.testing.tiny_families import tiny_vlm
+
+    seen = _watch_encode_and_processor(monkeypatch, wait_s=0.2)
+    model, processor = tiny_vlm("qwen2_vl")
+    with LocalInferenceEngine(model, processor) as engine:
+        _group_on_a_pil_image(engine, processor.tokenizer, processor)
+    # (the first episode also checks the engine processor against ours: more processor calls)
+    assert not any(seen["during_processor_call"]) and seen["threads"] == []
