@@ -174,7 +174,13 @@ def our_messages() -> list[dict]:
 
 
 def our_item(case: Case) -> dict:
-    source = case.source if isinstance(case.source, Image.Image) else str(case.source)
+    """Our item for ``case``. A PIL input is a new image object at every call, as each dataset
+    row is (copied before any timer starts): our prompt cache keys a PIL image by its pixels,
+    hashed once per image object, and that hash belongs in our time."""
+    if isinstance(case.source, Image.Image):
+        source: Image.Image | str = case.source.copy()
+    else:
+        source = str(case.source)
     return {"messages": our_messages(), "images": [source], "answer": ANSWER}
 
 

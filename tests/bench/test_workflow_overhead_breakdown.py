@@ -71,3 +71,13 @@ def test_the_client_bound_is_the_floor_plus_the_requests_bodies(bench_module):
     assert bench_module.client_bound(r, cost, 8) == pytest.approx((12.0 + 7.0) / 12.0)
     table = bench_module.beyond_floor_table([r], 8)
     assert table.columns[-1].startswith("floor* + client work")
+
+
+def test_a_pil_input_is_a_new_image_object_for_every_episode(bench_module):
+    """A dataset hands each row its own image object: our prompt cache hashes a new object's
+    pixels for its key, so reusing one object would keep that hash out of our time."""
+    photo = Image.new("RGB", (8, 6), (10, 20, 30))
+    case = bench_module.Case("PIL input", photo, "landscape")
+    first, second = (bench_module.our_item(case)["images"][0] for _ in range(2))
+    assert first is not second and first is not photo
+    assert first.tobytes() == second.tobytes() == photo.tobytes()
