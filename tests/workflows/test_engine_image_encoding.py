@@ -36,31 +36,23 @@ class Reading(ScriptedEngine):
         self.bodies.append(json.loads(json.dumps({"image_data": req.image_data})))
         return await super().agenerate(req)
 
+    def the_image_sent(self) -> Image.Image:
+        """The one image every request carried (one encoding of it)."""
+        (b64,) = {b64 for body in self.bodies for b64 in body["image_data"]}
+        return Image.open(io.BytesIO(base64.b64decode(b64)))
+
 
 def test_a_group_on_a_pil_image_encodes_it_once(tokenizer, qwen2vl_processor, monkeypatch):
-    rng = np.random.default_rng(0)
-    image = Image.fromarray(
-        rng.integers(0, 256, (28, 42, 3), np.uint8)
-    )  # decoded, as datasets give
     calls = []
     encode = image_loading.LoadedImage.engine_bytes
     monkeypatch.setattr(
         image_loading.LoadedImage, "engine_bytes", lambda self: calls.append(1) or encode(self)
     )
-    wf = VisionRLVRWorkflow(
-        "tests.workflows.reward_fns.contains_answer",
-        GenerationHyperparameters(max_new_tokens=4),
-        tokenizer,
-        qwen2vl_processor,
-    )
-    group = GroupedRolloutWorkflow(wf, GROUP, logging.getLogger("test"))
     engine = Reading([[tokenizer.eos_token_id]])
-    item = {"messages": [{"role": "user", "content": "<image>Q"}], "images": [image], "answer": "x"}
-    assert asyncio.run(group.arun_episode(engine, item)) is not None
+    image = _group_on_a_pil_image(engine, tokenizer, qwen2vl_processor, GROUP, seed=0)
     assert len(calls) == 1
     assert len(engine.bodies) == GROUP
-    (b64,) = {b64 for body in engine.bodies for b64 in body["image_data"]}
-    sent = Image.open(io.BytesIO(base64.b64decode(b64)))
+    sent = engine.the_image_sent()
     assert sent.format == "WEBP" and sent.convert("RGB").tobytes() == image.tobytes()
 
 
@@ -86,15 +78,17 @@ def _watch_encode_and_processor(monkeypatch, wait_s: float):
     return seen
 
 
-def _group_on_a_pil_image(engine, tokenizer, processor):
-    image = Image.fromarray(np.random.default_rng(1).integers(0, 256, (28, 42, 3), np.uint8))
+def _group_on_a_pil_image(engine, tokenizer, processor, group_size: int = 2, seed: int = 1):
+    """Run one group on a decoded image (as ``datasets`` gives them); the image."""
+    rng = np.random.default_rng(seed)
+    image = Image.fromarray(rng.integers(0, 256, (28, 42, 3), np.uint8))
     wf = VisionRLVRWorkflow(
         "tests.workflows.reward_fns.contains_answer",
         GenerationHyperparameters(max_new_tokens=4),
         tokenizer,
         processor,
     )
-    group = GroupedRolloutWorkflow(wf, 2, logging.getLogger("test"))
+    group = GroupedRolloutWorkflow(wf, group_size, logging.getLogger("test"))
     item = {"messages": [{"role": "user", "content": "<image>Q"}], "images": [image], "answer": "x"}
     assert asyncio.run(group.arun_episode(engine, item)) is not None
     return image
@@ -108,8 +102,7 @@ def test_an_engine_that_sends_images_gets_them_encoded_beside_the_processor_call
     image = _group_on_a_pil_image(engine, tokenizer, qwen2vl_processor)
     assert seen["during_processor_call"] == [True]
     assert len(seen["threads"]) == 1 and seen["threads"][0].startswith("vlrollout-engine-images")
-    (b64,) = {b64 for body in engine.bodies for b64 in body["image_data"]}
-    sent = Image.open(io.BytesIO(base64.b64decode(b64)))
+    sent = engine.the_image_sent()
     assert sent.convert("RGB").tobytes() == image.tobytes()
 
 
