@@ -109,15 +109,18 @@ class _RecordingContext:
         return getattr(self._context, name)
 
 
-def ignore_interrupts() -> None:
-    """A worker's start: Ctrl-C is for the process that owns the pool, not for its workers.
+def set_worker_signals() -> None:
+    """A worker's start: Ctrl-C and SIGTERM are for the process that owns the pool.
 
     A terminal's Ctrl-C reaches every process of the foreground group; a worker that took it would
     die with a ``KeyboardInterrupt`` traceback of its own, printed under the command's one-line
     "stopped by SIGINT". The owner stops its workers itself (:meth:`RewardPool.kill`,
-    :meth:`RewardPool.shutdown`).
+    :meth:`RewardPool.shutdown`). A SIGTERM sent to the whole group (``timeout``, a cluster's job
+    manager) ends a worker at once: the default action, not the owner's handler the worker
+    inherited by fork (the CLI's raises an exception, which a worker would print as a traceback).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @dataclass(eq=False)
@@ -139,7 +142,7 @@ class RewardPool:
         self.executor = ProcessPoolExecutor(
             max_workers=self.max_workers,
             mp_context=_RecordingContext(self.workers),
-            initializer=ignore_interrupts,
+            initializer=set_worker_signals,
         )
 
     def start(self) -> None:

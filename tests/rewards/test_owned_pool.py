@@ -180,3 +180,26 @@ def test_a_worker_lets_ctrl_c_to_the_owner():
         pytest.fail("a reward worker took Ctrl-C")
     finally:
         shutdown_reward_pools()
+
+
+def _sigterm_is_default() -> bool:
+    import signal
+
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_worker_ends_quietly_on_sigterm():
+    """A SIGTERM to the whole process group (``timeout``, a cluster's job manager) reaches the
+    workers too: a worker must take the default action, not the owner's handler that it inherited
+    by fork (the CLI's raises ``SignalExit``, which a worker would print as a traceback)."""
+    import signal
+
+    from vlrollout.cli import _raise_signal_exit
+
+    previous = signal.signal(signal.SIGTERM, _raise_signal_exit)
+    shutdown_reward_pools()  # workers forked from here, not reused from an earlier test
+    try:
+        assert asyncio.run(run_in_pool(_sigterm_is_default, max_workers=1))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        shutdown_reward_pools()
