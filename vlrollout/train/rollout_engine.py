@@ -26,7 +26,8 @@ def build_rollout_engine(
     cfg: TrainConfig, model_path: str, dtype: torch.dtype, ranks: Ranks | None = None
 ) -> tuple[Any, Any]:
     """``(engine, processor)`` for ``vlrollout.engine``: the embedded engine, or AReaL's own
-    remote engine connected to ``engine.addresses``.
+    remote engine connected to ``engine.addresses`` (and its servers resumed, should an earlier
+    run have stopped while they were paused for a weight update).
 
     With several processes (``ranks``) each builds its own client or embedded engine, told the
     data-parallel size as AReaL's are (its executor admits its share of the concurrency and of
@@ -56,6 +57,9 @@ def build_rollout_engine(
         tokenizer_path=model_path,
     )
     engine.initialize(addr=list(section.addresses), train_data_parallel_size=ranks.world)
+    # A run stopped inside AReaL's weight update (after /pause_generation, before
+    # /continue_generation) leaves its servers paused: this run's requests would wait for ever.
+    engine.continue_generation()
     return engine, load_processor(model_path)
 
 
