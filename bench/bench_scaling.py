@@ -44,6 +44,9 @@ import scaling_report as report
 from scaling_shapes import DEFAULT_CACHE, SHAPES, build_model, parameter_count, shape
 from scaling_trainer import trainer_points
 
+from vlrollout.engine.checks import check_device
+from vlrollout.errors import ConfigError
+
 MAX_BATCH = 16
 AXES = ("tokens", "group", "images")
 
@@ -249,11 +252,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"no plan for shape(s) {unknown}; known: {list(plans)}")
     if args.threads is None and args.device == "cpu":
         args.threads = 1
-    if args.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            p.error(f"--device {args.device}: torch sees no CUDA device here")
+    try:
+        check_device(args.device)
+    except ConfigError as e:
+        p.error(str(e))
     return args
 
 

@@ -41,6 +41,9 @@ from typing import Any
 
 import scaling_shapes
 
+from vlrollout.engine.checks import check_device
+from vlrollout.errors import ConfigError
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "train_grounding.yaml"
 PHASES = ("time/rollout", "time/logp", "time/update", "time/weight_sync", "time/step")
@@ -484,6 +487,10 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--budget", type=float, default=600.0, help="seconds (default 600)")
     ap.add_argument("--shapes", nargs="+", help="shape names (default: every trainable one)")
     args = ap.parse_args(argv)
+    try:
+        check_device(args.device)
+    except ConfigError as e:
+        ap.error(str(e))
     shapes = (
         [scaling_shapes.shape(n) for n in args.shapes] if args.shapes else scaling_shapes.SHAPES
     )

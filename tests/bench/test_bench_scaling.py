@@ -18,7 +18,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import render_readme_numbers as render  # noqa: E402
-from bench_scaling import PLANS, specs  # noqa: E402
+from bench_scaling import PLANS, parse, specs  # noqa: E402
 from record import Record, Table  # noqa: E402
 from scaling_growth import exponent  # noqa: E402
 
@@ -99,6 +99,18 @@ def test_quick_run_on_cuda(tmp_path):
     lines, rec = _quick(tmp_path, "--device", "cuda")
     _check_record(lines, rec)
     assert any(p["metric"] == "peak_device" for p in rec["numbers"]["points"])
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [("tpu", "--device must be cpu, cuda or cuda:N, got 'tpu'"), ("cuda:x", "got 'cuda:x'")]
+    + [("cuda", "--device cuda: CUDA is not available here")] * (not torch.cuda.is_available()),
+)
+def test_a_device_the_engine_cannot_use_is_refused_before_any_point(capsys, device, message):
+    with pytest.raises(SystemExit) as stop:
+        parse(["--device", device])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_every_axis_is_swept_with_the_others_fixed_and_every_shape_has_the_size_point():

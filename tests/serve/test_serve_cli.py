@@ -11,6 +11,7 @@ import time
 
 import pytest
 import requests
+import torch
 
 from tests.serve.conftest import ASSET, ROOT
 from vlrollout.cli import build_parser, main
@@ -114,6 +115,8 @@ def no_model_load(monkeypatch):
         (["--max-queued-mb", "-1"], "--max-queued-mb must be >= 0, got -1"),
         (["--max-queued-mb", "nan"], "--max-queued-mb must be >= 0, got nan"),
         (["--max-queued-mb", "8"], "--max-queued-mb 8 is below --max-body-mb 64"),
+        (["--device", "tpu"], "--device must be cpu, cuda or cuda:N, got 'tpu'"),
+        (["--device", "cuda:x"], "--device must be cpu, cuda or cuda:N, got 'cuda:x'"),
     ],
 )
 def test_bad_flags_are_refused_before_the_model_loads(no_model_load, capsys, flags, message):
@@ -122,6 +125,30 @@ def test_bad_flags_are_refused_before_the_model_loads(no_model_load, capsys, fla
     assert status == 2, err
     assert message in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
+)
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_cuda_without_cuda_is_refused_before_the_model_loads(no_model_load, capsys, device):
+    assert main(["serve", "--model", str(ASSET), "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert f"--device {device}: CUDA is not available here" in err, err
+
+
+def test_an_unknown_dtype_is_a_usage_error(no_model_load, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["serve", "--model", str(ASSET), "--dtype", "fp16"])
+    assert stop.value.code == 2
+    assert "argument --dtype: invalid choice: 'fp16'" in capsys.readouterr().err
+
+
+def test_a_device_map_needs_no_device_check(no_model_load, capsys):
+    """``--device`` is ignored with ``--device-map``, so a bad one is not refused there."""
+    main(["serve", "--model", str(ASSET), "--device", "tpu", "--device-map", "auto"])
+    err = capsys.readouterr().err
+    assert "a bad flag must be refused before the model loads" in err, err  # it got to loading
 
 
 def test_a_port_in_use_is_refused_before_the_model_loads(no_model_load, capsys):

@@ -1,12 +1,13 @@
 """Checks of an engine section that need no model: run before anything is loaded, so a typo in a
-path or an address costs nothing (``vlrollout run``, ``vlrollout eval``)."""
+path, a device or an address costs nothing (``vlrollout run``, ``vlrollout eval``,
+``vlrollout serve``)."""
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
 
-from vlrollout.engine.config import EngineConfig
+from vlrollout.engine.config import EngineConfig, is_device_name
 from vlrollout.errors import ConfigError
 
 
@@ -30,20 +31,8 @@ def check_engine(cfg: EngineConfig) -> None:
             f"model folder {cfg.model} has no config.json; pass --model PATH to a saved "
             "transformers model (save_pretrained)"
         )
-    if cfg.kind == "local" and cfg.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"--device {cfg.device}: CUDA is not available here "
-                f"(torch {torch.__version__}); use --device cpu"
-            )
-        index = int(cfg.device.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ConfigError(
-                f"--device {cfg.device}: only {torch.cuda.device_count()} CUDA device(s); "
-                f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}"
-            )
+    if cfg.kind == "local":
+        check_cuda(cfg.device)
     for address in cfg.addresses if cfg.kind != "local" else []:
         host, _, port = address.rpartition(":")
         try:
@@ -54,3 +43,34 @@ def check_engine(cfg: EngineConfig) -> None:
                 f"({e.strerror or type(e).__name__}); start it first (docs/scale_out.md) "
                 "or fix --address"
             ) from None
+
+
+def check_device(device: str, flag: str = "--device") -> None:
+    """Refuse a device name the engine does not take, or CUDA where there is none, naming
+    ``flag``.
+
+    Raises:
+        ConfigError: not ``cpu``, ``cuda`` or ``cuda:N``, or a CUDA device this machine lacks.
+    """
+    if not is_device_name(device):
+        raise ConfigError(f"{flag} must be cpu, cuda or cuda:N, got {device!r}")
+    check_cuda(device, flag)
+
+
+def check_cuda(device: str, flag: str = "--device") -> None:
+    """Refuse ``cuda`` / ``cuda:N`` where torch sees no such device; other devices pass."""
+    if not device.startswith("cuda"):
+        return
+    import torch  # only for a CUDA device: the other checks run before torch is imported
+
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"{flag} {device}: CUDA is not available here "
+            f"(torch {torch.__version__}); use {flag} cpu"
+        )
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"{flag} {device}: only {torch.cuda.device_count()} CUDA device(s); "
+            f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}"
+        )

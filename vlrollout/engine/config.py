@@ -86,12 +86,16 @@ class EngineConfig:
                 )
         if self.max_batch_size < 1:
             raise ConfigError(f"engine.max_batch_size must be >= 1, got {self.max_batch_size}")
-        device = self.device
-        if (
-            device != "cpu"
-            and device != "cuda"
-            and not (device.startswith("cuda:") and device[5:].isdigit())
-        ):
+        if not is_device_name(self.device):
             raise ConfigError(
-                f"engine.device (--device) must be cpu, cuda or cuda:N, got {device!r}"
+                f"engine.device (--device) must be cpu, cuda or cuda:N, got {self.device!r}"
             )
+
+
+def is_device_name(device: str) -> bool:
+    """``cpu``, ``cuda`` or ``cuda:N``: the devices the local engine runs on.
+
+    >>> [is_device_name(d) for d in ("cpu", "cuda:1", "tpu", "cuda:x")]
+    [True, True, False, False]
+    """
+    return device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())

@@ -9,6 +9,7 @@ import math
 import os
 from pathlib import Path
 
+from vlrollout.engine.checks import check_device
 from vlrollout.errors import UsageError
 from vlrollout.serve.admission import QueueLimits
 from vlrollout.serve.auth import API_KEY_ENV, api_key, exposure_warning
@@ -19,6 +20,9 @@ from vlrollout.serve.limits import (
     QUEUE_MEMORY_SHARE,
     RESIDENT_PER_QUEUED_BYTE,
 )
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""What ``--dtype`` takes: ``auto`` loads the checkpoint's own dtype."""
 
 
 def machine_memory_bytes() -> int:
@@ -42,7 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device", default="cpu", help="cpu | cuda | cuda:N (ignored with --device-map)"
     )
-    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument(
+        "--dtype", default="auto", choices=DTYPES, help="weights' dtype (auto: the checkpoint's)"
+    )
     p.add_argument("--max-batch-size", type=int, default=8, help="sequences decoded together")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument(
@@ -151,6 +157,8 @@ def check_flags(args: argparse.Namespace) -> dict[int | str, str] | None:
 
     if not Path(args.model, "config.json").is_file():
         raise UsageError(f"--model {args.model!r} is not a model folder (no config.json)")
+    if not args.device_map:  # with a device map, --device is ignored
+        check_device(args.device)
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be in 1..65535, got {args.port}")
     for flag, value in (("--threads", args.threads), ("--max-batch-size", args.max_batch_size)):
