@@ -37,6 +37,7 @@ ROUTES = {
         ("POST", "/pause_generation"),
         ("POST", "/continue_generation"),
         ("POST", "/update_weights_from_disk"),
+        ("POST", "/vlrollout/check_weights_path"),
         ("POST", "/no-such-route"),
     ],
     "vllm": [
@@ -47,11 +48,18 @@ ROUTES = {
         ("POST", "/areal_pause_generation"),
         ("POST", "/areal_continue_generation"),
         ("POST", "/areal_update_weights"),
+        ("POST", "/vlrollout/check_weights_path"),
     ],
 }
+CHECK = "/vlrollout/check_weights_path"
 CONTROL = {
-    "sglang": ["/pause_generation", "/continue_generation", "/update_weights_from_disk"],
-    "vllm": ["/areal_pause_generation", "/areal_continue_generation", "/areal_update_weights"],
+    "sglang": ["/pause_generation", "/continue_generation", "/update_weights_from_disk", CHECK],
+    "vllm": [
+        "/areal_pause_generation",
+        "/areal_continue_generation",
+        "/areal_update_weights",
+        CHECK,
+    ],
 }
 
 
@@ -139,6 +147,24 @@ def test_weights_only_from_under_the_root(engine, weights, protocol):
         # Under the root the path is checked as before: no model there is a 400.
         r = requests.post(server.url + path, json={"model_path": str(root / "inside")}, timeout=30)
         assert r.status_code == 400 and "no config.json" in r.json()["error"]["message"]
+    assert engine.get_version() == 0
+
+
+@pytest.mark.parametrize("protocol", ["sglang", "vllm"])
+def test_the_weights_check_answers_as_an_update_would_without_loading(engine, weights, protocol):
+    """A trainer asks before its first update; a folder under the root need not exist yet."""
+    root, outside = weights
+    with serving(protocol, engine, weights_root=root) as (server, _):
+        for model_path in (outside, root / "link", root / "inside" / ".." / ".." / "elsewhere"):
+            r = requests.post(server.url + CHECK, json={"model_path": str(model_path)}, timeout=30)
+            assert r.status_code == 403, (model_path, r.text)
+            assert f"outside the weights root {root.resolve()}" in r.json()["error"]["message"]
+        for model_path in (root / "inside", root / "not" / "yet" / "weight_update_v1"):
+            r = requests.post(server.url + CHECK, json={"model_path": str(model_path)}, timeout=30)
+            assert r.status_code == 200, r.text
+            assert r.json()["success"] is True
+        r = requests.post(server.url + CHECK, json={"path": str(root)}, timeout=30)
+        assert r.status_code == 400 and "model_path" in r.json()["error"]["message"]
     assert engine.get_version() == 0
 
 

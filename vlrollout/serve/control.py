@@ -6,6 +6,9 @@ vLLM server: ``/areal_pause_generation``, ``/areal_continue_generation``, ``/are
 A weight update loads only from a folder under the server's weights root (``--weights-root``,
 default the served model's parent folder), resolved with symbolic links followed: a client must
 not make the server load (and run the code paths of) any folder on the machine.
+:data:`WEIGHTS_CHECK` (both protocols, vlrollout's own) answers as a weight update from a folder
+would, without loading anything: ``vlrollout train`` asks it before its first rollout, so a
+``cluster.fileroot`` outside the root stops the run at start with the server's reason.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from vlrollout.serve.errors import BadRequest, check_fields, typed
 from vlrollout.serve.state import STATE
 
 Handler = Callable[[web.Request, Any], Awaitable[dict[str, Any]]]
+
+WEIGHTS_CHECK = "/vlrollout/check_weights_path"
+"""POST ``{"model_path": folder}``: 200 if a weight update could load from ``folder`` (which need
+not exist yet), else the 403 that update would get. Not in SGLang's or vLLM's protocol."""
 
 
 def check_under_root(path: str, root: Path, where: str) -> None:
@@ -73,4 +80,15 @@ def control_routes(
             "weight_version": version,
         }
 
-    return {pause: pause_generation, resume: continue_generation, weights: update_weights}
+    async def check_weights_path(request: web.Request, body: Any) -> dict[str, Any]:
+        check_fields(body, ("model_path",), WEIGHTS_CHECK, required=["model_path"])
+        path = typed(body, "model_path", str, WEIGHTS_CHECK)
+        check_under_root(path, request.app[STATE].weights_root, WEIGHTS_CHECK)
+        return {"success": True, "message": f"weight updates may load from {path}"}
+
+    return {
+        pause: pause_generation,
+        resume: continue_generation,
+        weights: update_weights,
+        WEIGHTS_CHECK: check_weights_path,
+    }

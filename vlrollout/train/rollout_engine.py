@@ -8,7 +8,10 @@ AReaL's client, for a server) waits for the trainer's name_resolve key before lo
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.error
+import urllib.request
 from typing import Any
 
 import torch
@@ -17,6 +20,8 @@ from areal.utils import name_resolve, names
 
 from vlrollout.engine.factory import remote_engine
 from vlrollout.engine.local import LocalInferenceEngine
+from vlrollout.errors import ConfigError
+from vlrollout.serve.control import WEIGHTS_CHECK
 from vlrollout.train.config import TrainConfig
 from vlrollout.train.ranks import Ranks
 from vlrollout.workflows.preparation import load_processor
@@ -60,7 +65,54 @@ def build_rollout_engine(
     # A run stopped inside AReaL's weight update (after /pause_generation, before
     # /continue_generation) leaves its servers paused: this run's requests would wait for ever.
     engine.continue_generation()
+    check_servers_load_from(cfg, section.kind, list(section.addresses))
     return engine, load_processor(model_path)
+
+
+def weight_update_folder(cfg: TrainConfig) -> str:
+    """Where AReaL's disk weight update saves the actor for the engine (under
+    ``cluster.fileroot``; each version in a ``weight_update_v<N>`` folder beside this one)."""
+    meta = WeightUpdateMeta.from_disk(cfg.experiment_name, cfg.trial_name, cfg.cluster.fileroot)
+    return meta.path
+
+
+def check_servers_load_from(cfg: TrainConfig, kind: str, addresses: list[str]) -> None:
+    """Ask each server whether it will load this run's weight updates, before any rollout.
+
+    ``vlrollout serve`` loads only from under its ``--weights-root`` and answers
+    :data:`~vlrollout.serve.control.WEIGHTS_CHECK`; a server without that route (SGLang, vLLM)
+    is not asked. Otherwise the first update would fail after a step's rollouts, inside AReaL's
+    client, with the server's reason lost.
+
+    Raises:
+        ConfigError: a server refuses; the message names it, ``cluster.fileroot`` and its reason.
+    """
+    folder = weight_update_folder(cfg)
+    for address in addresses:
+        request = urllib.request.Request(
+            f"http://{address}{WEIGHTS_CHECK}",
+            data=json.dumps({"model_path": folder}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            urllib.request.urlopen(request, timeout=30).close()
+        except urllib.error.HTTPError as e:
+            if e.code != 403:
+                continue  # not vlrollout serve, or its control routes are off
+            raise ConfigError(
+                f"the {kind} server at {address} will not load weight updates from "
+                f"cluster.fileroot ({cfg.cluster.fileroot}): {_error_message(e)}. Set "
+                "cluster.fileroot under the server's weights root, or restart the server with "
+                "--weights-root at or above it"
+            ) from None
+
+
+def _error_message(error: urllib.error.HTTPError) -> str:
+    """The ``error.message`` of an OpenAI-shaped error body, else the HTTP reason."""
+    try:
+        return json.loads(error.read())["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {error.code} {error.reason}"
 
 
 def rank_device(device: str, ranks: Ranks) -> str:
