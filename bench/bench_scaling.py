@@ -49,6 +49,8 @@ from vlrollout.errors import ConfigError
 
 MAX_BATCH = 16
 AXES = ("tokens", "group", "images")
+PATHS = ("engine", "generate", "serve", "train")
+"""What ``--paths`` picks: the engine, ``generate``, ``vlrollout serve`` and the trainer."""
 
 SIZE_POINT = {"tokens": 64, "group": 4, "images": 1}
 """The model-size axis: every shape at this point."""
@@ -238,9 +240,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shapes", nargs="*", default=None, help="shape names (default: all)")
     p.add_argument(
         "--paths",
-        nargs="*",
-        default=["engine", "generate", "serve", "train"],
-        help="paths to measure (default: engine generate serve train)",
+        nargs="+",
+        choices=PATHS,
+        default=list(PATHS),
+        help=f"paths to measure (default: {' '.join(PATHS)})",
     )
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where shapes are saved")
     record.add_record_dir(p)
@@ -250,6 +253,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = [n for n in args.shapes if n not in plans]
     if unknown:
         p.error(f"no plan for shape(s) {unknown}; known: {list(plans)}")
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
     if args.threads is None and args.device == "cpu":
         args.threads = 1
     try:
@@ -257,6 +262,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     except ConfigError as e:
         p.error(str(e))
     return args
+
+
+def run_mode(args: argparse.Namespace) -> str:
+    """The record's ``mode``: ``default`` for the whole benchmark, else what the run left out."""
+    if args.quick:
+        return "quick: the tiny model, 2 values an axis, sides at once"
+    parts = []
+    if args.shapes != list(PLANS):
+        parts.append(f"shapes {' '.join(args.shapes)} only")
+    if list(args.paths) != list(PATHS):
+        parts.append(f"paths {' '.join(args.paths)} only")
+    return "; ".join(parts) or "default"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,10 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(note)
     print(headline)
-    mode = "default" if not args.quick else "quick: the tiny model, 2 values an axis, sides at once"
-    if args.shapes != list(PLANS) and not args.quick:
-        mode = f"shapes {' '.join(args.shapes)} only"
-    rec = run.record(tables, headline, numbers, mode=mode, notes=notes)
+    rec = run.record(tables, headline, numbers, mode=run_mode(args), notes=notes)
     record.write(rec, args.record_dir)
     return 0
 

@@ -215,20 +215,25 @@ def _where(d: dict[str, Any]) -> str:
 
 
 def once_per_group(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """Whether every group prepared its prompt once and the engine encoded each image once."""
+    """Whether every group prepared its prompt once and the engine encoded each image once;
+    ``None`` for a goal no point measured (a run of other paths)."""
     prepares = [p["value"] for p in points if p["metric"] == "prepares_per_group"]
+    encodes = [p for p in points if p["path"] == "engine" and p["metric"] == "images_encoded"]
     extra = []
-    for p in points:
-        if p["path"] == "engine" and p["metric"] == "images_encoded":
-            images = p["x"] if p["axis"] == "images" else p["fixed"]["images"]
-            if p["value"] > images + 1e-9:
-                extra.append(f"{p['shape']} {p['axis']}={p['x']:g}: {p['value']:g} for {images}")
+    for p in encodes:
+        images = p["x"] if p["axis"] == "images" else p["fixed"]["images"]
+        if p["value"] > images + 1e-9:
+            extra.append(f"{p['shape']} {p['axis']}={p['x']:g}: {p['value']:g} for {images}")
     return {
-        "prepared_once": bool(prepares) and max(prepares) == 1,
+        "prepared_once": max(prepares) == 1 if prepares else None,
         "most_preparations": max(prepares, default=0),
-        "encoded_once": not extra,
+        "encoded_once": not extra if encodes else None,
         "encoded_more": extra,
     }
+
+
+def _verdict(met: bool | None) -> str:
+    return "not measured" if met is None else "yes" if met else "NO"
 
 
 def largest(points: list[dict[str, Any]], params: dict[str, int]) -> dict[str, dict[str, Any]]:
@@ -370,9 +375,9 @@ def summarise(
         )
     parts.append(
         "prompt prepared once per group: "
-        + ("yes" if once["prepared_once"] else "NO")
+        + _verdict(once["prepared_once"])
         + "; images encoded once per group: "
-        + ("yes" if once["encoded_once"] else "NO")
+        + _verdict(once["encoded_once"])
     )
     if train_judged:
         bad = [t for t in train_judged if t["once"] >= t["per_copy"]]

@@ -18,9 +18,10 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import render_readme_numbers as render  # noqa: E402
-from bench_scaling import PLANS, parse, specs  # noqa: E402
+from bench_scaling import PLANS, parse, run_mode, specs  # noqa: E402
 from record import Record, Table  # noqa: E402
 from scaling_growth import exponent  # noqa: E402
+from scaling_report import summarise  # noqa: E402
 
 POINT_KEYS = {"path", "shape", "axis", "x", "metric", "value", "unit", "fixed"}
 
@@ -111,6 +112,37 @@ def test_a_device_the_engine_cannot_use_is_refused_before_any_point(capsys, devi
         parse(["--device", device])
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--paths", "engin"], "argument --paths: invalid choice: 'engin'"),
+        (["--threads", "0"], "--threads must be >= 1, got 0"),
+    ],
+)
+def test_a_flag_that_would_measure_nothing_is_refused(capsys, flags, message):
+    with pytest.raises(SystemExit) as stop:
+        parse(flags)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_goal_with_no_points_is_not_measured_rather_than_missed():
+    _, headline, numbers, _ = summarise([], [], [], {})
+    assert "prompt prepared once per group: not measured" in headline, headline
+    assert "images encoded once per group: not measured" in headline, headline
+    once = numbers["goals"]["once_per_group"]
+    assert once["prepared_once"] is None and once["encoded_once"] is None
+
+
+def test_a_run_of_some_paths_says_so_in_its_mode():
+    assert run_mode(parse(["--paths", "engine", "generate"])) == "paths engine generate only"
+    assert run_mode(parse(["--shapes", "tiny", "--paths", "serve"])) == (
+        "shapes tiny only; paths serve only"
+    )
+    assert run_mode(parse([])) == "default"
+    assert run_mode(parse(["--quick"])).startswith("quick: ")
 
 
 def test_every_axis_is_swept_with_the_others_fixed_and_every_shape_has_the_size_point():
