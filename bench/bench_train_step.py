@@ -50,6 +50,8 @@ import record
 import yaml
 from served import Served
 
+from vlrollout.argtypes import whole_number
+
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("rollout", "logp", "update", "weight_sync")
 KEPT = ("step", "gen_tokens", "staleness_max")
@@ -165,22 +167,33 @@ def step_table(placement: str, k: int, rows: list[dict], args: argparse.Namespac
     return record.Table(columns, body, title=title)
 
 
-def main(argv: list[str]) -> None:
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The benchmark's flags; k = 0, the reference every other k is judged against, always runs."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="steps; the first apart")
-    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="items per step")
-    ap.add_argument("--group", type=int, default=DEFAULT_GROUP, help="episodes per item")
+    ap.add_argument(
+        "--steps", type=whole_number(2), default=DEFAULT_STEPS, help="steps; the first apart"
+    )
+    ap.add_argument("--batch", type=whole_number(1), default=DEFAULT_BATCH, help="items per step")
+    ap.add_argument(
+        "--group", type=whole_number(1), default=DEFAULT_GROUP, help="episodes per item"
+    )
     ap.add_argument(
         "--offpolicy",
-        type=int,
+        type=whole_number(0),
         nargs="+",
         default=list(DEFAULT_OFFPOLICY),
-        help="values of rollout.max_head_offpolicyness to run (0 is the reference)",
+        help="values of rollout.max_head_offpolicyness to run (0, the reference, always runs)",
     )
     ap.add_argument("--placements", nargs="+", choices=PLACEMENTS, default=list(PLACEMENTS))
     ap.add_argument("--config", default=str(ROOT / "examples" / "train_grounding.yaml"))
     record.add_record_dir(ap)
     args = ap.parse_args(argv)
+    args.offpolicy = sorted({0, *args.offpolicy})
+    return args
+
+
+def main(argv: list[str]) -> None:
+    args = parse(argv)
     started = record.Run("train_step", argv)
 
     tables, runs, means = [], {}, {}

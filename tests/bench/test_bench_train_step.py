@@ -64,3 +64,24 @@ def test_the_first_update_headline_sets_apart_runs_whose_first_step_overlaps_mor
 
 def test_docstring_examples():
     assert doctest.testmod(bench).failed == 0
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--steps", "1"], "argument --steps: must be at least 2, got 1"),
+        (["--batch", "0"], "argument --batch: must be at least 1, got 0"),
+        (["--group", "0"], "argument --group: must be at least 1, got 0"),
+        (["--offpolicy", "-1"], "argument --offpolicy: must be at least 0, got -1"),
+    ],
+)
+def test_flags_that_leave_nothing_to_compare_are_refused(capsys, flags, message):
+    with pytest.raises(SystemExit) as stop:
+        bench.parse(flags)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_k_0_is_always_run_as_the_reference():
+    assert bench.parse(["--offpolicy", "2", "1"]).offpolicy == [0, 1, 2]
+    assert bench.parse([]).offpolicy == [0, 1, 2]
