@@ -117,6 +117,11 @@ def test_other_settings_into_the_same_output_are_refused(evaluated, capsys):
         (["--k", "2", "--temperature", "0"], "--temperature > 0"),
         (["--temperature", "0.7"], "--temperature needs --k > 1; --k 1 decodes greedily"),
         (["--box-format", "qwen2vl"], "unknown box format 'qwen2vl'"),
+        (["--seed", "-5"], "--seed must be >= 0, got -5"),
+        (["--threshold", "nan"], "--threshold must be a number >= 0, got nan"),
+        (["--threshold", "inf"], "--threshold must be a number >= 0, got inf"),
+        (["--k", "2", "--temperature", "nan"], "--temperature > 0, got nan"),
+        (["--k", "2", "--temperature", "inf"], "--temperature > 0, got inf"),
     ],
 )
 def test_usage_errors_exit_2_before_any_model_loads(tmp_path, capsys, extra, message):

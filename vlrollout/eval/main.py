@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import socket
 import sys
@@ -190,10 +191,12 @@ def _check_flags(args: argparse.Namespace) -> None:
         )
     if args.k == 1 and args.temperature is not None:
         raise UsageError("--temperature needs --k > 1; --k 1 decodes greedily")
-    if args.k > 1 and temperature(args) <= 0:
+    if args.k > 1 and not 0 < temperature(args) < math.inf:
         raise UsageError(f"--k {args.k} samples need --temperature > 0, got {args.temperature}")
-    if args.threshold < 0:
-        raise UsageError(f"--threshold must be >= 0, got {args.threshold}")
+    if not 0 <= args.threshold < math.inf:  # a NaN bound would pass every comparison
+        raise UsageError(f"--threshold must be a number >= 0, got {args.threshold}")
+    if args.seed < 0:  # numpy's bootstrap generator takes none
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
 
 
 def temperature(args: argparse.Namespace) -> float:
