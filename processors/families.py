@@ -283,8 +283,8 @@ def glm4v_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | Non
     get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
     lo = min_pixels * t if min_pixels is not None else get("shortest_edge")
     hi = max_pixels * t if max_pixels is not None else get("longest_edge")
-    if lo is not None and hi is not None and lo > hi:
-        raise ValueError(f"min_pixels={lo // t} exceeds max_pixels={hi // t}; swap or fix them")
+    if lo is not None and hi is not None:
+        check_pixel_bounds(lo // t, hi // t, min_pixels, max_pixels)
     return {"size": {"shortest_edge": int(lo), "longest_edge": int(hi)}}
 
 
@@ -318,9 +318,34 @@ def qwen_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | None
     get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
     lo = min_pixels if min_pixels is not None else get("shortest_edge")
     hi = max_pixels if max_pixels is not None else get("longest_edge")
-    if lo is not None and hi is not None and lo > hi:
-        raise ValueError(f"min_pixels={lo} exceeds max_pixels={hi}; swap or fix them")
+    check_pixel_bounds(lo, hi, min_pixels, max_pixels)
     return {"size": {"shortest_edge": int(lo), "longest_edge": int(hi)}}
+
+
+def check_pixel_bounds(
+    lo: int | None, hi: int | None, min_pixels: int | None, max_pixels: int | None
+) -> None:
+    """Refuse a pixel budget whose lower bound ``lo`` exceeds ``hi``, naming the processor's
+    own bound where one side was not given (``min_pixels``/``max_pixels``: the settings).
+
+    >>> check_pixel_bounds(3136, 100, None, 100)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_pixels=100 is below the processor's own min_pixels 3136: raise max_pixels or set min_pixels too
+    """
+    if lo is None or hi is None or lo <= hi:
+        return
+    if min_pixels is None:
+        raise ValueError(
+            f"max_pixels={hi} is below the processor's own min_pixels {lo}: raise max_pixels "
+            "or set min_pixels too"
+        )
+    if max_pixels is None:
+        raise ValueError(
+            f"min_pixels={lo} is above the processor's own max_pixels {hi}: lower min_pixels "
+            "or set max_pixels too"
+        )
+    raise ValueError(f"min_pixels={lo} exceeds max_pixels={hi}; swap or fix them")
 
 
 @dataclass(frozen=True)

@@ -309,3 +309,17 @@ def test_prepared_video_equals_the_processor_on_the_same_frames(family, offline,
     for key in tensors:
         assert torch.equal(prepared.multi_modal_input[key], ref[key]), key
     assert prepared.geometry == [] and prepared.num_videos == 1
+
+
+def test_a_max_pixels_below_the_processors_own_minimum_says_whose_minimum(offline):
+    from vlrollout.processors.families import qwen_resize_kwargs
+
+    processor = offline("qwen2_vl")
+    own = processor.image_processor.size["shortest_edge"]
+    with pytest.raises(ValueError) as refused:
+        qwen_resize_kwargs(processor, None, own - 1)
+    message = str(refused.value)
+    assert f"max_pixels={own - 1} is below the processor's own min_pixels {own}" in message
+    assert "set min_pixels too" in message
+    with pytest.raises(ValueError, match="min_pixels=50 exceeds max_pixels=40; swap or fix"):
+        qwen_resize_kwargs(processor, 50, 40)

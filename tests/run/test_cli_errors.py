@@ -125,6 +125,11 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
             [*ok, "--turn-discount", "1.5"],
             "turn_discount (--turn-discount) must be in (0, 1], got 1.5",
         ),
+        (
+            "min pixels above max pixels",
+            [*ok, "--min-pixels", "100", "--max-pixels", "10"],
+            "min_pixels (--min-pixels) 100 exceeds max_pixels (--max-pixels) 10",
+        ),
         ("bad setting", [*ok, "seed=abc"], "invalid value for 'seed'"),
         ("setting without =", [*ok, "seed"], "must be KEY=VALUE"),
     ]

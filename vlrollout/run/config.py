@@ -129,6 +129,11 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{_flag(name)} must be at least 1, got {value}")
+        if None not in (self.min_pixels, self.max_pixels) and self.min_pixels > self.max_pixels:
+            raise ConfigError(
+                f"{_flag('min_pixels')} {self.min_pixels} exceeds {_flag('max_pixels')} "
+                f"{self.max_pixels}; swap or fix them"
+            )
         if self.prompt_cache_bytes is not None and self.prompt_cache_bytes < 0:
             raise ConfigError(
                 f"{_flag('prompt_cache_bytes')} must be 0 or more, got {self.prompt_cache_bytes}"
