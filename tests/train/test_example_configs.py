@@ -90,6 +90,22 @@ def test_group_size_one_is_refused(tmp_path):
             ["--config", "examples/train_grounding.yaml", "rollout.max_head_offpolicyness=-1"],
             "rollout.max_head_offpolicyness must be >= 0 (0: on-policy), got -1",
         ),
+        (  # was a ZeroDivisionError once the actor was built
+            ["--config", "examples/train_grounding.yaml", "train_dataset.batch_size=0"],
+            "train_dataset.batch_size must be >= 1, got 0",
+        ),
+        (  # was read as unset: the run trained for total_train_epochs
+            ["--config", "examples/train_grounding.yaml", "total_train_steps=0"],
+            "total_train_steps must be >= 1 (or null: total_train_epochs decides), got 0",
+        ),
+        (  # was torch's "Invalid learning rate: nan" once the actor was built
+            ["--config", "examples/train_grounding.yaml", "actor.optimizer.lr=nan"],
+            "actor.optimizer.lr must be a finite number >= 0 (0: the control run), got nan",
+        ),
+        (
+            ["--config", "examples/train_grounding.yaml", "actor.optimizer.lr=-1e-4"],
+            "actor.optimizer.lr must be a finite number >= 0 (0: the control run), got -0.0001",
+        ),
     ],
 )
 def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):

@@ -321,6 +321,7 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
     Raises:
         ConfigError: in one line naming the keys and the override that fixes them.
     """
+    check_run_length(cfg)
     batch_size = cfg.train_dataset.batch_size
     if batch_size % world_size:
         raise ConfigError(
@@ -353,6 +354,26 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
             f"rollout.max_head_offpolicyness={offpolicy} needs rollout.consumer_batch_size "
             f"equal to train_dataset.batch_size ({batch_size}), got "
             f"{cfg.rollout.consumer_batch_size}: set rollout.consumer_batch_size={batch_size}"
+        )
+
+
+def check_run_length(cfg: TrainConfig) -> None:
+    """Refuse a batch, a length or a learning rate the trainer cannot run as given: ``0``
+    steps would read as unset (the epochs decide), and a batch of 0 or a NaN rate fail only
+    once the actor is built."""
+    if cfg.train_dataset.batch_size < 1:
+        raise ConfigError(
+            f"train_dataset.batch_size must be >= 1, got {cfg.train_dataset.batch_size}"
+        )
+    steps = cfg.total_train_steps
+    if steps is not None and steps < 1:
+        raise ConfigError(
+            f"total_train_steps must be >= 1 (or null: total_train_epochs decides), got {steps}"
+        )
+    lr = cfg.actor.optimizer.lr if cfg.actor.optimizer is not None else 0.0
+    if not 0 <= lr < math.inf:
+        raise ConfigError(
+            f"actor.optimizer.lr must be a finite number >= 0 (0: the control run), got {lr}"
         )
 
 
