@@ -366,9 +366,10 @@ def test_event_loop_keeps_running_during_generation(engine, text_prompt):
         await tick
 
     asyncio.run(run())
-    # The ticker ran while tokens were being produced: it saw many intermediate counts.
+    # The ticker ran while tokens were being produced: it saw intermediate counts (a loop blocked
+    # by generation sees only 0 and 400; how many it sees depends on the machine's load).
     intermediate = {n for n in seen if 0 < n < 400}
-    assert len(intermediate) >= 20
+    assert len(intermediate) >= 3
 
 
 def test_cancelled_request_does_not_disturb_others(engine, text_prompt):

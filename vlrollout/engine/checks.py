@@ -10,6 +10,11 @@ from pathlib import Path
 from vlrollout.engine.config import EngineConfig, is_device_name
 from vlrollout.errors import ConfigError
 
+WEIGHTS_CHECK = "/vlrollout/check_weights_path"
+"""``vlrollout serve``'s route, POST ``{"model_path": folder}``: 200 if a weight update could
+load from ``folder`` (which need not exist yet), else the 403 that update would get. Not in
+SGLang's or vLLM's protocol; ``vlrollout train`` asks it before its first rollout."""
+
 
 def check_engine(cfg: EngineConfig) -> None:
     """Refuse an engine that cannot start, before loading anything.

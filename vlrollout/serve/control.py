@@ -19,14 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
+from vlrollout.engine.checks import WEIGHTS_CHECK
 from vlrollout.serve.errors import BadRequest, check_fields, typed
 from vlrollout.serve.state import STATE
 
 Handler = Callable[[web.Request, Any], Awaitable[dict[str, Any]]]
-
-WEIGHTS_CHECK = "/vlrollout/check_weights_path"
-"""POST ``{"model_path": folder}``: 200 if a weight update could load from ``folder`` (which need
-not exist yet), else the 403 that update would get. Not in SGLang's or vLLM's protocol."""
 
 
 def check_under_root(path: str, root: Path, where: str) -> None:

@@ -18,10 +18,10 @@ import torch
 from areal.api.io_struct import WeightUpdateMeta
 from areal.utils import name_resolve, names
 
+from vlrollout.engine.checks import WEIGHTS_CHECK
 from vlrollout.engine.factory import remote_engine
 from vlrollout.engine.local import LocalInferenceEngine
 from vlrollout.errors import ConfigError
-from vlrollout.serve.control import WEIGHTS_CHECK
 from vlrollout.train.config import TrainConfig
 from vlrollout.train.ranks import Ranks
 from vlrollout.workflows.preparation import load_processor
@@ -80,7 +80,7 @@ def check_servers_load_from(cfg: TrainConfig, kind: str, addresses: list[str]) -
     """Ask each server whether it will load this run's weight updates, before any rollout.
 
     ``vlrollout serve`` loads only from under its ``--weights-root`` and answers
-    :data:`~vlrollout.serve.control.WEIGHTS_CHECK`; a server without that route (SGLang, vLLM)
+    :data:`~vlrollout.engine.checks.WEIGHTS_CHECK`; a server without that route (SGLang, vLLM)
     is not asked. Otherwise the first update would fail after a step's rollouts, inside AReaL's
     client, with the server's reason lost.
 
