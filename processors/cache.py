@@ -56,7 +56,7 @@ import sys
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,16 +93,38 @@ def default_cache_bytes() -> int:
 
 # -- keys -------------------------------------------------------------------------------------
 
-# A PIL image's digest is computed once per image object (a group of 8 hashes it once, not 8 times).
+# A PIL image's digest is computed once per image object (a group of 8 hashes it once, not 8
+# times, even when its episodes ask at once: the first computes, the others wait for it).
 _PIL_DIGESTS: dict[int, bytes] = {}
+_PIL_PENDING: dict[int, threading.Event] = {}
 _PIL_LOCK = threading.Lock()
 
 
 def _pil_digest(image: Image.Image) -> bytes:
     with _PIL_LOCK:
         known = _PIL_DIGESTS.get(id(image))
+        pending = _PIL_PENDING.get(id(image)) if known is None else None
+        mine = None
+        if known is None and pending is None:
+            mine = _PIL_PENDING[id(image)] = threading.Event()
     if known is not None:
         return known
+    if pending is not None:
+        pending.wait()
+        return _pil_digest(image)
+    try:
+        digest = _hash_pixels(image)
+        with _PIL_LOCK:
+            _PIL_DIGESTS[id(image)] = digest
+        weakref.finalize(image, _PIL_DIGESTS.pop, id(image), None)
+        return digest
+    finally:
+        with _PIL_LOCK:
+            del _PIL_PENDING[id(image)]
+        mine.set()
+
+
+def _hash_pixels(image: Image.Image) -> bytes:
     h = hashlib.sha256(f"pil:{image.mode}:{image.size}:{image.info.get('transparency')}".encode())
     try:
         frame = image.tell() if getattr(image, "n_frames", 1) > 1 else 0
@@ -110,11 +132,24 @@ def _pil_digest(image: Image.Image) -> bytes:
         h.update(image.tobytes())
     except Exception:  # noqa: BLE001 - undecodable: a key unique to this object; prepare reports it
         h.update(f"undecodable:{id(image)}".encode())
-    digest = h.digest()
-    with _PIL_LOCK:
-        _PIL_DIGESTS[id(image)] = digest
-    weakref.finalize(image, _PIL_DIGESTS.pop, id(image), None)
-    return digest
+    return h.digest()
+
+
+def hashes_new_pil_images(data: dict[str, Any]) -> bool:
+    """Whether :func:`item_key` of ``data`` would hash a PIL image's pixels it has not hashed
+    yet (in its media fields or inline in its messages): work to keep off an event loop."""
+    return any(id(image) not in _PIL_DIGESTS for image in _pil_images(data))
+
+
+def _pil_images(obj: Any) -> Iterator[Image.Image]:
+    if isinstance(obj, Image.Image):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _pil_images(value)
+    elif isinstance(obj, list | tuple):
+        for value in obj:
+            yield from _pil_images(value)
 
 
 def _image_identity(source: Any, h: Any) -> None:
@@ -349,8 +384,14 @@ class PreparedPromptCache:
 
     async def aprepare(self, data: dict[str, Any]) -> Any:
         """Cached preparation off the event loop, unpinned (kept while the bounds allow)."""
-        key = self.key_fn(data)
+        key = await self._key(data)
         return await self._obtain(key, data)
+
+    async def _key(self, data: dict[str, Any]) -> str:
+        """``key_fn(data)``, in a worker thread when it would hash a new PIL image's pixels."""
+        if self.key_fn is item_key and hashes_new_pil_images(data):
+            return await asyncio.to_thread(item_key, data)
+        return self.key_fn(data)
 
     async def acquire(self, data: dict[str, Any]) -> tuple[str, Any]:
         """Pin and return ``(key, prepared)``; call :meth:`release` with ``key`` when done.
@@ -358,7 +399,7 @@ class PreparedPromptCache:
         Concurrent calls for one key run the preparation once. Cancelling one waiter does not
         cancel the preparation for the others (it runs as its own task).
         """
-        key = self.key_fn(data)
+        key = await self._key(data)
         with self._lock:
             self._users[key] += 1
         try:

@@ -1,5 +1,6 @@
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -273,3 +274,40 @@ def test_a_failed_acquire_releases_its_pin():
     with pytest.raises(ValueError):
         asyncio.run(cache.acquire(_d(5)))
     assert cache.stats()["pinned"] == 0
+
+
+class _HashedImage(Image.Image):
+    """A PIL image that records each read of its pixels (``tobytes``) and the reading thread."""
+
+    reads: list[int]
+
+    def tobytes(self, *args, **kwargs):
+        self.reads.append(threading.get_ident())
+        time.sleep(0.05)  # a large image's read: the group's other episodes ask meanwhile
+        return super().tobytes(*args, **kwargs)
+
+
+def _hashed_image() -> _HashedImage:
+    image = Image.new("RGB", (64, 48), (10, 20, 30))
+    image.__class__ = _HashedImage
+    image.reads = []
+    return image
+
+
+@pytest.mark.parametrize("method", ["aprepare", "acquire"])
+def test_a_new_pil_image_is_hashed_once_per_group_off_the_loop(method):
+    """The key of an item holding a PIL image hashes its pixels (a 12 MP image: tens of ms):
+    in a worker thread, so the loop serves other groups meanwhile, and once for the 8 episodes
+    of its group however they interleave."""
+    image = _hashed_image()
+    item = {"messages": [{"role": "user", "content": "x"}], "images": [image]}
+    cache = PreparedPromptCache(Counting(), maxsize=4)
+
+    async def main():
+        group = [getattr(cache, method)(item) for _ in range(8)]
+        return threading.get_ident(), await asyncio.gather(*group)
+
+    loop_thread, _ = asyncio.run(main())
+    assert len(image.reads) == 1, image.reads
+    assert loop_thread not in image.reads
+    assert item_key(item) == item_key({**item, "images": [image.copy()]})  # the same content
