@@ -116,6 +116,8 @@ def no_model_load(monkeypatch):
         (["--max-queued-mb", "nan"], "--max-queued-mb must be >= 0, got nan"),
         (["--max-queued-mb", "8"], "--max-queued-mb 8 is below --max-body-mb 64"),
         (["--device", "tpu"], "--device must be cpu, cuda or cuda:N, got 'tpu'"),
+        (["--max-memory", "cpu=1GB"], "--max-memory and --offload-folder need --device-map"),
+        (["--offload-folder", "/tmp/x"], "--max-memory and --offload-folder need --device-map"),
         (["--device", "cuda:x"], "--device must be cpu, cuda or cuda:N, got 'cuda:x'"),
     ],
 )

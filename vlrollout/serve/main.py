@@ -169,6 +169,11 @@ def check_flags(args: argparse.Namespace) -> dict[int | str, str] | None:
     check_queue_flags(args)
     frame_settings(args)
     max_memory = parse_max_memory(args.max_memory)
+    if (max_memory or args.offload_folder) and not args.device_map:
+        raise UsageError(
+            "--max-memory and --offload-folder need --device-map (e.g. --device-map auto): "
+            "without one the model loads whole onto --device"
+        )
     check_can_listen(args.host, args.port)
     return max_memory
 
