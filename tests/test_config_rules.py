@@ -43,6 +43,7 @@ def test_both_recipes_read_the_same_engine_section(tmp_path):
         ("kind=tpu", "engine.kind must be one of local, sglang, vllm"),
         ("device=gpu0", "must be cpu, cuda or cuda:N"),
         ("max_batch_size=0", "engine.max_batch_size must be >= 1"),
+        ("addresses=[h:1]", "is for a remote engine; add --engine sglang or vllm"),
     ],
 )
 def test_a_bad_engine_setting_is_the_same_config_error_in_both(tmp_path, setting, message):

@@ -87,6 +87,11 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ),
         ("bad address", [*ok, "--engine", "sglang", "--address", "nohost"], "must be HOST:PORT"),
         ("remote without address", [*ok, "--engine", "vllm"], "pass --address HOST:PORT"),
+        (  # ran on the local engine, as if the server were not there
+            "address without a remote engine",
+            [*ok, "--address", "127.0.0.1:30000"],
+            "engine.addresses (--address) is for a remote engine; add --engine sglang or vllm",
+        ),
         (
             "server not running",
             [*ok, "--engine", "sglang", "--address", "127.0.0.1:9"],

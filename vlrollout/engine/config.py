@@ -78,6 +78,12 @@ class EngineConfig:
                 f"servers (`vlrollout serve --protocol {self.kind}`); with vlrollout run, "
                 "pass --address HOST:PORT"
             )
+        if self.kind == "local" and self.addresses:
+            raise ConfigError(
+                f"engine.addresses (--address) is for a remote engine; add --engine sglang or "
+                f"vllm (vlrollout.engine.kind in training) to send rollouts to "
+                f"{', '.join(self.addresses)}, or drop the addresses to run the local engine"
+            )
         for address in self.addresses:
             host, sep, port = address.rpartition(":")
             if not sep or not host or not port.isdigit():
