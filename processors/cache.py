@@ -301,6 +301,7 @@ class PreparedPromptCache:
         self._done: OrderedDict[str, _Entry] = OrderedDict()
         self._users: Counter[str] = Counter()
         self._inflight: dict[tuple[int, str], asyncio.Future] = {}
+        self._keying: dict[tuple[int, int], asyncio.Future] = {}  # (loop, data) -> its key
         self._lock = threading.RLock()
         self.hits = self.misses = self.evictions = 0
         self.nbytes = self.peak_bytes = 0
@@ -388,10 +389,17 @@ class PreparedPromptCache:
         return await self._obtain(key, data)
 
     async def _key(self, data: dict[str, Any]) -> str:
-        """``key_fn(data)``, in a worker thread when it would hash a new PIL image's pixels."""
-        if self.key_fn is item_key and hashes_new_pil_images(data):
-            return await asyncio.to_thread(item_key, data)
-        return self.key_fn(data)
+        """``key_fn(data)``; in one worker thread when it would hash a new PIL image's pixels,
+        awaited by every episode that asks for the same item object meanwhile (a group's)."""
+        if self.key_fn is not item_key or not hashes_new_pil_images(data):
+            return self.key_fn(data)
+        slot = (id(asyncio.get_running_loop()), id(data))  # data stays alive while in flight
+        task = self._keying.get(slot)
+        if task is None:
+            task = asyncio.ensure_future(asyncio.to_thread(item_key, data))
+            self._keying[slot] = task
+            task.add_done_callback(lambda _: self._keying.pop(slot, None))
+        return await asyncio.shield(task)
 
     async def acquire(self, data: dict[str, Any]) -> tuple[str, Any]:
         """Pin and return ``(key, prepared)``; call :meth:`release` with ``key`` when done.

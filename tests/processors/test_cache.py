@@ -295,19 +295,29 @@ def _hashed_image() -> _HashedImage:
 
 
 @pytest.mark.parametrize("method", ["aprepare", "acquire"])
-def test_a_new_pil_image_is_hashed_once_per_group_off_the_loop(method):
+def test_a_new_pil_image_is_hashed_once_per_group_off_the_loop(method, monkeypatch):
     """The key of an item holding a PIL image hashes its pixels (a 12 MP image: tens of ms):
     in a worker thread, so the loop serves other groups meanwhile, and once for the 8 episodes
-    of its group however they interleave."""
+    of its group however they interleave, in one thread hop (the others await it: a thread
+    each would crowd the pool that prepares)."""
     image = _hashed_image()
     item = {"messages": [{"role": "user", "content": "x"}], "images": [image]}
     cache = PreparedPromptCache(Counting(), maxsize=4)
+    hops = []
+    to_thread = asyncio.to_thread
+
+    def counted(fn, *args, **kwargs):
+        hops.append(getattr(fn, "__name__", fn))
+        return to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
 
     async def main():
         group = [getattr(cache, method)(item) for _ in range(8)]
         return threading.get_ident(), await asyncio.gather(*group)
 
     loop_thread, _ = asyncio.run(main())
+    assert hops.count("item_key") == 1, hops
     assert len(image.reads) == 1, image.reads
     assert loop_thread not in image.reads
     assert item_key(item) == item_key({**item, "images": [image.copy()]})  # the same content
