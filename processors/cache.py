@@ -135,10 +135,17 @@ def _hash_pixels(image: Image.Image) -> bytes:
     return h.digest()
 
 
-def hashes_new_pil_images(data: dict[str, Any]) -> bool:
-    """Whether :func:`item_key` of ``data`` would hash a PIL image's pixels it has not hashed
-    yet (in its media fields or inline in its messages): work to keep off an event loop."""
-    return any(id(image) not in _PIL_DIGESTS for image in _pil_images(data))
+OFF_LOOP_PIXELS = 1_000_000
+"""New PIL pixels beyond which an item's key is computed in a worker thread: hashing reads
+about a millisecond or two per million pixels, more than a thread hop costs below that."""
+
+
+def new_pil_pixels(data: dict[str, Any]) -> int:
+    """Pixels of the PIL images in ``data`` (media fields, or inline in its messages) that
+    :func:`item_key` has not hashed yet: the work its key would do."""
+    return sum(
+        image.width * image.height for image in _pil_images(data) if id(image) not in _PIL_DIGESTS
+    )
 
 
 def _pil_images(obj: Any) -> Iterator[Image.Image]:
@@ -389,9 +396,10 @@ class PreparedPromptCache:
         return await self._obtain(key, data)
 
     async def _key(self, data: dict[str, Any]) -> str:
-        """``key_fn(data)``; in one worker thread when it would hash a new PIL image's pixels,
-        awaited by every episode that asks for the same item object meanwhile (a group's)."""
-        if self.key_fn is not item_key or not hashes_new_pil_images(data):
+        """``key_fn(data)``; in one worker thread when it would hash more than
+        :data:`OFF_LOOP_PIXELS` new PIL pixels, awaited by every episode that asks for the same
+        item object meanwhile (a group's)."""
+        if self.key_fn is not item_key or new_pil_pixels(data) <= OFF_LOOP_PIXELS:
             return self.key_fn(data)
         slot = (id(asyncio.get_running_loop()), id(data))  # data stays alive while in flight
         task = self._keying.get(slot)

@@ -287,8 +287,8 @@ class _HashedImage(Image.Image):
         return super().tobytes(*args, **kwargs)
 
 
-def _hashed_image() -> _HashedImage:
-    image = Image.new("RGB", (64, 48), (10, 20, 30))
+def _hashed_image(size: tuple[int, int] = (1200, 900)) -> _HashedImage:
+    image = Image.new("RGB", size, (10, 20, 30))
     image.__class__ = _HashedImage
     image.reads = []
     return image
@@ -296,7 +296,7 @@ def _hashed_image() -> _HashedImage:
 
 @pytest.mark.parametrize("method", ["aprepare", "acquire"])
 def test_a_new_pil_image_is_hashed_once_per_group_off_the_loop(method, monkeypatch):
-    """The key of an item holding a PIL image hashes its pixels (a 12 MP image: tens of ms):
+    """The key of an item holding a large PIL image hashes its pixels (12 MP: tens of ms):
     in a worker thread, so the loop serves other groups meanwhile, and once for the 8 episodes
     of its group however they interleave, in one thread hop (the others await it: a thread
     each would crowd the pool that prepares)."""
@@ -321,3 +321,17 @@ def test_a_new_pil_image_is_hashed_once_per_group_off_the_loop(method, monkeypat
     assert len(image.reads) == 1, image.reads
     assert loop_thread not in image.reads
     assert item_key(item) == item_key({**item, "images": [image.copy()]})  # the same content
+
+
+def test_a_small_new_pil_image_is_hashed_on_the_loop(monkeypatch):
+    """Below ``OFF_LOOP_PIXELS`` the hash costs less than a thread hop: the loop hashes it."""
+    image = _hashed_image((800, 600))
+    item = {"messages": [{"role": "user", "content": "x"}], "images": [image]}
+    cache = PreparedPromptCache(Counting(), maxsize=4)
+
+    async def main():
+        group = [cache.aprepare(item) for _ in range(8)]
+        return threading.get_ident(), await asyncio.gather(*group)
+
+    loop_thread, _ = asyncio.run(main())
+    assert image.reads == [loop_thread]
