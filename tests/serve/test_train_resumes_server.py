@@ -12,7 +12,7 @@ import torch
 from tests.serve.conftest import ASSET, serving
 from vlrollout.errors import ConfigError
 from vlrollout.train.config import load_config
-from vlrollout.train.rollout_engine import build_rollout_engine
+from vlrollout.train.rollout_engine import build_rollout_engine, check_servers_load_from
 
 PAUSE = {"sglang": "/pause_generation", "vllm": "/areal_pause_generation"}
 
@@ -66,3 +66,10 @@ def test_a_server_that_will_not_load_the_runs_weights_is_refused_at_start(protoc
         client, _ = build_rollout_engine(under, str(ASSET), torch.float32)
         client.destroy()
         assert engine.get_version() == 0
+
+
+def test_a_server_the_check_cannot_reach_is_left_to_areals_client(tmp_path):
+    """The check refuses only on a server's answer; a connection it cannot make (a proxy in the
+    way, say) is not its to report."""
+    cfg = _remote_config("sglang", "127.0.0.1:9", tmp_path / "run")
+    check_servers_load_from(cfg, "sglang", ["127.0.0.1:9"])  # nothing listens there

@@ -105,6 +105,8 @@ def check_servers_load_from(cfg: TrainConfig, kind: str, addresses: list[str]) -
                 "cluster.fileroot under the server's weights root, or restart the server with "
                 "--weights-root at or above it"
             ) from None
+        except OSError:
+            continue  # unreachable this way (a proxy, say): AReaL's client reports real outages
 
 
 def _error_message(error: urllib.error.HTTPError) -> str:
