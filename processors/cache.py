@@ -94,34 +94,21 @@ def default_cache_bytes() -> int:
 # -- keys -------------------------------------------------------------------------------------
 
 # A PIL image's digest is computed once per image object (a group of 8 hashes it once, not 8
-# times, even when its episodes ask at once: the first computes, the others wait for it).
+# times: PreparedPromptCache has a group's episodes await one key).
 _PIL_DIGESTS: dict[int, bytes] = {}
-_PIL_PENDING: dict[int, threading.Event] = {}
 _PIL_LOCK = threading.Lock()
 
 
 def _pil_digest(image: Image.Image) -> bytes:
     with _PIL_LOCK:
         known = _PIL_DIGESTS.get(id(image))
-        pending = _PIL_PENDING.get(id(image)) if known is None else None
-        mine = None
-        if known is None and pending is None:
-            mine = _PIL_PENDING[id(image)] = threading.Event()
     if known is not None:
         return known
-    if pending is not None:
-        pending.wait()
-        return _pil_digest(image)
-    try:
-        digest = _hash_pixels(image)
-        with _PIL_LOCK:
-            _PIL_DIGESTS[id(image)] = digest
-        weakref.finalize(image, _PIL_DIGESTS.pop, id(image), None)
-        return digest
-    finally:
-        with _PIL_LOCK:
-            del _PIL_PENDING[id(image)]
-        mine.set()
+    digest = _hash_pixels(image)
+    with _PIL_LOCK:
+        _PIL_DIGESTS[id(image)] = digest
+    weakref.finalize(image, _PIL_DIGESTS.pop, id(image), None)
+    return digest
 
 
 def _hash_pixels(image: Image.Image) -> bytes:

@@ -72,4 +72,4 @@ def test_a_server_the_check_cannot_reach_is_left_to_areals_client(tmp_path):
     """The check refuses only on a server's answer; a connection it cannot make (a proxy in the
     way, say) is not its to report."""
     cfg = _remote_config("sglang", "127.0.0.1:9", tmp_path / "run")
-    check_servers_load_from(cfg, "sglang", ["127.0.0.1:9"])  # nothing listens there
+    check_servers_load_from(cfg)  # nothing listens there

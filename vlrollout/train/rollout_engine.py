@@ -65,7 +65,7 @@ def build_rollout_engine(
     # A run stopped inside AReaL's weight update (after /pause_generation, before
     # /continue_generation) leaves its servers paused: this run's requests would wait for ever.
     engine.continue_generation()
-    check_servers_load_from(cfg, section.kind, list(section.addresses))
+    check_servers_load_from(cfg)
     return engine, load_processor(model_path)
 
 
@@ -76,7 +76,7 @@ def weight_update_folder(cfg: TrainConfig) -> str:
     return meta.path
 
 
-def check_servers_load_from(cfg: TrainConfig, kind: str, addresses: list[str]) -> None:
+def check_servers_load_from(cfg: TrainConfig) -> None:
     """Ask each server whether it will load this run's weight updates, before any rollout.
 
     ``vlrollout serve`` loads only from under its ``--weights-root`` and answers
@@ -87,8 +87,8 @@ def check_servers_load_from(cfg: TrainConfig, kind: str, addresses: list[str]) -
     Raises:
         ConfigError: a server refuses; the message names it, ``cluster.fileroot`` and its reason.
     """
-    folder = weight_update_folder(cfg)
-    for address in addresses:
+    folder, kind = weight_update_folder(cfg), cfg.vlrollout.engine.kind
+    for address in cfg.vlrollout.engine.addresses:
         request = urllib.request.Request(
             f"http://{address}{WEIGHTS_CHECK}",
             data=json.dumps({"model_path": folder}).encode(),
