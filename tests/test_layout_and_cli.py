@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,17 @@ def test_unknown_keys_and_bad_values_are_explained(tmp_path):
 def test_demo_config_loads():
     cfg = RunConfig.load(REPO / "examples" / "demo.yaml")
     assert cfg.engine.kind == "local" and cfg.workflow == "vision"
+
+
+def test_version_names_the_installed_versions_users_put_in_bug_reports():
+    result = subprocess.run(
+        [sys.executable, "-m", "vlrollout.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    for name in ("vlrollout", "areal", "torch", "transformers"):
+        assert f"{name} {metadata.version(name)}" in line
+    assert f"python {platform.python_version()}" in line

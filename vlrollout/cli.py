@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from vlrollout.versions import version_line
+
 if TYPE_CHECKING:
     from vlrollout.run.config import RunConfig
 
@@ -25,6 +27,18 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n  see `{self.prog} --help`\n")
+
+
+class _PrintVersion(argparse.Action):
+    """``--version``: :func:`~vlrollout.versions.version_line` on one line (argparse's own version
+    action wraps it), then exit 0."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        print(version_line())
+        parser.exit(0)
 
 
 #: The functions that add one subcommand each, in ``--help`` order. A new subcommand is one
@@ -482,6 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
         "and keep processor regression snapshots.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument(
+        "--version",
+        action=_PrintVersion,
+        help="print the versions of vlrollout, AReaL, torch and transformers, and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(sub)

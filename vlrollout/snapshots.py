@@ -29,7 +29,6 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ import torch
 
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
 from vlrollout.processors.errors import PreprocessError
+from vlrollout.versions import library_versions
 
 CONTEXT_TOKENS = 3
 QUANTUM = 64  # pixel_values are hashed after rounding to 1/64
@@ -45,24 +45,6 @@ PIXEL_SAMPLES = 1024  # evenly spaced pixel_values kept per image (float16) to s
 
 class SnapshotError(Exception):
     """A snapshot cannot be taken or read: names the item or file and the fix (no traceback)."""
-
-
-def library_versions() -> dict[str, str]:
-    out = {}
-    for name in (
-        "transformers",
-        "torch",
-        "torchvision",
-        "pillow",
-        "tokenizers",
-        "areal",
-        "vlrollout",
-    ):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
 
 
 def _channel_stats(

@@ -27,7 +27,6 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from vlrollout.errors import UsageError
 from vlrollout.eval.runner import EvalResult
 from vlrollout.files import atomic_write_json
 from vlrollout.jsonl import write_jsonl
+from vlrollout.versions import installed_version
 
 RESULTS_FILE = "results.json"
 SCORES_FILE = "scores.jsonl"
@@ -59,13 +59,6 @@ def data_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def vlrollout_version() -> str:
-    try:
-        return metadata.version("vlrollout")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def results_dict(
     result: EvalResult, *, model: str, data: str | Path, settings: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -83,7 +76,7 @@ def results_dict(
         "model": model,
         "data": {"path": str(Path(data).resolve()), "sha256": data_sha256(data)},
         "settings": dict(settings),
-        "vlrollout_version": vlrollout_version(),
+        "vlrollout_version": installed_version("vlrollout"),
     }
 
 
