@@ -15,7 +15,13 @@ import pytest
 
 from vlrollout.datasets import load_items
 from vlrollout.processors.auto import AutoProcessorPreprocessor
-from vlrollout.snapshots import assert_matches_snapshot, compare, load_snapshot, take_snapshot
+from vlrollout.snapshots import (
+    SnapshotError,
+    assert_matches_snapshot,
+    compare,
+    load_snapshot,
+    take_snapshot,
+)
 from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, build_offline_processor
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,3 +174,68 @@ def test_snapshot_commands_explain_a_bad_item_and_a_missing_file(tmp_path):
         f"snapshot file {missing} does not exist" in no_file.stderr
         and "vlrollout snapshot" in no_file.stderr
     )
+
+
+VIDEOS = REPO / "assets" / "samples" / "video.jsonl"
+
+
+def _video_fields(diffs) -> set[str]:
+    return {d.field for d in diffs}
+
+
+def test_video_items_are_recorded_and_changed_frame_sampling_or_size_fails_the_check():
+    items = list(load_items(VIDEOS))
+    processor = build_offline_processor("qwen2_vl")
+    expected = take_snapshot(AutoProcessorPreprocessor(processor), items)
+    assert set(expected["items"]) == {item["id"] for item in items}
+    assert compare(expected, take_snapshot(AutoProcessorPreprocessor(processor), items)) == []
+
+    fewer_frames = AutoProcessorPreprocessor(processor, video_fps=1.0)
+    fields = _video_fields(compare(expected, take_snapshot(fewer_frames, items)))
+    assert {"video_frames", "video_grid_thw", "pixel_values_videos.shape"} <= fields
+
+    smaller = AutoProcessorPreprocessor(processor, video_max_pixels=28 * 28 * 2)
+    fields = _video_fields(compare(expected, take_snapshot(smaller, items)))
+    assert {"video_grid_thw", "pixel_values_videos.shape"} <= fields
+    assert "video_frames" not in fields
+
+
+def test_a_pixel_change_of_a_video_is_caught_at_the_same_size():
+    items = list(load_items(VIDEOS))[:1]
+    processor = build_offline_processor("qwen2_vl")
+    expected = take_snapshot(AutoProcessorPreprocessor(processor), items)
+    processor.video_processor.image_mean = [m + 0.05 for m in processor.video_processor.image_mean]
+    diffs = compare(expected, take_snapshot(AutoProcessorPreprocessor(processor), items))
+    assert any(d.field.startswith("pixel_values_videos[video 1]") for d in diffs), diffs
+
+
+def test_two_items_with_one_id_are_refused_naming_the_id():
+    first, second = _items()[:2]
+    with pytest.raises(SnapshotError, match=r"id 'dup-1'.*items 1 and 2"):
+        take_snapshot(
+            AutoProcessorPreprocessor(build_offline_processor("qwen2_vl")),
+            [{**first, "id": "dup-1"}, {**second, "id": "dup-1"}],
+        )
+
+
+def test_snapshot_commands_record_every_item_and_refuse_no_items_or_bad_pixel_flags(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    out = tmp_path / "v.json"
+    processor = ["--processor", "offline:qwen2_vl"]
+    videos, nothing, zero, negative = _clis(
+        ["snapshot", *processor, "--data", str(VIDEOS), "--out", str(out)],
+        ["snapshot", *processor, "--data", str(empty), "--out", str(tmp_path / "e.json")],
+        ["check", *processor, "--data", str(DATA), "--snapshot", str(SNAPSHOTS / "qwen2_vl.json"),
+         "--max-pixels", "0"],
+        ["snapshot", *processor, "--data", str(DATA), "--out", str(tmp_path / "n.json"),
+         "--min-pixels", "-5"],
+    )  # fmt: skip
+    assert videos.returncode == 0, videos.stderr
+    assert len(load_snapshot(out)["items"]) == len(list(load_items(VIDEOS)))
+    assert nothing.returncode == 2 and "Traceback" not in nothing.stderr
+    assert f"{empty} has no items" in nothing.stderr
+    assert not (tmp_path / "e.json").exists()
+    for res, flag in ((zero, "--max-pixels"), (negative, "--min-pixels")):
+        assert res.returncode == 2 and f"argument {flag}: must be at least 1" in res.stderr
+    assert not (tmp_path / "n.json").exists()

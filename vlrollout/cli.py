@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from vlrollout.argtypes import whole_number
 from vlrollout.versions import version_line
 
 if TYPE_CHECKING:
@@ -385,8 +386,8 @@ def _add_snapshot_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--preprocessor", default="auto", help="preprocessor name or import path")
     p.add_argument("--data", default="assets/samples/data.jsonl", help="items to prepare")
-    p.add_argument("--min-pixels", type=int, dest="min_pixels")
-    p.add_argument("--max-pixels", type=int, dest="max_pixels")
+    p.add_argument("--min-pixels", type=whole_number(1), dest="min_pixels")
+    p.add_argument("--max-pixels", type=whole_number(1), dest="max_pixels")
 
 
 def _snapshot_inputs(args: argparse.Namespace):
@@ -407,12 +408,14 @@ def _snapshot_inputs(args: argparse.Namespace):
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SnapshotError(f"--processor {args.processor!r}: {first}") from None
 
-    limits = {k: getattr(args, k) for k in ("min_pixels", "max_pixels") if getattr(args, k)}
+    limits = {k: v for k in ("min_pixels", "max_pixels") if (v := getattr(args, k)) is not None}
     preprocessor = get_preprocessor(args.preprocessor, processor=processor, **limits)
     try:
-        items = [i for i in load_items(args.data) if i.get("images")]
+        items = list(load_items(args.data))
     except (OSError, ValueError) as e:
         raise SnapshotError(f"cannot read the data file {args.data}: {e}") from None
+    if not items:
+        raise SnapshotError(f"{args.data} has no items: a snapshot of nothing checks nothing")
     return preprocessor, items
 
 

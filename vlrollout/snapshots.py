@@ -12,6 +12,8 @@ on, so a check fails loudly and names the item, the image and the field:
   pixel difference is (max and mean absolute difference per image, in ``pixel_values`` units) and
   whether it is within :attr:`Tolerances.pixel_max_abs`;
 - the geometry (original w×h → model w×h, with the crop/pad transform);
+- for an item with videos: the frames each clip sampled (indices and timestamps), the video token
+  count, ``video_grid_thw`` and the same fingerprints of ``pixel_values_videos`` per video;
 - the preprocessor settings (class, pixel budget, the image processor's resize settings), shown
   beside the current ones when a check fails, and the library versions (reported, not compared).
 
@@ -85,15 +87,27 @@ def _image_runs(input_ids: Sequence[int], token_id: int | None) -> list[tuple[in
     return runs
 
 
-def _per_image(pv: torch.Tensor, mm: Mapping[str, Any], n_images: int) -> list[torch.Tensor]:
-    """``pixel_values`` split per image: by ``image_grid_thw`` rows (Qwen-VL), by the first axis
-    when it counts images, else one group."""
-    grid = mm.get("image_grid_thw")
+def _per_unit(pv: torch.Tensor, grid: torch.Tensor | None, count: int) -> list[torch.Tensor]:
+    """Pixel values split per image or video: by the grid's rows (Qwen-VL's ``*_grid_thw``), by
+    the first axis when it counts them, else one group."""
     if grid is not None and pv.ndim == 2 and int(grid.prod(-1).sum()) == pv.shape[0]:
         return list(torch.split(pv, grid.prod(-1).tolist()))
-    if pv.shape[0] == n_images:
+    if pv.shape[0] == count:
         return list(pv)
     return [pv]
+
+
+def _fingerprint(pv: torch.Tensor, grid: torch.Tensor | None, count: int) -> dict[str, Any]:
+    """Shape, dtype, channel statistics, quantised hash and per-unit samples of pixel values."""
+    mean, std = _channel_stats(pv)
+    return {
+        "shape": list(pv.shape),
+        "dtype": str(pv.dtype),
+        "channel_mean": mean,
+        "channel_std": std,
+        "hash": _quantised_hash(pv),
+        "samples": [_samples(t) for t in _per_unit(pv, grid, count)],
+    }
 
 
 def _samples(t: torch.Tensor) -> str:
@@ -111,7 +125,7 @@ def _unsample(text: str) -> torch.Tensor:
 
 
 def record(prepared: PreparedPrompt) -> dict[str, Any]:
-    """The snapshot of one prepared item."""
+    """The snapshot of one prepared item (video fields only for an item with videos)."""
     ids = prepared.input_ids
     runs = _image_runs(ids, prepared.image_token_id)
     mm = prepared.multi_modal_input
@@ -129,17 +143,33 @@ def record(prepared: PreparedPrompt) -> dict[str, Any]:
     if "image_grid_thw" in mm:
         entry["image_grid_thw"] = mm["image_grid_thw"].tolist()
     if "pixel_values" in mm:
-        pv = mm["pixel_values"]
-        mean, std = _channel_stats(pv)
-        entry["pixel_values"] = {
-            "shape": list(pv.shape),
-            "dtype": str(pv.dtype),
-            "channel_mean": mean,
-            "channel_std": std,
-            "hash": _quantised_hash(pv),
-            "samples": [_samples(t) for t in _per_image(pv, mm, prepared.num_images)],
-        }
+        entry["pixel_values"] = _fingerprint(
+            mm["pixel_values"], mm.get("image_grid_thw"), prepared.num_images
+        )
+    if prepared.num_videos:
+        entry.update(_video_record(prepared))
     return entry
+
+
+def _video_record(prepared: PreparedPrompt) -> dict[str, Any]:
+    """Which frames of each clip were sampled (and when), the video tokens and their pixels."""
+    mm = prepared.multi_modal_input
+    runs = _image_runs(prepared.input_ids, prepared.video_token_id)
+    out: dict[str, Any] = {
+        "num_videos": prepared.num_videos,
+        "video_token_count": sum(end - start for start, end in runs),
+        "video_frames": [
+            {"frame_indices": list(c.frame_indices), "timestamps_s": list(c.timestamps_s)}
+            for c in prepared.videos
+        ],
+    }
+    if "video_grid_thw" in mm:
+        out["video_grid_thw"] = mm["video_grid_thw"].tolist()
+    if "pixel_values_videos" in mm:
+        out["pixel_values_videos"] = _fingerprint(
+            mm["pixel_values_videos"], mm.get("video_grid_thw"), prepared.num_videos
+        )
+    return out
 
 
 def preprocessor_settings(preprocessor: Preprocessor) -> dict[str, Any]:
@@ -168,9 +198,16 @@ def take_snapshot(preprocessor: Preprocessor, items: Sequence[Mapping[str, Any]]
     Raises:
         SnapshotError: an item cannot be prepared (naming it, the reason and the fix).
     """
-    recorded = {}
+    recorded: dict[str, Any] = {}
+    positions: dict[str, int] = {}
     for k, item in enumerate(items):
         name = str(item.get("id", k))
+        if name in positions:
+            raise SnapshotError(
+                f"id {name!r} is used by items {positions[name]} and {k + 1}: a snapshot records "
+                "each item under its id, so give every item its own id"
+            )
+        positions[name] = k + 1
         try:
             recorded[name] = record(preprocessor.prepare(dict(item)))
         except PreprocessError as e:
@@ -221,6 +258,25 @@ def _close(a: Sequence[float], b: Sequence[float], tol: float) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
 
 
+ITEM_FIELDS = (
+    "input_ids_sha256",
+    "prompt_len",
+    "num_images",
+    "image_token_count",
+    "image_grid_thw",
+    "geometry",
+    "context",
+    "num_videos",
+    "video_token_count",
+    "video_frames",
+    "video_grid_thw",
+)
+"""Fields of an item that must be equal (no tolerance)."""
+
+PIXEL_FIELDS = {"pixel_values": "image", "pixel_values_videos": "video"}
+"""Fingerprinted pixel tensors, with what each of their units is."""
+
+
 def compare(
     expected: Mapping[str, Any], actual: Mapping[str, Any], tolerances: Tolerances = Tolerances()
 ) -> list[Difference]:
@@ -232,38 +288,46 @@ def compare(
             diffs.append(Difference(item, "presence", item in exp_items, item in act_items))
             continue
         e, a = exp_items[item], act_items[item]
-        for key in (
-            "input_ids_sha256",
-            "prompt_len",
-            "num_images",
-            "image_token_count",
-            "image_grid_thw",
-            "geometry",
-            "context",
-        ):
+        for key in ITEM_FIELDS:
             if e.get(key) != a.get(key):
                 diffs.append(Difference(item, key, e.get(key), a.get(key)))
-        ep, ap = e.get("pixel_values"), a.get("pixel_values")
-        if (ep is None) != (ap is None):
-            diffs.append(Difference(item, "pixel_values", ep is not None, ap is not None))
-            continue
-        if ep is None:
-            continue
-        for key in ("shape", "dtype"):
-            if ep[key] != ap[key]:
-                diffs.append(Difference(item, f"pixel_values.{key}", ep[key], ap[key]))
-        for key, tol in (
-            ("channel_mean", tolerances.channel_mean),
-            ("channel_std", tolerances.channel_std),
-        ):
-            if not _close(ep[key], ap[key], tol):
-                diffs.append(Difference(item, f"pixel_values.{key}", ep[key], ap[key]))
-        if ep["shape"] != ap["shape"]:
-            continue
-        if "samples" in ep and "samples" in ap:
-            diffs.extend(_pixel_differences(item, ep["samples"], ap["samples"], tolerances))
-        elif tolerances.check_hash and ep["hash"] != ap["hash"]:
-            diffs.append(Difference(item, "pixel_values.hash", ep["hash"], ap["hash"]))
+        for key, unit in PIXEL_FIELDS.items():
+            diffs.extend(
+                _fingerprint_differences(item, key, unit, e.get(key), a.get(key), tolerances)
+            )
+    return diffs
+
+
+def _fingerprint_differences(
+    item: str,
+    key: str,
+    unit: str,
+    ep: Mapping[str, Any] | None,
+    ap: Mapping[str, Any] | None,
+    tolerances: Tolerances,
+) -> list[Difference]:
+    """How one item's pixel tensor ``key`` (``_fingerprint``) moved between two snapshots."""
+    if (ep is None) != (ap is None):
+        return [Difference(item, key, ep is not None, ap is not None)]
+    if ep is None or ap is None:
+        return []
+    diffs = [
+        Difference(item, f"{key}.{field}", ep[field], ap[field])
+        for field in ("shape", "dtype")
+        if ep[field] != ap[field]
+    ]
+    for field, tol in (
+        ("channel_mean", tolerances.channel_mean),
+        ("channel_std", tolerances.channel_std),
+    ):
+        if not _close(ep[field], ap[field], tol):
+            diffs.append(Difference(item, f"{key}.{field}", ep[field], ap[field]))
+    if ep["shape"] != ap["shape"]:
+        return diffs
+    if "samples" in ep and "samples" in ap:
+        diffs.extend(_pixel_differences(item, key, unit, ep["samples"], ap["samples"], tolerances))
+    elif tolerances.check_hash and ep["hash"] != ap["hash"]:
+        diffs.append(Difference(item, f"{key}.hash", ep["hash"], ap["hash"]))
     return diffs
 
 
@@ -285,15 +349,20 @@ class PixelDifference(Difference):
 
 
 def _pixel_differences(
-    item: str, expected: Sequence[str], actual: Sequence[str], tolerances: Tolerances
+    item: str,
+    key: str,
+    unit: str,
+    expected: Sequence[str],
+    actual: Sequence[str],
+    tolerances: Tolerances,
 ) -> list[Difference]:
     out: list[Difference] = []
     if len(expected) != len(actual):
-        return [Difference(item, "pixel_values.images", len(expected), len(actual))]
+        return [Difference(item, f"{key}.{unit}s", len(expected), len(actual))]
     for k, (e, a) in enumerate(zip(expected, actual, strict=True), start=1):
         ev, av = _unsample(e), _unsample(a)
         if ev.shape != av.shape:
-            out.append(Difference(item, f"pixel_values[image {k}]", ev.shape, av.shape))
+            out.append(Difference(item, f"{key}[{unit} {k}]", ev.shape, av.shape))
             continue
         delta = (ev - av).abs()
         max_abs, mean_abs = float(delta.max()) if delta.numel() else 0.0, float(delta.mean())
@@ -301,7 +370,7 @@ def _pixel_differences(
             out.append(
                 PixelDifference(
                     item,
-                    f"pixel_values[image {k}]",
+                    f"{key}[{unit} {k}]",
                     None,
                     None,
                     max_abs,
