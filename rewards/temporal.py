@@ -155,6 +155,19 @@ def _duration(task_data: dict[str, Any], timing: dict[str, Any] | None) -> float
     return None if value is None else float(value)
 
 
+def _one_unit(segment: tuple[Endpoint, Endpoint]) -> tuple[Endpoint, Endpoint]:
+    """A unit written on one end applies to both: a bare end takes the other's unit and its
+    scale (``1 to 2 min`` is 60 to 120 seconds)."""
+    start, end = segment
+    written = start if start.unit else end if end.unit else None
+    if written is None:
+        return segment
+    return tuple(  # type: ignore[return-value]
+        e if e.unit else Endpoint(e.value * written.scale, written.unit, written.scale)
+        for e in segment
+    )
+
+
 class TemporalIoUReward(Reward):
     """Temporal grounding reward: the answer's ``[start, end]`` against labelled segments.
 
@@ -222,9 +235,9 @@ class TemporalIoUReward(Reward):
         self, segment: tuple[Endpoint, Endpoint], task_unit: str, timing: dict[str, Any] | None
     ) -> Segment:
         """The segment in seconds; :class:`_Unscorable` when a rule decides."""
+        segment = _one_unit(segment)
         start, end = segment
-        written = start.unit or end.unit  # a unit on one end applies to both
-        units = [e.unit or written or task_unit for e in segment]
+        units = [e.unit or task_unit for e in segment]
         if not all(math.isfinite(e.value) for e in segment):
             raise _Unscorable("non_finite_segment")
         if units[0] == units[1] and end.value < start.value:

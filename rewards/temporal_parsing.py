@@ -73,10 +73,13 @@ class Endpoint(NamedTuple):
         value: The number; seconds already scaled by its unit word (``ms``, ``min``) when
             ``unit`` is ``"seconds"``. May be infinite (a huge number).
         unit: ``"seconds"``, ``"frames"`` or ``None`` (a bare number: the task decides).
+        scale: The factor its unit word applied (``60`` for ``min``, ``1e-3`` for ``ms``; ``1``
+            otherwise), which a bare number at the segment's other end takes too.
     """
 
     value: float
     unit: str | None = None
+    scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def parse_segments(text: str) -> ParsedSegments:
     ['a list of 4 numbers is not a segment']
     """
     out = ParsedSegments()
-    run: list[tuple[float, str | None]] = []  # (value, unit) of each value of the open run
+    run: list[tuple[float, str | None, float]] = []  # (value, unit, scale) of the run's values
     after_value = False  # the run's last token is a value (or its unit word)
     pending_sep = False  # a separator follows the run's last value
     frame_prefix = False  # "frame(s)" was just read: the next value is a frame index
@@ -134,7 +137,7 @@ def parse_segments(text: str) -> ParsedSegments:
                 number = -number
             if after_value:
                 close()  # two values with no separator: a new run starts here
-            run.append((number, FRAMES if frame_prefix else (SECONDS if clock else None)))
+            run.append((number, FRAMES if frame_prefix else (SECONDS if clock else None), 1.0))
             after_value, pending_sep = sep is None, sep is not None
             frame_prefix, sign_end = False, -1
             continue
@@ -142,10 +145,11 @@ def parse_segments(text: str) -> ParsedSegments:
             low = m.group().lower()
             if after_value and run[-1][1] is None:
                 if low in _TIME_UNITS:
-                    run[-1] = (run[-1][0] * _TIME_UNITS[low], SECONDS)
+                    scale = _TIME_UNITS[low]
+                    run[-1] = (run[-1][0] * scale, SECONDS, scale)
                     continue
                 if low in _FRAME_WORDS:
-                    run[-1] = (run[-1][0], FRAMES)
+                    run[-1] = (run[-1][0], FRAMES, 1.0)
                     continue
             if low in _FRAME_WORDS and (pending_sep or not run):
                 frame_prefix = True

@@ -183,3 +183,19 @@ def test_constructor_rejects_bad_options():
     ):
         with pytest.raises(ValueError, match=match):
             TemporalIoUReward(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "from 1 to 2 minutes",
+        "1-2 min",
+        "from 1 min to 2",
+        "between 60000 and 120000 ms",
+        "60000 - 120000 milliseconds",
+        "[60, 120] s",
+    ],
+)
+def test_a_unit_written_on_one_end_scales_both(text):
+    res = TemporalIoUReward().score("p", text, [], [], segments=[[60.0, 120.0]])
+    assert res.reason is None and res.value == pytest.approx(1.0), (res, res.details)
