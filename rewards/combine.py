@@ -16,6 +16,14 @@ def reward_name(reward: Callable[..., Any]) -> str:
     )
 
 
+def reads_token_ids(reward: Callable[..., Any]) -> bool:
+    """Whether ``reward`` (or any part of a :class:`WeightedSum` or :class:`ByTask`) scores the
+    completion's token ids rather than its text (``reads_token_ids = True`` on the reward)."""
+    parts = [r for r, _ in getattr(reward, "terms", ())]
+    parts += list(getattr(reward, "rewards", {}).values())
+    return bool(getattr(reward, "reads_token_ids", False)) or any(map(reads_token_ids, parts))
+
+
 def score_any(reward: Callable[..., Any], *args: Any, **kwargs: Any) -> RewardResult:
     """``reward.score(...)`` when it has one, else wrap the float of ``reward(...)`` (no reason)."""
     if hasattr(reward, "score"):

@@ -18,7 +18,8 @@ adapters the way these managers do):
 
 Labels reach our reward from ``ground_truth`` (a dict, or a JSON object as a string: ``{"boxes":
 [...], "geometry": [...]}``; any other value is ``{label_key: value}``) and from verl's
-``extra_info`` dict. Scoring is :func:`~vlrollout.rewards.plain.score_one`, in the calling
+``extra_info`` dict (``ground_truth`` wins on a key both give). Rewards of token counts
+(``length_penalty``) are refused: neither trainer passes token ids to ``compute_score``. Scoring is :func:`~vlrollout.rewards.plain.score_one`, in the calling
 process (both trainers run reward functions in their own reward workers), with the reward's own
 output cap and reasons. A reward that raises (a label missing) scores ``failure_score`` and says
 why, rather than stopping the run; the reasons are counted in :attr:`VerlReward.reasons`.
@@ -39,14 +40,17 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .combine import reads_token_ids, reward_name
 from .plain import build_reward, score_one
 
 
 def labels_from(ground_truth: Any, extra_info: Any = None, label_key: str = "answer") -> dict:
-    """The reward's keyword labels from verl's ``ground_truth`` and ``extra_info``.
+    """The reward's keyword labels from verl's ``ground_truth`` and ``extra_info``; on a key both
+    give, ``ground_truth`` is the label (verl's own GSM8K preprocessing keeps the worked solution
+    in ``extra_info["answer"]`` and the final answer in ``ground_truth``).
 
     >>> labels_from('{"boxes": [0, 0, 5, 5]}', {"split": "train"})
-    {'boxes': [0, 0, 5, 5], 'split': 'train'}
+    {'split': 'train', 'boxes': [0, 0, 5, 5]}
     >>> labels_from("3")
     {'answer': '3'}
     """
@@ -57,7 +61,7 @@ def labels_from(ground_truth: Any, extra_info: Any = None, label_key: str = "ans
         parsed = _json_object(ground_truth) if isinstance(ground_truth, str) else None
         labels = parsed if parsed is not None else {label_key: ground_truth}
     if isinstance(extra_info, Mapping):
-        labels.update(extra_info)
+        labels = {**extra_info, **labels}
     return labels
 
 
@@ -95,6 +99,12 @@ class VerlReward:
         **options: Any,
     ) -> None:
         self.reward = build_reward(reward, items, **options)
+        if reads_token_ids(self.reward):
+            raise ValueError(
+                f"{reward_name(self.reward)} scores the completion's token ids, and verl's and "
+                "EasyR1's compute_score receive only the decoded text: use the trainer's own "
+                "overlong penalty (verl's DAPO reward manager: overlong_buffer) instead"
+            )
         self.label_key = label_key
         self.failure_score = float(failure_score)
         self.reasons: collections.Counter[str] = collections.Counter()

@@ -74,6 +74,9 @@ class LengthPenalty(Reward):
     -0.5
     """
 
+    reads_token_ids = True
+    """It scores ``completion_ids``, which trainers that pass only text cannot give it."""
+
     def __init__(self, max_length: int, cache_length: int) -> None:
         if not 0 < cache_length <= max_length:
             raise ValueError(

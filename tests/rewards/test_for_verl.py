@@ -102,3 +102,29 @@ def test_plain_reward_equals_the_reward_caller():
         PlainReward(reward, family="qwen2_vl")
     with pytest.raises(KeyError, match="boxes"):
         plain.score(COMPLETIONS[0], geometry=GEOMETRY)
+
+
+def test_ground_truth_is_the_label_when_extra_info_has_the_same_key():
+    # verl's own gsm8k preprocessing keeps the worked solution in extra_info["answer"]
+    reward = VerlReward("count")
+    worked = {"answer": "There are 3 cubes and 2 spheres", "split": "train"}
+    assert reward("clevr", "<answer>3</answer>", "3", worked) == {"score": 1.0, "reason": ""}
+    assert reward("clevr", "<answer>3</answer>", {"answer": "3"}, worked)["score"] == 1.0
+
+
+def _token_rewards():
+    from vlrollout.rewards.combine import ByTask, WeightedSum
+
+    penalty = get_reward("length_penalty", max_length=100, cache_length=20)
+    return [
+        penalty,
+        WeightedSum([(get_reward("count"), 1.0), (penalty, 0.5)]),
+        ByTask({"count": get_reward("count"), "long": penalty}),
+    ]
+
+
+@pytest.mark.parametrize("reward", _token_rewards(), ids=["alone", "weighted", "by_task"])
+def test_a_reward_of_token_counts_is_refused_since_verl_passes_only_text(reward):
+    with pytest.raises(ValueError, match="token ids.*overlong"):
+        VerlReward(reward)
+    VerlReward(get_reward("count"))  # rewards of the text are accepted
