@@ -28,7 +28,10 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from PIL import Image
 
 from vlrollout.ledger import EpisodeRejected
 from vlrollout.processors.for_trainers import as_preprocessor, image_geometry
@@ -108,7 +111,14 @@ class TRLReward:
         completion_ids: Sequence[Sequence[int]],
         **columns: Any,
     ) -> list[float | None]:
-        return asyncio.run(self.ascore(prompts, completions, completion_ids, **columns))
+        scoring = self.ascore(prompts, completions, completion_ids, **columns)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(scoring)
+        # An event loop already runs in this thread (a notebook's): score in a thread of our own.
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            return thread.submit(asyncio.run, scoring).result()
 
     async def ascore(
         self,
@@ -158,10 +168,15 @@ class TRLReward:
             images = [row["image"]]
         if not images or self.preprocessor is None:
             return []
-        # The processors resize by size alone: one preparation per distinct list of sizes.
-        key = tuple(getattr(im, "size", id(im)) for im in images)
+        if not all(isinstance(im, Image.Image) for im in images):
+            return image_geometry(images, self.preprocessor)
+        # The processors resize by size alone: one preparation per distinct list of sizes, of
+        # blank stand-ins, since transformers' processors take a PIL image's stored pixels as
+        # they are while our image loading would apply its EXIF orientation.
+        key = tuple(im.size for im in images)
         if key not in self._geometry:
-            self._geometry[key] = image_geometry(images, self.preprocessor)
+            stand_ins = [Image.new("RGB", size) for size in key]
+            self._geometry[key] = image_geometry(stand_ins, self.preprocessor)
         return self._geometry[key]
 
 

@@ -207,3 +207,46 @@ def test_one_grpo_step_of_trl_scores_what_our_reward_caller_scores(tmp_path):
         logged[0]["rewards/shapes/mean"], sum(ours) / len(ours), rel_tol=1e-5
     )
     assert not adapter.rejected
+
+
+def _exif_rotated_jpeg(size=(640, 480)) -> Image.Image:
+    """A JPEG whose EXIF says "rotate 90°", opened as TRL's dataset column may hold it."""
+    import io
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90° clockwise to display
+    buffer = io.BytesIO()
+    Image.new("RGB", size, "white").save(buffer, format="JPEG", exif=exif)
+    return Image.open(io.BytesIO(buffer.getvalue()))
+
+
+def test_row_geometry_is_of_the_pixels_the_processor_gets_in_any_row_order():
+    # transformers' processors take a PIL image's pixels as they are (no EXIF rotation), so the
+    # geometry of a row is that of its images' stored size, whichever rows came before it.
+    processor = build_qwen2_5_vl()
+    plain, rotated = Image.new("RGB", (640, 480)), _exif_rotated_jpeg()
+    seen = processor.image_processor(images=[rotated], return_tensors="pt")["image_grid_thw"][0]
+    patch = processor.image_processor.patch_size
+    want = {"original_width": 640, "original_height": 480}
+    for order in ((plain, rotated), (rotated, plain)):
+        reward = TRLReward("iou", processor, family="qwen2_5_vl")
+        for image in order:
+            geometry = reward.row_geometry({"images": [image]})[0]
+            assert {k: geometry[k] for k in want} == want
+            assert (geometry["model_height"], geometry["model_width"]) == (
+                int(seen[1]) * patch,
+                int(seen[2]) * patch,
+            )
+
+
+def test_the_sync_adapter_works_where_an_event_loop_runs_as_in_a_notebook():
+    reward = TRLReward("count")
+    columns = {"answer": ["3", "3"]}
+
+    async def cell():  # a Jupyter cell runs inside the kernel's event loop
+        return reward(["p", "p"], ["<answer>3</answer>", "two"], [[1], [2]], **columns)
+
+    assert asyncio.run(cell()) == reward(
+        ["p", "p"], ["<answer>3</answer>", "two"], [[1], [2]], **columns
+    )
+    assert asyncio.run(cell())[0] == 1.0
