@@ -45,7 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .cider import CiderD, cider_d_corpus  # noqa: F401 - re-exported
+from .cider import CiderD, cider_d_corpus, reference_captions  # noqa: F401 - re-exported
 from .ptb_tokenize import ptb_tokenize
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region
@@ -192,10 +192,9 @@ class CaptionReward(Reward):
         completion_ids: list[int],
         **task_data: Any,
     ) -> RewardResult:
-        refs = require_field(task_data, "captions", type(self).__name__)
-        if isinstance(refs, str):
-            refs = [refs]
-        refs = [str(r) for r in refs]
+        refs = reference_captions(
+            require_field(task_data, "captions", type(self).__name__), "task_data['captions']"
+        )
         if not refs:
             raise ValueError("task_data['captions'] is empty; CaptionReward needs >= 1 reference")
         text = answer_region(completions, self.use_answer_tag)

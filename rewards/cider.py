@@ -40,6 +40,26 @@ ones the sparse-matrix path (both equal pycocoevalcap to ~1e-15, see tests)."""
 _Vector = tuple[list[dict[tuple[str, ...], float]], list[float], int]
 
 
+def reference_captions(value: Any, where: str) -> list[str]:
+    """A sequence of reference captions (a list, tuple or array of strings; one string is one
+    reference) as a list, refusing anything else by ``where`` rather than scoring its ``str()``.
+
+    >>> reference_captions(("a dog", "a brown dog"), "captions")
+    ['a dog', 'a brown dog']
+    """
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, (bytes, Mapping)):
+        raise ValueError(f"{where} must be a list of caption strings, got {type(value).__name__}")
+    for k, caption in enumerate(value):
+        if not isinstance(caption, str):
+            raise ValueError(
+                f"{where}[{k}] is not a string but {type(caption).__name__} ({caption!r:.60}): "
+                "references are caption texts"
+            )
+    return [str(c) for c in value]
+
+
 class _Batch:
     """Token ids of a batch of sentences and, per order, each n-gram's id (-1: none there)."""
 
@@ -201,7 +221,7 @@ class CiderD:
                     f"references[{i}] is a str; pass one list of reference captions per image, "
                     f"e.g. [['a dog', 'a brown dog'], ['a cat']]"
                 )
-            sets.append([tokenizer(r) for r in refs])
+            sets.append([tokenizer(r) for r in reference_captions(refs, f"references[{i}]")])
         if not sets:
             raise ValueError("from_references needs at least one reference set")
         self = cls.__new__(cls)

@@ -34,15 +34,15 @@ def _cider_d(items: list[dict[str, Any]], corpus: Any = None, **kwargs: Any) -> 
         ValueError: no ``corpus`` and no item holds reference captions.
     """
     from .caption import CaptionReward
+    from .cider import reference_captions
 
     if corpus is None:
-        corpus = [
-            item["captions"]
-            for item in items
-            if isinstance(item.get("captions"), list)
-            and item["captions"]
-            and all(isinstance(c, str) for c in item["captions"])
+        found = [
+            reference_captions(item["captions"], f"items[{k}]['captions']")
+            for k, item in enumerate(items)
+            if item.get("captions") is not None
         ]
+        corpus = [refs for refs in found if refs]
         if not corpus:
             raise ValueError(
                 "cider_d scores against the items' reference captions ('captions', a list of "

@@ -264,3 +264,33 @@ def test_cider_d_state_is_compact_arrays():
     assert rebuilt.score("a dog runs", refs[0]) == pytest.approx(
         cider.score("a dog runs", refs[0]), abs=1e-12
     )
+
+
+def test_items_captions_as_tuples_or_arrays_count_in_the_corpus():
+    from vlrollout.rewards.plain import PlainReward
+
+    texts = [["a dog runs fast"], ["a cat sleeps here"], ["two birds fly"]]
+    as_lists = PlainReward("cider_d", items=[{"captions": t} for t in texts])
+    forms = [list, tuple, np.array]
+    mixed = PlainReward(
+        "cider_d", items=[{"captions": f(t)} for f, t in zip(forms, texts, strict=True)]
+    )
+    arrays = PlainReward("cider_d", items=[{"captions": np.array(t)} for t in texts])
+    want = as_lists.score("two birds fly", captions=["two birds fly"])
+    assert want[0] > 1.0
+    assert mixed.score("two birds fly", captions=("two birds fly",)) == want
+    assert arrays.score("two birds fly", captions=np.array(["two birds fly"])) == want
+
+
+@pytest.mark.parametrize(
+    "captions",
+    [["a dog runs fast", None], [{"caption": "a dog runs fast"}], [["a dog"]], [b"a dog"]],
+)
+def test_a_reference_that_is_not_text_is_refused_naming_it(captions):
+    from vlrollout.rewards.plain import PlainReward
+
+    for metric in ("rouge_l", "bleu4"):
+        with pytest.raises(ValueError, match=r"captions.*not a string"):
+            PlainReward(metric).score("a dog runs fast", captions=captions)
+    with pytest.raises(ValueError, match=r"items\[1\]\['captions'\].*not a string"):
+        PlainReward("cider_d", items=[{"captions": ["a cat"]}, {"captions": captions}])
