@@ -20,6 +20,7 @@ The CLEVR-count and Geometry3K rewards fix weaknesses of AReaL 1.0.4's versions
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import threading
 from typing import Any
@@ -174,13 +175,13 @@ def parse_count(text: str) -> int | None:
 # A number must contain a digit: the old pattern made every part optional, so it matched the empty
 # string at every position and its ``\s*/`` fraction part rescanned runs of spaces (quadratic).
 _NUMBER = re.compile(
-    r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+    r"[-+\u2212]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
     r"(?:\s*/\s*\d+(?:\.\d+)?)?"
 )
 
 
 def _number_value(token: str) -> float | None:
-    token = token.replace(",", "").replace(" ", "")
+    token = token.replace(",", "").replace(" ", "").replace("\u2212", "-")
     try:
         if "/" in token:
             num, den = token.split("/")
@@ -230,7 +231,12 @@ class CountReward(Reward):
 
     def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         raw = _gold(task_data, self.answer_key, type(self).__name__)
-        gold = raw if isinstance(raw, int) else parse_count(str(raw))
+        if isinstance(raw, bool) or not isinstance(raw, (str, numbers.Real)):
+            raise ValueError(
+                f"task_data[{self.answer_key!r}]={raw!r} is not a count: give one number or "
+                "number word"
+            )
+        gold = int(raw) if isinstance(raw, numbers.Integral) else parse_count(str(raw))
         if gold is None:
             raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not a count")
         pred, why = read_count(answer_region(completions, self.use_answer_tag))
@@ -269,17 +275,10 @@ class ChoiceReward(Reward):
 
     def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         raw = _gold(task_data, self.answer_key, type(self).__name__)
-        choices = task_data.get("choices")
-        n = len(choices) if choices else 26
-        valid = {chr(ord("A") + i) for i in range(min(n, 26))}
-        if isinstance(raw, int) and not isinstance(raw, bool):
-            gold = chr(ord("A") + raw)
-        elif isinstance(raw, str) and raw.strip().strip("().").upper() in valid:
-            gold = raw.strip().strip("().").upper()
-        elif choices and raw in choices:
-            gold = chr(ord("A") + list(choices).index(raw))
-        else:
-            raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not a choice letter/index")
+        choices = list(task_data.get("choices") if task_data.get("choices") is not None else [])
+        n = min(len(choices), 26) or 26
+        valid = {chr(ord("A") + i) for i in range(n)}
+        gold = self._gold_letter(raw, choices, n)
         text = answer_region(completions, self.use_answer_tag)
         for pattern in _LETTER_PATTERNS:
             letters = [x.upper() for x in re.findall(pattern, text) if x.upper() in valid]
@@ -289,6 +288,24 @@ class ChoiceReward(Reward):
                 return RewardResult(0.0, "ambiguous_choice", {"letters": sorted(set(letters))})
             return RewardResult(1.0 if letters[0] == gold else 0.0, None, {"pred": letters[0]})
         return RewardResult(0.0, "no_choice")
+
+    def _gold_letter(self, raw: Any, choices: list[Any], n: int) -> str:
+        """The gold's letter from a letter, a 0-based index or a choice's text; anything that
+        names no choice of the ``n`` is refused (a letter past them would never be read)."""
+        letter = None
+        if isinstance(raw, numbers.Integral) and not isinstance(raw, bool):
+            letter = chr(ord("A") + int(raw)) if 0 <= raw < n else None
+        elif isinstance(raw, str) and len(key := raw.strip().strip("().").upper()) == 1:
+            letter = key if "A" <= key < chr(ord("A") + n) else None
+        if letter is None and raw in choices:
+            letter = chr(ord("A") + choices.index(raw))
+        if letter is None or ord(letter) - ord("A") >= n:
+            last = chr(ord("A") + n - 1)
+            raise ValueError(
+                f"task_data[{self.answer_key!r}]={raw!r} is not one of the {n} choices: give a "
+                f"letter A-{last}, a 0-based index below {n} or the text of a choice"
+            )
+        return letter
 
 
 class NumericReward(Reward):

@@ -144,3 +144,37 @@ def test_answer_rewards_never_raise_on_model_text(text):
         result = reward.score("p", text, [], [], answer=gold)
         assert result.value in (0.0, 1.0)
         assert result.value == 1.0 or result.reason is not None or "pred" in result.details
+
+
+def test_numeric_reads_the_unicode_minus_sign_as_count_does():
+    from vlrollout.rewards.answer import NumericReward, parse_number
+
+    assert parse_number("The temperature is \u22123 \u00b0C") == -3.0
+    assert parse_number("x = \u22123/4") == -0.75
+    assert NumericReward().score("p", "It is \u22123.5", [], [], answer="-3.5").value == 1.0
+
+
+@pytest.mark.parametrize("answer", [5, -1, 30, "F"])
+def test_a_gold_choice_outside_the_choices_is_refused_naming_it(answer):
+    from vlrollout.rewards.answer import ChoiceReward
+
+    with pytest.raises(ValueError, match=r"task_data\['answer'\]=.*3 choices"):
+        ChoiceReward().score("p", "B", [], [], answer=answer, choices=["x", "y", "z"])
+
+
+def test_choice_golds_and_choices_from_numpy_columns():
+    import numpy as np
+
+    from vlrollout.rewards.answer import ChoiceReward
+
+    choices = np.array(["x", "y", "z"])
+    for answer in (np.int64(1), "B", "y"):
+        assert ChoiceReward().score("p", "B", [], [], answer=answer, choices=choices).value == 1.0
+
+
+@pytest.mark.parametrize("answer", [["3", "4"], True, {"count": 3}, None])
+def test_a_count_gold_that_is_not_one_count_is_refused(answer):
+    from vlrollout.rewards.answer import CountReward
+
+    with pytest.raises((ValueError, KeyError), match="answer"):
+        CountReward().score("p", "<answer>4</answer>", [], [], answer=answer)
