@@ -37,6 +37,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .box_parsing import ParsedOutput, get_parser
 from .box_scores import (
     acc_at,
@@ -83,8 +85,8 @@ def label_boxes(value: Any, field_name: str = "boxes") -> list[Box]:
     """
     try:
         items = list(value)
-        if items and not isinstance(items[0], (list, tuple)):
-            items = [items]
+        if items and not isinstance(items[0], (list, tuple, np.ndarray)):
+            items = [items]  # one box
         boxes = [tuple(float(v) for v in b) for b in items]
     except (TypeError, ValueError) as e:
         raise ValueError(
@@ -103,6 +105,8 @@ def label_boxes(value: Any, field_name: str = "boxes") -> list[Box]:
 def image_geometry(task_data: dict[str, Any], image_index: int) -> Any:
     """The geometry of image ``image_index`` from ``task_data["geometry"]`` (list or dict)."""
     geo = task_data.get("geometry")
+    if isinstance(geo, np.ndarray):  # a parquet or pandas column: an object array of dicts
+        geo = list(geo)
     if isinstance(geo, (list, tuple)):
         if not geo:
             return None

@@ -227,3 +227,21 @@ def test_empty_label_list_for_a_multi_box_metric_gives_a_reason(metric):
     assert (wrong.value, wrong.reason) == (0.0, "empty_labels:boxes")
     right = r.score("p", "nothing to see", [], [], boxes=[])
     assert (right.value, right.reason) == (1.0, "empty_labels:boxes")
+
+
+def test_label_boxes_and_geometry_from_numpy_columns_read_as_lists():
+    import numpy as np
+
+    from vlrollout.rewards.plain import PlainReward
+
+    geometry = [
+        {"original_width": 168, "original_height": 126, "model_width": 168, "model_height": 126}
+    ]
+    reward = PlainReward("iou", family="qwen2_vl")
+    want = reward.score("(310,95),(470,310)", boxes=[[52, 12, 79, 39]], geometry=geometry)
+    assert want[1] is None and want[0] > 0.9
+    parquet_boxes = np.empty(1, dtype=object)
+    parquet_boxes[0] = np.array([52.0, 12.0, 79.0, 39.0])
+    for boxes in (np.array([[52, 12, 79, 39]]), [np.array([52, 12, 79, 39])], parquet_boxes):
+        for geo in (geometry, np.array(geometry, dtype=object)):
+            assert reward.score("(310,95),(470,310)", boxes=boxes, geometry=geo) == want
