@@ -50,6 +50,7 @@ def test_captions_one_item_per_image_with_all_its_captions(tmp_path):
     assert bad["id"] == "3" and bad[LOAD_ERROR]["reason"] == "image_not_found"
     assert bad[LOAD_ERROR]["detail"].startswith(f"{path} images row 3: field file_name: ")
     # With images_root only that folder is searched.
+    (tmp_path / "elsewhere").mkdir()
     with pytest.raises(DataFileError, match="image_not_found|not found"):
         load_items(path, images_root=tmp_path / "elsewhere")
     assert load_items(path, images_root=tmp_path / "val2017")[0]["id"] == "1"

@@ -102,14 +102,15 @@ def detect_format(path: str | Path) -> str:
 
 
 def _table_items(
-    path: Path, fmt: str, mapping: Mapping[str, str] | None
+    path: Path, fmt: str, mapping: Mapping[str, str] | None, root: Path | None = None
 ) -> Iterator[dict[str, Any]]:
     """Items of a parquet file or a ``save_to_disk`` folder (a ``DatasetDict``'s splits become
     ``split``).
 
     Ids: the row's ``id``, else ``question_id``, else its position. A ``DatasetDict`` prefixes
     position ids by the split (``train-0``), and when it has more than one split it prefixes every
-    id (``test-7``): published sets number their rows per split, so ids repeat across splits."""
+    id (``test-7``): published sets number their rows per split, so ids repeat across splits.
+    Image paths are under ``root`` when given, else beside the file (or in the split's folder)."""
     if fmt == "parquet":
         sources = [(parquet_split(path), str(path), path.parent, parquet_rows(path))]
     else:
@@ -123,7 +124,7 @@ def _table_items(
         for index, row in enumerate(rows):
             default_id = f"{positions}{index}"
             try:
-                items = table_items(row, default_id, base, mapping)
+                items = table_items(row, default_id, root or base, mapping)
             except RowError as e:
                 row_id = row.get("id", row.get("question_id", default_id))
                 yield placeholder(f"{prefix}{row_id}", where, index + 1, e)
@@ -151,7 +152,7 @@ def _items(
 ) -> Iterator[dict[str, Any]]:
     folders = ImageFolders(path, root)
     if fmt in ("parquet", "hf_disk"):
-        return _table_items(path, fmt, mapping)
+        return _table_items(path, fmt, mapping, root)
     if fmt == "llava":
         return llava_items(_llava_rows(path, data), path, folders, mapping)
     if fmt == "refcoco":
@@ -161,9 +162,11 @@ def _items(
     return reader(data, path, folders)
 
 
-def _finish(items: list[dict[str, Any]], path: Path, fmt: str, prompt: str | None) -> list[dict]:
+def _finish(
+    items: list[dict[str, Any]], path: Path, fmt: str, prompt: str | None, base: Path
+) -> list[dict]:
     """Ids made unique (a repeated id is a ``duplicate_id`` placeholder), the prompt template
-    applied to items without messages, media sources resolved."""
+    applied to items without messages, media sources resolved against ``base``."""
     out: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     for n, item in enumerate(items, 1):
@@ -178,7 +181,7 @@ def _finish(items: list[dict[str, Any]], path: Path, fmt: str, prompt: str | Non
                     item = with_prompt(item, template)
                 except PromptFieldError as e:
                     item = unreadable(item["id"], e.reason, f"{path} item {n}: {e}")
-            item = resolve_item_sources(item, path if path.is_dir() else path.parent)
+            item = resolve_item_sources(item, base)
         out.append(item)
     return out
 
@@ -203,12 +206,24 @@ def read_all_items(
         raise DataFileError(f"--map applies to {', '.join(MAPPED)} rows, not to {fmt}")
     if prompt is not None:
         check_template(prompt)
-    root = Path(images_root) if images_root is not None else None
+    root = _images_root(images_root)
+    base = root or (path if path.is_dir() else path.parent)
     if fmt == "jsonl":
-        items = jsonl_items(path, limit, mapping)
-        return _finish(items, path, fmt, prompt) if prompt is not None else items
+        items = jsonl_items(path, limit, mapping, base)
+        return _finish(items, path, fmt, prompt, base) if prompt is not None else items
     rows = list(islice(_items(path, fmt, data, mapping, root), limit))
-    return _finish(rows, path, fmt, prompt)
+    return _finish(rows, path, fmt, prompt, base)
+
+
+def _images_root(images_root: str | Path | None) -> Path | None:
+    """The image folder, absolute; one that is not a folder is refused before any row is read
+    (every relative image path would otherwise be ``image_not_found``)."""
+    if images_root is None:
+        return None
+    root = Path(images_root).absolute()
+    if not root.is_dir():
+        raise DataFileError(f"images_root (--images-root) {images_root}: not a folder")
+    return root
 
 
 def read_items(
@@ -226,8 +241,9 @@ def read_items(
         path: A data file, or a folder written by ``save_to_disk``.
         fmt: One of :data:`FORMATS`; ``None`` detects it (:func:`detect_format`).
         mapping: ``{canonical field: source column}`` for table rows (:data:`MAPPED`).
-        images_root: The folder holding the images an annotation file names (COCO, RefCOCO,
-            LLaVA); ``None``: the image-folder rule of :mod:`vlrollout.readers.images`.
+        images_root: The folder relative image paths are under, in every format (JSONL items,
+            table rows, the file names of COCO, RefCOCO and LLaVA); ``None``: the data file's
+            folder, and for annotation files the rule of :mod:`vlrollout.readers.images`.
         prompt: A template (``str.format_map`` over the item's fields) for items without
             ``messages``; ``None``: the template of the item's ``task`` when the format implies
             one (COCO captions, RefCOCO), else no prompt is added.

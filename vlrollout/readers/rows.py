@@ -84,10 +84,14 @@ def row_problem(row: Any) -> tuple[str, str] | None:
 
 
 def jsonl_items(
-    path: Path, limit: int | None = None, mapping: Mapping[str, str] | None = None
+    path: Path,
+    limit: int | None = None,
+    mapping: Mapping[str, str] | None = None,
+    base: Path | None = None,
 ) -> list[dict[str, Any]]:
     """The items of a JSONL (or item-format parquet) file; every item gets an ``id`` (its own,
-    else its 0-based position) and its relative media paths resolved against the file's folder.
+    else its 0-based position) and its relative media paths resolved against ``base`` (default:
+    the file's folder).
 
     A line that cannot be an item (not valid JSON, not a JSON object, an id already used, a mapped
     column absent) becomes a placeholder item with id ``line-N`` (or ``ID@line-N``) carrying
@@ -114,5 +118,5 @@ def jsonl_items(
             out.append(unreadable(f"{item['id']}@line-{lineno}", "duplicate_id", detail))
             continue
         seen[item["id"]] = lineno
-        out.append(resolve_item_sources(item, path.parent))
+        out.append(resolve_item_sources(item, base or path.parent))
     return out
