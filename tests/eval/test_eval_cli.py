@@ -122,6 +122,9 @@ def test_other_settings_into_the_same_output_are_refused(evaluated, capsys):
         (["--threshold", "inf"], "--threshold must be a number >= 0, got inf"),
         (["--k", "2", "--temperature", "nan"], "--temperature > 0, got nan"),
         (["--k", "2", "--temperature", "inf"], "--temperature > 0, got inf"),
+        (["--output", ""], "--output must name a folder, got ''"),
+        (["--prompt", ""], "--prompt is empty"),
+        (["--served-model", "foo"], "--served-model needs --address"),
     ],
 )
 def test_usage_errors_exit_2_before_any_model_loads(tmp_path, capsys, extra, message):

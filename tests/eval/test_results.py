@@ -136,3 +136,13 @@ def test_check_baseline_refuses_what_compare_cannot_compare():
     for bad in (bad_split, bad_metric, {**good, "per_split": [1]}):
         with pytest.raises(UsageError, match="'metrics' or 'per_split' is not as"):
             check_baseline(bad, "refcoco", "base.json")
+
+
+def test_a_drop_of_exactly_the_threshold_is_not_a_regression():
+    from vlrollout.eval.results import compare
+
+    def results(value):
+        return {"task": "count", "metrics": {"exact_match": {"value": value}}, "per_split": {}}
+
+    assert compare(results(0.51), results(0.52), 0.01) == []  # 0.52 - 0.51 > 0.01 in floats
+    assert compare(results(0.5099), results(0.52), 0.01) != []

@@ -180,6 +180,12 @@ class Plan:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
+    if not args.output.strip():  # Path("") is the working folder
+        raise UsageError(f"--output must name a folder, got {args.output!r}")
+    if args.prompt is not None and not args.prompt.strip():
+        raise UsageError("--prompt is empty: give a template, or leave it out for the task's")
+    if args.address is None and args.served_model is not None:
+        raise UsageError("--served-model needs --address: without a server the model is local")
     if args.address is None and args.protocol is not None:
         raise UsageError("--protocol needs --address HOST:PORT of a running server")
     if args.address is not None and args.protocol is None:
