@@ -62,7 +62,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     Raises:
         UnicodeDecodeError: the file is not UTF-8 text.
     """
-    with Path(path).open(encoding="utf-8") as f:
+    # utf-8-sig: a byte order mark (Windows editors write one) is not part of the first line.
+    with Path(path).open(encoding="utf-8-sig") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

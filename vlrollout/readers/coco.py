@@ -30,7 +30,7 @@ def load_json(path: Path) -> Any:
         DataFileError: not UTF-8 JSON (naming the path and the parser's reason).
     """
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DataFileError(f"data file {path} is not JSON ({e})") from None
 

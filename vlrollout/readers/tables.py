@@ -72,7 +72,7 @@ def _arrow_table(path: Path) -> pa.Table:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError) as e:
         raise DataFileError(
             f"{path} cannot be read ({e}); is the folder a save_to_disk copy?"
