@@ -19,7 +19,7 @@ from typing import Any
 
 from vlrollout.jsonl import iter_jsonl
 from vlrollout.readers.coco import caption_items, instance_items, load_json
-from vlrollout.readers.fields import RowError, placeholder
+from vlrollout.readers.fields import RowError, placeholder, row_id
 from vlrollout.readers.images import ImageFolders
 from vlrollout.readers.llava import llava_items
 from vlrollout.readers.prompts import TASK_PROMPTS, PromptFieldError, check_template, with_prompt
@@ -126,8 +126,8 @@ def _table_items(
             try:
                 items = table_items(row, default_id, root or base, mapping)
             except RowError as e:
-                row_id = row.get("id", row.get("question_id", default_id))
-                yield placeholder(f"{prefix}{row_id}", where, index + 1, e)
+                failed = row_id(row, ("id", "question_id"), default_id)
+                yield placeholder(f"{prefix}{failed}", where, index + 1, e)
                 continue
             for item in items:
                 item["id"] = f"{prefix}{item['id']}"

@@ -21,6 +21,19 @@ class RowError(ValueError):
         self.reason, self.field, self.why = reason, field_name, why
 
 
+def row_id(row: dict[str, Any], keys: tuple[str, ...], default: str) -> str:
+    """The first of ``keys`` the row gives a value (not null) for, as text, else ``default``
+    (the row's position): a null id is no id, not the id "None".
+
+    >>> row_id({"id": None, "question_id": 7}, ("id", "question_id"), "3")
+    '7'
+    """
+    for key in keys:
+        if row.get(key) is not None:
+            return str(row[key])
+    return default
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 

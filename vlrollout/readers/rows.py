@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from vlrollout.jsonl import iter_jsonl
-from vlrollout.readers.fields import RowError, placeholder
+from vlrollout.readers.fields import RowError, placeholder, row_id
 from vlrollout.readers.sources import DataFileError, resolve_item_sources, unreadable
 from vlrollout.readers.tables import apply_mapping
 
@@ -111,8 +111,8 @@ def jsonl_items(
         if problem is not None:
             out.append(unreadable(f"line-{lineno}", *problem))
             continue
-        item = {"id": str(index), **row}
-        item["id"] = str(item["id"])
+        item = {"id": "", **row}  # the id first, as in every item
+        item["id"] = row_id(row, ("id",), str(index))
         if item["id"] in seen:
             detail = f"id {item['id']!r} already used on line {seen[item['id']]}"
             out.append(unreadable(f"{item['id']}@line-{lineno}", "duplicate_id", detail))

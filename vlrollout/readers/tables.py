@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vlrollout.readers.fields import RowError, strings, xywh_box
+from vlrollout.readers.fields import RowError, row_id, strings, xywh_box
 from vlrollout.readers.images import image_sources
 from vlrollout.readers.sources import DataFileError
 
@@ -163,7 +163,7 @@ def table_items(
         row["captions"] = row.pop("answer")
         row.pop("question", None)
         row.setdefault("task", "caption")
-    row["id"] = str(row.get("id", row.get("question_id", default_id)))
+    row["id"] = row_id(row, ("id", "question_id"), default_id)
     return [row]
 
 
@@ -172,7 +172,7 @@ def _refcoco_items(row: dict[str, Any], default_id: str) -> list[dict[str, Any]]
     expressions = strings(row["answer"], "answer")
     if not row.get("images"):
         raise RowError("missing_field", "image", "a RefCOCO row needs its image")
-    stem = str(row.get("question_id", row.get("id", default_id)))
+    stem = row_id(row, ("question_id", "id"), default_id)
     kept = {k: row[k] for k in REFCOCO_KEPT if row.get(k) is not None}
     return [
         {

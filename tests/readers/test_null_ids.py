@@ -1,0 +1,29 @@
+"""A null ``id`` is no id: the row's position stands in, as for a row without the key (a column
+of ids with gaps, or ``"id": null`` lines, are not duplicates of the id "None")."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vlrollout.readers import read_items
+
+
+def test_null_ids_in_jsonl_take_the_line_position(tmp_path):
+    path = tmp_path / "items.jsonl"
+    rows = [{"id": None, "messages": "How many?", "answer": n} for n in range(3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = read_items(path)
+    assert [i["id"] for i in items] == ["0", "1", "2"]
+    assert all("_load_error" not in i for i in items)
+
+
+def test_null_ids_in_a_table_take_the_row_position(tmp_path):
+    path = tmp_path / "rows.parquet"
+    table = pa.table({"id": [None, None, "k"], "question": ["q"] * 3, "answer": ["1"] * 3})
+    pq.write_table(table, path)
+    items = read_items(path)
+    assert [i["id"] for i in items] == ["0", "1", "k"]
+    assert all("_load_error" not in i for i in items)
