@@ -37,6 +37,7 @@ from vlrollout.eval.metrics.boxes import (
     rec_values,
 )
 from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, caption_stats
+from vlrollout.readers.fields import text_list_problem
 from vlrollout.readers.prompts import TASK_PROMPTS
 from vlrollout.rewards.answer import ChoiceReward, CountReward, parse_count
 from vlrollout.rewards.grounding import label_boxes
@@ -227,9 +228,10 @@ class CaptionTask(_TaskBase):
 
     def check_item(self, item: dict[str, Any]) -> str | None:
         captions = item.get("captions")
-        ok = isinstance(captions, (list, tuple)) and captions
-        if not ok or not all(isinstance(c, str) and c.strip() for c in captions):
+        if captions is None:
             return "missing field 'captions' (a non-empty list of reference caption strings)"
+        if (problem := text_list_problem(captions, "caption")) is not None:
+            return f"field 'captions' {problem}; fix the annotation"
         if not any(ptb_tokenize(c) for c in captions):
             return (
                 f"field 'captions' = {list(captions)!r}: every reference is punctuation only, "

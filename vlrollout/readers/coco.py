@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vlrollout.readers.fields import RowError, placeholder, xywh_box
+from vlrollout.readers.fields import RowError, placeholder, text_list_problem, xywh_box
 from vlrollout.readers.images import ImageFolders
 from vlrollout.readers.sources import DataFileError
 
@@ -83,8 +83,10 @@ def caption_items(data: Any, path: Path, folders: ImageFolders) -> Iterator[dict
             if isinstance(found, RowError):
                 raise found
             captions = [ann.get("caption") for _, ann in groups.get(image_id, [])]
-            if not captions or not all(isinstance(c, str) and c.strip() for c in captions):
-                raise RowError("missing_field", "caption", "the image has no caption strings")
+            if not captions:
+                raise RowError("missing_field", "caption", "the image has no caption annotation")
+            if (problem := text_list_problem(captions, "caption")) is not None:
+                raise RowError("missing_field", "caption", f"the image's {problem}")
         except RowError as e:
             yield placeholder(str(image_id), f"{path} images", row, e)
             continue

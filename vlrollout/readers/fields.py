@@ -55,15 +55,36 @@ def xywh_box(value: Any, field_name: str = "bbox") -> list[float]:
     return [x, y, x + w, y + h]
 
 
+def text_list_problem(value: Any, entry: str = "entry") -> str | None:
+    """What keeps ``value`` from being a non-empty list of non-blank strings (``None``: nothing),
+    naming the first bad ``entry`` by its 1-based position.
+
+    >>> text_list_problem(["a dog", " "], "caption")
+    'caption 2 of 2 is blank'
+    """
+    if isinstance(value, str):
+        return "is a string: give a list of them"
+    if not isinstance(value, (list, tuple)):
+        return f"is not a list but {type(value).__name__}"
+    if not value:
+        return "is an empty list"
+    for k, text in enumerate(value, 1):
+        if not isinstance(text, str):
+            return f"{entry} {k} of {len(value)} is not a string but {type(text).__name__}"
+        if not text.strip():
+            return f"{entry} {k} of {len(value)} is blank"
+    return None
+
+
 def strings(value: Any, field_name: str) -> list[str]:
-    """``value`` if it is a non-empty list of non-empty strings.
+    """``value`` if it is a non-empty list of non-blank strings.
 
     Raises:
-        RowError: ``missing_field`` otherwise.
+        RowError: ``missing_field`` otherwise, saying which entry is wrong.
     """
-    ok = isinstance(value, (list, tuple)) and value
-    if not ok or not all(isinstance(s, str) and s.strip() for s in value):
-        raise RowError("missing_field", field_name, f"{value!r} is not a list of strings")
+    problem = text_list_problem(value)
+    if problem is not None:
+        raise RowError("missing_field", field_name, f"{value!r:.80} {problem}")
     return list(value)
 
 

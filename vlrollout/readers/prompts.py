@@ -110,6 +110,11 @@ def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
                 f"field {name}: the prompt template {template!r} reads it and the item has none "
                 f"(map a column to it, or pass another prompt; {BRACES})"
             )
+        if isinstance(fields[name], str) and not fields[name].strip():
+            raise PromptFieldError(
+                f"field {name}: is blank, and the prompt template {template!r} reads it (the "
+                "prompt would ask about nothing); fix the item"
+            )
     try:
         text = template.format_map(fields)
     except (ValueError, LookupError, AttributeError, TypeError) as e:
