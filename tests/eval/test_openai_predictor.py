@@ -105,3 +105,30 @@ def test_refused_connection_becomes_a_rejection():
     [prediction] = asyncio.run(predict_all(openai_predictor(f"127.0.0.1:{port}"), [item]))
     assert prediction.rejection["reason"] == "http_connection"
     assert str(port) in prediction.rejection["detail"]
+
+
+def replying_app(text: str | None = None, body: dict | None = None) -> web.Application:
+    """A server that answers 200 with ``text`` (not JSON) or a JSON ``body``."""
+
+    async def chat(request: web.Request) -> web.Response:
+        return web.Response(text=text) if body is None else web.json_response(body)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("app", "said"),
+    [
+        (replying_app(text="not json"), "not a chat completion"),
+        (replying_app(body={"id": "x", "object": "chat.completion"}), "no choices"),
+    ],
+    ids=["not-json", "no-choices"],
+)
+def test_a_reply_that_is_not_a_chat_completion_is_a_bad_response(app, said):
+    item = load_items(SAMPLES, limit=1)[0]
+    with BackgroundServer(app) as server:
+        [prediction] = asyncio.run(predict_all(openai_predictor(server.address), [item]))
+    assert prediction.rejection["reason"] == "bad_response", prediction.rejection
+    assert said in prediction.rejection["detail"]

@@ -197,7 +197,13 @@ class OpenAIPredictor:
         k: int,
     ) -> Prediction:
         """The server's answer as a :class:`Prediction` (rejected: fewer than ``k`` choices, an
-        aborted choice, no tokens at all)."""
+        aborted choice, no tokens at all, a reply that is no chat completion)."""
+        if not hasattr(response, "choices"):  # the SDK hands back a body that is not JSON as text
+            raise EpisodeRejected(
+                "bad_response", f"{self.url}: the reply is not a chat completion: {response!r:.120}"
+            )
+        if not isinstance(response.choices, list):
+            raise EpisodeRejected("bad_response", f"{self.url}: the reply has no choices")
         choices = sorted(response.choices, key=lambda c: c.index)
         if len(choices) != k:
             raise EpisodeRejected("bad_response", f"{self.url}: {len(choices)} choices for n={k}")
