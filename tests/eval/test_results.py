@@ -146,3 +146,14 @@ def test_a_drop_of_exactly_the_threshold_is_not_a_regression():
 
     assert compare(results(0.51), results(0.52), 0.01) == []  # 0.52 - 0.51 > 0.01 in floats
     assert compare(results(0.5099), results(0.52), 0.01) != []
+
+
+def test_a_baseline_that_scored_nothing_is_refused_and_item_counts_are_noted():
+    from vlrollout.eval.results import differing_inputs
+
+    with pytest.raises(UsageError, match=r"--compare base.json: the baseline scored no item"):
+        check_baseline({**_results(0.6, 0.5), "metrics": {}}, "refcoco", "base.json")
+    notes = differing_inputs(
+        {**_results(0.6, 0.5), "items": 100}, {**_results(0.6, 0.5), "items": 300}
+    )
+    assert "items: 300 (baseline) vs 100 (now)" in notes

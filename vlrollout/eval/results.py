@@ -152,6 +152,11 @@ def check_baseline(baseline: Mapping[str, Any], task: str, path: str | Path = ""
             '({name: {"value", "ci95"}}, {split: {"items", "metrics"}}); pass a results.json of '
             "vlrollout eval"
         )
+    if not baseline["metrics"]:
+        raise UsageError(
+            f"{where}: the baseline scored no item (no metrics), so nothing could be compared; "
+            "pass the results.json of a run that scored items"
+        )
 
 
 def _is_metrics(metrics: Any) -> bool:
@@ -201,8 +206,8 @@ def format_table(results: Mapping[str, Any]) -> str:
 
 
 def differing_inputs(results: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
-    """What the two runs were not both given: the data (by digest), the model, the settings
-    that shape the numbers. A regression test compares the same data; a difference is worth a
+    """What the two runs were not both given: the data (by digest), the number of items (a
+    ``--limit``), the settings that shape the numbers. A regression test compares the same data; a difference is worth a
     line, not a refusal (a new checkpoint is the point of the comparison).
 
     >>> differing_inputs({"data": {"sha256": "a"}, "k": 1}, {"data": {"sha256": "b"}, "k": 1})
@@ -212,6 +217,8 @@ def differing_inputs(results: Mapping[str, Any], baseline: Mapping[str, Any]) ->
     old, new = (baseline.get("data") or {}).get("sha256"), (results.get("data") or {}).get("sha256")
     if old and new and old != new:
         notes.append(f"data: sha256 {old[:12]}… (baseline) vs {new[:12]}… (now)")
+    if baseline.get("items") != results.get("items"):
+        notes.append(f"items: {baseline.get('items')} (baseline) vs {results.get('items')} (now)")
     if baseline.get("k", 1) != results.get("k", 1):
         notes.append(f"k: {baseline.get('k', 1)} (baseline) vs {results.get('k', 1)} (now)")
     return notes
