@@ -225,3 +225,19 @@ def test_a_rerun_redoes_only_the_items_whose_prompt_or_image_changed(tmp_path):
     assert subset.calls == ["q2"] and result.redone == ["q2"]
     resumed = ScriptedPredictor(script)
     assert _evaluate(resumed, items, out).redone == [] and resumed.calls == []
+
+
+def test_a_refused_item_is_named_once_in_its_rejection():
+    from vlrollout.eval.runner import refusal
+    from vlrollout.eval.tasks import get_task
+    from vlrollout.ledger import NothingAccepted
+
+    item = {"id": "x1", "images": ["a.png"], "expression": "the box"}
+    refused = refusal(get_task("refcoco"), item)
+    assert refused["reason"] == "not_scorable"
+    record = {
+        "item": f"item {refused['id']}",
+        "reason": refused["reason"],
+        "detail": refused["detail"],
+    }
+    assert str(NothingAccepted("the evaluation", 1, [record])).count("x1") == 1

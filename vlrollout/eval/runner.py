@@ -215,7 +215,7 @@ def refusal(task: EvalTask, item: dict[str, Any]) -> dict[str, str] | None:
         return {"id": item_id, "reason": str(error["reason"]), "detail": str(error["detail"])}
     why = task.check_item(item)
     if why is not None:
-        return {"id": item_id, "reason": NOT_SCORABLE, "detail": f"item {item_id}: {why}"}
+        return {"id": item_id, "reason": NOT_SCORABLE, "detail": why}
     return None
 
 
