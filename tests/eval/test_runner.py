@@ -232,7 +232,7 @@ def test_a_refused_item_is_named_once_in_its_rejection():
     from vlrollout.eval.tasks import get_task
     from vlrollout.ledger import NothingAccepted
 
-    item = {"id": "x1", "images": ["a.png"], "expression": "the box"}
+    item = {"id": "it-7", "images": ["a.png"], "expression": "the box"}
     refused = refusal(get_task("refcoco"), item)
     assert refused["reason"] == "not_scorable"
     record = {
@@ -240,4 +240,4 @@ def test_a_refused_item_is_named_once_in_its_rejection():
         "reason": refused["reason"],
         "detail": refused["detail"],
     }
-    assert str(NothingAccepted("the evaluation", 1, [record])).count("x1") == 1
+    assert str(NothingAccepted("the evaluation", 1, [record])).count("it-7") == 1
