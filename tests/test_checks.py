@@ -65,24 +65,48 @@ def test_trainer_resize_override_fails_parity(qwen2vl_processor):
         check_processor_parity(qwen2vl_processor, pre)
 
 
-def test_workflow_runs_parity_check_before_the_first_episode(tokenizer, qwen2vl_processor):
-    import asyncio
+def _engine(tokenizer, reads_tensors: bool, **processor_kwargs):
+    """A scripted engine with a processor; ``reads_tensors=False``: one that would process
+    ``image_data`` with that processor itself (so its resize settings must be the trainer's)."""
+    from vlrollout.testing.scripted_engine import ScriptedEngine
 
+    engine = ScriptedEngine([[tokenizer.eos_token_id]] * 4)
+    engine.reads_multi_modal_input = reads_tensors
+    engine.processor = build_qwen2vl_processor(tokenizer, **processor_kwargs)
+    return engine
+
+
+def _workflow(tokenizer, processor, **kwargs):
     from areal.api.cli_args import GenerationHyperparameters
 
-    from vlrollout.testing.scripted_engine import ScriptedEngine
     from vlrollout.workflows import VisionRLVRWorkflow
 
-    engine = ScriptedEngine([[tokenizer.eos_token_id]])
-    engine.processor = build_qwen2vl_processor(tokenizer, max_pixels=224 * 224)
-    wf = VisionRLVRWorkflow(
-        "tests.workflows.reward_fns.contains_answer",
-        GenerationHyperparameters(),
-        tokenizer,
-        qwen2vl_processor,
-    )
-    with pytest.raises(ParityError):
-        asyncio.run(wf.arun_episode(engine, {"id": "p", **ITEM}))
+    reward = "tests.workflows.reward_fns.contains_answer"
+    return VisionRLVRWorkflow(reward, GenerationHyperparameters(), tokenizer, processor, **kwargs)
+
+
+def test_an_engine_that_processes_images_itself_fails_parity_on_every_episode(
+    tokenizer, qwen2vl_processor
+):
+    import asyncio
+
+    engine = _engine(tokenizer, reads_tensors=False, max_pixels=224 * 224)
+    wf = _workflow(tokenizer, qwen2vl_processor)
+    for n in range(2):  # not only the first episode: the engine is wrong for all of them
+        with pytest.raises(ParityError):
+            asyncio.run(wf.arun_episode(engine, {"id": f"p{n}", **ITEM}))
+
+
+def test_an_engine_that_reads_the_prepared_tensors_is_not_held_to_resize_parity(
+    tokenizer, qwen2vl_processor
+):
+    # vlrollout run --max-pixels: the workflow resizes, the local engine gets its tensors.
+    import asyncio
+
+    engine = _engine(tokenizer, reads_tensors=True)
+    wf = _workflow(tokenizer, qwen2vl_processor, max_pixels=56 * 56)
+    for n in range(2):
+        assert asyncio.run(wf.arun_episode(engine, {"id": f"p{n}", **ITEM})) is not None
 
 
 def _video_request(prepared, mm):

@@ -99,7 +99,8 @@ def test_areal_per_item_construction_keeps_prepare_once_checks_and_ledger(
         "share": "run-1",
     }
     engine = ScriptedEngine([[tokenizer.eos_token_id]])
-    engine.processor = qwen2vl_processor  # so the parity check runs
+    engine.processor = qwen2vl_processor  # an engine with its own processor that would
+    engine.reads_multi_modal_input = False  # process image_data itself: the parity check runs
     colours = ["red", "green", "blue", "white"]
     items = [_item(Image.new("RGB", (64, 48 + 8 * i), c), item_id=i) for i, c in enumerate(colours)]
     items.append(

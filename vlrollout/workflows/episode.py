@@ -75,19 +75,22 @@ class EpisodeContext:
             raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
 
     def check_parity_once(self, engine: Any) -> None:
-        """Compare the engine's processor with ours once, before the first episode.
+        """Compare the engine's processor with ours before the first episode; an engine that
+        fails keeps failing every episode (:class:`~vlrollout.checks.ParityError`).
 
-        Engines without a ``processor`` attribute (AReaL's remote engines) are skipped: check
-        those with :func:`vlrollout.checks.check_processor_parity` against the processor the
-        server serves.
+        Skipped for engines that read the prepared tensors (``reads_multi_modal_input``:
+        vlrollout's local engine), which see the trainer's pixels by construction whatever
+        their own processor's resize settings, and for engines without a ``processor``
+        attribute (AReaL's remote engines): check those with
+        :func:`vlrollout.checks.check_processor_parity` against the processor the server serves.
         """
         if self.parity_checked:
             return
-        self.parity_checked = True
         engine_processor = getattr(engine, "processor", None)
-        if self.processor is None or engine_processor is None:
-            return
-        check_processor_parity(engine_processor, self.preprocessor)
+        reads_tensors = getattr(engine, "reads_multi_modal_input", False)
+        if self.processor is not None and engine_processor is not None and not reads_tensors:
+            check_processor_parity(engine_processor, self.preprocessor)
+        self.parity_checked = True
 
     async def prepare(self, data: dict[str, Any]) -> PreparedPrompt:
         """Prepare the prompt off the event loop (decoding and resizing images is CPU work).
