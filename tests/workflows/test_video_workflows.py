@@ -175,3 +175,17 @@ def test_families_that_spell_frames_as_images_run_video_items(family, clip):
     # GLM-4.1V sends the clip as video patches; InternVL as one pixel_values tile per frame.
     frames = {"glm4v": ("pixel_values_videos", 32), "internvl": ("pixel_values", 4)}[family]
     assert sent[frames[0]].shape[0] == frames[1]
+
+
+def test_the_tool_workflow_runs_a_video_only_item(tokenizer, qwen2vl_processor, clip):
+    from vlrollout.workflows import ToolUseWorkflow
+
+    wf = ToolUseWorkflow(
+        f"{HERE}.frames_timed", GCONFIG, tokenizer, qwen2vl_processor, frames=FrameSampling(**SMALL)
+    )
+    answer = tokenizer.encode("right", add_special_tokens=False) + [tokenizer.eos_token_id]
+    engine = ScriptedEngine([answer])
+    traj = asyncio.run(wf.arun_episode(engine, _item(clip)))
+    assert wf.ledger.summary()["rejected_by_reason"] == {}
+    assert _check_format(traj)
+    assert float(traj["rewards"][0]) == 4.0  # the reward read the four frames' timestamps

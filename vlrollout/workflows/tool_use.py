@@ -204,7 +204,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
         builder = TrajectoryBuilder.from_prepared(prepared)
         ep = _Episode(
             prepared,
-            [] if prepared.vision_msg_vllm else _text_messages(data),
+            [] if prepared.vision_msg_vllm or prepared.videos else _text_messages(data),
             ToolContext(prepared.image_data, prepared.geometry, self.box_frame),
             list(prepared.image_data),
         )
@@ -268,7 +268,8 @@ class ToolUseWorkflow(EpisodeWorkflow):
 
 
 def _text_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A text-only prompt's messages (vLLM needs them once a tool adds an image)."""
+    """A text-only prompt's messages (vLLM needs them once a tool adds an image). A prompt with
+    videos has none: only the embedded engine, which reads the tensors, runs video items."""
     messages, _ = normalize_messages(data["messages"], None, "prompt")
     return messages
 
