@@ -26,6 +26,25 @@ from .pool import NotStarted, RewardBatch, RewardRecipe
 # timing instead — unless the reward says it needs them (``needs_images = True``, e.g. CLIPScore).
 _NOT_FOR_REWARD = ("images", "videos")
 
+REWARD_ARGUMENTS = ("prompt", "completions", "prompt_ids", "completion_ids")
+"""The reward's positional arguments: a data field of one of these names cannot reach it."""
+
+
+def reward_argument_clash(data: Mapping[str, Any]) -> str | None:
+    """Why ``data`` cannot be a reward's keyword arguments (a field named as one of
+    :data:`REWARD_ARGUMENTS`, as a TRL or verl dataset's ``prompt`` column), else ``None``.
+
+    >>> reward_argument_clash({"prompt": "How many?", "answer": 3})
+    "field 'prompt' has the name of a reward argument (prompt, completions, prompt_ids, completion_ids): rename it, e.g. to 'question'"
+    """
+    for name in REWARD_ARGUMENTS:
+        if name in data:
+            return (
+                f"field {name!r} has the name of a reward argument ({', '.join(REWARD_ARGUMENTS)})"
+                ": rename it, e.g. to 'question'"
+            )
+    return None
+
 
 def resolve_reward(reward_fn: Callable[..., float] | str) -> Callable[..., float]:
     """The reward a name stands for: a built-in reward name or an import path (a class path is

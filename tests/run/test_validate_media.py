@@ -65,3 +65,9 @@ def test_run_rejects_media_problems_before_any_episode():
     problems = item_problems({"id": "x", "messages": ASK})
     assert problems and all(reason in BLOCKING for reason, _ in problems)
     assert item_problems({"id": "x", "messages": "Hi", "audio": "a.wav"})[0][0] in BLOCKING
+
+
+def test_a_field_named_as_a_reward_argument_blocks_the_item():
+    item = {"id": "t", "messages": "How many?", "answer": 3, "prompt": "How many?"}
+    assert [reason for reason, _ in item_problems(item)] == ["reserved_field"]
+    assert "reserved_field" in BLOCKING

@@ -207,3 +207,17 @@ def test_vision_multi_attempt_sends_vllm_the_whole_conversation(tokenizer, qwen2
         0
     ]
     assert rendered.tolist() == engine.requests[1].input_ids
+
+
+@pytest.mark.parametrize("field", ["prompt", "completions", "prompt_ids", "completion_ids"])
+def test_a_field_named_as_a_reward_argument_is_rejected_before_generating(
+    tokenizer, qwen2vl_processor, field
+):
+    # TRL and verl datasets often carry a 'prompt' column; the reward's first argument is the
+    # rendered prompt, so the field cannot reach it.
+    wf = _workflow(tokenizer, qwen2vl_processor)
+    engine = ScriptedEngine([_enc(tokenizer, "3")])
+    assert asyncio.run(wf.arun_episode(engine, _item(_image(), **{field: "x"}))) is None
+    assert list(wf.ledger.by_reason) == ["reserved_field"]
+    assert f"field {field!r}" in wf.ledger.records[0].detail
+    assert engine.requests == []

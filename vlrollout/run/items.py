@@ -3,7 +3,8 @@ an item reaches a workflow, and what ``vlrollout validate-data`` reports for eve
 
 A problem is ``(reason, detail)``. ``bad_message``, ``bad_images``, ``bad_videos``,
 ``media_field_unsupported`` (a media field nothing reads, e.g. ``audio``), ``placeholder_mismatch``
-(an ``<image>``/``<video>`` without its medium, or a medium without its placeholder) and every
+(an ``<image>``/``<video>`` without its medium, or a medium without its placeholder),
+``reserved_field`` (a field named as a reward argument, e.g. ``prompt``) and every
 reason of a reader's placeholder item (:data:`~vlrollout.readers.sources.LOAD_REASONS`:
 ``bad_json``, ``duplicate_id``, ``missing_field``, ``image_not_found``, ``bad_box``, ...) make the
 run reject the item (every episode of its group, with that reason and the reader's detail);
@@ -33,6 +34,7 @@ from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.messages import MARKERS, check_media_fields, normalize_media
 from vlrollout.processors.video_loading import load_video
 from vlrollout.processors.video_sampling import VideoSampling
+from vlrollout.rewards.caller import reward_argument_clash
 
 PART_TYPES = ("text", "image", "image_url", "video", "video_url")
 #: Media fields an item may hold; any other :data:`MEDIA_FIELDS` entry is refused.
@@ -44,6 +46,7 @@ BLOCKING = (
     "bad_videos",
     "media_field_unsupported",
     "placeholder_mismatch",
+    "reserved_field",
     *(reason for reason in LOAD_REASONS if reason != "placeholder_mismatch"),
 )
 
@@ -164,6 +167,9 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
         elif media and any(i is None for i in media):
             problems.append((f"bad_{name}", f"{name} has a null entry"))
     problems += media_problems(item, not problems)
+    clash = reward_argument_clash(item)
+    if clash is not None:
+        problems.append(("reserved_field", clash))
     problems += [("bad_field", p) for p in field_problems(item)]
     return problems
 

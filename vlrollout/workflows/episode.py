@@ -25,7 +25,7 @@ from vlrollout.processors.base import ENCODE_ENGINE_IMAGES_AHEAD, PreparedPrompt
 from vlrollout.processors.cache import PreparedPromptCache, item_key
 from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.rewards.caller import RewardCaller
+from vlrollout.rewards.caller import RewardCaller, reward_argument_clash
 from vlrollout.rewards.text_extract import completion_text
 from vlrollout.workflows.preparation import FrameSampling, build_preprocessor, load_tokenizer
 from vlrollout.workflows.shared import config_key, shared_state
@@ -290,12 +290,20 @@ class EpisodeWorkflow(RolloutWorkflow):
         token = _HELD.set(held)
         ahead = ENCODE_ENGINE_IMAGES_AHEAD.set(reads_image_data(engine))
         try:
-            return await self.ctx.run_recorded(data, lambda: self._episode(engine, data))
+            return await self.ctx.run_recorded(data, lambda: self._checked_episode(engine, data))
         finally:
             ENCODE_ENGINE_IMAGES_AHEAD.reset(ahead)
             _HELD.reset(token)
             for cache, key in held:
                 cache.release(key)
+
+    async def _checked_episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`_episode` of an item whose fields can reach the reward (checked before any
+        generation: a clash would fail every completion's reward after it was generated)."""
+        clash = reward_argument_clash(data)
+        if clash is not None:
+            raise EpisodeRejected("reserved_field", clash)
+        return await self._episode(engine, data)
 
     async def _episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
