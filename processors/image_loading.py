@@ -127,6 +127,16 @@ class LoadedImage:
         return f"data:{self.mime};base64,{self.to_base64()}"
 
 
+def has_scheme(text: str, scheme: str) -> bool:
+    """Whether ``text`` starts with the URL scheme ``scheme`` (``"data:"``, ``"file://"``),
+    matched without regard to case as RFC 3986 says schemes are.
+
+    >>> has_scheme("DATA:image/png;base64,AA", "data:"), has_scheme("img/data:1.png", "data:")
+    (True, False)
+    """
+    return text[: len(scheme)].lower() == scheme
+
+
 def decode_inline(text: str, item: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """The encoded bytes of a base64 string or a ``data:...;base64,`` URL, at most ``max_bytes``.
 
@@ -144,9 +154,9 @@ def decode_inline(text: str, item: str, max_bytes: int = DEFAULT_MAX_BYTES) -> b
     b'abc'
     """
     what = "base64"
-    if text.startswith("data:"):
+    if has_scheme(text, "data:"):
         header, sep, payload = text.partition(",")
-        if not sep or not header.endswith(";base64"):
+        if not sep or not header.lower().endswith(";base64"):
             raise PreprocessError(
                 item, "image_source", f"data URL must be base64-encoded: {text[:40]!r}..."
             )
@@ -253,9 +263,9 @@ def _exists(text: str) -> bool:
 
 
 def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
-    if text.startswith("data:"):
+    if has_scheme(text, "data:"):
         return "data_url", decode_inline(text, item, max_bytes)
-    if text.startswith("file://"):
+    if has_scheme(text, "file://"):
         return "path", _read_file(_file_url_path(text), item, max_bytes)
     if _URL.match(text):
         raise PreprocessError(

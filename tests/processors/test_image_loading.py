@@ -253,3 +253,23 @@ def test_images_past_webps_size_limit_are_re_encoded_as_png():
     assert loaded.mime == "image/png"
     assert Image.open(io.BytesIO(loaded.engine_bytes())).format == "PNG"
     assert same_pixels(engine_pixels(loaded), loaded.image)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["DATA:IMAGE/PNG;BASE64,", "Data:image/png;base64,", "data:image/png;BASE64,", "FILE://"],
+)
+def test_url_schemes_and_the_base64_parameter_are_case_insensitive(tmp_path, prefix):
+    from vlrollout.processors.image_loading import load_image
+    from vlrollout.readers.sources import source_form
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (6, 4), "red").save(buffer, format="PNG")
+    if prefix == "FILE://":
+        (tmp_path / "a.png").write_bytes(buffer.getvalue())
+        source = f"FILE://{tmp_path / 'a.png'}"
+        assert source_form(source) == "file_url"
+    else:
+        source = prefix + base64.b64encode(buffer.getvalue()).decode()
+        assert source_form(source) == "data_url"
+    assert load_image(source, "item 1").image.size == (6, 4)

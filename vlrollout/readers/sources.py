@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrollout.errors import UsageError
+from vlrollout.processors.image_loading import has_scheme
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}\s*$")
@@ -40,9 +41,9 @@ def source_form(text: str) -> str:
     ...                           "/abs/a.png", "img/a.png", "iVBORw0KGgo=")]
     ['data_url', 'file_url', 'url', 'path', 'path', 'base64']
     """
-    if text.startswith("data:"):
+    if has_scheme(text, "data:"):
         return "data_url"
-    if text.startswith("file://"):
+    if has_scheme(text, "file://"):
         return "file_url"
     if _SCHEME.match(text):
         return "url"

@@ -28,7 +28,7 @@ from areal.api.io_struct import ModelRequest, ModelResponse
 from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline
+from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline, has_scheme
 from vlrollout.serve.admission import Admission, TokenRate
 from vlrollout.serve.errors import BadRequest, typed
 
@@ -272,7 +272,7 @@ def encoded_image(
     not_inline = BadRequest(
         f"{label}: only inline {kind}s (base64 or data: URLs), got {source[:60]!r}"
     )
-    if source.startswith(("http://", "https://", "file://")):
+    if any(has_scheme(source, scheme) for scheme in ("http://", "https://", "file://")):
         raise not_inline
     try:
         return decode_inline(source, label, max_bytes)
