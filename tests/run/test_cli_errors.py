@@ -135,6 +135,11 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
             [*ok, "--min-pixels", "100", "--max-pixels", "10"],
             "min_pixels (--min-pixels) 100 exceeds max_pixels (--max-pixels) 10",
         ),
+        (
+            "max pixels below the processor's own minimum",
+            [*ok, "--max-pixels", "100"],
+            "max_pixels=100 is below the processor's own min_pixels",
+        ),
         ("bad setting", [*ok, "seed=abc"], "invalid value for 'seed'"),
         ("setting without =", [*ok, "seed"], "must be KEY=VALUE"),
     ]

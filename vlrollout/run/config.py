@@ -39,6 +39,8 @@ from vlrollout.errors import ConfigError
 from vlrollout.readers import FORMATS
 
 WORKFLOWS = ("text", "vision", "multi_attempt", "vision_multi_attempt", "vision_tool")
+VISION_WORKFLOWS = ("vision", "vision_multi_attempt", "vision_tool")
+"""The built-in workflows with a multimodal preprocessor (``--min-pixels`` and the like)."""
 
 
 def _default_gconfig() -> GenerationHyperparameters:

@@ -22,7 +22,7 @@ from vlrollout.engine.checks import check_engine
 from vlrollout.errors import ConfigError, Interrupted
 from vlrollout.rewards.combine import ByTask
 from vlrollout.rewards.task_hints import task_reward_hint
-from vlrollout.run.config import WORKFLOWS, RunConfig
+from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
 from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
 
@@ -131,6 +131,23 @@ def check_workflow(cfg: RunConfig) -> None:
             resolve_tools(cfg.tools)
         except Exception as e:  # noqa: BLE001
             raise ConfigError(f"tools {cfg.tools}: {str(e).splitlines()[0]}") from None
+    check_pixel_settings(cfg)
+
+
+def check_pixel_settings(cfg: RunConfig) -> None:
+    """Build the preprocessor of ``--min-pixels``/``--max-pixels`` on the model's processor
+    alone (no model), so a budget the processor refuses (below its own minimum) is a usage
+    error before the model loads."""
+    from vlrollout.workflows.preparation import build_vision_preprocessor
+
+    if cfg.workflow not in VISION_WORKFLOWS or (cfg.min_pixels is None and cfg.max_pixels is None):
+        return
+    try:
+        build_vision_preprocessor(
+            cfg.engine.model, cfg.preprocessor, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels
+        )
+    except ValueError as e:
+        raise ConfigError(f"--min-pixels/--max-pixels: {str(e).splitlines()[0]}") from None
 
 
 @dataclass
