@@ -97,7 +97,8 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
             [*ok, "--engine", "sglang", "--address", "127.0.0.1:9"],
             "cannot reach the sglang server at 127.0.0.1:9",
         ),
-        ("negative limit", [*ok, "--limit", "-1"], "limit (--limit) must be 0 or more, got -1"),
+        ("negative limit", [*ok, "--limit", "-1"], "limit (--limit) must be at least 1, got -1"),
+        ("zero limit", [*ok, "--limit", "0"], "limit (--limit) must be at least 1, got 0"),
         ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
         # NaN slips past `< 0` checks; these used to reject every item (or crash) at run time.
         (

@@ -125,8 +125,8 @@ class RunConfig:
         for name in ("group_size", "concurrency", "max_turns"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{_flag(name)} must be at least 1, got {getattr(self, name)}")
-        if self.limit is not None and self.limit < 0:
-            raise ConfigError(f"{_flag('limit')} must be 0 or more, got {self.limit}")
+        if self.limit is not None and self.limit < 1:  # it counts the items to run
+            raise ConfigError(f"{_flag('limit')} must be at least 1, got {self.limit}")
         for name in ("max_prompt_tokens", "min_pixels", "max_pixels"):
             value = getattr(self, name)
             if value is not None and value < 1:
