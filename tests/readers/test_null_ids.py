@@ -27,3 +27,19 @@ def test_null_ids_in_a_table_take_the_row_position(tmp_path):
     items = read_items(path)
     assert [i["id"] for i in items] == ["0", "1", "k"]
     assert all("_load_error" not in i for i in items)
+
+
+def test_an_id_that_is_a_list_or_an_object_is_a_bad_line(tmp_path):
+    path = tmp_path / "items.jsonl"
+    rows = [
+        {"id": [1, 2], "messages": "x"},
+        {"id": {"a": 1}, "messages": "x"},
+        {"id": True, "messages": "x"},
+    ]
+    path.write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + json.dumps({"id": 7, "messages": "x"}) + "\n"
+    )
+    items = read_items(path)
+    assert [i["_load_error"]["reason"] for i in items[:3]] == ["bad_item"] * 3
+    assert "an id is a string or a number" in items[0]["_load_error"]["detail"]
+    assert items[3]["id"] == "7" and "_load_error" not in items[3]

@@ -80,6 +80,14 @@ def row_problem(row: Any) -> tuple[str, str] | None:
         return "bad_json", f"not valid JSON ({row.msg})"
     if not isinstance(row, dict):
         return "bad_item", f"item is a {type(row).__name__}, not a JSON object"
+    item_id = row.get("id")
+    if item_id is not None and (
+        isinstance(item_id, bool) or not isinstance(item_id, str | int | float)
+    ):
+        return (
+            "bad_item",
+            f"id {item_id!r:.60} is a {type(item_id).__name__}: an id is a string or a number",
+        )
     return None
 
 
