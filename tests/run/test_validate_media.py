@@ -71,3 +71,40 @@ def test_a_field_named_as_a_reward_argument_blocks_the_item():
     item = {"id": "t", "messages": "How many?", "answer": 3, "prompt": "How many?"}
     assert [reason for reason, _ in item_problems(item)] == ["reserved_field"]
     assert "reserved_field" in BLOCKING
+
+
+def test_every_image_is_opened_as_the_preprocessor_opens_it(tmp_path):
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(buffer, format="PNG")
+    png = buffer.getvalue()
+    (tmp_path / "a.png").write_bytes(png)
+    (tmp_path / "cut.png").write_bytes(png[:40])
+    (tmp_path / "text.png").write_text("not an image")
+    (tmp_path / "folder.png").mkdir()
+    one = [{"role": "user", "content": "<image>How many?"}]
+    part = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "gone.png"}},
+                                          {"type": "text", "text": "How many?"}]}]  # fmt: skip
+    items = [
+        {"id": "ok", "messages": one, "images": ["a.png"]},
+        {"id": "inline", "messages": one, "images": [base64.b64encode(png).decode()]},
+        {"id": "remote", "messages": one, "images": ["https://example.com/a.png"]},
+        {"id": "missing", "messages": one, "images": ["nope.png"]},
+        {"id": "cut", "messages": one, "images": ["cut.png"]},
+        {"id": "text", "messages": one, "images": ["text.png"]},
+        {"id": "folder", "messages": one, "images": ["folder.png"]},
+        {"id": "part", "messages": part},
+    ]
+    n, bad = validate_data(_write(tmp_path, *items))
+    assert n == len(items)
+    assert {(b.id, b.reason) for b in bad} == {
+        ("remote", "image_source"),
+        ("missing", "image_not_found"),
+        ("cut", "image_decode"),
+        ("text", "image_decode"),
+        ("folder", "image_not_found"),
+        ("part", "image_not_found"),
+    }
+    assert all("image 1" in b.detail for b in bad)

@@ -10,9 +10,9 @@ reason of a reader's placeholder item (:data:`~vlrollout.readers.sources.LOAD_RE
 run reject the item (every episode of its group, with that reason and the reader's detail);
 ``bad_field`` (a task field such as ``boxes`` of the wrong shape) is only reported by
 ``validate-data``: the reward decides what it can score.
-``validate-data`` also opens every video (:func:`video_file_problems`): readable, at least one
-frame, within the size and frame-count caps, with the preprocessor's reasons (``video_decode``,
-``video_not_found``, ``video_too_large``, ...).
+``validate-data`` also opens every image (:func:`image_file_problems`) and every video
+(:func:`video_file_problems`, its first frame) as the preprocessor does, with its guards and
+reasons (``image_not_found``, ``image_decode``, ``video_decode``, ``video_too_large``, ...).
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from vlrollout.datasets import (
     row_problem,
 )
 from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.image_loading import load_image
 from vlrollout.processors.messages import MARKERS, check_media_fields, normalize_media
 from vlrollout.processors.video_loading import load_video
 from vlrollout.processors.video_sampling import VideoSampling
+from vlrollout.readers.fields import row_id
 from vlrollout.rewards.caller import reward_argument_clash
 
 PART_TYPES = ("text", "image", "image_url", "video", "video_url")
@@ -196,6 +198,26 @@ def media_problems(item: dict[str, Any], well_formed: bool = True) -> list[tuple
     return problems
 
 
+def image_file_problems(
+    item: dict[str, Any], base: Path, label: str = "item"
+) -> list[tuple[str, str]]:
+    """Open every image of the item (``images`` and inline message parts, in prompt order;
+    relative paths against ``base``) as the preprocessor does, with its guards:
+    ``[(reason, detail)]`` for those that fail (``image_source``, ``image_not_found``,
+    ``image_decode``, ``image_too_large``...)."""
+    try:
+        sources = normalize_media(item["messages"], item.get("images"), item.get("videos"), label)
+    except PreprocessError:
+        return []  # reported by item_problems
+    problems = []
+    for k, source in enumerate(sources.images, start=1):
+        try:
+            load_image(resolve_source(source, base), f"image {k}")
+        except PreprocessError as e:
+            problems.append((e.reason, f"{e.item}: {e.detail}"))
+    return problems
+
+
 def video_file_problems(
     item: dict[str, Any], base: Path, label: str = "item"
 ) -> list[tuple[str, str]]:
@@ -245,10 +267,12 @@ def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
     bad: list[BadLine] = []
     seen: dict[str, int] = {}
     for index, (lineno, item) in enumerate(rows):
-        item_id = str(item.get("id", index)) if isinstance(item, dict) else None
+        item_id = row_id(item, ("id",), str(index)) if isinstance(item, dict) else None
         problems = item_problems(item)
         if not problems and isinstance(item, dict):
-            problems = video_file_problems(item, path.parent)
+            problems = image_file_problems(item, path.parent) + video_file_problems(
+                item, path.parent
+            )
         for reason, detail in problems:
             bad.append(BadLine(lineno, item_id, reason, detail))
         if item_id is not None:
