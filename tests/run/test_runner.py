@@ -87,6 +87,22 @@ def test_resume_skips_finished_items(tokenizer, tmp_path):
     assert summary["items"]["done"] == 5
 
 
+def test_resume_runs_again_the_items_that_changed_or_were_rejected(tokenizer, tmp_path):
+    items = load_items(_write_items(tmp_path / "d.jsonl", 4, bad={3}))
+    runner = _runner(tokenizer, tmp_path / "out")
+    asyncio.run(runner.run(items, progress=False))
+    calls_before = len(runner.engine.requests)
+    edited = [dict(item) for item in items]
+    edited[0]["answer"] = "5"  # a label changed: its rewards must be computed again
+    edited[1]["messages"] = [{"role": "user", "content": "3+1?"}]  # a prompt changed
+    summary = asyncio.run(runner.run(edited, progress=False))
+    assert len(runner.engine.requests) - calls_before == 2 * 2  # q0 and q1; q2 is reused
+    assert summary["this_run"]["redone"] == ["q0", "q1"]
+    assert summary["this_run"]["retried"] == ["q3"]  # rejected again (still bad), not reused
+    assert summary["items"] == {"total": 4, "done": 4, "accepted": 3, "rejected": 1}
+    assert summary["reward"]["mean"] == pytest.approx(4 / 6)  # q0's answer is 5 now
+
+
 def test_atomic_write_leaves_no_partial_file(tmp_path):
     target = tmp_path / "f.json"
     atomic_write_bytes(target, b"old")

@@ -17,10 +17,12 @@ the item files on disk (each holds its id), so it counts exactly what was writte
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,8 @@ from vlrollout.files import (
 )
 from vlrollout.ledger import EpisodeLedger
 from vlrollout.logs import get_logger
+from vlrollout.processors.cache import item_key
+from vlrollout.processors.messages import MEDIA_FIELDS
 from vlrollout.run.items import BLOCKING, item_problems
 
 logger = get_logger("vlrollout.run")
@@ -65,9 +69,35 @@ class ItemOutcome:
     episodes: list[dict[str, Any]]
     rejections: list[dict[str, str]]
     generated_tokens: int
+    item_key: str | None = None  # outcome_key of the item it is the outcome of
 
     def to_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
+
+
+def outcome_key(item: dict[str, Any]) -> str:
+    """What an item's outcome depends on: its prompt and media (``item_key``: a file by its
+    size and modification time, inline media by their content) and every other field (the
+    reward's labels).
+
+    >>> outcome_key({"id": "a", "messages": "2+2?", "answer": "4"}) == outcome_key(
+    ...     {"id": "a", "messages": "2+2?", "answer": "5"})
+    False
+    """
+    labels = {k: v for k, v in item.items() if k not in MEDIA_FIELDS and k != "messages"}
+    h = hashlib.sha256(item_key(item).encode())
+    h.update(json.dumps(labels, sort_keys=True, default=repr).encode())
+    return "sha256:" + h.hexdigest()
+
+
+@dataclass
+class Pending:
+    """The items a run has to do (``todo``), and which of them have an outcome already: made for
+    another version of the item (``redone``), or a rejection (``retried``)."""
+
+    todo: list[dict[str, Any]] = field(default_factory=list)
+    redone: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
 
 
 class Runner:
@@ -116,10 +146,24 @@ class Runner:
     def trajectory_path(self, item_id: str) -> Path:
         return self.output / "trajectories" / f"{item_stem(item_id)}.pt"
 
-    def pending(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Items without a finished outcome file (what a resumed run still has to do)."""
+    def pending(self, items: Sequence[dict[str, Any]]) -> Pending:
+        """What a resumed run still has to do: items without an outcome file, items whose
+        outcome was made for another version of them (:func:`outcome_key`; an outcome that
+        stores no key is kept) and items that were rejected (run again: a fixed file, a server
+        back up)."""
         done = read_outcomes(self.output)
-        return [item for item in items if item["id"] not in done]
+        pending = Pending()
+        for item in items:
+            outcome = done.get(item["id"])
+            if outcome is None:
+                pending.todo.append(item)
+            elif outcome.get("item_key") not in (None, outcome_key(item)):
+                pending.todo.append(item)
+                pending.redone.append(item["id"])
+            elif outcome.get("status") == "rejected":
+                pending.todo.append(item)
+                pending.retried.append(item["id"])
+        return pending
 
     async def run_item(self, item: dict[str, Any]) -> ItemOutcome:
         """Run one item's group; nothing the item or the model does can raise out of here
@@ -170,6 +214,7 @@ class Runner:
             episodes=episodes,
             rejections=rejections,
             generated_tokens=tokens,
+            item_key=outcome_key(item),
         )
         atomic_write_json(self.item_path(item["id"]), outcome.to_dict())
         return outcome
@@ -182,7 +227,12 @@ class Runner:
         """
         self.output.mkdir(parents=True, exist_ok=True)
         remove_temp_files(self.output)
-        todo = self.pending(items)
+        pending = self.pending(items)
+        todo = pending.todo
+        if pending.redone:
+            logger.info(
+                "%d item(s) changed since their outcome was saved: run again", len(pending.redone)
+            )
         start = time.perf_counter()
         bar = None
         if progress:
@@ -223,7 +273,12 @@ class Runner:
         summary = summarize(self.output, items, wall_s=wall)
         # Throughput of this invocation only: a resumed run's earlier items took other time.
         summary["tokens_per_s"] = sum(tokens_this_run) / wall if wall > 0 else None
-        summary["this_run"] = {"items_run": len(todo) - queue.qsize(), "wall_s": round(wall, 3)}
+        summary["this_run"] = {
+            "items_run": len(todo) - queue.qsize(),
+            "wall_s": round(wall, 3),
+            "redone": pending.redone,
+            "retried": pending.retried,
+        }
         if failure:
             summary["stopped_early"] = {
                 "item": failure[0].id,
