@@ -54,7 +54,9 @@ def message_text(message: Any) -> str:
     """
     if isinstance(message, str):
         return message
-    content = message[-1]["content"] if message else ""
+    content = message[-1].get("content") if message else ""
+    if content is None:  # a tool-call message: no text
+        return ""
     if isinstance(content, str):
         return content
     return "".join(p.get("text", "") for p in content if p.get("type") == "text")
@@ -134,6 +136,12 @@ class TRLReward:
                 f"{len(completion_ids)} completion_ids: TRL passes one of each per completion"
             )
         data = {k: v for k, v in columns.items() if k not in TRL_KWARGS}
+        for name, values in data.items():
+            if len(values) != len(prompts):
+                raise ValueError(
+                    f"column {name!r} has {len(values)} value(s) for {len(prompts)} completions: "
+                    "TRL passes one per completion"
+                )
         rows = [{k: v[i] for k, v in data.items()} for i in range(len(prompts))]
         calls = [
             self._score(message_text(p), self.completion_text(c, ids), list(ids), row)

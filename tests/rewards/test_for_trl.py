@@ -250,3 +250,12 @@ def test_the_sync_adapter_works_where_an_event_loop_runs_as_in_a_notebook():
         ["p", "p"], ["<answer>3</answer>", "two"], [[1], [2]], **columns
     )
     assert asyncio.run(cell())[0] == 1.0
+
+
+def test_a_message_without_content_is_empty_text_and_a_short_column_is_named():
+    reward = TRLReward("count")
+    tool_call = [{"role": "assistant", "content": None, "tool_calls": []}]
+    assert reward(["p"], [tool_call], [[1]], answer=["3"]) == [0.0]  # nothing to read: no_number
+    assert reward.rejected == {}
+    with pytest.raises(ValueError, match=r"column 'answer' has 1 value\(s\) for 2 completions"):
+        reward(["p", "p"], ["3", "3"], [[1], [1]], answer=["3"])
