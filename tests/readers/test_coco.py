@@ -11,7 +11,7 @@ import pytest
 from tests.readers.conftest import save_image, write_json
 from vlrollout.datasets import LOAD_ERROR, DataFileError, load_items
 from vlrollout.processors.image_loading import load_image
-from vlrollout.readers import detect_format
+from vlrollout.readers import detect_format, read_all_items
 from vlrollout.readers.refcoco import RefsUnpickler
 
 
@@ -157,3 +157,30 @@ def test_refs_without_instances_json_say_where_it_goes(tmp_path):
     path.write_bytes(pickle.dumps([]))
     with pytest.raises(DataFileError, match="instances.json"):
         load_items(path)
+
+
+def test_an_annotation_of_an_image_not_in_images_is_a_counted_bad_row(tmp_path):
+    images = _coco(tmp_path)
+    anns = [
+        {"id": 10, "image_id": 1, "caption": "a red box"},
+        {"id": 11, "image_id": 99, "caption": "an orphan"},
+    ]
+    path = write_json(
+        tmp_path / "annotations" / "captions_val2017.json", {"images": images, "annotations": anns}
+    )
+    items = read_all_items(path)
+    orphan = [i for i in items if LOAD_ERROR in i and "99" in i[LOAD_ERROR]["detail"]]
+    assert len(orphan) == 1 and orphan[0][LOAD_ERROR]["reason"] == "missing_field"
+    assert "image_id 99 is not in 'images'" in orphan[0][LOAD_ERROR]["detail"]
+
+
+def test_image_not_found_under_images_root_does_not_ask_for_images_root(tmp_path):
+    images = _coco(tmp_path)
+    anns = [{"id": 10, "image_id": 1, "caption": "a red box"}]
+    path = write_json(
+        tmp_path / "annotations" / "captions_val2017.json", {"images": images, "annotations": anns}
+    )
+    (tmp_path / "empty").mkdir()
+    item = read_all_items(path, images_root=tmp_path / "empty")[0]
+    detail = item[LOAD_ERROR]["detail"]
+    assert "not found under" in detail and "pass images_root" not in detail

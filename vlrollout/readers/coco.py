@@ -58,6 +58,24 @@ def _by_image(
     return groups, bad
 
 
+def _orphans(
+    groups: dict[Any, list[tuple[int, dict]]], data: Any, path: Path
+) -> list[dict[str, Any]]:
+    """Placeholders of the annotations whose ``image_id`` names no entry of ``images`` (counted
+    as bad rows, not dropped)."""
+    known = {image.get("id") for image in data.get("images") or [] if isinstance(image, dict)}
+    out = []
+    for image_id, anns in groups.items():
+        if image_id in known:
+            continue
+        for row, _ in anns:
+            error = RowError(
+                "missing_field", "image_id", f"image_id {image_id!r} is not in 'images'"
+            )
+            out.append(placeholder(f"annotation-{row}", f"{path} annotations", row, error))
+    return out
+
+
 def _images(data: Any, path: Path, folders: ImageFolders) -> Iterator[tuple[int, Any, Any]]:
     """``(row, image id, path or RowError)`` of each entry of ``images``."""
     for row, image in enumerate(_section(data, "images", path), 1):
@@ -78,6 +96,7 @@ def caption_items(data: Any, path: Path, folders: ImageFolders) -> Iterator[dict
     """Items of a COCO captions file (see the module docstring)."""
     groups, bad = _by_image(_section(data, "annotations", path), path)
     yield from bad
+    yield from _orphans(groups, data, path)
     for row, image_id, found in _images(data, path, folders):
         try:
             if isinstance(found, RowError):
@@ -110,6 +129,7 @@ def instance_items(data: Any, path: Path, folders: ImageFolders) -> Iterator[dic
     """Items of a COCO instances file (see the module docstring)."""
     groups, bad = _by_image(_section(data, "annotations", path), path)
     yield from bad
+    yield from _orphans(groups, data, path)
     names = {
         c.get("id"): c.get("name") for c in data.get("categories") or [] if isinstance(c, dict)
     }

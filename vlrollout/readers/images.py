@@ -93,14 +93,11 @@ class ImageFolders:
             if (folder / name).is_file():
                 self._last = folder
                 return str(folder / name)
-        where = (
-            str(self.images_root)
-            if self.images_root is not None
-            else f"{folders[0]}, its parent, or their images/, train2014/, val2017/... subfolders"
-        )
-        raise RowError(
-            "image_not_found",
-            field_name,
-            f"image {name!r} not found under {where}; pass "
-            "images_root (--images-root) naming the folder that holds it",
-        )
+        if self.images_root is not None:
+            where = f"images_root (--images-root) {self.images_root}; is it the right folder?"
+        else:
+            where = (
+                f"{folders[0]}, its parent, or their images/, train2014/, val2017/... "
+                "subfolders; pass images_root (--images-root) naming the folder that holds it"
+            )
+        raise RowError("image_not_found", field_name, f"image {name!r} not found under {where}")
