@@ -42,6 +42,11 @@ REFUSALS = [
     ("mc", {"id": "m", "answer": "C", "choices": ["x", "y"], "question": "?"}, "letter A-B"),
     ("mc", {"id": "m", "answer": "A", "choices": ["x"], "question": "?"}, "'choices'"),
     ("mc", {"id": "m", "answer": 2, "choices": ["x", "y"], "question": "?"}, "0-based index"),
+    (
+        "mc",
+        {"id": "m", "answer": "red", "choices": ["red", "blue", "red"], "question": "?"},
+        "choices 1 and 3 are both 'red'",
+    ),
     ("vqa", {"id": "v", "answer": None, "question": "?"}, "field 'answer' = None"),
     ("vqa", {"id": "v", "answer": [], "question": "?"}, "field 'answer' = []"),
 ]

@@ -307,6 +307,14 @@ class ChoiceTask(_TaskBase):
         choices = item.get("choices")
         if not isinstance(choices, (list, tuple)) or not 2 <= len(choices) <= 26:
             return "missing field 'choices' (a list of 2 to 26 option texts)"
+        first: dict[str, int] = {}
+        for k, choice in enumerate(map(str, choices), 1):
+            if choice in first:
+                return (
+                    f"field 'choices': choices {first[choice]} and {k} are both {choice!r}, so an "
+                    "answer naming it could not be told apart; fix the item"
+                )
+            first[choice] = k
         if self._gold(item) is None:
             return (
                 f"field 'answer' = {item.get('answer')!r} is not a choice: a letter A-"
