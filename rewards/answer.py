@@ -252,7 +252,8 @@ _LETTER_PATTERNS = [
     # "the answer is (b)", "Answer: B": a bare letter must be a capital, so the article in "the
     # answer is a blue car" is not read as choice A.
     r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*\(([A-Za-z])\)",
-    r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*([A-Z])\b",
+    # ... and not the word "A" or "I" starting a sentence ("Answer: I think it is C").
+    r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*(?![AI]\s+[a-z])([A-Z])\b",
     r"\(([A-Z])\)",  # "(B)" anywhere
     r"^\s*([A-Z])[.):]\s",  # "B. because ..."
 ]

@@ -178,3 +178,20 @@ def test_a_count_gold_that_is_not_one_count_is_refused(answer):
 
     with pytest.raises((ValueError, KeyError), match="answer"):
         CountReward().score("p", "<answer>4</answer>", [], [], answer=answer)
+
+
+@pytest.mark.parametrize(
+    ("text", "pred"),
+    [
+        ("Answer: I think it is C.", None),  # no choice written in a form the rules read
+        ("The answer is A dog, so (B).", "B"),
+        ("Answer: B because it is blue.", "B"),
+        ("Answer: I", "I"),
+    ],
+)
+def test_the_words_a_and_i_after_answer_are_not_read_as_choices(text, pred):
+    from vlrollout.rewards.answer import ChoiceReward
+
+    result = ChoiceReward(use_answer_tag=False).score("p", text, [], [], answer="I")
+    assert result.details.get("pred") == pred, result
+    assert result.reason == (None if pred else "no_choice")
