@@ -108,3 +108,13 @@ def test_every_image_is_opened_as_the_preprocessor_opens_it(tmp_path):
         ("part", "image_not_found"),
     }
     assert all("image 1" in b.detail for b in bad)
+
+
+def test_a_role_chat_templates_do_not_know_is_a_bad_message():
+    for role in ("wizard", "usr", "User"):
+        item = {"id": "r", "messages": [{"role": role, "content": "How many?"}], "answer": 3}
+        [(reason, detail)] = item_problems(item)
+        assert reason == "bad_message" and f"role {role!r}" in detail
+    for role in ("system", "user", "assistant", "tool"):
+        messages = [{"role": role, "content": "x"}, {"role": "user", "content": "How many?"}]
+        assert item_problems({"id": "r", "messages": messages, "answer": 3}) == []

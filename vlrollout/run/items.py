@@ -39,6 +39,8 @@ from vlrollout.readers.fields import row_id
 from vlrollout.rewards.caller import reward_argument_clash
 
 PART_TYPES = ("text", "image", "image_url", "video", "video_url")
+ROLES = ("user", "assistant", "system", "tool")
+"""Message roles the families' chat templates render (another is a typo rendered verbatim)."""
 #: Media fields an item may hold; any other :data:`MEDIA_FIELDS` entry is refused.
 READ_MEDIA = ("images", "videos")
 #: Problems that make ``vlrollout run`` reject the item before any episode runs.
@@ -84,8 +86,14 @@ def message_problems(messages: Any) -> list[str]:
         if not isinstance(message, dict):
             problems.append(f"message {m} is a {type(message).__name__}, not {{role, content}}")
             continue
-        if not isinstance(message.get("role"), str):
-            problems.append(f"message {m} has no 'role' string (user, assistant, system)")
+        role = message.get("role")
+        if not isinstance(role, str):
+            problems.append(f"message {m} has no 'role' string ({', '.join(ROLES)})")
+        elif role not in ROLES:
+            problems.append(
+                f"message {m} has role {role!r}, which chat templates do not know; use one of "
+                f"{', '.join(ROLES)}"
+            )
         content = message.get("content")
         if isinstance(content, str):
             continue
