@@ -297,3 +297,43 @@ def test_failed_weight_update_is_400_and_weights_stay(sglang_server, prompts):
         "/generate",
         {"input_ids": prompts["text"], "sampling_params": {"max_new_tokens": 2}},
     )
+
+
+def test_a_body_over_the_limit_is_413_even_when_it_is_over_the_queue_bound_too(prompts):
+    # 413 says "never", 503 "retry later": a client retries a 503 that could never pass.
+    from vlrollout.serve.admission import QueueLimits
+
+    limits = QueueLimits(max_requests=4, max_bytes=2048)
+    with serving("sglang", max_body_bytes=4096, limits=limits) as (server, _):
+        body = {"input_ids": prompts["one"], "image_data": [prompts["img"] * 4]}
+        r = _post(server, "/generate", body)
+        assert r.status_code == 413, r.text
+        assert "Retry-After" not in r.headers
+
+
+def test_an_image_the_processor_refuses_is_400_on_both_protocols(
+    sglang_server, vllm_server, prompts
+):
+    strip = png_base64(image(0, width=3000, height=1))
+    server, _ = sglang_server
+    r = _post(server, "/generate", {"input_ids": prompts["one"], "image_data": [strip]})
+    assert r.status_code == 400, r.text
+    assert "aspect ratio" in r.json()["error"]["message"]
+    server, _ = vllm_server
+    part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{strip}"}}
+    messages = [{"role": "user", "content": [part, {"type": "text", "text": "Hi"}]}]
+    r = _post(server, "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
+    assert r.status_code == 400, r.text
+
+
+@pytest.mark.parametrize("encoding", ["br", "deflate", "gzip"])
+def test_a_body_that_cannot_be_decoded_as_its_content_encoding_is_400(sglang_server, encoding):
+    server, _ = sglang_server
+    r = requests.post(
+        f"{server.url}/generate",
+        data=b'{"input_ids": [1, 2]}',
+        headers={"Content-Type": "application/json", "Content-Encoding": encoding},
+        timeout=10,
+    )
+    assert r.status_code == 400, r.text
+    assert "Content-Encoding" in r.json()["error"]["message"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from vlrollout.serve.errors import BadRequest
+from vlrollout.serve.errors import BadRequest, body_too_large
 
 RETRY_AFTER_S = 1
 """Seconds a refused client is asked to wait (``Retry-After``): the tiny model answers a request
@@ -132,15 +132,20 @@ class Admission:
         )
 
 
-def admission_middleware(gate: Admission, paths: Collection[str]):
+def admission_middleware(
+    gate: Admission, paths: Collection[str], max_body_bytes: int | None = None
+):
     """An aiohttp middleware admitting requests to ``paths`` (the generation routes) through
-    ``gate``; other paths pass untouched."""
+    ``gate``; other paths pass untouched. A declared body over ``max_body_bytes`` gets its 413
+    first: it could never be admitted, so a 503 would only make the client retry it."""
 
     @web.middleware
     async def admit(request: web.Request, handler) -> web.StreamResponse:
         if request.path not in paths or request.method != "POST":
             return await handler(request)
         nbytes = request.content_length or 0
+        if max_body_bytes is not None and nbytes > max_body_bytes:
+            raise body_too_large(request.path, max_body_bytes)
         if not gate.admit(nbytes):
             raise gate.full(request.path)
         request[TICKET] = nbytes

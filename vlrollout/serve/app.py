@@ -18,7 +18,7 @@ from vlrollout.serve.admission import (
     charge_read_body,
 )
 from vlrollout.serve.auth import key_middleware
-from vlrollout.serve.errors import BadRequest
+from vlrollout.serve.errors import BadRequest, body_too_large
 from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
 from vlrollout.serve.memory import resident_bytes, trim_after_drain
 from vlrollout.serve.state import STATE, ServerState
@@ -39,11 +39,12 @@ async def _read_json(request: web.Request) -> Any:
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        limit = request.app[STATE].max_body_bytes
+        raise body_too_large(request.path, request.app[STATE].max_body_bytes) from None
+    except web.RequestPayloadError as e:  # a Content-Encoding the body is not in
+        encoding = request.headers.get("Content-Encoding", "")
         raise BadRequest(
-            f"{request.path}: body larger than the server's limit of {limit} bytes "
-            "(vlrollout serve --max-body-mb)",
-            status=413,
+            f"{request.path}: the body cannot be decoded as its Content-Encoding {encoding!r} "
+            f"({str(e).splitlines()[-1].strip()})"
         ) from None
     charge_read_body(request, request.app[STATE].admission, len(raw))
     if not raw.strip():
@@ -164,7 +165,7 @@ def build_app(
     root = _weights_root(engine, weights_root) if control else None
     admission = Admission(limits, on_drain=trim_after_drain())
     middlewares = [_errors, *([key_middleware(api_key)] if api_key else [])]
-    middlewares.append(admission_middleware(admission, set(ROUTES)))
+    middlewares.append(admission_middleware(admission, set(ROUTES), max_body_bytes))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
 
     async def on_startup(app: web.Application) -> None:  # the Event needs the running loop

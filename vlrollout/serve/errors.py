@@ -88,3 +88,13 @@ def typed(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
         names = "/".join(k.__name__ for k in kinds)
         raise BadRequest(f"{where}: {key} must be {names}, got {type(value).__name__} {value!r}")
     return value
+
+
+def body_too_large(path: str, limit: int | None) -> BadRequest:
+    """The 413 of a body over the server's limit (``--max-body-mb``): never retried, unlike a
+    full queue's 503."""
+    return BadRequest(
+        f"{path}: body larger than the server's limit of {limit} bytes (vlrollout serve "
+        "--max-body-mb)",
+        status=413,
+    )

@@ -169,7 +169,12 @@ class ServerState:
         # One prompt's images as one sample, as the processor's own call passes them: families
         # that treat several images of one prompt differently (LLaVA-OneVision pads each to a
         # square; Idefics3 tiles one sequence's images into one pixel_values row) need the nesting.
-        out = processor.image_processor(images=[[im.image for im in loaded]], return_tensors="pt")
+        try:
+            out = processor.image_processor(
+                images=[[im.image for im in loaded]], return_tensors="pt"
+            )
+        except ValueError as e:  # an image the processor refuses (an extreme aspect ratio)
+            raise BadRequest(f"{where}: processor_error: {e}") from None
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
 
     def prepare(self, item: dict[str, Any], where: str) -> Any:
