@@ -161,3 +161,13 @@ def test_areal_token_ids_stay_available(client):
 def test_a_seed_repeats_the_choices(client):
     first, again = (_chat(client, n=2, max_tokens=6, temperature=1.0, seed=7) for _ in range(2))
     assert [c.message.content for c in first.choices] == [c.message.content for c in again.choices]
+
+
+def test_a_stream_sends_usage_only_when_asked_as_openai_does(client):
+    # The usual loop reads chunk.choices[0]: a usage-only chunk nobody asked for breaks it.
+    plain = list(_chat(client, stream=True, max_tokens=3))
+    assert all(chunk.choices for chunk in plain)
+    assert "".join(c.choices[0].delta.content or "" for c in plain)
+    asked = list(_chat(client, stream=True, max_tokens=3, stream_options={"include_usage": True}))
+    assert asked[-1].choices == [] and asked[-1].usage.completion_tokens >= 1
+    assert all(chunk.choices for chunk in asked[:-1])

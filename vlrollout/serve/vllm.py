@@ -136,9 +136,11 @@ async def _sse(request: web.Request, chunks: list[dict[str, Any]]) -> web.Stream
     return out
 
 
-def _stream_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
+def _stream_chunks(response: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
     """A finished chat completion as ``chat.completion.chunk`` events: per choice its role, its
-    text with its logprobs, then its finish reason; usage last."""
+    text with its logprobs, then its finish reason; with ``include_usage``
+    (``stream_options: {"include_usage": true}``, as OpenAI and vLLM) a last chunk with no
+    choices and the usage."""
     head = {k: response[k] for k in ("id", "created", "model")}
     chunks = []
     for choice in response["choices"]:
@@ -166,9 +168,10 @@ def _stream_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
                 ],
             }
         )
-    chunks.append(
-        {**head, "object": "chat.completion.chunk", "choices": [], "usage": response["usage"]}
-    )
+    if include_usage:
+        chunks.append(
+            {**head, "object": "chat.completion.chunk", "choices": [], "usage": response["usage"]}
+        )
     return chunks
 
 
@@ -281,7 +284,9 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
         "usage": _usage(len(prepared.input_ids), *resps),
     }
     if body.get("stream"):
-        return await _sse(request, _stream_chunks(response))
+        options = body.get("stream_options") or {}
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        return await _sse(request, _stream_chunks(response, include_usage))
     return response
 
 
