@@ -179,11 +179,15 @@ def build_app(
             admission=admission,
         )
 
+    async def on_shutdown(app: web.Application) -> None:
+        app[STATE].stop()
+
     async def on_cleanup(app: web.Application) -> None:
         if destroy_engine:
             engine.destroy()
 
     app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     app.router.add_get("/health", _health)
     for path, fn in {**ROUTES, **(CONTROL_ROUTES if control else {})}.items():

@@ -61,6 +61,7 @@ class ServerState:
     weights_root: Path | None = None
     admission: Admission | None = None
     running: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: bool = False  # the server is shutting down: held requests get 503
     inflight: dict[str, bool] = field(default_factory=dict)  # rid -> abort on pause
     preprocessor: Any = None
     requests: collections.Counter = field(default_factory=collections.Counter)  # per path
@@ -207,6 +208,8 @@ class ServerState:
         from vlrollout.engine.inputs import PlaceholderMismatchError
 
         await self.running.wait()
+        if self.stopping:
+            raise BadRequest(f"{where}: the server is shutting down; retry on another", status=503)
         rid = req.rid = req.rid or uuid.uuid4().hex
         self.inflight[rid] = abort_on_pause
         try:
@@ -231,6 +234,14 @@ class ServerState:
         return await asyncio.wrap_future(self.engine.abort_requests(rids))
 
     async def resume(self) -> None:
+        self.engine.continue_generation()
+        self.running.set()
+
+    def stop(self) -> None:
+        """The server is shutting down: requests a pause holds are answered 503 instead of
+        keeping the shutdown waiting for their clients to give up, and a paused engine finishes
+        the requests it holds."""
+        self.stopping = True
         self.engine.continue_generation()
         self.running.set()
 
