@@ -89,6 +89,10 @@ class AutoProcessorPreprocessor:
     ([[1, 4, 4]], 56)
     """
 
+    reads_only_prompt_and_media = True
+    """Its output depends on an item's messages and media alone: items that differ only in
+    other fields (labels) share one preparation."""
+
     def __init__(
         self,
         processor: Any,

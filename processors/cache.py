@@ -229,6 +229,23 @@ def item_key(data: dict[str, Any]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def item_fields_key(data: dict[str, Any]) -> str:
+    """:func:`item_key` and every other field of the item but its ``id`` (labels, a plug-in's
+    options such as a crop): the key of what a preparation or a scored outcome may depend on.
+
+    >>> a = {"id": 1, "messages": "2+2?", "answer": "4"}
+    >>> item_fields_key(a) == item_fields_key({**a, "id": 2}), item_fields_key(a) == item_fields_key(
+    ...     {**a, "answer": "5"})
+    (True, False)
+    """
+    others = {
+        k: v for k, v in data.items() if k not in MEDIA_FIELDS and k not in ("messages", "id")
+    }
+    h = hashlib.sha256(item_key(data).encode())
+    h.update(json.dumps(others, sort_keys=True, default=repr).encode())
+    return "sha256:" + h.hexdigest()
+
+
 # -- sizes ------------------------------------------------------------------------------------
 
 

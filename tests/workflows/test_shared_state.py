@@ -181,3 +181,62 @@ def test_cache_bytes_is_a_setting(tokenizer, qwen2vl_processor):
         set_default_cache_bytes(DEFAULT_CACHE_BYTES)
     with pytest.raises(ValueError):
         set_default_cache_bytes(-1)
+
+
+class _CropByField:
+    """A plug-in whose output depends on a field other than the prompt and the media: it keeps
+    the left ``crop`` pixels of each image."""
+
+    def __init__(self, processor):
+        from vlrollout.processors.auto import AutoProcessorPreprocessor
+
+        self.inner = AutoProcessorPreprocessor(processor)
+        self.processor, self.tokenizer = processor, processor.tokenizer
+        self.calls = 0
+
+    def prepare(self, data):
+        self.calls += 1
+        crop = data.get("crop")  # the contract's probe item has none
+        images = [im.crop((0, 0, crop or im.width, im.height)) for im in data["images"]]
+        return self.inner.prepare({**data, "images": images})
+
+
+def test_a_plugin_reading_other_fields_prepares_each_item_from_its_own(
+    tokenizer, qwen2vl_processor
+):
+    plugin = _CropByField(qwen2vl_processor)
+    wf = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, preprocessor=plugin)
+    engine = ScriptedEngine([[tokenizer.eos_token_id]])
+    probed = plugin.calls  # the contract's check at load
+    image = Image.new("RGB", (224, 56), "red")
+    items = [{**_item(image, item_id=k), "crop": crop} for k, crop in enumerate((224, 56))]
+
+    async def main():
+        return await asyncio.gather(*(wf.arun_episode(engine, it) for it in items))
+
+    wide, narrow = asyncio.run(main())
+    grids = [t["multi_modal_input"][0]["image_grid_thw"].tolist() for t in (wide, narrow)]
+    assert grids[0] != grids[1], grids
+    assert plugin.calls - probed == 2
+
+
+def test_the_default_preprocessor_shares_items_that_differ_only_in_labels(
+    tokenizer, qwen2vl_processor, monkeypatch
+):
+    from vlrollout.processors.auto import AutoProcessorPreprocessor
+
+    calls = []
+    real = AutoProcessorPreprocessor.prepare
+    monkeypatch.setattr(
+        AutoProcessorPreprocessor, "prepare", lambda self, d: calls.append(1) or real(self, d)
+    )
+    wf = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
+    engine = ScriptedEngine([[tokenizer.eos_token_id]])
+    image = Image.new("RGB", (64, 48), "red")
+    items = [{**_item(image, item_id=k), "answer": str(k)} for k in range(3)]
+
+    async def main():
+        return await asyncio.gather(*(wf.arun_episode(engine, it) for it in items))
+
+    asyncio.run(main())
+    assert len(calls) == 1

@@ -17,8 +17,6 @@ the item files on disk (each holds its id), so it counts exactly what was writte
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import statistics
 import time
 from collections.abc import Sequence
@@ -38,8 +36,7 @@ from vlrollout.files import (
 )
 from vlrollout.ledger import EpisodeLedger
 from vlrollout.logs import get_logger
-from vlrollout.processors.cache import item_key
-from vlrollout.processors.messages import MEDIA_FIELDS
+from vlrollout.processors.cache import item_fields_key
 from vlrollout.run.items import BLOCKING, item_problems
 
 logger = get_logger("vlrollout.run")
@@ -69,25 +66,10 @@ class ItemOutcome:
     episodes: list[dict[str, Any]]
     rejections: list[dict[str, str]]
     generated_tokens: int
-    item_key: str | None = None  # outcome_key of the item it is the outcome of
+    item_key: str | None = None  # item_fields_key of the item it is the outcome of
 
     def to_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
-
-
-def outcome_key(item: dict[str, Any]) -> str:
-    """What an item's outcome depends on: its prompt and media (``item_key``: a file by its
-    size and modification time, inline media by their content) and every other field (the
-    reward's labels).
-
-    >>> outcome_key({"id": "a", "messages": "2+2?", "answer": "4"}) == outcome_key(
-    ...     {"id": "a", "messages": "2+2?", "answer": "5"})
-    False
-    """
-    labels = {k: v for k, v in item.items() if k not in MEDIA_FIELDS and k != "messages"}
-    h = hashlib.sha256(item_key(item).encode())
-    h.update(json.dumps(labels, sort_keys=True, default=repr).encode())
-    return "sha256:" + h.hexdigest()
 
 
 @dataclass
@@ -148,16 +130,16 @@ class Runner:
 
     def pending(self, items: Sequence[dict[str, Any]]) -> Pending:
         """What a resumed run still has to do: items without an outcome file, items whose
-        outcome was made for another version of them (:func:`outcome_key`; an outcome that
-        stores no key is kept) and items that were rejected (run again: a fixed file, a server
-        back up)."""
+        outcome was made for another version of them (``item_fields_key``: prompt, media and
+        labels; an outcome that stores no key is kept) and items that were rejected (run again:
+        a fixed file, a server back up)."""
         done = read_outcomes(self.output)
         pending = Pending()
         for item in items:
             outcome = done.get(item["id"])
             if outcome is None:
                 pending.todo.append(item)
-            elif outcome.get("item_key") not in (None, outcome_key(item)):
+            elif outcome.get("item_key") not in (None, item_fields_key(item)):
                 pending.todo.append(item)
                 pending.redone.append(item["id"])
             elif outcome.get("status") == "rejected":
@@ -214,7 +196,7 @@ class Runner:
             episodes=episodes,
             rejections=rejections,
             generated_tokens=tokens,
-            item_key=outcome_key(item),
+            item_key=item_fields_key(item),
         )
         atomic_write_json(self.item_path(item["id"]), outcome.to_dict())
         return outcome

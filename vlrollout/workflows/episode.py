@@ -22,7 +22,7 @@ from vlrollout.ledger import EpisodeLedger, EpisodeRejected
 from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import ENCODE_ENGINE_IMAGES_AHEAD, PreparedPrompt, Preprocessor
-from vlrollout.processors.cache import PreparedPromptCache, item_key
+from vlrollout.processors.cache import PreparedPromptCache, item_fields_key, item_key
 from vlrollout.processors.contract import check_prepared, plugin_name
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.rewards.caller import RewardCaller, reward_argument_clash
@@ -34,6 +34,15 @@ from vlrollout.workflows.shared import config_key, shared_state
 _HELD: contextvars.ContextVar[list[tuple[PreparedPromptCache, str]] | None] = (
     contextvars.ContextVar("vlrollout_held_prompts", default=None)
 )
+
+
+def _default_key(preprocessor: Any) -> Callable[[dict[str, Any]], str]:
+    """How items share a preparation without the preprocessor's own ``cache_key``: by prompt and
+    media when it declares it reads nothing else (``reads_only_prompt_and_media``, as the
+    built-in one), else by every field but the id (a plug-in may read any of them)."""
+    if getattr(preprocessor, "reads_only_prompt_and_media", False):
+        return item_key
+    return item_fields_key
 
 
 @dataclass
@@ -69,7 +78,7 @@ class EpisodeContext:
         # The cache's bound is the process-wide default (set_default_cache_bytes).
         self.prompts = PreparedPromptCache(
             self.preprocessor,
-            key_fn=getattr(self.preprocessor, "cache_key", None) or item_key,
+            key_fn=getattr(self.preprocessor, "cache_key", None) or _default_key(self.preprocessor),
         )
         if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
             raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
