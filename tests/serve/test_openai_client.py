@@ -171,3 +171,13 @@ def test_a_stream_sends_usage_only_when_asked_as_openai_does(client):
     asked = list(_chat(client, stream=True, max_tokens=3, stream_options={"include_usage": True}))
     assert asked[-1].choices == [] and asked[-1].usage.completion_tokens >= 1
     assert all(chunk.choices for chunk in asked[:-1])
+
+
+def test_a_stop_string_ends_the_text_before_it_as_openai_does(client):
+    settings = dict(max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
+    text = _chat(client, **settings).choices[0].message.content
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert stop.strip() and stop in text, text
+    out = _chat(client, stop=[stop], **settings).choices[0]
+    assert out.message.content == text[: text.index(stop)]
+    assert out.finish_reason == "stop"

@@ -131,3 +131,18 @@ def test_a_jpeg_whose_base64_starts_with_a_slash_is_an_image_not_a_path(sglang_s
         gconfig=GenerationHyperparameters(max_new_tokens=4, greedy=True),
     )
     assert asyncio.run(engine.agenerate(req)).output_tokens == tokens
+
+
+def test_a_stop_string_is_trimmed_and_named_in_finish_reason(sglang_server):
+    import requests as http
+
+    server, _ = sglang_server
+    params = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}
+    body = {"input_ids": [1, 5, 9], "sampling_params": params}
+    text = http.post(server.url + "/generate", json=body, timeout=60).json()["text"]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert stop.strip() and stop in text, text
+    body["sampling_params"] = {**params, "stop": stop}
+    out = http.post(server.url + "/generate", json=body, timeout=60).json()
+    assert out["text"] == text[: text.index(stop)]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}

@@ -26,7 +26,7 @@ from areal.api.io_struct import ModelRequest
 
 from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, token_ids, typed
-from vlrollout.serve.state import STATE, ServerState
+from vlrollout.serve.state import STATE, ServerState, cut_at_stop
 
 GENERATE_FIELDS = (
     "input_ids",
@@ -114,6 +114,9 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
         ]
     skip = sp.get("skip_special_tokens", True)
     text = tokenizer.decode(resp.output_tokens, skip_special_tokens=skip) if tokenizer else ""
+    text, matched = cut_at_stop(text, sp.get("stop"))
+    if matched is not None:  # SGLang names the stop string it matched
+        meta["finish_reason"] = {"type": "stop", "matched": matched}
     return {"text": text, "output_ids": resp.output_tokens, "meta_info": meta}
 
 

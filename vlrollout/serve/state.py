@@ -300,5 +300,20 @@ def encoded_image(
         raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
 
 
+def cut_at_stop(text: str, stop: str | list[str] | None) -> tuple[str, str | None]:
+    """``text`` up to the earliest of the request's stop strings, and that string (``None``
+    when none occurs): OpenAI, vLLM and SGLang return the text without its stop string.
+
+    >>> cut_at_stop("red, blue.", [".", ","])
+    ('red', ',')
+    """
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    found = [(text.find(s), s) for s in stops if s and s in text]
+    if not found:
+        return text, None
+    at, matched = min(found)
+    return text[:at], matched
+
+
 STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)
 """Where the application keeps its :class:`ServerState`."""
