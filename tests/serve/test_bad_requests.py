@@ -146,6 +146,18 @@ def _sglang_cases(p):
             400,
             "No room to generate",
         ),
+        (
+            "negative stop token id",
+            {"input_ids": p["text"], "sampling_params": {**sp, "stop_token_ids": [-5]}},
+            400,
+            "stop_token_ids must be token ids (ints >= 0), got [-5]",
+        ),
+        (
+            "negative min_new_tokens",
+            {"input_ids": p["text"], "sampling_params": {**sp, "min_new_tokens": -5}},
+            400,
+            "min_new_tokens must be >= 0, got -5",
+        ),
     ]
 
 

@@ -128,6 +128,12 @@ class ServerState:
         stop_ids = list(stop_token_ids or [])
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
             raise BadRequest(f"{where}: stop_token_ids must be a list of ints")
+        if any(t < 0 for t in stop_ids):
+            raise BadRequest(
+                f"{where}: stop_token_ids must be token ids (ints >= 0), got {stop_ids[:8]}"
+            )
+        if min_new_tokens is not None and min_new_tokens < 0:
+            raise BadRequest(f"{where}: {min_tokens_key} must be >= 0, got {min_new_tokens}")
         if isinstance(stop, str):
             stop = [stop]
         if stop is not None and not all(isinstance(s, str) for s in stop):
