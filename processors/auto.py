@@ -128,6 +128,9 @@ class AutoProcessorPreprocessor:
         self.add_generation_prompt = add_generation_prompt
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.processor_kwargs = dict(processor_kwargs or {})
+        for name, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
+            if value is not None and value < 1:  # a budget of 0 pixels divides by zero later
+                raise ValueError(f"{name}={value} must be at least 1 (pixels per image)")
         if min_pixels is not None or max_pixels is not None:
             if self.adapter.resize_kwargs is None:
                 raise ValueError(

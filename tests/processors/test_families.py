@@ -323,3 +323,12 @@ def test_a_max_pixels_below_the_processors_own_minimum_says_whose_minimum(offlin
     assert "set min_pixels too" in message
     with pytest.raises(ValueError, match="min_pixels=50 exceeds max_pixels=40; swap or fix"):
         qwen_resize_kwargs(processor, 50, 40)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "glm4v"])
+@pytest.mark.parametrize(("low", "high"), [(0, 0), (-1, 3136), (None, 0)])
+def test_a_pixel_budget_below_one_is_refused_naming_it(offline, family, low, high):
+    from vlrollout.processors.auto import AutoProcessorPreprocessor
+
+    with pytest.raises(ValueError, match=r"(min|max)_pixels=-?\d+ must be at least 1"):
+        AutoProcessorPreprocessor(offline(family), min_pixels=low, max_pixels=high)
