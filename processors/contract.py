@@ -105,8 +105,22 @@ def check_prepared(result: Any, name: str) -> PreparedPrompt:
             f"prepare() returned a {type(result).__name__}, not a PreparedPrompt (return the "
             "PreparedPrompt itself, e.g. dataclasses.replace(prepared, geometry=...))",
         )
-    if not result.input_ids or not all(isinstance(t, int) for t in result.input_ids[:8]):
-        raise PreprocessorContractError(name, "prepare() returned empty or non-integer input_ids")
+    if result.__dict__.get("_contract_checked"):  # a cached prompt, checked when prepared
+        return result
+    ids = result.input_ids
+    if not isinstance(ids, list):
+        raise PreprocessorContractError(
+            name, f"prepare()'s input_ids must be a list of ints, got a {type(ids).__name__}"
+        )
+    if not ids:
+        raise PreprocessorContractError(name, "prepare() returned empty input_ids")
+    bad = next((k for k, t in enumerate(ids) if type(t) is not int), None)
+    if bad is not None:
+        raise PreprocessorContractError(
+            name,
+            f"prepare()'s input_ids must be a list of ints, got a {type(ids[bad]).__name__} at "
+            f"position {bad}",
+        )
     n_images = (
         len(result.engine_images)  # type: ignore[arg-type]
         if result.engine_images_pending
@@ -118,6 +132,7 @@ def check_prepared(result: Any, name: str) -> PreparedPrompt:
             f"prepare() returned {len(result.geometry)} geometries for {n_images} "
             "engine images (one ImageGeometry per image)",
         )
+    result.__dict__["_contract_checked"] = True
     return result
 
 

@@ -28,6 +28,7 @@ import torch
 
 from .auto import AutoProcessorPreprocessor
 from .base import Preprocessor
+from .contract import check_prepared, plugin_name
 
 
 def as_preprocessor(processor: Any) -> Preprocessor:
@@ -58,7 +59,8 @@ def model_inputs(item: dict[str, Any], processor: Any) -> dict[str, Any]:
         vlrollout.processors.errors.PreprocessError: the item cannot be prepared (the reason and
             the item are named), e.g. an unreadable image or placeholders that do not pair up.
     """
-    prepared = as_preprocessor(processor).prepare(item)
+    pre = as_preprocessor(processor)
+    prepared = check_prepared(pre.prepare(item), plugin_name(pre))
     ids = torch.tensor([prepared.input_ids], dtype=torch.long)
     inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     inputs.update(prepared.multi_modal_input)

@@ -15,10 +15,11 @@
    ``import_from_string``), the same convention as AReaL's hooks.
 
 A factory is any callable returning an object with ``prepare(data) -> PreparedPrompt`` (a class
-works). Errors name the path that failed.
+works); :func:`get_preprocessor` holds what it builds to that contract. Errors name the path that
+failed.
 
 >>> register_preprocessor("doc_example", lambda **kw: kw)
->>> get_preprocessor("doc_example", processor=None)
+>>> resolve_preprocessor("doc_example")(processor=None)
 {'processor': None}
 """
 
@@ -92,7 +93,11 @@ def get_preprocessor(name_or_path: str, **kwargs: Any) -> Any:
     >>> pre.family
     'qwen2_vl'
     """
-    return resolve_preprocessor(name_or_path)(**kwargs)
+    from .contract import check_preprocessor
+
+    pre = resolve_preprocessor(name_or_path)(**kwargs)
+    check_preprocessor(pre, name_or_path, kwargs.get("processor"))
+    return pre
 
 
 def available_preprocessors() -> list[str]:

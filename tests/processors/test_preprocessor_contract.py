@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from areal.api.cli_args import GenerationHyperparameters
 from PIL import Image, ImageDraw
@@ -58,6 +60,31 @@ class Wrapped:
         return {"prepared": self._inner.prepare(data)}
 
 
+class _Returns:
+    """A plug-in whose prepared prompt is changed by ``change`` before it is returned."""
+
+    change = staticmethod(lambda prepared: prepared)
+
+    def __init__(self, processor, **kwargs):
+        self._inner = AutoProcessorPreprocessor(processor)
+        self.processor, self.tokenizer = self._inner.processor, self._inner.tokenizer
+
+    def prepare(self, data):
+        return self.change(self._inner.prepare(data))
+
+
+class TensorIds(_Returns):
+    change = staticmethod(lambda p: dataclasses.replace(p, input_ids=torch.tensor(p.input_ids)))
+
+
+class LateFloatId(_Returns):
+    change = staticmethod(lambda p: dataclasses.replace(p, input_ids=[*p.input_ids, 3.5]))
+
+
+def returns_none(processor, **kwargs):
+    return None
+
+
 HERE = "tests.processors.test_preprocessor_contract"
 
 
@@ -67,8 +94,10 @@ HERE = "tests.processors.test_preprocessor_contract"
         (f"{HERE}.old_style_factory", "does not accept ['chat_template_kwargs', 'min_pixels'"),
         (f"{HERE}.NoProcessor", "has no .processor"),
         (f"{HERE}.Wrapped", "returned a dict, not a PreparedPrompt"),
+        (f"{HERE}.TensorIds", "input_ids must be a list of ints, got a Tensor"),
+        (f"{HERE}.LateFloatId", "input_ids must be a list of ints, got a float at position"),
     ],
-    ids=["factory-signature", "no-processor", "wrong-return-type"],
+    ids=["factory-signature", "no-processor", "wrong-return-type", "tensor-ids", "float-id"],
 )
 def test_broken_promises_fail_at_load_naming_the_plugin(
     plugin, promise, tokenizer, qwen2vl_processor
@@ -197,3 +226,14 @@ def test_example_runs_from_vlrollout_run(examples_path, tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["items"]["accepted"] == 2
     assert summary["config"]["preprocessor"]["side"] == 112
+
+
+def test_the_python_entry_points_check_the_contract_too(qwen2vl_processor):
+    from vlrollout.processors import model_inputs
+    from vlrollout.processors.registry import get_preprocessor
+
+    with pytest.raises(PreprocessorContractError, match="without a prepare"):
+        get_preprocessor(f"{HERE}.returns_none", processor=qwen2vl_processor)
+    broken = get_preprocessor(f"{HERE}.LateFloatId", processor=qwen2vl_processor)
+    with pytest.raises(PreprocessorContractError, match="LateFloatId.*got a float"):
+        model_inputs(_item(Image.new("RGB", (64, 48), "red")), broken)

@@ -35,12 +35,14 @@ def test_builtin_auto(offline):
 def test_register_and_get(clean_name):
     clean_name("mine")
     register_preprocessor("mine", make_marker)
-    assert get_preprocessor("mine", a=1) == ("made", {"a": 1})
+    assert resolve_preprocessor("mine")(a=1) == ("made", {"a": 1})
     assert "mine" in available_preprocessors()
     with pytest.raises(ValueError, match="already registered"):
         register_preprocessor("mine", lambda **kw: None)
     register_preprocessor("mine", dict, overwrite=True)
-    assert get_preprocessor("mine", a=2) == {"a": 2}
+    assert resolve_preprocessor("mine")(a=2) == {"a": 2}
+    with pytest.raises(TypeError, match="'mine': the factory returned a dict without a prepare"):
+        get_preprocessor("mine", a=2)  # what it builds is held to the contract
 
 
 @pytest.mark.parametrize("name", ["", "a.b", "auto"])
@@ -90,7 +92,7 @@ def test_third_party_entry_point(monkeypatch):
         return [e for e in eps if name is None or e.name == name]
 
     monkeypatch.setattr(vlrollout.registry, "entry_points", fake_entry_points)
-    assert get_preprocessor("ext", b=2) == ("made", {"b": 2})
+    assert resolve_preprocessor("ext")(b=2) == ("made", {"b": 2})
     assert "ext" in available_preprocessors()
     with pytest.raises(ImportError, match="broken.*no_such_pkg_xyz"):
         resolve_preprocessor("broken")
@@ -101,4 +103,4 @@ def test_registered_name_wins_over_entry_point(monkeypatch, clean_name):
     ep = EntryPoint(name="ext", value=f"{__name__}:make_marker", group=ENTRY_POINT_GROUP)
     monkeypatch.setattr(vlrollout.registry, "entry_points", lambda group, name=None: [ep])
     register_preprocessor("ext", dict)
-    assert get_preprocessor("ext", c=3) == {"c": 3}
+    assert resolve_preprocessor("ext")(c=3) == {"c": 3}
