@@ -64,3 +64,9 @@ def test_a_coco_image_with_a_blank_caption_names_it(tmp_path):
     path.write_text(json.dumps(data))
     item = read_all_items(path, fmt="coco_captions")[0]
     assert "caption 1 of 2 is blank" in item["_load_error"]["detail"]
+
+
+def test_a_missing_options_field_names_the_choices_it_is_built_from():
+    item = {"id": "m", "images": ["a.png"], "question": "Which?", "choices": None, "answer": "A"}
+    with pytest.raises(PromptFieldError, match="field options: .*built from 'choices'"):
+        with_prompt(item, "{question}\n{options}")

@@ -106,9 +106,10 @@ def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
     fields = _fields(item)
     for name in template_fields(template):
         if fields.get(name) is None:
+            source = " (built from 'choices', a list of option texts)" if name == "options" else ""
             raise PromptFieldError(
-                f"field {name}: the prompt template {template!r} reads it and the item has none "
-                f"(map a column to it, or pass another prompt; {BRACES})"
+                f"field {name}: the prompt template {template!r} reads it and the item has none"
+                f"{source} (map a column to it, or pass another prompt; {BRACES})"
             )
         if isinstance(fields[name], str) and not fields[name].strip():
             raise PromptFieldError(
