@@ -384,3 +384,12 @@ def test_image_observation_expands_placeholders_per_image(tokenizer, qwen2vl_pro
     # The over-limit image became an error for its call; the other call kept its images.
     assert [o.ok for o in obs.outcomes] == [True, False] and obs.num_errors == 1
     assert "image_too_large" not in obs.text and "unusable" in obs.text
+
+
+def test_a_box_is_cropped_from_the_engine_image_a_plugin_letterboxed():
+    # A letterbox plug-in: the 200x100 original padded to a 200x200 canvas (50 px on top), which
+    # the processor resizes to 112x112. The engine image the tool crops is the canvas.
+    geo = ImageGeometry(200, 100, 112, 112, scale_x=0.56, scale_y=0.56, offset_y=28.0)
+    square_in_model = [11.2, 39.2, 33.6, 61.6]  # the original's [20, 20, 60, 60]
+    assert box_to_pixels(square_in_model, geo, "model", (200, 200)) == (20, 70, 60, 110)
+    assert box_to_pixels(square_in_model, geo, "model", (200, 100)) == (20, 20, 60, 60)

@@ -17,7 +17,7 @@ from typing import Any
 
 from PIL import Image
 
-from vlrollout.geometry import Frame, convert_boxes
+from vlrollout.geometry import Frame, convert_boxes, frame_size
 
 from .base import Tool, ToolContext, ToolError, ToolResult
 
@@ -70,13 +70,16 @@ _EPS_DIGITS = 6
 def box_to_pixels(
     box: Sequence[float], geometry: Any, frame: Frame | str, image_size: tuple[int, int]
 ) -> PixelBox:
-    """Convert a box in ``frame`` to an integer pixel box of the original image, clamped to it.
+    """Convert a box in ``frame`` to an integer pixel box of the image being cropped, clamped
+    to it.
 
     Args:
         box: ``[x1, y1, x2, y2]`` as the model wrote it.
         geometry: The image's :class:`~vlrollout.processors.base.ImageGeometry` (or its dict).
         frame: The frame of ``box`` (``"norm1000"``, ``"model"``, ``"norm1"``, ``"original"``).
-        image_size: ``(width, height)`` of the image being cropped (its original frame).
+        image_size: ``(width, height)`` of the image being cropped: the original, or the canvas
+            a cropping or padding plug-in handed its processor (the engine image), which the
+            processor resized to the model frame.
 
     Returns:
         ``(left, top, right, bottom)`` for ``PIL.Image.crop``: rounded outward (floor/ceil) so
@@ -100,8 +103,14 @@ def box_to_pixels(
     x1, y1, x2, y2 = box
     if x1 >= x2 or y1 >= y2:
         raise ToolError(f"bbox_2d {list(box)} is empty or reversed: it needs x1 < x2 and y1 < y2")
-    ((bx1, by1, bx2, by2),) = convert_boxes([box], frame, Frame.ORIGINAL, geometry)
     width, height = image_size
+    if (width, height) == frame_size(Frame.ORIGINAL, geometry):
+        ((bx1, by1, bx2, by2),) = convert_boxes([box], frame, Frame.ORIGINAL, geometry)
+    else:  # a plug-in's canvas (cropped, padded): the image its processor resized to the model frame
+        ((mx1, my1, mx2, my2),) = convert_boxes([box], frame, Frame.MODEL, geometry)
+        model_width, model_height = frame_size(Frame.MODEL, geometry)
+        sx, sy = width / model_width, height / model_height
+        bx1, by1, bx2, by2 = mx1 * sx, my1 * sy, mx2 * sx, my2 * sy
     left = max(0, math.floor(round(bx1, _EPS_DIGITS)))
     top = max(0, math.floor(round(by1, _EPS_DIGITS)))
     right = min(width, math.ceil(round(bx2, _EPS_DIGITS)))
@@ -114,8 +123,6 @@ def box_to_pixels(
 
 
 def _frame_extent(frame: Frame | str, geometry: Any) -> str:
-    from vlrollout.geometry import frame_size
-
     w, h = frame_size(frame, geometry)
     return f"coordinates run from 0 to {w:g} in x and 0 to {h:g} in y"
 
