@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from transformers.image_processing_utils_fast import BaseImageProcessorFast
 
 from .base import (
     ENCODE_ENGINE_IMAGES_AHEAD,
@@ -47,6 +48,19 @@ def item_label(data: dict[str, Any]) -> str:
         if data.get(key) is not None:
             return f"item {data[key]}"
     return "item"
+
+
+def channels_last_kwargs(image_processor: Any, images: Sequence[Any]) -> dict[str, str]:
+    """``{"input_data_format": "channels_last"}`` for a slow image processor, ``{}`` for a fast
+    one. A slow processor guesses the channel axis of the arrays PIL images become from their
+    shape, and an image 1 or 3 pixels tall (``(3, W, 3)``) looked channels-first: it was read
+    transposed. Fast processors read PIL images themselves (and refuse the hint). Given only
+    for such images: it is what the processor assumes for every other one."""
+    if isinstance(image_processor, BaseImageProcessorFast):
+        return {}
+    if not any(getattr(im, "height", 0) in (1, 3) for im in images):
+        return {}
+    return {"input_data_format": "channels_last"}
 
 
 class AutoProcessorPreprocessor:
@@ -290,6 +304,9 @@ class AutoProcessorPreprocessor:
             kwargs["images"] = [[im.image for im in images]]
         if self.has_vision:
             kwargs.update(self.processor_kwargs)
+            hint = channels_last_kwargs(self.processor.image_processor, [im.image for im in images])
+            if hint and not videos:
+                kwargs["images_kwargs"] = {**hint, **kwargs.get("images_kwargs", {})}
         else:  # a bare tokenizer: the chat template already placed any BOS
             kwargs.update({"add_special_tokens": False, **self.processor_kwargs})
         call = self._call_processor

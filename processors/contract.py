@@ -36,23 +36,12 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from . import registry
 from .base import PreparedPrompt
-from .errors import PreprocessError
+from .errors import PreprocessError, PreprocessorContractError
+from .registry import check_preprocessor
 
 FACTORY_KEYWORDS = ("processor", "chat_template_kwargs", "min_pixels", "max_pixels")
-CONTRACT = (
-    "factory(processor, *, chat_template_kwargs, min_pixels, max_pixels, **options) returning an "
-    "object with prepare(data) -> PreparedPrompt, .processor and .tokenizer"
-)
-
-
-class PreprocessorContractError(TypeError):
-    """A preprocessor plug-in broke its contract (see :mod:`vlrollout.processors.contract`)."""
-
-    def __init__(self, plugin: str, promise: str) -> None:
-        self.plugin = plugin
-        self.promise = promise
-        super().__init__(f"preprocessor plug-in {plugin!r}: {promise} (contract: {CONTRACT})")
 
 
 def plugin_name(obj: Any) -> str:
@@ -79,22 +68,6 @@ def check_factory(factory: Any, name: str) -> None:
         raise PreprocessorContractError(
             name, f"the factory does not accept {missing}; add them (or **kwargs) to its signature"
         )
-
-
-def check_preprocessor(pre: Any, name: str, processor: Any = None) -> None:
-    """The built object has ``prepare``, ``.tokenizer`` and, when a processor was given, ``.processor``."""
-    if not callable(getattr(pre, "prepare", None)):
-        raise PreprocessorContractError(
-            name, f"the factory returned a {type(pre).__name__} without a prepare(data) method"
-        )
-    if processor is not None and getattr(pre, "processor", None) is None:
-        raise PreprocessorContractError(
-            name,
-            "the preprocessor has no .processor (the transformers processor its tensors come "
-            "from; the workflow compares it with the engine's processor)",
-        )
-    if getattr(pre, "tokenizer", None) is None and getattr(pre, "processor", None) is not None:
-        raise PreprocessorContractError(name, "the preprocessor has no .tokenizer")
 
 
 def check_prepared(result: Any, name: str) -> PreparedPrompt:
@@ -196,8 +169,6 @@ def load_preprocessor(
     Raises:
         PreprocessorContractError: a broken promise, naming the plug-in.
     """
-    from . import registry
-
     name_or_obj, options = split_spec(spec)
     if name_or_obj is None or isinstance(name_or_obj, str):
         name = name_or_obj or "auto"

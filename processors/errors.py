@@ -1,4 +1,6 @@
-"""The one error type for bad data items, so callers can reject an item without catching bugs."""
+"""The error types of the processors: :class:`PreprocessError` for bad data items (so callers can
+reject an item without catching bugs) and :class:`PreprocessorContractError` for a plug-in that
+broke its contract."""
 
 from __future__ import annotations
 
@@ -17,3 +19,18 @@ class PreprocessError(ValueError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{item}: {reason}: {detail}")
+
+
+CONTRACT = (
+    "factory(processor, *, chat_template_kwargs, min_pixels, max_pixels, **options) returning an "
+    "object with prepare(data) -> PreparedPrompt, .processor and .tokenizer"
+)
+
+
+class PreprocessorContractError(TypeError):
+    """A preprocessor plug-in broke its contract (see :mod:`vlrollout.processors.contract`)."""
+
+    def __init__(self, plugin: str, promise: str) -> None:
+        self.plugin = plugin
+        self.promise = promise
+        super().__init__(f"preprocessor plug-in {plugin!r}: {promise} (contract: {CONTRACT})")

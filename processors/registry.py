@@ -30,6 +30,8 @@ from typing import Any
 
 from vlrollout.registry import Registry
 
+from .errors import PreprocessorContractError
+
 ENTRY_POINT_GROUP = "vlrollout.processors"
 Factory = Callable[..., Any]
 
@@ -93,11 +95,25 @@ def get_preprocessor(name_or_path: str, **kwargs: Any) -> Any:
     >>> pre.family
     'qwen2_vl'
     """
-    from .contract import check_preprocessor
-
     pre = resolve_preprocessor(name_or_path)(**kwargs)
     check_preprocessor(pre, name_or_path, kwargs.get("processor"))
     return pre
+
+
+def check_preprocessor(pre: Any, name: str, processor: Any = None) -> None:
+    """The built object has ``prepare``, ``.tokenizer`` and, when a processor was given, ``.processor``."""
+    if not callable(getattr(pre, "prepare", None)):
+        raise PreprocessorContractError(
+            name, f"the factory returned a {type(pre).__name__} without a prepare(data) method"
+        )
+    if processor is not None and getattr(pre, "processor", None) is None:
+        raise PreprocessorContractError(
+            name,
+            "the preprocessor has no .processor (the transformers processor its tensors come "
+            "from; the workflow compares it with the engine's processor)",
+        )
+    if getattr(pre, "tokenizer", None) is None and getattr(pre, "processor", None) is not None:
+        raise PreprocessorContractError(name, "the preprocessor has no .tokenizer")
 
 
 def available_preprocessors() -> list[str]:

@@ -332,3 +332,13 @@ def test_a_pixel_budget_below_one_is_refused_naming_it(offline, family, low, hig
 
     with pytest.raises(ValueError, match=r"(min|max)_pixels=-?\d+ must be at least 1"):
         AutoProcessorPreprocessor(offline(family), min_pixels=low, max_pixels=high)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "idefics3", "glm4v", "mistral3"])
+def test_an_image_three_pixels_tall_keeps_its_orientation(offline, family):
+    # transformers' slow image processors guess the channel axis from the array's shape, and a
+    # (3, W, 3) array looked channels-first: the image was read transposed.
+    pre = AutoProcessorPreprocessor(offline(family))
+    item = {"messages": "<image>x", "images": [Image.new("RGB", (100, 3), "red")]}
+    geometry = pre.prepare(item).geometry[0]
+    assert geometry.model_width > geometry.model_height, geometry

@@ -28,6 +28,7 @@ import torch
 
 from vlrollout import families
 from vlrollout.compat.transformers import rope_index
+from vlrollout.processors.auto import channels_last_kwargs
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import (
     DEFAULT_MAX_BYTES,
@@ -296,7 +297,9 @@ def prepare_inputs(
                 "metadata['multi_modal_input']."
             )
         images = [decode_image(d) for d in req.image_data]
-        out = image_processor(images=images, return_tensors="pt")
+        out = image_processor(
+            images=images, return_tensors="pt", **channels_last_kwargs(image_processor, images)
+        )
         vision = {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
     else:
         vision = {}

@@ -27,6 +27,7 @@ from areal.api.io_struct import ModelRequest, ModelResponse
 
 from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS
+from vlrollout.processors.auto import channels_last_kwargs
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline, has_scheme
 from vlrollout.serve.admission import Admission, TokenRate
@@ -177,9 +178,9 @@ class ServerState:
         # that treat several images of one prompt differently (LLaVA-OneVision pads each to a
         # square; Idefics3 tiles one sequence's images into one pixel_values row) need the nesting.
         try:
-            out = processor.image_processor(
-                images=[[im.image for im in loaded]], return_tensors="pt"
-            )
+            ip = processor.image_processor
+            images = [[im.image for im in loaded]]
+            out = ip(images=images, return_tensors="pt", **channels_last_kwargs(ip, images[0]))
         except ValueError as e:  # an image the processor refuses (an extreme aspect ratio)
             raise BadRequest(f"{where}: processor_error: {e}") from None
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
