@@ -66,7 +66,7 @@ class ItemOutcome:
     episodes: list[dict[str, Any]]
     rejections: list[dict[str, str]]
     generated_tokens: int
-    item_key: str | None = None  # item_fields_key of the item it is the outcome of
+    fields_key: str | None = None  # item_fields_key of the item it is the outcome of
 
     def to_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -139,7 +139,7 @@ class Runner:
             outcome = done.get(item["id"])
             if outcome is None:
                 pending.todo.append(item)
-            elif outcome.get("item_key") not in (None, item_fields_key(item)):
+            elif outcome.get("fields_key") not in (None, item_fields_key(item)):
                 pending.todo.append(item)
                 pending.redone.append(item["id"])
             elif outcome.get("status") == "rejected":
@@ -196,7 +196,7 @@ class Runner:
             episodes=episodes,
             rejections=rejections,
             generated_tokens=tokens,
-            item_key=item_fields_key(item),
+            fields_key=item_fields_key(item),
         )
         atomic_write_json(self.item_path(item["id"]), outcome.to_dict())
         return outcome
