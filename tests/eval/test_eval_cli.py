@@ -230,3 +230,15 @@ def test_a_rerun_after_an_item_changed_says_how_many_were_redone(tmp_path, capsy
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert _eval(data, out, *extra) == 0
     assert "redone: 1 item(s) whose prompt or image changed" in capsys.readouterr().out
+
+
+def test_an_unreadable_prediction_file_is_reported_once_and_run_again(tmp_path, capsys):
+    data, out = write_refs(tmp_path), tmp_path / "out"
+    extra = ("--limit", "2", "--bootstrap", "0", "--max-new-tokens", "2")
+    assert _eval(data, out, *extra) == 0
+    first = sorted(out.glob("predictions/*.json"))[0]
+    first.write_text("{not json")
+    capsys.readouterr()
+    assert _eval(data, out, *extra) == 0
+    assert capsys.readouterr().err.count(f"ignoring unreadable prediction file {first}") == 1
+    assert json.loads(first.read_text())["id"]  # the item ran again and its file is whole

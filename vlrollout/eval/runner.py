@@ -157,9 +157,10 @@ def prediction_path(output: Path, item_id: str) -> Path:
     return output / PREDICTIONS / f"{item_stem(item_id)}.json"
 
 
-def read_predictions(output: Path) -> dict[str, tuple[Prediction, str | None]]:
+def read_predictions(output: Path, warn: bool = True) -> dict[str, tuple[Prediction, str | None]]:
     """Every prediction file in ``output``, by the id stored inside it, with the
-    :data:`ITEM_KEY` it was made for (``None`` when the file has none)."""
+    :data:`ITEM_KEY` it was made for (``None`` when the file has none). An unreadable file is
+    skipped, with a warning unless ``warn`` is false (a look ahead that the evaluation repeats)."""
     found: dict[str, tuple[Prediction, str | None]] = {}
     for path in sorted((output / PREDICTIONS).glob("*.json")):
         try:
@@ -167,7 +168,8 @@ def read_predictions(output: Path) -> dict[str, tuple[Prediction, str | None]]:
             key = data.pop(ITEM_KEY, None)
             prediction = Prediction(**data)
         except (OSError, ValueError, TypeError, AttributeError):
-            logger.warning("ignoring unreadable prediction file %s (the item runs again)", path)
+            if warn:
+                logger.warning("ignoring unreadable prediction file %s (the item runs again)", path)
             continue
         found[prediction.id] = (prediction, key if isinstance(key, str) else None)
     return found
@@ -189,10 +191,11 @@ class Resume:
     redone: list[str] = field(default_factory=list)
 
 
-def resume_state(output: Path, items: Sequence[dict[str, Any]]) -> Resume:
+def resume_state(output: Path, items: Sequence[dict[str, Any]], warn: bool = True) -> Resume:
     """The predictions in ``output`` that ``items`` may reuse: finished (not rejected) and made
-    for the item's current :data:`ITEM_KEY`; the ids of those that changed since."""
-    on_disk = read_predictions(output) if (output / PREDICTIONS).is_dir() else {}
+    for the item's current :data:`ITEM_KEY`; the ids of those that changed since. ``warn``: as
+    :func:`read_predictions`."""
+    on_disk = read_predictions(output, warn) if (output / PREDICTIONS).is_dir() else {}
     state = Resume(keys={item["id"]: item_key(item) for item in items})
     for item in items:
         prediction, key = on_disk.get(item["id"], (None, None))
@@ -224,9 +227,9 @@ def pending_items(
 ) -> list[dict[str, Any]]:
     """The items an evaluation into ``output`` still has to run: those the task accepts without
     a finished prediction made for them as they are now (:func:`resume_state`). Empty: no model
-    is needed to score them."""
+    is needed to score them. Quiet: the evaluation reads the folder again and says what it skips."""
     runnable = [item for item in items if refusal(task, item) is None]
-    reused = resume_state(output, runnable).reused
+    reused = resume_state(output, runnable, warn=False).reused
     return [item for item in runnable if item["id"] not in reused]
 
 
