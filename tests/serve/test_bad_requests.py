@@ -260,6 +260,13 @@ def test_vllm_bad_requests(vllm_server, prompts):
         ),
         ("/v1/completions", {"prompt": [1, 2], "n": 2}, 400, "n must be a whole number in [1, 1]"),
         ("/v1/completions", {"prompt": [1, 2], "stream": True}, 400, "chat/completions only"),
+        (
+            "/v1/completions",
+            {"prompt": [1, 2], "logprobs": True},
+            400,
+            "logprobs must be a whole number in [0, 20]",
+        ),
+        ("/v1/completions", {"prompt": [1, 2], "logprobs": 21}, 400, "logprobs must be"),
         ("/v1/completions", {"prompt": prompts["one"], "max_tokens": 2}, 400, "has no images"),
         ("/v1/completions", {"prompt": [-1], "max_tokens": 2}, 400, "non-negative token ids"),
         ("/v1/completions", {"prompt": [1, 10**9], "max_tokens": 2}, 400, "outside the model"),

@@ -181,3 +181,34 @@ def test_a_stop_string_ends_the_text_before_it_as_openai_does(client):
     out = _chat(client, stop=[stop], **settings).choices[0]
     assert out.message.content == text[: text.index(stop)]
     assert out.finish_reason == "stop"
+
+
+def test_completions_logprobs_have_the_legacy_shape_with_token_text(client):
+    """``/v1/completions`` with ``logprobs: k``, as the OpenAI client and lm-eval's
+    ``local-completions`` read it: token text (not AReaL's ``token:<id>``, which it asks for with
+    ``return_tokens_as_token_ids``), per token a dict of the sampled token and the k most likely
+    ones, and each token's offset in the text."""
+    out = client.openai.completions.create(
+        model=client.model,
+        prompt="The number of shapes is",
+        max_tokens=3,
+        temperature=0,
+        logprobs=2,
+        extra_body={"ignore_eos": True, "skip_special_tokens": False},
+    )
+    (choice,) = out.choices
+    lp = choice.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 3
+    assert not any(t.startswith("token:") for t in lp.tokens)
+    assert "".join(lp.tokens) == choice.text
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(3)]
+    for token, logprob, tops in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert 2 <= len(tops) <= 3 and tops[token] == pytest.approx(logprob, abs=1e-6)
+        assert max(tops.values()) == pytest.approx(logprob, abs=1e-6)  # greedy: the best one
+
+
+def test_completions_without_logprobs_return_none(client):
+    out = client.openai.completions.create(
+        model=client.model, prompt="The number of shapes is", max_tokens=2, temperature=0
+    )
+    assert out.choices[0].logprobs is None

@@ -9,8 +9,9 @@
   ``use_beam_search``, ``stream``); the client reads ``choices[0].finish_reason`` and
   ``choices[0].logprobs.content[i]`` (``token`` = ``"token:<id>"``, ``logprob``). The server
   builds the prompt from the messages with our preprocessor (chat template + processor).
-- ``POST /v1/completions`` otherwise: ``prompt`` = token ids, ``logprobs: 0``; the client reads
-  ``choices[0].logprobs.tokens`` / ``token_logprobs``.
+- ``POST /v1/completions`` otherwise: ``prompt`` = token ids, ``logprobs: 0``,
+  ``return_tokens_as_token_ids``; the client reads ``choices[0].logprobs.tokens`` /
+  ``token_logprobs``. Without ``return_tokens_as_token_ids`` the tokens are text, as vLLM's.
 - ``POST /areal_pause_generation``, ``/areal_continue_generation``, ``/areal_update_weights
   {model_path}`` → ``{success, message}``.
 
@@ -116,6 +117,30 @@ def _chat_logprobs(state: ServerState, resp: Any, body: dict[str, Any]) -> dict[
             for t, lp, top in zip(resp.output_tokens, resp.output_logprobs, tops, strict=True)
         ]
     }
+
+
+def _completion_logprobs(state: ServerState, resp: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """The legacy completions shape, as vLLM answers ``logprobs: k``: per generated token its
+    text (``"token:<id>"`` with ``return_tokens_as_token_ids``, which AReaL's client sends), its
+    logprob, a dict of it and the k most likely tokens, and its offset in the completion text."""
+    as_ids = bool(body.get("return_tokens_as_token_ids"))
+    tops = getattr(resp, "top_logprobs", None) or [[] for _ in resp.output_tokens]
+    out: dict[str, list[Any]] = {
+        "tokens": [],
+        "token_logprobs": [],
+        "top_logprobs": [],
+        "text_offset": [],
+    }
+    offset = 0
+    for token, logprob, top in zip(resp.output_tokens, resp.output_logprobs, tops, strict=True):
+        text = _token_entry(state, token, logprob, as_ids)["token"]
+        alternatives = {_token_entry(state, a, alp, as_ids)["token"]: alp for a, alp in top}
+        out["tokens"].append(text)
+        out["token_logprobs"].append(logprob)
+        out["top_logprobs"].append({**alternatives, text: logprob})
+        out["text_offset"].append(offset)
+        offset += len(text)
+    return out
 
 
 async def models(request: web.Request) -> web.Response:
@@ -305,16 +330,13 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
         prompt = state.engine.tokenizer(prompt)["input_ids"]
     ids = token_ids(prompt, f"{where}: prompt")
     seed = _count(body, "seed", -1, 0, 2**63 - 1, where)
-    req = ModelRequest(input_ids=ids, gconfig=gconfig, metadata={"seed": seed} if seed >= 0 else {})
+    top = _count(body, "logprobs", -1, 0, MAX_TOP_LOGPROBS, where)
+    metadata: dict[str, Any] = {"seed": seed} if seed >= 0 else {}
+    if top > 0:
+        metadata["top_logprobs"] = top
+    req = ModelRequest(input_ids=ids, gconfig=gconfig, metadata=metadata)
     resp = await state.generate(req, abort_on_pause=True, where=where)
-    logprobs = None
-    if body.get("logprobs") is not None:
-        logprobs = {
-            "tokens": [f"token:{t}" for t in resp.output_tokens],
-            "token_logprobs": list(resp.output_logprobs),
-            "top_logprobs": None,
-            "text_offset": [],
-        }
+    logprobs = _completion_logprobs(state, resp, body) if top >= 0 else None
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
