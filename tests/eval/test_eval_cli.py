@@ -242,3 +242,20 @@ def test_an_unreadable_prediction_file_is_reported_once_and_run_again(tmp_path, 
     assert _eval(data, out, *extra) == 0
     assert capsys.readouterr().err.count(f"ignoring unreadable prediction file {first}") == 1
     assert json.loads(first.read_text())["id"]  # the item ran again and its file is whole
+
+
+def test_a_family_without_a_box_format_of_its_own_evaluates_without_the_flag(tmp_path, capsys):
+    """Gemma 3 (as LLaVA, SmolVLM, Mistral 3, LFM2-VL) has no box convention of its own: its
+    boxes are read as lmms-eval reads them, and no task needs --box-format to start."""
+    from vlrollout.testing.tiny_families import save_tiny_vlm
+
+    model = save_tiny_vlm("gemma3", tmp_path / "gemma3")
+    data = write_refs(tmp_path)
+    for task in ("refcoco", "vqa"):
+        out = tmp_path / task
+        argv = ["eval", "--data", str(data), "--task", task, "--model", str(model)]
+        argv += ["--output", str(out), "--max-new-tokens", "2", "--limit", "1", "--no-progress"]
+        if task == "vqa":
+            argv += ["--map", "answer=expression", "question=expression"]
+        assert main(argv) == 0, capsys.readouterr().err
+        assert json.loads((out / "results.json").read_text())["items"] == 1

@@ -276,11 +276,14 @@ def plan(args: argparse.Namespace) -> Plan:
         check_engine(EngineConfig(kind="local", model=args.model, device=args.device))
     else:
         check_server(args.address, args.protocol, args.model)
+    # A typed format is checked strictly; a model family without a format of its own reads
+    # lmms-eval's 0-1 lists (box_format's fallback), whatever the task.
+    if args.box_format:
+        try:
+            check_box_format(args.box_format)
+        except ValueError as e:
+            raise UsageError(f"--box-format: {e}") from None
     family = args.box_format or model_family(args.model)
-    try:
-        check_box_format(family)
-    except ValueError as e:
-        raise UsageError(f"--box-format: {e}") from None
     mapping = _mapping(args.map)
     items = load_items(
         args.data,
