@@ -21,6 +21,7 @@ frames of one video may hold at most :data:`DEFAULT_MAX_SAMPLED_PIXELS` pixels t
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,9 +71,15 @@ class LoadedVideo:
         }
 
 
+_IMAGE_WORD = re.compile(r"(?<![\w/\\.-])image(?![\w/\\.-])")
+"""The word "image" in a loading error, not inside a path or a name the user wrote."""
+
+
 def _as_video_error(e: PreprocessError, item: str) -> PreprocessError:
+    """An image loading error of a video source, in video words; the source as written."""
     reason = e.reason.replace("image_", "video_")
-    return PreprocessError(item, reason, e.detail.replace("image", "video"))
+    detail = e.detail.replace("or PIL image", "or a list of frames")
+    return PreprocessError(item, reason, _IMAGE_WORD.sub("video", detail))
 
 
 def read_video_bytes(source: Any, item: str, max_bytes: int) -> tuple[str, bytes]:

@@ -287,3 +287,20 @@ def test_sampled_frames_have_a_total_pixel_cap():
     check_sampled_pixels(4, (32, 32), "v", cap=4 * 32 * 32)
     with pytest.raises(PreprocessError, match="video_too_large"):
         check_sampled_pixels(5, (32, 32), "v", cap=4 * 32 * 32)
+
+
+@pytest.mark.parametrize(
+    ("source", "named", "unnamed"),
+    [
+        ("data/images/clip.mp4", "data/images/clip.mp4", None),
+        ("/srv/image/clip.mp4", "/srv/image/clip.mp4", None),
+        (7, "a list of frames", "PIL video"),
+    ],
+)
+def test_a_bad_video_source_is_reported_as_given(source, named, unnamed):
+    """A video's errors speak of videos, but the path the user wrote stays as written."""
+    _, pre = preprocessor("qwen2_vl")
+    with pytest.raises(PreprocessError) as e:
+        pre.prepare(item(source))
+    assert e.value.reason.startswith("video_") and named in e.value.detail, e.value.detail
+    assert unnamed is None or unnamed not in e.value.detail
