@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from transformers.image_processing_utils_fast import BaseImageProcessorFast
 
@@ -61,6 +62,16 @@ def channels_last_kwargs(image_processor: Any, images: Sequence[Any]) -> dict[st
     if not any(getattr(im, "height", 0) in (1, 3) for im in images):
         return {}
     return {"input_data_format": "channels_last"}
+
+
+def video_channels_last_kwargs(clips: Sequence[np.ndarray]) -> dict[str, str]:
+    """``{"input_data_format": "channels_last"}`` when a clip's frames are 1 or 3 pixels tall,
+    else ``{}``. transformers' video processors guess the channel axis of ``[T, H, W, 3]`` frames
+    from their shape, and ``(T, 3, W, 3)`` looked channels-first: the frames were read across
+    the colour axis. Our frames are always channels-last, which every other shape is taken as."""
+    if any(clip.shape[1] in (1, 3) for clip in clips):
+        return {"input_data_format": "channels_last"}
+    return {}
 
 
 class AutoProcessorPreprocessor:
@@ -315,6 +326,7 @@ class AutoProcessorPreprocessor:
             kwargs["videos_kwargs"] = {
                 **kwargs.get("videos_kwargs", {}),
                 **videos_kwargs(self.video_sampling, self.processor),  # type: ignore[arg-type]
+                **video_channels_last_kwargs([v.frames for v in videos]),
                 "video_metadata": [v.metadata() for v in videos],
             }
             call = self.processor  # per-video metadata: nothing to reuse between calls

@@ -304,3 +304,20 @@ def test_a_bad_video_source_is_reported_as_given(source, named, unnamed):
         pre.prepare(item(source))
     assert e.value.reason.startswith("video_") and named in e.value.detail, e.value.detail
     assert unnamed is None or unnamed not in e.value.detail
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "llava_onevision", "glm4v", "internvl"])
+@pytest.mark.parametrize("height", [1, 3])
+def test_frames_one_or_three_pixels_tall_keep_their_colours(family, height):
+    """transformers' video processors guess the channel axis from the frames' shape, and a
+    (T, 3, W, 3) clip looked channels-first: its pixels were read across the colour axis. A
+    one-colour clip keeps exactly the values a clip of ordinary frames of that colour gets."""
+    _, pre = preprocessor(family)
+
+    def values(h: int) -> set[float]:
+        frames = [Image.new("RGB", (64, h), (255, 0, 0))] * 4
+        mm = pre.prepare(item(frames)).multi_modal_input
+        pixels = mm.get("pixel_values_videos", mm.get("pixel_values"))  # InternVL: as images
+        return {round(v, 3) for v in pixels.float().unique().tolist()}
+
+    assert values(height) == values(8)
