@@ -148,6 +148,11 @@ def _decode_frames(
             for index, frame in enumerate(container.decode(stream)):
                 if index in keep:
                     check_size((frame.width, frame.height), item, max_frame_pixels)
+                    if out:
+                        size = (frame.width, frame.height)
+                        _check_same_size(
+                            size, out[0], f"frame {index + 1}", f"frame {wanted[0] + 1}", item
+                        )
                     out.append(frame.to_ndarray(format="rgb24"))
                 if index >= wanted[-1]:
                     break
@@ -210,20 +215,34 @@ def frames_video(
     n = len(frames)
     wanted = list(range(n)) if n <= sampling.max_frames else sampling.indices(n, sampling.fps)
     check_sampled_pixels(len(wanted), _frame_size(frames[wanted[0]]), item)
-    loaded = [
-        load_image(
+    loaded: list[np.ndarray] = []
+    for k in wanted:
+        image = load_image(
             frames[k], f"{item}, frame {k + 1}", max_pixels=max_frame_pixels, max_bytes=max_bytes
-        )
-        for k in wanted
-    ]
-    sizes = {im.image.size for im in loaded}
-    check_sampled_pixels(len(loaded), loaded[0].image.size, item)
-    if len(sizes) > 1:
-        raise PreprocessError(
-            item, "video_frames", f"frames differ in size {sorted(sizes)}; give same-size frames"
-        )
-    stacked = np.stack([np.asarray(im.image) for im in loaded])
+        ).image
+        if not loaded:  # a clip's frames are one size: the first one's, times their number
+            check_sampled_pixels(len(wanted), image.size, item)
+        else:
+            _check_same_size(
+                image.size, loaded[0], f"frame {k + 1}", f"frame {wanted[0] + 1}", item
+            )
+        loaded.append(np.asarray(image))
+    stacked = np.stack(loaded)
     return _loaded(stacked, wanted, len(frames), sampling.fps, "frames")
+
+
+def _check_same_size(
+    size: tuple[int, int], first: np.ndarray, this: str, that: str, item: str
+) -> None:
+    """Refuse a frame whose ``(width, height)`` differs from the clip's first frame's."""
+    height, width = first.shape[:2]
+    if size != (width, height):
+        raise PreprocessError(
+            item,
+            "video_frames",
+            f"{this} is {size[0]}x{size[1]}, {that} {width}x{height}: a clip's frames must be "
+            "one size (re-encode or resize them to one)",
+        )
 
 
 def check_sampled_pixels(

@@ -263,7 +263,7 @@ def test_bad_videos_name_the_item_video_and_reason(source, kwargs, reason):
 def test_frames_of_different_sizes_are_refused():
     _, pre = preprocessor("qwen2_vl")
     frames = [Image.new("RGB", (32, 32)), Image.new("RGB", (40, 32))]
-    with pytest.raises(PreprocessError, match="differ in size"):
+    with pytest.raises(PreprocessError, match="must be one size"):
         pre.prepare(item(frames))
 
 
@@ -321,3 +321,46 @@ def test_frames_one_or_three_pixels_tall_keep_their_colours(family, height):
         return {round(v, 3) for v in pixels.float().unique().tolist()}
 
     assert values(height) == values(8)
+
+
+def _ts_segment(width: int, height: int, frames: int = 4) -> bytes:
+    """An MPEG-TS segment of ``frames`` grey frames; segments join by concatenation (HLS)."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mpegts") as out:
+        stream = out.add_stream("mpeg2video", rate=4)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for k in range(frames):
+            pixels = np.full((height, width, 3), 60 * k, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def test_a_video_that_changes_frame_size_mid_stream_is_refused_naming_it():
+    _, pre = preprocessor("qwen2_vl")
+    with pytest.raises(PreprocessError) as e:
+        pre.prepare(item(_ts_segment(64, 64) + _ts_segment(96, 64)))
+    assert (e.value.item, e.value.reason) == ("item v1, video 1", "video_frames")
+    assert "64x64" in e.value.detail and "96x64" in e.value.detail
+
+
+def test_a_frame_list_over_the_pixel_cap_is_refused_after_its_first_frame(tmp_path):
+    """The cap on a clip's sampled pixels holds before the frames are decoded: frames of one
+    clip are one size, so the first frame's size times their number is the clip's (the later
+    frames here do not exist, so loading any of them would fail otherwise)."""
+    big = tmp_path / "big.png"
+    Image.new("RGB", (4096, 4096), "white").save(big)
+    frames = [str(big)] + [str(tmp_path / f"missing-{k}.png") for k in range(19)]
+    _, pre = preprocessor("qwen2_vl")
+    with pytest.raises(PreprocessError) as e:
+        pre.prepare(item(frames))
+    assert e.value.reason == "video_too_large", e.value
+
+
+def test_a_frame_of_another_size_is_named():
+    _, pre = preprocessor("qwen2_vl")
+    frames = [Image.new("RGB", (32, 32))] * 2 + [Image.new("RGB", (40, 32))]
+    with pytest.raises(PreprocessError, match=r"frame 3 is 40x32, frame 1 32x32"):
+        pre.prepare(item(frames))
