@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .families import check_pixel_bounds
+
 FALLBACK_FPS = 2.0
 """Frames per second when the family's video processor sets none (Qwen2-VL, LLaVA-OneVision)."""
 FALLBACK_MAX_FRAMES = 32
@@ -116,7 +118,8 @@ def family_sampling(
 
     Raises:
         ValueError: ``min_pixels``/``max_pixels`` for a video processor that resizes to a fixed
-            size (no ``shortest_edge``/``longest_edge`` pixel budget), or a non-positive setting.
+            size (no ``shortest_edge``/``longest_edge`` pixel budget), a lower bound above the
+            upper one (given or the processor's own), or a non-positive setting.
     """
     vp = getattr(processor, "video_processor", None)
     if vp is None or type(processor).__name__ in VIDEO_UNSUPPORTED:
@@ -129,6 +132,13 @@ def family_sampling(
             f"video min_pixels/max_pixels apply to pixel-budget video processors (Qwen-VL); "
             f"{type(vp).__name__} resizes frames to a fixed size {size}"
         )
+    if min_pixels is not None or max_pixels is not None:
+        lo = min_pixels if min_pixels is not None else _size_get(size, "shortest_edge")
+        hi = max_pixels if max_pixels is not None else _size_get(size, "longest_edge")
+        try:
+            check_pixel_bounds(lo, hi, min_pixels, max_pixels)
+        except ValueError as e:
+            raise ValueError(f"video {e}") from None
     default_max = getattr(vp, "max_frames", None) or getattr(vp, "num_frames", None)
     return VideoSampling(
         fps=float(fps if fps is not None else getattr(vp, "fps", None) or FALLBACK_FPS),

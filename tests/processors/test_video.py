@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 import warnings
 
 import av
@@ -364,3 +365,18 @@ def test_a_frame_of_another_size_is_named():
     frames = [Image.new("RGB", (32, 32))] * 2 + [Image.new("RGB", (40, 32))]
     with pytest.raises(PreprocessError, match=r"frame 3 is 40x32, frame 1 32x32"):
         pre.prepare(item(frames))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"video_min_pixels": 100_000, "video_max_pixels": 1000},
+            "video min_pixels=100000 exceeds max_pixels=1000; swap or fix them",
+        ),
+        ({"video_max_pixels": 10}, "video max_pixels=10 is below the processor's own min_pixels"),
+    ],
+)
+def test_a_video_pixel_budget_that_is_upside_down_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        AutoProcessorPreprocessor(processor("qwen2_vl"), **kwargs)
