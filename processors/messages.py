@@ -118,6 +118,52 @@ class NormalizedMessages:
     videos: list[Any] = field(default_factory=list)
 
 
+MEDIUM_SETTINGS = {
+    "fps": "video_fps",
+    "sample_fps": "video_fps",
+    "nframes": "video_max_frames",
+    "min_frames": "video_max_frames",
+    "max_frames": "video_max_frames",
+    "video_start": None,
+    "video_end": None,
+    "min_pixels": "min_pixels",
+    "max_pixels": "max_pixels",
+    "total_pixels": "max_pixels",
+    "resized_height": "max_pixels",
+    "resized_width": "max_pixels",
+}
+"""Keys qwen-vl-utils reads from an image or video part, and the run setting that does their job
+here (``None``: none, cut the clip first): a part carrying one is refused, not prepared without
+it."""
+
+
+def check_medium_settings(part: dict[str, Any], kind: str, item: str) -> None:
+    """Refuse ``part`` when it carries a per-medium setting (:data:`MEDIUM_SETTINGS`). ``None``
+    values are not settings: HF ``datasets`` give every part of a struct column every key."""
+    given = [key for key in MEDIUM_SETTINGS if part.get(key) is not None]
+    if not given:
+        return
+    prefix = "video_" if kind == "video" else ""
+    instead = sorted(
+        {
+            f"{prefix}{s}" if s in ("min_pixels", "max_pixels") else s
+            for s in (MEDIUM_SETTINGS[key] for key in given)
+            if s is not None
+        }
+    )
+    fix = f"set {' / '.join(instead)} for the run instead" if instead else ""
+    if any(MEDIUM_SETTINGS[key] is None for key in given):
+        fix += ("; " if fix else "") + "cut the clip to the span before the run"
+    if kind == "video" and "video_fps" in instead:
+        fix += " (a frame list is taken at video_fps)"
+    keys = ", ".join(repr(k) for k in given)
+    raise PreprocessError(
+        item,
+        "bad_message",
+        f"{kind} part sets {keys}, which vlrollout does not read per {kind}: {fix}",
+    )
+
+
 class _Media:
     """Sources of one kind: the item's field (consumed in order) and what the parts give."""
 
@@ -129,6 +175,7 @@ class _Media:
         self.sources: list[Any] = []
 
     def take(self, part: dict[str, Any], item: str) -> dict[str, str]:
+        check_medium_settings(part, self.kind, item)
         if part.get("type") == f"{self.kind}_url":
             self.sources.append(_url(part, f"{self.kind}_url", item))
         elif part.get(self.kind) is not None:

@@ -118,3 +118,38 @@ def test_video_placeholders_pair_with_videos_in_prompt_order():
         normalize_media("<video><video>", None, ["v1"], "item 0")
     with pytest.raises(PreprocessError, match="video_url part without a url"):
         normalize_media([{"role": "user", "content": [{"type": "video_url"}]}], None, None, "i")
+
+
+@pytest.mark.parametrize(
+    ("part", "named", "setting"),
+    [
+        (
+            {"type": "video", "video": ["a.png", "b.png"], "sample_fps": 1.0},
+            "sample_fps",
+            "video_fps",
+        ),
+        ({"type": "video", "video": "clip.mp4", "fps": 1.0}, "fps", "video_fps"),
+        ({"type": "video", "video": "clip.mp4", "max_frames": 8}, "max_frames", "video_max_frames"),
+        ({"type": "video", "video": "clip.mp4", "nframes": 8}, "nframes", "video_max_frames"),
+        ({"type": "image", "image": "a.png", "max_pixels": 4096}, "max_pixels", "max_pixels"),
+        ({"type": "image", "image": "a.png", "resized_height": 28}, "resized_height", "max_pixels"),
+    ],
+)
+def test_per_medium_settings_in_a_part_are_refused_not_ignored(part, named, setting):
+    """qwen-vl-utils reads sampling and resize settings from each part; here they are settings
+    of the run, so a part that carries one is an error naming it and the run's setting."""
+    from vlrollout.processors.messages import normalize_media
+
+    with pytest.raises(PreprocessError) as e:
+        normalize_media([{"role": "user", "content": [part]}], None, None, "item 3")
+    assert e.value.reason == "bad_message"
+    assert repr(named) in e.value.detail and setting in e.value.detail, e.value.detail
+
+
+def test_empty_keys_of_a_datasets_struct_column_are_not_settings():
+    """HF datasets store parts as one struct: every part has every key, unused ones None."""
+    from vlrollout.processors.messages import normalize_media
+
+    part = {"type": "image", "image": "a.png", "text": None, "max_pixels": None, "fps": None}
+    out = normalize_media([{"role": "user", "content": [part]}], None, None, "item 3")
+    assert out.images == ["a.png"]
