@@ -194,7 +194,9 @@ def test_video_items_are_recorded_and_changed_frame_sampling_or_size_fails_the_c
     fields = _video_fields(compare(expected, take_snapshot(fewer_frames, items)))
     assert {"video_frames", "video_grid_thw", "pixel_values_videos.shape"} <= fields
 
-    smaller = AutoProcessorPreprocessor(processor, video_max_pixels=28 * 28 * 2)
+    smaller = AutoProcessorPreprocessor(
+        processor, video_min_pixels=28 * 28, video_max_pixels=28 * 28 * 2
+    )
     fields = _video_fields(compare(expected, take_snapshot(smaller, items)))
     assert {"video_grid_thw", "pixel_values_videos.shape"} <= fields
     assert "video_frames" not in fields
