@@ -137,30 +137,55 @@ def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, f
 
 
 def _decode_frames(
-    raw: bytes, item: str, wanted: list[int], max_frame_pixels: int
+    raw: bytes, item: str, wanted: list[int], rate: float, max_frame_pixels: int
 ) -> list[np.ndarray]:
-    """Decode up to the last wanted frame, keeping the wanted ones (fewer if the stream ends)."""
+    """The frames on screen at the wanted indices' times (``k / rate`` from the first frame):
+    each the last frame shown at or before its time, as a player shows it. For a constant-rate
+    clip that is frame ``k`` itself; a variable-rate one (a phone clip, a GIF of uneven delays)
+    gets the frames of its real time line, not of its frame count. Fewer frames if the stream
+    ends first."""
     container, stream = _open(raw, item)
-    keep, out = set(wanted), []
+    targets = [k / rate for k in wanted]
+    slack = min(0.25 / rate, 0.005)  # timestamp rounding, well under a frame
+    out: list[np.ndarray] = []
     with container:
         _frame_limits(stream, item, max_frame_pixels)
         try:
+            previous, start = None, None
             for index, frame in enumerate(container.decode(stream)):
-                if index in keep:
-                    check_size((frame.width, frame.height), item, max_frame_pixels)
-                    if out:
-                        size = (frame.width, frame.height)
-                        _check_same_size(
-                            size, out[0], f"frame {index + 1}", f"frame {wanted[0] + 1}", item
-                        )
-                    out.append(frame.to_ndarray(format="rgb24"))
-                if index >= wanted[-1]:
+                if frame.time is None:
+                    shown = index / rate
+                else:
+                    start = frame.time if start is None else start
+                    shown = frame.time - start
+                while previous is not None and len(out) < len(targets):
+                    if targets[len(out)] >= shown - slack:
+                        break
+                    out.append(_frame_pixels(previous, out, wanted, item, max_frame_pixels))
+                if len(out) == len(targets):
                     break
+                previous = frame
+            else:  # the stream ended: its last frame stays on screen
+                while previous is not None and len(out) < min(len(targets), index + 1):
+                    out.append(_frame_pixels(previous, out, wanted, item, max_frame_pixels))
         except av.FFmpegError as e:
             raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
         except PreprocessError as e:
             raise _as_video_error(e, item) from None
     return out
+
+
+def _frame_pixels(
+    frame: Any, out: list[np.ndarray], wanted: list[int], item: str, max_frame_pixels: int
+) -> np.ndarray:
+    """``frame`` as RGB, checked against the frame limit and the clip's first kept frame."""
+    size = (frame.width, frame.height)
+    check_size(size, item, max_frame_pixels)
+    if out:
+        _check_same_size(
+            size, out[0], f"frame {wanted[len(out)] + 1}", f"frame {wanted[0] + 1}", item
+        )
+    return frame.to_ndarray(format="rgb24")
 
 
 def decode_video(
@@ -182,13 +207,13 @@ def decode_video(
     source_fps = rate or sampling.fps
     wanted = sampling.indices(total, source_fps)
     check_sampled_pixels(len(wanted), (width, height), item)
-    frames = _decode_frames(raw, item, wanted, max_frame_pixels)
+    frames = _decode_frames(raw, item, wanted, source_fps, max_frame_pixels)
     if len(frames) < len(wanted):  # fewer decodable frames than packets: sample what there is
         total = _decoded_count(raw, item, max_frame_pixels)
         if total == 0:
             raise PreprocessError(item, "video_empty", "no frame of the video decodes")
         wanted = sampling.indices(total, source_fps)
-        frames = _decode_frames(raw, item, wanted, max_frame_pixels)
+        frames = _decode_frames(raw, item, wanted, source_fps, max_frame_pixels)
     return _loaded(np.stack(frames), wanted, total, source_fps, source_kind)
 
 

@@ -11,6 +11,7 @@ import base64
 import io
 import re
 import warnings
+from fractions import Fraction
 
 import av
 import numpy as np
@@ -380,3 +381,41 @@ def test_a_frame_of_another_size_is_named():
 def test_a_video_pixel_budget_that_is_upside_down_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         AutoProcessorPreprocessor(processor("qwen2_vl"), **kwargs)
+
+
+VFR_MS = [0, 33, 66, 100, 1100, 2100, 3100, 3133, 3166, 3200, 3233, 3266]
+"""Presentation times of a variable-rate clip: a burst, three one-second gaps, a burst (a phone
+clip of a still scene does this)."""
+
+
+def _vfr_mp4() -> bytes:
+    """An MPEG-4 clip whose frame k, shown at ``VFR_MS[k]``, is grey level ``20 * k``."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=30)
+        stream.width = stream.height = 32
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        for k, ms in enumerate(VFR_MS):
+            frame = av.VideoFrame.from_ndarray(np.full((32, 32, 3), 20 * k, np.uint8), "rgb24")
+            frame.pts, frame.time_base = ms, Fraction(1, 1000)
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def test_a_variable_rate_clip_shows_at_each_time_the_frame_a_player_shows():
+    """Frames are sampled on the clip's time line: at each sampled time the model gets the frame
+    on screen then (the last one shown at or before it), and that time is the one rewards get."""
+    from vlrollout.processors.video_loading import decode_video
+    from vlrollout.processors.video_sampling import VideoSampling
+
+    video = decode_video(_vfr_mp4(), "v", VideoSampling(fps=2.0, max_frames=8, frame_factor=2))
+    times = video.clip.timestamps_s
+    assert times == sorted(times) and times[-1] <= VFR_MS[-1] / 1000
+    assert times[-1] - times[0] > 2.0  # spread over the clip, not over its first frames
+    for t, frame in zip(times, video.frames, strict=True):
+        shown = max(k for k, ms in enumerate(VFR_MS) if ms <= t * 1000 + 5)  # 5 ms: rounding
+        assert abs(float(frame.mean()) - 20 * shown) < 6, (t, shown, float(frame.mean()))
