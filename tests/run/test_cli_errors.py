@@ -141,6 +141,22 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
             [*ok, "--max-pixels", "100"],
             "max_pixels=100 is below the processor's own min_pixels",
         ),
+        ("unknown preprocessor", [*ok, "--preprocessor", "nonsense"], "unknown preprocessor"),
+        (
+            "preprocessor path that does not import",
+            [*ok, "--preprocessor", "no_such_module.build"],
+            "--preprocessor 'no_such_module.build'",
+        ),
+        (
+            "preprocessor that breaks the contract",
+            [*ok, "--preprocessor", "vlrollout.processors.messages.normalize_media"],
+            "the factory does not accept",
+        ),
+        (
+            "video pixel budget upside down",
+            [*ok, "video_min_pixels=100000", "video_max_pixels=1000"],
+            "video min_pixels=100000 exceeds max_pixels=1000",
+        ),
         ("bad setting", [*ok, "seed=abc"], "invalid value for 'seed'"),
         ("setting without =", [*ok, "seed"], "must be KEY=VALUE"),
     ]

@@ -131,23 +131,39 @@ def check_workflow(cfg: RunConfig) -> None:
             resolve_tools(cfg.tools)
         except Exception as e:  # noqa: BLE001
             raise ConfigError(f"tools {cfg.tools}: {str(e).splitlines()[0]}") from None
-    check_pixel_settings(cfg)
+    check_preprocessor_settings(cfg)
 
 
-def check_pixel_settings(cfg: RunConfig) -> None:
-    """Build the preprocessor of ``--min-pixels``/``--max-pixels`` on the model's processor
-    alone (no model), so a budget the processor refuses (below its own minimum) is a usage
-    error before the model loads."""
+def check_preprocessor_settings(cfg: RunConfig) -> None:
+    """Build the workflow's preprocessor on the model's processor alone (no model) when the run
+    names one or sets its pixel or frame budgets: an unknown name, an import path that does not
+    resolve, a plug-in that breaks the contract or a budget the processor refuses (below its own
+    minimum) is a usage error before the model loads."""
+    from vlrollout.processors.errors import PreprocessorContractError
+    from vlrollout.workflows import FrameSampling
     from vlrollout.workflows.preparation import build_vision_preprocessor
 
-    if cfg.workflow not in VISION_WORKFLOWS or (cfg.min_pixels is None and cfg.max_pixels is None):
+    video = (cfg.video_fps, cfg.video_max_frames, cfg.video_min_pixels, cfg.video_max_pixels)
+    settings = (cfg.preprocessor, cfg.min_pixels, cfg.max_pixels, *video)
+    if cfg.workflow not in VISION_WORKFLOWS or all(s is None for s in settings):
         return
     try:
         build_vision_preprocessor(
-            cfg.engine.model, cfg.preprocessor, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels
+            cfg.engine.model,
+            cfg.preprocessor,
+            min_pixels=cfg.min_pixels,
+            max_pixels=cfg.max_pixels,
+            frames=FrameSampling(*video),
         )
+    except (LookupError, ImportError, AttributeError, PreprocessorContractError) as e:
+        name = (
+            cfg.preprocessor.get("name") if isinstance(cfg.preprocessor, dict) else cfg.preprocessor
+        )
+        raise ConfigError(f"--preprocessor {name!r}: {str(e).splitlines()[0]}") from None
     except ValueError as e:
-        raise ConfigError(f"--min-pixels/--max-pixels: {str(e).splitlines()[0]}") from None
+        message = str(e).splitlines()[0]
+        where = "video settings" if message.startswith("video") else "--min-pixels/--max-pixels"
+        raise ConfigError(f"{where}: {message}") from None
 
 
 @dataclass
