@@ -37,7 +37,12 @@ from .video_loading import (
     LoadedVideo,
     load_video,
 )
-from .video_sampling import VIDEO_UNSUPPORTED, family_sampling, videos_kwargs
+from .video_sampling import (
+    MIXED_MEDIA_UNSUPPORTED,
+    VIDEO_UNSUPPORTED,
+    family_sampling,
+    videos_kwargs,
+)
 
 TEXT_KEYS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"})
 ID_FIELDS = ("id", "uid", "idx", "index")
@@ -378,6 +383,9 @@ class AutoProcessorPreprocessor:
         """Turn one data item into a :class:`PreparedPrompt` (see the class docstring)."""
         item = item_label(data)
         messages, prompt_text, image_sources, video_sources = self.read_item(data, item)
+        mixed = MIXED_MEDIA_UNSUPPORTED.get(type(self.processor).__name__)
+        if mixed and image_sources and video_sources:
+            raise PreprocessError(item, "mixed_media_unsupported", mixed)
         videos = self.load_videos(video_sources, item)
         images = self.load_images(image_sources, item)
         for_engine = engine_images(images, messages) if images else None

@@ -41,5 +41,5 @@ def check_expansion(outputs: dict[str, Any], mm_type_key: str, merge_size: int, 
                 "placeholder_mismatch",
                 f"the processor expanded {found} {name} "
                 f"placeholder tokens where {grid_key} implies {expected}: it builds this order "
-                "of images and videos wrong (GLM-4.1V: put videos before images)",
+                "of images and videos wrong",
             )

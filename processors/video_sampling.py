@@ -42,6 +42,14 @@ VIDEO_UNSUPPORTED = {
 """Processors with a transformers video processor whose video path this package does not serve
 (their videos are refused like those of a family without video)."""
 
+_GLM_MIX = (
+    "GLM-4.1V cannot take images and videos in one prompt: transformers 5.3's processor expands "
+    "an image before a video wrong, and its model counts a video's frame tokens as image tokens "
+    "(the forward fails in either order); give the images and the videos in separate items"
+)
+MIXED_MEDIA_UNSUPPORTED = {"Glm4vProcessor": _GLM_MIX, "Glm46VProcessor": _GLM_MIX}
+"""Processors whose model cannot take images and videos in one prompt, with the reason."""
+
 
 @dataclass(frozen=True)
 class VideoSampling:
