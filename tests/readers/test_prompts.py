@@ -68,3 +68,34 @@ def test_image_markers_in_the_prompt_text_place_the_images_there(tmp_path):
         "item 1: the prompt text has 2 <image> for the item's 1 image(s)"
         in bad[LOAD_ERROR]["detail"]
     )
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("How many?", [{"type": "video"}, {"type": "text", "text": "How many?"}]),
+        ("<video>How many?", [{"type": "video"}, {"type": "text", "text": "How many?"}]),
+    ],
+)
+def test_a_templated_item_carries_its_videos_as_it_does_images(question, expected):
+    """Video-R1 / EasyR1 rows: no messages, a question (``<video>`` where the clip goes, or no
+    marker: the clip first) and ``videos``."""
+    item = {"id": "v", "question": question, "videos": ["clip.mp4"]}
+    assert with_prompt(item, "{question}")["messages"][0]["content"] == expected
+
+
+def test_images_and_videos_of_a_templated_item_keep_the_text_order():
+    item = {"id": "m", "q": "<video> then <image>?", "images": ["a.png"], "videos": ["c.mp4"]}
+    content = with_prompt(item, "{q}")["messages"][0]["content"]
+    assert content == [
+        {"type": "video"},
+        {"type": "text", "text": " then "},
+        {"type": "image"},
+        {"type": "text", "text": "?"},
+    ]
+
+
+def test_a_video_marker_count_that_does_not_pair_is_named():
+    item = {"id": "v", "question": "<video><video>?", "videos": ["clip.mp4"]}
+    with pytest.raises(PromptFieldError, match=r"2 <video> for the item's 1 video"):
+        with_prompt(item, "{question}")

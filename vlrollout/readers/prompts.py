@@ -12,11 +12,15 @@ evaluation prompts (the short-answer and letter-answer instructions lmms-eval us
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Any
 
-from vlrollout.processors.messages import IMAGE_PLACEHOLDER
+from vlrollout.processors.messages import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 from vlrollout.readers.sources import DataFileError
+
+_MARKERS = re.compile(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})")
+"""Splits a prompt text at its image and video markers, keeping them."""
 
 TASK_PROMPTS: dict[str, str] = {
     "refcoco": "Locate {expression} in the image and output its bounding box.",
@@ -88,14 +92,15 @@ def _fields(item: dict[str, Any]) -> dict[str, Any]:
 def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
     """``item`` with a user message built from ``template`` when it has no ``messages``.
 
-    The message holds one ``{"type": "image"}`` part per entry of ``images`` (in order) and then
-    the text ``template.format_map(fields)``; when that text holds one ``<image>`` marker per
-    image, the image parts stand at the markers instead. An item that has ``messages`` is
+    The message holds one ``{"type": "image"}`` part per entry of ``images`` (in order), one
+    ``{"type": "video"}`` part per entry of ``videos``, and then the text
+    ``template.format_map(fields)``; when that text holds one ``<image>`` (``<video>``) marker per
+    image (video), those parts stand at the markers instead. An item that has ``messages`` is
     returned unchanged.
 
     Raises:
         PromptFieldError: the template names a field the item lacks (the message names it), or
-            the text's ``<image>`` markers are neither 0 nor one per image.
+            the text's ``<image>`` (``<video>``) markers are neither 0 nor one per image (video).
 
     >>> with_prompt({"id": "1", "images": ["a.png"], "expression": "the dog"},
     ...             "Locate {expression}.")["messages"]
@@ -123,31 +128,38 @@ def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
             f"the prompt template {template!r} cannot be filled from the item's fields "
             f"({type(e).__name__}: {e}); {BRACES}"
         ) from None
-    content = _content(text, len(item.get("images") or []))
+    content = _content(text, len(item.get("images") or []), len(item.get("videos") or []))
     return {**item, "messages": [{"role": "user", "content": content}]}
 
 
-def _content(text: str, images: int) -> list[dict[str, Any]]:
-    """The message parts of a prompt ``text`` for ``images`` images: one image part per image
-    first, or, when the text places them itself with as many ``<image>`` markers (EasyR1-style
-    rows: ``"<image>Find x."``), an image part at each marker.
+def _content(text: str, images: int, videos: int = 0) -> list[dict[str, Any]]:
+    """The message parts of a prompt ``text`` for ``images`` images and ``videos`` videos. Per
+    kind, a text without its marker gets one part per medium first (images, then videos); a text
+    with as many markers as media (EasyR1 / Video-R1 rows: ``"<image>Find x."``) gets a part at
+    each marker.
 
     Raises:
-        PromptFieldError: ``placeholder_mismatch``, a number of markers other than 0 or ``images``.
+        PromptFieldError: ``placeholder_mismatch``, a number of markers other than 0 or the
+            number of media of that kind.
     """
-    markers = text.count(IMAGE_PLACEHOLDER)
-    if markers == 0:
-        return [{"type": "image"} for _ in range(images)] + [{"type": "text", "text": text}]
-    if markers != images:
-        raise PromptFieldError(
-            f"the prompt text has {markers} {IMAGE_PLACEHOLDER} for the item's {images} image(s); "
-            f"write one {IMAGE_PLACEHOLDER} per image where it goes, or none (images first)",
-            "placeholder_mismatch",
-        )
     parts: list[dict[str, Any]] = []
-    for k, chunk in enumerate(text.split(IMAGE_PLACEHOLDER)):
-        if k:
-            parts.append({"type": "image"})
-        if chunk:
-            parts.append({"type": "text", "text": chunk})
+    for marker, kind, count in (
+        (IMAGE_PLACEHOLDER, "image", images),
+        (VIDEO_PLACEHOLDER, "video", videos),
+    ):
+        found = text.count(marker)
+        if found == 0:
+            parts += [{"type": kind} for _ in range(count)]
+        elif found != count:
+            raise PromptFieldError(
+                f"the prompt text has {found} {marker} for the item's {count} {kind}(s); write "
+                f"one {marker} per {kind} where it goes, or none ({kind}s first)",
+                "placeholder_mismatch",
+            )
+    markers = {IMAGE_PLACEHOLDER: "image", VIDEO_PLACEHOLDER: "video"}
+    for piece in _MARKERS.split(text):
+        if piece in markers:
+            parts.append({"type": markers[piece]})
+        elif piece:
+            parts.append({"type": "text", "text": piece})
     return parts
