@@ -118,3 +118,21 @@ def test_a_role_chat_templates_do_not_know_is_a_bad_message():
     for role in ("system", "user", "assistant", "tool"):
         messages = [{"role": role, "content": "x"}, {"role": "user", "content": "How many?"}]
         assert item_problems({"id": "r", "messages": messages, "answer": 3}) == []
+
+
+def test_every_frame_of_a_frame_list_is_opened(tmp_path):
+    """A frame list is images: each one is opened, so frames of two sizes or a missing frame are
+    found before a run (the preprocessor refuses both)."""
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    Image.new("RGB", (8, 6)).save(tmp_path / "b.png")
+    items = [
+        {"id": "sizes", "messages": ASK, "videos": [["a.png", "a.png", "b.png"]]},
+        {"id": "gone", "messages": ASK, "videos": [["a.png", "a.png", "nope.png"]]},
+        {"id": "ok", "messages": ASK, "videos": [["a.png", "a.png", "a.png"]]},
+    ]
+    n, bad = validate_data(_write(tmp_path, *items))
+    assert n == 3
+    assert {(b.id, b.reason) for b in bad} == {
+        ("sizes", "video_frames"),
+        ("gone", "image_not_found"),
+    }

@@ -11,7 +11,7 @@ run reject the item (every episode of its group, with that reason and the reader
 ``bad_field`` (a task field such as ``boxes`` of the wrong shape) is only reported by
 ``validate-data``: the reward decides what it can score.
 ``validate-data`` also opens every image (:func:`image_file_problems`) and every video
-(:func:`video_file_problems`, its first frame) as the preprocessor does, with its guards and
+(:func:`video_file_problems`: a file's first frame, every frame of a list) as the preprocessor does, with its guards and
 reasons (``image_not_found``, ``image_decode``, ``video_decode``, ``video_too_large``, ...).
 """
 
@@ -230,11 +230,11 @@ def video_file_problems(
     item: dict[str, Any], base: Path, label: str = "item"
 ) -> list[tuple[str, str]]:
     """Open every entry of ``videos`` (relative paths against ``base``) as the preprocessor does
-    (same guards), decoding only its first frame: ``[(reason, detail)]`` for those that fail."""
+    (same guards), decoding only the first frame of a video file and every frame of a frame list
+    (images, opened as images are): ``[(reason, detail)]`` for those that fail."""
     videos = item.get("videos")
     if not isinstance(videos, list):
         return []
-    probe = VideoSampling(fps=1.0, max_frames=1)
     problems = []
     for k, source in enumerate(videos, start=1):
         if source is None:
@@ -243,8 +243,9 @@ def video_file_problems(
             source = [resolve_source(f, base) for f in source]
         else:
             source = resolve_source(source, base)
+        frames = len(source) if isinstance(source, list) and source else 1
         try:
-            load_video(source, f"video {k}", probe)
+            load_video(source, f"video {k}", VideoSampling(fps=1.0, max_frames=frames))
         except PreprocessError as e:
             problems.append((e.reason, f"{e.item}: {e.detail}"))
     return problems
