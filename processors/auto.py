@@ -248,7 +248,8 @@ class AutoProcessorPreprocessor:
                 item,
                 "videos_unsupported",
                 f"{len(sources)} video(s) but {type(self.processor).__name__} takes no video "
-                f"({why}); use a video family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision)",
+                f"({why}); use a video family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE, Qwen3.5, "
+                "LLaVA-OneVision, InternVL, GLM-4.1V: docs/families.md)",
             )
         return [
             load_video(
