@@ -241,3 +241,15 @@ def test_snapshot_commands_record_every_item_and_refuse_no_items_or_bad_pixel_fl
     for res, flag in ((zero, "--max-pixels"), (negative, "--min-pixels")):
         assert res.returncode == 2 and f"argument {flag}: must be at least 1" in res.stderr
     assert not (tmp_path / "n.json").exists()
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_vl_moe"])
+def test_a_family_that_shares_another_ones_processor_snapshots_offline(family, tmp_path):
+    """Qwen3.5 and Qwen3-VL-MoE checkpoints ship Qwen3-VL's processor; ``offline:FAMILY`` builds
+    it for them as it does for the families it names."""
+    out = tmp_path / "snap.json"
+    (res,) = _clis(
+        ["snapshot", "--out", str(out), "--processor", f"offline:{family}", "--data", str(DATA)]
+    )
+    assert res.returncode == 0, res.stderr
+    assert build_offline_processor(family) is build_offline_processor("qwen3_vl")

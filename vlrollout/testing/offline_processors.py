@@ -421,17 +421,27 @@ OFFLINE_BUILDERS: dict[str, Callable[..., Any]] = {
 }
 
 
-@cache
+SHARED_PROCESSORS: dict[str, str] = {"qwen3_5": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl"}
+"""Families without a processor of their own, and the ``OFFLINE_BUILDERS`` entry whose processor
+their checkpoints ship (transformers' ``AutoProcessor`` maps Qwen3.5 and Qwen3-VL-MoE to
+``Qwen3VLProcessor``)."""
+
+
 def build_offline_processor(family: str):
-    """A cached default-sized offline processor for ``family`` (a key of ``OFFLINE_BUILDERS``).
+    """A cached default-sized offline processor for ``family`` (a key of ``OFFLINE_BUILDERS`` or
+    of :data:`SHARED_PROCESSORS`, which shares that family's instance).
 
     The result is shared between callers: do not mutate it. Call the ``build_*`` function directly
     for a private instance or other sizes.
     """
+    return _build_cached(SHARED_PROCESSORS.get(family, family))
+
+
+@cache
+def _build_cached(family: str):
     try:
         builder = OFFLINE_BUILDERS[family]
     except KeyError:
-        raise ValueError(
-            f"no offline builder for family {family!r}; known: {sorted(OFFLINE_BUILDERS)}"
-        ) from None
+        known = sorted({*OFFLINE_BUILDERS, *SHARED_PROCESSORS})
+        raise ValueError(f"no offline builder for family {family!r}; known: {known}") from None
     return builder()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from vlrollout.testing.offline_processors import OFFLINE_BUILDERS
+from vlrollout.testing.offline_processors import OFFLINE_BUILDERS, SHARED_PROCESSORS
 from vlrollout.testing.tiny_configs import CONFIG_BUILDERS
 
 if TYPE_CHECKING:
@@ -75,11 +75,9 @@ MODEL_CLASSES: dict[str, str] = {
 GLM-4.6V is built too but is not in :data:`TINY_FAMILIES`: its classes are GLM-4.1V's code
 (``modular_glm46v.py`` copies them), checked once in ``tests/families/test_glm46v.py``."""
 
-PROCESSOR_FAMILY: dict[str, str] = {family: family for family in TINY_FAMILIES} | {
-    "glm46v": "glm46v",
-    "qwen3_5": "qwen3_vl",
-    "qwen3_vl_moe": "qwen3_vl",
-}
+PROCESSOR_FAMILY: dict[str, str] = (
+    {family: family for family in TINY_FAMILIES} | {"glm46v": "glm46v"} | SHARED_PROCESSORS
+)
 """The ``OFFLINE_BUILDERS`` entry each family uses. Qwen3.5 has no processor of its own:
 transformers' ``AutoProcessor`` and ``AutoImageProcessor`` map ``qwen3_5`` to ``Qwen3VLProcessor``
 and the Qwen2-VL image processor, with patch 16 and merge 2 as for Qwen3-VL and the same
