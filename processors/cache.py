@@ -65,6 +65,7 @@ from typing import Any
 from PIL import Image
 
 from .base import PreparedPrompt, Preprocessor
+from .image_loading import exif_orientation
 from .messages import MEDIA_FIELDS
 
 KeyFn = Callable[[dict[str, Any]], str]
@@ -112,10 +113,14 @@ def _pil_digest(image: Image.Image) -> bytes:
 
 
 def _hash_pixels(image: Image.Image) -> bytes:
+    """What the model gets from a PIL image: its stored pixels with everything that changes how
+    they are read (mode, size, transparency, palette, EXIF orientation, frame)."""
     h = hashlib.sha256(f"pil:{image.mode}:{image.size}:{image.info.get('transparency')}".encode())
     try:
         frame = image.tell() if getattr(image, "n_frames", 1) > 1 else 0
-        h.update(f":frame{frame}:".encode())
+        h.update(f":frame{frame}:orientation{exif_orientation(image)}:".encode())
+        palette = image.getpalette() if image.mode in ("P", "PA") else None
+        h.update(bytes(palette) if palette else b"")
         h.update(image.tobytes())
     except Exception:  # noqa: BLE001 - undecodable: a key unique to this object; prepare reports it
         h.update(f"undecodable:{id(image)}".encode())

@@ -335,3 +335,32 @@ def test_a_small_new_pil_image_is_hashed_on_the_loop(monkeypatch):
 
     loop_thread, _ = asyncio.run(main())
     assert image.reads == [loop_thread]
+
+
+def test_pil_images_that_differ_only_in_palette_or_orientation_do_not_share_a_key():
+    """Two palette images with one index array and other colours, or one stored pixel array with
+    another EXIF orientation, are other images to the model: they must not share a preparation."""
+    import io
+
+    from PIL import Image
+
+    from vlrollout.processors.cache import item_key
+
+    indices = Image.new("P", (8, 8), 0)
+    red, green = indices.copy(), indices.copy()
+    red.putpalette([255, 0, 0] * 256)
+    green.putpalette([0, 255, 0] * 256)
+
+    def with_orientation(value: int) -> Image.Image:
+        exif = Image.Exif()
+        exif[0x0112] = value
+        buf = io.BytesIO()
+        Image.new("RGB", (12, 8), "blue").save(buf, format="JPEG", exif=exif)
+        return Image.open(io.BytesIO(buf.getvalue()))
+
+    def key(image: Image.Image) -> str:
+        return item_key({"messages": "<image>?", "images": [image]})
+
+    assert key(red) != key(green)
+    assert key(with_orientation(1)) != key(with_orientation(6))
+    assert key(with_orientation(6)) == key(with_orientation(6))
