@@ -106,6 +106,10 @@ def test_group_size_one_is_refused(tmp_path):
             ["--config", "examples/train_grounding.yaml", "actor.optimizer.lr=-1e-4"],
             "actor.optimizer.lr must be a finite number >= 0 (0: the control run), got -0.0001",
         ),
+        (  # was NaN losses and grad norms at every step, exit 0: the actor divides by it
+            ["--config", "examples/train_grounding.yaml", "gconfig.temperature=0"],
+            "gconfig.temperature must be a finite number > 0 (GRPO samples its groups), got 0",
+        ),
     ],
 )
 def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):
@@ -158,3 +162,13 @@ def test_a_model_path_that_is_nowhere_near_the_config_is_left_to_the_hub(tmp_pat
         [f"vlrollout.output={tmp_path}/o", "actor.path=Qwen/Qwen2-VL-2B-Instruct"],
     )
     assert cfg.actor.path == "Qwen/Qwen2-VL-2B-Instruct"
+
+
+def test_an_unknown_reward_is_one_line_and_exit_2_before_the_model_loads(tmp_path, capsys):
+    from vlrollout.cli import main
+
+    args = ["--config", "examples/train_grounding.yaml", f"vlrollout.output={tmp_path}"]
+    assert main(["train", *args, "vlrollout.reward=nonexistent_reward"]) == 2
+    err = capsys.readouterr().err
+    assert "vlrollout.reward 'nonexistent_reward': unknown reward" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2

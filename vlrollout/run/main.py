@@ -27,17 +27,20 @@ from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
 
 
-def load_reward(name: str, items: list[dict[str, Any]]) -> Any:
+def load_reward(name: str, items: list[dict[str, Any]], model: str | None = None) -> Any:
     """A reward by registry name or import path, built from ``items`` when it is a dataset reward
-    (``tiny_task``, for the synthetic sample tasks).
+    (``tiny_task``, for the synthetic sample tasks); a built-in box reward reads boxes as
+    ``model``'s family writes them (:func:`vlrollout.box_rewards.box_reward_options`).
 
     Raises:
-        ConfigError: the name is unknown or the import path does not resolve.
+        ConfigError: the name is unknown, the import path does not resolve, or a box reward's
+            model family cannot be read.
     """
+    from vlrollout.box_rewards import box_reward_options
     from vlrollout.rewards.registry import get_reward
 
     try:
-        return get_reward(name, items=items)
+        return get_reward(name, items=items, **box_reward_options(name, model))
     except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
         raise ConfigError(f"--reward {name!r}: {str(e).splitlines()[0]}") from None
 
@@ -191,7 +194,7 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     )
     check_engine(cfg.engine)
     check_workflow(cfg)
-    reward = load_reward(cfg.reward, items)
+    reward = load_reward(cfg.reward, items, cfg.engine.model)
     check_reward_tasks(reward, items, cfg.reward)
     prepare_output(Path(cfg.output), cfg, overwrite=overwrite)
     return Prepared(items, reward)

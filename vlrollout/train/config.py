@@ -375,6 +375,12 @@ def check_run_length(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"actor.optimizer.lr must be a finite number >= 0 (0: the control run), got {lr}"
         )
+    temperature = cfg.gconfig.temperature
+    if not 0 < temperature < math.inf:  # the actor divides the logits by it (NaN fails too)
+        raise ConfigError(
+            "gconfig.temperature must be a finite number > 0 (GRPO samples its groups), got "
+            f"{temperature:g}"
+        )
 
 
 def rule_warnings(cfg: TrainConfig) -> list[str]:

@@ -26,6 +26,7 @@ from areal.utils.data import tensor_container_to
 
 from vlrollout.compat.areal import training_device
 from vlrollout.datasets import LOAD_ERROR
+from vlrollout.errors import ConfigError
 from vlrollout.eval.predict import EnginePredictor
 from vlrollout.eval.tasks import get_task
 from vlrollout.jsonl import read_jsonl, write_jsonl
@@ -133,7 +134,12 @@ def start_session(cfg: TrainConfig) -> Session:
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
     readable = [item for item in eval_items if LOAD_ERROR not in item]  # eval_task keeps the rest
-    reward, eval_reward = build_rewards(vl.reward, vl.ground_metric, train_items, readable)
+    try:
+        reward, eval_reward = build_rewards(
+            vl.reward, vl.ground_metric, train_items, readable, cfg.actor.path
+        )
+    except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
+        raise ConfigError(f"vlrollout.reward {vl.reward!r}: {str(e).splitlines()[0]}") from None
     start_reward_workers(reward)  # forked while the process holds no model (RewardPool.start)
     bs = cfg.train_dataset.batch_size
     ft_spec = FinetuneSpec(

@@ -1,0 +1,39 @@
+"""A box reward named on the command line (``--reward iou``, ``vlrollout.reward=giou``) reads
+boxes as the model's family writes them, not as Qwen2.5-VL does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from vlrollout.processors.auto import AutoProcessorPreprocessor
+from vlrollout.run.main import load_reward
+from vlrollout.testing.offline_processors import build_qwen3_vl
+from vlrollout.train.rewards import build_rewards
+
+REPO = Path(__file__).resolve().parents[2]
+QWEN3 = str(REPO / "assets" / "tiny-qwen3vl-ground")  # a Qwen3-VL checkpoint
+QWEN2 = str(REPO / "assets" / "tiny-qwen2vl")
+
+
+def _qwen3_geometry() -> list[dict]:
+    pre = AutoProcessorPreprocessor(build_qwen3_vl(max_pixels=1024 * 1024))
+    item = {"messages": "<image>x", "images": [Image.new("RGB", (640, 480))]}
+    return [g.to_dict() for g in pre.prepare(item).geometry]
+
+
+@pytest.mark.parametrize("name", ["iou", "giou", "box_f1"])
+def test_run_and_train_score_a_qwen3_vl_box_as_qwen3_vl_writes_it(name):
+    # Qwen3-VL writes JSON bbox_2d in 0-1000 of the image: this one is the label exactly.
+    completion = '{"bbox_2d": [100, 200, 400, 800]}'
+    labels = {"boxes": [64, 96, 256, 384], "geometry": _qwen3_geometry()}
+    run_reward = load_reward(name, [], model=QWEN3)
+    train_reward, eval_reward = build_rewards(name, "iou", [], [], model=QWEN3)
+    for reward in (run_reward, train_reward, eval_reward):
+        assert reward.compute("p", completion, [], [], **labels).value == pytest.approx(1.0)
+
+
+def test_a_qwen2_vl_model_keeps_its_own_boxes():
+    assert load_reward("iou", [], model=QWEN2).family == "qwen2_vl"
