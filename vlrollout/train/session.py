@@ -50,6 +50,7 @@ from vlrollout.train.lora import check_resume, load_adapter
 from vlrollout.train.ranks import Ranks, SharedRollout
 from vlrollout.train.rewards import build_rewards
 from vlrollout.train.rollout_engine import build_rollout_engine, connect
+from vlrollout.train.settings import check_settings
 from vlrollout.train.support import check_trainable
 from vlrollout.train.warmup import warm_up, warm_up_batch
 from vlrollout.workflows import FrameSampling, VisionRLVRWorkflow
@@ -131,6 +132,7 @@ def start_session(cfg: TrainConfig) -> Session:
     check_rules(cfg, ranks.world)
     out = Path(vl.output)
     out.mkdir(parents=True, exist_ok=True)
+    check_settings(out, cfg, resuming=checkpoint.latest(out) is not None)
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
     readable = [item for item in eval_items if LOAD_ERROR not in item]  # eval_task keeps the rest

@@ -1,0 +1,63 @@
+"""A resumed training run keeps the settings it was started with."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlrollout.errors import ConfigError
+from vlrollout.train.config import load_config
+from vlrollout.train.settings import SETTINGS_FILE, check_settings
+
+
+def _cfg(tmp_path, *overrides: str):
+    return load_config(
+        "examples/train_grounding.yaml", [f"vlrollout.output={tmp_path}", *overrides]
+    )
+
+
+def test_resuming_with_other_settings_is_refused_naming_each(tmp_path):
+    check_settings(tmp_path, _cfg(tmp_path), resuming=False)
+    assert (tmp_path / SETTINGS_FILE).is_file()
+    changed = _cfg(tmp_path, "actor.optimizer.lr=5e-5", "gconfig.n_samples=2", "seed=7")
+    with pytest.raises(ConfigError) as e:
+        check_settings(tmp_path, changed, resuming=True)
+    message = str(e.value)
+    assert "holds a run trained with other settings" in message
+    for key in ("actor.optimizer.lr: 0.0001 → 5e-05", "gconfig.n_samples: 8 → 2", "seed: 1 → 7"):
+        assert key in message, message
+
+
+def test_the_same_settings_or_a_longer_run_resume(tmp_path):
+    check_settings(tmp_path, _cfg(tmp_path), resuming=False)
+    check_settings(tmp_path, _cfg(tmp_path), resuming=True)
+    check_settings(tmp_path, _cfg(tmp_path, "total_train_steps=99"), resuming=True)
+
+
+def test_a_new_run_in_the_folder_records_its_own_settings(tmp_path):
+    check_settings(tmp_path, _cfg(tmp_path, "seed=3"), resuming=False)
+    check_settings(tmp_path, _cfg(tmp_path), resuming=False)  # no checkpoint: nothing to keep
+    check_settings(tmp_path, _cfg(tmp_path), resuming=True)
+
+
+def test_vlrollout_train_refuses_to_resume_with_another_lr_before_the_model_loads(
+    tmp_path, capsys, monkeypatch
+):
+    """A folder with a checkpoint and its settings: the rerun with another learning rate stops
+    with exit 2 naming the change (it resumed and mixed both runs in metrics.jsonl)."""
+    import json
+
+    from vlrollout.cli import main
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the actor was built before the settings were checked")
+
+    monkeypatch.setattr("vlrollout.train.session.build_actor", refuse)
+    check_settings(tmp_path, _cfg(tmp_path), resuming=False)
+    step = tmp_path / "checkpoints" / "step_3"
+    step.mkdir(parents=True)
+    (step / "state.json").write_text(json.dumps({"step": 3}))
+    (tmp_path / "checkpoints" / "latest").write_text("step_3")
+    args = ["--config", "examples/train_grounding.yaml", f"vlrollout.output={tmp_path}"]
+    assert main(["train", *args, "actor.optimizer.lr=5e-5"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a run trained with other settings" in err and "5e-05" in err

@@ -1,0 +1,121 @@
+"""The settings that shape a training run's results, kept in its output folder so a rerun that
+resumes it trains on with the same ones.
+
+A rerun of ``vlrollout train`` into a folder with a checkpoint resumes from it; one with another
+learning rate, reward, data, group size or model would carry the run on as something else and
+mix both in ``metrics.jsonl``. :func:`check_settings` refuses it, naming each difference. Settings
+a resume may change (``total_train_steps``, evaluation and logging cadence, progress bars) are not
+kept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from vlrollout.errors import ConfigError
+from vlrollout.files import atomic_write_json, differences
+
+SETTINGS_FILE = "settings.json"
+
+RESULT_SETTINGS = (
+    "seed",
+    "actor.path",
+    "actor.optimizer",
+    "actor.use_lora",
+    "actor.lora_rank",
+    "actor.lora_alpha",
+    "actor.target_modules",
+    "actor.eps_clip",
+    "actor.kl_ctl",
+    "actor.ppo_n_minibatches",
+    "actor.use_decoupled_loss",
+    "actor.reward_scaling",
+    "actor.reward_bias",
+    "gconfig",
+    "rollout.max_head_offpolicyness",
+    "train_dataset.path",
+    "train_dataset.batch_size",
+    "valid_dataset.path",
+    "vlrollout.task",
+    "vlrollout.train_items",
+    "vlrollout.data_seed",
+    "vlrollout.reward",
+    "vlrollout.ground_metric",
+    "vlrollout.data_format",
+    "vlrollout.data_map",
+    "vlrollout.images_root",
+    "vlrollout.prompt",
+    "vlrollout.freeze_vision_tower",
+    "vlrollout.freeze_projector",
+    "vlrollout.dynamic_sampling",
+    "vlrollout.dynamic_sampling_rounds",
+    "vlrollout.video_fps",
+    "vlrollout.video_max_frames",
+    "vlrollout.video_min_pixels",
+    "vlrollout.video_max_pixels",
+)
+"""Dotted config keys whose values shape what the run trains and reports."""
+
+
+def _value(cfg: Any, dotted: str) -> Any:
+    value = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: getattr(value, k) for k in value.__dataclass_fields__ if not k.startswith("_")}
+    return value
+
+
+def _leaves(key: str, value: Any, out: dict[str, Any]) -> None:
+    """``value`` under ``key`` as JSON keeps it, a mapping flattened into dotted keys."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not str(k).startswith("_"):
+                _leaves(f"{key}.{k}", v, out)
+    elif isinstance(value, (set, frozenset)):
+        out[key] = sorted(str(v) for v in value)
+    elif isinstance(value, (list, tuple)):
+        out[key] = [v if isinstance(v, (str, int, float, bool)) else str(v) for v in value]
+    elif isinstance(value, (str, int, float, bool)) or value is None:
+        out[key] = value
+    else:
+        out[key] = str(value)
+
+
+def run_settings(cfg: Any) -> dict[str, Any]:
+    """The :data:`RESULT_SETTINGS` of ``cfg``, by dotted key down to each leaf."""
+    out: dict[str, Any] = {}
+    for key in RESULT_SETTINGS:
+        _leaves(key, _value(cfg, key), out)
+    return out
+
+
+def check_settings(out: Path, cfg: Any, resuming: bool) -> None:
+    """Refuse to resume the run in ``out`` with other settings; record this run's settings.
+
+    Raises:
+        ConfigError: ``resuming`` and the recorded settings differ, naming each difference.
+    """
+    path = out / SETTINGS_FILE
+    new = run_settings(cfg)
+    if resuming and path.is_file():
+        try:
+            old = json.loads(path.read_text()).get("settings", {})
+        except (OSError, ValueError, AttributeError):  # unreadable: nothing to hold the run to
+            old = new
+        changed = differences(old, new)
+        if changed:
+            raise ConfigError(
+                f"vlrollout.output {out} holds a run trained with other settings "
+                f"({'; '.join(changed)}): rerun with them to resume it, or use another "
+                "vlrollout.output (or delete that folder) to start a new run"
+            )
+    atomic_write_json(path, {"settings": new})
