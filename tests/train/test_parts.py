@@ -173,3 +173,23 @@ def test_setting_warnings_are_logged_once_by_rank_zero(monkeypatch):
     assert lines == []
     session.prepare_rollout_config(cfg, Ranks(0, 2))
     assert len(lines) == 1 and "dynamic_sampling_scale=true has no effect" in lines[0]
+
+
+def test_a_text_only_item_among_image_items_is_skipped_naming_it(monkeypatch):
+    """AReaL joins a step's trajectories into one batch whose keys must agree, and a text-only
+    episode has no images: among image items it would end the run mid-way, so it is skipped at
+    load with its reason. A training set of text-only items keeps them all."""
+    from vlrollout.train import data
+
+    warned: list[str] = []
+    monkeypatch.setattr(data.logger, "warning", lambda msg, *args: warned.append(msg % args))
+    image = {"id": "i", "messages": "<image>How many?", "images": ["a.png"], "answer": "2"}
+    inline = {
+        "id": "j",
+        "messages": [{"role": "user", "content": [{"type": "image", "image": "b.png"}]}],
+    }
+    text = {"id": "t", "messages": "How many legs has a cat?", "answer": "4"}
+    kept = data.trainable_items("d.jsonl", [image, text, inline])
+    assert [item["id"] for item in kept] == ["i", "j"]
+    assert len(warned) == 1 and warned[0].startswith("d.jsonl t skipped: text_only")
+    assert data.trainable_items("d.jsonl", [text, dict(text, id="u")]) == [text, dict(text, id="u")]

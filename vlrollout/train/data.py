@@ -15,6 +15,8 @@ import random
 from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.eval.tasks import get_task
 from vlrollout.logs import get_logger
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.messages import normalize_media
 from vlrollout.tiny.synthetic import generate_items
 from vlrollout.train.config import TrainConfig, TrainSection
 
@@ -34,9 +36,8 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
     """
     vl = cfg.vlrollout
     if cfg.train_dataset.path:
-        train = readable_items(
-            cfg.train_dataset.path, read_file(cfg.train_dataset.path, vl, vl.prompt)
-        )
+        path = cfg.train_dataset.path
+        train = trainable_items(path, readable_items(path, read_file(path, vl, vl.prompt)))
     else:
         train = generate_items(vl.task, vl.train_items, vl.data_seed)
     path = cfg.valid_dataset.path if cfg.valid_dataset is not None else ""
@@ -74,6 +75,35 @@ def readable_items(path: str, items: list[dict]) -> list[dict]:
         if LOAD_ERROR in item:
             logger.warning("%s %s skipped: %s", path, item["id"], item[LOAD_ERROR])
     return [item for item in items if LOAD_ERROR not in item]
+
+
+def trainable_items(path: str, items: list[dict]) -> list[dict]:
+    """``items`` less the text-only ones when others carry images or videos, each skipped with a
+    warning: AReaL joins a step's trajectories into one batch whose keys must agree, and a
+    text-only episode carries no ``multi_modal_input`` (a run reaching one would stop mid-way).
+    A set of text-only items is kept whole."""
+    with_media = [_has_media(item) for item in items]
+    if not any(with_media) or all(with_media):
+        return items
+    for item, media in zip(items, with_media, strict=True):
+        if not media:
+            logger.warning(
+                "%s %s skipped: text_only: the training items carry images or videos and this "
+                "one none (a step's trajectories share one batch)",
+                path,
+                item["id"],
+            )
+    return [item for item, media in zip(items, with_media, strict=True) if media]
+
+
+def _has_media(item: dict) -> bool:
+    try:
+        found = normalize_media(
+            item.get("messages") or "", item.get("images"), item.get("videos"), "item"
+        )
+    except PreprocessError:  # a bad item: its episodes are rejected with the reason
+        return True
+    return bool(found.images or found.videos)
 
 
 def batch_items(items: list[dict], step: int, batch_size: int, seed: int) -> list[dict]:
