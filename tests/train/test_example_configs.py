@@ -106,6 +106,18 @@ def test_group_size_one_is_refused(tmp_path):
             ["--config", "examples/train_grounding.yaml", "actor.optimizer.lr=-1e-4"],
             "actor.optimizer.lr must be a finite number >= 0 (0: the control run), got -0.0001",
         ),
+        (  # AReaL's keys that vlrollout train does not read were accepted and ignored
+            ["--config", "examples/train_grounding.yaml", "+train_dataset.shuffle=false"],
+            "train_dataset.shuffle=false is not read",
+        ),
+        (
+            ["--config", "examples/train_grounding.yaml", "+train_dataset.max_length=5"],
+            "train_dataset.max_length=5 is not read",
+        ),
+        (
+            ["--config", "examples/train_grounding.yaml", "+train_dataset.drop_last=false"],
+            "train_dataset.drop_last=false is not read",
+        ),
         (  # was NaN losses and grad norms at every step, exit 0: the actor divides by it
             ["--config", "examples/train_grounding.yaml", "gconfig.temperature=0"],
             "gconfig.temperature must be a finite number > 0 (GRPO samples its groups), got 0",

@@ -375,11 +375,34 @@ def check_run_length(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"actor.optimizer.lr must be a finite number >= 0 (0: the control run), got {lr}"
         )
+    check_unread_dataset_keys(cfg)
     temperature = cfg.gconfig.temperature
     if not 0 < temperature < math.inf:  # the actor divides the logits by it (NaN fails too)
         raise ConfigError(
             "gconfig.temperature must be a finite number > 0 (GRPO samples its groups), got "
             f"{temperature:g}"
+        )
+
+
+def check_unread_dataset_keys(cfg: TrainConfig) -> None:
+    """Refuse AReaL's data keys that ``vlrollout train`` does not read when a config sets them
+    away from what it does anyway: every epoch is a seeded shuffle of the training items in
+    whole batches (:func:`vlrollout.train.data.batch_items`), and no item is filtered by length."""
+    data = cfg.train_dataset
+    unread = []
+    if not data.shuffle:
+        unread.append("train_dataset.shuffle=false")
+    if not data.drop_last:
+        unread.append("train_dataset.drop_last=false")
+    for section in ("train_dataset", "valid_dataset"):
+        length = getattr(getattr(cfg, section, None), "max_length", None)
+        if length is not None:
+            unread.append(f"{section}.max_length={length}")
+    if unread:
+        raise ConfigError(
+            f"{', '.join(unread)} is not read by vlrollout train: each epoch is a seeded shuffle "
+            "of the training items in whole batches, and no item is filtered by length; remove "
+            "the key"
         )
 
 
