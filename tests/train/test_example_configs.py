@@ -184,3 +184,27 @@ def test_an_unknown_reward_is_one_line_and_exit_2_before_the_model_loads(tmp_pat
     err = capsys.readouterr().err
     assert "vlrollout.reward 'nonexistent_reward': unknown reward" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+@pytest.mark.parametrize("model", ["/nowhere/model", "./nowhere/model", "../nowhere/model"])
+def test_a_model_path_that_is_a_path_and_does_not_exist_is_one_line(tmp_path, model):
+    """A path (absolute, or starting with ./ or ../) is no hub id: one line naming it, not
+    transformers' 'Repo id must be in the form' after the run has started."""
+    from vlrollout.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"actor.path {model} does not exist"):
+        load_config(
+            "examples/train_count.yaml", [f"vlrollout.output={tmp_path}/o", f"actor.path={model}"]
+        )
+
+
+def test_an_output_that_is_a_file_is_one_line_and_exit_2(tmp_path, capsys):
+    from vlrollout.cli import main
+
+    a_file = tmp_path / "outfile"
+    a_file.write_text("")
+    args = ["--config", "examples/train_grounding.yaml", f"vlrollout.output={a_file}"]
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot create {a_file}/areal: Not a directory" in err and "vlrollout.output" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2

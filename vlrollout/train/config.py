@@ -446,6 +446,11 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
         cfg, _ = load_expr_config(["--config", path, *(overrides or [])], TrainConfig)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise _explain_override(e, path) from e
+    except OSError as e:  # AReaL creates its name_resolve folder under cluster.fileroot
+        raise ConfigError(
+            f"cannot create {e.filename}: {e.strerror} (the run's files go under "
+            "vlrollout.output and cluster.fileroot, which must be folders you can write to)"
+        ) from None
     check_gconfig(cfg.gconfig)
     if stats_logger_problem(cfg.stats_logger):
         raise ConfigError(stats_logger_problem(cfg.stats_logger))
@@ -465,10 +470,13 @@ def _model_path_problem(model: str, config: Path) -> str | None:
     directory but is one beside the config (the examples name the repository's assets, relative
     to its root). Without this, transformers takes the path for a hub id and ends, after its
     retries, in a network error that names neither the path nor the folder it was looked for in.
-    A path found nowhere near the config may be a hub id: ``None``, as for any path that exists."""
+    A path found nowhere near the config may be a hub id: ``None``, as for any path that exists;
+    an absolute path or one starting with ``./`` or ``../`` that does not exist is a problem."""
     relative = Path(model)
-    if relative.is_absolute() or relative.exists():
+    if relative.exists():
         return None
+    if relative.is_absolute() or model.startswith(("./", "../")):  # a path, never a hub id
+        return f"actor.path {model} does not exist; pass the folder of a saved model"
     folder = config.resolve().parent
     for base in (folder, folder.parent):
         if (base / relative).is_dir():

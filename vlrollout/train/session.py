@@ -26,9 +26,10 @@ from areal.utils.data import tensor_container_to
 
 from vlrollout.compat.areal import training_device
 from vlrollout.datasets import LOAD_ERROR
-from vlrollout.errors import ConfigError
+from vlrollout.errors import ConfigError, OutputFolderError
 from vlrollout.eval.predict import EnginePredictor
 from vlrollout.eval.tasks import get_task
+from vlrollout.files import check_writable_folder
 from vlrollout.jsonl import read_jsonl, write_jsonl
 from vlrollout.logs import get_logger
 from vlrollout.rewards.caller import start_reward_workers
@@ -131,7 +132,10 @@ def start_session(cfg: TrainConfig) -> Session:
     ranks = Ranks.from_env()
     check_rules(cfg, ranks.world)
     out = Path(vl.output)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        check_writable_folder(out)
+    except OutputFolderError as e:
+        raise ConfigError(f"vlrollout.output {out}: {str(e).split(': ', 1)[-1]}") from None
     check_settings(out, cfg, resuming=checkpoint.latest(out) is not None)
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
