@@ -1,7 +1,8 @@
 """Box rewards named by a recipe (``vlrollout run --reward iou``, ``vlrollout.reward=giou``) read
 boxes as the model's family writes them: the convention ``vlrollout eval`` reads them in
-(:data:`vlrollout.eval.metrics.boxes.BOX_FORMATS`; a family without one of its own writes
-lmms-eval's 0-1 corners), never Qwen2.5-VL's by default."""
+(:data:`vlrollout.eval.metrics.boxes.BOX_FORMATS`), never Qwen2.5-VL's by default. A family
+without a convention of its own is refused: evaluation reads lmms-eval's guess for it, a reward
+must not train on one."""
 
 from __future__ import annotations
 
@@ -33,9 +34,17 @@ def box_reward_options(reward: str, model: str | None) -> dict[str, Any]:
     family; ``{}`` for any other reward (or no model).
 
     Raises:
-        ValueError: ``reward`` reads boxes and ``model``'s family cannot be read.
+        ValueError: ``reward`` reads boxes and ``model``'s family cannot be read or has no box
+            convention of its own.
     """
     if reward not in BOX_REWARDS or model is None:
         return {}
-    fmt = box_format(model_family_name(model))
+    family = model_family_name(model)
+    fmt = box_format(family)
+    if fmt.of_original:  # evaluation reads lmms-eval's guess; a training reward must not guess
+        raise ValueError(
+            f"the model's family {family} writes no box convention of its own; name a reward "
+            "built with the convention your model writes (an import path to a "
+            "GroundingReward(family=..., plain_frame=...))"
+        )
     return {"family": fmt.parser, "plain_frame": fmt.plain_frame}

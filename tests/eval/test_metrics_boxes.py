@@ -209,3 +209,17 @@ def test_family_box_formats():
         box_format("plain:pixels")
     reading = read_box("<answer>[1, 2, 3, 4]</answer> [5, 6, 7, 8]", "plain:original", RESIZED)
     assert reading.box == (1, 2, 3, 4) and reading.num_boxes == 1
+
+
+def test_a_family_without_a_box_format_is_read_as_lmms_eval_reads_it_over_the_original():
+    """lmms-eval's refcoco_bbox_rec compares 0-1 corners with the label divided by the original
+    image's size, whatever crop or padding the model's processor applied (LLaVA-1.5 crops the
+    centre, LLaVA-OneVision pads)."""
+    from vlrollout.geometry import ImageGeometry
+
+    cropped = ImageGeometry.resized(640, 480, 448, 336).then(
+        ImageGeometry.cropped(448, 336, (56, 0, 392, 336))
+    )
+    for family in ("llava", "llava_onevision", "gemma3"):
+        reading = read_box("[0.0, 0.0, 0.5, 1.0]", family, cropped.to_dict())
+        assert reading.box == pytest.approx((0.0, 0.0, 320.0, 480.0)), family

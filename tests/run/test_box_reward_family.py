@@ -37,3 +37,14 @@ def test_run_and_train_score_a_qwen3_vl_box_as_qwen3_vl_writes_it(name):
 
 def test_a_qwen2_vl_model_keeps_its_own_boxes():
     assert load_reward("iou", [], model=QWEN2).family == "qwen2_vl"
+
+
+def test_a_family_without_a_box_convention_is_refused_naming_it(tmp_path):
+    """Gemma 3 writes no box convention of its own: a box reward by name would guess one, so the
+    run stops before loading, naming the family and what to pass instead."""
+    from vlrollout.errors import ConfigError
+    from vlrollout.testing.tiny_families import save_tiny_vlm
+
+    model = str(save_tiny_vlm("gemma3", tmp_path / "gemma3"))
+    with pytest.raises(ConfigError, match="family gemma3 writes no box convention of its own"):
+        load_reward("iou", [], model=model)

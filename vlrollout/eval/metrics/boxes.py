@@ -117,11 +117,12 @@ class BoxFormat:
 
     parser: str
     plain_frame: Frame = Frame.NORM1
+    of_original: bool = False  # normalised over the original image, not the model frame
 
 
 _QWEN3 = BoxFormat("qwen3_vl")
 _GLM = BoxFormat("plain", Frame.NORM1000)
-_LMMS_EVAL = BoxFormat("plain", Frame.NORM1)
+_LMMS_EVAL = BoxFormat("plain", Frame.NORM1, of_original=True)
 BOX_FORMATS: dict[str, BoxFormat] = {
     "qwen2_vl": BoxFormat("qwen2_vl"),
     "qwen2_5_vl": BoxFormat("qwen2_5_vl"),
@@ -141,7 +142,9 @@ sources of :mod:`vlrollout.rewards.box_parsing`. Qwen3-VL-MoE and Qwen3.5 are re
 (JSON ``bbox_2d`` in 0-1000; Qwen3.5 is assumed to keep Qwen3-VL's convention); GLM-4.1V/4.6V
 write ``[x1, y1, x2, y2]`` in 0-1000 between ``<|begin_of_box|>`` tokens (GLM-4.5V model card).
 Families without a grounding format of their own (LLaVA, Gemma 3, Idefics3, SmolVLM, Mistral 3,
-LFM2-VL, ...) are read as lmms-eval's prompt asks: the first ``[x1, y1, x2, y2]`` as 0-1 corners."""
+LFM2-VL, ...) are read as lmms-eval's prompt asks and its scorer reads: the first
+``[x1, y1, x2, y2]`` as 0-1 corners of the original image, whatever crop or padding the model's
+processor applied."""
 
 
 def box_format(family: str) -> BoxFormat:
@@ -152,8 +155,8 @@ def box_format(family: str) -> BoxFormat:
     ``plain:<frame>`` for ``[x1, y1, x2, y2]`` lists in ``original``, ``model``, ``norm1000`` or
     ``norm1``.
 
-    >>> box_format("plain:norm1000"), box_format("llava").plain_frame.value
-    (BoxFormat(parser='plain', plain_frame=<Frame.NORM1000: 'norm1000'>), 'norm1')
+    >>> box_format("plain:norm1000").plain_frame.value, box_format("llava").of_original
+    ('norm1000', True)
     """
     key = family.lower().replace("-", "_").replace(".", "_")
     if key in BOX_FORMATS:
@@ -239,7 +242,11 @@ def read_box(text: str, family: str, geometry: Mapping[str, Any] | Any) -> BoxRe
     problem = box_problem(written)
     if problem is not None:
         return BoxReading(None, problem, written, parsed.frame, n)  # type: ignore[arg-type]
-    box = convert_boxes([written], parsed.frame, Frame.ORIGINAL, geometry)[0]
+    if fmt.of_original:  # lmms-eval's reading: 0-1 corners of the original image
+        width, height = original_size(geometry)
+        box = (written[0] * width, written[1] * height, written[2] * width, written[3] * height)
+    else:
+        box = convert_boxes([written], parsed.frame, Frame.ORIGINAL, geometry)[0]
     return BoxReading(box, None, written, parsed.frame, n)  # type: ignore[arg-type]
 
 
