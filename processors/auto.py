@@ -338,7 +338,7 @@ class AutoProcessorPreprocessor:
             call = self.processor  # per-video metadata: nothing to reuse between calls
         try:
             return dict(call(**kwargs))
-        except ValueError as e:
+        except (ValueError, RuntimeError) as e:  # RuntimeError: torch's resize of an odd image
             detail = str(e)
             if videos and "pixel_values_videos" in detail:
                 counts = [v.clip.num_frames for v in videos]

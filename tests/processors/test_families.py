@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vlrollout.processors import AutoProcessorPreprocessor
+from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError
 from vlrollout.processors.families import GENERIC, adapter_for
 
 FAMILIES = [
@@ -342,3 +342,20 @@ def test_an_image_three_pixels_tall_keeps_its_orientation(offline, family):
     item = {"messages": "<image>x", "images": [Image.new("RGB", (100, 3), "red")]}
     geometry = pre.prepare(item).geometry[0]
     assert geometry.model_width > geometry.model_height, geometry
+
+
+def test_an_image_the_fast_processor_cannot_resize_is_a_processor_error(tmp_path):
+    """Mistral 3's fast image processor resizes a 500x3 image to 0 pixels tall and torch raises
+    RuntimeError: the item is refused as processor_error naming it (the server answers 400),
+    not a workflow error with a traceback."""
+    from transformers import AutoProcessor
+
+    from vlrollout.testing.tiny_families import save_tiny_vlm
+
+    processor = AutoProcessor.from_pretrained(str(save_tiny_vlm("mistral3", tmp_path / "m")))
+    pre = AutoProcessorPreprocessor(processor)
+    item = {"id": "thin", "messages": "<image>?", "images": [Image.new("RGB", (500, 3))]}
+    with pytest.raises(PreprocessError) as e:
+        pre.prepare(item)
+    assert (e.value.item, e.value.reason) == ("item thin", "processor_error")
+    assert "greater than 0" in e.value.detail
