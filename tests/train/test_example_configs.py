@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from PIL import Image
 
 from vlrollout.train.config import check_rules, load_config, rule_warnings
 
@@ -208,3 +209,29 @@ def test_an_output_that_is_a_file_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"cannot create {a_file}/areal: Not a directory" in err and "vlrollout.output" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_a_missing_data_file_names_its_key(tmp_path, capsys):
+    from vlrollout.cli import main
+
+    args = ["--config", "examples/train_grounding.yaml", f"vlrollout.output={tmp_path}/o"]
+    assert main(["train", *args, f"train_dataset.path={tmp_path}/nope.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert f"train_dataset.path {tmp_path}/nope.jsonl does not exist" in err and "--data" not in err
+
+
+def test_a_batch_larger_than_the_training_items_is_refused(tmp_path, capsys):
+    """A step of 8 items drawn from 4 trained 4 a step with no word."""
+    import json
+
+    from vlrollout.cli import main
+
+    Image.new("RGB", (32, 32), "white").save(tmp_path / "a.png")
+    row = {"messages": "<image>How many?", "images": ["a.png"], "answer": "0", "task": "count"}
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({**row, "id": f"r{k}"}) + "\n" for k in range(4)))
+    args = ["--config", "examples/train_count.yaml", f"vlrollout.output={tmp_path}/o"]
+    args += [f"train_dataset.path={data}", "train_dataset.batch_size=8"]
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err
+    assert "train_dataset.batch_size=8 is more than the 4 training items" in err

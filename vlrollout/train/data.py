@@ -11,8 +11,10 @@ items at the same step.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from vlrollout.datasets import LOAD_ERROR, load_items
+from vlrollout.errors import ConfigError
 from vlrollout.eval.tasks import get_task
 from vlrollout.logs import get_logger
 from vlrollout.processors.errors import PreprocessError
@@ -36,16 +38,34 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
     """
     vl = cfg.vlrollout
     if cfg.train_dataset.path:
-        path = cfg.train_dataset.path
+        path = check_exists(cfg.train_dataset.path, "train_dataset.path")
         train = trainable_items(path, readable_items(path, read_file(path, vl, vl.prompt)))
     else:
         train = generate_items(vl.task, vl.train_items, vl.data_seed)
+    batch = cfg.train_dataset.batch_size
+    if len(train) < batch:
+        raise ConfigError(
+            f"train_dataset.batch_size={batch} is more than the {len(train)} training items: a "
+            "step would train fewer than it says; lower the batch size or add items"
+        )
     path = cfg.valid_dataset.path if cfg.valid_dataset is not None else ""
+    if path:
+        check_exists(path, "valid_dataset.path")
     if not path:
         return train, generate_items(vl.task, vl.eval_items, vl.eval_seed)
     if vl.eval_task is None:
         return train, readable_items(path, read_file(path, vl, vl.prompt))
     return train, read_file(path, vl, eval_prompt(vl))
+
+
+def check_exists(path: str, key: str) -> str:
+    """``path``, a data file or folder that exists; else a :class:`ConfigError` naming ``key``."""
+    if not Path(path).exists():
+        where = (
+            "" if Path(path).is_absolute() else f" (relative to the working folder {Path.cwd()})"
+        )
+        raise ConfigError(f"{key} {path} does not exist{where}; set it to a data file")
+    return path
 
 
 def eval_prompt(vl: TrainSection) -> str | None:
