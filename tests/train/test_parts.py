@@ -193,3 +193,15 @@ def test_a_text_only_item_among_image_items_is_skipped_naming_it(monkeypatch):
     assert [item["id"] for item in kept] == ["i", "j"]
     assert len(warned) == 1 and warned[0].startswith("d.jsonl t skipped: text_only")
     assert data.trainable_items("d.jsonl", [text, dict(text, id="u")]) == [text, dict(text, id="u")]
+
+
+def test_a_steps_rejections_are_counted_by_reason():
+    """metrics.jsonl says why a step's episodes were rejected, not only how many."""
+    from vlrollout.train.ranks import Ranks
+
+    ranks = Ranks(rank=0, world=1)
+    outcome = {"rejected": 3, "rejected_by_reason": {"image_not_found": 2, "reward_error": 1}}
+    assert ranks.by_reason(outcome["rejected_by_reason"], "rejected") == {
+        "rejected/image_not_found": 2,
+        "rejected/reward_error": 1,
+    }

@@ -83,6 +83,15 @@ class Ranks:
         dist.all_gather_object(parts, values)
         return [v for part in parts for v in (part or [])]
 
+    def by_reason(self, counts: dict[str, int], prefix: str) -> dict[str, int]:
+        """``counts`` (reasons to numbers, each rank its own reasons) summed over ranks, as
+        ``{"<prefix>/<reason>": n}`` in reason order."""
+        summed: dict[str, int] = {}
+        for part in self.gather([counts]):
+            for reason, n in part.items():
+                summed[reason] = summed.get(reason, 0) + int(n)
+        return {f"{prefix}/{reason}": summed[reason] for reason in sorted(summed)}
+
     def total(self, counts: dict[str, int]) -> dict[str, int]:
         """``counts`` summed over ranks, key by key (every rank passes the same keys)."""
         if self.world == 1:

@@ -63,6 +63,7 @@ def train_step(s: Session, step: int) -> dict[str, Any]:
         "step": step + 1,
         **rollout_stats(whole, t_generated),
         "rejected": ranks.total({"rejected": outcome["rejected"]})["rejected"],
+        **ranks.by_reason(outcome.get("rejected_by_reason", {}), "rejected"),
         **dynamic,
         **stale,
         **drift,
