@@ -322,7 +322,7 @@ class AutoProcessorPreprocessor:
         if self.has_vision:
             kwargs.update(self.processor_kwargs)
             hint = channels_last_kwargs(self.processor.image_processor, [im.image for im in images])
-            if hint and not videos:
+            if hint:
                 kwargs["images_kwargs"] = {**hint, **kwargs.get("images_kwargs", {})}
         else:  # a bare tokenizer: the chat template already placed any BOS
             kwargs.update({"add_special_tokens": False, **self.processor_kwargs})

@@ -359,3 +359,16 @@ def test_an_image_the_fast_processor_cannot_resize_is_a_processor_error(tmp_path
         pre.prepare(item)
     assert (e.value.item, e.value.reason) == ("item thin", "processor_error")
     assert "greater than 0" in e.value.detail
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+def test_an_image_three_pixels_tall_beside_a_video_keeps_its_orientation(offline, family):
+    pre = AutoProcessorPreprocessor(offline(family))
+    frames = [Image.new("RGB", (56, 56), "red")] * 4
+    item = {
+        "messages": "<video><image>x",
+        "images": [Image.new("RGB", (300, 3))],
+        "videos": [frames],
+    }
+    geometry = pre.prepare(item).geometry[0]
+    assert geometry.model_width > geometry.model_height, geometry
