@@ -356,3 +356,29 @@ def test_a_body_that_cannot_be_decoded_as_its_content_encoding_is_400(sglang_ser
     )
     assert r.status_code == 400, r.text
     assert "Content-Encoding" in r.json()["error"]["message"]
+
+
+def test_an_image_the_processor_cannot_resize_is_400_on_both_protocols(tmp_path):
+    """Mistral 3's fast image processor resizes a 500x3 image to nothing and torch raises
+    RuntimeError: a client error (400), which an OpenAI client does not retry, not a 500."""
+    import torch
+
+    from vlrollout.engine import LocalInferenceEngine
+    from vlrollout.testing.tiny_families import save_tiny_vlm
+
+    model = save_tiny_vlm("mistral3", tmp_path / "mistral3")
+    engine = LocalInferenceEngine.from_pretrained(str(model), dtype=torch.float32).initialize()
+    thin = png_base64(image(0, width=500, height=3))
+    try:
+        token = engine.processor.image_token_id
+        with serving("sglang", engine) as (server, _):
+            body = {"input_ids": [1, token, 2], "image_data": [thin]}
+            r = _post(server, "/generate", body)
+            assert r.status_code == 400 and "processor_error" in r.text, r.text
+        with serving("vllm", engine) as (server, _):
+            part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{thin}"}}
+            messages = [{"role": "user", "content": [part, {"type": "text", "text": "Hi"}]}]
+            r = _post(server, "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
+            assert r.status_code == 400 and "processor_error" in r.text, r.text
+    finally:
+        engine.destroy()

@@ -181,8 +181,8 @@ class ServerState:
             ip = processor.image_processor
             images = [[im.image for im in loaded]]
             out = ip(images=images, return_tensors="pt", **channels_last_kwargs(ip, images[0]))
-        except ValueError as e:  # an image the processor refuses (an extreme aspect ratio)
-            raise BadRequest(f"{where}: processor_error: {e}") from None
+        except (ValueError, RuntimeError) as e:  # refused (an extreme aspect ratio), or
+            raise BadRequest(f"{where}: processor_error: {e}") from None  # resized to nothing
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
 
     def prepare(self, item: dict[str, Any], where: str) -> Any:
