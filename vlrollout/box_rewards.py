@@ -8,25 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import AutoConfig
-
 from vlrollout.eval.metrics.boxes import box_format
-from vlrollout.families import UnsupportedModelError, family_of
+from vlrollout.families import family_name_at
 
 BOX_REWARDS = frozenset({"iou", "giou", "acc@iou", "box_f1", "mean_iou"})
 """Built-in rewards that parse a completion's boxes in a family's convention."""
-
-
-def model_family_name(model: str) -> str:
-    """The :mod:`vlrollout.families` name of the model in folder ``model`` (from its config).
-
-    Raises:
-        ValueError: the config cannot be read or names no supported family (the reason).
-    """
-    try:
-        return family_of(AutoConfig.from_pretrained(model, local_files_only=True)).name
-    except (OSError, ValueError, UnsupportedModelError) as e:
-        raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
 
 def box_reward_options(reward: str, model: str | None) -> dict[str, Any]:
@@ -39,7 +25,7 @@ def box_reward_options(reward: str, model: str | None) -> dict[str, Any]:
     """
     if reward not in BOX_REWARDS or model is None:
         return {}
-    family = model_family_name(model)
+    family = family_name_at(model)
     fmt = box_format(family)
     if fmt.of_original:  # evaluation reads lmms-eval's guess; a training reward must not guess
         raise ValueError(

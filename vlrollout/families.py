@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+from transformers import AutoConfig
 
 IMAGE_TOKEN_ATTRS = ("image_token_id", "image_token_index")
 """Config attributes naming the image placeholder token, in the order families use them."""
@@ -197,3 +198,19 @@ def rope_grids(
             aligned, dtype=seconds.dtype, device=seconds.device
         )
     return out
+
+
+def family_name_at(path: str) -> str:
+    """The family name of the model in folder ``path``, from its config (local files only): how
+    its boxes are read and its prompts built.
+
+    Raises:
+        ValueError: the config cannot be read, or names no supported family (the reason).
+    """
+    try:
+        return family_of(AutoConfig.from_pretrained(path, local_files_only=True)).name
+    except (OSError, ValueError, UnsupportedModelError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(
+            f"{path}: cannot read the model family from its config ({reason})"
+        ) from None

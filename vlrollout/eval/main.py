@@ -24,7 +24,6 @@ from urllib.parse import urlsplit
 
 import openai
 from areal.api.cli_args import GenerationHyperparameters
-from transformers import AutoConfig
 
 from vlrollout.argtypes import whole_number
 from vlrollout.datasets import load_items
@@ -48,7 +47,7 @@ from vlrollout.eval.results import (
 )
 from vlrollout.eval.runner import EvalResult, aevaluate_items, pending_items, prepare_output
 from vlrollout.eval.tasks import EvalTask, get_task
-from vlrollout.families import UnsupportedModelError, family_of
+from vlrollout.families import family_name_at
 from vlrollout.ledger import NothingAccepted
 from vlrollout.readers import parse_mapping
 
@@ -229,13 +228,9 @@ def check_server(address: str, protocol: str, model: str) -> None:
 def model_family(model: str) -> str:
     """The :mod:`vlrollout.families` name of the model in folder ``model`` (from its config)."""
     try:
-        config = AutoConfig.from_pretrained(model, local_files_only=True)
-        return family_of(config).name
-    except (OSError, ValueError, UnsupportedModelError) as e:
-        raise ConfigError(
-            f"--model {model}: cannot read the model family from its config.json "
-            f"({str(e).splitlines()[0]}); the family decides how boxes are read"
-        ) from None
+        return family_name_at(model)
+    except ValueError as e:
+        raise ConfigError(f"--model {e}; the family decides how boxes are read") from None
 
 
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:

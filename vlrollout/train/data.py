@@ -42,12 +42,6 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
         train = trainable_items(path, readable_items(path, read_file(path, vl, vl.prompt)))
     else:
         train = generate_items(vl.task, vl.train_items, vl.data_seed)
-    batch = cfg.train_dataset.batch_size
-    if len(train) < batch:
-        raise ConfigError(
-            f"train_dataset.batch_size={batch} is more than the {len(train)} training items: a "
-            "step would train fewer than it says; lower the batch size or add items"
-        )
     path = cfg.valid_dataset.path if cfg.valid_dataset is not None else ""
     if path:
         check_exists(path, "valid_dataset.path")
@@ -56,6 +50,20 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
     if vl.eval_task is None:
         return train, readable_items(path, read_file(path, vl, vl.prompt))
     return train, read_file(path, vl, eval_prompt(vl))
+
+
+def check_batch_fits(cfg: TrainConfig, train: list[dict]) -> None:
+    """Refuse a batch larger than the training items: each step would train fewer than it says.
+
+    Raises:
+        ConfigError: naming both numbers.
+    """
+    batch = cfg.train_dataset.batch_size
+    if len(train) < batch:
+        raise ConfigError(
+            f"train_dataset.batch_size={batch} is more than the {len(train)} training items: a "
+            "step would train fewer than it says; lower the batch size or add items"
+        )
 
 
 def check_exists(path: str, key: str) -> str:

@@ -25,14 +25,12 @@ from typing import Any
 from vlrollout.eval.predict import EnginePredictor
 from vlrollout.eval.runner import EvalResult, evaluate_items
 from vlrollout.eval.tasks import EvalTask
-from vlrollout.families import family_of
 from vlrollout.jsonl import append_jsonl
 from vlrollout.ledger import NothingAccepted
 from vlrollout.logs import get_logger
 from vlrollout.processors.image_loading import load_image
 from vlrollout.train import samples
 from vlrollout.train.loggers import TrainLoggers
-from vlrollout.train.support import config_at
 
 logger = get_logger(__name__)
 
@@ -114,16 +112,6 @@ TASK_KEY = "eval_task"
 """The ``eval.jsonl`` field naming the task of an evaluation scored by :func:`evaluate_task`."""
 PRIMARY_KEY = "eval_primary"
 """The ``eval.jsonl`` field naming the metric ``eval/mean`` holds (the task's primary metric)."""
-
-
-def model_family(path: str) -> str:
-    """The :mod:`vlrollout.families` name of the model at ``path`` (how its boxes are read)."""
-    config = config_at(path)
-    if config is None:
-        raise ValueError(
-            f"{path}: no readable config.json; the model family decides how boxes are read"
-        )
-    return family_of(config).name
 
 
 def held_out_concurrency(kind: str, deterministic: bool, items: int) -> int:

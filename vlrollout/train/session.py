@@ -29,6 +29,7 @@ from vlrollout.datasets import LOAD_ERROR
 from vlrollout.errors import ConfigError, OutputFolderError
 from vlrollout.eval.predict import EnginePredictor
 from vlrollout.eval.tasks import get_task
+from vlrollout.families import family_name_at
 from vlrollout.files import check_writable_folder
 from vlrollout.jsonl import read_jsonl, write_jsonl
 from vlrollout.logs import get_logger
@@ -38,13 +39,12 @@ from vlrollout.train.actor import build_actor
 from vlrollout.train.asynchronous import AsyncRollouts, keep_all
 from vlrollout.train.checkpoint import Checkpoint
 from vlrollout.train.config import TrainConfig, check_rules, rule_warnings
-from vlrollout.train.data import load_data
+from vlrollout.train.data import check_batch_fits, load_data
 from vlrollout.train.evaluation import (
     EVAL_FILE,
     HeldOut,
     TaskEvaluation,
     held_out_concurrency,
-    model_family,
 )
 from vlrollout.train.loggers import TrainLoggers
 from vlrollout.train.lora import check_resume, load_adapter
@@ -139,6 +139,7 @@ def start_session(cfg: TrainConfig) -> Session:
     check_settings(out, cfg, resuming=checkpoint.latest(out) is not None)
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
+    check_batch_fits(cfg, train_items)
     readable = [item for item in eval_items if LOAD_ERROR not in item]  # eval_task keeps the rest
     try:
         reward, eval_reward = build_rewards(
@@ -318,7 +319,7 @@ def build_workflows(
         concurrency = held_out_concurrency(
             vl.engine.kind, bool(vl.engine.deterministic), len(eval_items)
         )
-        family = vl.eval_box_format or model_family(cfg.actor.path)
+        family = vl.eval_box_format or family_name_at(cfg.actor.path)
         task = TaskEvaluation(get_task(vl.eval_task), predictor, family, concurrency)
     held_out = HeldOut(
         engine=engine,
