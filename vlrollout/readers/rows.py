@@ -24,8 +24,10 @@ SUFFIXES = (".jsonl", ".parquet", ".json", ".p", ".pkl", ".pickle")
 """Suffixes of data files a reader takes (a folder is read as a ``save_to_disk`` dataset)."""
 
 
-def check_data_path(path: str | Path) -> Path:
+def check_data_path(path: str | Path, setting: str | None = None) -> Path:
     """``path`` as a ``Path`` if it is an existing data file of a known suffix, or a folder.
+    ``setting``: the config key that named it (``train_dataset.path``), for a recipe without
+    ``--data``.
 
     Raises:
         DataFileError: naming the path and what to pass instead.
@@ -33,6 +35,8 @@ def check_data_path(path: str | Path) -> Path:
     path = Path(path)
     if not path.exists():
         where = "" if path.is_absolute() else f" (relative to the working folder {Path.cwd()})"
+        if setting is not None:
+            raise DataFileError(f"{setting} {path} does not exist{where}; set it to a data file")
         raise DataFileError(f"data file {path} does not exist{where}; pass --data FILE.jsonl")
     if path.is_dir():
         return path

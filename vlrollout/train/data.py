@@ -11,7 +11,6 @@ items at the same step.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.errors import ConfigError
@@ -19,6 +18,7 @@ from vlrollout.eval.tasks import get_task
 from vlrollout.logs import get_logger
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.messages import normalize_media
+from vlrollout.readers.rows import check_data_path
 from vlrollout.tiny.synthetic import generate_items
 from vlrollout.train.config import TrainConfig, TrainSection
 
@@ -38,13 +38,14 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
     """
     vl = cfg.vlrollout
     if cfg.train_dataset.path:
-        path = check_exists(cfg.train_dataset.path, "train_dataset.path")
+        path = cfg.train_dataset.path
+        check_data_path(path, "train_dataset.path")
         train = trainable_items(path, readable_items(path, read_file(path, vl, vl.prompt)))
     else:
         train = generate_items(vl.task, vl.train_items, vl.data_seed)
     path = cfg.valid_dataset.path if cfg.valid_dataset is not None else ""
     if path:
-        check_exists(path, "valid_dataset.path")
+        check_data_path(path, "valid_dataset.path")
     if not path:
         return train, generate_items(vl.task, vl.eval_items, vl.eval_seed)
     if vl.eval_task is None:
@@ -64,16 +65,6 @@ def check_batch_fits(cfg: TrainConfig, train: list[dict]) -> None:
             f"train_dataset.batch_size={batch} is more than the {len(train)} training items: a "
             "step would train fewer than it says; lower the batch size or add items"
         )
-
-
-def check_exists(path: str, key: str) -> str:
-    """``path``, a data file or folder that exists; else a :class:`ConfigError` naming ``key``."""
-    if not Path(path).exists():
-        where = (
-            "" if Path(path).is_absolute() else f" (relative to the working folder {Path.cwd()})"
-        )
-        raise ConfigError(f"{key} {path} does not exist{where}; set it to a data file")
-    return path
 
 
 def eval_prompt(vl: TrainSection) -> str | None:
@@ -113,15 +104,18 @@ def trainable_items(path: str, items: list[dict]) -> list[dict]:
     with_media = [_has_media(item) for item in items]
     if not any(with_media) or all(with_media):
         return items
+    kept = []
     for item, media in zip(items, with_media, strict=True):
-        if not media:
+        if media:
+            kept.append(item)
+        else:
             logger.warning(
                 "%s %s skipped: text_only: the training items carry images or videos and this "
                 "one none (a step's trajectories share one batch)",
                 path,
                 item["id"],
             )
-    return [item for item, media in zip(items, with_media, strict=True) if media]
+    return kept
 
 
 def _has_media(item: dict) -> bool:
