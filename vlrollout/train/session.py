@@ -131,22 +131,12 @@ def start_session(cfg: TrainConfig) -> Session:
     vl = cfg.vlrollout
     ranks = Ranks.from_env()
     check_rules(cfg, ranks.world)
-    out = Path(vl.output)
-    try:
-        check_writable_folder(out)
-    except OutputFolderError as e:
-        raise ConfigError(f"vlrollout.output {out}: {str(e).split(': ', 1)[-1]}") from None
-    check_settings(out, cfg, resuming=checkpoint.latest(out) is not None)
+    out = output_folder(cfg)
     torch.manual_seed(cfg.seed)
     train_items, eval_items = load_data(cfg)
     check_batch_fits(cfg, train_items)
     readable = [item for item in eval_items if LOAD_ERROR not in item]  # eval_task keeps the rest
-    try:
-        reward, eval_reward = build_rewards(
-            vl.reward, vl.ground_metric, train_items, readable, cfg.actor.path
-        )
-    except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
-        raise ConfigError(f"vlrollout.reward {vl.reward!r}: {str(e).splitlines()[0]}") from None
+    reward, eval_reward = run_rewards(cfg, train_items, readable)
     start_reward_workers(reward)  # forked while the process holds no model (RewardPool.start)
     bs = cfg.train_dataset.batch_size
     ft_spec = FinetuneSpec(
@@ -253,6 +243,36 @@ def prepare_rollout_config(cfg: TrainConfig, ranks: Ranks) -> None:
     if vl.dynamic_sampling:
         batch_size = cfg.train_dataset.batch_size
         dynamic_sampling.admit_top_up_rounds(cfg.rollout, batch_size, vl.dynamic_sampling_rounds)
+
+
+def output_folder(cfg: TrainConfig) -> Path:
+    """The run's output folder, created and writable, holding this run's settings (a folder
+    with a checkpoint must hold the same ones: :func:`~vlrollout.train.settings.check_settings`).
+
+    Raises:
+        ConfigError: the folder cannot be written, or it holds a run with other settings.
+    """
+    out = Path(cfg.vlrollout.output)
+    try:
+        check_writable_folder(out)
+    except OutputFolderError as e:
+        raise ConfigError(f"vlrollout.output {out}: {str(e).split(': ', 1)[-1]}") from None
+    check_settings(out, cfg, resuming=checkpoint.latest(out) is not None)
+    return out
+
+
+def run_rewards(cfg: TrainConfig, train: list[dict], held_out: list[dict]) -> tuple[Any, Any]:
+    """``(training reward, evaluation reward)`` of ``vlrollout.reward`` (:func:`build_rewards`).
+
+    Raises:
+        ConfigError: the reward cannot be built (unknown name, import path that does not
+            resolve, a box reward on a family without a convention), in one line.
+    """
+    vl = cfg.vlrollout
+    try:
+        return build_rewards(vl.reward, vl.ground_metric, train, held_out, cfg.actor.path)
+    except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
+        raise ConfigError(f"vlrollout.reward {vl.reward!r}: {str(e).splitlines()[0]}") from None
 
 
 def resume_point(cfg: TrainConfig, out: Path, ranks: Ranks) -> Checkpoint | None:
