@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from vlrollout.argtypes import whole_number
 from vlrollout.logs import debugging, log_run_to
@@ -91,4 +93,39 @@ def launch(nproc: int, args: Sequence[str]) -> int:
     cmd += ["--nproc_per_node", str(nproc), "-m", "vlrollout.cli", "train", *args]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    return subprocess.run(cmd, env=env).returncode
+    return supervise(cmd, env)
+
+
+def supervise(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Run ``cmd`` (torchrun) and wait for it; its exit status.
+
+    torchrun runs in a session of its own, as its workers do, so a terminal's Ctrl-C reaches
+    this process only. The first SIGINT or SIGTERM here becomes one SIGTERM to torchrun, which
+    passes it to its workers (SIGTERM, as a worker started in the background ignores SIGINT) and
+    exits once they have stopped; later signals are not passed on, as a second one would cut
+    torchrun's shutdown short and leave workers training. Once torchrun has exited, the signal
+    is raised here again, so the command stops as any command stopped by it (130 or 143).
+    """
+    child = subprocess.Popen(cmd, env=env, start_new_session=True)
+    received: list[int] = []
+
+    def pass_on(signum: int, frame: Any) -> None:
+        if not received:
+            child.send_signal(signal.SIGTERM)
+            print(
+                f"vlrollout train: {signal.Signals(signum).name}: stopping the training processes",
+                file=sys.stderr,
+                flush=True,
+            )
+        received.append(signum)
+
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, pass_on) for signum in stops}
+    try:
+        status = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        signal.raise_signal(received[0])
+    return status
