@@ -12,7 +12,7 @@ import requests
 from tests.engine.conftest import make_image as image
 from tests.engine.conftest import to_base64 as png_base64
 from tests.processors.images import bomb_png
-from tests.serve.conftest import ASSET, serving, vision_prompt
+from tests.serve.conftest import ASSET, ROOT, serving, vision_prompt
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_PIXELS, load_image
 from vlrollout.serve.errors import BadRequest
@@ -382,3 +382,46 @@ def test_an_image_the_processor_cannot_resize_is_400_on_both_protocols(tmp_path)
             assert r.status_code == 400 and "processor_error" in r.text, r.text
     finally:
         engine.destroy()
+
+
+def test_chat_content_parts_never_make_the_server_read_its_own_files(
+    vllm_server, prompts, tmp_path
+):
+    """Only OpenAI's part types reach the processor: the item forms that name a file
+    (``{"type": "image", "image": PATH}``, ``{"image": PATH}``, a video path) would make the
+    server read, and probe, its own disk for a client."""
+    server, _ = vllm_server
+    png = tmp_path / "server_side.png"
+    png.write_bytes(base64.b64decode(prompts["img"]))
+    clip = ROOT / "assets" / "samples" / "videos" / "temporal-2-0.mp4"
+    parts = [
+        {"type": "image", "image": str(png)},
+        {"image": str(png)},
+        {"type": "image", "image": f"file://{png}"},
+        {"type": "video", "video": str(clip)},
+        {"type": "image"},
+        {"text": "no type"},
+        "a bare string",
+    ]
+    for part, reason in [
+        *((p, "image_url") for p in parts),
+        ({"type": "text"}, "text as a string"),
+    ]:
+        body = {"messages": [{"role": "user", "content": [part]}], "max_tokens": 2}
+        r = _post(server, "/v1/chat/completions", body)
+        assert r.status_code == 400, (part, r.text)
+        message = r.json()["error"]["message"]
+        assert "messages[0].content[0]" in message and reason in message, (part, message)
+    _still_serves(
+        server,
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+    )
+
+
+def test_deeply_nested_json_is_a_400(sglang_server):
+    server, _ = sglang_server
+    body = ('{"input_ids": ' + "[" * 5000 + "]" * 5000 + "}").encode()
+    r = _post(server, "/generate", body)
+    assert r.status_code == 400, r.text
+    assert "nested too deeply" in r.json()["error"]["message"]

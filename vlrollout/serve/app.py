@@ -55,6 +55,8 @@ async def _read_json(request: web.Request) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRequest(f"{request.path}: malformed JSON body: {e}") from None
+    except RecursionError:
+        raise BadRequest(f"{request.path}: the JSON body is nested too deeply") from None
 
 
 def _json_route(fn: Route) -> Callable[[web.Request], Awaitable[web.Response]]:

@@ -231,7 +231,9 @@ def _split_media(
     """Messages with ``{"type": "image"}`` / ``{"type": "video"}`` parts, and the decoded bytes
     of each ``image_url`` / ``video_url`` (each at most ``max_bytes``), by item field
     (``images``, ``videos``). URLs must be inline (base64 or ``data:``), as for images: the
-    server reads neither its own files nor the network for a client."""
+    server reads neither its own files nor the network for a client. A content list holds
+    OpenAI's part objects only (:data:`CLIENT_PARTS`): the item forms that name a file
+    (``{"type": "image", "image": PATH}``) are refused, so the processor never sees a path."""
     if not isinstance(messages, list) or not messages:
         raise BadRequest(f"{where}: messages must be a non-empty list")
     out: list[dict[str, Any]] = []
@@ -243,19 +245,42 @@ def _split_media(
         if isinstance(content, list):
             parts = []
             for p, part in enumerate(content):
-                kind = part.get("type") if isinstance(part, dict) else None
+                label = f"{where}: messages[{m}].content[{p}]"
+                kind = _client_part_kind(part, label)
                 if kind in MEDIA_PARTS:
                     placeholder, item_field = MEDIA_PARTS[kind]
                     url = part.get(kind)
                     url = url.get("url") if isinstance(url, dict) else url
-                    label = f"{where}: messages[{m}].content[{p}]"
                     media[item_field].append(encoded_image(url, label, max_bytes, what=kind))
                     parts.append({"type": placeholder})
                 else:
-                    parts.append(part)
+                    parts.append({"type": "text", "text": part["text"]})
             message = {**message, "content": parts}
         out.append(message)
     return out, media
+
+
+CLIENT_PARTS = ("text", "image_url", "video_url")
+"""The content part types a chat request may hold."""
+
+
+def _client_part_kind(part: Any, label: str) -> str:
+    """The type of one content part of a request, which must be one of :data:`CLIENT_PARTS`
+    (a text part with its ``text`` string)."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind not in CLIENT_PARTS:
+        raise BadRequest(
+            f"{label}: a content part must be an object of type {', '.join(CLIENT_PARTS)}, got "
+            f"{_shown(part)}; images and videos go inline, as image_url / video_url data URLs"
+        )
+    if kind == "text" and not isinstance(part.get("text"), str):
+        raise BadRequest(f"{label}: a text part needs its text as a string, got {_shown(part)}")
+    return kind
+
+
+def _shown(part: Any, limit: int = 120) -> str:
+    text = repr(part)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | web.StreamResponse:
