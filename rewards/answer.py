@@ -26,7 +26,7 @@ import threading
 from typing import Any
 
 from .result import Reward, RewardResult, require_field
-from .text_extract import answer_region, last_boxed
+from .text_extract import answer_region, last_boxed, without_reasoning
 
 _UNITS = "zero one two three four five six seven eight nine".split()
 _TEENS = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
@@ -398,7 +398,7 @@ class MathReward(Reward):
         gold = _parse_math(last_boxed(raw) or raw, timeout, trusted=True)
         if not gold:
             raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not parseable math")
-        boxed = last_boxed(str(completions))
+        boxed = last_boxed(without_reasoning(str(completions)))
         if boxed is None:
             if self.require_boxed:
                 return RewardResult(0.0, "no_boxed")

@@ -165,7 +165,7 @@ class CaptionReward(Reward):
         corpus: CiderD | Iterable[Sequence[str]] | None = None,
         *,
         tokenizer: Tokenizer = ptb_tokenize,
-        use_answer_tag: bool = False,
+        use_answer_tag: bool = True,
     ) -> None:
         if metric not in CAPTION_METRICS:
             raise ValueError(f"metric must be one of {CAPTION_METRICS}, got {metric!r}")

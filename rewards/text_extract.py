@@ -56,13 +56,41 @@ def extract_tag(text: str, tag: str = "answer") -> str | None:
 
 
 def answer_region(text: str, use_answer_tag: bool) -> str:
-    """The ``<answer>`` content when ``use_answer_tag`` and a block exists, else the whole text."""
-    text = str(text)
+    """What a reward reads in a completion: its text outside the reasoning
+    (:func:`without_reasoning`), then, with ``use_answer_tag``, the content of the last
+    ``<answer>`` block there when one exists.
+
+    >>> answer_region("<think>maybe 3</think><answer>4</answer>", True)
+    '4'
+    """
+    text = without_reasoning(str(text))
     if use_answer_tag:
         inner = extract_tag(text, "answer")
         if inner is not None:
             return inner
     return text
+
+
+def without_reasoning(text: str) -> str:
+    """``text`` without a thinking model's reasoning, where drafts (a first box, a rejected
+    choice) are written: each ``<think>...</think>`` block, the text before a first
+    ``</think>`` that no ``<think>`` opens (chat templates that open the block in the prompt),
+    and an unclosed ``<think>`` to the end (a completion cut off while thinking has no answer).
+
+    >>> without_reasoning("draft</think> 4"), without_reasoning("<think>draft")
+    (' 4', '')
+    """
+    first_close, first_open = text.find("</think>"), text.find("<think>")
+    if first_close >= 0 and (first_open < 0 or first_close < first_open):
+        text = text[first_close + len("</think>") :]
+    kept, pos = [], 0
+    for start, end in tag_blocks(text, "<think>", "</think>"):
+        kept.append(text[pos : start - len("<think>")])
+        pos = end + len("</think>")
+    rest = text[pos:]
+    unclosed = rest.find("<think>")
+    kept.append(rest if unclosed < 0 else rest[:unclosed])
+    return "".join(kept)
 
 
 def last_boxed(text: str) -> str | None:

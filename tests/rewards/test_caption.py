@@ -209,11 +209,11 @@ def test_caption_reward_values_and_reasons():
     assert b1 == pytest.approx(math.exp(1 - 6 / 3))  # all unigrams match; BP exp(1 - 6/3)
 
 
-def test_caption_reward_reads_answer_tag_when_asked():
-    reward = CaptionReward("bleu1", use_answer_tag=True)
+def test_caption_reward_reads_answer_tag_unless_told_not_to():
     text = "<think>hmm</think><answer>two men play ball</answer>"
-    assert reward("p", text, [], [], captions=CORPUS[2]) == pytest.approx(1.0)
-    assert CaptionReward("bleu1")("p", text, [], [], captions=CORPUS[2]) < 0.9
+    assert CaptionReward("bleu1")("p", text, [], [], captions=CORPUS[2]) == pytest.approx(1.0)
+    untagged = CaptionReward("bleu1", use_answer_tag=False)
+    assert untagged("p", text, [], [], captions=CORPUS[2]) < 0.9
 
 
 def test_caption_reward_configuration_errors():

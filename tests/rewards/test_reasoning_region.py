@@ -1,0 +1,69 @@
+"""Rewards score a thinking model's answer, never its reasoning.
+
+A completion's ``<think>`` block holds drafts (a first box, a rejected choice, a caption being
+worded); only the text after it is the answer. Qwen3-style chat templates open the block in the
+prompt, so a completion may hold only its closing tag; a completion cut off while thinking has
+no answer at all.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vlrollout.rewards import PlainReward
+from vlrollout.rewards.text_extract import answer_region
+
+GEOMETRY = [{"original_width": 168, "original_height": 126, "model_width": 168, "model_height": 126}]
+
+
+@pytest.mark.parametrize(
+    ("text", "tagged", "region"),
+    [
+        ("<think>maybe 3</think> 4", False, "4"),
+        ("maybe 3</think>4", False, "4"),  # the template opened the block
+        ("<think>maybe 3, or", False, ""),  # cut off while thinking
+        ("<think>a</think>b<think>c</think>d", False, "bd"),
+        ("<think><answer>3</answer></think><answer>4</answer>", True, "4"),
+        ("<think>draft <answer>3</answer></think> 4", True, "4"),
+        ("no reasoning 5", True, "no reasoning 5"),
+    ],
+)
+def test_the_region_a_reward_reads_leaves_the_reasoning_out(text, tagged, region):
+    assert answer_region(text, tagged).strip() == region
+
+
+def test_a_box_drafted_while_thinking_is_not_the_answer():
+    completion = "<think>Maybe (0,0),(100,100)</think> (310,95),(470,310)"
+    score, reason = PlainReward("giou", family="qwen2_vl").score(
+        completion, boxes=[52, 12, 79, 39], geometry=GEOMETRY
+    )
+    assert score > 0.9 and reason is None
+
+
+def test_a_choice_rejected_while_thinking_is_not_the_answer():
+    score, _ = PlainReward("choice").score(
+        "<think>(A)?</think>B", answer="B", choices=["cat", "dog", "bird", "fish"]
+    )
+    assert score == 1.0
+
+
+def test_a_caption_scores_its_answer_without_the_tags():
+    corpus = [["a dog runs fast"], ["a cat sleeps here"]]
+    bare, _ = PlainReward("cider_d", corpus=corpus).score("a dog runs fast", captions=corpus[0])
+    tagged, _ = PlainReward("cider_d", corpus=corpus).score(
+        "<think>hmm</think><answer>a dog runs fast</answer>", captions=corpus[0]
+    )
+    assert tagged == pytest.approx(bare)
+
+
+def test_a_completion_cut_off_while_thinking_has_no_answer():
+    score, reason = PlainReward("count").score("<think>I see 3 circles, or", answer="3")
+    assert score == 0.0 and reason is not None
+
+
+def test_a_boxed_draft_while_thinking_is_not_the_answer():
+    completion = r"<think>is it \boxed{4}? no</think> The answer is 3."
+    score, _ = PlainReward("math").score(completion, answer="4")
+    assert score == 0.0
+    score, _ = PlainReward("math").score(completion, answer="3")
+    assert score == 1.0
