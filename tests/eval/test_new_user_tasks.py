@@ -41,8 +41,8 @@ def test_answers_as_tables_store_them_are_scored_not_refused():
     reads as; a non-integral count (`2.5`) is still refused."""
     vqa, count, mc = get_task("vqa"), get_task("count"), get_task("mc")
     base = {"id": "x", "question": "How many?", "images": ["i.jpg"]}
-    # Three human answers, all "2": each left out leaves two matches, min(1, 2/3).
-    for answer, right in ((2, 1.0), ([2, 2, "2"], 2 / 3)):
+    # Three accepted answers, all "2": exact match against any of them.
+    for answer, right in ((2, 1.0), ([2, 2, "2"], 1.0)):
         item = {**base, "answer": answer}
         assert vqa.check_item(item) is None, answer
         assert vqa.score(item, "2", [], "qwen2_vl").values["exact_match"] == right

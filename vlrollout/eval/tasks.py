@@ -353,9 +353,9 @@ class ChoiceTask(_TaskBase):
 
 
 class VqaTask(_TaskBase):
-    """Short answers: VQA accuracy against the human answers (a list, VQA's 10) or exact match
-    against one, both after the official normalisation (:mod:`vlrollout.eval.metrics.answers`).
-    Items: ``answer``, ``question`` or ``messages``."""
+    """Short answers: VQA accuracy against VQA's ten human answers, else exact match against any
+    answer given (one, or a list of accepted answers), both after the official normalisation
+    (:mod:`vlrollout.eval.metrics.answers`). Items: ``answer``, ``question`` or ``messages``."""
 
     name = "vqa"
 

@@ -102,21 +102,32 @@ def normalize_answer(text: str) -> str:
     return process_digit_article(process_punctuation(text))
 
 
+VQA_ANNOTATORS = 10
+"""The human answers per question of VQA's annotation (VQAv2, VizWiz, TextVQA, OK-VQA): a list
+of this many is scored with VQA's leave-one-out accuracy."""
+
+
 def vqa_accuracy(prediction: str, answers: str | Sequence[str]) -> float:
-    """VQA accuracy of ``prediction`` against the human ``answers`` (exact match for one string).
+    """VQA accuracy of ``prediction`` against the human ``answers``.
+
+    A list of VQA's ten (:data:`VQA_ANNOTATORS`) is scored with VQA's rule; one string, or a
+    list of another length (the accepted answers of DocVQA or ChartQA), is exact match against
+    any of them: the leave-one-out rule cannot reach 1 with fewer than four equal answers.
 
     >>> # leaving out one of the three "2": 2 of 9 match (2/3); one of the seven "3": 3 match (1)
     >>> round(vqa_accuracy("two", ["2"] * 3 + ["3"] * 7), 6)  # (3 * 2/3 + 7 * 1) / 10
     0.9
-    >>> vqa_accuracy("Yes.", "yes")
-    1.0
+    >>> vqa_accuracy("Yes.", "yes"), vqa_accuracy("yes", ["yes"])
+    (1.0, 1.0)
     """
     pred = normalize_answer(prediction)
     if isinstance(answers, str):
-        return float(pred == normalize_answer(answers))
+        answers = [answers]
     gold = [normalize_answer(a) for a in answers]
     if not gold:
         raise ValueError("VQA accuracy needs at least one human answer")
+    if len(gold) != VQA_ANNOTATORS:
+        return float(pred in gold)
     accs = []
     for i in range(len(gold)):
         matches = sum(1 for j, g in enumerate(gold) if j != i and g == pred)
