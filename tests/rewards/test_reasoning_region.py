@@ -13,7 +13,9 @@ import pytest
 from vlrollout.rewards import PlainReward
 from vlrollout.rewards.text_extract import answer_region
 
-GEOMETRY = [{"original_width": 168, "original_height": 126, "model_width": 168, "model_height": 126}]
+GEOMETRY = [
+    {"original_width": 168, "original_height": 126, "model_width": 168, "model_height": 126}
+]
 
 
 @pytest.mark.parametrize(
