@@ -186,3 +186,44 @@ def test_a_dataset_dict_of_several_splits_prefixes_every_id_by_its_split(tmp_pat
     # One split: its own ids are kept (nothing to collide with).
     datasets.DatasetDict({"test": good}).save_to_disk(str(tmp_path / "one"))
     assert [i["id"] for i in load_items(tmp_path / "one")] == ["7-0", "7-1", "8-0"]
+
+
+def test_image_columns_that_are_not_read_refuse_the_row(tmp_path):
+    """MMMU and BLINK keep images in image_1 ... image_7, MathVista in decoded_image: read as
+    other columns they would leave the model blind while the item is scored."""
+    picture = {"bytes": png((9, 9)), "path": None}
+    data = _parquet(
+        tmp_path / "val-00000-of-00001.parquet",
+        {
+            "id": ["a", "b"],
+            "question": ["Which?", "Which?"],
+            "image_1": [picture, picture],
+            "image_2": [None, picture],
+            "answer": ["A", "B"],
+        },
+        {"image_1": IMAGE, "image_2": IMAGE},
+    )
+    with pytest.raises(DataFileError, match=r"field image_1: holds images that are not read"):
+        load_items(data)
+    with pytest.raises(DataFileError, match=r"--map images=image_1"):
+        load_items(data)
+    mapped = load_items(data, mapping={"images": "image_1"})
+    assert LOAD_ERROR not in mapped[0] and "image_2" in mapped[1][LOAD_ERROR]["detail"]
+
+
+@pytest.mark.parametrize("empty", [[], None])
+def test_a_row_whose_images_are_empty_or_null_is_missing_its_image(tmp_path, empty):
+    data = _parquet(
+        tmp_path / "d.parquet",
+        {
+            "id": ["a", "b"],
+            "question": ["What colour?", "What colour?"],
+            "images": [[{"bytes": png((9, 9)), "path": None}], empty],
+            "answer": ["red", "red"],
+        },
+        {"images": pa.list_(IMAGE)},
+    )
+    items = load_items(data)
+    assert LOAD_ERROR not in items[0]
+    assert items[1][LOAD_ERROR]["reason"] == "missing_field", items[1]
+    assert "field images" in items[1][LOAD_ERROR]["detail"]

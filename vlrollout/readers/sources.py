@@ -136,6 +136,7 @@ LOAD_REASONS = (
     "bad_row",
     "image_not_found",
     "placeholder_mismatch",
+    "media_field_unsupported",
 )
 """Every reason a placeholder carries; all of them block the item in ``vlrollout run``."""
 

@@ -134,6 +134,31 @@ def apply_mapping(row: dict[str, Any], mapping: Mapping[str, str]) -> dict[str, 
     return out
 
 
+def _is_image_struct(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("bytes"), (bytes, bytearray))
+
+
+def check_unread_images(row: dict[str, Any]) -> None:
+    """Refuse a row holding images in a column other than ``images`` (MMMU's and BLINK's
+    ``image_1`` ... ``image_7``, MathVista's ``decoded_image``): read as task data, they would
+    leave the model blind while the item is scored.
+
+    Raises:
+        RowError: ``media_field_unsupported`` naming the column and the mapping that reads it.
+    """
+    for column, value in row.items():
+        if column == "images":
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if values and any(_is_image_struct(v) for v in values):
+            raise RowError(
+                "media_field_unsupported",
+                column,
+                f"holds images that are not read (only the images or image column is); "
+                f"read it with --map images={column}, one image column per row",
+            )
+
+
 def _is_caption_row(row: dict[str, Any]) -> bool:
     answer, question = row.get("answer"), row.get("question")
     captions = isinstance(answer, list) and answer and all(isinstance(a, str) for a in answer)
@@ -153,10 +178,10 @@ def table_items(
         row = apply_mapping(row, mapping)
     row = dict(row)
     if "images" in row:
-        if row["images"]:
-            row["images"] = image_sources(row["images"], base, "images")
+        row["images"] = image_sources(row["images"], base, "images")
     elif "image" in row:
         row["images"] = image_sources(row.pop("image"), base, "image")
+    check_unread_images(row)
     if "bbox" in row and isinstance(row.get("answer"), list) and "expression" not in row:
         return _refcoco_items(row, default_id)
     if "captions" not in row and _is_caption_row(row):

@@ -44,14 +44,18 @@ ROLES = ("user", "assistant", "system", "tool")
 #: Media fields an item may hold; any other :data:`MEDIA_FIELDS` entry is refused.
 READ_MEDIA = ("images", "videos")
 #: Problems that make ``vlrollout run`` reject the item before any episode runs.
-BLOCKING = (
-    "bad_message",
-    "bad_images",
-    "bad_videos",
-    "media_field_unsupported",
-    "placeholder_mismatch",
-    "reserved_field",
-    *(reason for reason in LOAD_REASONS if reason != "placeholder_mismatch"),
+BLOCKING = tuple(
+    dict.fromkeys(
+        (
+            "bad_message",
+            "bad_images",
+            "bad_videos",
+            "media_field_unsupported",
+            "placeholder_mismatch",
+            "reserved_field",
+            *LOAD_REASONS,
+        )
+    )
 )
 
 
