@@ -145,3 +145,25 @@ def test_aggregate_is_over_the_scores_it_is_given():
 def test_refcoco_needs_the_image_geometry():
     with pytest.raises(ValueError, match="item r: no image geometry"):
         get_task("refcoco").score(REFCOCO_OK, "[0.1, 0.1, 0.5, 0.5]", [], "llava")
+
+
+def test_a_digit_string_answer_is_a_choice_index_unless_it_is_also_another_choices_text():
+    """AI2D stores its 0-based answer index as a string ("2" is C); a digit string that is also
+    the text of another choice could be either, and is refused rather than guessed."""
+    mc = get_task("mc")
+    item = {"id": "a", "question": "?", "images": ["i.png"]}
+    words = {**item, "choices": ["cat", "dog", "bird", "fish"], "answer": "2"}
+    assert mc.check_item(words) is None
+    assert mc.score(words, "C", [], "qwen2_vl").values["exact_match"] == 1.0
+    zero = {**words, "answer": "0"}
+    assert mc.check_item(zero) is None
+    assert mc.score(zero, "A", [], "qwen2_vl").values["exact_match"] == 1.0
+    numbers = {**item, "choices": ["4", "5", "3", "2"], "answer": "2"}
+    problem = mc.check_item(numbers)
+    assert problem is not None and "both" in problem and "letter" in problem
+    same = {**item, "choices": ["0", "1", "2"], "answer": "1"}  # index 1 is the text "1"
+    assert mc.check_item(same) is None
+    assert mc.score(same, "B", [], "qwen2_vl").values["exact_match"] == 1.0
+    beyond = {**numbers, "answer": "5"}  # no index 5: the text of B
+    assert mc.check_item(beyond) is None
+    assert mc.score(beyond, "B", [], "qwen2_vl").values["exact_match"] == 1.0

@@ -315,6 +315,8 @@ class ChoiceTask(_TaskBase):
                     "answer naming it could not be told apart; fix the item"
                 )
             first[choice] = k
+        if clash := self._index_text_clash(item):
+            return clash
         if self._gold(item) is None:
             return (
                 f"field 'answer' = {item.get('answer')!r} is not a choice: a letter A-"
@@ -324,7 +326,11 @@ class ChoiceTask(_TaskBase):
 
     @staticmethod
     def _gold(item: dict[str, Any]) -> str | None:
+        """The gold letter: ``answer`` as a letter, a 0-based index (an int, or a digit string
+        as AI2D stores it), else a choice's text."""
         raw, choices = item.get("answer"), list(item["choices"])
+        if isinstance(raw, str) and raw.strip().isdigit():
+            raw = int(raw) if int(raw) < len(choices) else raw
         if isinstance(raw, int) and not isinstance(raw, bool):
             return chr(ord("A") + raw) if 0 <= raw < len(choices) else None
         if not isinstance(raw, str):
@@ -332,11 +338,31 @@ class ChoiceTask(_TaskBase):
         letter = raw.strip().strip("().").upper()
         if len(letter) == 1 and 0 <= ord(letter) - ord("A") < len(choices):
             return letter
+        return ChoiceTask._text_letter(raw, choices)
+
+    @staticmethod
+    def _text_letter(raw: str, choices: list[Any]) -> str | None:
         if raw in choices:
             return chr(ord("A") + choices.index(raw))
         text = normalize_answer(raw)
         same = [i for i, c in enumerate(choices) if text and normalize_answer(str(c)) == text]
         return chr(ord("A") + same[0]) if len(same) == 1 else None
+
+    @staticmethod
+    def _index_text_clash(item: dict[str, Any]) -> str | None:
+        """Why a digit-string ``answer`` cannot name the gold: it is the 0-based index of one
+        choice and the text of another."""
+        raw, choices = item.get("answer"), list(item["choices"])
+        if not (isinstance(raw, str) and raw.strip().isdigit() and int(raw) < len(choices)):
+            return None
+        by_index = chr(ord("A") + int(raw))
+        by_text = ChoiceTask._text_letter(raw, choices)
+        if by_text is None or by_text == by_index:
+            return None
+        return (
+            f"field 'answer' = {raw!r} is both the 0-based index of choice {by_index} and the "
+            f"text of choice {by_text}; give the gold as a letter"
+        )
 
     def score(
         self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
