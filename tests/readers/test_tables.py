@@ -227,3 +227,25 @@ def test_a_row_whose_images_are_empty_or_null_is_missing_its_image(tmp_path, emp
     assert LOAD_ERROR not in items[0]
     assert items[1][LOAD_ERROR]["reason"] == "missing_field", items[1]
     assert "field images" in items[1][LOAD_ERROR]["detail"]
+
+
+def test_our_own_items_with_a_list_answer_are_not_read_as_captions(tmp_path):
+    """Only lmms-lab's COCO-Caption2017 rows become captions: an item of ours (with messages, or
+    a task) keeps its answer list, in parquet as in JSONL."""
+    picture = [{"bytes": png((9, 9)), "path": None}]
+    data = _parquet(
+        tmp_path / "own.parquet",
+        {
+            "id": ["a", "b"],
+            "messages": [[{"role": "user", "content": "<image>Colour?"}], None],
+            "question": [None, "Which caption fits?"],
+            "task": [None, "vqa"],
+            "images": [picture, picture],
+            "answer": [["red", "crimson"], ["the first", "first"]],
+        },
+        {"images": pa.list_(IMAGE)},
+    )
+    items = load_items(data, prompt="{question}")
+    assert [i.get("answer") for i in items] == [["red", "crimson"], ["the first", "first"]]
+    assert all("captions" not in i for i in items)
+    assert items[1]["question"] == "Which caption fits?"

@@ -11,7 +11,8 @@ Each row becomes an item in three steps:
    ``answer`` a list of referring expressions) give one item per expression with ``expression``,
    ``boxes`` ``[[x1, y1, x2, y2]]`` and ``task: "refcoco"``, as lmms-eval's ``refcoco_bbox_rec``
    expands them; COCO-Caption2017 rows (``answer`` a list of captions, ``question`` absent or
-   asking for a caption) give ``captions`` and ``task: "caption"``. Other rows pass through.
+   asking for a caption, no ``messages`` or ``task``) give ``captions`` and ``task: "caption"``.
+   Other rows pass through.
 
 A row is numbered from 1 in its file (``<folder>/<split>`` for a ``DatasetDict``). The split of a
 hub parquet file is read from its name (``val-00000-of-00001.parquet`` -> ``val``).
@@ -160,6 +161,10 @@ def check_unread_images(row: dict[str, Any]) -> None:
 
 
 def _is_caption_row(row: dict[str, Any]) -> bool:
+    """A COCO-Caption2017 row as lmms-lab publishes it: never an item of ours, which has
+    ``messages`` or a ``task``."""
+    if row.get("messages") is not None or row.get("task") is not None:
+        return False
     answer, question = row.get("answer"), row.get("question")
     captions = isinstance(answer, list) and answer and all(isinstance(a, str) for a in answer)
     return bool(captions) and (question is None or "caption" in str(question).lower())
