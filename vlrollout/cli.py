@@ -14,6 +14,7 @@ import sys
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from vlrollout.argtypes import whole_number
@@ -306,7 +307,7 @@ def _validate_read_items(args: argparse.Namespace) -> tuple[int, list[Any]]:
     """``(items, problems)`` of a file in any reader format: every item as ``vlrollout run``
     would get it, checked like a JSONL line (named by its position, from 1)."""
     from vlrollout.readers import parse_mapping, read_all_items
-    from vlrollout.run.items import BadLine, item_problems
+    from vlrollout.run.items import BadLine, media_file_problems
 
     class _BadItem(BadLine):
         def __str__(self) -> str:
@@ -319,10 +320,11 @@ def _validate_read_items(args: argparse.Namespace) -> tuple[int, list[Any]]:
         images_root=args.images_root,
         prompt=args.prompt,
     )
+    base = Path(args.file) if Path(args.file).is_dir() else Path(args.file).parent
     bad = [
         _BadItem(n, str(item.get("id")), reason, detail)
         for n, item in enumerate(items, 1)
-        for reason, detail in item_problems(item)
+        for reason, detail in media_file_problems(item, base)
     ]
     if not items:
         bad.append(_BadItem(0, None, "empty", "the file has no items"))
@@ -334,7 +336,7 @@ def _cmd_validate_data(args: argparse.Namespace) -> int:
     from vlrollout.run.items import validate_data
 
     flags = (args.data_format, args.data_map, args.images_root, args.prompt)
-    if detect_format(args.file) == "jsonl" and not any(flags):
+    if not any(flags) and detect_format(args.file) == "jsonl":
         n, bad = validate_data(args.file)
     else:
         n, bad = _validate_read_items(args)

@@ -71,3 +71,47 @@ def test_run_flags_and_yaml_reach_the_config(tmp_path):
     yaml.write_text("data_map: {images: pics}\nimages_root: /data/coco\n")
     cfg = cli.run_config_from_flags(["--config", str(yaml)])
     assert cfg.data_map == {"images": "pics"} and cfg.images_root == "/data/coco"
+
+
+def test_validate_data_opens_the_images_of_every_format(tmp_path, capsys):
+    """A parquet row's undecodable bytes, and a file a JSONL row names that is not there, are
+    found by validate-data as by run, whatever the format or flags."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.readers.conftest import png
+
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table(
+        {
+            "id": ["good", "garbage"],
+            "question": ["?", "?"],
+            "image": pa.array(
+                [{"bytes": png((8, 8)), "path": None}, {"bytes": b"not an image", "path": None}],
+                type=image,
+            ),
+            "answer": ["a", "b"],
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    assert cli.main(["validate-data", str(tmp_path / "t.parquet"), "--prompt", "{question}"]) == 1
+    out = capsys.readouterr().out
+    assert "garbage" in out and "image_decode" in out and "(id good)" not in out
+    save_image(tmp_path / "a.jpg", (8, 8))
+    lines = [
+        {"id": "here", "images": ["a.jpg"], "question": "?"},
+        {"id": "gone", "images": ["missing.jpg"], "question": "?"},
+    ]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(row) + "\n" for row in lines))
+    assert cli.main(["validate-data", str(tmp_path / "d.jsonl"), "--prompt", "{question}"]) == 1
+    out = capsys.readouterr().out
+    assert "(id gone)" in out and "image_not_found" in out and "(id here)" not in out
+
+
+def test_validate_data_format_flag_is_used_before_the_layout_is_guessed(tmp_path, capsys):
+    rows = [{"id": "1", "images": ["a.jpg"], "messages": [{"role": "user", "content": "?"}]}]
+    path = write_json(tmp_path / "rows.json", rows)
+    assert cli.main(["validate-data", str(path), "--format", "llava"]) == 1
+    captured = capsys.readouterr()
+    assert "no known layout" not in captured.err
+    assert "missing_field" in captured.out and "conversations" in captured.out

@@ -269,6 +269,15 @@ class BadLine:
         return f"line {self.line}{name}: {self.reason}: {self.detail}"
 
 
+def media_file_problems(item: Any, base: Path) -> list[tuple[str, str]]:
+    """:func:`item_problems`, and when there are none, what opening the item's images and
+    videos finds (relative paths against ``base``), as ``vlrollout run`` would."""
+    problems = item_problems(item)
+    if problems or not isinstance(item, dict):
+        return problems
+    return image_file_problems(item, base) + video_file_problems(item, base)
+
+
 def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
     """Check every line of a data file; returns ``(number of items, every problem)``.
 
@@ -281,12 +290,7 @@ def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
     seen: dict[str, int] = {}
     for index, (lineno, item) in enumerate(rows):
         item_id = row_id(item, ("id",), str(index)) if isinstance(item, dict) else None
-        problems = item_problems(item)
-        if not problems and isinstance(item, dict):
-            problems = image_file_problems(item, path.parent) + video_file_problems(
-                item, path.parent
-            )
-        for reason, detail in problems:
+        for reason, detail in media_file_problems(item, path.parent):
             bad.append(BadLine(lineno, item_id, reason, detail))
         if item_id is not None:
             if item_id in seen:
