@@ -212,6 +212,18 @@ def _gold(task_data: dict[str, Any], key: str, who: str) -> Any:
     return require_field(task_data, key, who)
 
 
+def _number_gold(task_data: dict[str, Any], key: str, who: str) -> Any:
+    """The gold of a number or count reward: a finite number, or a string holding at most one
+    number (``"7 cm"``). A bool, NaN (a table's null), infinity or a string of several numbers
+    (``"3 or 4"``, where reading the last would score a right answer 0) is a data error."""
+    raw = _gold(task_data, key, who)
+    if isinstance(raw, bool) or (isinstance(raw, numbers.Real) and not math.isfinite(raw)):
+        raise ValueError(f"task_data[{key!r}]={raw!r} is not a finite number")
+    if isinstance(raw, str) and len(_NUMBER.findall(raw)) > 1:
+        raise ValueError(f"task_data[{key!r}]={raw!r} holds several numbers; give the one answer")
+    return raw
+
+
 class CountReward(Reward):
     """1.0 when the predicted count is within ``tolerance`` of the gold count, else 0.0.
 
@@ -230,8 +242,8 @@ class CountReward(Reward):
         self.name = "count"
 
     def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
-        raw = _gold(task_data, self.answer_key, type(self).__name__)
-        if isinstance(raw, bool) or not isinstance(raw, (str, numbers.Real)):
+        raw = _number_gold(task_data, self.answer_key, type(self).__name__)
+        if not isinstance(raw, (str, numbers.Real)):
             raise ValueError(
                 f"task_data[{self.answer_key!r}]={raw!r} is not a count: give one number or "
                 "number word"
@@ -334,7 +346,7 @@ class NumericReward(Reward):
         self.name = "numeric"
 
     def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
-        raw = _gold(task_data, self.answer_key, type(self).__name__)
+        raw = _number_gold(task_data, self.answer_key, type(self).__name__)
         gold = float(raw) if isinstance(raw, (int, float)) else parse_number(str(raw))
         if gold is None:
             raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not a number")
