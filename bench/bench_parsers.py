@@ -146,7 +146,10 @@ REWARD_CASES: list[Case] = [
     ("PointInBoxReward molmo", _reward(PointInBoxReward(), boxes=[1, 2, 3, 4], **GEO), "<point "),
     (
         "CaptionReward cider_d",
-        _reward(CaptionReward("cider_d", corpus=[["a dog runs"]]), captions=["a dog runs"]),
+        _reward(
+            CaptionReward("cider_d", corpus=[["a dog runs"], ["a cat sleeps"]]),
+            captions=["a dog runs"],
+        ),
         "a dog ",
     ),  # fmt: skip
     ("CaptionReward rouge_l", _reward(CaptionReward("rouge_l"), captions=["a dog runs"]), "a "),
@@ -154,7 +157,9 @@ REWARD_CASES: list[Case] = [
 ]
 _TRL = TRLReward("giou", family="qwen2_5_vl")
 _VERL = VerlReward("giou", family="qwen2_5_vl")
-_EASYR1 = VerlReward("cider_d", items=[{"captions": ["a dog runs"]}]).easyr1
+_EASYR1 = VerlReward(
+    "cider_d", items=[{"captions": ["a dog runs"]}, {"captions": ["a cat sleeps"]}]
+).easyr1
 _PLAIN = PlainReward("giou", family="qwen2_5_vl")
 _LABELS = {"boxes": [1, 2, 3, 4], **GEO}
 #: The adapters other trainers call (``docs/other_trainers.md``), each as its trainer calls it:

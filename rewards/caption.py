@@ -178,6 +178,12 @@ class CaptionReward(Reward):
                 )
             if not isinstance(corpus, CiderD):
                 corpus = CiderD.from_references(corpus)
+            if not corpus.weighs_anything:
+                raise ValueError(
+                    "metric='cider_d' needs a corpus with the references of at least 2 images: "
+                    "CIDEr-D weighs an n-gram by how few images' references hold it, so with one "
+                    "image's references (or copies of one) every caption would score 0"
+                )
         self.metric = metric
         self.cider = corpus if metric == "cider_d" else None
         self.tokenizer = tokenizer

@@ -203,6 +203,12 @@ class CiderD:
         self._df = dfs
         self._idf = [self._log_n - np.log(np.maximum(1.0, df)) for df in dfs]
 
+    @property
+    def weighs_anything(self) -> bool:
+        """Whether some n-gram of the corpus has a weight (idf) above 0: not when the corpus is
+        one image's references, or copies of one, so that every caption scores 0."""
+        return any(bool((idf > 0).any()) for idf in self._idf)
+
     @classmethod
     def from_references(
         cls,

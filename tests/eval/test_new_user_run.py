@@ -20,9 +20,10 @@ def test_run_rejects_a_coco_image_that_is_not_found_under_its_own_reason(tmp_pat
     """COCO captions JSON naming an image no folder holds: the run rejects that item as
     `image_not_found` with the reader's detail (file, row, field), not as an item without messages."""
     (tmp_path / "val2017").mkdir()
-    Image.new("RGB", (56, 56), "red").save(tmp_path / "val2017" / "1.jpg")
-    images = [{"id": k, "file_name": f"{k}.jpg"} for k in (1, 2)]  # 2.jpg does not exist
-    anns = [{"id": 10 + k, "image_id": k, "caption": "a red square"} for k in (1, 2)]
+    for k in (1, 3):  # 2.jpg does not exist
+        Image.new("RGB", (56, 56), "red").save(tmp_path / "val2017" / f"{k}.jpg")
+    images = [{"id": k, "file_name": f"{k}.jpg"} for k in (1, 2, 3)]
+    anns = [{"id": 10 + k, "image_id": k, "caption": f"a red square {k}"} for k in (1, 2, 3)]
     data = tmp_path / "annotations" / "captions_val2017.json"
     data.parent.mkdir()
     data.write_text(json.dumps({"images": images, "annotations": anns}))

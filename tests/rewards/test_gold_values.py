@@ -28,3 +28,17 @@ def test_a_gold_with_one_number_and_words_is_read():
     assert PlainReward("numeric").score("7", answer="7 cm")[0] == 1.0
     assert PlainReward("count").score("three", answer="3 cubes")[0] == 1.0
     assert PlainReward("numeric").score("1,234.5", answer=1234.5)[0] == 1.0
+
+
+@pytest.mark.parametrize(
+    "corpus",
+    [
+        [["a red square on a blue background", "a red square"]],
+        [["a red square"], ["a red square"]],  # copies of one image's references
+    ],
+)
+def test_a_cider_d_corpus_of_one_images_references_is_refused(corpus):
+    """CIDEr-D weighs an n-gram by how few images' references hold it: with one image's
+    references every weight is 0 and every caption would score 0."""
+    with pytest.raises(ValueError, match="references of at least 2 images"):
+        PlainReward("cider_d", corpus=corpus)
