@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vlrollout.rewards import PlainReward
 from vlrollout.rewards.box_scores import (
     _match,
     acc_at,
@@ -154,3 +155,19 @@ def test_centre_closeness_is_normalised_by_the_image_and_blind_to_box_size():
     assert centre_closeness((0, 0, 0, 0), (200, 100, 200, 100), 200, 100) == 0.0
     with pytest.raises(ValueError, match="width and height"):
         centre_closeness(label, label, 0, 100)
+
+
+def test_acc_at_counts_a_tie_as_the_eval_does():
+    """IoU exactly 1/2 that computes a rounding error short (0.49999999999999994) is a hit for
+    the training reward as for `vlrollout eval`'s ACC@0.5."""
+    from vlrollout.eval.metrics.boxes import rec_values
+
+    geometry = [
+        {"original_width": 97, "original_height": 97, "model_width": 97, "model_height": 97}
+    ]
+    score, reason = PlainReward("acc@iou", family="qwen3_vl").score(
+        '{"bbox_2d": [0, 0, 75.0, 1000]}', boxes=[0, 0, 14.55, 97], geometry=geometry
+    )
+    assert reason is None and score == 1.0
+    assert acc_at(0.5 - 1e-12) == 1.0 and acc_at(0.5 - 1e-6) == 0.0
+    assert rec_values([0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.5 - 1e-12])["ACC@0.5"] == 1.0

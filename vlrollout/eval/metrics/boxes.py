@@ -37,6 +37,7 @@ from typing import Any
 
 from vlrollout.geometry import Box, Frame, ImageGeometry, convert_boxes
 from vlrollout.rewards.box_parsing import PARSERS, get_parser
+from vlrollout.rewards.box_scores import TIE
 from vlrollout.rewards.grounding import box_problem
 from vlrollout.rewards.text_extract import answer_region
 
@@ -44,12 +45,9 @@ REC_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
 REC_METRICS = ("IoU", *(f"ACC@{t}" for t in REC_THRESHOLDS), "Center_ACC")
 """The metric names, as lmms-eval reports them (without its ``refcoco_`` prefix)."""
 
-TIE = 1e-9
-"""How far below a bound a value may fall and still count as on it (``ACC@t``: IoU >= t;
-``Center_ACC``: the edges). Boxes divided by the image size leave exact ties a rounding error
-short: on a 100 x 80 image, [10, 20, 25, 60] against [10, 20, 40, 60] has IoU 1/2 but computes as
-0.4999999999999999. lmms-eval compares the floats as they come, so its ACC@0.5 misses such a tie;
-here a tie counts, and no IoU further than ``TIE`` from a threshold is read differently."""
+# TIE (rewards.box_scores): how far below a bound a value may fall and still count as on it
+# (``ACC@t``: IoU >= t; ``Center_ACC``: the edges). lmms-eval compares the floats as they come,
+# so its ACC@0.5 misses an exact tie that computes a rounding error short; here a tie counts.
 
 
 def rec_iou(true: Sequence[float], pred: Sequence[float]) -> float:
