@@ -40,6 +40,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .caller import REWARD_ARGUMENTS, reward_argument_clash
 from .combine import reads_token_ids, reward_name
 from .plain import build_reward, score_one
 
@@ -53,6 +54,10 @@ def labels_from(ground_truth: Any, extra_info: Any = None, label_key: str = "ans
     {'split': 'train', 'boxes': [0, 0, 5, 5]}
     >>> labels_from("3")
     {'answer': '3'}
+
+    ``extra_info`` entries named as a reward argument (``prompt``, ...: context a dataset keeps
+    beside a row) are not labels and are left out; in ``ground_truth`` such a key is a data
+    error, raised as ``ValueError``.
     """
     labels: dict[str, Any]
     if isinstance(ground_truth, Mapping):
@@ -60,8 +65,11 @@ def labels_from(ground_truth: Any, extra_info: Any = None, label_key: str = "ans
     else:
         parsed = _json_object(ground_truth) if isinstance(ground_truth, str) else None
         labels = parsed if parsed is not None else {label_key: ground_truth}
+    if clash := reward_argument_clash(labels):
+        raise ValueError(f"ground_truth: {clash}")
     if isinstance(extra_info, Mapping):
-        labels = {**extra_info, **labels}
+        context = {k: v for k, v in extra_info.items() if k not in REWARD_ARGUMENTS}
+        labels = {**context, **labels}
     return labels
 
 
@@ -109,11 +117,16 @@ class VerlReward:
         self.failure_score = float(failure_score)
         self.reasons: collections.Counter[str] = collections.Counter()
 
-    def score(self, completion: str, labels: Mapping[str, Any]) -> tuple[float, str | None]:
-        """``(value, reason)``; a reward that raises gives ``failure_score`` and
+    def score(
+        self, completion: str, labels: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+    ) -> tuple[float, str | None]:
+        """``(value, reason)``; a reward that raises, or labels that cannot be read (``labels``
+        may be a function giving them), give ``failure_score`` and
         ``"reward_error: <exception>"``."""
         try:
-            value, reason = score_one(self.reward, completion, labels)
+            value, reason = score_one(
+                self.reward, completion, labels() if callable(labels) else labels
+            )
         except Exception as e:  # noqa: BLE001 - returned as the reason, never a silent 0
             value, reason = self.failure_score, f"reward_error: {type(e).__name__}: {e}"
         if reason:
@@ -132,8 +145,9 @@ class VerlReward:
 
         ``manager_kwargs`` (what verl's reward loop adds from its config) are not labels and are
         not passed to the reward."""
-        labels = labels_from(ground_truth, extra_info, self.label_key)
-        value, reason = self.score(solution_str, labels)
+        value, reason = self.score(
+            solution_str, lambda: labels_from(ground_truth, extra_info, self.label_key)
+        )
         return {"score": value, "reason": reason or ""}
 
     def easyr1(self, reward_inputs: Any) -> Any:
@@ -147,8 +161,10 @@ class VerlReward:
         return [self._easyr1_one(x) for x in reward_inputs]
 
     def _easyr1_one(self, reward_input: Mapping[str, Any]) -> dict[str, float]:
-        labels = labels_from(reward_input["ground_truth"], None, self.label_key)
-        value, reason = self.score(reward_input["response"], labels)
+        value, reason = self.score(
+            reward_input["response"],
+            lambda: labels_from(reward_input["ground_truth"], None, self.label_key),
+        )
         return {"overall": value, "failed": 1.0 if reason else 0.0}
 
     def __repr__(self) -> str:

@@ -128,3 +128,14 @@ def test_a_reward_of_token_counts_is_refused_since_verl_passes_only_text(reward)
     with pytest.raises(ValueError, match="token ids.*overlong"):
         VerlReward(reward)
     VerlReward(get_reward("count"))  # rewards of the text are accepted
+
+
+@pytest.mark.parametrize("key", ["prompt", "completions", "prompt_ids", "completion_ids"])
+def test_extra_info_named_as_a_reward_argument_is_context_not_a_label(key):
+    """verl's extra_info carries what a dataset keeps beside a row (its prompt, an index); an
+    entry named as a reward argument cannot be a label and must not zero every sample."""
+    reward = VerlReward("count")
+    out = reward(data_source="d", solution_str="3", ground_truth="3", extra_info={key: "q"})
+    assert out == {"score": 1.0, "reason": ""}
+    clash = reward(data_source="d", solution_str="3", ground_truth={"answer": "3", key: "q"})
+    assert clash["score"] == 0.0 and "reward argument" in clash["reason"]
