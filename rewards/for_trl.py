@@ -14,7 +14,8 @@ the dataset's other columns as task data. Images are read in the right frame: ea
 comes from its ``geometry`` column when the dataset has one (:func:`~vlrollout.processors.
 for_trainers.model_inputs` writes it), else from its images prepared by ``processor``
 (:func:`~vlrollout.processors.for_trainers.image_geometry`). A completion the caller rejects (the
-reward raised or timed out) scores ``None`` and its reason is counted in :attr:`TRLReward.rejected`.
+reward raised or timed out) scores ``None`` and its reason is counted in :attr:`TRLReward.rejected`;
+the first one of each reason is logged with its detail.
 
 The completion text: with ``processor``, decoded from ``completion_ids`` with special tokens kept
 and trailing stop tokens dropped, as our workflows decode it (TRL's ``completions`` drop special
@@ -34,11 +35,14 @@ from typing import Any
 from PIL import Image
 
 from vlrollout.ledger import EpisodeRejected
+from vlrollout.logs import get_logger
 from vlrollout.processors.for_trainers import as_preprocessor, image_geometry
 
 from .caller import RewardCaller
 from .plain import build_reward
 from .text_extract import completion_text
+
+logger = get_logger(__name__)
 
 TRL_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments")
 """What TRL adds to the columns; not task data."""
@@ -158,6 +162,14 @@ class TRLReward:
             task_data = {k: v for k, v in row.items() if k != "image"}
             return await self.caller(prompt, completion, [], ids, task_data, geometry=geometry)
         except EpisodeRejected as e:
+            if not self.rejected[e.reason]:
+                logger.warning(
+                    "%s: a completion scored None (%s: %s); later ones with this reason are "
+                    "counted in .rejected",
+                    self.__name__,
+                    e.reason,
+                    e.detail,
+                )
             self.rejected[e.reason] += 1
             return None
 
@@ -173,7 +185,9 @@ class TRLReward:
             return list(row["geometry"])
         images = row.get("images")
         if images is None and row.get("image") is not None:
-            images = [row["image"]]
+            images = row["image"]
+        if images is not None and not isinstance(images, (list, tuple)):
+            images = [images]  # a column of one image per row
         if not images or self.preprocessor is None:
             return []
         if not all(isinstance(im, Image.Image) for im in images):

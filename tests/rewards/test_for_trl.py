@@ -259,3 +259,26 @@ def test_a_message_without_content_is_empty_text_and_a_short_column_is_named():
     assert reward.rejected == {}
     with pytest.raises(ValueError, match=r"column 'answer' has 1 value\(s\) for 2 completions"):
         reward(["p", "p"], ["3", "3"], [[1], [1]], answer=["3"])
+
+
+def test_an_images_column_of_one_image_per_row_is_read_as_that_image():
+    """TRL datasets built with an `images` column of single images (not lists) are common."""
+    processor = build_qwen2_5_vl()
+    image = Image.new("RGB", (200, 100))
+    reward = TRLReward(GroundingReward("qwen2_5_vl"), processor, name="iou")
+    args = dict(prompts=["Where?"], completions=["(1,1),(5,5)"], completion_ids=[[1]])
+    single = reward(**args, images=[image], boxes=[[20, 10, 100, 50]])
+    listed = reward(**args, images=[[image]], boxes=[[20, 10, 100, 50]])
+    assert single == listed and single[0] is not None
+
+
+def test_the_first_rejection_of_each_reason_is_logged_with_its_detail(monkeypatch):
+    import vlrollout.rewards.for_trl as for_trl
+
+    warnings: list[str] = []
+    monkeypatch.setattr(for_trl.logger, "warning", lambda msg, *a: warnings.append(msg % a))
+    adapter = TRLReward("iou", family="qwen2_5_vl")
+    for _ in range(2):
+        assert adapter(prompts=["p"], completions=["x"], completion_ids=[[1]]) == [None]
+    assert adapter.rejected == {"reward_error": 2}
+    assert len(warnings) == 1 and "reward_error" in warnings[0] and "boxes" in warnings[0]
