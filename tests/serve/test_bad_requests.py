@@ -272,6 +272,19 @@ def test_vllm_bad_requests(vllm_server, prompts):
         ("/v1/completions", {"prompt": [1, 10**9], "max_tokens": 2}, 400, "outside the model"),
         ("/v1/chat/completions", _json(chat(url(img), temperature=math.inf)), 400, "finite"),
         ("/v1/completions", {"max_tokens": 2}, 400, "missing required field(s) ['prompt']"),
+        (
+            "/v1/chat/completions",
+            chat(url(img), max_tokens=100_000),
+            400,
+            "maximum context length is 512 tokens",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": [1, 2], "max_tokens": 511},
+            400,
+            "you requested 513 tokens (2 in the prompt, 511 in the completion)",
+        ),
+        ("/v1/chat/completions", chat(url(img), top_logprobs=2), 400, "logprobs must be true"),
     ]
     good = chat(url(img))
     for path, body, status, message in cases:

@@ -92,6 +92,19 @@ def _gconfig(state: ServerState, body: dict[str, Any], where: str):
     return state.gconfig(where, body, max_tokens, min_tokens_key="min_tokens")
 
 
+def _check_room(state: ServerState, prompt_len: int, body: dict[str, Any], where: str) -> None:
+    """Refuse a ``max_tokens`` the context cannot hold after the prompt, as vLLM does (a 400,
+    never a shorter completion than asked for); without one, the completion stops at the
+    context's end."""
+    asked = body.get("max_tokens", body.get("max_completion_tokens"))
+    if isinstance(asked, int) and prompt_len + asked > state.context_len:
+        raise BadRequest(
+            f"{where}: this model's maximum context length is {state.context_len} tokens; you "
+            f"requested {prompt_len + asked} tokens ({prompt_len} in the prompt, {asked} in the "
+            "completion): lower max_tokens or the prompt"
+        )
+
+
 def _served_name(state: ServerState) -> str:
     """The model id ``/v1/models`` lists: the folder the model was loaded from."""
     return getattr(state.engine.model.config, "name_or_path", "") or "vlrollout"
@@ -296,6 +309,8 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     gconfig = _gconfig(state, body, where)
     n = _count(body, "n", 1, 1, MAX_N, where)
     top = _count(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, where)
+    if "top_logprobs" in body and body["top_logprobs"] is not None and not body.get("logprobs"):
+        raise BadRequest(f"{where}: with top_logprobs, logprobs must be true")
     max_bytes = getattr(state.preprocessor, "max_image_bytes", DEFAULT_MAX_BYTES)
     # Off the event loop: decoding a burst's base64 images there held up every other answer.
     messages, media = await asyncio.to_thread(_split_media, body["messages"], where, max_bytes)
@@ -303,6 +318,7 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
         raise BadRequest(f"{where}: the served model has no processor to render messages")
     item = {"messages": messages, **{k: v for k, v in media.items() if v}}
     prepared = await asyncio.to_thread(state.prepare, item, where)
+    _check_room(state, len(prepared.input_ids), body, where)
     mm = prepared.multi_modal_input
     metadata: dict[str, Any] = {"multi_modal_input": mm} if mm else {}
     if top and body.get("logprobs"):
@@ -354,6 +370,7 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
     if isinstance(prompt, str) and state.engine.tokenizer is not None:
         prompt = state.engine.tokenizer(prompt)["input_ids"]
     ids = token_ids(prompt, f"{where}: prompt")
+    _check_room(state, len(ids), body, where)
     seed = _count(body, "seed", -1, 0, 2**63 - 1, where)
     top = _count(body, "logprobs", -1, 0, MAX_TOP_LOGPROBS, where)
     metadata: dict[str, Any] = {"seed": seed} if seed >= 0 else {}
