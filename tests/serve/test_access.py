@@ -99,11 +99,12 @@ def test_every_route_needs_the_key(engine, protocol):
 def test_openai_client_with_the_key(engine):
     with serving("vllm", engine, api_key=KEY) as (server, _):
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0)
-        out = client.chat.completions.create(model="tiny", **CHAT)
+        client_model = client.models.list().data[0].id
+        out = client.chat.completions.create(model=client_model, **CHAT)
         assert out.choices[0].finish_reason in ("stop", "length")
         wrong = openai.OpenAI(base_url=f"{server.url}/v1", api_key="nope", max_retries=0)
         with pytest.raises(openai.AuthenticationError, match="missing or wrong API key"):
-            wrong.chat.completions.create(model="tiny", **CHAT)
+            wrong.chat.completions.create(model=client_model, **CHAT)
 
 
 @pytest.mark.parametrize("protocol", ["sglang", "vllm"])

@@ -438,3 +438,28 @@ def test_deeply_nested_json_is_a_400(sglang_server):
     r = _post(server, "/generate", body)
     assert r.status_code == 400, r.text
     assert "nested too deeply" in r.json()["error"]["message"]
+
+
+def test_a_model_the_server_does_not_serve_is_a_404(vllm_server):
+    """As vLLM answers: a client naming another model (a LoRA adapter never loaded, a typo)
+    must not get the base model's answer under the name it asked for."""
+    server, _ = vllm_server
+    served = requests.get(f"{server.url}/v1/models", timeout=10).json()["data"][0]["id"]
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for path, body in (
+        ("/v1/chat/completions", chat),
+        ("/v1/completions", {"prompt": [1, 2], "max_tokens": 2}),
+    ):
+        r = _post(server, path, {**body, "model": "a-lora-never-loaded"})
+        assert r.status_code == 404, r.text
+        error = r.json()["error"]
+        assert error["type"] == "NotFoundError" and served in error["message"]
+        assert _post(server, path, {**body, "model": served}).status_code == 200
+        unnamed = _post(server, path, body)
+        assert unnamed.status_code == 200 and unnamed.json()["model"] == served
+
+
+def test_a_wrong_method_has_an_error_type(sglang_server):
+    server, _ = sglang_server
+    r = requests.get(f"{server.url}/generate", timeout=10)
+    assert r.status_code == 405 and r.json()["error"]["type"] == "MethodNotAllowed"

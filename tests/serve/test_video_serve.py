@@ -58,8 +58,9 @@ def _messages(url: str) -> list[dict]:
 def test_openai_client_video_url_then_sglang_video_data(engine, clip_url, tmp_path):
     with serving("vllm", engine, frames=FRAMES) as (server, _):
         client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        client_model = client.models.list().data[0].id
         reply = client.chat.completions.create(
-            model="tiny", messages=_messages(clip_url), max_tokens=4, temperature=0
+            model=client_model, messages=_messages(clip_url), max_tokens=4, temperature=0
         )
         assert reply.choices[0].finish_reason in ("stop", "length")
         chat = engine.seen[-1]
@@ -71,7 +72,7 @@ def test_openai_client_video_url_then_sglang_video_data(engine, clip_url, tmp_pa
         write_clip(tmp_path / "local.mp4")
         with pytest.raises(openai.BadRequestError, match="only inline videos"):
             client.chat.completions.create(
-                model="tiny", messages=_messages(str(tmp_path / "local.mp4")), max_tokens=2
+                model=client_model, messages=_messages(str(tmp_path / "local.mp4")), max_tokens=2
             )
 
     with serving("sglang", engine, frames=FRAMES) as (server, _):

@@ -10,6 +10,7 @@ ERROR_TYPES = {
     401: "AuthenticationError",
     403: "PermissionDeniedError",
     404: "NotFoundError",
+    405: "MethodNotAllowed",
     413: "RequestTooLarge",
     503: "ServiceUnavailableError",
 }

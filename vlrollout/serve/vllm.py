@@ -110,6 +110,19 @@ def _served_name(state: ServerState) -> str:
     return getattr(state.engine.model.config, "name_or_path", "") or "vlrollout"
 
 
+def _check_model(state: ServerState, body: dict[str, Any], where: str) -> str:
+    """The served model's name; a request naming another model is a 404, as on vLLM (a LoRA
+    adapter never loaded, a typo), so no client gets the base model under another name."""
+    served, asked = _served_name(state), body.get("model")
+    if asked is not None and asked != served:
+        raise BadRequest(
+            f"{where}: the model {asked!r} does not exist; this server serves {served!r} "
+            "(GET /v1/models)",
+            status=404,
+        )
+    return served
+
+
 def _token_entry(state: ServerState, token: int, logprob: float, as_ids: bool) -> dict[str, Any]:
     """One OpenAI logprob entry: ``"token:<id>"`` when the client asked for ids (AReaL's vLLM
     client does), else the token's text, with its UTF-8 bytes."""
@@ -306,6 +319,7 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     check_fields(
         body, (*SAMPLING_FIELDS, "messages", "stream_options"), where, required=["messages"]
     )
+    model = _check_model(state, body, where)
     gconfig = _gconfig(state, body, where)
     n = _count(body, "n", 1, 1, MAX_N, where)
     top = _count(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, where)
@@ -339,7 +353,7 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
         "id": f"chatcmpl-{reqs[0].rid}",
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": body.get("model") or _served_name(state),
+        "model": model,
         "choices": [
             {
                 "index": i,
@@ -362,6 +376,7 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
     state: ServerState = request.app[STATE]
     where = "/v1/completions"
     check_fields(body, (*SAMPLING_FIELDS, "prompt"), where, required=["prompt"])
+    model = _check_model(state, body, where)
     if body.get("stream"):
         raise BadRequest(f"{where}: stream=true is supported on /v1/chat/completions only")
     _count(body, "n", 1, 1, 1, where)
@@ -383,7 +398,7 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
         "created": int(time.time()),
-        "model": body.get("model") or "vlrollout",
+        "model": model,
         "choices": [
             {
                 "index": 0,
