@@ -170,15 +170,7 @@ class RewardCaller:
             raise
         except Exception as e:  # noqa: BLE001 - recorded as the rejection reason
             raise EpisodeRejected("reward_error", f"{type(e).__name__}: {e}") from e
-        try:
-            value = float(value)
-        except (TypeError, ValueError) as e:
-            raise EpisodeRejected(
-                "reward_error", f"reward function returned {value!r}, not a number"
-            ) from e
-        if value != value:  # NaN
-            raise EpisodeRejected("reward_error", "reward function returned NaN")
-        return value
+        return reward_value(value)
 
     def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
         """Queue one call for the pool; the first call of a loop iteration schedules the flush."""
@@ -260,3 +252,33 @@ def _stop_if_abandoned(
     # fresh pool after replace_pool broke the old one.
     if all(c.future.done() for c in chunk):
         task.cancel()
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite value of AReaL's float32 ``rewards`` tensor."""
+
+
+def reward_value(value: Any) -> float:
+    """A reward function's return value as the float a trajectory holds.
+
+    Raises:
+        EpisodeRejected: ``reward_error`` for a value that is not a number (a string is a
+            reward's bug, even one holding digits), NaN, or not finite in float32 (infinity,
+            1e300): each would train on a meaningless advantage.
+    """
+    if isinstance(value, (str, bytes)):
+        raise EpisodeRejected("reward_error", f"reward function returned {value!r}, not a number")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as e:
+        raise EpisodeRejected(
+            "reward_error", f"reward function returned {value!r}, not a number"
+        ) from e
+    if number != number:
+        raise EpisodeRejected("reward_error", "reward function returned NaN")
+    if not abs(number) <= FLOAT32_MAX:
+        raise EpisodeRejected(
+            "reward_error",
+            f"reward function returned {number}, not finite in the float32 rewards tensor",
+        )
+    return number

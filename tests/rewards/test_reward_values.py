@@ -1,0 +1,51 @@
+"""A reward's value goes into AReaL's float32 ``rewards`` tensor only when it is a finite
+number there: infinity (or a float that overflows float32) would train on inf advantages, and a
+string is a reward's bug, not a score."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from vlrollout.ledger import EpisodeRejected
+from vlrollout.rewards.caller import RewardCaller
+
+
+def infinite(prompt, completions, prompt_ids, completion_ids, **data):
+    return float("inf")
+
+
+def minus_infinite(prompt, completions, prompt_ids, completion_ids, **data):
+    return float("-inf")
+
+
+def beyond_float32(prompt, completions, prompt_ids, completion_ids, **data):
+    return 1e300
+
+
+def a_string(prompt, completions, prompt_ids, completion_ids, **data):
+    return "0.75"
+
+
+def largest_float32(prompt, completions, prompt_ids, completion_ids, **data):
+    return 3.0e38
+
+
+@pytest.mark.parametrize(
+    ("reward", "words"),
+    [
+        (infinite, "inf"),
+        (minus_infinite, "-inf"),
+        (beyond_float32, "float32"),
+        (a_string, "'0.75', not a number"),
+    ],
+)
+def test_a_reward_value_that_is_not_a_finite_float32_number_rejects_the_episode(reward, words):
+    with pytest.raises(EpisodeRejected) as e:
+        asyncio.run(RewardCaller(reward, max_workers=1)("p", "c", [], [], {}))
+    assert e.value.reason == "reward_error" and words in e.value.detail
+
+
+def test_a_large_finite_reward_is_kept():
+    assert asyncio.run(RewardCaller(largest_float32, max_workers=1)("p", "c", [], [], {})) == 3e38
