@@ -145,6 +145,13 @@ class PreparedPrompt:
         return len(self.input_ids)
 
     @property
+    def placeholder_ids(self) -> frozenset[int]:
+        """The token ids that stand for images or videos in this family's sequences: a
+        completion holding one cannot be trained on (more placeholders than features)."""
+        ids = (self.image_token_id, self.image_marker_id, self.video_token_id)
+        return frozenset(i for i in ids if i is not None)
+
+    @property
     def engine_images_pending(self) -> bool:
         """Whether ``image_data``/``vision_msg_vllm`` are still to be encoded (nothing read them)."""
         return self.__dict__.get("_image_data") is None and self.engine_images is not None

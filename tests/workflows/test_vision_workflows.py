@@ -221,3 +221,21 @@ def test_a_field_named_as_a_reward_argument_is_rejected_before_generating(
     assert list(wf.ledger.by_reason) == ["reserved_field"]
     assert f"field {field!r}" in wf.ledger.records[0].detail
     assert engine.requests == []
+
+
+@pytest.mark.parametrize("turns", [None, 2])
+def test_a_completion_holding_an_image_placeholder_is_rejected(tokenizer, qwen2vl_processor, turns):
+    """A sampler can emit the image placeholder token; trained on, the sequence would hold more
+    placeholders than the images have features, and the trainer's forward fails."""
+    reward = "tests.workflows.reward_fns.contains_answer"
+    wf = (
+        VisionRLVRWorkflow(reward, GCONFIG, tokenizer, qwen2vl_processor)
+        if turns is None
+        else VisionMultiAttemptWorkflow(reward, GCONFIG, tokenizer, qwen2vl_processor, turns, 0.9)
+    )
+    pad = qwen2vl_processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    engine = ScriptedEngine([[*_enc(tokenizer, "3")[:-1], pad, tokenizer.eos_token_id]] * 4)
+    assert asyncio.run(wf.arun_episode(engine, _item(_image()))) is None
+    assert wf.ledger.by_reason == {"generated_placeholder": 1}
+    (rejection,) = wf.ledger.records
+    assert str(pad) in rejection.detail

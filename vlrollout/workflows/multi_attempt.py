@@ -123,7 +123,7 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
                 builder.token_ids,
                 later_messages=later_messages,
             )
-            resp = await generate(engine, req)
+            resp = await generate(engine, req, prepared.placeholder_ids)
             builder.add_generated(resp)
             reward = await ctx.reward(
                 ctx.reward_prompt(resp.input_tokens, prepared.image_token_id),

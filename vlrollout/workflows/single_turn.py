@@ -35,7 +35,7 @@ class SingleTurnWorkflow(EpisodeWorkflow):
         prepared = await ctx.prepare(data)
         check_engine_takes_videos(engine, prepared)
         req = build_request(prepared, ctx.gconfig, ctx.tokenizer, ctx.processor)
-        resp = await generate(engine, req)
+        resp = await generate(engine, req, prepared.placeholder_ids)
         reward = await ctx.reward(
             prepared.prompt_text,
             ctx.decode_completion(resp.output_tokens),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -193,12 +193,17 @@ class LazyImagesRequest(ModelRequest):
         return lazy is not None and lazy.has_messages
 
 
-async def generate(engine: InferenceEngine, req: ModelRequest) -> ModelResponse:
+async def generate(
+    engine: InferenceEngine, req: ModelRequest, placeholders: Collection[int] = ()
+) -> ModelResponse:
     """Call the engine, turning engine failures into rejections with a reason.
 
     Decided per case (see the table in docs/reliability.md): an engine exception or an
     ``abort`` rejects the episode (``engine_error`` / ``engine_abort``); an empty completion
-    rejects it (``empty_output``) because it carries nothing to train on.
+    rejects it (``empty_output``) because it carries nothing to train on; a completion holding
+    one of ``placeholders`` (:attr:`PreparedPrompt.placeholder_ids`: a sampler can emit them)
+    rejects it (``generated_placeholder``), as the trainer's forward would find more
+    placeholders than image features.
     """
     async with atrace_session_phase("generate"):
         try:
@@ -211,7 +216,21 @@ async def generate(engine: InferenceEngine, req: ModelRequest) -> ModelResponse:
         raise EpisodeRejected("engine_abort", f"engine aborted request {req.rid}")
     if resp.output_len == 0:
         raise EpisodeRejected("empty_output", f"engine returned no tokens for request {req.rid}")
+    if placeholders:
+        check_no_placeholders(resp.output_tokens, placeholders)
     return resp
+
+
+def check_no_placeholders(tokens: Sequence[int], placeholders: Collection[int]) -> None:
+    """Raises ``EpisodeRejected`` (``generated_placeholder``) when ``tokens`` hold one of
+    ``placeholders``, naming the first."""
+    for position, token in enumerate(tokens):
+        if token in placeholders:
+            raise EpisodeRejected(
+                "generated_placeholder",
+                f"the completion holds the image/video placeholder token {token} at position "
+                f"{position}; trained on, the sequence would have more placeholders than features",
+            )
 
 
 def close_turn_tokens(output_tokens: Sequence[int], eos_token_id: int) -> list[int]:

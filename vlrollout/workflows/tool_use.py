@@ -218,7 +218,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
                 multi_modal_inputs=builder.multi_modal_inputs,
                 image_data=ep.image_data,
             )
-            resp = await generate(engine, req)
+            resp = await generate(engine, req, ep.prepared.placeholder_ids)
             builder.add_generated(resp)
             text = ctx.decode_completion(resp.output_tokens)
             ep.add_turn(text)
