@@ -148,7 +148,7 @@ class PreparedPrompt:
     def placeholder_ids(self) -> frozenset[int]:
         """The token ids that stand for images or videos in this family's sequences: a
         completion holding one cannot be trained on (more placeholders than features)."""
-        ids = (self.image_token_id, self.image_marker_id, self.video_token_id)
+        ids = (self.image_token_id, self.video_token_id)
         return frozenset(i for i in ids if i is not None)
 
     @property

@@ -36,6 +36,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from . import registry
 from .base import PreparedPrompt
 from .errors import PreprocessError, PreprocessorContractError
@@ -70,8 +72,13 @@ def check_factory(factory: Any, name: str) -> None:
         )
 
 
-def check_prepared(result: Any, name: str) -> PreparedPrompt:
-    """``prepare`` returned a :class:`PreparedPrompt` whose parts agree with each other."""
+def check_prepared(
+    result: Any, name: str, merge_sizes: Mapping[str, int] | None = None
+) -> PreparedPrompt:
+    """``prepare`` returned a :class:`PreparedPrompt` whose parts agree with each other:
+    ``input_ids`` a list of ints, one geometry per image, and the vision tensors
+    (:func:`check_vision_tensors`) with the placeholders, when ``merge_sizes``
+    (:func:`merge_sizes`) says how many patches one placeholder token stands for."""
     if not isinstance(result, PreparedPrompt):
         raise PreprocessorContractError(
             name,
@@ -99,17 +106,88 @@ def check_prepared(result: Any, name: str) -> PreparedPrompt:
         if result.engine_images_pending
         else len(result.image_data)
     )
-    if result.geometry and n_images != len(result.geometry):
+    if n_images != len(result.geometry):
         raise PreprocessorContractError(
             name,
             f"prepare() returned {len(result.geometry)} geometries for {n_images} "
-            "engine images (one ImageGeometry per image)",
+            "images (one ImageGeometry per image, which rewards and tools read)",
         )
+    types = result.mm_token_type_ids
+    if types is not None and len(types) != len(ids):
+        raise PreprocessorContractError(
+            name,
+            f"prepare() returned {len(types)} mm_token_type_ids for {len(ids)} input_ids (one "
+            "per token)",
+        )
+    check_vision_tensors(result, name, merge_sizes or {})
     result.__dict__["_contract_checked"] = True
     return result
 
 
-def probe(pre: Any, name: str, has_vision: bool) -> None:
+_VISION = (
+    ("image", "image_grid_thw", "pixel_values", 1),
+    ("video", "video_grid_thw", "pixel_values_videos", 2),
+)
+
+
+def merge_sizes(processor: Any) -> dict[str, int]:
+    """How many patches a side of one placeholder token covers, by medium, for the processors
+    that say (``merge_size`` of the Qwen-VL and GLM image and video processors)."""
+    out = {}
+    for kind, attribute in (("image", "image_processor"), ("video", "video_processor")):
+        size = getattr(getattr(processor, attribute, None), "merge_size", None)
+        if isinstance(size, int) and size > 0:
+            out[kind] = size
+    return out
+
+
+def check_vision_tensors(result: PreparedPrompt, name: str, merge: Mapping[str, int]) -> None:
+    """The grid families' tensors agree with each other and with the placeholders: pixels in
+    floating point other than float64, an integer grid, one pixel row per grid patch, and
+    ``prod(grid) / merge**2`` placeholder tokens (a trainer's forward fails on any mismatch,
+    after the episode was accepted)."""
+    mm = result.multi_modal_input
+    for kind, grid_key, pixels_key, type_value in _VISION:
+        grid, pixels = mm.get(grid_key), mm.get(pixels_key)
+        if isinstance(pixels, torch.Tensor) and pixels.dtype == torch.float64:
+            raise PreprocessorContractError(
+                name, f"{pixels_key} is torch.float64; give the processor's float32 pixels"
+            )
+        if not isinstance(grid, torch.Tensor):
+            continue
+        if grid.dtype.is_floating_point or grid.dtype == torch.bool:
+            raise PreprocessorContractError(
+                name, f"{grid_key} is {grid.dtype}, not an integer tensor"
+            )
+        patches = int(grid.prod(-1).sum())
+        if isinstance(pixels, torch.Tensor) and pixels.shape[0] != patches:
+            raise PreprocessorContractError(
+                name,
+                f"{pixels_key} has {pixels.shape[0]} rows for the {patches} patches {grid_key} "
+                "gives (one row per patch)",
+            )
+        tokens = _placeholder_count(result, kind, type_value)
+        if kind in merge and tokens is not None and tokens != patches // merge[kind] ** 2:
+            raise PreprocessorContractError(
+                name,
+                f"input_ids hold {tokens} {kind} placeholder tokens where {grid_key} implies "
+                f"{patches // merge[kind] ** 2} (merge size {merge[kind]})",
+            )
+
+
+def _placeholder_count(result: PreparedPrompt, kind: str, type_value: int) -> int | None:
+    """The prompt's placeholder tokens of ``kind``: by ``mm_token_type_ids`` when the processor
+    gives them, else by token id; ``None`` when it cannot be told (a family that writes video
+    frames with its image token and gives no type ids)."""
+    if result.mm_token_type_ids is not None:
+        return sum(1 for t in result.mm_token_type_ids if t == type_value)
+    token = result.image_token_id if kind == "image" else result.video_token_id
+    if token is None or (kind == "image" and result.video_frame_images):
+        return None
+    return result.input_ids.count(token)
+
+
+def probe(pre: Any, name: str, has_vision: bool, merge: Mapping[str, int] | None = None) -> None:
     """Run ``prepare`` once on a tiny item and check what comes back.
 
     A plug-in that rejects the probe with a :class:`PreprocessError` (it needs task fields the
@@ -131,7 +209,7 @@ def probe(pre: Any, name: str, has_vision: bool) -> None:
         raise PreprocessorContractError(
             name, f"prepare() on a one-image probe item raised {type(e).__name__}: {e}"
         ) from e
-    check_prepared(result, name)
+    check_prepared(result, name, merge)
 
 
 def split_spec(spec: Any) -> tuple[Any, dict[str, Any]]:
@@ -193,5 +271,6 @@ def load_preprocessor(
         pre, name, builtin = name_or_obj, plugin_name(name_or_obj), False
     check_preprocessor(pre, name, processor)
     if check and not builtin:
-        probe(pre, name, getattr(processor, "image_processor", None) is not None)
+        has_vision = getattr(processor, "image_processor", None) is not None
+        probe(pre, name, has_vision, merge_sizes(processor))
     return pre

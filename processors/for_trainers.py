@@ -28,7 +28,7 @@ import torch
 
 from .auto import AutoProcessorPreprocessor
 from .base import Preprocessor
-from .contract import check_prepared, plugin_name
+from .contract import check_prepared, merge_sizes, plugin_name
 
 
 def as_preprocessor(processor: Any) -> Preprocessor:
@@ -60,7 +60,9 @@ def model_inputs(item: dict[str, Any], processor: Any) -> dict[str, Any]:
             the item are named), e.g. an unreadable image or placeholders that do not pair up.
     """
     pre = as_preprocessor(processor)
-    prepared = check_prepared(pre.prepare(item), plugin_name(pre))
+    prepared = check_prepared(
+        pre.prepare(item), plugin_name(pre), merge_sizes(getattr(pre, "processor", None))
+    )
     ids = torch.tensor([prepared.input_ids], dtype=torch.long)
     inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     inputs.update(prepared.multi_modal_input)

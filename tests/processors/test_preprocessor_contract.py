@@ -81,6 +81,55 @@ class LateFloatId(_Returns):
     change = staticmethod(lambda p: dataclasses.replace(p, input_ids=[*p.input_ids, 3.5]))
 
 
+def _tensors(p, **changed):
+    return dataclasses.replace(p, multi_modal_input={**p.multi_modal_input, **changed})
+
+
+class DropPixels(_Returns):
+    change = staticmethod(
+        lambda p: _tensors(p, pixel_values=p.multi_modal_input["pixel_values"][:-4])
+    )
+
+
+class WrongGrid(_Returns):
+    change = staticmethod(
+        lambda p: _tensors(p, image_grid_thw=p.multi_modal_input["image_grid_thw"] * 2)
+    )
+
+
+class DoublePixels(_Returns):
+    change = staticmethod(
+        lambda p: _tensors(p, pixel_values=p.multi_modal_input["pixel_values"].double())
+    )
+
+
+class FloatGrid(_Returns):
+    change = staticmethod(
+        lambda p: _tensors(p, image_grid_thw=p.multi_modal_input["image_grid_thw"].float())
+    )
+
+
+class DropPad(_Returns):
+    @staticmethod
+    def change(p):
+        pad = p.image_token_id
+        at = p.input_ids.index(pad)
+        types = p.mm_token_type_ids
+        return dataclasses.replace(
+            p,
+            input_ids=p.input_ids[:at] + p.input_ids[at + 1 :],
+            mm_token_type_ids=None if types is None else types[:at] + types[at + 1 :],
+        )
+
+
+class UnevenTypes(_Returns):
+    change = staticmethod(lambda p: dataclasses.replace(p, mm_token_type_ids=[0]))
+
+
+class NoGeometry(_Returns):
+    change = staticmethod(lambda p: dataclasses.replace(p, geometry=[]))
+
+
 def returns_none(processor, **kwargs):
     return None
 
@@ -96,8 +145,28 @@ HERE = "tests.processors.test_preprocessor_contract"
         (f"{HERE}.Wrapped", "returned a dict, not a PreparedPrompt"),
         (f"{HERE}.TensorIds", "input_ids must be a list of ints, got a Tensor"),
         (f"{HERE}.LateFloatId", "input_ids must be a list of ints, got a float at position"),
+        (f"{HERE}.DropPixels", "pixel_values has"),
+        (f"{HERE}.WrongGrid", "pixel_values has"),
+        (f"{HERE}.DoublePixels", "pixel_values is torch.float64"),
+        (f"{HERE}.FloatGrid", "image_grid_thw is torch.float32"),
+        (f"{HERE}.DropPad", "image placeholder tokens"),
+        (f"{HERE}.NoGeometry", "0 geometries for 1 images"),
+        (f"{HERE}.UnevenTypes", "returned 1 mm_token_type_ids for"),
     ],
-    ids=["factory-signature", "no-processor", "wrong-return-type", "tensor-ids", "float-id"],
+    ids=[
+        "factory-signature",
+        "no-processor",
+        "wrong-return-type",
+        "tensor-ids",
+        "float-id",
+        "pixel-rows",
+        "grid",
+        "float64-pixels",
+        "float-grid",
+        "placeholders",
+        "no-geometry",
+        "type-ids",
+    ],
 )
 def test_broken_promises_fail_at_load_naming_the_plugin(
     plugin, promise, tokenizer, qwen2vl_processor

@@ -23,7 +23,7 @@ from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import ENCODE_ENGINE_IMAGES_AHEAD, PreparedPrompt, Preprocessor
 from vlrollout.processors.cache import PreparedPromptCache, item_fields_key, item_key
-from vlrollout.processors.contract import check_prepared, plugin_name
+from vlrollout.processors.contract import check_prepared, merge_sizes, plugin_name
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.rewards.caller import RewardCaller, reward_argument_clash
 from vlrollout.rewards.text_extract import completion_text
@@ -113,7 +113,7 @@ class EpisodeContext:
         else:
             key, prepared = await self.prompts.acquire(data)
             held.append((self.prompts, key))
-        check_prepared(prepared, plugin_name(self.preprocessor))
+        check_prepared(prepared, plugin_name(self.preprocessor), merge_sizes(self.processor))
         if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
             raise EpisodeRejected(
                 "prompt_too_long",
