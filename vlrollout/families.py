@@ -142,6 +142,14 @@ def video_token_id(config: Any) -> int | None:
     return None
 
 
+def context_length(config: Any) -> int | None:
+    """The positions the model has embeddings for (its text config's
+    ``max_position_embeddings``), ``None`` when the config does not say."""
+    text = getattr(config, "text_config", None) or config
+    n = getattr(text, "max_position_embeddings", None)
+    return n if isinstance(n, int) and n > 0 else None
+
+
 def image_token_id(config: Any) -> int | None:
     """The image placeholder id of a model config (``image_token_id`` or ``image_token_index``)."""
     for attr in IMAGE_TOKEN_ATTRS:

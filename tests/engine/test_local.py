@@ -452,3 +452,17 @@ def test_from_pretrained_and_update_weights_from_disk(tmp_path, tiny, text_promp
     torch.testing.assert_close(
         updated.output_logprobs, expected_b.output_logprobs, atol=1e-5, rtol=0
     )
+
+
+def test_generation_stops_at_the_end_of_the_models_context(tiny, text_prompt):
+    """As a server answers for its context length: the engine never decodes positions the model
+    has no embedding for, whatever gconfig.max_tokens (AReaL's default is far larger) says."""
+    model, processor = tiny
+    context = model.config.text_config.max_position_embeddings
+    prompt = text_prompt()
+    with LocalInferenceEngine(model, processor) as eng:
+        long = prompt + [prompt[-2]] * (context - len(prompt) - 3)
+        (resp,) = generate(eng, ModelRequest(input_ids=long, gconfig=gconfig(min_new_tokens=12)))
+        assert len(long) + resp.output_len == context and resp.stop_reason == "length"
+        with pytest.raises(ValueError, match="No room"):
+            generate(eng, ModelRequest(input_ids=long + [prompt[-2]] * 3, gconfig=gconfig()))

@@ -275,12 +275,11 @@ def test_validate_data_lists_every_bad_line(tmp_path, capsys):
 def test_prompts_are_limited_to_the_models_context_by_default():
     from types import SimpleNamespace
 
-    from vlrollout.run.main import _context_length
+    from vlrollout.families import context_length
 
     text = SimpleNamespace(max_position_embeddings=512)
-    engine = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(text_config=text)))
-    assert _context_length(engine) == 512
-    assert _context_length(SimpleNamespace()) is None  # remote engines: no model here
+    assert context_length(SimpleNamespace(text_config=text)) == 512
+    assert context_length(None) is None  # remote engines: no model here
 
 
 def test_run_from_another_folder_names_the_shipped_model(

@@ -44,7 +44,7 @@ from vlrollout.engine.in_flight import InFlightInputs
 from vlrollout.engine.inputs import check_token_ids, placeholder_token_ids, prepare_inputs
 from vlrollout.engine.sampling import SamplingParams
 from vlrollout.engine.worker import DecodeWorker, GenerationTask
-from vlrollout.families import family_of
+from vlrollout.families import context_length, family_of
 from vlrollout.logs import get_logger
 
 logger = get_logger(__name__)
@@ -181,6 +181,7 @@ class LocalInferenceEngine(InferenceEngine):
         vocab = model.get_output_embeddings().weight.shape[0]
         self.banned_token_ids = frozenset(t for t in banned if 0 <= t < vocab)
         self.input_vocab_size = model.get_input_embeddings().num_embeddings
+        self.context_len = context_length(model.config)
 
         eos: set[int] = set()
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -376,7 +377,11 @@ class LocalInferenceEngine(InferenceEngine):
         """The worker's task for ``req``, its prompt prepared as ``inputs``."""
         check_token_ids(inputs.input_ids, self.input_vocab_size)
         params = SamplingParams.from_gconfig(
-            req.gconfig, len(inputs.input_ids), self.eos_token_ids, seed=seed
+            req.gconfig,
+            len(inputs.input_ids),
+            self.eos_token_ids,
+            seed=seed,
+            context_len=self.context_len,
         )
         top = int((req.metadata or {}).get("top_logprobs") or 0)
         if top:

@@ -111,11 +111,13 @@ class SamplingParams:
         prompt_len: int,
         eos_token_ids: Iterable[int] = (),
         seed: int | None = None,
+        context_len: int | None = None,
     ) -> SamplingParams:
         """Translate AReaL's ``GenerationHyperparameters`` for a prompt of ``prompt_len`` tokens.
 
         ``max_new_tokens`` becomes ``min(max_new_tokens, max_tokens - prompt_len)`` as in
-        ``RemoteInfEngine.agenerate``; ``eos_token_ids`` join ``stop_token_ids`` unless
+        ``RemoteInfEngine.agenerate``, ``max_tokens`` at most the model's ``context_len`` (as a
+        server caps it at its context length); ``eos_token_ids`` join ``stop_token_ids`` unless
         ``ignore_eos``.
 
         >>> from areal.api.cli_args import GenerationHyperparameters
@@ -130,11 +132,14 @@ class SamplingParams:
             )
         if gconfig.use_beam_search:
             raise NotImplementedError("Beam search is not supported by the local engine.")
-        max_new = min(gconfig.max_new_tokens, gconfig.max_tokens - prompt_len)
+        max_tokens = (
+            gconfig.max_tokens if context_len is None else min(gconfig.max_tokens, context_len)
+        )
+        max_new = min(gconfig.max_new_tokens, max_tokens - prompt_len)
         if max_new <= 0:
             raise ValueError(
                 f"No room to generate: max_new_tokens={gconfig.max_new_tokens}, "
-                f"max_tokens={gconfig.max_tokens}, prompt_len={prompt_len}."
+                f"max_tokens={max_tokens}, prompt_len={prompt_len}."
             )
         stop_ids = set(gconfig.stop_token_ids or [])
         if not gconfig.ignore_eos:

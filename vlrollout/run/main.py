@@ -20,6 +20,7 @@ from areal.api import RolloutWorkflow
 from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
 from vlrollout.errors import ConfigError, Interrupted
+from vlrollout.families import context_length
 from vlrollout.rewards.combine import ByTask
 from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
@@ -200,13 +201,6 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     return Prepared(items, reward)
 
 
-def _context_length(engine: Any) -> int | None:
-    config = getattr(getattr(engine, "model", None), "config", None)
-    config = getattr(config, "text_config", None) or config
-    n = getattr(config, "max_position_embeddings", None)
-    return n if isinstance(n, int) else None
-
-
 def apply_process_settings(cfg: RunConfig) -> None:
     """Settings that hold for the whole process: the prepared-prompt cache's byte bound."""
     from vlrollout.processors.cache import DEFAULT_CACHE_BYTES, set_default_cache_bytes
@@ -286,7 +280,7 @@ def run_from_config(
 
             tokenizer = AutoTokenizer.from_pretrained(cfg.engine.model, local_files_only=True)
             processor = AutoProcessor.from_pretrained(cfg.engine.model, local_files_only=True)
-        context = _context_length(engine)
+        context = context_length(getattr(getattr(engine, "model", None), "config", None))
         if cfg.max_prompt_tokens is None and context is not None:
             room = context - cfg.gconfig.max_new_tokens
             cfg = dataclasses.replace(cfg, max_prompt_tokens=max(1, room))

@@ -26,7 +26,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest, ModelResponse
 
 from vlrollout.engine.sampling import check_sampling_values
-from vlrollout.families import VIDEO_INPUT_KEYS
+from vlrollout.families import VIDEO_INPUT_KEYS, context_length
 from vlrollout.processors.auto import channels_last_kwargs
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline, has_scheme
@@ -70,9 +70,7 @@ class ServerState:
 
     def __post_init__(self) -> None:
         self.running.set()
-        config = self.engine.model.config
-        text = getattr(config, "text_config", None) or config
-        self.context_len = int(getattr(text, "max_position_embeddings", 1 << 20))
+        self.context_len = context_length(self.engine.model.config) or 1 << 20
         if self.engine.processor is not None:
             from vlrollout.processors.auto import AutoProcessorPreprocessor
 
