@@ -130,6 +130,15 @@ class NoGeometry(_Returns):
     change = staticmethod(lambda p: dataclasses.replace(p, geometry=[]))
 
 
+class Mutates(_Returns):
+    """Rewrites the item it is given: pops the label, edits the message in place."""
+
+    def prepare(self, data):
+        data.pop("answer", None)
+        data["messages"][0]["content"] = data["messages"][0]["content"] + " Count carefully."
+        return super().prepare(data)
+
+
 def returns_none(processor, **kwargs):
     return None
 
@@ -306,3 +315,20 @@ def test_the_python_entry_points_check_the_contract_too(qwen2vl_processor):
     broken = get_preprocessor(f"{HERE}.LateFloatId", processor=qwen2vl_processor)
     with pytest.raises(PreprocessorContractError, match="LateFloatId.*got a float"):
         model_inputs(_item(Image.new("RGB", (64, 48), "red")), broken)
+
+
+def test_a_plugin_that_changes_its_item_changes_neither_the_item_nor_the_reward(
+    tokenizer, qwen2vl_processor
+):
+    """The item is also the reward's task data and the other episodes' of its group: prepare()
+    gets a copy to change as it likes."""
+    wf = VisionRLVRWorkflow(
+        REWARD, GCONFIG, tokenizer, qwen2vl_processor, preprocessor=f"{HERE}.Mutates"
+    )
+    item = _item(Image.new("RGB", (40, 30)))
+    before = json.dumps(item["messages"])
+    out = tokenizer.encode("x", add_special_tokens=False) + [tokenizer.eos_token_id]
+    for _ in range(2):
+        traj = asyncio.run(wf.arun_episode(ScriptedEngine([out]), item))
+        assert traj is not None and traj["rewards"].item() == 1.0, wf.ledger.summary()
+    assert item["answer"] == "x" and json.dumps(item["messages"]) == before

@@ -108,6 +108,7 @@ class EpisodeContext:
         (then the last episode of the group drops it); elsewhere it is kept unpinned.
         """
         held = _HELD.get()
+        data = item_copy(data)  # a plug-in may change it; the item is also the reward's data
         if held is None:
             prepared = await self.prompts.aprepare(data)
         else:
@@ -316,6 +317,26 @@ class EpisodeWorkflow(RolloutWorkflow):
 
     async def _episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+def item_copy(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` that ``prepare`` may change without changing the caller's item: the
+    dict, its lists, its messages and their content parts (images and other values are shared,
+    not copied)."""
+    out = {k: list(v) if isinstance(v, list) else v for k, v in data.items()}
+    messages = out.get("messages")
+    if isinstance(messages, list):
+        out["messages"] = [_message_copy(m) for m in messages]
+    return out
+
+
+def _message_copy(message: Any) -> Any:
+    if not isinstance(message, dict):
+        return message
+    content = message.get("content")
+    if isinstance(content, list):
+        content = [dict(p) if isinstance(p, dict) else p for p in content]
+    return {**message, "content": content}
 
 
 def reads_image_data(engine: Any) -> bool:
