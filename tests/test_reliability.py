@@ -149,3 +149,18 @@ def test_prepared_prompt_cache_stays_within_its_bound_under_load(tokenizer, qwen
     # old LRU did, would hold all 120.
     one = max(prepared_nbytes(wf.ctx.preprocessor.prepare(it)) for it in (items[0], items[-1]))
     assert wf.ctx.prompts.peak_bytes <= 32 * one
+
+
+class FailingEngine(ScriptedEngine):
+    """An engine whose error message holds the whole request, as a remote client's does."""
+
+    async def agenerate(self, req):
+        raise RuntimeError("request failed: " + "data:image/png;base64," + "A" * 2_000_000)
+
+
+def test_an_engine_error_is_recorded_in_brief(tokenizer):
+    wf = RLVRWorkflow("tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer)
+    assert asyncio.run(wf.arun_episode(FailingEngine([[5, 6]]), _item(0))) is None
+    (record,) = wf.ledger.records
+    assert record.reason == "engine_error" and record.detail.startswith("RuntimeError: request")
+    assert len(record.detail) < 1000 and "characters left out" in record.detail

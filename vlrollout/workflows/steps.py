@@ -211,7 +211,7 @@ async def generate(
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - recorded as the rejection reason
-            raise EpisodeRejected("engine_error", f"{type(e).__name__}: {e}") from e
+            raise EpisodeRejected("engine_error", brief(f"{type(e).__name__}: {e}")) from e
     if resp.stop_reason == "abort":
         raise EpisodeRejected("engine_abort", f"engine aborted request {req.rid}")
     if resp.output_len == 0:
@@ -231,6 +231,22 @@ def check_no_placeholders(tokens: Sequence[int], placeholders: Collection[int]) 
                 f"the completion holds the image/video placeholder token {token} at position "
                 f"{position}; trained on, the sequence would have more placeholders than features",
             )
+
+
+ERROR_DETAIL_CHARS = 500
+"""How much of an engine's error message a rejection keeps: a remote client's message can hold
+the whole request, base64 images included (megabytes per record, printed in full)."""
+
+
+def brief(message: str, limit: int = ERROR_DETAIL_CHARS) -> str:
+    """``message`` cut to ``limit`` characters, saying how many were left out.
+
+    >>> brief("x" * 10, limit=4)
+    'xxxx... (6 characters left out)'
+    """
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} characters left out)"
 
 
 def close_turn_tokens(output_tokens: Sequence[int], eos_token_id: int) -> list[int]:
