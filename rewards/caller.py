@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from areal.utils.perf_tracer import trace_session
 from vlrollout.ledger import EpisodeRejected
 
 from . import executor as pools
+from .combine import reward_name
 from .pool import NotStarted, RewardBatch, RewardRecipe
 
 # Keys of a data item that do not reach the reward function: raw images and videos are heavy to
@@ -122,6 +124,12 @@ class RewardCaller:
         if timeout_s <= 0:
             raise ValueError(f"reward timeout must be positive, got {timeout_s}")
         self.reward_fn = reward_fn = resolve_reward(reward_fn)
+        call = getattr(type(reward_fn), "__call__", None)
+        if inspect.iscoroutinefunction(reward_fn) or inspect.iscoroutinefunction(call):
+            raise TypeError(
+                f"reward {reward_name(reward_fn)} is a coroutine function; rewards are plain "
+                "functions (AReaL's signature), run in a process pool: define it with def"
+            )
         # What crosses into the pool per call is a small recipe; each worker builds the reward
         # once from the file it names (vlrollout.rewards.pool), so per-call cost does not grow
         # with the reward's state (a CIDEr-D corpus). Raises ValueError if it cannot pickle.

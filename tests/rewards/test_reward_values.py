@@ -49,3 +49,12 @@ def test_a_reward_value_that_is_not_a_finite_float32_number_rejects_the_episode(
 
 def test_a_large_finite_reward_is_kept():
     assert asyncio.run(RewardCaller(largest_float32, max_workers=1)("p", "c", [], [], {})) == 3e38
+
+
+async def a_coroutine_reward(prompt, completions, prompt_ids, completion_ids, **data):
+    return 1.0
+
+
+def test_a_coroutine_reward_is_refused_when_the_caller_is_built():
+    with pytest.raises(TypeError, match="coroutine function"):
+        RewardCaller(a_coroutine_reward)
