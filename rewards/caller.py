@@ -124,7 +124,7 @@ class RewardCaller:
         if timeout_s <= 0:
             raise ValueError(f"reward timeout must be positive, got {timeout_s}")
         self.reward_fn = reward_fn = resolve_reward(reward_fn)
-        call = getattr(type(reward_fn), "__call__", None)
+        call = vars(type(reward_fn)).get("__call__")  # an object with an async __call__
         if inspect.iscoroutinefunction(reward_fn) or inspect.iscoroutinefunction(call):
             raise TypeError(
                 f"reward {reward_name(reward_fn)} is a coroutine function; rewards are plain "
