@@ -249,3 +249,25 @@ def test_our_own_items_with_a_list_answer_are_not_read_as_captions(tmp_path):
     assert [i.get("answer") for i in items] == [["red", "crimson"], ["the first", "first"]]
     assert all("captions" not in i for i in items)
     assert items[1]["question"] == "Which caption fits?"
+
+
+def test_choices_stored_as_the_text_of_a_list_are_read_as_that_list(tmp_path):
+    """MMMU keeps its options as the text of a Python list ("['Baroque', 'Rococo']"), which
+    lmms-eval reads with ast.literal_eval."""
+    picture = {"bytes": png((9, 9)), "path": None}
+    data = _parquet(
+        tmp_path / "validation-00000-of-00001.parquet",
+        {
+            "id": ["a", "b"],
+            "question": ["Which style?", "Which style?"],
+            "image": [picture, picture],
+            "options": ["['Baroque', 'Rococo', 'Gothic']", "['unclosed"],
+            "answer": ["B", "A"],
+        },
+        {"image": IMAGE},
+    )
+    items = load_items(data, mapping={"choices": "options"}, prompt="{question}\n{options}")
+    assert items[0]["choices"] == ["Baroque", "Rococo", "Gothic"]
+    assert "B. Rococo" in items[0]["messages"][0]["content"][1]["text"]
+    assert items[1][LOAD_ERROR]["reason"] == "bad_row"
+    assert "field choices" in items[1][LOAD_ERROR]["detail"]

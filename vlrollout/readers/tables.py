@@ -20,6 +20,7 @@ hub parquet file is read from its name (``val-00000-of-00001.parquet`` -> ``val`
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -135,6 +136,22 @@ def apply_mapping(row: dict[str, Any], mapping: Mapping[str, str]) -> dict[str, 
     return out
 
 
+def listed_choices(text: str) -> list[Any]:
+    """Options a table keeps as the text of a Python list (MMMU: ``"['Baroque', 'Rococo']"``),
+    read as lmms-eval reads them (``ast.literal_eval``).
+
+    Raises:
+        RowError: ``bad_row`` when the text is not a list of option texts.
+    """
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        raise RowError("bad_row", "choices", f"{text[:80]!r} is not a list of option texts")
+    return value
+
+
 def _is_image_struct(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("bytes"), (bytes, bytearray))
 
@@ -187,6 +204,8 @@ def table_items(
     elif "image" in row:
         row["images"] = image_sources(row.pop("image"), base, "image")
     check_unread_images(row)
+    if isinstance(row.get("choices"), str):
+        row["choices"] = listed_choices(row["choices"])
     if "bbox" in row and isinstance(row.get("answer"), list) and "expression" not in row:
         return _refcoco_items(row, default_id)
     if "captions" not in row and _is_caption_row(row):
