@@ -3,6 +3,8 @@ at the edge of a threshold."""
 
 from __future__ import annotations
 
+import pytest
+
 from vlrollout.eval.tasks import get_task
 
 
@@ -68,3 +70,14 @@ def test_a_true_box_of_strings_or_booleans_is_refused_naming_the_field():
         assert why is not None and "'boxes'" in why, boxes
     assert task.check_item({**item, "boxes": [[1, 2.5, 30, 40]]}) is None
     assert task.check_item({**item, "boxes": [1, 2.5, 30, 40]}) is None
+
+
+def test_vqav2_answers_as_published_are_read():
+    """lmms-lab/VQAv2 keeps its ten answers as {answer, answer_confidence, answer_id} structs;
+    lmms-eval reads each one's answer."""
+    vqa = get_task("vqa")
+    answers = [{"answer": "2", "answer_confidence": "yes", "answer_id": k} for k in range(1, 4)]
+    answers += [{"answer": "3", "answer_confidence": "maybe", "answer_id": k} for k in range(4, 11)]
+    item = {"id": "x", "question": "How many?", "images": ["i.jpg"], "answer": answers}
+    assert vqa.check_item(item) is None
+    assert vqa.score(item, "two", [], "qwen2_vl").values["exact_match"] == pytest.approx(0.9)

@@ -387,10 +387,13 @@ class VqaTask(_TaskBase):
 
     @staticmethod
     def _gold(raw: Any) -> str | list[str] | None:
-        """The human answer(s) as text: strings, or integers as a table column of numeric
-        answers holds them (``2`` is the answer ``"2"``)."""
+        """The human answer(s) as text: strings, integers as a table column of numeric answers
+        holds them (``2`` is the answer ``"2"``), or VQAv2's ``{"answer", "answer_confidence",
+        "answer_id"}`` structs (their ``answer``, as lmms-eval reads them)."""
 
         def text(value: Any) -> str | None:
+            if isinstance(value, dict) and "answer" in value:
+                value = value["answer"]
             if isinstance(value, int) and not isinstance(value, bool):
                 return str(value)
             return value if isinstance(value, str) and value.strip() else None
