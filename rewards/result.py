@@ -117,9 +117,14 @@ class Reward(ABC):
 
 def require_field(task_data: dict[str, Any], key: str, reward_name: str) -> Any:
     """Return ``task_data[key]`` or raise a ``KeyError`` that names the reward and the fields present."""
-    if key not in task_data or task_data[key] is None:
+    if key not in task_data:
         raise KeyError(
             f"{reward_name} needs task_data[{key!r}] (a field of the dataset row), but the row has "
             f"fields {sorted(task_data)}. Add {key!r} to the dataset or choose another reward."
+        )
+    if task_data[key] is None:
+        raise KeyError(
+            f"{reward_name} needs task_data[{key!r}] (a field of the dataset row), and the row's "
+            f"{key!r} is null: give it a value or leave the row out."
         )
     return task_data[key]

@@ -42,3 +42,8 @@ def test_a_cider_d_corpus_of_one_images_references_is_refused(corpus):
     references every weight is 0 and every caption would score 0."""
     with pytest.raises(ValueError, match="references of at least 2 images"):
         PlainReward("cider_d", corpus=corpus)
+
+
+def test_a_null_label_is_named_as_null():
+    with pytest.raises(KeyError, match="'answer' is null"):
+        PlainReward("count").score("3", answer=None)
