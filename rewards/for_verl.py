@@ -157,10 +157,23 @@ class VerlReward:
         (EasyR1 averages every key into a metric, so the reasons go to :attr:`reasons`).
         """
         if isinstance(reward_inputs, Mapping):
-            return self._easyr1_one(reward_inputs)
-        return [self._easyr1_one(x) for x in reward_inputs]
+            return self._easyr1_one(reward_inputs, 0)
+        if isinstance(reward_inputs, (str, bytes)):
+            raise TypeError(
+                f"reward_inputs[0] is a {type(reward_inputs).__name__}: EasyR1 passes a "
+                "RewardInput dict ({'response', 'response_length', 'ground_truth'}) or a list"
+            )
+        return [self._easyr1_one(x, k) for k, x in enumerate(reward_inputs)]
 
-    def _easyr1_one(self, reward_input: Mapping[str, Any]) -> dict[str, float]:
+    def _easyr1_one(self, reward_input: Any, index: int) -> dict[str, float]:
+        if not isinstance(reward_input, Mapping):
+            raise TypeError(
+                f"reward_inputs[{index}] is a {type(reward_input).__name__}, not a RewardInput "
+                "dict ({'response', 'response_length', 'ground_truth'})"
+            )
+        for key in ("response", "ground_truth"):
+            if key not in reward_input:
+                raise TypeError(f"reward_inputs[{index}] has no {key!r}: not a RewardInput")
         value, reason = self.score(
             reward_input["response"],
             lambda: labels_from(reward_input["ground_truth"], None, self.label_key),

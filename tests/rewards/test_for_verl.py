@@ -5,6 +5,7 @@ installs here without GPU libraries), and ``PlainReward``: the scores equal our
 
 import asyncio
 import json
+import re
 from functools import partial
 
 import pytest
@@ -139,3 +140,16 @@ def test_extra_info_named_as_a_reward_argument_is_context_not_a_label(key):
     assert out == {"score": 1.0, "reason": ""}
     clash = reward(data_source="d", solution_str="3", ground_truth={"answer": "3", key: "q"})
     assert clash["score"] == 0.0 and "reward argument" in clash["reason"]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "words"),
+    [
+        ("3", "reward_inputs[0] is a str"),
+        ([None], "reward_inputs[0] is a NoneType"),
+        ([{"response": "3"}], "reward_inputs[0] has no 'ground_truth'"),
+    ],
+)
+def test_easyr1_inputs_that_are_not_reward_inputs_are_named(inputs, words):
+    with pytest.raises(TypeError, match=re.escape(words)):
+        VerlReward("count").easyr1(inputs)
