@@ -266,8 +266,12 @@ _LETTER_PATTERNS = [
     r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*\(([A-Za-z])\)",
     # ... and not the word "A" or "I" starting a sentence ("Answer: I think it is C").
     r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*(?![AI]\s+[a-z])([A-Z])\b",
+    r"\\boxed\{\s*\(?([A-Z])\)?\s*\}",  # "\boxed{B}", "\boxed{(B)}"
+    # "The correct option is B", "Option B": a capital letter, not followed by a lower-case word
+    r"(?i:option)\s*(?i:is)?\s*[:\-]?\s*\(?(?![AI]\s+[a-z])([A-Z])\b\)?",
     r"\(([A-Z])\)",  # "(B)" anywhere
     r"^\s*([A-Z])[.):]\s",  # "B. because ..."
+    r"^\s*([A-Z])[.):]?[ \t]*\n",  # the first line is the letter: "B\n\nExplanation: ..."
 ]
 
 

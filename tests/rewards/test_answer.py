@@ -195,3 +195,24 @@ def test_the_words_a_and_i_after_answer_are_not_read_as_choices(text, pred):
     result = ChoiceReward(use_answer_tag=False).score("p", text, [], [], answer="I")
     assert result.details.get("pred") == pred, result
     assert result.reason == (None if pred else "no_choice")
+
+
+@pytest.mark.parametrize(
+    ("text", "pred", "reason"),
+    [
+        (r"So the answer is \boxed{B}.", "B", None),
+        (r"\boxed{(C)}", "C", None),
+        ("The correct option is B.", "B", None),
+        ("Option B", "B", None),
+        ("B\n\nExplanation: the second one is blue.", "B", None),
+        ("Option C or option B.", None, "ambiguous_choice"),
+        ("A dog is the answer.", None, "no_choice"),  # an article, not choice A
+    ],
+)
+def test_common_ways_of_giving_a_choice_are_read(text, pred, reason):
+    from vlrollout.rewards.answer import ChoiceReward
+
+    result = ChoiceReward(use_answer_tag=False).score(
+        "p", text, [], [], answer="B", choices=["a", "b", "c", "d"]
+    )
+    assert (result.details.get("pred"), result.reason) == (pred, reason), result
