@@ -17,7 +17,7 @@ def _captions(tmp_path):
     for k in (1, 2):
         save_image(tmp_path / "val2017" / f"{k}.jpg", (56, 56))
     images = [{"id": k, "file_name": f"{k}.jpg"} for k in (1, 2)]
-    anns = [{"id": 10 + k, "image_id": k, "caption": "a red square"} for k in (1, 2)]
+    anns = [{"id": 10 + k, "image_id": k, "caption": f"a red square {k}"} for k in (1, 2)]
     return write_json(
         tmp_path / "annotations" / "captions_val2017.json", {"images": images, "annotations": anns}
     )

@@ -271,3 +271,44 @@ def test_choices_stored_as_the_text_of_a_list_are_read_as_that_list(tmp_path):
     assert "B. Rococo" in items[0]["messages"][0]["content"][1]["text"]
     assert items[1][LOAD_ERROR]["reason"] == "bad_row"
     assert "field choices" in items[1][LOAD_ERROR]["detail"]
+
+
+def _shard(path, ids):
+    picture = {"bytes": png((9, 9)), "path": None}
+    return _parquet(
+        path,
+        {
+            "question_id": ids,
+            "question": ["?"] * len(ids),
+            "image": [picture] * len(ids),
+            "answer": ["a"] * len(ids),
+        },
+        {"image": IMAGE},
+    )
+
+
+def test_a_folder_of_hub_parquet_shards_reads_every_shard_of_every_split(tmp_path):
+    """A dataset repository as downloaded: data/val-0000k-of-00002.parquet and a test split."""
+    data = tmp_path / "RefCOCO" / "data"
+    data.mkdir(parents=True)
+    _shard(data / "val-00000-of-00002.parquet", ["1", "2"])
+    _shard(data / "val-00001-of-00002.parquet", ["3"])
+    _shard(data / "test-00000-of-00001.parquet", ["1"])
+    for folder in (data, data.parent):  # the data folder, or the repository above it
+        items = load_items(folder, prompt="{question}")
+        assert [i["id"] for i in items] == ["test-1", "val-1", "val-2", "val-3"]
+        assert [i["split"] for i in items] == ["test", "val", "val", "val"]
+    one = tmp_path / "one"
+    one.mkdir()
+    _shard(one / "val-00000-of-00001.parquet", ["1"])
+    assert [i["id"] for i in load_items(one, prompt="{question}")] == ["1"]
+
+
+def test_one_shard_of_several_says_the_others_are_not_read(tmp_path, monkeypatch):
+    import vlrollout.readers as readers
+
+    warnings: list[str] = []
+    monkeypatch.setattr(readers.logger, "warning", lambda msg, *a: warnings.append(msg % a))
+    path = _shard(tmp_path / "val-00000-of-00004.parquet", ["1"])
+    load_items(path, prompt="{question}")
+    assert len(warnings) == 1 and "1 of 4 shards" in warnings[0] and str(tmp_path) in warnings[0]

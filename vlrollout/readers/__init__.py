@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vlrollout.jsonl import iter_jsonl
+from vlrollout.logs import get_logger
 from vlrollout.readers.coco import caption_items, instance_items, load_json
 from vlrollout.readers.fields import RowError, placeholder, row_id
 from vlrollout.readers.images import ImageFolders
@@ -29,10 +30,14 @@ from vlrollout.readers.sources import LOAD_ERROR, DataFileError, resolve_item_so
 from vlrollout.readers.tables import (
     disk_rows,
     disk_splits,
+    other_shards,
     parquet_rows,
+    parquet_shards,
     parquet_split,
     table_items,
 )
+
+logger = get_logger(__name__)
 
 FORMATS = ("jsonl", "parquet", "hf_disk", "coco_captions", "coco_instances", "refcoco", "llava")
 """The formats :func:`read_items` reads (``fmt``; ``None`` detects it with :func:`detect_format`)."""
@@ -82,6 +87,8 @@ def _json_format(data: Any, path: Path) -> str:
 def _detect(path: Path) -> tuple[str, Any]:
     """``(format, parsed JSON or None)`` of a checked data path."""
     if path.is_dir():
+        if parquet_shards(path) and not (path / "state.json").is_file():
+            return "parquet", None
         disk_splits(path)  # raises when it is no save_to_disk folder
         return "hf_disk", None
     if path.suffix in (".p", ".pkl", ".pickle"):
@@ -112,17 +119,29 @@ def _table_items(
     id (``test-7``): published sets number their rows per split, so ids repeat across splits.
     Image paths are under ``root`` when given, else beside the file (or in the split's folder)."""
     if fmt == "parquet":
-        sources = [(parquet_split(path), str(path), path.parent, parquet_rows(path))]
+        shards = parquet_shards(path) if path.is_dir() else [path]
+        if not path.is_dir() and other_shards(path):
+            logger.warning(
+                "%s is 1 of %d shards of its split: the others are not read; pass the folder %s "
+                "to read them all",
+                path,
+                other_shards(path) + 1,
+                path.parent,
+            )
+        sources = [(parquet_split(p), str(p), p.parent, parquet_rows(p)) for p in shards]
     else:
         sources = [
             (split, str(folder), path, disk_rows(folder)) for split, folder in disk_splits(path)
         ]
-    every = fmt == "hf_disk" and len(sources) > 1
+    every = len({split for split, *_ in sources}) > 1
+    counted: dict[str | None, int] = {}  # rows read per split: shards of a split number on
     for split, where, base, rows in sources:
         positions = f"{split}-" if split is not None and fmt == "hf_disk" and not every else ""
         prefix = f"{split}-" if every else ""
+        start = counted.get(split, 0)
         for index, row in enumerate(rows):
-            default_id = f"{positions}{index}"
+            counted[split] = start + index + 1
+            default_id = f"{positions}{start + index}"
             try:
                 items = table_items(row, default_id, root or base, mapping)
             except RowError as e:

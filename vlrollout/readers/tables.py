@@ -49,6 +49,26 @@ def parquet_split(path: Path) -> str | None:
     return match["split"] if match else None
 
 
+_SHARD_COUNT = re.compile(r"-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
+
+
+def parquet_shards(folder: Path) -> list[Path]:
+    """The parquet files of a dataset repository as the hub lays it out: in ``folder``, else in
+    its ``data/`` folder; by split, then shard, in name order. Empty when there are none."""
+    for where in (folder, folder / "data"):
+        shards = sorted(where.glob("*.parquet"))
+        if shards:
+            return shards
+    return []
+
+
+def other_shards(path: Path) -> int:
+    """How many shards of ``path``'s split its name says there are besides it
+    (``val-00000-of-00004.parquet``: 3), 0 for a file that is not a hub shard."""
+    match = _SHARD_COUNT.search(path.name)
+    return int(match["count"]) - 1 if match else 0
+
+
 def parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
     """The rows of a parquet file, read a batch at a time.
 
@@ -86,7 +106,8 @@ def disk_splits(folder: Path) -> list[tuple[str | None, Path]]:
     ``Dataset``, one per split of a ``DatasetDict``.
 
     Raises:
-        DataFileError: the folder is neither (no ``state.json`` nor ``dataset_dict.json``).
+        DataFileError: the folder is neither (no ``state.json`` nor ``dataset_dict.json``) nor
+            holds parquet shards.
     """
     if (folder / "dataset_dict.json").is_file():
         splits = _read_json(folder / "dataset_dict.json").get("splits") or []
@@ -94,8 +115,9 @@ def disk_splits(folder: Path) -> list[tuple[str | None, Path]]:
     if (folder / "state.json").is_file():
         return [(None, folder)]
     raise DataFileError(
-        f"data path {folder} is a folder holding neither state.json nor dataset_dict.json: "
-        "pass a data file (.jsonl, .parquet, .json) or a folder written by save_to_disk"
+        f"data path {folder} is a folder holding neither state.json nor dataset_dict.json nor "
+        "parquet files (in it or in data/): pass a data file (.jsonl, .parquet, .json), a "
+        "folder of parquet shards or a folder written by save_to_disk"
     )
 
 
