@@ -259,3 +259,20 @@ def test_a_family_without_a_box_format_of_its_own_evaluates_without_the_flag(tmp
             argv += ["--map", "answer=expression", "question=expression"]
         assert main(argv) == 0, capsys.readouterr().err
         assert json.loads((out / "results.json").read_text())["items"] == 1
+
+
+def test_another_box_format_rescores_the_predictions_on_disk(tmp_path):
+    """The box format changes how completions are read, not the completions: a rerun with
+    another one rescores the saved predictions (no model run), as eval.md promises."""
+    data = write_refs(tmp_path)
+    model = REPO / "assets" / "tiny-qwen3vl-ground"
+    argv = ["eval", "--data", str(data), "--task", "refcoco", "--model", str(model)]
+    argv += ["--output", str(tmp_path / "out"), "--max-new-tokens", "24", "--no-progress"]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "out" / "results.json").read_text())
+    saved = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "predictions").glob("*.json")}
+    assert main([*argv, "--box-format", "qwen2_vl"]) == 0
+    again = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert first["unreadable"] == {"no_box": 3} and "no_box" not in again["unreadable"]
+    assert again["settings"]["box_format"] == "qwen2_vl"
+    assert {p: p.stat().st_mtime_ns for p in saved} == saved  # the completions were kept

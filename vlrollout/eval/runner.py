@@ -120,9 +120,15 @@ class EvalResult:
         return None if entry is None else entry["value"]
 
 
+SCORING_SETTINGS = ("box_format",)
+"""Settings that change how completions are scored, not the completions: a rerun with others
+rescores the predictions on disk."""
+
+
 def prepare_output(output: Path, settings: Mapping[str, Any], overwrite: bool = False) -> None:
     """Make ``output`` ready for an evaluation with ``settings``: writable, and new, a resume of
-    the same settings, or cleared by ``overwrite`` (only the files an evaluation writes).
+    the same settings (:data:`SCORING_SETTINGS` may differ: the predictions are rescored), or
+    cleared by ``overwrite`` (only the files an evaluation writes).
 
     Raises:
         OutputFolderError: the folder is a file or not writable, or holds predictions made with
@@ -138,7 +144,10 @@ def prepare_output(output: Path, settings: Mapping[str, Any], overwrite: bool = 
             old = json.loads(path.read_text()).get("settings", {})
         except (OSError, ValueError, AttributeError):
             old = {}
-        diff = differences(old, new)
+        diff = differences(
+            {k: v for k, v in old.items() if k not in SCORING_SETTINGS},
+            {k: v for k, v in new.items() if k not in SCORING_SETTINGS},
+        )
         if diff:
             raise OutputFolderError(
                 f"output folder {output} holds predictions made with other settings "
