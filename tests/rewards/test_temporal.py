@@ -199,3 +199,14 @@ def test_constructor_rejects_bad_options():
 def test_a_unit_written_on_one_end_scales_both(text):
     res = TemporalIoUReward().score("p", text, [], [], segments=[[60.0, 120.0]])
     assert res.reason is None and res.value == pytest.approx(1.0), (res, res.details)
+
+
+def test_numbers_in_exponent_form_are_read_whole():
+    """``2e0-3e0`` is the segment [2, 3], not [0, 3]; ``1e400`` is infinite, not 400."""
+    ((start, end),) = parse_segments("2e0-3e0").segments
+    assert (start.value, end.value) == (2.0, 3.0)
+    ((start, end),) = parse_segments("[1e400, 3]").segments
+    assert math.isinf(start.value) and end.value == 3.0
+    reward = TemporalIoUReward()
+    result = reward.score("p", "[1e400, 3]", [], [], segments=[[1.0, 3.0]])
+    assert (result.value, result.reason) == (0.0, "non_finite_segment")
