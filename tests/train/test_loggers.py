@@ -75,3 +75,22 @@ def test_swanlab_local_mode_is_refused_when_the_config_loads(capsys):
     status = main(["train", "--config", CONFIG, "stats_logger.swanlab.mode=local"])
     err = capsys.readouterr().err
     assert status == 2 and "stats_logger.swanlab.mode=local" in err and "offline" in err
+
+
+def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path):
+    """A run resumed from its step-1 checkpoint writes steps 2 and 3 again: TensorBoard shows
+    the resumed run's values, once per step, as metrics.jsonl is cut back to the checkpoint."""
+    cfg = load_config(
+        CONFIG, [f"vlrollout.output={tmp_path}", f"stats_logger.tensorboard.path={tmp_path}/tb"]
+    )
+    first = TrainLoggers.open(cfg, FT_SPEC)
+    for step in (1, 2, 3):
+        first.add({"step": step, "reward_mean": float(step)})
+    first.close()
+    resumed = TrainLoggers.open(cfg, FT_SPEC, resume_step=1)
+    for step in (2, 3):
+        resumed.add({"step": step, "reward_mean": 10.0 * step})
+    resumed.close()
+    events = tensorboard(tmp_path / "tb")
+    got = [(e.step, e.value) for e in events.Scalars("reward_mean")]
+    assert got == [(1, 1.0), (2, 20.0), (3, 30.0)]

@@ -88,9 +88,11 @@ class TrainLoggers:
     pending: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, cfg: Any, ft_spec: Any) -> TrainLoggers:
+    def open(cls, cfg: Any, ft_spec: Any, resume_step: int = 0) -> TrainLoggers:
         """AReaL's ``StatsLogger(cfg, ft_spec)`` when ``cfg.stats_logger`` configures a tracker;
-        else loggers that only drop what they are given.
+        else loggers that only drop what they are given. ``resume_step``: the checkpoint's step
+        a resumed run starts after; TensorBoard's events after it are purged
+        (:func:`purge_tensorboard_after`), as ``metrics.jsonl`` is cut back to it.
 
         Raises:
             ValueError: settings :func:`problem` refuses.
@@ -105,6 +107,8 @@ class TrainLoggers:
 
         with _offline_login(section):
             stats = StatsLogger(cfg, ft_spec)
+        if resume_step > 0:
+            purge_tensorboard_after(stats, resume_step)
         return cls(stats, section, max(1, ft_spec.steps_per_epoch))
 
     def add(self, record: dict[str, Any]) -> None:
@@ -160,6 +164,19 @@ class TrainLoggers:
         self.commit()
         self.stats.close()
         self.stats = None
+
+
+def purge_tensorboard_after(stats: Any, step: int) -> None:
+    """Reopen AReaL's TensorBoard writer (``StatsLogger.summary_writer``, set on rank 0) with
+    ``purge_step=step + 1``: TensorBoard then hides the events after ``step`` that the run wrote
+    before it stopped, which the resumed run writes again (shown twice otherwise)."""
+    from tensorboardX import SummaryWriter
+
+    writer = getattr(stats, "summary_writer", None)
+    if writer is None:
+        return
+    writer.close()
+    stats.summary_writer = SummaryWriter(log_dir=writer.logdir, purge_step=step + 1)
 
 
 def _caption(r: HeldOutRollout) -> str:

@@ -185,7 +185,7 @@ def start_session(cfg: TrainConfig) -> Session:
         source=source,
         rollouts=rollouts,
         held_out=held_out,
-        loggers=TrainLoggers.open(cfg, ft_spec),
+        loggers=TrainLoggers.open(cfg, ft_spec, resume_step=start),
         setup_s=setup_s,
     )
 
