@@ -47,3 +47,23 @@ def test_an_evaluation_is_recorded_and_logged_as_information(tmp_path):
     assert line.getMessage() == (
         "held-out eval at step 3: eval 0.5000 over 2 episodes; eval_sampled 0.5000 over 4 episodes"
     )
+
+
+class _RejectsGrounding:
+    """Scores every episode 1.0 except those of ``ground`` items, all rejected."""
+
+    async def arun_episode(self, engine, item):
+        return None if item["task"] == "ground" else {"rewards": torch.tensor([1.0])}
+
+
+def test_a_task_whose_every_episode_was_rejected_has_no_mean(monkeypatch):
+    """Its mean would be 0 from no episode; the overall mean still counts them as 0."""
+    from vlrollout.train import evaluation
+
+    warnings: list[str] = []
+    monkeypatch.setattr(evaluation.logger, "warning", lambda msg, *a: warnings.append(msg % a))
+    items = [{"id": "a", "task": "count"}, {"id": "b", "task": "ground"}]
+    out = evaluation.evaluate(None, _RejectsGrounding(), items, step=4)
+    assert "eval/ground" not in out and out["eval/count"] == 1.0
+    assert out["eval/mean"] == 0.5 and out["eval/rejected"] == 1
+    assert len(warnings) == 1 and "'ground'" in warnings[0] and "step 4" in warnings[0]

@@ -53,7 +53,8 @@ def evaluate(
 
     A rejected episode scores 0 and stays in the denominator, so rejections never raise the
     mean; ``{prefix}/n`` (episodes) and ``{prefix}/rejected`` say how many of the episodes
-    behind it were rejected (:func:`eval_line` prints both).
+    behind it were rejected (:func:`eval_line` prints both). A task whose every episode was
+    rejected has no ``{prefix}/{task}`` (a warning names it): its mean would measure nothing.
 
     Raises:
         NothingAccepted: Every episode was rejected: a mean of zeros would measure nothing.
@@ -80,10 +81,22 @@ def evaluate(
             hint="no score is reported from no episode; each rejection is logged above",
         )
     by_task: dict[str, list[float]] = {}
+    accepted: dict[str, int] = {}
     for it, t in zip(episodes, trajs, strict=True):
+        task = it.get("task", "all")
         score = float(t["rewards"].flatten()[0]) if t is not None else 0.0
-        by_task.setdefault(it.get("task", "all"), []).append(score)
-    out = {f"{prefix}/{k}": statistics.fmean(v) for k, v in by_task.items()}
+        by_task.setdefault(task, []).append(score)
+        accepted[task] = accepted.get(task, 0) + (t is not None)
+    out = {f"{prefix}/{k}": statistics.fmean(v) for k, v in by_task.items() if accepted[k]}
+    for task in (k for k in by_task if not accepted[k]):
+        at = f" at step {step}" if step is not None else ""
+        logger.warning(
+            "held-out evaluation %r%s: every episode of task %r was rejected; it has no mean "
+            "(the rejections are logged above)",
+            prefix,
+            at,
+            task,
+        )
     out[f"{prefix}/mean"] = statistics.fmean(s for v in by_task.values() for s in v)
     out[f"{prefix}/n"] = len(episodes)
     out[f"{prefix}/rejected"] = sum(t is None for t in trajs)
