@@ -137,14 +137,28 @@ def has_scheme(text: str, scheme: str) -> bool:
     return text[: len(scheme)].lower() == scheme
 
 
+def standard_base64(payload: str) -> str:
+    """``payload`` in the standard base64 alphabet: base64url (``-`` and ``_``, as JavaScript's
+    and JWT encoders write it, often without ``=`` padding) is translated and padded. Other text,
+    including text that mixes both alphabets, is left as it is, for the decoder to refuse.
+
+    >>> standard_base64("YW-_Yg")
+    'YW+/Yg=='
+    """
+    if ("-" in payload or "_" in payload) and not ("+" in payload or "/" in payload):
+        payload = payload.replace("-", "+").replace("_", "/")
+        return payload + "=" * (-len(payload) % 4)
+    return payload
+
+
 def decode_inline(text: str, item: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """The encoded bytes of a base64 string or a ``data:...;base64,`` URL, at most ``max_bytes``.
 
     The one decoder of inline images: :func:`load_image` uses it for strings, and the engine and
     the server use it for what clients send, so every inline image meets the same rules. It never
-    reads a file or the network. Whitespace in the payload is ignored; anything else that is not
-    base64 is refused. A payload whose base64 text alone implies more than ``max_bytes`` is refused
-    before it is decoded.
+    reads a file or the network. Whitespace in the payload is ignored, base64url is read
+    (:func:`standard_base64`); anything else that is not base64 is refused. A payload whose
+    base64 text alone implies more than ``max_bytes`` is refused before it is decoded.
 
     Raises:
         PreprocessError: ``image_source`` (a data URL that is not base64-encoded, invalid base64)
@@ -168,7 +182,7 @@ def decode_inline(text: str, item: str, max_bytes: int = DEFAULT_MAX_BYTES) -> b
             item, "image_too_large", f"{at_least} encoded bytes exceed max_bytes={max_bytes}"
         )
     try:
-        raw = base64.b64decode(payload, validate=True)
+        raw = base64.b64decode(standard_base64(payload), validate=True)
     except (binascii.Error, ValueError) as e:
         raise PreprocessError(item, "image_source", f"invalid {what}: {e}") from None
     if len(raw) > max_bytes:

@@ -273,3 +273,20 @@ def test_url_schemes_and_the_base64_parameter_are_case_insensitive(tmp_path, pre
         source = prefix + base64.b64encode(buffer.getvalue()).decode()
         assert source_form(source) == "data_url"
     assert load_image(source, "item 1").image.size == (6, 4)
+
+
+def test_url_safe_base64_padded_or_not_is_read():
+    """JavaScript's and JWT-style encoders write base64url (``-`` and ``_``) without padding;
+    its alphabet cannot be mistaken for the standard one."""
+    from vlrollout.processors.image_loading import decode_inline
+
+    out = io.BytesIO()
+    Image.new("RGB", (7, 5), (250, 251, 252)).save(out, format="PNG")
+    raw = out.getvalue()
+    for text in (
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        "data:image/png;base64," + base64.urlsafe_b64encode(raw).decode(),
+    ):
+        assert decode_inline(text, "image 1") == raw
+    with pytest.raises(PreprocessError, match="invalid base64"):
+        decode_inline("ab+c-d__", "image 1")  # both alphabets: not base64
