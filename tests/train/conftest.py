@@ -61,14 +61,18 @@ def engine(name_resolve_root):
 
 
 def rollout(engine, items, max_new_tokens: int = 24):
-    """One episode per item with our vision workflow and the tiny tasks' reward."""
+    """One episode per item with our vision workflow and the tiny tasks' reward, whose CIDEr-D
+    corpus is the captions of a fixed synthetic set (the items may hold one caption, or copies
+    of one, which weigh no n-gram)."""
     from areal.api.cli_args import GenerationHyperparameters
 
     from vlrollout.tiny.rewards import shapes_task_reward
+    from vlrollout.tiny.synthetic import generate_items
     from vlrollout.workflows import VisionRLVRWorkflow
 
     gconfig = GenerationHyperparameters(max_new_tokens=max_new_tokens, temperature=TEMPERATURE)
-    wf = VisionRLVRWorkflow(shapes_task_reward(items), gconfig, engine.tokenizer, engine.processor)
+    reward = shapes_task_reward(generate_items("mix", 24, seed=101))
+    wf = VisionRLVRWorkflow(reward, gconfig, engine.tokenizer, engine.processor)
 
     async def run():
         return await asyncio.gather(*(wf.arun_episode(engine, it) for it in items))

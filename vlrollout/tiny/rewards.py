@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from vlrollout.logs import get_logger
+
+logger = get_logger(__name__)
+
 GROUND_METRICS = ("iou", "giou")
 """Box metrics of :func:`shapes_task_reward`'s grounding items (``vlrollout.ground_metric``)."""
 
@@ -42,6 +46,7 @@ def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") 
         )
     from vlrollout.rewards import ByTask
     from vlrollout.rewards.caption import CaptionReward
+    from vlrollout.rewards.cider import CiderD
     from vlrollout.rewards.grounding import GroundingReward
 
     references = [
@@ -55,6 +60,12 @@ def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") 
         "count": count_reward(),
         "ground": GroundingReward("qwen2_vl", ground_metric),
     }
-    if references:
-        routes["caption"] = CaptionReward("cider_d", corpus=references)
+    corpus = CiderD.from_references(references) if references else None
+    if corpus is not None and corpus.weighs_anything:
+        routes["caption"] = CaptionReward("cider_d", corpus=corpus)
+    elif corpus is not None:
+        logger.warning(
+            "tiny_task: the items' captions are one image's references (or copies of one), "
+            "which weigh no n-gram in CIDEr-D; caption items have no reward and are rejected"
+        )
     return ByTask(routes)
