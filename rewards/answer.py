@@ -212,16 +212,55 @@ def _gold(task_data: dict[str, Any], key: str, who: str) -> Any:
     return require_field(task_data, key, who)
 
 
+_WORD_NUMBER = re.compile(rf"(?i)\b(?:{_WORDS})\b")
+
+
 def _number_gold(task_data: dict[str, Any], key: str, who: str) -> Any:
-    """The gold of a number or count reward: a finite number, or a string holding at most one
-    number (``"7 cm"``). A bool, NaN (a table's null), infinity or a string of several numbers
-    (``"3 or 4"``, where reading the last would score a right answer 0) is a data error."""
-    raw = _gold(task_data, key, who)
-    if isinstance(raw, bool) or (isinstance(raw, numbers.Real) and not math.isfinite(raw)):
+    """The gold of a number or count reward: a finite real number, or a string holding one
+    number (``"7 cm"``). A bool, NaN (a table's null), infinity, another type (a list, a
+    complex) or a string of several numbers (``"3 or 4"``, ``"three or four"``, where reading
+    the last would score a right answer 0) is a data error."""
+    return one_number(_gold(task_data, key, who), key)
+
+
+def one_number(raw: Any, key: str = "answer") -> Any:
+    """``raw`` when it is one finite number or a string holding one (see :func:`_number_gold`).
+
+    Raises:
+        ValueError: naming ``task_data[key]`` and why.
+    """
+    if isinstance(raw, bool) or not isinstance(raw, (str, numbers.Real)):
+        raise ValueError(f"task_data[{key!r}]={raw!r} is not a number")
+    if isinstance(raw, numbers.Real) and not math.isfinite(raw):
         raise ValueError(f"task_data[{key!r}]={raw!r} is not a finite number")
-    if isinstance(raw, str) and len(_NUMBER.findall(raw)) > 1:
-        raise ValueError(f"task_data[{key!r}]={raw!r} holds several numbers; give the one answer")
+    if isinstance(raw, str):
+        found = len(_NUMBER.findall(raw)) + len(_WORD_NUMBER.findall(raw))
+        if found > 1:
+            raise ValueError(
+                f"task_data[{key!r}]={raw!r} holds several numbers; give the one answer"
+            )
     return raw
+
+
+def count_gold(raw: Any, key: str = "answer") -> int:
+    """The true count of a count reward or eval task: an integer, an integral float (a table
+    column with a null becomes float), or a string holding one whole count (``"3"``, ``"three"``,
+    ``"3 cubes"``).
+
+    Raises:
+        ValueError: naming ``task_data[key]``: not one finite number, not whole (``2.5``,
+            ``"1/2"``), or a string the count reader does not read.
+    """
+    raw = one_number(raw, key)
+    if isinstance(raw, numbers.Real):
+        if float(raw) != int(raw):
+            raise ValueError(f"task_data[{key!r}]={raw!r} is not a whole count")
+        return int(raw)
+    gold = parse_count(raw)
+    value = parse_number(raw)
+    if gold is None or (value is not None and value != gold):
+        raise ValueError(f"task_data[{key!r}]={raw!r} is not a count: give one whole number")
+    return gold
 
 
 class CountReward(Reward):
@@ -242,15 +281,7 @@ class CountReward(Reward):
         self.name = "count"
 
     def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
-        raw = _number_gold(task_data, self.answer_key, type(self).__name__)
-        if not isinstance(raw, (str, numbers.Real)):
-            raise ValueError(
-                f"task_data[{self.answer_key!r}]={raw!r} is not a count: give one number or "
-                "number word"
-            )
-        gold = int(raw) if isinstance(raw, numbers.Integral) else parse_count(str(raw))
-        if gold is None:
-            raise ValueError(f"task_data[{self.answer_key!r}]={raw!r} is not a count")
+        gold = count_gold(_gold(task_data, self.answer_key, type(self).__name__), self.answer_key)
         pred, why = read_count(answer_region(completions, self.use_answer_tag))
         if pred is None:
             return RewardResult(0.0, why)

@@ -47,3 +47,33 @@ def test_a_cider_d_corpus_of_one_images_references_is_refused(corpus):
 def test_a_null_label_is_named_as_null():
     with pytest.raises(KeyError, match="'answer' is null"):
         PlainReward("count").score("3", answer=None)
+
+
+@pytest.mark.parametrize(
+    "gold",
+    ["three or four", "3 or four", "1/2", "10^3", "1 1/2", "Jan 5, 2020", "3\u20134", [3, 4]],
+)
+def test_a_count_gold_that_is_not_one_count_is_refused_by_the_reward_and_the_eval(gold):
+    from vlrollout.eval.tasks import get_task
+
+    with pytest.raises(ValueError, match=r"task_data\['answer'\]"):
+        PlainReward("count").score("4", answer=gold)
+    item = {"id": "x", "question": "How many?", "images": ["i.png"], "answer": gold}
+    assert get_task("count").check_item(item) is not None
+
+
+@pytest.mark.parametrize("gold", [[3, 4], {"a": 3}, 3 + 4j, "3 or four"])
+def test_a_numeric_gold_that_is_not_one_number_is_refused(gold):
+    with pytest.raises(ValueError, match=r"task_data\['answer'\]"):
+        PlainReward("numeric").score("4", answer=gold)
+
+
+def test_counts_as_tables_and_numpy_hold_them_are_read():
+    import numpy as np
+
+    from vlrollout.eval.tasks import get_task
+
+    for gold in (3, 3.0, "3", " 3 ", "three", "[3]", np.int64(3), np.float32(3.0), "3 cubes"):
+        assert PlainReward("count").score("3", answer=gold)[0] == 1.0, gold
+        item = {"id": "x", "question": "How many?", "images": ["i.png"], "answer": gold}
+        assert get_task("count").check_item(item) is None, gold

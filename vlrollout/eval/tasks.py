@@ -39,7 +39,7 @@ from vlrollout.eval.metrics.boxes import (
 from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, caption_stats
 from vlrollout.readers.fields import text_list_problem
 from vlrollout.readers.prompts import TASK_PROMPTS
-from vlrollout.rewards.answer import ChoiceReward, CountReward, parse_count
+from vlrollout.rewards.answer import ChoiceReward, CountReward, count_gold
 from vlrollout.rewards.grounding import label_boxes
 from vlrollout.rewards.ptb_tokenize import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
@@ -271,20 +271,19 @@ class CountTask(_TaskBase):
 
     @staticmethod
     def _gold(raw: Any) -> int | None:
-        """The true count: an integer, an integral float (a table column with a null becomes
-        float: ``2.0``), or a string holding one."""
-        if isinstance(raw, bool):
+        """The true count as the count reward reads it (:func:`~vlrollout.rewards.answer.
+        count_gold`), ``None`` when it is not one."""
+        try:
+            return count_gold(raw)
+        except ValueError:
             return None
-        if isinstance(raw, int):
-            return raw
-        if isinstance(raw, float):
-            return int(raw) if raw.is_integer() else None
-        return parse_count(raw) if isinstance(raw, str) else None
 
     def check_item(self, item: dict[str, Any]) -> str | None:
         raw = item.get("answer")
         if self._gold(raw) is None:
-            return f"field 'answer' = {raw!r} is not a count (an integer or a string with one)"
+            return (
+                f"field 'answer' = {raw!r} is not one count (a whole number or a string with one)"
+            )
         return _prompt_needs(item, "question", "the question")
 
     def score(
