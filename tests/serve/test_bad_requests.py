@@ -285,6 +285,12 @@ def test_vllm_bad_requests(vllm_server, prompts):
             "you requested 513 tokens (2 in the prompt, 511 in the completion)",
         ),
         ("/v1/chat/completions", chat(url(img), top_logprobs=2), 400, "logprobs must be true"),
+        (
+            "/v1/chat/completions",
+            chat(url(img), max_tokens=None, max_completion_tokens=100_000),
+            400,
+            "maximum context length is 512 tokens",
+        ),
     ]
     good = chat(url(img))
     for path, body, status, message in cases:

@@ -87,16 +87,23 @@ def _count(body: dict[str, Any], key: str, default: int, low: int, high: int, wh
 def _gconfig(state: ServerState, body: dict[str, Any], where: str):
     if body.get("use_beam_search"):
         raise BadRequest(f"{where}: use_beam_search is not supported")
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    max_tokens = _asked_max_tokens(body)
     max_tokens = 16 if max_tokens is None else max_tokens  # vLLM's completions default
     return state.gconfig(where, body, max_tokens, min_tokens_key="min_tokens")
+
+
+def _asked_max_tokens(body: dict[str, Any]) -> Any:
+    """The completion length a request asks for: ``max_completion_tokens`` (OpenAI's current
+    name, which vLLM prefers), else ``max_tokens``; ``None`` for neither (a null is neither)."""
+    asked = body.get("max_completion_tokens")
+    return body.get("max_tokens") if asked is None else asked
 
 
 def _check_room(state: ServerState, prompt_len: int, body: dict[str, Any], where: str) -> None:
     """Refuse a ``max_tokens`` the context cannot hold after the prompt, as vLLM does (a 400,
     never a shorter completion than asked for); without one, the completion stops at the
     context's end."""
-    asked = body.get("max_tokens", body.get("max_completion_tokens"))
+    asked = _asked_max_tokens(body)
     if isinstance(asked, int) and prompt_len + asked > state.context_len:
         raise BadRequest(
             f"{where}: this model's maximum context length is {state.context_len} tokens; you "
