@@ -278,7 +278,7 @@ def reward_value(value: Any) -> float:
         raise EpisodeRejected("reward_error", f"reward function returned {value!r}, not a number")
     try:
         number = float(value)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise EpisodeRejected(
             "reward_error", f"reward function returned {value!r}, not a number"
         ) from e

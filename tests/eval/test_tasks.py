@@ -167,3 +167,9 @@ def test_a_digit_string_answer_is_a_choice_index_unless_it_is_also_another_choic
     beyond = {**numbers, "answer": "5"}  # no index 5: the text of B
     assert mc.check_item(beyond) is None
     assert mc.score(beyond, "B", [], "qwen2_vl").values["exact_match"] == 1.0
+
+
+def test_a_superscript_digit_answer_is_not_an_index():
+    mc = get_task("mc")
+    item = {"id": "a", "question": "?", "images": ["i.png"], "choices": ["red", "blue"]}
+    assert mc.check_item({**item, "answer": "\u00b2"}) is not None  # refused, not a crash

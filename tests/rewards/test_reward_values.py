@@ -58,3 +58,13 @@ async def a_coroutine_reward(prompt, completions, prompt_ids, completion_ids, **
 def test_a_coroutine_reward_is_refused_when_the_caller_is_built():
     with pytest.raises(TypeError, match="coroutine function"):
         RewardCaller(a_coroutine_reward)
+
+
+def a_huge_int(prompt, completions, prompt_ids, completion_ids, **data):
+    return 10**400
+
+
+def test_an_int_too_large_for_a_float_rejects_the_episode():
+    with pytest.raises(EpisodeRejected) as e:
+        asyncio.run(RewardCaller(a_huge_int, max_workers=1)("p", "c", [], [], {}))
+    assert e.value.reason == "reward_error" and "not a number" in e.value.detail

@@ -294,6 +294,12 @@ class CountTask(_TaskBase):
         return _exact(item, result.value, result.details.get("pred"), result.reason)
 
 
+def _is_digits(text: str) -> bool:
+    """Whether ``text`` is ASCII digits (``"2"``), as AI2D writes an index; ``"²"`` is not."""
+    text = text.strip()
+    return text.isascii() and text.isdigit()
+
+
 class ChoiceTask(_TaskBase):
     """Multiple choice: the letter the answer gives (``B``, ``(B)``, ``the answer is B``: the
     parsing of :class:`vlrollout.rewards.answer.ChoiceReward`), else the one choice whose text it
@@ -328,7 +334,7 @@ class ChoiceTask(_TaskBase):
         """The gold letter: ``answer`` as a letter, a 0-based index (an int, or a digit string
         as AI2D stores it), else a choice's text."""
         raw, choices = item.get("answer"), list(item["choices"])
-        if isinstance(raw, str) and raw.strip().isdigit():
+        if isinstance(raw, str) and _is_digits(raw):
             raw = int(raw) if int(raw) < len(choices) else raw
         if isinstance(raw, int) and not isinstance(raw, bool):
             return chr(ord("A") + raw) if 0 <= raw < len(choices) else None
@@ -352,7 +358,7 @@ class ChoiceTask(_TaskBase):
         """Why a digit-string ``answer`` cannot name the gold: it is the 0-based index of one
         choice and the text of another."""
         raw, choices = item.get("answer"), list(item["choices"])
-        if not (isinstance(raw, str) and raw.strip().isdigit() and int(raw) < len(choices)):
+        if not (isinstance(raw, str) and _is_digits(raw) and int(raw) < len(choices)):
             return None
         by_index = chr(ord("A") + int(raw))
         by_text = ChoiceTask._text_letter(raw, choices)

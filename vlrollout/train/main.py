@@ -100,11 +100,12 @@ def supervise(cmd: list[str], env: dict[str, str] | None = None) -> int:
     """Run ``cmd`` (torchrun) and wait for it; its exit status.
 
     torchrun runs in a session of its own, as its workers do, so a terminal's Ctrl-C reaches
-    this process only. The first SIGINT or SIGTERM here becomes one SIGTERM to torchrun, which
-    passes it to its workers (SIGTERM, as a worker started in the background ignores SIGINT) and
-    exits once they have stopped; later signals are not passed on, as a second one would cut
-    torchrun's shutdown short and leave workers training. Once torchrun has exited, the signal
-    is raised here again, so the command stops as any command stopped by it (130 or 143).
+    this process only. The first SIGINT, SIGTERM or SIGHUP (the terminal closed, the ssh
+    session dropped) here becomes one SIGTERM to torchrun, which passes it to its workers
+    (SIGTERM, as a worker started in the background ignores SIGINT) and exits once they have
+    stopped; later signals are not passed on, as a second one would cut torchrun's shutdown
+    short and leave workers training. Once torchrun has exited, the signal is raised here
+    again, so the command stops as any command stopped by it (130, 143; SIGHUP's default).
     """
     child = subprocess.Popen(cmd, env=env, start_new_session=True)
     received: list[int] = []
@@ -119,7 +120,7 @@ def supervise(cmd: list[str], env: dict[str, str] | None = None) -> int:
             )
         received.append(signum)
 
-    stops = (signal.SIGINT, signal.SIGTERM)
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {signum: signal.signal(signum, pass_on) for signum in stops}
     try:
         status = child.wait()
