@@ -136,6 +136,9 @@ class Mutates(_Returns):
     def prepare(self, data):
         data.pop("answer", None)
         data["messages"][0]["content"] = data["messages"][0]["content"] + " Count carefully."
+        if "boxes" in data:  # the load-time probe has no labels
+            data["boxes"][0][0] = 999.0
+            data["meta"]["seen"] = True
         return super().prepare(data)
 
 
@@ -325,10 +328,11 @@ def test_a_plugin_that_changes_its_item_changes_neither_the_item_nor_the_reward(
     wf = VisionRLVRWorkflow(
         REWARD, GCONFIG, tokenizer, qwen2vl_processor, preprocessor=f"{HERE}.Mutates"
     )
-    item = _item(Image.new("RGB", (40, 30)))
+    item = {**_item(Image.new("RGB", (40, 30))), "boxes": [[1.0, 2.0, 3.0, 4.0]], "meta": {}}
     before = json.dumps(item["messages"])
     out = tokenizer.encode("x", add_special_tokens=False) + [tokenizer.eos_token_id]
     for _ in range(2):
         traj = asyncio.run(wf.arun_episode(ScriptedEngine([out]), item))
         assert traj is not None and traj["rewards"].item() == 1.0, wf.ledger.summary()
     assert item["answer"] == "x" and json.dumps(item["messages"]) == before
+    assert item["boxes"] == [[1.0, 2.0, 3.0, 4.0]] and item["meta"] == {}

@@ -319,24 +319,17 @@ class EpisodeWorkflow(RolloutWorkflow):
         raise NotImplementedError
 
 
-def item_copy(data: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``data`` that ``prepare`` may change without changing the caller's item: the
-    dict, its lists, its messages and their content parts (images and other values are shared,
-    not copied)."""
-    out = {k: list(v) if isinstance(v, list) else v for k, v in data.items()}
-    messages = out.get("messages")
-    if isinstance(messages, list):
-        out["messages"] = [_message_copy(m) for m in messages]
-    return out
-
-
-def _message_copy(message: Any) -> Any:
-    if not isinstance(message, dict):
-        return message
-    content = message.get("content")
-    if isinstance(content, list):
-        content = [dict(p) if isinstance(p, dict) else p for p in content]
-    return {**message, "content": content}
+def item_copy(data: Any) -> Any:
+    """A copy of ``data`` that ``prepare`` may change without changing the caller's item: its
+    dicts, lists and tuples at every depth (messages, parts, labels); images, bytes, tensors
+    and other values are shared, not copied (a preprocessor reads them)."""
+    if isinstance(data, dict):
+        return {k: item_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [item_copy(v) for v in data]
+    if isinstance(data, tuple):
+        return tuple(item_copy(v) for v in data)
+    return data
 
 
 def reads_image_data(engine: Any) -> bool:
