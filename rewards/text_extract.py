@@ -71,25 +71,37 @@ def answer_region(text: str, use_answer_tag: bool) -> str:
     return text
 
 
+_REASONING_TAG = re.compile(r"<(/?)(?:think|thinking|reasoning)>|\u25c1(/?)think\u25b7", re.I)
+"""Tags of a reasoning block: ``<think>`` (Qwen3, GLM), ``<thinking>``, ``<reasoning>``, any
+case, and Kimi-VL's ``◁think▷``; each with its closing ``/``."""
+
+
 def without_reasoning(text: str) -> str:
     """``text`` without a thinking model's reasoning, where drafts (a first box, a rejected
-    choice) are written: each ``<think>...</think>`` block, the text before a first
-    ``</think>`` that no ``<think>`` opens (chat templates that open the block in the prompt),
-    and an unclosed ``<think>`` to the end (a completion cut off while thinking has no answer).
+    choice) are written: each reasoning block (:data:`_REASONING_TAG`; nested blocks end at
+    their outer close), the text before a close that no block opened (chat templates that open
+    the block in the prompt), and an unclosed block to the end (a completion cut off while
+    thinking has no answer).
 
     >>> without_reasoning("draft</think> 4"), without_reasoning("<think>draft")
     (' 4', '')
     """
-    first_close, first_open = text.find("</think>"), text.find("<think>")
-    if first_close >= 0 and (first_open < 0 or first_close < first_open):
-        text = text[first_close + len("</think>") :]
-    kept, pos = [], 0
-    for start, end in tag_blocks(text, "<think>", "</think>"):
-        kept.append(text[pos : start - len("<think>")])
-        pos = end + len("</think>")
-    rest = text[pos:]
-    unclosed = rest.find("<think>")
-    kept.append(rest if unclosed < 0 else rest[:unclosed])
+    kept: list[str] = []
+    depth, pos = 0, 0
+    for tag in _REASONING_TAG.finditer(text):
+        closing = bool(tag.group(1) or tag.group(2))
+        if not closing:
+            if depth == 0:
+                kept.append(text[pos : tag.start()])
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                pos = tag.end()
+        else:  # a close no block opened: what came before it was reasoning
+            kept, pos = [], tag.end()
+    if depth == 0:
+        kept.append(text[pos:])
     return "".join(kept)
 
 

@@ -28,6 +28,11 @@ GEOMETRY = [
         ("<think><answer>3</answer></think><answer>4</answer>", True, "4"),
         ("<think>draft <answer>3</answer></think> 4", True, "4"),
         ("no reasoning 5", True, "no reasoning 5"),
+        ("<thinking>maybe 3</thinking> 4", False, "4"),
+        ("<reasoning>maybe 3</reasoning> 4", False, "4"),
+        ("<THINK>maybe 3</THINK> 4", False, "4"),
+        ("\u25c1think\u25b7maybe 3\u25c1/think\u25b7 4", False, "4"),  # Kimi-VL
+        ("<think>a <think>x</think> draft 3</think> 4", False, "4"),  # nested
     ],
 )
 def test_the_region_a_reward_reads_leaves_the_reasoning_out(text, tagged, region):
