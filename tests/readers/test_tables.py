@@ -312,3 +312,22 @@ def test_one_shard_of_several_says_the_others_are_not_read(tmp_path, monkeypatch
     path = _shard(tmp_path / "val-00000-of-00004.parquet", ["1"])
     load_items(path, prompt="{question}")
     assert len(warnings) == 1 and "1 of 4 shards" in warnings[0] and str(tmp_path) in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "arrow_type"),
+    [
+        ("picture", {"bytes": None, "path": "blue.png"}, IMAGE),  # a path-only image struct
+        ("img", png((9, 9)), pa.binary()),  # raw image bytes
+        ("imgs", [[{"bytes": png((9, 9)), "path": None}]], pa.list_(pa.list_(IMAGE))),
+        ("meta", {"image": {"bytes": png((9, 9)), "path": None}}, pa.struct([("image", IMAGE)])),
+    ],
+)
+def test_images_held_in_other_shapes_of_column_refuse_the_row(tmp_path, column, value, arrow_type):
+    data = _parquet(
+        tmp_path / "d.parquet",
+        {"id": ["a"], "question": ["?"], column: [value], "answer": ["x"]},
+        {column: arrow_type},
+    )
+    with pytest.raises(DataFileError, match=f"field {column}: holds images that are not read"):
+        load_items(data, prompt="{question}")

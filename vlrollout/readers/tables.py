@@ -174,8 +174,26 @@ def listed_choices(text: str) -> list[Any]:
     return value
 
 
-def _is_image_struct(value: Any) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("bytes"), (bytes, bytearray))
+READ_MEDIA_COLUMNS = ("images", "videos", "messages")
+"""Columns whose images an item's preparation reads (message parts may hold images)."""
+
+_IMAGE_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
+
+
+def holds_image(value: Any, depth: int = 3) -> bool:
+    """Whether a column's value holds an image: a ``datasets`` image struct (``{"bytes",
+    "path"}`` with either), raw bytes of a known image format, or either inside lists and
+    structs (up to ``depth`` levels)."""
+    if isinstance(value, dict):
+        if set(value) == {"bytes", "path"} and (value["bytes"] or value["path"]):
+            return True
+        return depth > 0 and any(holds_image(v, depth - 1) for v in value.values())
+    if isinstance(value, (bytes, bytearray)):
+        head = bytes(value[:12])
+        return head.startswith(_IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+    if isinstance(value, (list, tuple)):
+        return depth > 0 and any(holds_image(v, depth - 1) for v in value)
+    return False
 
 
 def check_unread_images(row: dict[str, Any]) -> None:
@@ -187,10 +205,7 @@ def check_unread_images(row: dict[str, Any]) -> None:
         RowError: ``media_field_unsupported`` naming the column and the mapping that reads it.
     """
     for column, value in row.items():
-        if column == "images":
-            continue
-        values = value if isinstance(value, (list, tuple)) else [value]
-        if values and any(_is_image_struct(v) for v in values):
+        if column not in READ_MEDIA_COLUMNS and holds_image(value):
             raise RowError(
                 "media_field_unsupported",
                 column,
