@@ -331,3 +331,15 @@ def test_images_held_in_other_shapes_of_column_refuse_the_row(tmp_path, column, 
     )
     with pytest.raises(DataFileError, match=f"field {column}: holds images that are not read"):
         load_items(data, prompt="{question}")
+
+
+def test_a_folder_of_parquet_files_named_by_split_reads_each_as_its_split(tmp_path):
+    """train.parquet and test.parquet in one folder are two splits, never one mixed set; a
+    split name may hold a hyphen (test-dev)."""
+    _shard(tmp_path / "train.parquet", ["1"])
+    _shard(tmp_path / "test-dev-00000-of-00001.parquet", ["1"])
+    items = load_items(tmp_path, prompt="{question}")
+    assert sorted((i["split"], i["id"]) for i in items) == [
+        ("test-dev", "test-dev-1"),
+        ("train", "train-1"),
+    ]

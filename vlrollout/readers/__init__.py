@@ -119,16 +119,7 @@ def _table_items(
     id (``test-7``): published sets number their rows per split, so ids repeat across splits.
     Image paths are under ``root`` when given, else beside the file (or in the split's folder)."""
     if fmt == "parquet":
-        shards = parquet_shards(path) if path.is_dir() else [path]
-        if not path.is_dir() and other_shards(path):
-            logger.warning(
-                "%s is 1 of %d shards of its split: the others are not read; pass the folder %s "
-                "to read them all",
-                path,
-                other_shards(path) + 1,
-                path.parent,
-            )
-        sources = [(parquet_split(p), str(p), p.parent, parquet_rows(p)) for p in shards]
+        sources = _parquet_sources(path)
     else:
         sources = [
             (split, str(folder), path, disk_rows(folder)) for split, folder in disk_splits(path)
@@ -153,6 +144,26 @@ def _table_items(
                 if split is not None:
                     item.setdefault("split", split)
                 yield item
+
+
+def _parquet_sources(path: Path) -> list[tuple[str | None, str, Path, Iterator[dict]]]:
+    """``(split, where, base, rows)`` of a parquet file, or of each file of a folder of them.
+    A hub shard's split is in its name; in a folder, a file that is no hub shard is a split of
+    its own (``train.parquet``). One shard of several read alone is warned about."""
+    if not path.is_dir():
+        if other_shards(path):
+            logger.warning(
+                "%s is 1 of %d shards of its split: the others are not read; pass the folder %s "
+                "to read them all",
+                path,
+                other_shards(path) + 1,
+                path.parent,
+            )
+        return [(parquet_split(path), str(path), path.parent, parquet_rows(path))]
+    return [
+        (parquet_split(p) or p.stem, str(p), p.parent, parquet_rows(p))
+        for p in parquet_shards(path)
+    ]
 
 
 def _llava_rows(path: Path, data: Any) -> Any:

@@ -34,7 +34,7 @@ from vlrollout.readers.fields import RowError, row_id, strings, xywh_box
 from vlrollout.readers.images import image_sources
 from vlrollout.readers.sources import DataFileError
 
-_HUB_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)-\d{5}-of-\d{5}")
+_HUB_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.-]+?)-\d{5}-of-\d{5}")
 REFCOCO_KEPT = ("question_id", "file_name")
 """Columns of a RefCOCO row kept beside the canonical fields (``segmentation`` is dropped)."""
 
