@@ -341,6 +341,8 @@ class ChoiceReward(Reward):
         """The gold's letter from a letter, a 0-based index or a choice's text; anything that
         names no choice of the ``n`` is refused (a letter past them would never be read)."""
         letter = None
+        if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
+            raw = self._digit_index(raw, choices, n)  # AI2D writes its 0-based index as text
         if isinstance(raw, numbers.Integral) and not isinstance(raw, bool):
             letter = chr(ord("A") + int(raw)) if 0 <= raw < n else None
         elif isinstance(raw, str) and len(key := raw.strip().strip("().").upper()) == 1:
@@ -354,6 +356,25 @@ class ChoiceReward(Reward):
                 f"letter A-{last}, a 0-based index below {n} or the text of a choice"
             )
         return letter
+
+    def _digit_index(self, raw: str, choices: list[Any], n: int) -> int | str:
+        """A digit string's 0-based index, as ``vlrollout eval``'s mc reads it; the string itself
+        when it is no index (past the choices: maybe a choice's text).
+
+        Raises:
+            ValueError: it is the index of one choice and the text of another.
+        """
+        index = int(raw)
+        if index >= n:
+            return raw
+        text = choices.index(raw) if raw in choices else None
+        if text is not None and text != index:
+            a, b = chr(ord("A") + index), chr(ord("A") + text)
+            raise ValueError(
+                f"task_data[{self.answer_key!r}]={raw!r} is both the 0-based index of choice {a} "
+                f"and the text of choice {b}; give the gold as a letter"
+            )
+        return index
 
 
 class NumericReward(Reward):

@@ -216,3 +216,18 @@ def test_common_ways_of_giving_a_choice_are_read(text, pred, reason):
         "p", text, [], [], answer="B", choices=["a", "b", "c", "d"]
     )
     assert (result.details.get("pred"), result.reason) == (pred, reason), result
+
+
+def test_the_choice_reward_reads_a_digit_string_gold_as_eval_does():
+    """AI2D's "1" is B; digits that are also another choice's text are refused, as by eval."""
+    from vlrollout.eval.tasks import get_task
+    from vlrollout.rewards.answer import ChoiceReward
+
+    item = {"id": "a", "question": "?", "images": ["i.png"]}
+    words = {"answer": "1", "choices": ["red", "blue"]}
+    assert ChoiceReward().score("p", "B", [], [], **words).value == 1.0
+    assert get_task("mc").score({**item, **words}, "B", [], "qwen2_vl").values["exact_match"] == 1.0
+    clash = {"answer": "1", "choices": ["1", "2"]}
+    with pytest.raises(ValueError, match="both"):
+        ChoiceReward().score("p", "A", [], [], **clash)
+    assert get_task("mc").check_item({**item, **clash}) is not None
