@@ -77,9 +77,19 @@ def test_swanlab_local_mode_is_refused_when_the_config_loads(capsys):
     assert status == 2 and "stats_logger.swanlab.mode=local" in err and "offline" in err
 
 
-def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path):
+def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, monkeypatch):
     """A run resumed from its step-1 checkpoint writes steps 2 and 3 again: TensorBoard shows
-    the resumed run's values, once per step, as metrics.jsonl is cut back to the checkpoint."""
+    the resumed run's values, once per step, as metrics.jsonl is cut back to the checkpoint.
+
+    An event file's name holds the second it was made in, so the resumed run's writer is made
+    a minute later here (a resume loads a model first), not in the same second: its file would
+    replace the first run's."""
+    from types import SimpleNamespace
+
+    import tensorboardX.event_file_writer as event_files
+
+    clock = SimpleNamespace(time=lambda: 1_800_000_000.0)
+    monkeypatch.setattr(event_files, "time", clock)
     cfg = load_config(
         CONFIG, [f"vlrollout.output={tmp_path}", f"stats_logger.tensorboard.path={tmp_path}/tb"]
     )
@@ -87,6 +97,7 @@ def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path):
     for step in (1, 2, 3):
         first.add({"step": step, "reward_mean": float(step)})
     first.close()
+    clock.time = lambda: 1_800_000_060.0
     resumed = TrainLoggers.open(cfg, FT_SPEC, resume_step=1)
     for step in (2, 3):
         resumed.add({"step": step, "reward_mean": 10.0 * step})
