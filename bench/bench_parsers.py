@@ -96,6 +96,8 @@ PARSER_CASES: list[Case] = [
     ("qwen2_vl bare pairs", PARSERS["qwen2_vl"], "(1,2),(3, "),
     ("internvl <ref>", PARSERS["internvl"], "<ref>"),
     ("internvl <box>", PARSERS["internvl"], "<box>[[1,"),
+    ("internvl bare [[", PARSERS["internvl"], "[[1, "),
+    ("glm4v unclosed box", PARSERS["glm4v"], "<|begin_of_box|>[1, "),
     ("qwen2_5_vl '['", PARSERS["qwen2_5_vl"], "["),
     ("qwen2_5_vl '[{' + key", PARSERS["qwen2_5_vl"], '[{"bbox_2d":'),
     ("qwen3_vl '[\"' + key", PARSERS["qwen3_vl"], '["bbox_2d\\"'),

@@ -5,7 +5,9 @@ in ``ParsedOutput.frame`` (see :mod:`.frames`). Parsers never raise on model out
 cannot read is skipped and named in ``issues``; non-finite numbers (``NaN`` in JSON) are passed
 through for the scorer to reject with a reason.
 
-Conventions and their sources (cited per parser below):
+Conventions and their sources (cited per parser below). Box tags that a model's tokenizer holds
+as special tokens disappear under ``skip_special_tokens=True`` decoding (verl, TRL), so each
+parser whose tags can be stripped also reads the bare form that decoding leaves.
 
 ==============  ===============================================  =========  ================
 family          text                                             values     frame returned
@@ -14,6 +16,7 @@ qwen2_vl        ``<|box_start|>(x1,y1),(x2,y2)<|box_end|>``      0..1000    ``no
 qwen2_5_vl      JSON ``{"bbox_2d": [x1,y1,x2,y2]}``/``point_2d``  pixels     ``model``
 qwen3_vl        JSON ``bbox_2d`` / ``point_2d``                  0..1000    ``norm1000``
 internvl        ``<ref>o</ref><box>[[x1, y1, x2, y2]]</box>``    0..1000    ``norm1000``
+glm4v           ``<|begin_of_box|>[x1,y1,x2,y2]<|end_of_box|>``  0..1000    ``norm1000``
 paligemma       ``<locY1><locX1><locY2><locX2> label`` (y first)  0..1023    ``norm1`` (v/1023)
 florence2       ``label<loc_x1><loc_y1><loc_x2><loc_y2>``        0..999     ``norm1`` ((v+.5)/1000)
 molmo           ``<point x="" y="">``, ``<points x1= y1= ...>``  percent    ``norm1`` (v/100)
@@ -26,6 +29,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -345,12 +349,67 @@ def parse_internvl(text: str) -> ParsedOutput:
     """
     text = str(text)
     result = ParsedOutput(frame=Frame.NORM1000)
-    for label, inner in _ref_box_blocks(text, "<ref>", "</ref>", "<box>", "</box>"):
+    found = _ref_box_blocks(text, "<ref>", "</ref>", "<box>", "</box>")
+    if not found:  # tags stripped with the special tokens: "cat[[x1, y1, x2, y2]]"
+        found = [(None, m.group(1)) for m in _DOUBLE_LIST.finditer(text)]
+    for label, inner in found:
         got = _group4(_numbers(inner), "box", result.issues)
         result.boxes.extend(got)
         result.box_labels.extend([label or None] * len(got))
     return result
 
+
+_GLM_OPEN, _GLM_CLOSE = "<|begin_of_box|>", "<|end_of_box|>"
+_FULL_WIDTH = str.maketrans({"［": "[", "］": "]", "，": ",", "（": "(", "）": ")"})
+
+
+def _half_width(text: str) -> str:
+    """``text`` with full-width digits, brackets and commas as ASCII (what Chinese-first models
+    sometimes write inside a box)."""
+    return unicodedata.normalize("NFKC", text).translate(_FULL_WIDTH)
+
+
+def _between(text: str, open_tag: str, close_tag: str) -> list[str]:
+    """The text between each ``open_tag`` and the next ``close_tag`` (one scan; an unclosed
+    ``open_tag`` ends the search)."""
+    out: list[str] = []
+    pos = 0
+    while (start := text.find(open_tag, pos)) != -1:
+        end = text.find(close_tag, start + len(open_tag))
+        if end == -1:
+            break
+        out.append(text[start + len(open_tag) : end])
+        pos = end + len(close_tag)
+    return out
+
+
+def parse_glm4v(text: str) -> ParsedOutput:
+    """GLM-4.1V / GLM-4.5V / GLM-4.6V: ``<|begin_of_box|>[x1, y1, x2, y2]<|end_of_box|>``, 0..1000.
+
+    Source: the ``zai-org/GLM-4.5V`` model card (grounding: "coordinates ... normalized to
+    0-1000", the box between ``<|begin_of_box|>`` and ``<|end_of_box|>``). Only boxes between the
+    tokens count (a list in the prose before them is not the answer); several boxes in one pair
+    (``[[...], [...]]``) are each read. When the tokens were stripped by
+    ``skip_special_tokens=True`` decoding, bare ``[x1, y1, x2, y2]`` lists are read instead.
+    Full-width digits, brackets and commas are read as ASCII.
+
+    >>> parse_glm4v("near [0, 0, 9, 9]: <|begin_of_box|>[100, 300, 500, 900]<|end_of_box|>").boxes
+    [(100.0, 300.0, 500.0, 900.0)]
+    """
+    text = _half_width(str(text))
+    result = ParsedOutput(frame=Frame.NORM1000)
+    blocks = _between(text, _GLM_OPEN, _GLM_CLOSE)
+    if not blocks:
+        return parse_plain(text, Frame.NORM1000)
+    for inner in blocks:
+        got = _group4(_numbers(inner), "box", result.issues)
+        result.boxes.extend(got)
+        result.box_labels.extend([None] * len(got))
+    return result
+
+
+_DOUBLE_LIST = re.compile(r"\[\s*\[([-+\w.\s,\[\]]{0,400}?)\]\s*\]")
+"""InternVL's ``[[x1, y1, x2, y2], ...]`` without its tags (bounded: a box list is short)."""
 
 _PALI = re.compile(r"<loc(\d{4})><loc(\d{4})><loc(\d{4})><loc(\d{4})>\s*([^<;]*)")
 
@@ -476,14 +535,15 @@ _PLAIN = re.compile(rf"\[\s*({_NUM})\s*,\s*({_NUM})\s*,\s*({_NUM})\s*,\s*({_NUM}
 
 
 def parse_plain(text: str, frame: Frame | str = Frame.ORIGINAL) -> ParsedOutput:
-    """Plain ``[x1, y1, x2, y2]`` lists (e.g. CogVLM-style ``[[...]]``, GLM inside its box tokens).
+    """Plain ``[x1, y1, x2, y2]`` lists (e.g. CogVLM-style ``[[...]]``); full-width digits,
+    brackets and commas are read as ASCII.
 
     The text carries no frame, so the caller declares it (default: original pixels).
 
     >>> parse_plain("the box is [1, 2.5, 3, 4]", "norm1").boxes
     [(1.0, 2.5, 3.0, 4.0)]
     """
-    text = str(text)
+    text = _half_width(str(text))
     result = ParsedOutput(frame=Frame(frame))
     for m in _PLAIN.finditer(text):
         result.boxes.append(tuple(float(g) for g in m.groups()))  # type: ignore[arg-type]
@@ -497,6 +557,7 @@ PARSERS: dict[str, Callable[[str], ParsedOutput]] = {
     "qwen2_5_vl": parse_qwen2_5_vl,
     "qwen3_vl": parse_qwen3_vl,
     "internvl": parse_internvl,
+    "glm4v": parse_glm4v,
     "paligemma": parse_paligemma,
     "florence2": parse_florence2,
     "molmo": parse_molmo,
@@ -504,13 +565,36 @@ PARSERS: dict[str, Callable[[str], ParsedOutput]] = {
 }
 
 
+FAMILY_PARSERS: dict[str, str] = {
+    "qwen3_vl_moe": "qwen3_vl",
+    "qwen3_5": "qwen3_vl",
+    "qwen3_5_moe": "qwen3_vl",
+    "glm46v": "glm4v",
+}
+"""Model families (a config's ``model_type``, as :mod:`vlrollout.families` names them) that write
+another family's boxes: Qwen3-VL-MoE and Qwen3.5 Qwen3-VL's JSON (Qwen3.5 assumed to keep it),
+GLM-4.6V GLM-4.1V's box tokens."""
+
+
 def get_parser(
     family: str, plain_frame: Frame | str = Frame.ORIGINAL
 ) -> Callable[[str], ParsedOutput]:
-    """The parser for ``family`` (a key of :data:`PARSERS`); ``plain_frame`` applies to ``plain``."""
+    """The parser for ``family``: a key of :data:`PARSERS` or of :data:`FAMILY_PARSERS`;
+    ``plain_frame`` applies to ``plain``.
+
+    Raises:
+        ValueError: an unknown name; a model family with no box convention of its own (LLaVA,
+            Gemma 3, Idefics3, ...) is told to name ``plain`` and the frame its boxes are in.
+    """
     key = family.lower().replace("-", "_").replace(".", "_")
+    key = FAMILY_PARSERS.get(key, key)
     if key not in PARSERS:
-        raise ValueError(f"unknown box family {family!r}; known: {sorted(PARSERS)}")
+        raise ValueError(
+            f"unknown box family {family!r}; known: {sorted({*PARSERS, *FAMILY_PARSERS})}. A "
+            "model family with no box convention of its own writes plain [x1, y1, x2, y2] "
+            "lists: name family='plain' and plain_frame= the frame they are in (original, "
+            "model, norm1000 or norm1)"
+        )
     if key == "plain":
         return partial(parse_plain, frame=Frame(plain_frame))
     return PARSERS[key]

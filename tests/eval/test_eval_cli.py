@@ -117,6 +117,7 @@ def test_other_settings_into_the_same_output_are_refused(evaluated, capsys):
         (["--k", "2", "--temperature", "0"], "--temperature > 0"),
         (["--temperature", "0.7"], "--temperature needs --k > 1; --k 1 decodes greedily"),
         (["--box-format", "qwen2vl"], "unknown box format 'qwen2vl'"),
+        (["--box-format", "plain"], "--box-format: 'plain' needs its frame"),
         (["--seed", "-5"], "--seed must be >= 0, got -5"),
         (["--threshold", "nan"], "--threshold must be a number >= 0, got nan"),
         (["--threshold", "inf"], "--threshold must be a number >= 0, got inf"),

@@ -26,6 +26,7 @@ from vlrollout.eval.metrics.boxes import (
     BOX_FORMATS,
     REC_METRICS,
     box_format,
+    check_box_format,
     read_box,
     rec_values,
 )
@@ -202,13 +203,27 @@ def test_box_details_are_in_original_pixels():
 def test_family_box_formats():
     assert box_format("qwen3_vl_moe").parser == "qwen3_vl"
     assert box_format("glm4v") == BOX_FORMATS["glm46v"]
-    assert box_format("glm4v").plain_frame is Frame.NORM1000
+    assert box_format("glm4v").parser == "glm4v"
     assert box_format("gemma3").plain_frame is Frame.NORM1  # no format of its own: lmms-eval's
     assert box_format("plain:original").plain_frame is Frame.ORIGINAL
     with pytest.raises(ValueError, match="after 'plain:'"):
         box_format("plain:pixels")
     reading = read_box("<answer>[1, 2, 3, 4]</answer> [5, 6, 7, 8]", "plain:original", RESIZED)
     assert reading.box == (1, 2, 3, 4) and reading.num_boxes == 1
+
+
+def test_glm_is_read_between_its_box_tokens_not_from_the_prose_before_them():
+    text = "The cat is at about [0, 0, 500, 500]. <|begin_of_box|>[100,300,500,900]<|end_of_box|>"
+    reading = read_box(text, "glm4v", RESIZED)
+    assert reading.written == (100, 300, 500, 900) and reading.num_boxes == 1
+
+
+def test_bare_plain_names_no_frame_and_is_refused():
+    """``plain`` lists carry no frame: eval would read them one way and the ``plain`` reward
+    (original pixels) another, so a user must name it."""
+    with pytest.raises(ValueError, match="plain:original"):
+        check_box_format("plain")
+    assert check_box_format("plain:norm1").plain_frame is Frame.NORM1
 
 
 def test_a_family_without_a_box_format_is_read_as_lmms_eval_reads_it_over_the_original():

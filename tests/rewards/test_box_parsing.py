@@ -10,6 +10,7 @@ from vlrollout.rewards.box_parsing import (
     PARSERS,
     get_parser,
     parse_florence2,
+    parse_glm4v,
     parse_internvl,
     parse_molmo,
     parse_paligemma,
@@ -73,6 +74,45 @@ def test_internvl_multiple_boxes_in_one_tag():
     assert out.box_labels == ["cars", "cars"]
 
 
+def test_internvl_tags_stripped_by_skip_special_tokens():
+    # InternVL adds <ref>, </ref>, <box>, </box> as special tokens: verl's and TRL's decoding
+    # (skip_special_tokens=True) leaves "cat[[...]]", which InternVL's own evaluator reads.
+    out = parse_internvl("cat[[100, 300, 500, 900]] and dogs[[1, 2, 3, 4], [5, 6, 7, 8]]")
+    assert out.boxes == [(100, 300, 500, 900), (1, 2, 3, 4), (5, 6, 7, 8)]
+    assert out.frame is Frame.NORM1000
+    assert parse_internvl("a single list [1, 2, 3, 4] is prose").boxes == []
+    tagged = parse_internvl("<ref>cat</ref><box>[[1, 2, 3, 4]]</box> then [[5, 6, 7, 8]]")
+    assert tagged.boxes == [(1, 2, 3, 4)]  # tags present: only the tagged box
+
+
+def test_glm4v_reads_the_box_between_its_tokens():
+    text = (
+        "The cat is around [0, 0, 500, 500] of the frame. "
+        "<|begin_of_box|>[100,300,500,900]<|end_of_box|>"
+    )
+    out = parse_glm4v(text)
+    assert out.frame is Frame.NORM1000 and out.boxes == [(100, 300, 500, 900)]
+    assert parse_glm4v("<|begin_of_box|>[[1,2,3,4],[5,6,7,8]]<|end_of_box|>").boxes == [
+        (1, 2, 3, 4),
+        (5, 6, 7, 8),
+    ]
+
+
+def test_glm4v_tokens_stripped_and_full_width_punctuation():
+    # GLM's box tokens are special: skip_special_tokens=True decoding leaves the bare list.
+    assert parse_glm4v("the cat: [100, 300, 500, 900]").boxes == [(100, 300, 500, 900)]
+    full_width = [
+        "[100，300，500，900]",
+        "［100, 300, 500, 900］",
+        "［１００，３００，５００，９００］",
+    ]
+    for inner in full_width:
+        assert parse_glm4v(f"<|begin_of_box|>{inner}<|end_of_box|>").boxes == [
+            (100, 300, 500, 900)
+        ], inner
+        assert parse_glm4v(inner).boxes == [(100, 300, 500, 900)], inner
+
+
 def test_paligemma_is_y_first_over_1023():
     # tokens y1=0256 x1=0512 y2=0767 x2=1023 -> x1 = 512/1023, y1 = 256/1023, x2 = 1, y2 = 767/1023
     out = parse_paligemma("<loc0256><loc0512><loc0767><loc1023> cat ; <loc0000>")
@@ -112,6 +152,26 @@ def test_get_parser_aliases_and_errors():
     assert get_parser("Qwen2.5-VL") is parse_qwen2_5_vl
     with pytest.raises(ValueError, match="unknown box family"):
         get_parser("llava")
+
+
+@pytest.mark.parametrize(
+    ("family", "parser"),
+    [
+        ("qwen3_vl_moe", parse_qwen3_vl),
+        ("qwen3_5", parse_qwen3_vl),
+        ("qwen3_5_moe", parse_qwen3_vl),
+        ("glm4v", parse_glm4v),
+        ("glm46v", parse_glm4v),
+    ],
+)
+def test_get_parser_takes_the_model_families_that_eval_and_train_take(family, parser):
+    assert get_parser(family) is parser
+
+
+def test_a_family_without_a_box_convention_is_told_to_declare_its_frame():
+    with pytest.raises(ValueError, match="plain_frame") as info:
+        get_parser("gemma3")
+    assert "no box convention of its own" in str(info.value)
 
 
 FRAGMENTS = [

@@ -153,3 +153,28 @@ def test_extra_info_named_as_a_reward_argument_is_context_not_a_label(key):
 def test_easyr1_inputs_that_are_not_reward_inputs_are_named(inputs, words):
     with pytest.raises(TypeError, match=re.escape(words)):
         VerlReward("count").easyr1(inputs)
+
+
+GEOMETRY_1000 = {
+    "original_width": 1000,
+    "original_height": 667,
+    "model_width": 1008,
+    "model_height": 672,
+}
+
+
+@pytest.mark.parametrize(
+    ("family", "decoded"),
+    [
+        ("internvl", "cat[[100, 300, 500, 900]]"),  # <ref>/<box> are special tokens
+        ("glm46v", "the cat [100, 300, 500, 900]"),  # so are <|begin_of_box|> ...
+        ("qwen3_5", '{"bbox_2d": [100, 300, 500, 900]}'),
+    ],
+)
+def test_boxes_decoded_without_special_tokens_score_for_each_model_family(family, decoded):
+    """verl decodes with ``skip_special_tokens=True``; ``family`` is the model family's name."""
+    score = VerlReward("iou", family=family)(
+        "refcoco", decoded, {"boxes": [[100, 200, 500, 600]]}, {"geometry": [GEOMETRY_1000]}
+    )
+    # 0-1000 of 1000 x 667: [100, 200.1, 500, 600.3]; overlap 400 x 399.9 over a union of 160120
+    assert score["score"] == pytest.approx(159960 / 160120) and score["reason"] == ""

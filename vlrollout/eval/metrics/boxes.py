@@ -119,7 +119,7 @@ class BoxFormat:
 
 
 _QWEN3 = BoxFormat("qwen3_vl")
-_GLM = BoxFormat("plain", Frame.NORM1000)
+_GLM = BoxFormat("glm4v")
 _LMMS_EVAL = BoxFormat("plain", Frame.NORM1, of_original=True)
 BOX_FORMATS: dict[str, BoxFormat] = {
     "qwen2_vl": BoxFormat("qwen2_vl"),
@@ -186,6 +186,11 @@ def check_box_format(name: str) -> BoxFormat:
     'qwen2_vl'
     """
     key = name.lower().replace("-", "_").replace(".", "_")
+    if key == "plain":
+        raise ValueError(
+            "'plain' needs its frame: plain:original, plain:model, plain:norm1000 or "
+            "plain:norm1 (plain lists carry none)"
+        )
     if key in BOX_FORMATS or name.startswith("plain:"):
         return box_format(name)
     try:
