@@ -92,7 +92,14 @@ def _shortest_edge_resize(w: int, h: int, edge: int) -> tuple[int, int]:
 
 
 def _centre_offset(size: int, crop: int, fast: bool) -> int:
-    return int(round((size - crop) / 2.0)) if fast else (size - crop) // 2
+    """Where a centre crop of ``crop`` starts in ``size`` pixels (negative: padded first).
+
+    Both CLIP-style processors start an odd difference at the floor of its half (transformers 5's
+    fast ``center_crop`` overrides torchvision's rounding to match the slow one). They differ
+    only when the crop is larger than the image: the slow processor pads the extra pixel before
+    the image, the fast one after it.
+    """
+    return int((size - crop) / 2) if fast else (size - crop) // 2
 
 
 def fixed_size_geometry(processor, sizes, outputs) -> list[ImageGeometry]:

@@ -1,6 +1,7 @@
 """Per family: our PreparedPrompt equals a direct call of the same transformers processor, and the
 image-token count in input_ids matches what the vision tensors imply."""
 
+import copy
 import importlib.util
 
 import numpy as np
@@ -372,3 +373,43 @@ def test_an_image_three_pixels_tall_beside_a_video_keeps_its_orientation(offline
     }
     geometry = pre.prepare(item).geometry[0]
     assert geometry.model_width > geometry.model_height, geometry
+
+
+def _crop_offset_seen(ip, image: Image.Image) -> tuple[int, int]:
+    """Where the processor's centre crop starts in its resized image: the (left, top) at which
+    the resized, uncropped pixels equal the cropped output."""
+    cropped = ip(images=[image], return_tensors="pt")["pixel_values"][0]
+    full = ip(images=[image], do_center_crop=False, return_tensors="pt")["pixel_values"][0]
+    h, w = cropped.shape[-2:]
+    hits = [
+        (left, top)
+        for top in range(full.shape[-2] - h + 1)
+        for left in range(full.shape[-1] - w + 1)
+        if torch.equal(full[:, top : top + h, left : left + w], cropped)
+    ]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["slow", "fast"])
+@pytest.mark.parametrize("size", [(100, 37), (37, 100), (101, 28), (57, 41)])
+def test_llava_centre_crop_offset_is_the_processors_own(offline, fast, size):
+    """An odd ``resized - crop`` puts the crop at the floor of half of it in both CLIP image
+    processors (transformers 5's fast one overrides torchvision's rounding): a box converted with
+    a rounded offset lands a pixel off."""
+    from transformers import CLIPImageProcessorFast
+
+    processor = copy.copy(offline("llava"))  # the fixture's processor is shared
+    if fast:
+        settings = processor.image_processor.to_dict()
+        settings.pop("image_processor_type", None)
+        processor.image_processor = CLIPImageProcessorFast(**settings)
+    rng = np.random.default_rng(sum(size))
+    image = Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8))
+    (geometry,) = (
+        AutoProcessorPreprocessor(processor)
+        .prepare({"messages": "<image>x", "images": [image]})
+        .geometry
+    )
+    left, top = _crop_offset_seen(processor.image_processor, image)
+    assert (-geometry.offset_x, -geometry.offset_y) == (left, top)
