@@ -36,6 +36,7 @@ from functools import partial
 from typing import Any
 
 from .frames import Box, Frame, Point
+from .text_extract import tag_blocks
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)"
 _NUM_RE = re.compile(_NUM, re.IGNORECASE)
@@ -369,20 +370,6 @@ def _half_width(text: str) -> str:
     return unicodedata.normalize("NFKC", text).translate(_FULL_WIDTH)
 
 
-def _between(text: str, open_tag: str, close_tag: str) -> list[str]:
-    """The text between each ``open_tag`` and the next ``close_tag`` (one scan; an unclosed
-    ``open_tag`` ends the search)."""
-    out: list[str] = []
-    pos = 0
-    while (start := text.find(open_tag, pos)) != -1:
-        end = text.find(close_tag, start + len(open_tag))
-        if end == -1:
-            break
-        out.append(text[start + len(open_tag) : end])
-        pos = end + len(close_tag)
-    return out
-
-
 def parse_glm4v(text: str) -> ParsedOutput:
     """GLM-4.1V / GLM-4.5V / GLM-4.6V: ``<|begin_of_box|>[x1, y1, x2, y2]<|end_of_box|>``, 0..1000.
 
@@ -398,7 +385,7 @@ def parse_glm4v(text: str) -> ParsedOutput:
     """
     text = _half_width(str(text))
     result = ParsedOutput(frame=Frame.NORM1000)
-    blocks = _between(text, _GLM_OPEN, _GLM_CLOSE)
+    blocks = [text[a:b] for a, b in tag_blocks(text, _GLM_OPEN, _GLM_CLOSE)]
     if not blocks:
         return parse_plain(text, Frame.NORM1000)
     for inner in blocks:

@@ -57,18 +57,43 @@ def extract_tag(text: str, tag: str = "answer") -> str | None:
 
 def answer_region(text: str, use_answer_tag: bool) -> str:
     """What a reward reads in a completion: its text outside the reasoning
-    (:func:`without_reasoning`), then, with ``use_answer_tag``, the content of the last
-    ``<answer>`` block there when one exists.
+    (:func:`without_reasoning`) and outside tool calls (:func:`without_tool_calls`), then, with
+    ``use_answer_tag``, the content of the last ``<answer>`` block there when one exists.
 
     >>> answer_region("<think>maybe 3</think><answer>4</answer>", True)
     '4'
     """
-    text = without_reasoning(str(text))
+    text = without_tool_calls(without_reasoning(str(text)))
     if use_answer_tag:
         inner = extract_tag(text, "answer")
         if inner is not None:
             return inner
     return text
+
+
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+
+def without_tool_calls(text: str) -> str:
+    """``text`` without its ``<tool_call>`` blocks, an unclosed one to the end (Qwen/Hermes tool
+    calls, as ``vlrollout.tools`` reads them). A call's arguments are not an answer: a tool-use
+    episode that ends on its turn limit still holds its last, unexecuted call, whose ``zoom_in``
+    box would otherwise score as the answer.
+
+    >>> without_tool_calls('look <tool_call>{"bbox_2d": [1, 2, 3, 4]}</tool_call> done')
+    'look  done'
+    """
+    if TOOL_CALL_OPEN not in text:
+        return text
+    kept, pos = [], 0
+    while (start := text.find(TOOL_CALL_OPEN, pos)) != -1:
+        kept.append(text[pos:start])
+        end = text.find(TOOL_CALL_CLOSE, start)
+        if end == -1:
+            return "".join(kept)
+        pos = end + len(TOOL_CALL_CLOSE)
+    kept.append(text[pos:])
+    return "".join(kept)
 
 
 _REASONING_TAG = re.compile(r"<(/?)(?:think|thinking|reasoning)>|\u25c1(/?)think\u25b7", re.I)

@@ -74,3 +74,28 @@ def test_a_boxed_draft_while_thinking_is_not_the_answer():
     assert score == 0.0
     score, _ = PlainReward("math").score(completion, answer="3")
     assert score == 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "region"),
+    [
+        ('Let me zoom.\n<tool_call>\n{"arguments": {"bbox_2d": [1, 2, 3, 4]}}\n</tool_call>', "Let me zoom.\n"),
+        ('<tool_call>{"bbox_2d": [1, 2, 3, 4]}</tool_call> {"bbox_2d": [5, 6, 7, 8]}', ' {"bbox_2d": [5, 6, 7, 8]}'),
+        ('cut off <tool_call>{"bbox_2d": [1, 2, 3, 4]', "cut off "),
+    ],
+)  # fmt: skip
+def test_a_tool_call_is_not_the_answer(text, region):
+    """A turn that ends a tool-use episode on ``max_turns`` still holds its (unexecuted) call:
+    the arguments of ``zoom_in`` are a box, and must not score as the answer."""
+    assert answer_region(text, use_answer_tag=True) == region
+
+
+def test_a_zoom_call_box_scores_no_box():
+    turn = 'Let me zoom in.\n<tool_call>\n{"name": "zoom_in", "arguments": {"bbox_2d": [101, 202, 504, 605]}}\n</tool_call>'  # noqa: E501
+    geometry = [
+        {"original_width": 1000, "original_height": 667, "model_width": 1008, "model_height": 672}
+    ]  # noqa: E501
+    got = PlainReward("iou", family="qwen2_5_vl").score(
+        turn, boxes=[[100, 200, 500, 600]], geometry=geometry
+    )  # noqa: E501
+    assert got == (0.0, "no_box")

@@ -12,7 +12,9 @@ generated turns, or at the context limit ``max_total_tokens``: the request's ``m
 is capped to the room left, and a tool observation that would leave no room to generate is not
 appended (the episode ends on the generated turn, whose tools did run). Calls in the last allowed
 turn are not run. The reward always scores the last generated turn; ``stop_reason`` tells it why
-the episode ended.
+the episode ended, and the built-in rewards read that turn without its tool calls
+(:func:`vlrollout.rewards.text_extract.without_tool_calls`): an episode that ends on
+``max_turns`` mid-call has no answer, not the call's ``zoom_in`` box.
 """
 
 from __future__ import annotations
