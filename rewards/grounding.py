@@ -150,7 +150,8 @@ class GroundingReward(Reward):
             (:func:`~.box_scores.centre_closeness`: 1 minus the centre distance over the image
             diagonal, in the label frame's image size; dense and blind to box size: a pointing
             reward for boxes), ``box_f1`` or ``mean_iou`` (Hungarian matching; ``mean_iou`` is the
-            mean IoU over matched pairs times recall, so missing boxes cost). With several label
+            matched pairs' IoUs summed over the larger of the predicted and label box counts,
+            so a missing box and an extra one, invalid ones included, each cost a pair). With several label
             boxes ``centre`` scores the best label.
         label_frame: Frame of the label boxes in ``task_data``.
         plain_frame: Frame of the model's boxes when ``family="plain"``.
@@ -225,6 +226,12 @@ class GroundingReward(Reward):
         gt = label_boxes(
             require_field(task_data, self.boxes_key, type(self).__name__), self.boxes_key
         )
+        if self.metric != "centre" and any(box_area(b) == 0.0 for b in gt):
+            flat = next(b for b in gt if box_area(b) == 0.0)
+            raise ValueError(
+                f"task_data[{self.boxes_key!r}] has a zero-area box {flat}: its IoU with any "
+                f"box is 0, so {self.metric!r} cannot score it (vlrollout eval refuses it too)"
+            )
         geometry = image_geometry(task_data, self.image_index)
         parsed = self.parse(completions)
         details: dict[str, Any] = {"num_boxes": len(parsed.boxes)}
@@ -266,7 +273,8 @@ class GroundingReward(Reward):
             precision = tp / len(pred)
             f1 = 0.0 if tp == 0 else 2 * precision * m.recall / (precision + m.recall)
             details.update(precision=precision, recall=m.recall, mean_matched_iou=m.mean_iou)
-            value = f1 if self.metric == "box_f1" else m.mean_iou * m.recall
+            matched = sum(iou for _, _, iou in m.matches)
+            value = f1 if self.metric == "box_f1" else matched / max(len(pred), len(gt))
             return RewardResult(value, None, details)
         if self.metric == "giou":
             return RewardResult(float(pairwise_giou(valid, gt).max()), None, details)

@@ -245,3 +245,20 @@ def test_label_boxes_and_geometry_from_numpy_columns_read_as_lists():
     for boxes in (np.array([[52, 12, 79, 39]]), [np.array([52, 12, 79, 39])], parquet_boxes):
         for geo in (geometry, np.array(geometry, dtype=object)):
             assert reward.score("(310,95),(470,310)", boxes=boxes, geometry=geo) == want
+
+
+def test_mean_iou_charges_extra_boxes_as_it_charges_missing_ones():
+    """Spraying boxes must not pay: one right box among 46 scores 1/46, as one right box of 46
+    labels does (the matched IoUs over the larger of the two counts)."""
+    r = GroundingReward("plain", "mean_iou", plain_frame="norm1000", label_frame="norm1000")
+    junk = " ".join(f"[{i}, {i}, {i + 1}, {i + 1}]" for i in range(100, 145))
+    assert r("p", f"[2, 5, 5, 9] {junk}", [], [], boxes=[[2, 5, 5, 9]]) == pytest.approx(1 / 46)
+    labels = [[2, 5, 5, 9]] + [[i, i, i + 1, i + 1] for i in range(500, 545)]
+    assert r("p", "[2, 5, 5, 9]", [], [], boxes=labels) == pytest.approx(1 / 46)
+
+
+@pytest.mark.parametrize("metric", ["iou", "giou", "acc", "box_f1", "mean_iou"])
+def test_a_zero_area_label_box_is_refused_naming_it(metric):
+    r = GroundingReward("plain", metric, plain_frame="norm1000", label_frame="norm1000")
+    with pytest.raises(ValueError, match=r"zero-area box \(2.0, 5.0, 2.0, 9.0\)"):
+        r("p", "[2, 5, 5, 9]", [], [], boxes=[[2, 5, 2, 9]])
