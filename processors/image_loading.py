@@ -137,17 +137,38 @@ def has_scheme(text: str, scheme: str) -> bool:
     return text[: len(scheme)].lower() == scheme
 
 
-def standard_base64(payload: str) -> str:
-    """``payload`` in the standard base64 alphabet: base64url (``-`` and ``_``, as JavaScript's
-    and JWT encoders write it, often without ``=`` padding) is translated and padded. Other text,
-    including text that mixes both alphabets, is left as it is, for the decoder to refuse.
+IMAGE_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
+"""How PNG, JPEG, GIF, BMP and TIFF files start (WebP: a RIFF file, see
+:func:`starts_like_media`)."""
 
-    >>> standard_base64("YW-_Yg")
-    'YW+/Yg=='
+VIDEO_MAGIC = (b"\x1a\x45\xdf\xa3",)
+"""How WebM/Matroska files start (MP4/MOV: see :func:`starts_like_media`)."""
+
+
+def starts_like_media(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes) starts as an image or video file does: a signature
+    of :data:`IMAGE_MAGIC` or :data:`VIDEO_MAGIC`, a RIFF file (WebP, AVI) or an ISO media
+    ``ftyp`` box (MP4, MOV, HEIC, AVIF).
+
+    >>> starts_like_media(b"\x89PNG\r\n"), starts_like_media(b"photo0")
+    (True, False)
+    """
+    return head.startswith((*IMAGE_MAGIC, *VIDEO_MAGIC, b"RIFF")) or head[4:8] == b"ftyp"
+
+
+def standard_base64(payload: str) -> str:
+    """``payload`` in the standard base64 alphabet, padded: base64url (``-`` and ``_``, as
+    JavaScript's and JWT encoders write it) is translated, and text without its ``=`` padding
+    (both alphabets are often written without it) is padded. Other text, including text that
+    mixes both alphabets, is left as it is, for the decoder to refuse.
+
+    >>> standard_base64("YW-_Yg"), standard_base64("YWJjZA")
+    ('YW+/Yg==', 'YWJjZA==')
     """
     if ("-" in payload or "_" in payload) and not ("+" in payload or "/" in payload):
         payload = payload.replace("-", "+").replace("_", "/")
-        return payload + "=" * (-len(payload) % 4)
+    if "=" not in payload and len(payload) % 4 in (2, 3):
+        payload += "=" * (-len(payload) % 4)
     return payload
 
 
@@ -291,14 +312,18 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
     looks_like_path = len(text) < 4096 and ("/" in text[:256] or "\\" in text or "." in text[-6:])
     if looks_like_path and _exists(text):
         return "path", _read_file(Path(text), item, max_bytes)
+    missing = PreprocessError(
+        item, "image_not_found", f"not a file, data: URL or base64 string: {text[:120]!r}"
+    )
     try:
-        return "base64", decode_inline(text, item, max_bytes)
+        raw = decode_inline(text, item, max_bytes)
     except PreprocessError as e:
         if e.reason != "image_source":
             raise
-        raise PreprocessError(
-            item, "image_not_found", f"not a file, data: URL or base64 string: {text[:120]!r}"
-        ) from None
+        raise missing from None
+    if looks_like_path and not starts_like_media(raw[:16]):
+        raise missing  # a missing path whose characters happen to be base64
+    return "base64", raw
 
 
 def open_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:

@@ -110,3 +110,43 @@ def test_validate_data_reports_every_bad_line(tmp_path):
         (5, "duplicate_id"),
         (6, "bad_item"),
     ]
+
+
+def test_inline_images_are_told_from_names_by_their_bytes():
+    """A base64 source is one whose bytes start as an image or video does: base64url and
+    unpadded text are inline images, a bare file name that happens to be base64 text is a
+    path."""
+    png = _b64_png()
+    url_safe = png.replace("+", "-").replace("/", "_").rstrip("=")
+    assert source_form(url_safe) == "base64"
+    assert source_form(png.rstrip("=")) == "base64"
+    assert source_form("photo001") == "path"
+    assert source_form("d41d8cd98f00b204e9800998ecf8427e") == "path"
+
+
+def test_a_missing_bare_file_name_is_not_found_and_base64url_loads(tmp_path):
+    png = _b64_png()
+    url_safe = png.replace("+", "-").replace("/", "_").rstrip("=")
+    rows = [{"id": "a", "messages": "x", "images": [url_safe, "photo001"]}]
+    (item,) = load_items(_write(tmp_path / "d.jsonl", rows))
+    assert load_image(item["images"][0], "item a").original_size == (5, 7)
+    with pytest.raises(PreprocessError) as info:
+        load_image(item["images"][1], "item a")
+    assert (
+        info.value.reason == "image_not_found" and str(tmp_path / "photo001") in info.value.detail
+    )
+
+
+def test_a_missing_path_that_decodes_as_base64_is_not_found():
+    with pytest.raises(PreprocessError) as info:
+        load_image("/nonexistent/photo0001", "item a")  # 22 base64 characters, padded: 15 bytes
+    assert info.value.reason == "image_not_found"
+
+
+def test_a_home_relative_path_is_read_from_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "pics").mkdir(parents=True)
+    Image.new("RGB", (3, 2)).save(tmp_path / "home" / "pics" / "a.png")
+    rows = [{"id": "a", "messages": "x", "images": ["~/pics/a.png"]}]
+    (item,) = load_items(_write(tmp_path / "d.jsonl", rows))
+    assert load_image(item["images"][0], "item a").original_size == (3, 2)

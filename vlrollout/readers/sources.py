@@ -8,8 +8,11 @@ form                                   what happens
 ``http://``, ``https://``, ``s3://``…  passed through; the loader refuses it with ``image_source``
 absolute path ``/abs/x.jpg``           passed through
 relative path ``img/x.jpg``            made absolute against the data file's folder
-base64 (only ``A-Za-z0-9+/=``, no      passed through (decoded by the loader), unless a file of
-``.``, length a multiple of 4)         that name exists next to the data file
+``~/x.jpg``                            the user's home folder, as a shell reads it
+base64 (standard or base64url, with   passed through (decoded by the loader), unless a file of
+or without padding, no ``.``) whose    that name exists next to the data file; base64 text whose
+bytes start as an image or video       bytes do not (``photo001``, an md5 name) is a path
+file does
 =====================================  ===========================================================
 
 The same applies to sources inside messages (``image_url`` parts and inline ``image`` values).
@@ -19,15 +22,19 @@ placeholder a row that cannot be an item becomes), shared by every reader.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from pathlib import Path
 from typing import Any
 
 from vlrollout.errors import UsageError
-from vlrollout.processors.image_loading import has_scheme
+from vlrollout.processors.image_loading import has_scheme, standard_base64, starts_like_media
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}\s*$")
+_BASE64 = re.compile(r"^[A-Za-z0-9+/_\-\s]+={0,2}\s*$")
+_HEAD_CHARS = 64
+"""Base64 characters decoded to recognise inline media (48 bytes: every signature fits)."""
 
 
 class DataFileError(UsageError):
@@ -48,9 +55,19 @@ def source_form(text: str) -> str:
     if _SCHEME.match(text):
         return "url"
     compact = "".join(text.split())
-    if compact and "." not in text and len(compact) % 4 == 0 and _BASE64.match(text):
+    if compact and "." not in text and _BASE64.match(text) and _media_bytes(compact):
         return "base64"
     return "path"
+
+
+def _media_bytes(compact: str) -> bool:
+    """Whether base64 text ``compact`` decodes to bytes that start as an image or video."""
+    head = standard_base64(compact[:_HEAD_CHARS].rstrip("="))
+    head = head[: len(head) // 4 * 4]
+    try:
+        return starts_like_media(base64.b64decode(head, validate=True))
+    except (binascii.Error, ValueError):
+        return False
 
 
 def resolve_source(source: Any, base: Path) -> Any:
@@ -60,8 +77,9 @@ def resolve_source(source: Any, base: Path) -> Any:
     form = source_form(source)
     if form == "base64" and not _exists(base / source):
         return source
-    if form in ("path", "base64") and not Path(source).expanduser().is_absolute():
-        return str(base / source)
+    if form in ("path", "base64"):
+        path = Path(source).expanduser()  # "~/pics/a.png": the user's home, as a shell reads it
+        return str(path if path.is_absolute() else base / source)
     return source
 
 

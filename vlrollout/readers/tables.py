@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from vlrollout.processors.image_loading import IMAGE_MAGIC
 from vlrollout.readers.fields import RowError, row_id, strings, xywh_box
 from vlrollout.readers.images import image_sources
 from vlrollout.readers.sources import DataFileError
@@ -177,8 +178,6 @@ def listed_choices(text: str) -> list[Any]:
 READ_MEDIA_COLUMNS = ("images", "videos", "messages")
 """Columns whose images an item's preparation reads (message parts may hold images)."""
 
-_IMAGE_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
-
 
 def holds_image(value: Any, depth: int = 3) -> bool:
     """Whether a column's value holds an image: a ``datasets`` image struct (``{"bytes",
@@ -190,7 +189,7 @@ def holds_image(value: Any, depth: int = 3) -> bool:
         return depth > 0 and any(holds_image(v, depth - 1) for v in value.values())
     if isinstance(value, (bytes, bytearray)):
         head = bytes(value[:12])
-        return head.startswith(_IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+        return head.startswith(IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
     if isinstance(value, (list, tuple)):
         return depth > 0 and any(holds_image(v, depth - 1) for v in value)
     return False
