@@ -150,7 +150,7 @@ def starts_like_media(head: bytes) -> bool:
     of :data:`IMAGE_MAGIC` or :data:`VIDEO_MAGIC`, a RIFF file (WebP, AVI) or an ISO media
     ``ftyp`` box (MP4, MOV, HEIC, AVIF).
 
-    >>> starts_like_media(b"\x89PNG\r\n"), starts_like_media(b"photo0")
+    >>> starts_like_media(b"GIF89a"), starts_like_media(b"photo0")
     (True, False)
     """
     return head.startswith((*IMAGE_MAGIC, *VIDEO_MAGIC, b"RIFF")) or head[4:8] == b"ftyp"
