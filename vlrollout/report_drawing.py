@@ -16,6 +16,10 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from vlrollout.geometry import Frame, convert_boxes
+from vlrollout.rewards.combine import ByTask, WeightedSum
+from vlrollout.rewards.grounding import GroundingReward, box_problem
+
 THUMB = 224
 GT_COLOUR = (255, 0, 255)  # magenta
 #: One colour per episode (a colour-blind-safe palette, none of them magenta), cycling.
@@ -74,39 +78,41 @@ def label_boxes(value: Any) -> tuple[list[Box], list[str]]:
     return good, bad
 
 
-def predicted_boxes(
-    text: str, width: int, height: int, family: str = "qwen2_vl"
-) -> tuple[list[Box], list[str]]:
-    """Boxes in ``text`` (in ``family``'s format) in pixels of a ``width``×``height`` image, and
-    what could not be read or was refused.
+def grounding_reward(reward: Any, item: dict[str, Any]) -> Any:
+    """The :class:`~vlrollout.rewards.grounding.GroundingReward` that scores ``item`` under
+    ``reward``: the reward itself, the route of the item's task in a
+    :class:`~vlrollout.rewards.combine.ByTask`, or the first one among a
+    :class:`~vlrollout.rewards.combine.WeightedSum`'s terms; ``None`` if there is none."""
+    if isinstance(reward, GroundingReward):
+        return reward
+    if isinstance(reward, ByTask):
+        route = reward.rewards.get(item.get(reward.key))
+        return None if route is None else grounding_reward(route, item)
+    if isinstance(reward, WeightedSum):
+        for term, _ in reward.terms:
+            found = grounding_reward(term, item)
+            if found is not None:
+                return found
+    return None
 
-    Boxes are judged by the grounding reward's rule
-    (:func:`~vlrollout.rewards.grounding.box_problem`): a non-finite or reversed box is not drawn
-    and is listed with the reward's reason. Frames that need the processor's resized size
-    (Qwen2.5-VL) are drawn as if the model saw the original size; the report is for looking, the
-    rewards use the recorded geometry.
+
+def predicted_boxes(grounding: Any, completion: str, geometry: Any) -> tuple[list[Box], list[str]]:
+    """The boxes of ``completion`` in the image's original pixels, read the way ``grounding``
+    reads them (its parser, frame and answer region, converted through ``geometry``), and what
+    could not be read or was refused.
+
+    A box the reward's :func:`~vlrollout.rewards.grounding.box_problem` refuses (judged in the
+    frame it was written in, as the reward does) is not among the boxes but listed with the
+    reason.
     """
-    from vlrollout.rewards.box_parsing import get_parser
-    from vlrollout.rewards.frames import Frame, convert_boxes
-    from vlrollout.rewards.grounding import box_problem
-
-    parsed = get_parser(family)(text)
-    geometry = {
-        "original_width": width,
-        "original_height": height,
-        "model_width": width,
-        "model_height": height,
-    }
+    parsed = grounding.parse(completion)
     boxes, problems = [], list(parsed.issues)
-    for b in parsed.boxes:
-        problem = box_problem(b)
-        if problem is None:  # as the reward, corners are judged in the frame they are scored in
-            b = convert_boxes([b], parsed.frame, Frame.ORIGINAL, geometry)[0]
-            problem = box_problem(b)
+    for box in parsed.boxes:
+        problem = box_problem(box)
         if problem is None:
-            boxes.append(tuple(float(v) for v in b))
+            boxes.append(convert_boxes([box], parsed.frame, Frame.ORIGINAL, geometry)[0])
         else:
-            problems.append(f"box {[float(v) for v in b]}: {problem}")
+            problems.append(f"box {[float(v) for v in box]}: {problem}")
     return boxes, problems
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from vlrollout.report_drawing import predicted_boxes
 from vlrollout.rewards.grounding import GroundingReward
 from vlrollout.run import report
 
@@ -12,6 +13,7 @@ GEOMETRY = [
     {"original_width": 200, "original_height": 100, "model_width": 200, "model_height": 100}
 ]
 GOOD = "<|box_start|>(100,100),(500,500)<|box_end|>"  # qwen2_vl: 0..1000 of the image
+QWEN2_VL = GroundingReward("qwen2_vl", "iou")
 
 
 def test_a_reversed_label_box_is_refused_by_report_and_reward():
@@ -36,11 +38,11 @@ def test_a_reversed_predicted_box_is_refused_by_report_and_reward():
     result = GroundingReward("qwen2_vl", "iou").score(
         "p", reversed_box, [], [], boxes=[10, 10, 100, 50], geometry=GEOMETRY
     )
-    boxes, problems = report.predicted_boxes(reversed_box, 200, 100, "qwen2_vl")
+    boxes, problems = predicted_boxes(QWEN2_VL, reversed_box, GEOMETRY[0])
     assert result.reason == "inverted_box"
     assert boxes == []
     assert len(problems) == 1 and result.reason in problems[0]
 
 
 def test_a_clean_predicted_box_is_drawn_in_image_pixels():
-    assert report.predicted_boxes(GOOD, 200, 100, "qwen2_vl") == ([(20.0, 10.0, 100.0, 50.0)], [])
+    assert predicted_boxes(QWEN2_VL, GOOD, GEOMETRY[0]) == ([(20.0, 10.0, 100.0, 50.0)], [])

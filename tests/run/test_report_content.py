@@ -11,7 +11,10 @@ from PIL import Image
 
 from vlrollout.charts import histogram
 from vlrollout.files import atomic_write_json, item_stem
+from vlrollout.geometry import ImageGeometry
 from vlrollout.report_drawing import EPISODE_COLOURS, hex_colour
+from vlrollout.rewards.combine import ByTask
+from vlrollout.rewards.grounding import GroundingReward
 from vlrollout.run.report import write_report
 from vlrollout.run.runner import summarize
 
@@ -92,7 +95,7 @@ def test_predicted_boxes_have_their_completions_colour(tmp_path):
         {"reward": 0.2, "turns": ["<|box_start|>(600,600),(900,900)<|box_end|>"]},
     ]
     _outcome(out, "g", episodes)
-    page = write_report(out, [item], {}).read_text()
+    page = write_report(out, [item], {}, reward=GroundingReward("qwen2_vl", "iou")).read_text()
     (picture,) = _images(page)
     colours = {c for _, c in picture.getcolors(maxcolors=100000)}
     assert EPISODE_COLOURS[0] in colours and EPISODE_COLOURS[1] in colours
@@ -123,3 +126,31 @@ def test_overview_has_histograms_per_task_and_the_all_equal_group_share(tmp_path
     assert page.count('class="hist"') == 2  # one per task
     assert histogram([1.0, 1.0, 0.0, 1.0], bins=4) == (0.0, 1.0, [1, 0, 0, 3])
     assert histogram([0.0, 10.0], bins=2) == (0.0, 10.0, [1, 1])  # CIDEr-D's range
+
+
+def test_boxes_are_read_as_the_reward_reads_them_in_the_frame_the_model_saw(tmp_path):
+    """A Qwen2.5-VL reward reads JSON boxes in pixels of the resized image: the report draws
+    them through the same parser and the item's prepared geometry (a 400 x 200 image seen at
+    200 x 100), not as Qwen2-VL text in the original's pixels."""
+    Image.new("RGB", (400, 200), (255, 255, 255)).save(tmp_path / "w.png")
+    item = {
+        "id": "g",
+        "task": "ground",
+        "messages": "<image>where",
+        "images": [str(tmp_path / "w.png")],
+    }
+    out = tmp_path / "out"
+    _outcome(out, "g", [{"reward": 0.5, "turns": ['{"bbox_2d": [50, 25, 100, 75]}']}])
+
+    class Prepared:
+        geometry = [ImageGeometry.resized(400, 200, 200, 100)]
+
+    reward = ByTask({"ground": GroundingReward("qwen2_5_vl", "iou")})
+    page = write_report(out, [item], {}, reward=reward, prepare=lambda _: Prepared()).read_text()
+    (picture,) = _images(page)
+    scale = picture.size[0] / 400
+    # drawn at [100, 50, 200, 150] of the original: its right edge, not the model-frame box's
+    inside = picture.getpixel((round(200 * scale) - 1, round(100 * scale)))
+    outside = picture.getpixel((round(100 * scale) - 1, round(50 * scale)))
+    assert inside == EPISODE_COLOURS[0] and outside == (255, 255, 255)
+    assert "boxes not drawn" not in page

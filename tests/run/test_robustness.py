@@ -13,6 +13,7 @@ from PIL import Image
 
 from vlrollout.datasets import load_items
 from vlrollout.files import atomic_write_json, item_stem
+from vlrollout.rewards.grounding import GroundingReward
 from vlrollout.run.report import write_report
 from vlrollout.run.runner import Runner
 from vlrollout.testing.scripted_engine import ScriptedEngine
@@ -92,7 +93,8 @@ def test_report_lists_reversed_and_malformed_boxes_instead_of_drawing_them(tmp_p
             "generated_tokens": 10,
         },
     )
-    page = write_report(out, [item], {"items": {"done": 1, "total": 1}}).read_text()
+    reward = GroundingReward("qwen2_vl", "iou")
+    page = write_report(out, [item], {"items": {"done": 1, "total": 1}}, reward=reward).read_text()
     assert "could not draw" not in page
     assert "label box [1, 2, 3] refused" in page and "not_4_numbers" in page
     assert "inverted_box" in page  # the first episode's box is listed with the reward's reason

@@ -301,6 +301,8 @@ def run_from_config(
                 Path(cfg.output),
                 items,
                 _partial_summary(cfg, items),
+                reward=prepared.reward,
+                prepare=_prepare(workflow),
                 processor=processor,
                 video_sampling=_video_sampling(workflow),
             )
@@ -313,10 +315,21 @@ def run_from_config(
         Path(cfg.output),
         items,
         summary,
+        reward=prepared.reward,
+        prepare=_prepare(workflow),
         processor=processor,
         video_sampling=_video_sampling(workflow),
     )
     return summary
+
+
+def _prepare(workflow: Any) -> Any:
+    """The workflow's preparation of an item (for the geometry the report converts boxes with),
+    ``None`` for a workflow without a preprocessor."""
+    ctx = getattr(workflow, "ctx", None)
+    if getattr(ctx, "preprocessor", None) is None:
+        return None
+    return lambda item: asyncio.run(ctx.prepare(item))
 
 
 def _video_sampling(workflow: Any) -> Any:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import html
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,16 @@ from PIL import Image
 
 from vlrollout.files import atomic_write_bytes, item_stem, read_outcomes
 from vlrollout.frame_strip import strip_image
+from vlrollout.geometry import ImageGeometry
 from vlrollout.logs import get_logger
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.video_loading import load_video
 from vlrollout.report_drawing import (
     STYLE,
+    Box,
     draw_boxes,
     episode_colour,
+    grounding_reward,
     hex_colour,
     label_boxes,
     load_report_image,
@@ -113,24 +117,25 @@ def _figure(src: str, caption: str) -> str:
 def render_item(
     item: dict[str, Any],
     outcome: dict[str, Any],
-    family: str,
+    read_boxes: BoxReader | None,
     extra_images: Sequence[Image.Image] = (),
     videos: Sequence[Sequence[Image.Image] | str] = (),
     as_seen: bool = True,
 ) -> str:
-    """One item's section: images with boxes, each video's strip of sampled frames (``videos``:
-    the frames the model saw, or with ``as_seen=False`` thumbnails of the sampled source
-    frames; a string says why a video is not shown), prompt, expected answer, completions,
-    rejections."""
+    """One item's section: images with boxes (``read_boxes``: the image they are on and how a
+    completion's boxes are read; ``None`` draws none), each video's strip of sampled frames
+    (``videos``: the frames the model saw, or with ``as_seen=False`` thumbnails of the sampled
+    source frames; a string says why a video is not shown), prompt, expected answer,
+    completions, rejections."""
     images = [load_report_image(s) for s in prompt_sources(item)]
+    boxed = read_boxes.image_index if read_boxes is not None else 0
     gt, notes = label_boxes(item.get("boxes"))
     rows, preds = [], []
-    first = images[0][0] if images else None
     for i, episode in enumerate(outcome.get("episodes", [])):
         turns = [str(t) for t in episode.get("turns", [])]
         problems: list[str] = []
-        if first is not None and turns:
-            boxes, problems = predicted_boxes(turns[-1], first.width, first.height, family)
+        if read_boxes is not None and turns and boxed < len(images) and images[boxed][0]:
+            boxes, problems = read_boxes.read(turns[-1], images[boxed][0])
             preds.append((i, boxes))
         swatch = f"<span class=sw style='background:{hex_colour(episode_colour(i))}'></span>"
         unread = (
@@ -158,7 +163,7 @@ def render_item(
         caption = f"image {k + 1}" if len(images) > 1 else "image"
         if image is None:
             pictures.append(f"<p><i>{caption} unavailable: {html.escape(why[:200])}</i></p>")
-        elif k == 0:
+        elif k == boxed:
             pictures.append(_figure(draw_boxes(image, gt, preds), caption))
         else:
             pictures.append(_figure(draw_boxes(image, [], []), caption))
@@ -189,11 +194,41 @@ def render_item(
     )
 
 
+@dataclass
+class BoxReader:
+    """How the report reads an item's predicted boxes: as its grounding reward does, on the image
+    the reward reads (``image_index``), through the geometry the item is prepared with
+    (``prepare``; without it the model is taken to have seen the original size)."""
+
+    grounding: Any
+    item: dict[str, Any]
+    prepare: Callable[[dict[str, Any]], Any] | None
+    _geometry: Any = None
+
+    @property
+    def image_index(self) -> int:
+        return self.grounding.image_index
+
+    def read(self, completion: str, image: Image.Image) -> tuple[list[Box], list[str]]:
+        if self._geometry is None:
+            self._geometry = (
+                self.prepare(self.item).geometry[self.image_index]
+                if self.prepare is not None
+                else ImageGeometry(image.width, image.height, image.width, image.height)
+            )
+        return predicted_boxes(self.grounding, completion, self._geometry)
+
+
+def _box_reader(item: dict[str, Any], reward: Any, prepare: Any) -> BoxReader | None:
+    grounding = grounding_reward(reward, item) if reward is not None else None
+    return None if grounding is None else BoxReader(grounding, item, prepare)
+
+
 def _section(
     output: Path,
     item: dict[str, Any],
     outcome: dict[str, Any],
-    family: str,
+    boxes: BoxReader | None,
     processor: Any,
     video_sampling: Any = None,
 ) -> str:
@@ -203,9 +238,9 @@ def _section(
             output / "trajectories" / f"{item_stem(item['id'])}.pt", processor, n_prompt
         )
         if videos or video_sampling is None or not item.get("videos"):
-            return render_item(item, outcome, family, extra, videos)
+            return render_item(item, outcome, boxes, extra, videos)
         sampled = sampled_thumbnails(item, video_sampling)
-        return render_item(item, outcome, family, extra, sampled, as_seen=False)
+        return render_item(item, outcome, boxes, extra, sampled, as_seen=False)
     except Exception as e:  # noqa: BLE001 - one item must not cost the whole report
         logger.warning("report: cannot draw item %s", item.get("id"), exc_info=True)
         return (
@@ -219,11 +254,16 @@ def write_report(
     output: Path,
     items: Sequence[dict[str, Any]],
     summary: dict[str, Any],
-    family: str = "qwen2_vl",
+    reward: Any = None,
+    prepare: Callable[[dict[str, Any]], Any] | None = None,
     processor: Any = None,
     video_sampling: Any = None,
 ) -> Path:
     """Write ``output/report.html`` for every finished item; returns its path.
+
+    Predicted boxes are drawn where the run's ``reward`` has a grounding reward for the item
+    (:func:`~vlrollout.report_drawing.grounding_reward`), read as it reads them, converted with
+    the geometry of the item as ``prepare`` prepares it (the workflow's preprocessor).
 
     With ``processor`` (Qwen-VL families), images that tools added during an episode are shown
     too, reconstructed from the saved trajectory's ``pixel_values``, and each video as a strip of
@@ -240,7 +280,8 @@ def write_report(
         by_task.setdefault(str(item.get("task", "all")), []).extend(
             float(r) for r in rewards if isinstance(r, int | float)
         )
-        sections.append(_section(output, item, outcome, family, processor, video_sampling))
+        boxes = _box_reader(item, reward, prepare)
+        sections.append(_section(output, item, outcome, boxes, processor, video_sampling))
     legend = "".join(
         f"<span style='color:{hex_colour(episode_colour(i))}'>■ {i}</span> " for i in range(4)
     )

@@ -29,8 +29,8 @@ from vlrollout.frame_strip import strip_image
 from vlrollout.geometry import Box, Frame, convert_boxes
 from vlrollout.jsonl import append_jsonl, read_jsonl
 from vlrollout.processors.image_loading import load_image
-from vlrollout.rewards.combine import ByTask, WeightedSum
-from vlrollout.rewards.grounding import GroundingReward, box_problem, label_boxes
+from vlrollout.report_drawing import grounding_reward, predicted_boxes
+from vlrollout.rewards.grounding import box_problem, label_boxes
 
 ROLLOUTS_FILE = "eval_rollouts.jsonl"
 IMAGES_DIR = "eval_rollouts"
@@ -161,24 +161,6 @@ def _video_strip(workflow: Any, item: dict[str, Any]) -> Image.Image | None:
     return strip_image(clips[0].thumbnails, clips[0].thumbnails[0].height, STRIP_FRAMES)
 
 
-def grounding_reward(reward: Any, item: dict[str, Any]) -> Any:
-    """The :class:`~vlrollout.rewards.grounding.GroundingReward` that scores ``item`` under
-    ``reward``: the reward itself, the route of the item's task in a
-    :class:`~vlrollout.rewards.combine.ByTask`, or the first one among a
-    :class:`~vlrollout.rewards.combine.WeightedSum`'s terms; ``None`` if there is none."""
-    if isinstance(reward, GroundingReward):
-        return reward
-    if isinstance(reward, ByTask):
-        route = reward.rewards.get(item.get(reward.key))
-        return None if route is None else grounding_reward(route, item)
-    if isinstance(reward, WeightedSum):
-        for term, _ in reward.terms:
-            found = grounding_reward(term, item)
-            if found is not None:
-                return found
-    return None
-
-
 def grounding_boxes(
     grounding: Any, item: dict[str, Any], completion: str, geometry: Any
 ) -> tuple[list[Box], list[Box], list[str]]:
@@ -189,14 +171,7 @@ def grounding_boxes(
     reason, as is what the parser could not read."""
     truth = label_boxes(item[grounding.boxes_key], grounding.boxes_key)
     truth = convert_boxes(truth, grounding.label_frame, Frame.ORIGINAL, geometry)
-    parsed = grounding.parse(completion)
-    predicted, problems = [], list(parsed.issues)
-    for box in parsed.boxes:
-        problem = box_problem(box)
-        if problem is None:
-            predicted.append(convert_boxes([box], parsed.frame, Frame.ORIGINAL, geometry)[0])
-        else:
-            problems.append(f"box {[float(v) for v in box]}: {problem}")
+    predicted, problems = predicted_boxes(grounding, completion, geometry)
     return truth, predicted, problems
 
 
