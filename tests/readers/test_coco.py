@@ -184,3 +184,20 @@ def test_image_not_found_under_images_root_does_not_ask_for_images_root(tmp_path
     item = read_all_items(path, images_root=tmp_path / "empty")[0]
     detail = item[LOAD_ERROR]["detail"]
     assert "not found under" in detail and "pass images_root" not in detail
+
+
+def test_crowd_regions_are_kept_apart_from_the_object_boxes(tmp_path):
+    """COCO marks a region of many objects ``iscrowd: 1`` (its evaluation ignores it): it is
+    not one object a detector must box, so it goes to ``crowd_boxes``, not ``boxes``."""
+    images = _coco(tmp_path)[:1]
+    anns = [
+        {"id": 1, "image_id": 1, "bbox": [1, 2, 3, 4], "category_id": 7, "iscrowd": 0},
+        {"id": 2, "image_id": 1, "bbox": [0, 0, 30, 20], "category_id": 7, "iscrowd": 1},
+    ]
+    path = write_json(
+        tmp_path / "annotations" / "instances_val2017.json",
+        {"images": images, "annotations": anns, "categories": [{"id": 7, "name": "person"}]},
+    )
+    (item,) = load_items(path)
+    assert (item["boxes"], item["labels"]) == ([[1, 2, 4, 6]], ["person"])
+    assert (item["crowd_boxes"], item["crowd_labels"]) == ([[0, 0, 30, 20]], ["person"])

@@ -4,7 +4,8 @@ with images found by ``file_name`` under the image folder (:mod:`vlrollout.reade
 - captions: one item per image, ``captions`` all its captions, ``task: "caption"``;
 - instances: one item per image, ``boxes`` every annotation's ``bbox`` (x, y, w, h in pixels)
   as ``[x1, y1, x2, y2]`` pixels and ``labels`` their category names (an image with no
-  annotation has ``boxes: []``).
+  annotation has ``boxes: []``); crowd regions (``iscrowd: 1``) go to ``crowd_boxes`` and
+  ``crowd_labels`` instead, since they are not one object to box.
 
 Item ids are the COCO image ids. Rows are numbered from 1 in the file's ``images`` (or
 ``annotations``) list.
@@ -113,16 +114,22 @@ def caption_items(data: Any, path: Path, folders: ImageFolders) -> Iterator[dict
 
 
 def _boxes(anns: list[tuple[int, dict]], names: dict[Any, str], path: Path) -> dict[str, list]:
-    boxes, labels = [], []
+    """``boxes``/``labels`` of the objects and ``crowd_boxes``/``crowd_labels`` of the crowd
+    regions (``iscrowd: 1``: many objects in one region, which COCO's evaluation ignores)."""
+    fields: dict[str, list] = {"boxes": [], "labels": [], "crowd_boxes": [], "crowd_labels": []}
     for row, ann in anns:
         try:
-            boxes.append(xywh_box(ann.get("bbox"), "bbox"))
+            box = xywh_box(ann.get("bbox"), "bbox")
         except RowError as e:
             raise RowError(
                 e.reason, e.field, f"{e.why} (annotations row {row}, id {ann.get('id')})"
             ) from None
-        labels.append(names.get(ann.get("category_id"), str(ann.get("category_id"))))
-    return {"boxes": boxes, "labels": labels}
+        crowd = "crowd_" if ann.get("iscrowd") else ""
+        fields[f"{crowd}boxes"].append(box)
+        fields[f"{crowd}labels"].append(
+            names.get(ann.get("category_id"), str(ann.get("category_id")))
+        )
+    return fields
 
 
 def instance_items(data: Any, path: Path, folders: ImageFolders) -> Iterator[dict[str, Any]]:
