@@ -136,3 +136,20 @@ def test_every_frame_of_a_frame_list_is_opened(tmp_path):
         ("sizes", "video_frames"),
         ("gone", "image_not_found"),
     }
+
+
+def test_validate_data_refuses_what_run_refuses_in_the_prompt():
+    """A per-medium setting on a part (``fps``, ``max_pixels``) is ``bad_message`` in a run, and
+    a plain question with media but no ``<image>``/``<video>`` marker has no placeholder for
+    them; a string holding angle brackets may be a chat-templated prompt and is left to the
+    preprocessor."""
+    fps = [{"role": "user", "content": [{"type": "video", "video": "c.mp4", "fps": 1.0},
+                                        {"type": "text", "text": "x"}]}]  # fmt: skip
+    pixels = [{"role": "user", "content": [{"type": "image", "image": "a.png", "max_pixels": 9},
+                                           {"type": "text", "text": "x"}]}]  # fmt: skip
+    assert [r for r, _ in item_problems({"id": "f", "messages": fps})] == ["bad_message"]
+    assert [r for r, _ in item_problems({"id": "p", "messages": pixels})] == ["bad_message"]
+    plain = {"id": "s", "messages": "What colour is it?", "images": ["a.png"]}
+    assert [r for r, _ in item_problems(plain)] == ["placeholder_mismatch"]
+    templated = {"id": "t", "messages": "<|vision_start|><|image_pad|>What?", "images": ["a.png"]}
+    assert item_problems(templated) == []

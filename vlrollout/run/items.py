@@ -190,24 +190,31 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
 
 def media_problems(item: dict[str, Any], well_formed: bool = True) -> list[tuple[str, str]]:
     """Media that would be dropped: a media field nothing reads (``audio``, singular ``image``,
-    ...), or placeholders and media that do not pair up (checked when the messages and media
-    fields are ``well_formed``; a whole-prompt string without ``<image>``/``<video>`` may be
-    chat-templated already, with the family's own placeholders, so it is left to the
-    preprocessor)."""
+    ...), a part carrying a per-medium setting, or placeholders and media that do not pair up
+    (checked when the messages and media fields are ``well_formed``; a whole-prompt string
+    without ``<image>``/``<video>`` but with brackets may be chat-templated already, with the
+    family's own placeholders, so it is left to the preprocessor)."""
     problems: list[tuple[str, str]] = []
     try:
         check_media_fields(item, READ_MEDIA, "item")
     except PreprocessError as e:
         problems.append((e.reason, e.detail))
     messages = item["messages"]
-    templated = isinstance(messages, str) and not MARKERS.search(messages)
+    templated = (
+        isinstance(messages, str) and not MARKERS.search(messages) and _may_hold_tokens(messages)
+    )
     if well_formed and not templated:
         try:
             normalize_media(messages, item.get("images"), item.get("videos"), "item")
         except PreprocessError as e:
-            if e.reason == "placeholder_mismatch":
-                problems.append((e.reason, e.detail))
+            problems.append((e.reason, e.detail))
     return problems
+
+
+def _may_hold_tokens(text: str) -> bool:
+    """Whether a prompt string may hold a family's own media placeholders (``<|image_pad|>``,
+    ``<start_of_image>``, Pixtral's ``[IMG]``): every one has an angle or square bracket."""
+    return "<" in text or "[" in text
 
 
 def image_file_problems(
