@@ -347,7 +347,28 @@ class AutoProcessorPreprocessor:
                     f"so they need one number of sampled frames (got {counts}); set "
                     f"video_max_frames or give clips of one length ({detail.splitlines()[0]})"
                 )
+            culprit = self._refused_image(images, detail)
+            if culprit is not None:
+                size = "x".join(map(str, images[culprit].image.size))
+                detail = f"image {culprit + 1} ({size}): {detail}"
             raise PreprocessError(item, "processor_error", detail) from e
+
+    def _refused_image(self, images: list[LoadedImage], message: str) -> int | None:
+        """Which of several images the image processor refuses alone with ``message`` (the
+        processor refuses the whole call and names none); ``None`` when no single one does."""
+        image_processor = getattr(self.processor, "image_processor", None)
+        if len(images) < 2 or image_processor is None:
+            return None
+        kwargs = self.processor_kwargs.get("images_kwargs", {})
+        for index, image in enumerate(images):
+            try:
+                image_processor(images=[image.image], return_tensors="pt", **kwargs)
+            except (ValueError, RuntimeError) as e:
+                if str(e) == message:
+                    return index
+            except Exception:  # noqa: BLE001 - only a probe for the message; the call's error stands
+                continue
+        return None
 
     # -- the contract ------------------------------------------------------------------------
 

@@ -413,3 +413,15 @@ def test_llava_centre_crop_offset_is_the_processors_own(offline, fast, size):
     )
     left, top = _crop_offset_seen(processor.image_processor, image)
     assert (-geometry.offset_x, -geometry.offset_y) == (left, top)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "glm4v"])
+def test_the_image_the_processor_refuses_is_named(offline, family):
+    """Qwen's resize refuses an aspect ratio over 200 for the whole call; the error names which
+    of the prompt's images it was."""
+    images = [Image.new("RGB", (32, 32)), Image.new("RGB", (48, 32)), Image.new("RGB", (4000, 4))]
+    item = {"id": "strip", "messages": "<image><image><image>Compare.", "images": images}
+    with pytest.raises(PreprocessError) as e:
+        AutoProcessorPreprocessor(offline(family)).prepare(item)
+    assert e.value.reason == "processor_error"
+    assert e.value.detail.startswith("image 3 (4000x4): ") and "aspect ratio" in e.value.detail
