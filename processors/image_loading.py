@@ -157,18 +157,16 @@ def starts_like_media(head: bytes) -> bool:
 
 
 def standard_base64(payload: str) -> str:
-    """``payload`` in the standard base64 alphabet, padded: base64url (``-`` and ``_``, as
-    JavaScript's and JWT encoders write it) is translated, and text without its ``=`` padding
-    (both alphabets are often written without it) is padded. Other text, including text that
-    mixes both alphabets, is left as it is, for the decoder to refuse.
+    """``payload`` in the standard base64 alphabet: base64url (``-`` and ``_``, as JavaScript's
+    and JWT encoders write it, often without ``=`` padding) is translated and padded. Other text,
+    including text that mixes both alphabets, is left as it is, for the decoder to refuse.
 
-    >>> standard_base64("YW-_Yg"), standard_base64("YWJjZA")
-    ('YW+/Yg==', 'YWJjZA==')
+    >>> standard_base64("YW-_Yg")
+    'YW+/Yg=='
     """
     if ("-" in payload or "_" in payload) and not ("+" in payload or "/" in payload):
         payload = payload.replace("-", "+").replace("_", "/")
-    if "=" not in payload and len(payload) % 4 in (2, 3):
-        payload += "=" * (-len(payload) % 4)
+        return payload + "=" * (-len(payload) % 4)
     return payload
 
 
@@ -297,6 +295,15 @@ def _exists(text: str) -> bool:
         return False
 
 
+def _padded(text: str) -> str:
+    """Base64 text in a data file with its ``=`` padding restored (encoders often leave it out);
+    the server's decoder stays strict."""
+    compact = "".join(text.split())
+    if "=" in compact or len(compact) % 4 not in (2, 3):
+        return text
+    return compact + "=" * (-len(compact) % 4)
+
+
 def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
     if has_scheme(text, "data:"):
         return "data_url", decode_inline(text, item, max_bytes)
@@ -316,7 +323,7 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
         item, "image_not_found", f"not a file, data: URL or base64 string: {text[:120]!r}"
     )
     try:
-        raw = decode_inline(text, item, max_bytes)
+        raw = decode_inline(_padded(text), item, max_bytes)
     except PreprocessError as e:
         if e.reason != "image_source":
             raise
@@ -392,8 +399,10 @@ def check_size(size: tuple[int, int], item: str, max_pixels: int = DEFAULT_MAX_P
         raise PreprocessError(
             item,
             "image_too_large",
-            f"{width}x{height} = {width * height} pixels exceed max_pixels={max_pixels}; "
-            "downscale the dataset images or raise the limit",
+            f"{width}x{height} = {width * height} pixels exceed the decode limit "
+            f"max_image_pixels={max_pixels} (a guard against decompression bombs, not the resize "
+            "budget --max-pixels); downscale the images or raise max_image_pixels (a run's "
+            "config: preprocessor: {name: auto, max_image_pixels: N})",
         )
 
 

@@ -149,6 +149,12 @@ def test_image_size_limit_applies(offline, rgb_png):
     with pytest.raises(PreprocessError) as info:
         pre.prepare(item("<image>", [rgb_png], uid="u1"))
     assert info.value.reason == "image_too_large" and info.value.item == "item u1, image 1"
+    # the decode limit is not the resize budget: the message names the option that raises it
+    assert "max_image_pixels=100" in info.value.detail and "--max-pixels" in info.value.detail
+    from vlrollout.processors.registry import get_preprocessor
+
+    raised = get_preprocessor("auto", processor=offline("qwen2_vl"), max_image_pixels=10**9)
+    assert raised.prepare(item("<image>", [rgb_png], uid="u1")).num_images == 1
 
 
 def test_missing_chat_template_is_a_config_error():

@@ -80,7 +80,8 @@ def _sglang_cases(p):
             "decompression bomb",
             {"input_ids": p["one"], "image_data": [BOMB_PNG], "sampling_params": sp},
             400,
-            f"image_too_large: 8193x8192 = 67117056 pixels exceed max_pixels={DEFAULT_MAX_PIXELS}",
+            f"image_too_large: 8193x8192 = 67117056 pixels exceed the decode limit "
+            f"max_image_pixels={DEFAULT_MAX_PIXELS}",
         ),
         (
             "invalid base64",
@@ -234,7 +235,8 @@ def test_vllm_bad_requests(vllm_server, prompts):
             "/v1/chat/completions",
             chat(url("data:image/png;base64," + BOMB_PNG)),
             400,
-            f"image_too_large: 8193x8192 = 67117056 pixels exceed max_pixels={DEFAULT_MAX_PIXELS}",
+            f"image_too_large: 8193x8192 = 67117056 pixels exceed the decode limit "
+            f"max_image_pixels={DEFAULT_MAX_PIXELS}",
         ),
         (
             "/v1/chat/completions",
