@@ -164,6 +164,24 @@ def check_medium_settings(part: dict[str, Any], kind: str, item: str) -> None:
     )
 
 
+SOURCE_KEYS = ("url", "path", "base64")
+"""Keys of an image or video part that transformers' chat templates read its source from, besides
+the part's own kind (``{"type": "image", "image": ...}``)."""
+
+
+def part_source(part: dict[str, Any], kind: str) -> Any:
+    """The source an ``image``/``video`` part gives inline (its ``kind`` key, else one of
+    :data:`SOURCE_KEYS`), ``None`` for a bare placeholder.
+
+    >>> part_source({"type": "image", "url": "a.png"}, "image")
+    'a.png'
+    """
+    for key in (kind, *SOURCE_KEYS):
+        if part.get(key) is not None:
+            return part[key]
+    return None
+
+
 class _Media:
     """Sources of one kind: the item's field (consumed in order) and what the parts give."""
 
@@ -176,10 +194,11 @@ class _Media:
 
     def take(self, part: dict[str, Any], item: str) -> dict[str, str]:
         check_medium_settings(part, self.kind, item)
+        inline = part_source(part, self.kind)
         if part.get("type") == f"{self.kind}_url":
             self.sources.append(_url(part, f"{self.kind}_url", item))
-        elif part.get(self.kind) is not None:
-            self.sources.append(part[self.kind])
+        elif inline is not None:
+            self.sources.append(inline)
         else:
             self.slots += 1
             self.sources.append(next(self.pool, None))

@@ -17,6 +17,8 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from vlrollout.geometry import Frame, convert_boxes
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.messages import normalize_media, part_source
 from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.grounding import GroundingReward, box_problem
 
@@ -142,19 +144,25 @@ def draw_boxes(
 
 
 def prompt_sources(item: dict[str, Any]) -> list[Any]:
-    """Every prompt image source of an item: ``images`` and those inside messages."""
-    sources = list(item["images"]) if isinstance(item.get("images"), list) else []
+    """Every prompt image source of an item in prompt order, as the preprocessor pairs them
+    (so image ``k`` is the one ``geometry[k]`` describes); for an item whose messages do not
+    pair up, ``images`` and then those inside messages."""
     messages = item.get("messages")
+    try:
+        return list(normalize_media(messages, item.get("images"), item.get("videos"), "").images)
+    except (PreprocessError, TypeError, AttributeError):
+        pass
+    sources = list(item["images"]) if isinstance(item.get("images"), list) else []
     for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None
         for part in content if isinstance(content, list) else []:
             if not isinstance(part, dict):
                 continue
-            if part.get("image") is not None:
-                sources.append(part["image"])
-            elif part.get("type") == "image_url":
+            if part.get("type") == "image_url":
                 url = part.get("image_url")
                 sources.append(url.get("url") if isinstance(url, dict) else url)
+            elif part.get("type", "image") == "image":
+                sources.append(part_source(part, "image"))
     return [s for s in sources if s is not None]
 
 

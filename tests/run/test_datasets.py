@@ -12,6 +12,7 @@ from PIL import Image
 from vlrollout.datasets import DataFileError, load_items, source_form
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import load_image
+from vlrollout.processors.messages import normalize_media
 from vlrollout.run.items import validate_data
 
 
@@ -150,3 +151,14 @@ def test_a_home_relative_path_is_read_from_home(tmp_path, monkeypatch):
     rows = [{"id": "a", "messages": "x", "images": ["~/pics/a.png"]}]
     (item,) = load_items(_write(tmp_path / "d.jsonl", rows))
     assert load_image(item["images"][0], "item a").original_size == (3, 2)
+
+
+def test_image_parts_written_the_transformers_way_are_read(tmp_path):
+    """transformers' chat templates take ``{"type": "image", "url" | "path": ...}``: the same
+    parts name the image here, resolved against the data file like any path."""
+    Image.new("RGB", (4, 4)).save(tmp_path / "m.png")
+    parts = [{"type": "image", "url": "m.png"}, {"type": "image", "path": "m.png"}]
+    row = {"id": "hf", "messages": [{"role": "user", "content": [*parts, "Same?"]}]}
+    (item,) = load_items(_write(tmp_path / "d.jsonl", [row]))
+    got = normalize_media(item["messages"], None, None, "item hf").images
+    assert got == [str(tmp_path / "m.png")] * 2

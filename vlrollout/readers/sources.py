@@ -110,6 +110,10 @@ def _resolve_parts(content: Any, base: Path) -> Any:
                 part = {**part, "image": resolve_source(part["image"], base)}
             if part.get("video") is not None:
                 part = {**part, "video": resolve_video(part["video"], base)}
+            if part.get("type") in ("image", "video"):  # transformers' {"url" | "path": ...}
+                for key in ("url", "path"):
+                    if isinstance(part.get(key), str):
+                        part = {**part, key: resolve_source(part[key], base)}
             for key in ("image_url", "video_url"):
                 if part.get("type") == key:
                     part = _resolve_url_part(part, key, base)
