@@ -280,9 +280,23 @@ def _read_file(path: Path, item: str, max_bytes: int) -> bytes:
     return data
 
 
-def _file_url_path(url: str) -> Path:
-    """The local path of a ``file://`` URL (``file:///a/b%20c.png`` → ``/a/b c.png``)."""
+def _file_url_path(url: str, item: str) -> Path:
+    """The local path of a ``file:`` URL (``file:///a/b%20c.png`` and ``file:/a/b%20c.png`` →
+    ``/a/b c.png``).
+
+    Raises:
+        PreprocessError: ``image_source`` for a URL naming a host other than ``localhost``
+            (``file://media/a.png`` is the file ``/a.png`` on the host ``media``, not a relative
+            path).
+    """
     parsed = urllib.parse.urlsplit(url)
+    if parsed.netloc not in ("", "localhost"):
+        raise PreprocessError(
+            item,
+            "image_source",
+            f"file URL {url[:80]!r} names the host {parsed.netloc!r}: a local file is "
+            "file:///absolute/path, and a relative path is written without file://",
+        )
     return Path(urllib.request.url2pathname(parsed.path))
 
 
@@ -305,10 +319,12 @@ def _padded(text: str) -> str:
 
 
 def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
+    if has_scheme(text.strip(), "data:") or has_scheme(text.strip(), "file:"):
+        text = text.strip()  # a URL does not hold the whitespace around it
     if has_scheme(text, "data:"):
         return "data_url", decode_inline(text, item, max_bytes)
-    if has_scheme(text, "file://"):
-        return "path", _read_file(_file_url_path(text), item, max_bytes)
+    if has_scheme(text, "file:"):
+        return "path", _read_file(_file_url_path(text, item), item, max_bytes)
     if _URL.match(text):
         raise PreprocessError(
             item,

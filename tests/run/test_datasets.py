@@ -13,7 +13,7 @@ from vlrollout.datasets import DataFileError, load_items, source_form
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import load_image
 from vlrollout.processors.messages import normalize_media
-from vlrollout.run.items import validate_data
+from vlrollout.run.items import item_problems, validate_data
 
 
 def _b64_png() -> str:
@@ -162,3 +162,29 @@ def test_image_parts_written_the_transformers_way_are_read(tmp_path):
     (item,) = load_items(_write(tmp_path / "d.jsonl", [row]))
     got = normalize_media(item["messages"], None, None, "item hf").images
     assert got == [str(tmp_path / "m.png")] * 2
+
+
+def test_source_forms_name_what_the_user_wrote(tmp_path):
+    """``file:/abs`` is a file URL, a ``file://`` URL naming a host is refused (it is not a
+    relative path), whitespace around a URL is not part of it, an empty source is refused by the
+    checker, and a ``{"bytes", "path"}`` struct's path is relative to the data file, as in
+    parquet."""
+    Image.new("RGB", (3, 2)).save(tmp_path / "a.png")
+    b64 = _b64_png()
+    rows = [
+        {"id": "one_slash", "messages": "<image>x", "images": [f"file:{tmp_path / 'a.png'}"]},
+        {"id": "host", "messages": "<image>x", "images": ["file://media/a.png"]},
+        {"id": "space", "messages": "<image>x", "images": [f" data:image/png;base64,{b64}\n"]},
+        {"id": "struct", "messages": "<image>x", "images": [{"bytes": None, "path": "a.png"}]},
+    ]
+    one_slash, host, space, struct = load_items(_write(tmp_path / "d.jsonl", rows))
+    assert load_image(one_slash["images"][0], "item").original_size == (3, 2)
+    with pytest.raises(PreprocessError) as info:
+        load_image(host["images"][0], "item")
+    assert info.value.reason == "image_source" and "host 'media'" in info.value.detail
+    assert load_image(space["images"][0], "item").original_size == (5, 7)
+    assert load_image(struct["images"][0], "item").original_size == (3, 2)
+    empty = {"id": "e", "messages": "<image>x", "images": [""]}
+    assert [(r, d) for r, d in item_problems(empty)] == [
+        ("bad_images", "images has an empty entry")
+    ]

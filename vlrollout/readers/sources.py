@@ -4,7 +4,8 @@
 form                                   what happens
 =====================================  ===========================================================
 ``data:image/...;base64,...``          passed through (decoded by the loader)
-``file:///abs/x.jpg``                  passed through (a local file)
+``file:///abs/x.jpg``, ``file:/abs``    passed through (a local file; a host other than
+                                       ``localhost`` is refused)
 ``http://``, ``https://``, ``s3://``…  passed through; the loader refuses it with ``image_source``
 absolute path ``/abs/x.jpg``           passed through
 relative path ``img/x.jpg``            made absolute against the data file's folder
@@ -48,9 +49,9 @@ def source_form(text: str) -> str:
     ...                           "/abs/a.png", "img/a.png", "iVBORw0KGgo=")]
     ['data_url', 'file_url', 'url', 'path', 'path', 'base64']
     """
-    if has_scheme(text, "data:"):
+    if has_scheme(text.strip(), "data:"):
         return "data_url"
-    if has_scheme(text, "file://"):
+    if has_scheme(text.strip(), "file:"):
         return "file_url"
     if _SCHEME.match(text):
         return "url"
@@ -72,6 +73,8 @@ def _media_bytes(compact: str) -> bool:
 
 def resolve_source(source: Any, base: Path) -> Any:
     """``source`` with a relative path made absolute against ``base``; other forms unchanged."""
+    if isinstance(source, dict) and not source.get("bytes") and isinstance(source.get("path"), str):
+        return {**source, "path": resolve_source(source["path"], base)}  # a datasets image struct
     if not isinstance(source, str):
         return source
     form = source_form(source)

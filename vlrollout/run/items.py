@@ -180,6 +180,8 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
             problems.append((f"bad_{name}", f"{name} must be a list, got a {what}"))
         elif media and any(i is None for i in media):
             problems.append((f"bad_{name}", f"{name} has a null entry"))
+        elif media and any(isinstance(i, str) and not i.strip() for i in media):
+            problems.append((f"bad_{name}", f"{name} has an empty entry"))
     problems += media_problems(item, not problems)
     clash = reward_argument_clash(item)
     if clash is not None:

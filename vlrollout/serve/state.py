@@ -293,7 +293,7 @@ def encoded_image(
     not_inline = BadRequest(
         f"{label}: only inline {kind}s (base64 or data: URLs), got {source[:60]!r}"
     )
-    if any(has_scheme(source, scheme) for scheme in ("http://", "https://", "file://")):
+    if any(has_scheme(source, scheme) for scheme in ("http://", "https://", "file:")):
         raise not_inline
     try:
         return decode_inline(source, label, max_bytes)
