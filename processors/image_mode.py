@@ -2,11 +2,11 @@
 
 The rule (what :func:`to_rgb` does per mode):
 
-- ``RGB``: unchanged.
+- ``RGB``: unchanged (with a PNG ``tRNS`` transparent colour: composited, as below).
 - ``1``, ``L``, ``CMYK``, ``YCbCr``, ``LAB``, ``HSV``: PIL's ``convert("RGB")`` (grey replicated to
   three channels; CMYK by PIL's naive formula, ICC profiles are ignored).
-- Anything with alpha (``RGBA``, ``LA``, ``PA``, ``RGBa``, ``La``) and ``P`` with a ``transparency``
-  entry: **alpha-composited on opaque white** (255, 255, 255). Engines that just drop alpha
+- Anything with alpha (``RGBA``, ``LA``, ``PA``, ``RGBa``, ``La``) and any mode with a
+  ``transparency`` entry (``P``, and ``L``/``RGB`` PNGs with ``tRNS``): **alpha-composited on opaque white** (255, 255, 255). Engines that just drop alpha
   (``convert("RGB")``) show whatever colour sits under transparent pixels (often black), which is
   why such images are re-encoded before they reach the engine (see :mod:`.image_loading`).
 - ``P`` without transparency: palette lookup (``convert("RGB")``).
@@ -51,14 +51,15 @@ def to_rgb(image: Image.Image, background: tuple[int, int, int] = WHITE) -> Imag
         background: RGB colour under transparent pixels; white by default.
 
     Returns:
-        An ``RGB`` image of the same size. ``image`` itself is returned when it is already RGB.
+        An ``RGB`` image of the same size. ``image`` itself is returned when it is already RGB
+        without a transparent colour.
 
     >>> from PIL import Image
     >>> to_rgb(Image.new("I;16", (1, 1), 65535)).getpixel((0, 0))
     (255, 255, 255)
     """
     mode = image.mode
-    if mode == "RGB":
+    if mode == "RGB" and "transparency" not in image.info:
         return image
     if mode in _SIXTEEN_BIT:
         return _grey_to_rgb(np.asarray(image, dtype=np.float64) * (255.0 / 65535.0))

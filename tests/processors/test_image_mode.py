@@ -78,3 +78,14 @@ def test_float_outside_unit_range_is_clipped():
 
 def test_custom_background():
     assert to_rgb(Image.new("RGBA", (1, 1), (0, 0, 0, 0)), (0, 0, 0)).getpixel((0, 0)) == (0, 0, 0)
+
+
+def test_an_rgb_png_with_a_transparent_colour_is_composited_on_white(tmp_path):
+    """PNG's tRNS chunk makes one RGB colour transparent; it is composited on white as an
+    alpha band or a grey tRNS is."""
+    image = Image.new("RGB", (2, 1), (200, 200, 200))
+    image.putpixel((1, 0), (10, 20, 30))
+    image.save(tmp_path / "t.png", transparency=(200, 200, 200))
+    with Image.open(tmp_path / "t.png") as opened:
+        rgb = to_rgb(opened)
+    assert rgb.getpixel((0, 0)) == (255, 255, 255) and rgb.getpixel((1, 0)) == (10, 20, 30)
