@@ -178,14 +178,28 @@ def _decode_frames(
 def _frame_pixels(
     frame: Any, out: list[np.ndarray], wanted: list[int], item: str, max_frame_pixels: int
 ) -> np.ndarray:
-    """``frame`` as RGB, checked against the frame limit and the clip's first kept frame."""
+    """``frame`` as upright RGB (:func:`_upright`), checked against the frame limit and the
+    clip's first kept frame."""
     size = (frame.width, frame.height)
     check_size(size, item, max_frame_pixels)
+    pixels = _upright(frame.to_ndarray(format="rgb24"), getattr(frame, "rotation", 0) or 0)
     if out:
         _check_same_size(
-            size, out[0], f"frame {wanted[len(out)] + 1}", f"frame {wanted[0] + 1}", item
+            pixels.shape[1::-1],
+            out[0],
+            f"frame {wanted[len(out)] + 1}",
+            f"frame {wanted[0] + 1}",
+            item,
         )
-    return frame.to_ndarray(format="rgb24")
+    return pixels
+
+
+def _upright(pixels: np.ndarray, rotation: float) -> np.ndarray:
+    """``pixels`` turned by the stream's display matrix (``rotation``: degrees counterclockwise,
+    as PyAV reads it), so a phone clip is the picture a player shows, as an image's EXIF
+    orientation is applied; labels are in that upright frame."""
+    turns = round(rotation / 90) % 4
+    return np.ascontiguousarray(np.rot90(pixels, k=turns)) if turns else pixels
 
 
 def decode_video(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+import struct
 import warnings
 from fractions import Fraction
 
@@ -20,6 +21,7 @@ import torch
 from PIL import Image
 
 from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError
+from vlrollout.processors.video_loading import load_video
 from vlrollout.processors.video_sampling import VideoSampling
 from vlrollout.testing.offline_processors import build_offline_processor
 
@@ -419,3 +421,37 @@ def test_a_variable_rate_clip_shows_at_each_time_the_frame_a_player_shows():
     for t, frame in zip(times, video.frames, strict=True):
         shown = max(k for k, ms in enumerate(VFR_MS) if ms <= t * 1000 + 5)  # 5 ms: rounding
         assert abs(float(frame.mean()) - 20 * shown) < 6, (t, shown, float(frame.mean()))
+
+
+def _rotated_mp4(degrees_clockwise: int) -> bytes:
+    """A 64x32 MPEG-4 clip, red on its left half and blue on its right, whose track header
+    carries the display matrix a phone writes when it is held rotated."""
+    buf = io.BytesIO()
+    pixels = np.zeros((32, 64, 3), np.uint8)
+    pixels[:, :32] = (255, 0, 0)
+    pixels[:, 32:] = (0, 0, 255)
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=4)
+        stream.width, stream.height, stream.pix_fmt = 64, 32, "yuv420p"
+        for _ in range(4):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    raw = bytearray(buf.getvalue())
+    at = raw.find(b"tkhd") + 4
+    at += 4 + (8 + 8 + 4 + 4 + 8 if raw[at] == 1 else 4 * 5) + 8 + 2 + 2 + 2 + 2
+    one = 0x10000
+    matrix = {90: [0, one, 0, -one, 0, 0], 270: [0, -one, 0, one, 0, 0]}[degrees_clockwise]
+    raw[at : at + 36] = struct.pack(">9i", *matrix, 0, 0, 0x40000000)
+    return bytes(raw)
+
+
+@pytest.mark.parametrize(("degrees", "top"), [(90, (255, 0, 0)), (270, (0, 0, 255))])
+def test_a_phone_clip_is_sampled_upright_as_a_player_shows_it(degrees, top):
+    """The display matrix turns the coded 64x32 frames into a 32x64 picture, as EXIF
+    orientation turns images: frames and their size are the upright ones."""
+    clip = load_video(_rotated_mp4(degrees), "item 0, video 1", VideoSampling(fps=2.0))
+    frames = clip.frames
+    assert frames.shape[1:3] == (64, 32)  # height, width
+    assert tuple(int(v) for v in frames[0, 4, 16]) == pytest.approx(top, abs=40)
