@@ -21,6 +21,7 @@ from typing import Any
 
 from vlrollout.readers.fields import RowError, placeholder, text_list_problem, xywh_box
 from vlrollout.readers.images import ImageFolders
+from vlrollout.readers.orientation import upright_boxes
 from vlrollout.readers.sources import DataFileError
 
 
@@ -148,4 +149,6 @@ def instance_items(data: Any, path: Path, folders: ImageFolders) -> Iterator[dic
         except RowError as e:
             yield placeholder(str(image_id), f"{path} images", row, e)
             continue
+        for key in ("boxes", "crowd_boxes"):
+            fields[key] = upright_boxes(fields[key], found)
         yield {"id": str(image_id), "images": [found], **fields}

@@ -23,6 +23,7 @@ from typing import Any
 from vlrollout.readers.coco import load_json
 from vlrollout.readers.fields import RowError, placeholder, xywh_box
 from vlrollout.readers.images import ImageFolders
+from vlrollout.readers.orientation import upright_boxes
 from vlrollout.readers.sources import DataFileError
 
 SAFE_BUILTINS = frozenset(
@@ -90,9 +91,10 @@ def _ref_fields(ref: Any, anns: dict, images: dict, folders: ImageFolders) -> di
     sentences = ref.get("sentences")
     if not isinstance(sentences, list) or not sentences:
         raise RowError("missing_field", "sentences", "the ref has no sentences")
+    found = folders.find(image["file_name"], "file_name")
     return {
-        "images": [folders.find(image["file_name"], "file_name")],
-        "boxes": [xywh_box(ann.get("bbox"), "bbox")],
+        "images": [found],
+        "boxes": upright_boxes([xywh_box(ann.get("bbox"), "bbox")], found),
         "sentences": sentences,
     }
 

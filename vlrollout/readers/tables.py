@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from vlrollout.processors.image_loading import IMAGE_MAGIC
 from vlrollout.readers.fields import RowError, row_id, strings, xywh_box
 from vlrollout.readers.images import image_sources
+from vlrollout.readers.orientation import upright_boxes
 from vlrollout.readers.sources import DataFileError
 
 _HUB_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.-]+?)-\d{5}-of-\d{5}")
@@ -259,12 +260,13 @@ def _refcoco_items(row: dict[str, Any], default_id: str) -> list[dict[str, Any]]
         raise RowError("missing_field", "image", "a RefCOCO row needs its image")
     stem = row_id(row, ("question_id", "id"), default_id)
     kept = {k: row[k] for k in REFCOCO_KEPT if row.get(k) is not None}
+    boxes = upright_boxes([box], row["images"][0])
     return [
         {
             "id": f"{stem}-{k}",
             "images": row["images"],
             "expression": expression,
-            "boxes": [box],
+            "boxes": boxes,
             "task": "refcoco",
             **({"split": row["split"]} if row.get("split") else {}),
             **kept,
