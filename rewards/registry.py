@@ -51,6 +51,11 @@ def _cider_d(items: list[dict[str, Any]], corpus: Any = None, **kwargs: Any) -> 
     return CaptionReward("cider_d", corpus=corpus, **kwargs)
 
 
+BOX_REWARDS = frozenset({"iou", "giou", "acc@iou", "box_f1", "mean_iou"})
+"""Built-in rewards that parse a completion's boxes in a model family's convention (their
+``family=`` says which)."""
+
+
 def _grounding(metric: str) -> Callable[..., Any]:
     def build(**kwargs: Any) -> Any:
         from .grounding import GroundingReward

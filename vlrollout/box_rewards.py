@@ -10,9 +10,7 @@ from typing import Any
 
 from vlrollout.eval.metrics.boxes import box_format
 from vlrollout.families import family_name_at
-
-BOX_REWARDS = frozenset({"iou", "giou", "acc@iou", "box_f1", "mean_iou"})
-"""Built-in rewards that parse a completion's boxes in a family's convention."""
+from vlrollout.rewards.registry import BOX_REWARDS
 
 
 def box_reward_options(reward: str, model: str | None) -> dict[str, Any]:

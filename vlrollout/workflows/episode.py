@@ -25,7 +25,9 @@ from vlrollout.processors.base import ENCODE_ENGINE_IMAGES_AHEAD, PreparedPrompt
 from vlrollout.processors.cache import PreparedPromptCache, item_fields_key, item_key
 from vlrollout.processors.contract import check_prepared, merge_sizes, plugin_name
 from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.families import adapter_for
 from vlrollout.rewards.caller import RewardCaller, reward_argument_clash
+from vlrollout.rewards.registry import BOX_REWARDS, get_reward
 from vlrollout.rewards.text_extract import completion_text
 from vlrollout.workflows.preparation import FrameSampling, build_preprocessor, load_tokenizer
 from vlrollout.workflows.shared import config_key, shared_state
@@ -260,12 +262,14 @@ class EpisodeWorkflow(RolloutWorkflow):
         max_prompt_tokens: int | None = None,
         share: str | None = None,
     ) -> None:
+        reward = named_box_reward(reward_fn, processor)
+
         def build() -> EpisodeContext:
             return build_context(
                 tokenizer,
                 processor,
                 gconfig,
-                reward=RewardCaller(reward_fn, timeout_s=reward_timeout_s),
+                reward=RewardCaller(reward, timeout_s=reward_timeout_s),
                 preprocessor=preprocessor,
                 enable_thinking=enable_thinking,
                 min_pixels=min_pixels,
@@ -317,6 +321,21 @@ class EpisodeWorkflow(RolloutWorkflow):
 
     async def _episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+def named_box_reward(reward_fn: Any, processor: Any) -> Any:
+    """A built-in box reward named by ``reward_fn`` (``"iou"``, ``"giou"``, ...), built to read
+    boxes as ``processor``'s model family writes them (its box parser,
+    :func:`vlrollout.rewards.box_parsing.get_parser`); any other ``reward_fn`` as it is.
+    Without it the name would read Qwen2.5-VL's pixel boxes whatever the model writes.
+
+    Raises:
+        ValueError: the family writes no box convention of its own (the message says to name a
+            reward built with the convention the model writes).
+    """
+    if not isinstance(reward_fn, str) or reward_fn not in BOX_REWARDS or processor is None:
+        return reward_fn
+    return get_reward(reward_fn, family=adapter_for(processor).name)
 
 
 def item_copy(data: Any) -> Any:
