@@ -103,6 +103,23 @@ def test_resume_runs_again_the_items_that_changed_or_were_rejected(tokenizer, tm
     assert summary["reward"]["mean"] == pytest.approx(4 / 6)  # q0's answer is 5 now
 
 
+def test_an_item_redone_and_rejected_leaves_no_trajectory_of_its_earlier_version(
+    tokenizer, tmp_path
+):
+    """A trainer loading trajectories/*.pt must not get rollouts of an item summary.json calls
+    rejected: an item accepted, then edited into one that is rejected, loses its old file."""
+    items = load_items(_write_items(tmp_path / "d.jsonl", 2))
+    runner = _runner(tokenizer, tmp_path / "out")
+    asyncio.run(runner.run(items, progress=False))
+    assert runner.trajectory_path("q0").exists()
+    edited = [dict(item) for item in items]
+    edited[0]["messages"] = 3  # now a bad item
+    summary = asyncio.run(runner.run(edited, progress=False))
+    assert summary["items"]["rejected"] == 1 and summary["this_run"]["redone"] == ["q0"]
+    assert not runner.trajectory_path("q0").exists()
+    assert runner.trajectory_path("q1").exists()
+
+
 def test_atomic_write_leaves_no_partial_file(tmp_path):
     target = tmp_path / "f.json"
     atomic_write_bytes(target, b"old")

@@ -177,9 +177,12 @@ class Runner:
     def _finish(
         self, item: dict[str, Any], traj: dict[str, Any] | None, rejections: list[dict[str, str]]
     ) -> ItemOutcome:
-        """Write the item's trajectory and outcome files (the outcome last: it marks it done)."""
+        """Write the item's trajectory and outcome files (the outcome last: it marks it done); a
+        rejected item has no trajectory file, also when an earlier version of it had one."""
         episodes, tokens = [], 0
-        if traj is not None:
+        if traj is None:  # an earlier version of the item may have left rollouts
+            self.trajectory_path(item["id"]).unlink(missing_ok=True)
+        else:
             atomic_torch_save(self.trajectory_path(item["id"]), traj)
             for row in range(traj["input_ids"].shape[0]):
                 turns = generated_segments(traj, row)
