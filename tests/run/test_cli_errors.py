@@ -100,6 +100,12 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ("negative limit", [*ok, "--limit", "-1"], "limit (--limit) must be at least 1, got -1"),
         ("zero limit", [*ok, "--limit", "0"], "limit (--limit) must be at least 1, got 0"),
         ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
+        (
+            "max_new_tokens past the context",
+            [*ok, "--max-new-tokens", "600"],
+            "gconfig.max_new_tokens (--max-new-tokens) 600 leaves no room for a prompt in the "
+            "model's context of 512 tokens",
+        ),
         # NaN slips past `< 0` checks; these used to reject every item (or crash) at run time.
         (
             "NaN temperature",

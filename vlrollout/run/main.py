@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from areal.api import RolloutWorkflow
+from transformers import AutoConfig
 
 from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
@@ -194,11 +195,32 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
         prompt=cfg.prompt,
     )
     check_engine(cfg.engine)
+    check_room(cfg)
     check_workflow(cfg)
     reward = load_reward(cfg.reward, items, cfg.engine.model)
     check_reward_tasks(reward, items, cfg.reward)
     prepare_output(Path(cfg.output), cfg, overwrite=overwrite)
     return Prepared(items, reward)
+
+
+def check_room(cfg: RunConfig) -> None:
+    """Refuse a ``max_new_tokens`` that leaves no room for a prompt in the model's context (read
+    from its config), before the model loads: every item would fail on its prompt length.
+
+    Raises:
+        ConfigError: naming both numbers.
+    """
+    try:
+        config = AutoConfig.from_pretrained(cfg.engine.model, local_files_only=True)
+    except (OSError, ValueError):
+        return  # the engine's own checks say what is wrong with the folder
+    context = context_length(config)
+    wanted = cfg.gconfig.max_new_tokens
+    if context is not None and wanted >= context:
+        raise ConfigError(
+            f"gconfig.max_new_tokens (--max-new-tokens) {wanted} leaves no room for a prompt in "
+            f"the model's context of {context} tokens; lower it below {context}"
+        )
 
 
 def apply_process_settings(cfg: RunConfig) -> None:
