@@ -148,3 +148,10 @@ def test_a_draw_at_either_end_of_the_unit_interval_stays_on_a_positive_token(mon
     for u, expected in ((0.0, 3), (1.0 - 2**-24, 1)):
         monkeypatch.setattr(sampling.torch, "rand", lambda *a, u=u, **k: torch.full((1, 1), u))
         assert sampling._draw(probs, None).tolist() == [expected]
+
+
+@pytest.mark.parametrize("top_k", [-1, 0])
+def test_a_top_k_of_minus_one_or_zero_means_no_top_k_as_on_sglang_and_vllm(top_k):
+    gconfig = GenerationHyperparameters(max_new_tokens=4, top_k=top_k)
+    params = SamplingParams.from_gconfig(gconfig, prompt_len=3, eos_token_ids=[0])
+    assert params.top_k >= 1 << 30

@@ -101,6 +101,12 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ("zero limit", [*ok, "--limit", "0"], "limit (--limit) must be at least 1, got 0"),
         ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
         (
+            "AReaL's group size key",
+            [*ok, "gconfig.n_samples=8"],
+            "gconfig.n_samples=8 is AReaL's group size; vlrollout run's is group_size "
+            "(--group-size), 4 here: set that",
+        ),
+        (
             "max_new_tokens past the context",
             [*ok, "--max-new-tokens", "600"],
             "gconfig.max_new_tokens (--max-new-tokens) 600 leaves no room for a prompt in the "

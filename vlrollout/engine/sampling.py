@@ -62,7 +62,8 @@ class SamplingParams:
         greedy: Take the argmax instead of sampling.
         temperature: Sampling temperature; also the temperature of the reported logprobs.
         top_p: Nucleus threshold in (0, 1].
-        top_k: Keep this many most likely tokens; ``>= vocab`` disables it.
+        top_k: Keep this many most likely tokens; ``>= vocab`` disables it (from AReaL's config,
+            ``-1`` or ``0`` do too, as on SGLang and vLLM).
         stop_token_ids: Generation stops after sampling one of these (it is kept in the output).
         stop: Stop strings: generation stops once the decoded completion contains one.
         frequency_penalty: Subtracted from a token's sampling logit per earlier occurrence in the
@@ -150,7 +151,7 @@ class SamplingParams:
             greedy=gconfig.greedy,
             temperature=float(gconfig.temperature),
             top_p=float(gconfig.top_p),
-            top_k=int(gconfig.top_k),
+            top_k=int(gconfig.top_k) if gconfig.top_k > 0 else _NO_TOP_K,  # -1: SGLang's "off"
             stop_token_ids=frozenset(stop_ids),
             stop=tuple(gconfig.stop or ()),
             frequency_penalty=float(gconfig.frequency_penalty),

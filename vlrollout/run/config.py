@@ -125,6 +125,12 @@ class RunConfig:
         for name in ("group_size", "concurrency", "max_turns"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{_flag(name)} must be at least 1, got {getattr(self, name)}")
+        n_samples = self.gconfig.n_samples
+        if n_samples not in (1, self.group_size):  # AReaL's trainer reads its group size here
+            raise ConfigError(
+                f"gconfig.n_samples={n_samples} is AReaL's group size; vlrollout run's is "
+                f"{_flag('group_size')}, {self.group_size} here: set that"
+            )
         if self.limit is not None and self.limit < 1:  # it counts the items to run
             raise ConfigError(f"{_flag('limit')} must be at least 1, got {self.limit}")
         for name in ("max_prompt_tokens", "min_pixels", "max_pixels"):
