@@ -20,6 +20,8 @@ this module is about doing it fast and with compact state:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -202,6 +204,17 @@ class CiderD:
         self._keys = keys
         self._df = dfs
         self._idf = [self._log_n - np.log(np.maximum(1.0, df)) for df in dfs]
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of what the scores depend on (n-gram document frequencies, their count,
+        ``n`` and ``sigma``): two corpora with one fingerprint score every caption alike."""
+        digest = hashlib.sha256(f"{self.num_docs}:{self.n}:{self.sigma}".encode())
+        digest.update(json.dumps(sorted(self.vocab.items())).encode())
+        for keys, df in zip(self._keys, self._df, strict=True):
+            digest.update(keys.tobytes())
+            digest.update(df.tobytes())
+        return digest.hexdigest()[:16]
 
     @property
     def weighs_anything(self) -> bool:

@@ -303,3 +303,26 @@ def test_run_from_another_folder_names_the_shipped_model(
     code, err = _run(capsys, "--data", str(data), "--output", str(tmp_path / "out"))
     assert code == 2 and "Traceback" not in err
     assert "does not exist" in err and MODEL in err
+
+
+def test_a_rerun_whose_cider_d_corpus_differs_is_refused(tmp_path, capsys, no_model):
+    """CIDEr-D weighs n-grams by the references of the items loaded: a rerun with another
+    --limit (or more lines in the file) would score its new items on another scale than the
+    results it resumes."""
+    data = tmp_path / "captions.jsonl"
+    rows = [
+        {"id": f"c{i}", "messages": "<image>Describe.", "images": ["a.png"],
+         "captions": [f"a picture number {i}", f"an image of thing {i}"]}
+        for i in range(4)
+    ]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    base = ["--data", str(data), "--model", MODEL, "--output", str(out), "--reward", "cider_d"]
+    from vlrollout.run.main import prepare
+
+    prepare(RunConfig.load(None, data=str(data), output=str(out), limit=2, reward="cider_d",
+                           **{"engine.model": MODEL}))  # fmt: skip
+    code, err = _run(capsys, *base)
+    assert code == 2 and "reward.cider_d_corpus" in err and "--overwrite" in err
+    code, err = _run(capsys, *base, "--limit", "2", "--group-size", "3")
+    assert code == 2 and "reward.cider_d_corpus" not in err  # the same items: the same corpus

@@ -22,7 +22,7 @@ from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
 from vlrollout.errors import ConfigError, Interrupted
 from vlrollout.families import context_length
-from vlrollout.rewards.combine import ByTask
+from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
 from vlrollout.run.output import prepare_output
@@ -199,8 +199,28 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     check_workflow(cfg)
     reward = load_reward(cfg.reward, items, cfg.engine.model)
     check_reward_tasks(reward, items, cfg.reward)
-    prepare_output(Path(cfg.output), cfg, overwrite=overwrite)
+    prepare_output(Path(cfg.output), cfg, overwrite=overwrite, extra=reward_fingerprint(reward))
     return Prepared(items, reward)
+
+
+def reward_fingerprint(reward: Any) -> dict[str, str]:
+    """What a resumed run must share with the results it resumes beyond its settings: the
+    CIDEr-D corpus of a caption reward built from the items loaded (another ``--limit``, or more
+    lines in the data file, changes its weights and so every score)."""
+    found: dict[str, str] = {}
+    for part in _reward_parts(reward):
+        cider = getattr(part, "cider", None)
+        if cider is not None:
+            found["reward.cider_d_corpus"] = cider.fingerprint
+    return found
+
+
+def _reward_parts(reward: Any) -> list[Any]:
+    """``reward`` and the rewards inside it (a :class:`ByTask`'s routes, a
+    :class:`WeightedSum`'s terms)."""
+    inner = list(reward.rewards.values()) if isinstance(reward, ByTask) else []
+    inner += [term for term, _ in reward.terms] if isinstance(reward, WeightedSum) else []
+    return [reward, *(p for r in inner for p in _reward_parts(r))]
 
 
 def check_room(cfg: RunConfig) -> None:

@@ -52,9 +52,12 @@ def fingerprint(cfg: Any) -> dict[str, Any]:
     return {k: v for k, v in flat.items() if k not in NOT_RESULT_SHAPING}
 
 
-def prepare_output(output: Path, cfg: Any, overwrite: bool = False) -> None:
+def prepare_output(
+    output: Path, cfg: Any, overwrite: bool = False, extra: dict[str, Any] | None = None
+) -> None:
     """Make ``output`` ready for ``cfg``: writable, and either new, a resume of the same
-    configuration, or cleared by ``overwrite``.
+    configuration (its result-shaping settings and ``extra``, what else shapes the results:
+    :func:`vlrollout.run.main.reward_fingerprint`), or cleared by ``overwrite``.
 
     Raises:
         OutputFolderError: the folder is a file or not writable, or holds results of another
@@ -62,7 +65,7 @@ def prepare_output(output: Path, cfg: Any, overwrite: bool = False) -> None:
     """
     check_writable_folder(output)
     run_file = output / RUN_FILE
-    new = fingerprint(cfg)
+    new = {**fingerprint(cfg), **(extra or {})}
     if overwrite:
         remove_outputs(output, RUN_OUTPUTS)
     elif run_file.exists():
