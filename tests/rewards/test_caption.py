@@ -294,3 +294,13 @@ def test_a_reference_that_is_not_text_is_refused_naming_it(captions):
             PlainReward(metric).score("a dog runs fast", captions=captions)
     with pytest.raises(ValueError, match=r"items\[1\]\['captions'\].*not a string"):
         PlainReward("cider_d", items=[{"captions": ["a cat"]}, {"captions": captions}])
+
+
+def test_the_corpus_fingerprint_depends_on_the_counts_not_on_how_they_were_packed():
+    refs = [["a dog runs fast", "a brown dog"], ["a cat sleeps here"]]
+    built = CiderD.from_references(refs)
+    counts = built.document_frequency
+    shuffled = dict(reversed(list(counts.items())))
+    assert CiderD(shuffled, built.num_docs).fingerprint == built.fingerprint
+    assert CiderD.from_references(refs[::-1]).fingerprint == built.fingerprint
+    assert CiderD.from_references(refs[:1] + [["a cat"]]).fingerprint != built.fingerprint
