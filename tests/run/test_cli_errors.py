@@ -326,3 +326,25 @@ def test_a_rerun_whose_cider_d_corpus_differs_is_refused(tmp_path, capsys, no_mo
     assert code == 2 and "reward.cider_d_corpus" in err and "--overwrite" in err
     code, err = _run(capsys, *base, "--limit", "2", "--group-size", "3")
     assert code == 2 and "reward.cider_d_corpus" not in err  # the same items: the same corpus
+
+
+def test_a_workflow_class_gets_the_run_settings_its_constructor_takes(tokenizer):
+    from vlrollout.run.main import build_workflow
+
+    flags = ["--workflow", "tests.run.custom_workflows.SubclassedText", "--max-prompt-tokens", "7",
+             "--reward-timeout", "2.5"]  # fmt: skip
+    cfg = cli.run_config_from_flags(flags)
+    workflow = build_workflow(cfg, tokenizer, None, "tests.workflows.reward_fns.contains_answer")
+    assert workflow.ctx.max_prompt_tokens == 7 and workflow.ctx.reward.timeout_s == 2.5
+
+
+def test_a_setting_a_workflow_class_cannot_take_is_refused(tokenizer):
+    from vlrollout.errors import ConfigError
+    from vlrollout.run.main import build_workflow, check_workflow
+
+    flags = ["--workflow", "tests.run.custom_workflows.FixedArguments", "--reward-timeout", "2.5"]
+    with pytest.raises(ConfigError, match=r"reward_timeout_s \(--reward-timeout\)"):
+        check_workflow(cli.run_config_from_flags(flags))  # before the model loads
+    plain = cli.run_config_from_flags(["--workflow", "tests.run.custom_workflows.FixedArguments"])
+    check_workflow(plain)
+    assert build_workflow(plain, tokenizer, None, "r").reward_fn == "r"  # nothing set: it runs

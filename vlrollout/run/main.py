@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import signal
 from collections import Counter
 from dataclasses import dataclass
@@ -119,16 +120,78 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
             **common,
         )
     cls = resolve_callable(cfg.workflow, "workflow")
-    return cls(reward_fn=reward, gconfig=gconfig, tokenizer=tokenizer, processor=processor)
+    settings = {**common, **limit, **multi, **{k: v for k, v in vision.items() if k != "processor"}}
+    taken = {k: v for k, v in settings.items() if _takes(cls, k)}
+    return cls(reward_fn=reward, gconfig=gconfig, tokenizer=tokenizer, processor=processor, **taken)
+
+
+CLASS_SETTINGS: dict[str, tuple[str, ...]] = {
+    "reward_timeout_s": ("reward_timeout_s",),
+    "max_prompt_tokens": ("max_prompt_tokens",),
+    "preprocessor": ("preprocessor",),
+    "min_pixels": ("min_pixels",),
+    "max_pixels": ("max_pixels",),
+    "frames": ("video_fps", "video_max_frames", "video_min_pixels", "video_max_pixels"),
+    "max_turns": ("max_turns",),
+    "turn_discount": ("turn_discount",),
+}
+"""The run settings a workflow class named by import path gets, by the keyword its constructor
+takes them under (the built-in workflows' names), and the config keys that set each."""
+
+FLAGS = {"reward_timeout_s": "--reward-timeout"}
+"""Config keys whose flag is not the key's own name."""
+
+
+def _takes(cls: Any, keyword: str) -> bool:
+    """Whether ``cls(...)`` takes ``keyword`` by name: its ``__init__`` or, through the
+    ``**kwargs`` a subclass forwards, one of its bases' (a bare ``**kwargs`` proves nothing)."""
+    for klass in getattr(cls, "__mro__", (cls,)):
+        init = vars(klass).get("__init__", klass if klass is cls else None)
+        if init is None or init is object.__init__:
+            continue
+        try:
+            if keyword in inspect.signature(init).parameters:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False
+
+
+def check_workflow_class(cfg: RunConfig, cls: Any) -> None:
+    """Refuse run settings the user set that a workflow class named by import path does not take
+    by name (:data:`CLASS_SETTINGS`, :func:`_takes`): they would be recorded as shaping the
+    results and not applied.
+
+    Raises:
+        ConfigError: naming each setting and its flag.
+    """
+    defaults = RunConfig()
+    dropped = [
+        key
+        for keyword, keys in CLASS_SETTINGS.items()
+        if not _takes(cls, keyword)
+        for key in keys
+        if getattr(cfg, key) != getattr(defaults, key)
+    ]
+    if dropped:
+        named = ", ".join(
+            f"{k} ({FLAGS.get(k, '--' + k.replace('_', '-'))})" if not k.startswith("video_") else k
+            for k in dropped
+        )
+        raise ConfigError(
+            f"--workflow {cfg.workflow!r} takes no {named}: its constructor names no such "
+            "argument, so the setting would not apply; drop it or add the argument"
+        )
 
 
 def check_workflow(cfg: RunConfig) -> None:
     """Resolve import paths and tool names now, not after the model has loaded."""
     if cfg.workflow not in WORKFLOWS:
         try:
-            resolve_callable(cfg.workflow, "workflow")
+            cls = resolve_callable(cfg.workflow, "workflow")
         except Exception as e:  # noqa: BLE001 - reported as the config error it is
             raise ConfigError(f"--workflow {cfg.workflow!r}: {str(e).splitlines()[0]}") from None
+        check_workflow_class(cfg, cls)
     if cfg.workflow == "vision_tool":
         from vlrollout.tools import resolve_tools
 
