@@ -34,7 +34,8 @@ RED, BLUE = (255, 0, 0), (0, 0, 255)
 def record_reward(prompt, completions, prompt_ids, completion_ids, dump_path=None, **task_data):
     """Write what the reward saw to ``dump_path``; 1.0 when the answer says "blue"."""
     with open(dump_path, "w") as f:
-        json.dump({"completion": completions, **task_data}, f, default=str)
+        seen = {"completion": completions, "prompt": prompt, "prompt_len": len(prompt_ids)}
+        json.dump({**seen, **task_data}, f, default=str)
     return 1.0 if "blue" in completions else 0.0
 
 
@@ -386,3 +387,16 @@ def test_configuration_errors(tokenizer, qwen2vl_processor):
         _workflow(tokenizer, qwen2vl_processor, max_turns=0)
     with pytest.raises(ValueError, match="two tools are named 'zoom_in'"):
         _workflow(tokenizer, qwen2vl_processor, tools=["zoom_in", "zoom_in"])
+
+
+def test_the_reward_prompt_is_the_text_the_scored_turn_continues(
+    tokenizer, qwen2vl_processor, tmp_path
+):
+    """As in every workflow: after a rotate call, the reward's prompt holds the call, the tool's
+    answer and its image (one placeholder per image), and prompt_ids are the scored turn's."""
+    item = _item(_quadrant_image(), tmp_path)
+    texts = [_call("rotate", angle=90), "It is blue."]
+    traj, engine, dump = _run(_workflow(tokenizer, qwen2vl_processor), tokenizer, item, texts)
+    assert traj is not None and dump["completion"] == "It is blue."
+    assert '"name": "rotate"' in dump["prompt"] and dump["prompt"].count("<|image_pad|>") == 2
+    assert dump["prompt_len"] == len(engine.requests[-1].input_ids)

@@ -96,7 +96,8 @@ class ToolUseWorkflow(EpisodeWorkflow):
     """Multi-turn vision workflow with tools; see the module docstring for the episode loop.
 
     Args:
-        reward_fn: AReaL-style reward or its import path. It gets ``completions`` = the last
+        reward_fn: AReaL-style reward or its import path. It gets ``prompt`` = the text the last
+            turn continues (the earlier turns and tool answers included), ``completions`` = the last
             turn's text, and in task data: ``conversation`` (list of str: model turns at even
             indices, tool observations at odd ones, images as ``<image>``), ``geometry`` of every
             image (prompt images first, then tool images in order), ``tool_calls``,
@@ -249,9 +250,9 @@ class ToolUseWorkflow(EpisodeWorkflow):
             "stop_reason": ep.stop_reason,
         }
         reward = await ctx.reward(
-            prepared.prompt_text,
+            ctx.reward_prompt(resp.input_tokens, prepared.image_token_id),
             ep.conversation[-1],
-            prepared.input_ids,
+            resp.input_tokens,
             resp.output_tokens,
             task_data,
             geometry=[g.to_dict() for g in ep.tools.geometry],
