@@ -348,3 +348,15 @@ def test_a_setting_a_workflow_class_cannot_take_is_refused(tokenizer):
     plain = cli.run_config_from_flags(["--workflow", "tests.run.custom_workflows.FixedArguments"])
     check_workflow(plain)
     assert build_workflow(plain, tokenizer, None, "r").reward_fn == "r"  # nothing set: it runs
+
+
+def test_a_text_workflow_on_items_with_images_is_refused_before_the_model_loads(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    rows = [{"id": "a", "messages": "<image>How many?", "images": ["a.png"], "answer": 1},
+            {"id": "b", "messages": "How many?", "answer": 1}]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    flags = ["--data", str(data), "--model", MODEL, "--output", str(tmp_path / "o")]
+    code, err = _run(capsys, *flags, "--workflow", "text")
+    assert code == 2 and "1 of 2 items hold images or videos" in err and "--workflow vision" in err
+    code, err = _run(capsys, *flags, "--workflow", "multi_attempt")
+    assert code == 2 and "--workflow vision_multi_attempt" in err

@@ -260,6 +260,7 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     check_engine(cfg.engine)
     check_room(cfg)
     check_workflow(cfg)
+    check_text_workflow(cfg, items)
     reward = load_reward(cfg.reward, items, cfg.engine.model)
     check_reward_tasks(reward, items, cfg.reward)
     prepare_output(Path(cfg.output), cfg, overwrite=overwrite, extra=reward_fingerprint(reward))
@@ -284,6 +285,43 @@ def _reward_parts(reward: Any) -> list[Any]:
     inner = list(reward.rewards.values()) if isinstance(reward, ByTask) else []
     inner += [term for term, _ in reward.terms] if isinstance(reward, WeightedSum) else []
     return [reward, *(p for r in inner for p in _reward_parts(r))]
+
+
+VISION_TWIN = {"text": "vision", "multi_attempt": "vision_multi_attempt"}
+"""The vision workflow that runs what each text workflow runs, on items with images."""
+
+
+def check_text_workflow(cfg: RunConfig, items: list[dict[str, Any]]) -> None:
+    """Refuse a text-only workflow on items that hold images or videos, before the model loads
+    (each would be rejected as ``images_unsupported``).
+
+    Raises:
+        ConfigError: naming how many items hold media and the workflow to use.
+    """
+    if cfg.workflow not in VISION_TWIN:
+        return
+    with_media = sum(1 for item in items if _holds_media(item))
+    if with_media:
+        raise ConfigError(
+            f"{with_media} of {len(items)} items hold images or videos, which --workflow "
+            f"{cfg.workflow} does not read; use --workflow {VISION_TWIN[cfg.workflow]}"
+        )
+
+
+def _holds_media(item: dict[str, Any]) -> bool:
+    if item.get("images") or item.get("videos"):
+        return True
+    messages = item.get("messages")
+    parts = [
+        part
+        for message in (messages if isinstance(messages, list) else [])
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+    ]
+    return any(isinstance(p, dict) and p.get("type") in MEDIA_PART_TYPES for p in parts)
+
+
+MEDIA_PART_TYPES = ("image", "image_url", "video", "video_url")
 
 
 def check_room(cfg: RunConfig) -> None:
