@@ -612,7 +612,10 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
-        _stop_children(workers)
+        try:
+            _stop_children(workers)
+        except KeyboardInterrupt:  # a second Ctrl-C while waiting: stop waiting
+            _stop_children(workers, grace_s=0.0)
 
 
 def _worker_state() -> tuple[list[Any], set[Any]]:
@@ -624,18 +627,21 @@ def _worker_state() -> tuple[list[Any], set[Any]]:
     return live_reward_pools(), set(multiprocessing.active_children())
 
 
-def _stop_children(before: tuple[list[Any], set[Any]]) -> None:
+def _stop_children(before: tuple[list[Any], set[Any]], grace_s: float = 5.0) -> None:
     """Shut down the reward pools and child processes the command started, so none outlives it,
-    even after SIGTERM or with a reward still running. Older ones are left alone."""
+    even after SIGTERM or with a reward still running, each given ``grace_s`` seconds. Older
+    ones are left alone."""
     import multiprocessing
 
-    from vlrollout.rewards.executor import shutdown_reward_pools
+    from vlrollout.rewards import executor
 
     pools, children = before
-    shutdown_reward_pools(keep=pools)
+    executor.shutdown_reward_pools(keep=pools, grace_s=grace_s)
     for child in set(multiprocessing.active_children()) - children:
         child.terminate()
-        child.join(timeout=5)
+        child.join(timeout=grace_s)
+        if child.is_alive():
+            child.kill()
 
 
 if __name__ == "__main__":

@@ -123,3 +123,28 @@ def test_the_stop_line_names_what_the_command_keeps(capsys, command, kept):
         assert "resume" not in line and "kept" not in line, line
     else:
         assert kept in line and "rerun the same command to resume" in line, line
+
+
+def test_a_second_ctrl_c_while_stopping_cuts_the_wait_short_without_a_traceback(
+    capsys, monkeypatch
+):
+    """Shutting the reward pools down waits up to a few seconds, long enough for a second
+    Ctrl-C: it ends the wait (no grace left) and the command still ends with its one line."""
+    from vlrollout import cli
+    from vlrollout.rewards import executor
+
+    graces = []
+
+    def shutdown(keep=(), grace_s=5.0):
+        graces.append(grace_s)
+        if len(graces) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "shutdown_reward_pools", shutdown)
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert cli.run_command("run", interrupted) == 130
+    assert graces == [5.0, 0.0]
+    assert "Traceback" not in capsys.readouterr().err
