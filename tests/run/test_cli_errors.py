@@ -4,6 +4,7 @@ exit 2, no traceback, and found before any model loads."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -360,3 +361,26 @@ def test_a_text_workflow_on_items_with_images_is_refused_before_the_model_loads(
     assert code == 2 and "1 of 2 items hold images or videos" in err and "--workflow vision" in err
     code, err = _run(capsys, *flags, "--workflow", "multi_attempt")
     assert code == 2 and "--workflow vision_multi_attempt" in err
+
+
+def test_a_rerun_on_new_weights_in_the_same_model_folder_is_refused(tmp_path, capsys, no_model):
+    """A checkpoint saved again into the folder the results came from: the results are of the
+    old weights, so resuming would mix two policies."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(MODEL, model)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "messages": "How many?", "answer": 1}) + "\n")
+    out = tmp_path / "out"
+    from vlrollout.run.main import prepare
+
+    reward = "tests.workflows.reward_fns.contains_answer"
+    prepare(RunConfig.load(None, data=str(data), output=str(out), workflow="text", reward=reward,
+                           **{"engine.model": str(model)}))  # fmt: skip
+    weights = next(model.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes() + b"")  # the same bytes, written again
+    os.utime(weights, ns=(1, 1))
+    flags = ["--data", str(data), "--model", str(model), "--output", str(out)]
+    code, err = _run(capsys, *flags, "--workflow", "text", "--reward", reward)
+    assert code == 2 and "engine.model_weights" in err and "--overwrite" in err

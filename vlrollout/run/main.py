@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import inspect
 import signal
 from collections import Counter
@@ -263,8 +264,24 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     check_text_workflow(cfg, items)
     reward = load_reward(cfg.reward, items, cfg.engine.model)
     check_reward_tasks(reward, items, cfg.reward)
-    prepare_output(Path(cfg.output), cfg, overwrite=overwrite, extra=reward_fingerprint(reward))
+    extra = {**reward_fingerprint(reward), **weights_fingerprint(cfg.engine.model)}
+    prepare_output(Path(cfg.output), cfg, overwrite=overwrite, extra=extra)
     return Prepared(items, reward)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def weights_fingerprint(model: str) -> dict[str, str]:
+    """A digest of the weight files' names, sizes and modification times in the model folder: a
+    checkpoint saved again into the same folder is another policy, whose results must not be
+    mixed with the old ones (``engine.model`` names the folder only)."""
+    folder = Path(model).expanduser()
+    files = sorted(p for p in folder.glob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not files:
+        return {}
+    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return {"engine.model_weights": hashlib.sha256(repr(stats).encode()).hexdigest()[:16]}
 
 
 def reward_fingerprint(reward: Any) -> dict[str, str]:
