@@ -2,7 +2,9 @@
 
 The whole conversation is one trajectory: the prompt, each attempt (loss on), and each feedback
 message (loss off). The final reward is the last attempt's reward times ``turn_discount`` per
-extra attempt, as in AReaL's ``MultiTurnWorkflow``.
+extra attempt, as in AReaL's ``MultiTurnWorkflow``; a negative reward (``giou``) is discounted
+too, so it grows less negative with failed attempts (shift such a reward to be non-negative, or
+keep ``turn_discount`` at 1).
 """
 
 from __future__ import annotations
