@@ -101,6 +101,22 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ("negative limit", [*ok, "--limit", "-1"], "limit (--limit) must be at least 1, got -1"),
         ("zero limit", [*ok, "--limit", "0"], "limit (--limit) must be at least 1, got 0"),
         ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
+        ("seed past 64 bits", [*ok, "--seed", str(2**64)], "seed (--seed) must be"),
+        (
+            "not a workflow",
+            [*ok, "--workflow", "collections.OrderedDict"],
+            "is not a RolloutWorkflow subclass",
+        ),
+        (
+            "a workflow needing more arguments",
+            [*ok, "--workflow", "tests.run.custom_workflows.NeedsThinking"],
+            "needs enable_thinking, which vlrollout run does not give",
+        ),
+        (
+            "a reward that cannot be pickled",
+            [*ok, "--reward", "tests.run.custom_workflows.LAMBDA_REWARD"],
+            "cannot be pickled",
+        ),
         (
             "AReaL's group size key",
             [*ok, "gconfig.n_samples=8"],

@@ -131,6 +131,8 @@ class RunConfig:
                 f"gconfig.n_samples={n_samples} is AReaL's group size; vlrollout run's is "
                 f"{_flag('group_size')}, {self.group_size} here: set that"
             )
+        if self.seed is not None and not 0 <= self.seed < 2**63:  # torch's generator seed
+            raise ConfigError(f"{_flag('seed')} must be in [0, 2**63), got {self.seed}")
         if self.limit is not None and self.limit < 1:  # it counts the items to run
             raise ConfigError(f"{_flag('limit')} must be at least 1, got {self.limit}")
         for name in ("max_prompt_tokens", "min_pixels", "max_pixels"):

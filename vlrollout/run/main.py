@@ -24,6 +24,7 @@ from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
 from vlrollout.errors import ConfigError, Interrupted
 from vlrollout.families import context_length
+from vlrollout.rewards.caller import RewardCaller
 from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
@@ -46,6 +47,19 @@ def load_reward(name: str, items: list[dict[str, Any]], model: str | None = None
     try:
         return get_reward(name, items=items, **box_reward_options(name, model))
     except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
+        raise ConfigError(f"--reward {name!r}: {str(e).splitlines()[0]}") from None
+
+
+def check_reward_callable(reward: Any, name: str) -> None:
+    """Build the reward's caller now (it refuses a coroutine and a reward that cannot be
+    pickled into the reward pool), not after the model has loaded.
+
+    Raises:
+        ConfigError: naming the reward and why.
+    """
+    try:
+        RewardCaller(reward)
+    except (TypeError, ValueError) as e:
         raise ConfigError(f"--reward {name!r}: {str(e).splitlines()[0]}") from None
 
 
@@ -158,14 +172,38 @@ def _takes(cls: Any, keyword: str) -> bool:
     return False
 
 
+GIVEN = ("reward_fn", "gconfig", "tokenizer", "processor")
+"""The arguments ``vlrollout run`` builds a workflow class with (by name), besides settings."""
+
+
 def check_workflow_class(cfg: RunConfig, cls: Any) -> None:
-    """Refuse run settings the user set that a workflow class named by import path does not take
-    by name (:data:`CLASS_SETTINGS`, :func:`_takes`): they would be recorded as shaping the
-    results and not applied.
+    """Refuse a workflow class named by import path that is no AReaL ``RolloutWorkflow``, that
+    needs an argument the run does not give, or that does not take by name a run setting the
+    user set (:data:`CLASS_SETTINGS`, :func:`_takes`: the setting would be recorded as shaping
+    the results and not applied).
 
     Raises:
-        ConfigError: naming each setting and its flag.
+        ConfigError: naming the class and what it lacks or needs.
     """
+    if not (isinstance(cls, type) and issubclass(cls, RolloutWorkflow)):
+        raise ConfigError(
+            f"--workflow {cfg.workflow!r} is not a RolloutWorkflow subclass (areal.api); name "
+            "a workflow class, or one of " + ", ".join(WORKFLOWS)
+        )
+    required = [
+        name
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and name not in GIVEN
+        and name not in CLASS_SETTINGS
+    ]
+    if required:
+        raise ConfigError(
+            f"--workflow {cfg.workflow!r} needs {', '.join(required)}, which vlrollout run does "
+            f"not give (it builds workflows with {', '.join(GIVEN)} and the run's settings); "
+            "give them defaults in a subclass"
+        )
     defaults = RunConfig()
     dropped = [
         key
@@ -263,6 +301,7 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     check_workflow(cfg)
     check_text_workflow(cfg, items)
     reward = load_reward(cfg.reward, items, cfg.engine.model)
+    check_reward_callable(reward, cfg.reward)
     check_reward_tasks(reward, items, cfg.reward)
     extra = {**reward_fingerprint(reward), **weights_fingerprint(cfg.engine.model)}
     prepare_output(Path(cfg.output), cfg, overwrite=overwrite, extra=extra)
