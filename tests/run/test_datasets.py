@@ -184,7 +184,7 @@ def test_source_forms_name_what_the_user_wrote(tmp_path):
     assert info.value.reason == "image_source" and "host 'media'" in info.value.detail
     assert load_image(space["images"][0], "item").original_size == (5, 7)
     assert load_image(struct["images"][0], "item").original_size == (3, 2)
-    empty = {"id": "e", "messages": "<image>x", "images": [""]}
-    assert [(r, d) for r, d in item_problems(empty)] == [
-        ("bad_images", "images has an empty entry")
-    ]
+    rows = [{"id": f"e{k}", "messages": "<image>x", "images": [blank]} for k, blank in
+            enumerate(["", "   "])]  # fmt: skip
+    for empty in load_items(_write(tmp_path / "e.jsonl", rows)):  # as run checks them, read
+        assert item_problems(empty) == [("bad_images", "images has an empty entry")]

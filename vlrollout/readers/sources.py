@@ -75,8 +75,8 @@ def resolve_source(source: Any, base: Path) -> Any:
     """``source`` with a relative path made absolute against ``base``; other forms unchanged."""
     if isinstance(source, dict) and not source.get("bytes") and isinstance(source.get("path"), str):
         return {**source, "path": resolve_source(source["path"], base)}  # a datasets image struct
-    if not isinstance(source, str):
-        return source
+    if not isinstance(source, str) or not source.strip():
+        return source  # an empty source stays empty, for the item's checks to name
     form = source_form(source)
     if form == "base64" and not _exists(base / source):
         return source
