@@ -352,7 +352,7 @@ def parse_internvl(text: str) -> ParsedOutput:
     result = ParsedOutput(frame=Frame.NORM1000)
     found = _ref_box_blocks(text, "<ref>", "</ref>", "<box>", "</box>")
     if not found:  # tags stripped with the special tokens: "cat[[x1, y1, x2, y2]]"
-        found = [(None, m.group(1)) for m in _DOUBLE_LIST.finditer(text)]
+        found = [(None, m.group(1)) for m in _DOUBLE_LIST.finditer(_half_width(text))]
     for label, inner in found:
         got = _group4(_numbers(inner), "box", result.issues)
         result.boxes.extend(got)
@@ -376,7 +376,7 @@ def parse_glm4v(text: str) -> ParsedOutput:
     Source: the ``zai-org/GLM-4.5V`` model card (grounding: "coordinates ... normalized to
     0-1000", the box between ``<|begin_of_box|>`` and ``<|end_of_box|>``). Only boxes between the
     tokens count (a list in the prose before them is not the answer); several boxes in one pair
-    (``[[...], [...]]``) are each read. When the tokens were stripped by
+    (``[[...], [...]]``) are each read, and a box cut off before its closing token too. When the tokens were stripped by
     ``skip_special_tokens=True`` decoding, bare ``[x1, y1, x2, y2]`` lists are read instead.
     Full-width digits, brackets and commas are read as ASCII.
 
@@ -386,6 +386,9 @@ def parse_glm4v(text: str) -> ParsedOutput:
     text = _half_width(str(text))
     result = ParsedOutput(frame=Frame.NORM1000)
     blocks = [text[a:b] for a, b in tag_blocks(text, _GLM_OPEN, _GLM_CLOSE)]
+    last_open = text.rfind(_GLM_OPEN)
+    if last_open != -1 and text.find(_GLM_CLOSE, last_open) == -1:  # cut off inside a box
+        blocks.append(text[last_open + len(_GLM_OPEN) :])
     if not blocks:
         return parse_plain(text, Frame.NORM1000)
     for inner in blocks:
@@ -557,10 +560,11 @@ FAMILY_PARSERS: dict[str, str] = {
     "qwen3_5": "qwen3_vl",
     "qwen3_5_moe": "qwen3_vl",
     "glm46v": "glm4v",
+    "glm4v_moe": "glm4v",
 }
 """Model families (a config's ``model_type``, as :mod:`vlrollout.families` names them) that write
 another family's boxes: Qwen3-VL-MoE and Qwen3.5 Qwen3-VL's JSON (Qwen3.5 assumed to keep it),
-GLM-4.6V GLM-4.1V's box tokens."""
+GLM-4.5V (``glm4v_moe``) and GLM-4.6V GLM-4.1V's box tokens."""
 
 
 def get_parser(

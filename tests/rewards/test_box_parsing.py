@@ -113,6 +113,13 @@ def test_glm4v_tokens_stripped_and_full_width_punctuation():
         assert parse_glm4v(inner).boxes == [(100, 300, 500, 900)], inner
 
 
+def test_stripped_and_cut_off_box_forms():
+    assert parse_internvl("cat［［１０，２０，３０，４０］］").boxes == [(10, 20, 30, 40)]
+    cut = "prose [1,1,2,2] then <|begin_of_box|>[100,200,300,400]"  # stopped before its close
+    assert parse_glm4v(cut).boxes == [(100, 200, 300, 400)]
+    assert get_parser("glm4v_moe") is parse_glm4v  # GLM-4.5V's model_type
+
+
 def test_paligemma_is_y_first_over_1023():
     # tokens y1=0256 x1=0512 y2=0767 x2=1023 -> x1 = 512/1023, y1 = 256/1023, x2 = 1, y2 = 767/1023
     out = parse_paligemma("<loc0256><loc0512><loc0767><loc1023> cat ; <loc0000>")
