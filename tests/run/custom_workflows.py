@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from areal.api import RolloutWorkflow
 
-from vlrollout.workflows import RLVRWorkflow
+from vlrollout.workflows import RLVRWorkflow, VisionToolWorkflow
 
 LAMBDA_REWARD = lambda *args, **kwargs: 1.0  # noqa: E731 - a reward that cannot be pickled
 
@@ -31,3 +31,10 @@ class NeedsThinking(RolloutWorkflow):
 
     async def arun_episode(self, engine, data):
         return None
+
+
+class ForwardingTool(VisionToolWorkflow):
+    """A subclass that passes every keyword on to the tool workflow."""
+
+    def __init__(self, reward_fn, gconfig, tokenizer, processor=None, **kwargs):
+        super().__init__(reward_fn, gconfig, tokenizer, processor, **kwargs)

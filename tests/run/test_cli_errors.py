@@ -395,8 +395,26 @@ def test_a_rerun_on_new_weights_in_the_same_model_folder_is_refused(tmp_path, ca
     prepare(RunConfig.load(None, data=str(data), output=str(out), workflow="text", reward=reward,
                            **{"engine.model": str(model)}))  # fmt: skip
     weights = next(model.glob("*.safetensors"))
-    weights.write_bytes(weights.read_bytes() + b"")  # the same bytes, written again
-    os.utime(weights, ns=(1, 1))
     flags = ["--data", str(data), "--model", str(model), "--output", str(out)]
+    os.utime(weights, ns=(1, 1))  # copied or touched: the same weights, which resume
+    code, err = _run(capsys, *flags, "--workflow", "text", "--reward", reward)
+    assert "engine.model_weights" not in err
+    raw = bytearray(weights.read_bytes())
+    raw[-1] ^= 0xFF  # saved again with other values
+    weights.write_bytes(bytes(raw))
     code, err = _run(capsys, *flags, "--workflow", "text", "--reward", reward)
     assert code == 2 and "engine.model_weights" in err and "--overwrite" in err
+
+
+def test_a_forwarding_subclass_gets_only_what_its_bases_take(tokenizer, qwen2vl_processor):
+    """The tool workflow takes no max_prompt_tokens (the run sets one from the context), but
+    takes --tools: a subclass passing **kwargs on gets exactly those."""
+    from vlrollout.run.main import build_workflow
+
+    flags = ["--workflow", "tests.run.custom_workflows.ForwardingTool", "--tools", "rotate",
+             "--max-prompt-tokens", "300"]  # fmt: skip
+    cfg = cli.run_config_from_flags(flags)
+    workflow = build_workflow(
+        cfg, tokenizer, qwen2vl_processor, "tests.workflows.reward_fns.raises"
+    )
+    assert list(workflow.tools) == ["rotate"]

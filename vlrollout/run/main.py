@@ -135,7 +135,8 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
             **common,
         )
     cls = resolve_callable(cfg.workflow, "workflow")
-    settings = {**common, **limit, **multi, **{k: v for k, v in vision.items() if k != "processor"}}
+    vision_settings = {k: v for k, v in vision.items() if k != "processor"}
+    settings = {**common, **limit, **multi, **vision_settings, "tools": cfg.tools}
     taken = {k: v for k, v in settings.items() if _takes(cls, k)}
     return cls(reward_fn=reward, gconfig=gconfig, tokenizer=tokenizer, processor=processor, **taken)
 
@@ -149,6 +150,7 @@ CLASS_SETTINGS: dict[str, tuple[str, ...]] = {
     "frames": ("video_fps", "video_max_frames", "video_min_pixels", "video_max_pixels"),
     "max_turns": ("max_turns",),
     "turn_discount": ("turn_discount",),
+    "tools": ("tools",),
 }
 """The run settings a workflow class named by import path gets, by the keyword its constructor
 takes them under (the built-in workflows' names), and the config keys that set each."""
@@ -158,17 +160,23 @@ FLAGS = {"reward_timeout_s": "--reward-timeout"}
 
 
 def _takes(cls: Any, keyword: str) -> bool:
-    """Whether ``cls(...)`` takes ``keyword`` by name: its ``__init__`` or, through the
-    ``**kwargs`` a subclass forwards, one of its bases' (a bare ``**kwargs`` proves nothing)."""
+    """Whether ``cls(...)`` takes ``keyword`` by name: its ``__init__`` names it, or passes its
+    ``**kwargs`` on to a base whose ``__init__`` does (followed down the class hierarchy as far
+    as each ``__init__`` forwards ``**kwargs``; a bare ``**kwargs`` proves nothing)."""
     for klass in getattr(cls, "__mro__", (cls,)):
-        init = vars(klass).get("__init__", klass if klass is cls else None)
-        if init is None or init is object.__init__:
+        init = vars(klass).get("__init__")
+        if init is None:
             continue
+        if init is object.__init__:
+            return False
         try:
-            if keyword in inspect.signature(init).parameters:
-                return True
+            params = inspect.signature(init).parameters
         except (TypeError, ValueError):
-            continue
+            return False
+        if keyword in params:
+            return True
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return False
     return False
 
 
@@ -309,18 +317,30 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+SAMPLES, SAMPLE_BYTES = 16, 1 << 16
+"""Each weight file is fingerprinted by its size and 16 evenly spaced 64 KiB samples of its
+bytes: a retrained checkpoint differs nearly everywhere, and reading all of a large model would
+cost seconds at every start."""
 
 
 def weights_fingerprint(model: str) -> dict[str, str]:
-    """A digest of the weight files' names, sizes and modification times in the model folder: a
+    """A digest of the weight files in the model folder (names, sizes, sampled bytes): a
     checkpoint saved again into the same folder is another policy, whose results must not be
-    mixed with the old ones (``engine.model`` names the folder only)."""
+    mixed with the old ones (``engine.model`` names the folder only). Copying or touching the
+    files changes nothing."""
     folder = Path(model).expanduser()
     files = sorted(p for p in folder.glob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
     if not files:
         return {}
-    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    return {"engine.model_weights": hashlib.sha256(repr(stats).encode()).hexdigest()[:16]}
+    digest = hashlib.sha256()
+    for path in files:
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}".encode())
+        with path.open("rb") as f:
+            for k in range(SAMPLES):
+                f.seek(k * max(size - SAMPLE_BYTES, 0) // (SAMPLES - 1))
+                digest.update(f.read(SAMPLE_BYTES))
+    return {"engine.model_weights": digest.hexdigest()[:16]}
 
 
 def reward_fingerprint(reward: Any) -> dict[str, str]:
