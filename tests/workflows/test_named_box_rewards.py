@@ -33,3 +33,12 @@ def test_a_named_box_reward_for_a_family_without_a_convention_is_refused(tokeniz
         VisionRLVRWorkflow(
             "giou", GenerationHyperparameters(), tokenizer, build_offline_processor("llava")
         )
+
+
+def test_a_processor_given_as_a_model_folder_gives_its_family(tokenizer):
+    """AReaL configs may name the processor by its model folder."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "assets" / "tiny-qwen2vl"
+    workflow = VisionRLVRWorkflow("giou", GenerationHyperparameters(), tokenizer, str(folder))
+    assert _reward(workflow).family == "qwen2_vl"

@@ -8,6 +8,7 @@ for every episode shape.
 from __future__ import annotations
 
 import contextvars
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.utils import stats_tracker
 
 from vlrollout.checks import check_processor_parity
+from vlrollout.families import family_name_at
 from vlrollout.ledger import EpisodeLedger, EpisodeRejected
 from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
@@ -335,7 +337,11 @@ def named_box_reward(reward_fn: Any, processor: Any) -> Any:
     """
     if not isinstance(reward_fn, str) or reward_fn not in BOX_REWARDS or processor is None:
         return reward_fn
-    return get_reward(reward_fn, family=adapter_for(processor).name)
+    if isinstance(processor, str | os.PathLike):  # a model folder, as AReaL configs name it
+        family = family_name_at(str(processor))
+    else:
+        family = adapter_for(processor).name
+    return get_reward(reward_fn, family=family)
 
 
 def item_copy(data: Any) -> Any:
