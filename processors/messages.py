@@ -23,7 +23,7 @@ must equal the field's length: a ``<video>`` with no ``videos`` is an error, nev
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -346,3 +346,18 @@ def to_openai_messages(messages: list[dict[str, Any]], data_urls: Sequence[str])
             ]
         out.append({**message, "content": content})
     return out
+
+
+def paired_image_sources(item: Mapping[str, Any]) -> list[Any] | None:
+    """An item's image sources in prompt order, as :func:`normalize_media` pairs them with their
+    placeholders (images in message parts included); ``None`` when its messages do not pair up
+    (the preprocessor says why when the item runs)."""
+    messages = item.get("messages")
+    if messages is None:
+        return None
+    try:
+        return list(
+            normalize_media(messages, item.get("images"), item.get("videos"), "item").images
+        )
+    except (PreprocessError, TypeError, AttributeError):
+        return None

@@ -17,8 +17,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from vlrollout.geometry import Frame, convert_boxes
-from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.messages import normalize_media, part_source
+from vlrollout.processors.messages import paired_image_sources, part_source
 from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.grounding import GroundingReward, box_problem
 
@@ -147,11 +146,10 @@ def prompt_sources(item: dict[str, Any]) -> list[Any]:
     """Every prompt image source of an item in prompt order, as the preprocessor pairs them
     (so image ``k`` is the one ``geometry[k]`` describes); for an item whose messages do not
     pair up, ``images`` and then those inside messages."""
+    paired = paired_image_sources(item)
+    if paired is not None:
+        return paired
     messages = item.get("messages")
-    try:
-        return list(normalize_media(messages, item.get("images"), item.get("videos"), "").images)
-    except (PreprocessError, TypeError, AttributeError):
-        pass
     sources = list(item["images"]) if isinstance(item.get("images"), list) else []
     for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None

@@ -28,8 +28,7 @@ from vlrollout.checks import check_request_images
 from vlrollout.ledger import EpisodeRejected
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
-from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.messages import normalize_media
+from vlrollout.processors.messages import paired_image_sources
 
 
 def resolve_callable(fn: Callable[..., Any] | str, what: str) -> Callable[..., Any]:
@@ -56,7 +55,7 @@ def reward_task_data(data: Mapping[str, Any], prepared: PreparedPrompt) -> Mappi
     :data:`VIDEO_TIMING` when the prompt has videos (temporal rewards score answers in seconds
     against the frames the model saw)."""
     extra: dict[str, Any] = {}
-    images, listed = prompt_images(data), list(data.get("images") or [])
+    images, listed = paired_image_sources(data), list(data.get("images") or [])
     if images is not None and (
         len(images) != len(listed) or any(a is not b for a, b in zip(images, listed, strict=True))
     ):
@@ -64,18 +63,6 @@ def reward_task_data(data: Mapping[str, Any], prepared: PreparedPrompt) -> Mappi
     if prepared.videos:
         extra[VIDEO_TIMING] = [clip.to_dict() for clip in prepared.videos]
     return {**data, **extra} if extra else data
-
-
-def prompt_images(data: Mapping[str, Any]) -> list[Any] | None:
-    """The item's image sources in prompt order, as the preprocessor pairs them with their
-    placeholders; ``None`` when its messages do not pair up (the preprocessor says why)."""
-    messages = data.get("messages")
-    if messages is None:
-        return None
-    try:
-        return normalize_media(messages, data.get("images"), data.get("videos"), "item").images
-    except PreprocessError:
-        return None
 
 
 AREAL_REMOTE_ENGINES = (RemoteSGLangEngine, RemotevLLMEngine, RemoteInfEngine)
