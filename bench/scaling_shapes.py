@@ -43,6 +43,8 @@ QWEN_FACTOR = 28
 """Pixels per merged Qwen2-VL image token along one side (patch 14 × merge 2)."""
 QWEN_MAX_TOKENS = 4096
 IDEFICS3_TILE, IDEFICS3_TOKENS_PER_TILE = 512, 64
+TINY_CONTEXT = 8192
+"""Positions the tiny shape's config holds: its longest prompt (4,096 image tokens) and more."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,7 @@ def cache_key(s: Shape) -> str:
     spec["extra"] = s.extra
     if s.name == "tiny":
         spec["weights"] = (TINY / "model.safetensors").stat().st_size
+        spec["context"] = TINY_CONTEXT
     raw = json.dumps(spec, sort_keys=True, default=str).encode()
     return hashlib.sha256(raw).hexdigest()[:12]
 
@@ -240,7 +243,9 @@ def build_model(s: Shape, root: Path = DEFAULT_CACHE) -> Path:
     """Save ``s`` (model + processor) under ``root`` once and return its folder.
 
     ``tiny`` is the shipped model's weights with a processor whose pixel budget reaches 4,096
-    image tokens; the others are random initialisations (seed 0) in their dtype.
+    image tokens and a context of ``TINY_CONTEXT`` positions (the shipped 512 would stop the
+    engine and the server before its longer prompts; M-RoPE has no learned positions, so the
+    weights are unchanged); the others are random initialisations (seed 0) in their dtype.
     """
     import torch
 
@@ -252,8 +257,11 @@ def build_model(s: Shape, root: Path = DEFAULT_CACHE) -> Path:
     tmp.mkdir(parents=True)
     processor = build_processor(s)
     if s.name == "tiny":
-        for name in ("config.json", "generation_config.json", "model.safetensors"):
+        for name in ("generation_config.json", "model.safetensors"):
             shutil.copy2(TINY / name, tmp / name)
+        config = json.loads((TINY / "config.json").read_text())
+        config["text_config"]["max_position_embeddings"] = TINY_CONTEXT
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     else:
         from transformers import AutoModelForImageTextToText
 

@@ -190,3 +190,28 @@ def test_a_record_with_chart_specs_renders_them_as_charts_under_its_tables(tmp_p
     ((path, svg),) = render.charts(text, {"scaling": rec}).items()
     assert path == render.CHARTS / "scaling-curve-1.svg"
     assert svg.count("<polyline") == 2 and "stroke-dasharray" in svg
+
+
+def _longest_prompt(plan: dict) -> int:
+    """Image tokens of the plan's largest prompt, plus its new tokens and a chat template's text."""
+    one_image = max(plan["tokens"]["values"] or [0])
+    several = plan["images"]["at"]["tokens"] * max(plan["images"]["values"] or [1])
+    return max(one_image, several) + plan["new_tokens"] + 64
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_every_shapes_context_holds_its_sweeps_longest_prompt(tmp_path, name):
+    """The engine and the server stop at the model's context, so a shape whose config holds
+    fewer positions than a point's prompt measures nothing there (the shipped tiny model has
+    512)."""
+    from scaling_shapes import build_config, build_model, build_processor, shape
+    from transformers import AutoConfig
+
+    from vlrollout.families import context_length
+
+    s = shape(name)
+    if name == "tiny":
+        config = AutoConfig.from_pretrained(build_model(s, tmp_path))
+    else:
+        config = build_config(s, build_processor(s))
+    assert context_length(config) >= _longest_prompt(PLANS[name])
