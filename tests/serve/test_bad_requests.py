@@ -159,6 +159,26 @@ def _sglang_cases(p):
             400,
             "min_new_tokens must be >= 0, got -5",
         ),
+        (
+            "min_new_tokens above max_new_tokens",
+            {"input_ids": p["text"], "sampling_params": {**sp, "min_new_tokens": 5}},
+            400,
+            "min_new_tokens=5 must be at most the maximum, 2",
+        ),
+        # A JSON string is not a boolean: "false" must not switch a flag on.
+        ("string stream", {"input_ids": p["text"], "stream": "false"}, 400, "stream must be bool"),
+        (
+            "string return_logprob",
+            {"input_ids": p["text"], "return_logprob": "no"},
+            400,
+            "return_logprob must be bool",
+        ),
+        (
+            "string skip_special_tokens",
+            {"input_ids": p["text"], "sampling_params": {**sp, "skip_special_tokens": "false"}},
+            400,
+            "skip_special_tokens must be bool",
+        ),
     ]
 
 
@@ -292,6 +312,27 @@ def test_vllm_bad_requests(vllm_server, prompts):
             chat(url(img), max_tokens=None, max_completion_tokens=100_000),
             400,
             "maximum context length is 512 tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(url(img), min_tokens=5),
+            400,
+            "min_tokens=5 must be at most the maximum, 2",
+        ),
+        ("/v1/completions", {"prompt": [1, 2], "stream": "false"}, 400, "stream must be bool"),
+        ("/v1/chat/completions", chat(url(img), stream="false"), 400, "stream must be bool"),
+        ("/v1/chat/completions", chat(url(img), logprobs="no"), 400, "logprobs must be bool"),
+        (
+            "/v1/chat/completions",
+            chat(url(img), logprobs=True, return_tokens_as_token_ids="false"),
+            400,
+            "return_tokens_as_token_ids must be bool",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": [1, 2], "skip_special_tokens": "false"},
+            400,
+            "skip_special_tokens must be bool",
         ),
     ]
     good = chat(url(img))

@@ -116,6 +116,18 @@ def test_length_finish_usage_and_token_text(client):
     assert "".join(e.token for e in tokens if e.token not in special) == choice.message.content
 
 
+def test_a_chat_without_max_tokens_runs_to_the_end_of_the_context(client):
+    """vLLM's chat default: no ``max_tokens`` leaves the completion the rest of the context
+    (its completions route keeps 16)."""
+    out = _chat(client, temperature=1.0, seed=3, extra_body={"ignore_eos": True})
+    assert out.choices[0].finish_reason == "length"
+    assert out.usage.total_tokens == client.engine.context_len
+    plain = client.openai.completions.create(
+        model=client.model, prompt=[1, 2], extra_body={"ignore_eos": True}
+    )
+    assert plain.usage.completion_tokens == 16
+
+
 def test_n_choices_with_top_logprobs(client):
     out = _chat(client, n=3, max_tokens=4, temperature=1.0, logprobs=True, top_logprobs=4, seed=1)
     assert [c.index for c in out.choices] == [0, 1, 2]

@@ -91,6 +91,13 @@ def typed(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     return value
 
 
+def check_flags(body: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
+    """Each of ``keys`` absent, null or a JSON boolean: a string such as ``"false"`` is truthy
+    in Python and would switch the flag on."""
+    for key in keys:
+        typed(body, key, bool, where)
+
+
 def body_too_large(path: str, limit: int | None) -> BadRequest:
     """The 413 of a body over the server's limit (``--max-body-mb``): never retried, unlike a
     full queue's 503."""

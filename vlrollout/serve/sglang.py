@@ -25,7 +25,7 @@ from aiohttp import web
 from areal.api.io_struct import ModelRequest
 
 from vlrollout.serve.control import control_routes
-from vlrollout.serve.errors import BadRequest, check_fields, token_ids, typed
+from vlrollout.serve.errors import BadRequest, check_fields, check_flags, token_ids, typed
 from vlrollout.serve.state import STATE, ServerState, cut_at_stop
 
 GENERATE_FIELDS = (
@@ -75,11 +75,13 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     state: ServerState = request.app[STATE]
     where = "/generate"
     check_fields(body, GENERATE_FIELDS, where, required=["input_ids"])
+    check_flags(body, ("stream", "return_logprob"), where)
     if body.get("stream"):
         raise BadRequest(f"{where}: stream=true is not supported; send stream=false")
     ids = token_ids(body["input_ids"], f"{where}: input_ids")
     sp = typed(body, "sampling_params", dict, where) or {}
     check_fields(sp, SAMPLING_FIELDS, f"{where}: sampling_params")
+    check_flags(sp, ("skip_special_tokens", "ignore_eos"), f"{where}: sampling_params")
     if sp.get("n", 1) != 1:
         raise BadRequest(f"{where}: sampling_params.n must be 1, got {sp['n']!r}")
     gconfig = state.gconfig(

@@ -133,6 +133,11 @@ class ServerState:
             )
         if min_new_tokens is not None and min_new_tokens < 0:
             raise BadRequest(f"{where}: {min_tokens_key} must be >= 0, got {min_new_tokens}")
+        if min_new_tokens is not None and min_new_tokens > max_new_tokens:
+            raise BadRequest(
+                f"{where}: {min_tokens_key}={min_new_tokens} must be at most the maximum, "
+                f"{max_new_tokens}"
+            )
         if isinstance(stop, str):
             stop = [stop]
         if stop is not None and not all(isinstance(s, str) for s in stop):

@@ -43,7 +43,7 @@ from areal.api.io_struct import ModelRequest
 
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES
 from vlrollout.serve.control import control_routes
-from vlrollout.serve.errors import BadRequest, check_fields, token_ids
+from vlrollout.serve.errors import BadRequest, check_fields, check_flags, token_ids
 from vlrollout.serve.state import STATE, ServerState, cut_at_stop, encoded_image
 
 SAMPLING_FIELDS = (
@@ -84,11 +84,18 @@ def _count(body: dict[str, Any], key: str, default: int, low: int, high: int, wh
     return value
 
 
-def _gconfig(state: ServerState, body: dict[str, Any], where: str):
+FLAGS = ("stream", "ignore_eos", "skip_special_tokens", "return_tokens_as_token_ids")
+"""The boolean fields of both routes (chat's ``logprobs`` too; completions' is a count)."""
+
+
+def _gconfig(state: ServerState, body: dict[str, Any], where: str, default_max_tokens: int):
+    """AReaL's settings of a request; without ``max_tokens`` the route's default (vLLM's: 16 on
+    completions, the rest of the context on chat, the engine capping it at the context)."""
+    check_flags(body, (*FLAGS, "use_beam_search"), where)
     if body.get("use_beam_search"):
         raise BadRequest(f"{where}: use_beam_search is not supported")
     max_tokens = _asked_max_tokens(body)
-    max_tokens = 16 if max_tokens is None else max_tokens  # vLLM's completions default
+    max_tokens = default_max_tokens if max_tokens is None else max_tokens
     return state.gconfig(where, body, max_tokens, min_tokens_key="min_tokens")
 
 
@@ -327,7 +334,8 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
         body, (*SAMPLING_FIELDS, "messages", "stream_options"), where, required=["messages"]
     )
     model = _check_model(state, body, where)
-    gconfig = _gconfig(state, body, where)
+    check_flags(body, ("logprobs",), where)
+    gconfig = _gconfig(state, body, where, state.context_len)
     n = _count(body, "n", 1, 1, MAX_N, where)
     top = _count(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, where)
     if "top_logprobs" in body and body["top_logprobs"] is not None and not body.get("logprobs"):
@@ -384,10 +392,11 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
     where = "/v1/completions"
     check_fields(body, (*SAMPLING_FIELDS, "prompt"), where, required=["prompt"])
     model = _check_model(state, body, where)
+    check_flags(body, FLAGS, where)
     if body.get("stream"):
         raise BadRequest(f"{where}: stream=true is supported on /v1/chat/completions only")
     _count(body, "n", 1, 1, 1, where)
-    gconfig = _gconfig(state, body, where)
+    gconfig = _gconfig(state, body, where, 16)
     prompt = body["prompt"]
     if isinstance(prompt, str) and state.engine.tokenizer is not None:
         prompt = state.engine.tokenizer(prompt)["input_ids"]
