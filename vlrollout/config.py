@@ -45,6 +45,16 @@ def check_gconfig(g: GenerationHyperparameters, flags: bool = False) -> None:
 
     if not g.max_new_tokens >= 1:
         raise ConfigError(f"{key('max_new_tokens')} must be at least 1, got {g.max_new_tokens}")
+    if g.min_new_tokens > g.max_new_tokens:
+        raise ConfigError(
+            f"gconfig.min_new_tokens={g.min_new_tokens} must be at most "
+            f"{key('max_new_tokens')}, {g.max_new_tokens}"
+        )
+    if g.use_beam_search:
+        raise ConfigError(
+            "gconfig.use_beam_search=true: GRPO samples independent completions of a prompt, "
+            "and beam search returns the likeliest ones instead; no engine here runs it"
+        )
     try:
         check_sampling_values(g.temperature, g.top_p, g.frequency_penalty, key=key)
     except ValueError as e:

@@ -101,6 +101,16 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ("negative limit", [*ok, "--limit", "-1"], "limit (--limit) must be at least 1, got -1"),
         ("zero limit", [*ok, "--limit", "0"], "limit (--limit) must be at least 1, got 0"),
         ("zero max_new_tokens", [*ok, "--max-new-tokens", "0"], "gconfig.max_new_tokens"),
+        (  # every episode failed on the engine's NotImplementedError
+            "beam search",
+            [*ok, "gconfig.use_beam_search=true"],
+            "gconfig.use_beam_search=true: GRPO samples independent completions",
+        ),
+        (
+            "min_new_tokens above max_new_tokens",
+            [*ok, "--max-new-tokens", "4", "gconfig.min_new_tokens=9"],
+            "gconfig.min_new_tokens=9 must be at most gconfig.max_new_tokens (--max-new-tokens), 4",
+        ),
         ("seed past 64 bits", [*ok, "--seed", str(2**64)], "seed (--seed) must be"),
         (
             "not a workflow",
