@@ -78,9 +78,10 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def reset_peak() -> int:
-    """Free what earlier points left, reset the peak to the current resident memory and return
-    it (bytes). ``clear_refs`` 5 resets VmHWM (Linux 4.0 and later)."""
+def reset_peak(device: str) -> int:
+    """Free what earlier points left, reset the peak to the current resident memory (and on CUDA
+    ``device``'s allocator peak) and return the resident bytes. ``clear_refs`` 5 resets VmHWM
+    (Linux 4.0 and later)."""
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -88,8 +89,8 @@ def reset_peak() -> int:
         pass
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
     return _status_kib("VmRSS") * 1024
 
 
@@ -220,6 +221,7 @@ class GenerateSide:
         pad = self.processor.tokenizer.pad_token_id
         clock = StepClock()
         start = time.perf_counter()
+        batch = {k: v.to(self.device) for k, v in batch.items()}
         with torch.no_grad():
             self.model.generate(
                 **batch,
@@ -241,16 +243,18 @@ class GenerateSide:
         pass
 
 
-def generate_batch(pre: AutoProcessorPreprocessor, prepared, data: dict, device: str) -> dict:
+def generate_batch(pre: AutoProcessorPreprocessor, prepared, data: dict) -> dict:
     """The processor's batch of one prompt (the same chat-templated text and images), as a
-    user builds it before calling ``generate``."""
-    out = pre.processor(
-        text=[prepared.prompt_text],
-        images=[data["images"]],
-        return_tensors="pt",
-        **pre.processor_kwargs,
+    user builds it before calling ``generate``; on the host, as the engine's prepared prompt is
+    (each side's timed run copies its inputs to the device)."""
+    return dict(
+        pre.processor(
+            text=[prepared.prompt_text],
+            images=[data["images"]],
+            return_tensors="pt",
+            **pre.processor_kwargs,
+        )
     )
-    return {k: v.to(device) for k, v in out.items()}
 
 
 # -- one point ------------------------------------------------------------------------------------
@@ -309,14 +313,31 @@ class Worker:
         self.side = cls(model, self.processor, job["device"], job["max_batch"])
         self.pres: dict[int, AutoProcessorPreprocessor] = {}
         self.inputs: tuple[int, Any] | None = None
+        self.warm_up()
+
+    def preprocessor(self, tokens: int) -> AutoProcessorPreprocessor:
+        if tokens not in self.pres:
+            self.pres[tokens] = preprocessor(self.processor, self.job["shape"], tokens)
+        return self.pres[tokens]
+
+    def warm_up(self) -> None:
+        """One run of the smallest point's prompt (group 1, 2 new tokens), neither timed nor
+        recorded: a process's first run pays one-time costs (allocator pools, the first
+        forward's set-up, lazy kernel loading on CUDA) that would land in its first point's
+        peak memory. The engine's memo of its image is dropped by the next run."""
+        if not self.job["points"]:
+            return
+        tokens = min(spec["tokens"] for spec in self.job["points"])
+        pre, data = self.preprocessor(tokens), item(self.job["shape"], tokens, 1)
+        _, _, prepared = asyncio.run(prepare_group(pre, data, 1))
+        engine = self.job["side"] == "engine"
+        self.side.run(prepared if engine else generate_batch(pre, prepared, data), 1, 2)
 
     def peak(self, index: int) -> list[dict]:
         """Prepare the point's inputs, reset the peak, run once (untimed: it faults in the
         memory the timed runs reuse) and return the prompt and memory points."""
         job, spec = self.job, self.job["points"][index]
-        pre = self.pres.setdefault(
-            spec["tokens"], preprocessor(self.processor, job["shape"], spec["tokens"])
-        )
+        pre = self.preprocessor(spec["tokens"])
         data = item(job["shape"], spec["tokens"], spec["images"])
         seconds, prepares, prepared = asyncio.run(prepare_group(pre, data, spec["group"]))
         name, out = job["side"], []
@@ -326,11 +347,9 @@ class Worker:
                 point("prompt", job, spec, "prepares_per_group", prepares, "count"),
                 point("prompt", job, spec, "bytes", prepared_nbytes(prepared), "B"),
             ]
-        inputs = (
-            prepared if name == "engine" else generate_batch(pre, prepared, data, job["device"])
-        )
+        inputs = prepared if name == "engine" else generate_batch(pre, prepared, data)
         self.inputs = (index, inputs)
-        before = reset_peak()
+        before = reset_peak(job["device"])
         with VisionCounter(self.side.model) as counter:
             self.side.run(inputs, spec["group"], spec["new_tokens"])
         peak = peak_rss()
@@ -340,10 +359,9 @@ class Worker:
             point(name, job, spec, "peak_rss_extra", max(peak - before, 0), "B"),
             point(name, job, spec, "images_encoded", encoded, "count"),
         ]
-        if torch.cuda.is_available() and job["device"].startswith("cuda"):
-            out.append(
-                point(name, job, spec, "peak_device", torch.cuda.max_memory_allocated(), "B")
-            )
+        if job["device"].startswith("cuda"):
+            peak_device = torch.cuda.max_memory_allocated(job["device"])
+            out.append(point(name, job, spec, "peak_device", peak_device, "B"))
         return out
 
     def timed(self, index: int) -> tuple[float, float]:

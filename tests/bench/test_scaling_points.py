@@ -13,7 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from scaling_points import (  # noqa: E402
     EngineSide,
+    GenerateSide,
     VisionCounter,
+    Worker,
     item,
     load,
     prepare_group,
@@ -98,3 +100,26 @@ def test_every_engine_run_encodes_its_images_as_a_new_request_would():
     finally:
         side.close()
     assert rows == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("side", [EngineSide, GenerateSide])
+def test_each_side_runs_once_before_its_first_point(monkeypatch, side):
+    # A process's first run pays one-time costs (allocator pools, the first forward's set-up);
+    # run in the first point's peak run, they showed as several times that point's memory.
+    calls = []
+
+    def run(self, inputs, group, new_tokens):
+        calls.append((type(self), type(inputs).__name__, group, new_tokens))
+        return 0.0, 0.0
+
+    monkeypatch.setattr(side, "run", run)
+    name = "engine" if side is EngineSide else "generate"
+    points = [{**SPEC, "tokens": 256}, SPEC]
+    job = {**JOB, "side": name, "folder": str(TINY), "dtype": "float32", "device": "cpu"}
+    worker = Worker({**job, "max_batch": 4, "points": points})
+    try:
+        inputs = "PreparedPrompt" if side is EngineSide else "dict"
+        assert calls == [(side, inputs, 1, 2)]
+        assert set(worker.pres) == {64}  # the smallest point's prompt
+    finally:
+        worker.close()
