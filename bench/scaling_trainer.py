@@ -43,13 +43,11 @@ import scaling_shapes
 
 from vlrollout.engine.checks import check_device
 from vlrollout.errors import ConfigError
+from vlrollout.train.device import DEVICE_PEAK
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "train_grounding.yaml"
 PHASES = ("time/rollout", "time/logp", "time/update", "time/weight_sync", "time/step")
-DEVICE_PEAK = "memory/peak_device"
-"""The ``metrics.jsonl`` key of a step's peak GPU memory (``torch.cuda.max_memory_allocated``),
-where the trainer writes one."""
 GROUP_SHAPE = "tiny"
 """The shape of the group sweep (the smallest trainable shape when it is absent)."""
 SIZE_GROUP = 2
@@ -349,17 +347,17 @@ def fixed_of(s: Settings, shape: Any, device: str, once: bool, **more: Any) -> d
 
 def ratio_points(shape: str, group: int, once: Measured, copies: Measured, fixed: dict) -> list:
     """The per-copy reference's peak as ``peak_rss_per_copy`` and the ratio ``peak_rss_ratio``
-    (``encode_images_once`` over per-copy: below 1 is a saving), beside the once run's points."""
+    (``encode_images_once`` over per-copy: below 1 is a saving), beside the once run's points;
+    on a GPU the ``peak_device`` pair too."""
     base = {"path": "train", "shape": shape, "axis": "group", "x": float(group), "fixed": fixed}
-    return [
-        {**base, "metric": "peak_rss_per_copy", "value": float(copies.peak_rss), "unit": "bytes"},
-        {
-            **base,
-            "metric": "peak_rss_ratio",
-            "value": once.peak_rss / copies.peak_rss,
-            "unit": "ratio",
-        },
-    ]
+    pairs = [("peak_rss", once.peak_rss, copies.peak_rss)]
+    if once.peak_device is not None and copies.peak_device is not None:
+        pairs.append(("peak_device", once.peak_device, copies.peak_device))
+    out = []
+    for name, a, b in pairs:
+        out.append({**base, "metric": f"{name}_per_copy", "value": float(b), "unit": "bytes"})
+        out.append({**base, "metric": f"{name}_ratio", "value": a / b, "unit": "ratio"})
+    return out
 
 
 def group_points(

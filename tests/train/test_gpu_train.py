@@ -34,6 +34,7 @@ def test_train_on_cuda_changes_the_weights_and_times_every_phase(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r[p] > 0 for r in rows for p in PHASES), rows
+    assert all(r["memory/peak_device"] > 0 for r in rows), rows
     assert any(r["grad_norm"] > 0 for r in rows)
     start = load_file(ROOT / "assets/tiny-qwen2vl/model.safetensors")
     trained = load_file(tmp_path / "checkpoints/step_2/model.safetensors")

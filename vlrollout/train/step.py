@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from vlrollout.logs import get_logger
-from vlrollout.train import dynamic_sampling, grouping
+from vlrollout.train import device, dynamic_sampling, grouping
 from vlrollout.train.asynchronous import DRIFT_KEYS, policy_drift, staleness, weight_versions
 from vlrollout.train.batch import compute_advantages, rollout_step
 from vlrollout.train.data import batch_items
@@ -34,6 +34,7 @@ def train_step(s: Session, step: int) -> dict[str, Any]:
         NothingAccepted: No episode of the step's items was accepted.
     """
     ranks = s.ranks
+    device.reset_peak()
     t0 = time.perf_counter()
     batch, outcome, dynamic = next_batch(s, step)
     arrived = time.perf_counter()
@@ -47,15 +48,18 @@ def train_step(s: Session, step: int) -> dict[str, Any]:
 
     t = time.perf_counter()
     recompute_logp(s, batch)
+    device.settle()
     t_logp = time.perf_counter() - t
     drift = drift_stats(s, batch)
 
     t = time.perf_counter()
     adv = update(s, batch, dynamic)
+    device.settle()
     t_update = time.perf_counter() - t
 
     t = time.perf_counter()
     sync_weights(s.actor, s.engine, s.meta, ranks, s.local, step + 1)
+    device.settle()
     t_sync = time.perf_counter() - t
 
     areal_stats = s.actor.export_stats()  # reduced over the ranks by AReaL
@@ -73,6 +77,7 @@ def train_step(s: Session, step: int) -> dict[str, Any]:
         "time/update": t_update,
         "time/weight_sync": t_sync,
         "time/step": time.perf_counter() - t0,
+        **device.peak(),
         **diagnostics(whole, ranks.gather(stats_view(adv, ADVANTAGE_KEYS))),
         "areal": areal_stats,
     }
