@@ -26,7 +26,7 @@ group size.
 
     .venv/bin/python bench/bench_scaling.py             # ~45 min on 2 shared CPU cores
     .venv/bin/python bench/bench_scaling.py --quick     # the tiny model, a few points, for tests
-    .venv/bin/python bench/bench_scaling.py --device cuda   # the same on a GPU (absolute numbers)
+    .venv/bin/python bench/bench_scaling.py --device cuda --record-dir bench/results/cuda  # a GPU
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from typing import Any
 import record
 import scaling_growth as growth
 import scaling_report as report
+import torch
 from scaling_shapes import DEFAULT_CACHE, SHAPES, build_model, parameter_count, shape
 from scaling_trainer import trainer_points
 
@@ -266,9 +267,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def run_mode(args: argparse.Namespace) -> str:
     """The record's ``mode``: ``default`` for the whole benchmark, else what the run left out."""
+    parts = ["quick: the tiny model, 2 values an axis, sides at once"] if args.quick else []
+    if args.device != "cpu":
+        parts.append(f"on {args.device}, {torch.cuda.get_device_name(args.device)}")
     if args.quick:
-        return "quick: the tiny model, 2 values an axis, sides at once"
-    parts = []
+        return "; ".join(parts)
     if args.shapes != list(PLANS):
         parts.append(f"shapes {' '.join(args.shapes)} only")
     if list(args.paths) != list(PATHS):

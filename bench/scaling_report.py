@@ -3,11 +3,13 @@
 Goals (each judged on every point, the worst case reported):
 
 - engine/``generate`` tokens/s >= :data:`TARGET_RATIO` at every shape, axis and value;
-- engine peak resident memory <= ``generate``'s × :data:`MEMORY_SLACK`;
+- engine peak memory <= ``generate``'s × :data:`MEMORY_SLACK` (the GPU's where the points carry
+  ``peak_device``, else the process's resident memory);
 - one preparation per group (``prompt`` ``prepares_per_group`` = 1) and the engine's vision
   tower encoding each of the prompt's images once per group;
 - the trainer's peak memory with ``encode_images_once`` below the per-copy reference
-  (``train`` ``peak_rss`` < ``peak_rss_per_copy``) at every group size.
+  (``train`` ``peak_rss`` < ``peak_rss_per_copy``, or the ``peak_device`` pair on a GPU) at
+  every group size.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ def _setting(key: tuple) -> dict[str, Any]:
     return {"shape": shape, "axis": axis, **values}
 
 
+def peak_metric(m: dict[tuple[str, str], float], paths: tuple[str, ...]) -> str:
+    """The memory a point is judged on: ``peak_device`` where every one of ``paths`` measured
+    it (a GPU run), else ``peak_rss``."""
+    return "peak_device" if all((p, "peak_device") in m for p in paths) else "peak_rss"
+
+
 def _f(v: float | None, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
@@ -72,7 +80,8 @@ def compare_table(rows: dict[tuple, dict]) -> tuple[Table, list[dict[str, Any]]]
             continue
         s = _setting(key)
         ratio = e / g
-        mem = m[("engine", "peak_rss")] / m[("generate", "peak_rss")]
+        peak = peak_metric(m, SIDES)
+        mem = m[("engine", peak)] / m[("generate", peak)]
         judged.append({**s, "ratio": ratio, "memory_ratio": mem})
         table.append(
             [
@@ -87,7 +96,7 @@ def compare_table(rows: dict[tuple, dict]) -> tuple[Table, list[dict[str, Any]]]
                 f"{m[('engine', 'time/prefill')]:.2f} / {m[('generate', 'time/prefill')]:.2f}",
                 f"{1e3 * m[('engine', 'time/decode_per_token')]:.0f} / "
                 f"{1e3 * m[('generate', 'time/decode_per_token')]:.0f}",
-                f"{m[('engine', 'peak_rss')] / MB:.0f} / {m[('generate', 'peak_rss')] / MB:.0f}",
+                f"{m[('engine', peak)] / MB:.0f} / {m[('generate', peak)] / MB:.0f}",
                 f"{mem:.2f}",
                 f"{m[('engine', 'images_encoded')]:g} / {m[('generate', 'images_encoded')]:g}",
             ]
@@ -143,7 +152,8 @@ def trainer_table(rows: dict[tuple, dict]) -> tuple[Table | None, list[dict[str,
         if not any(path == "train" for path, _ in m):
             continue
         shape, axis, x, fixed = key
-        once, copy = m.get(("train", "peak_rss")), m.get(("train", "peak_rss_per_copy"))
+        peak = peak_metric(m, ("train",))
+        once, copy = m.get(("train", peak)), m.get(("train", f"{peak}_per_copy"))
         if once is not None and copy is not None:
             judged.append({"shape": shape, "axis": axis, "x": x, "once": once, "per_copy": copy})
         fixed_text = ", ".join(f"{k}={v}" for k, v in fixed)
@@ -252,7 +262,9 @@ def largest(points: list[dict[str, Any]], params: dict[str, int]) -> dict[str, d
             continue
         top = max({p["shape"] for p in ran}, key=lambda s: params.get(s, 0))
         mine = [p for p in ran if p["shape"] == top]
-        peak = max((p["value"] for p in mine if p["metric"] == "peak_rss"), default=None)
+        device = any(p["metric"] == "peak_device" for p in mine)
+        memory = "peak_device" if device else "peak_rss"
+        peak = max((p["value"] for p in mine if p["metric"] == memory), default=None)
         values = [p["value"] for p in mine if p["metric"] == metric]
         out[path] = {
             "shape": top,

@@ -55,6 +55,7 @@ def _check_record(lines: list[str], rec: dict) -> None:
     numbers = rec["numbers"]
     points = numbers["points"]
     assert points and all(set(p) == POINT_KEYS for p in points)
+    assert numbers["failures"] == []
     assert {p["path"] for p in points} == {"engine", "generate", "prompt", "serve"}
     assert {p["axis"] for p in points} == {"tokens", "group", "images", "size"}
     # Every group prepared its prompt once; generate encoded one copy per sample. (The engine
@@ -99,7 +100,11 @@ def test_quick_run_writes_the_contracts_points_exponents_goals_and_charts(tmp_pa
 def test_quick_run_on_cuda(tmp_path):
     lines, rec = _quick(tmp_path, "--device", "cuda")
     _check_record(lines, rec)
-    assert any(p["metric"] == "peak_device" for p in rec["numbers"]["points"])
+    assert "on cuda, " in rec["mode"]
+    points = rec["numbers"]["points"]
+    hosts = {(p["path"], p["axis"], p["x"]) for p in points if p["metric"] == "peak_rss"}
+    devices = {(p["path"], p["axis"], p["x"]) for p in points if p["metric"] == "peak_device"}
+    assert hosts and devices == hosts
 
 
 @pytest.mark.parametrize(
@@ -143,6 +148,14 @@ def test_a_run_of_some_paths_says_so_in_its_mode():
     )
     assert run_mode(parse([])) == "default"
     assert run_mode(parse(["--quick"])).startswith("quick: ")
+
+
+def test_a_gpu_run_names_its_device_in_its_mode(monkeypatch):
+    # A GPU record rendered as "on 2 CPU cores", with no word of the GPU, reads as a CPU run.
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: f"NVIDIA H100 ({device})")
+    args = parse([])
+    args.device = "cuda:1"
+    assert run_mode(args) == "on cuda:1, NVIDIA H100 (cuda:1)"
 
 
 def test_every_axis_is_swept_with_the_others_fixed_and_every_shape_has_the_size_point():
@@ -215,3 +228,20 @@ def test_every_shapes_context_holds_its_sweeps_longest_prompt(tmp_path, name):
     else:
         config = build_config(s, build_processor(s))
     assert context_length(config) >= _longest_prompt(PLANS[name])
+
+
+def test_a_gpu_points_memory_is_judged_on_the_device_not_the_host():
+    # On a GPU the host's resident memory says little of what the device holds.
+    from scaling_report import compare_table
+
+    m = {("engine", "tokens_per_s"): 2.0, ("generate", "tokens_per_s"): 1.0}
+    m |= {(side, "time/prefill"): 0.1 for side in ("engine", "generate")}
+    m |= {(side, "time/decode_per_token"): 0.01 for side in ("engine", "generate")}
+    m |= {(side, "images_encoded"): 1 for side in ("engine", "generate")}
+    m |= {("engine", "peak_rss"): 100.0, ("generate", "peak_rss"): 100.0}
+    key = ("tiny", "group", 4, (("images", 1), ("tokens", 64)))
+    _, judged = compare_table({key: m})
+    assert judged[0]["memory_ratio"] == 1.0
+    m |= {("engine", "peak_device"): 300.0, ("generate", "peak_device"): 200.0}
+    _, judged = compare_table({key: m})
+    assert judged[0]["memory_ratio"] == 1.5

@@ -153,6 +153,12 @@ def test_points_follow_the_contract():
     on_gpu = Measured({p: 1.0 for p in PHASES}, 2**30, 20.0, peak_device=5 * 2**30)
     by_metric = {p["metric"]: p for p in to_points(on_gpu, "20m", "group", 8, fixed)}
     assert by_metric["peak_device"]["value"] == 5 * 2**30
+    # On a GPU the encode-once saving is judged on the device's memory too.
+    copies_gpu = Measured({p: 2.0 for p in PHASES}, 2**30, 30.0, peak_device=10 * 2**30)
+    by_metric = {p["metric"]: p for p in ratio_points("20m", 8, on_gpu, copies_gpu, fixed)}
+    assert by_metric["peak_device_per_copy"]["value"] == 10 * 2**30
+    assert by_metric["peak_device_ratio"]["value"] == 0.5
+    assert by_metric["peak_rss_ratio"]["value"] == 1.0
 
 
 def test_quick_mode_and_a_spent_budget_run_nothing_and_say_why(capsys):
