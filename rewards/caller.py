@@ -9,7 +9,6 @@ a reward can fail into a rejection with a reason, never a silent 0.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from areal.utils.perf_tracer import trace_session
 from vlrollout.ledger import EpisodeRejected
 
 from . import executor as pools
+from . import task_starts
 from .combine import reward_name
 from .pool import NotStarted, RewardBatch, RewardRecipe
 
@@ -95,6 +95,11 @@ class RewardCaller:
     hung reward takes down only its own batch (below). The pool receives a :class:`RewardRecipe`,
     not the reward: each worker builds the reward once.
 
+    A pool call's timeout counts from when a worker starts its task
+    (:mod:`~vlrollout.rewards.task_starts`), not from when it joined the queue: a group of slow
+    rewards ahead of it is no reason to reject it. The clock belongs to the task, so a hung call
+    whose episode was cancelled still times out and frees its worker.
+
     Calls that become ready in the same event-loop iteration (the episodes of a group) go to the
     pool as one task per worker (:class:`~vlrollout.rewards.pool.RewardBatch`): each task pays an
     inter-process round trip, and without GPUs the pool has one worker. A lone call still leaves
@@ -161,16 +166,10 @@ class RewardCaller:
             args = (prompt, completion, list(prompt_ids), list(completion_ids))
             if runs_in_thread(self.reward_fn):  # torch releases the GIL
                 call = asyncio.to_thread(self.reward_fn, *args, **kwargs)
-            else:
-                pool = pools.current_pool(self.max_workers)
-                call = self._submit(args, kwargs)
-            value = await asyncio.wait_for(call, timeout=self.timeout_s)
+                value = await asyncio.wait_for(call, timeout=self.timeout_s)
+            else:  # timed by its task (_supervise)
+                value = await self._submit(args, kwargs)
         except TimeoutError as e:
-            if not runs_in_thread(self.reward_fn):
-                # The hung call still occupies a pool worker: replace the pool so the next
-                # rewards do not queue behind it (calls beside it are run again on the new pool;
-                # calls batched with it time out with it).
-                pools.replace_pool(pool)
             raise EpisodeRejected(
                 "reward_timeout", f"reward function took longer than {self.timeout_s}s"
             ) from e
@@ -202,23 +201,27 @@ class RewardCaller:
         task = loop.create_task(self._run(chunk))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-        for call in chunk:
-            call.future.add_done_callback(functools.partial(_stop_if_abandoned, task, chunk))
 
     async def _run(self, chunk: list[_PendingCall]) -> None:
         """One pool task for ``chunk``; each call's future gets its own value or exception."""
+        token, started = task_starts.expect_start()
+        # A lone call goes as a batch of one too: a reward that raises comes back as its
+        # outcome, with the worker's traceback attached and nothing logged.
+        calls = [(c.args, c.kwargs) for c in chunk]
+        work = asyncio.ensure_future(
+            pools.run_in_pool(self._batch, calls, token, max_workers=self.max_workers)
+        )
         try:
-            # A lone call goes as a batch of one too: a reward that raises comes back as its
-            # outcome, with the worker's traceback attached and nothing logged.
-            outcomes = await pools.run_in_pool(
-                self._batch, [(c.args, c.kwargs) for c in chunk], max_workers=self.max_workers
-            )
+            outcomes = await self._supervise(work, started)
             if not isinstance(outcomes, list) or len(outcomes) != len(chunk):
                 raise RuntimeError(f"reward batch of {len(chunk)} returned {outcomes!r}")
         except Exception as e:  # noqa: BLE001 - every call of the task fails with it
             for call in chunk:
                 _settle(call.future, error=e)
             return
+        finally:
+            task_starts.forget(token)
+            work.cancel()  # done by now, unless this task itself was cancelled
         handed_back = [c for c, o in zip(chunk, outcomes, strict=True) if isinstance(o, NotStarted)]
         if handed_back:  # the batch spent its time budget: this reward is too slow to batch
             self._batching = False
@@ -233,6 +236,23 @@ class RewardCaller:
                 _settle(call.future, error=outcome)
             else:
                 _settle(call.future, outcome)
+
+    async def _supervise(
+        self, work: asyncio.Future[Any], started: asyncio.Future[tuple[float, Any]]
+    ) -> Any:
+        """``work``'s result, or ``TimeoutError`` once it has run ``timeout_s`` since a worker
+        started it; the pool it hangs in is then replaced (calls queued beside it are sent
+        once more to the fresh pool; the calls batched with it time out with it)."""
+        await asyncio.wait((work, started), return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            return work.result()
+        start, pool = started.result()
+        left = start + self.timeout_s - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(work, timeout=max(left, 0.0))
+        except TimeoutError:
+            pools.replace_pool(pool)
+            raise
 
 
 @dataclass
@@ -251,15 +271,6 @@ def _settle(future: asyncio.Future[Any], value: Any = None, error: Exception | N
         future.set_exception(error)
     else:
         future.set_result(value)
-
-
-def _stop_if_abandoned(
-    task: asyncio.Task[None], chunk: list[_PendingCall], _: asyncio.Future[Any]
-) -> None:
-    # Nobody waits for the task any more: cancel it, so a hung batch is not run again on the
-    # fresh pool after replace_pool broke the old one.
-    if all(c.future.done() for c in chunk):
-        task.cancel()
 
 
 FLOAT32_MAX = 3.4028234663852886e38

@@ -45,6 +45,8 @@ from typing import Any, TypeVar
 
 from vlrollout.logs import get_logger
 
+from . import task_starts
+
 T = TypeVar("T")
 logger = get_logger(__name__)
 
@@ -109,6 +111,13 @@ class _RecordingContext:
         return getattr(self._context, name)
 
 
+def init_worker(starts: multiprocessing.connection.Connection) -> None:
+    """A worker's start: its signals (:func:`set_worker_signals`) and where it reports the
+    tasks it starts (:mod:`vlrollout.rewards.task_starts`)."""
+    set_worker_signals()
+    task_starts.init_worker(starts)
+
+
 def set_worker_signals() -> None:
     """A worker's start: Ctrl-C and SIGTERM are for the process that owns the pool.
 
@@ -132,17 +141,22 @@ class RewardPool:
             share it.
         executor: Where calls are submitted.
         workers: Every process the executor started (see the module docstring).
+        starts: Where its workers report the tasks they start.
     """
 
     max_workers: int
     executor: ProcessPoolExecutor = field(init=False)
     workers: list[BaseProcess] = field(init=False, default_factory=list)
+    starts: task_starts.StartBoard = field(init=False)
 
     def __post_init__(self) -> None:
+        context = _RecordingContext(self.workers)
+        self.starts = task_starts.StartBoard(self, context)
         self.executor = ProcessPoolExecutor(
             max_workers=self.max_workers,
-            mp_context=_RecordingContext(self.workers),
-            initializer=set_worker_signals,
+            mp_context=context,
+            initializer=init_worker,
+            initargs=(self.starts.writer,),
         )
 
     def start(self) -> None:
@@ -166,6 +180,7 @@ class RewardPool:
         call would look like its caller was cancelled).
         """
         self.executor.shutdown(wait=False)
+        self.starts.close()
         for process in self.running_workers():
             process.kill()
 
@@ -174,6 +189,7 @@ class RewardPool:
         then their workers are killed (a hung reward would otherwise keep the process alive).
         Returns once every worker has ended."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.starts.close()
         for process in self.running_workers(grace_s):
             process.kill()
         self.running_workers(KILL_WAIT_S)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .task_starts import report_start
+
 RECIPE_DIR_ENV = "VLROLLOUT_REWARD_DIR"
 """Environment variable naming the folder for reward files (default: ``$TMPDIR/vlrollout-rewards``);
 workers must be able to read it, which a process pool on one machine always can."""
@@ -173,7 +175,12 @@ class RewardBatch:
     recipe: RewardRecipe
     budget_s: float = BATCH_BUDGET_S
 
-    def __call__(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+    def __call__(
+        self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]], token: int | None = None
+    ) -> list[Any]:
+        """The calls' outcomes; the task's start is reported under ``token`` first (the clock of
+        the calls' timeout, :mod:`vlrollout.rewards.task_starts`)."""
+        report_start(token)
         reward = self.recipe.build()
         results: list[Any] = []
         start = time.perf_counter()

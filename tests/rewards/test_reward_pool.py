@@ -436,3 +436,31 @@ def test_a_reward_that_raises_is_rejected_quietly_with_its_traceback_kept(capfd,
     assert capfd.readouterr().out == ""
     shown = "".join(traceback.format_exception(boom.__cause__))
     assert "in length_or_raise" in shown and 'raise ValueError("no reward for boom")' in shown
+
+
+# A call's timeout counts from when a worker starts it, not from when it joined the queue.
+
+
+def test_calls_queued_behind_slow_ones_are_timed_from_their_start():
+    # One worker, six 0.3 s calls: they finish 0.3 s apart, each well inside its 1 s. Timed from
+    # the queue, the last three were rejected as reward_timeout (and the pool killed under the
+    # one running).
+    caller = _caller(1, slow_length, timeout_s=1.0)
+    assert _gather(caller, ["a" * k for k in range(1, 7)]) == [float(k) for k in range(1, 7)]
+
+
+def test_a_hung_reward_whose_episode_was_cancelled_still_times_out():
+    # Nobody waits for the hung call any more, but it holds the only worker: its own clock must
+    # still replace the pool, or every later call queues behind it for good.
+    sleepy = _caller(1, sleepy_reward, timeout_s=1.0)
+    ordinary = _caller(1, length_reward, timeout_s=5.0)
+
+    async def main():
+        hung = asyncio.create_task(_call(sleepy, "x"))
+        await asyncio.sleep(0.3)  # the worker is in the sleeper
+        hung.cancel()
+        return await _call(ordinary, "ab")
+
+    t0 = time.perf_counter()
+    assert asyncio.run(main()) == 2.0
+    assert time.perf_counter() - t0 < 4
