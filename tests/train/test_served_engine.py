@@ -6,6 +6,7 @@ weights reach the server through AReaL's disk update over HTTP."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,8 +71,9 @@ def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
             "vlrollout.eval_every=0",
         )
         health = requests.get(f"{url}/health", timeout=5).json()
-        # Rollouts crossed HTTP, and both weight updates reached the server.
-        assert health["version"] == 2
+        # Rollouts crossed HTTP, and the run's starting weights and both steps' updates
+        # reached the server (its version counts the loads).
+        assert health["version"] == 3
         assert health["requests"].get("/generate", 0) >= 2 * 4
         steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in steps] == [1, 2]
@@ -84,6 +86,46 @@ def test_train_rollouts_on_a_served_engine_in_another_process(tmp_path):
         start = _teacher_forced(TINY, prompt, completion)
         assert (served - trained).abs().max() < 1e-4
         assert (served - start).abs().max() > 1e-3
+    finally:
+        _stop(server)
+
+
+@pytest.mark.slow
+def test_a_run_on_a_server_that_holds_other_weights_rolls_out_on_its_own(tmp_path):
+    """A server keeps the weights it last loaded: an earlier run's last update, or this run's
+    later steps' when it resumes from a checkpoint. The run's first rollouts must come from its
+    own starting weights, so its first step is on-policy."""
+    from safetensors.torch import load_file, save_file
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = _serve(port, tmp_path)
+    earlier = tmp_path / "earlier-run-weights"
+    shutil.copytree(TINY, earlier)
+    weights = load_file(earlier / "model.safetensors")
+    generator = torch.Generator().manual_seed(0)
+    noisy = {
+        k: v + 0.05 * torch.randn(v.shape, generator=generator) if v.is_floating_point() else v
+        for k, v in weights.items()
+    }
+    save_file(noisy, earlier / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "run"
+    try:
+        _wait_for_health(url, server)
+        r = requests.post(
+            f"{url}/update_weights_from_disk", json={"model_path": str(earlier)}, timeout=60
+        )
+        assert r.status_code == 200, r.text
+        run_train(
+            out,
+            *SMALL,
+            "total_train_steps=1",
+            "vlrollout.engine.kind=sglang",
+            f"vlrollout.engine.addresses=[127.0.0.1:{port}]",
+            "vlrollout.eval_every=0",
+        )
+        (step,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert abs(step["ppo_approx_kl"]) < 1e-5 and step["clip_ratio"] == 0, step
     finally:
         _stop(server)
 
@@ -184,10 +226,10 @@ def test_train_rollouts_spread_over_two_served_engines(tmp_path):
         # Both servers made rollouts, together at least the 2 steps x 2 items x 2 samples.
         assert all(n > 0 for n in generated), generated
         assert sum(generated) >= 2 * 4, generated
-        # Each server took both weight updates, and no other.
+        # Each server took the starting weights and both steps' updates, and no other.
         for h in healths:
-            assert h["requests"].get("/update_weights_from_disk", 0) == 2, h
-            assert h["version"] == 2, h
+            assert h["requests"].get("/update_weights_from_disk", 0) == 3, h
+            assert h["version"] == 3, h
         steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in steps] == [1, 2]
         assert all(r["n_trajectories"] == 4 for r in steps)

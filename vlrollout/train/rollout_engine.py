@@ -129,6 +129,24 @@ def rank_device(device: str, ranks: Ranks) -> str:
     return device
 
 
+def send_starting_weights(
+    cfg: TrainConfig, actor: Any, engine: Any, meta: Any, ranks: Ranks, version: int
+) -> None:
+    """Send the servers this run's weights, as ``version``, before its first rollout: a server
+    keeps the weights it last loaded (an earlier run's, or this run's later steps' before a
+    resume), and rollouts from them would train as on-policy.
+
+    AReaL names a disk update's name_resolve key after the actor's version, which the first
+    step's update has too: the key is cleared again, as :func:`connect` clears a crashed run's.
+    """
+    sync_weights(actor, engine, meta, ranks, False, version)
+    if ranks.main:
+        name_resolve.clear_subtree(
+            names.update_weights_from_disk(cfg.experiment_name, cfg.trial_name, "")
+        )
+    ranks.barrier()
+
+
 def connect(cfg: TrainConfig, actor: Any, engine: Any, ranks: Ranks, version: int) -> Any:
     """Connect ``actor`` to ``engine`` for disk weight updates, both at weight ``version``;
     returns AReaL's ``WeightUpdateMeta`` (:func:`update_engine_weights` takes it).

@@ -50,7 +50,7 @@ from vlrollout.train.loggers import TrainLoggers
 from vlrollout.train.lora import check_resume, load_adapter
 from vlrollout.train.ranks import Ranks, SharedRollout
 from vlrollout.train.rewards import build_rewards
-from vlrollout.train.rollout_engine import build_rollout_engine, connect
+from vlrollout.train.rollout_engine import build_rollout_engine, connect, send_starting_weights
 from vlrollout.train.settings import check_settings
 from vlrollout.train.support import check_trainable
 from vlrollout.train.warmup import warm_up, warm_up_batch
@@ -165,6 +165,8 @@ def start_session(cfg: TrainConfig) -> Session:
     setup_s = warm_up_actor(cfg, actor, workflow, train_items, ranks)
     if ckpt is not None:  # after the warm-up, which leaves a new optimizer's state
         restore(actor, ckpt, cfg.actor.use_lora)
+    if vl.engine.kind != "local":
+        send_starting_weights(cfg, actor, engine, meta, ranks, start)
     rollouts = start_rollouts(cfg, actor, engine, workflow, train_items, ranks, ckpt)
     # Several processes: shares with unequal numbers of accepted groups must not end the run.
     if ranks.world == 1:
