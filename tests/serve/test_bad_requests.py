@@ -512,3 +512,15 @@ def test_a_wrong_method_has_an_error_type(sglang_server):
     server, _ = sglang_server
     r = requests.get(f"{server.url}/generate", timeout=10)
     assert r.status_code == 405 and r.json()["error"]["type"] == "MethodNotAllowed"
+
+
+@pytest.mark.parametrize("protocol", ["sglang", "vllm"])
+def test_a_weight_update_flag_sent_as_a_string_is_a_400(protocol, tmp_path):
+    # "false" is truthy in Python: the update would abort every request in flight.
+    path = {"sglang": "/update_weights_from_disk", "vllm": "/areal_update_weights"}[protocol]
+    with serving(protocol, weights_root=tmp_path) as (server, engine):
+        body = {"model_path": str(tmp_path), "abort_all_requests": "false"}
+        r = _post(server, path, body)
+        assert r.status_code == 400, r.text
+        assert "abort_all_requests must be bool" in r.json()["error"]["message"]
+        assert engine.get_version() == 0

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from vlrollout.engine.checks import WEIGHTS_CHECK
-from vlrollout.serve.errors import BadRequest, check_fields, typed
+from vlrollout.serve.errors import BadRequest, check_fields, check_flags, typed
 from vlrollout.serve.state import STATE
 
 Handler = Callable[[web.Request, Any], Awaitable[dict[str, Any]]]
@@ -67,6 +67,7 @@ def control_routes(
             required=["model_path"],
         )
         path = typed(body, "model_path", str, weights)
+        check_flags(body, ("abort_all_requests",), weights)
         check_under_root(path, request.app[STATE].weights_root, weights)
         version = await request.app[STATE].update_weights(
             path, bool(body.get("abort_all_requests", False))
