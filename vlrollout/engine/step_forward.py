@@ -140,7 +140,12 @@ def choose_step(
     try:
         logits = _probe(full, direct, device, mrope, prepared_mask, rows=2, warm=0)
     except Exception as e:  # a decoder that cannot be driven this way
-        logger.info("Decode steps use %s's full forward (%s).", type(model).__name__, e)
+        logger.info(
+            "Decode steps use %s's full forward: its decoder cannot be driven alone (%s: %s).",
+            type(model).__name__,
+            type(e).__name__,
+            e,
+        )
         return full
     if all(torch.equal(a, b) for a, b in logits):
         return direct

@@ -385,7 +385,11 @@ def start_rollouts(
         state=saved[ranks.rank] if saved else None,
         packing=packing_algorithm(cfg),
     )
-    logger.info("asynchronous rollouts, at most %d weight versions behind", offpolicy)
+    logger.info(
+        "asynchronous rollouts, at most %d weight version%s behind",
+        offpolicy,
+        "" if offpolicy == 1 else "s",
+    )
     return rollouts
 
 
