@@ -204,7 +204,7 @@ class RewardCaller:
 
     async def _run(self, chunk: list[_PendingCall]) -> None:
         """One pool task for ``chunk``; each call's future gets its own value or exception."""
-        token, started = task_starts.expect_start()
+        token, start = task_starts.expect_start()
         # A lone call goes as a batch of one too: a reward that raises comes back as its
         # outcome, with the worker's traceback attached and nothing logged.
         calls = [(c.args, c.kwargs) for c in chunk]
@@ -212,7 +212,7 @@ class RewardCaller:
             pools.run_in_pool(self._batch, calls, token, max_workers=self.max_workers)
         )
         try:
-            outcomes = await self._supervise(work, started)
+            outcomes = await self._supervise(work, start)
             if not isinstance(outcomes, list) or len(outcomes) != len(chunk):
                 raise RuntimeError(f"reward batch of {len(chunk)} returned {outcomes!r}")
         except Exception as e:  # noqa: BLE001 - every call of the task fails with it
@@ -237,22 +237,21 @@ class RewardCaller:
             else:
                 _settle(call.future, outcome)
 
-    async def _supervise(
-        self, work: asyncio.Future[Any], started: asyncio.Future[tuple[float, Any]]
-    ) -> Any:
+    async def _supervise(self, work: asyncio.Future[Any], start: task_starts.TaskStart) -> Any:
         """``work``'s result, or ``TimeoutError`` once it has run ``timeout_s`` since a worker
-        started it; the pool it hangs in is then replaced (calls queued beside it are sent
-        once more to the fresh pool; the calls batched with it time out with it)."""
-        await asyncio.wait((work, started), return_when=asyncio.FIRST_COMPLETED)
-        if work.done():
-            return work.result()
-        start, pool = started.result()
-        left = start + self.timeout_s - asyncio.get_running_loop().time()
-        try:
-            return await asyncio.wait_for(work, timeout=max(left, 0.0))
-        except TimeoutError:
-            pools.replace_pool(pool)
-            raise
+        last started it; ``work`` is then cancelled and the pool it hangs in replaced (calls
+        queued beside it are sent once more to the fresh pool; the calls batched with it time
+        out with it)."""
+        await asyncio.wait((work, start.started), return_when=asyncio.FIRST_COMPLETED)
+        loop = asyncio.get_running_loop()
+        while not work.done():
+            left = start.at + self.timeout_s - loop.time()
+            if left <= 0:
+                work.cancel()  # before the pool goes: a cancelled call is not sent again
+                pools.replace_pool(start.pool)
+                raise TimeoutError
+            await asyncio.wait((work,), timeout=left)
+        return work.result()
 
 
 @dataclass

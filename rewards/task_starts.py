@@ -4,7 +4,8 @@ A call can wait in the pool's queue behind the calls before it (one worker on a 
 accelerators, a GRPO group of slow rewards ahead of it), and that wait says nothing about the
 reward. So each worker reports every task as it starts it, over a pipe the pool's workers
 inherit (:class:`StartBoard`), and the caller starts the task's clock then
-(:func:`expect_start`). A report is one 8-byte message, a single write below ``PIPE_BUF``: workers
+(:func:`expect_start`). A task sent once more to a fresh pool (its first one broke under a hung
+neighbour) reports again, and its clock restarts there. A report is one 8-byte message, a single write below ``PIPE_BUF``: workers
 writing at once never interleave, and no lock is shared with them (a worker killed mid-write
 leaves none held).
 """
@@ -15,6 +16,7 @@ import asyncio
 import itertools
 import struct
 import threading
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -23,7 +25,7 @@ POLL_S = 0.2
 
 _TOKEN = struct.Struct("<q")
 _WRITER: Connection | None = None  # in a worker: where its starts are reported
-_WAITING: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = {}
+_WAITING: dict[int, TaskStart] = {}
 _TOKENS = itertools.count()
 _LOCK = threading.Lock()
 
@@ -40,15 +42,34 @@ def report_start(token: int | None) -> None:
         _WRITER.send_bytes(_TOKEN.pack(token))
 
 
-def expect_start() -> tuple[int, asyncio.Future[tuple[float, Any]]]:
-    """A token for a new task and a future that gets ``(loop time, pool)`` once a worker of
-    ``pool`` starts the task. Call :func:`forget` with the token when the task is over."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[tuple[float, Any]] = loop.create_future()
+@dataclass(eq=False)
+class TaskStart:
+    """Where and when a task last started, read on the event loop that waits for it.
+
+    Attributes:
+        loop: That event loop.
+        started: Done once a worker has started the task.
+        at: The loop's time at the latest start (``None`` before the first).
+        pool: The pool whose worker started it last.
+    """
+
+    loop: asyncio.AbstractEventLoop
+    started: asyncio.Future[None] = field(init=False)
+    at: float | None = None
+    pool: Any = None
+
+    def __post_init__(self) -> None:
+        self.started = self.loop.create_future()
+
+
+def expect_start() -> tuple[int, TaskStart]:
+    """A token for a new task and the :class:`TaskStart` its reports fill in. Call
+    :func:`forget` with the token when the task is over."""
+    start = TaskStart(asyncio.get_running_loop())
     token = next(_TOKENS)
     with _LOCK:
-        _WAITING[token] = (loop, future)
-    return token, future
+        _WAITING[token] = start
+    return token, start
 
 
 def forget(token: int) -> None:
@@ -88,16 +109,16 @@ class StartBoard:
 
 def _started(token: int, pool: Any) -> None:
     with _LOCK:
-        entry = _WAITING.get(token)
-    if entry is None:  # its caller is done with it
+        start = _WAITING.get(token)
+    if start is None:  # its caller is done with it
         return
-    loop, future = entry
     try:
-        loop.call_soon_threadsafe(_settle, loop, future, pool)
+        start.loop.call_soon_threadsafe(_record, start, pool)
     except RuntimeError:  # its event loop has closed
         pass
 
 
-def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], pool: Any) -> None:
-    if not future.done():  # a task sent once more to a fresh pool keeps its first start
-        future.set_result((loop.time(), pool))
+def _record(start: TaskStart, pool: Any) -> None:
+    start.at, start.pool = start.loop.time(), pool
+    if not start.started.done():
+        start.started.set_result(None)

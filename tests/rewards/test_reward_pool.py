@@ -464,3 +464,33 @@ def test_a_hung_reward_whose_episode_was_cancelled_still_times_out():
     t0 = time.perf_counter()
     assert asyncio.run(main()) == 2.0
     assert time.perf_counter() - t0 < 4
+
+
+def test_a_task_sent_again_to_a_fresh_pool_is_timed_from_its_new_start_and_replaced_there(
+    monkeypatch,
+):
+    # A task that started on a pool broken under a hung neighbour is sent once more to the
+    # fresh pool: its clock restarts there, and if it hangs it is the fresh pool that goes.
+    from vlrollout.rewards import task_starts
+
+    replaced = []
+    monkeypatch.setattr(executor, "replace_pool", replaced.append)
+    caller = _caller(1, length_reward, timeout_s=0.3)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        token, start = task_starts.expect_start()
+        work = loop.create_future()  # a task that never returns
+        supervised = asyncio.create_task(caller._supervise(work, start))
+        task_starts._started(token, "old pool")
+        await asyncio.sleep(0.2)
+        task_starts._started(token, "fresh pool")  # sent again, started again
+        t0 = loop.time()
+        with pytest.raises(TimeoutError):
+            await supervised
+        task_starts.forget(token)
+        return loop.time() - t0, work.cancelled()
+
+    waited, cancelled = asyncio.run(main())
+    assert replaced == ["fresh pool"]
+    assert waited >= 0.25 and cancelled
