@@ -248,7 +248,7 @@ class RewardCaller:
             left = start.at + self.timeout_s - loop.time()
             if left <= 0:
                 work.cancel()  # before the pool goes: a cancelled call is not sent again
-                pools.replace_pool(start.pool)
+                pools.replace_pool(start.pool, hung=True)
                 raise TimeoutError
             await asyncio.wait((work,), timeout=left)
         return work.result()

@@ -22,7 +22,7 @@ inference server), and no private executor attribute.
 
 Replacing (:func:`replace_pool`) swaps in a fresh pool, then kills the old workers: the hung call
 dies, and calls that were queued or running beside it get ``BrokenProcessPool``, which
-:func:`run_in_pool` answers by sending them once more to the new pool (with a warning). A reward
+:func:`run_in_pool` answers by sending them to the new pool. A reward
 that raises is never called again: its exception is the call's outcome.
 """
 
@@ -142,12 +142,15 @@ class RewardPool:
         executor: Where calls are submitted.
         workers: Every process the executor started (see the module docstring).
         starts: Where its workers report the tasks they start.
+        killed_under_hung_call: Set by :func:`replace_pool` (``hung=True``) before it kills
+            the workers.
     """
 
     max_workers: int
     executor: ProcessPoolExecutor = field(init=False)
     workers: list[BaseProcess] = field(init=False, default_factory=list)
     starts: task_starts.StartBoard = field(init=False)
+    killed_under_hung_call: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         context = _RecordingContext(self.workers)
@@ -225,16 +228,19 @@ def current_pool(max_workers: int | None = None) -> RewardPool:
         return pool
 
 
-def replace_pool(pool: RewardPool) -> bool:
+def replace_pool(pool: RewardPool, hung: bool = False) -> bool:
     """Give ``pool``'s size a fresh pool and kill ``pool``'s workers, if ``pool`` is still current.
 
     Several calls that time out on the same pool replace it once: the later ones find it already
-    replaced and do nothing. Returns whether this call replaced it.
+    replaced and do nothing. ``hung``: replaced under a call that hung (its neighbours are sent
+    again as often as that happens, :func:`run_in_pool`), not after a crash. Returns whether
+    this call replaced it.
     """
     with _LOCK:
         if _POOLS.get(pool.max_workers) is not pool:
             return False
         _POOLS[pool.max_workers] = RewardPool(pool.max_workers)
+        pool.killed_under_hung_call = hung
     pool.kill()
     return True
 
@@ -264,23 +270,30 @@ async def run_in_pool(fn: Callable[..., T], *args: Any, max_workers: int | None 
     """``fn(*args)`` in the current pool of ``max_workers`` workers, awaited without blocking.
 
     What ``fn`` raises is raised here, after one call: ``fn`` is user code (a reward that may keep
-    state), so it is never run again behind the caller's back. Only a pool found broken (a worker
-    crashed, or :func:`replace_pool` killed it under a hung neighbour) is replaced and the call
-    sent once more to the fresh pool, with a warning that says so: the call may not have started
-    (it was queued beside the hung one), and if it had, its process is gone. ``fn`` and ``args``
-    must be picklable.
+    state), so it is never run again behind the caller's back. A pool that
+    :func:`replace_pool` killed under a hung neighbour had done nothing wrong by this call: the
+    call is sent to the fresh pool, as often as neighbours break it (the caller that times a hung
+    call cancels it before replacing the pool, so a hung call is not sent again). A pool whose
+    worker crashed is replaced and the call sent once more, with a warning; a second crash is
+    raised, as the call itself may be what kills its worker. ``fn`` and ``args`` must be
+    picklable.
     """
     loop = asyncio.get_running_loop()
-    pool = current_pool(max_workers)
-    try:
-        return await loop.run_in_executor(pool.executor, fn, *args)
-    except BrokenProcessPool as e:
-        replace_pool(pool)
-        logger.warning(
-            "reward pool broken (%s: a worker died or was killed under a hung reward); "
-            "sending %s once more to a fresh pool",
-            e,
-            getattr(getattr(fn, "recipe", None), "name", None)  # a RewardBatch: its reward
-            or getattr(fn, "__qualname__", type(fn).__name__),
-        )
-    return await loop.run_in_executor(current_pool(max_workers).executor, fn, *args)
+    crashed = False
+    while True:
+        pool = current_pool(max_workers)
+        try:
+            return await loop.run_in_executor(pool.executor, fn, *args)
+        except BrokenProcessPool as e:
+            if pool.killed_under_hung_call:  # a neighbour's doing, not this call's
+                continue
+            if crashed:  # a second crash: this call may be what kills its worker
+                raise
+            crashed = True
+            replace_pool(pool)
+            logger.warning(
+                "reward pool broken (%s: a worker died); sending %s once more to a fresh pool",
+                e,
+                getattr(getattr(fn, "recipe", None), "name", None)  # a RewardBatch: its reward
+                or getattr(fn, "__qualname__", type(fn).__name__),
+            )
