@@ -45,6 +45,8 @@ def check_gconfig(g: GenerationHyperparameters, flags: bool = False) -> None:
 
     if not g.max_new_tokens >= 1:
         raise ConfigError(f"{key('max_new_tokens')} must be at least 1, got {g.max_new_tokens}")
+    if not g.min_new_tokens >= 0:
+        raise ConfigError(f"gconfig.min_new_tokens must be at least 0, got {g.min_new_tokens}")
     if g.min_new_tokens > g.max_new_tokens:
         raise ConfigError(
             f"gconfig.min_new_tokens={g.min_new_tokens} must be at most "

@@ -106,6 +106,11 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
             [*ok, "gconfig.use_beam_search=true"],
             "gconfig.use_beam_search=true: GRPO samples independent completions",
         ),
+        (  # ran as 0
+            "negative min_new_tokens",
+            [*ok, "gconfig.min_new_tokens=-1"],
+            "gconfig.min_new_tokens must be at least 0, got -1",
+        ),
         (
             "min_new_tokens above max_new_tokens",
             [*ok, "--max-new-tokens", "4", "gconfig.min_new_tokens=9"],
