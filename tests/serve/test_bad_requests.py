@@ -165,6 +165,15 @@ def _sglang_cases(p):
             400,
             "min_new_tokens=5 must be at most the maximum, 2",
         ),
+        (
+            "a minimum the context cannot hold after the prompt",
+            {
+                "input_ids": p["text"],
+                "sampling_params": {"max_new_tokens": 600, "min_new_tokens": 510},
+            },
+            400,
+            "min_new_tokens=510 cannot fit",
+        ),
         # A JSON string is not a boolean: "false" must not switch a flag on.
         ("string stream", {"input_ids": p["text"], "stream": "false"}, 400, "stream must be bool"),
         (
@@ -320,6 +329,30 @@ def test_vllm_bad_requests(vllm_server, prompts):
             "min_tokens=5 must be at most the maximum, 2",
         ),
         ("/v1/completions", {"prompt": [1, 2], "stream": "false"}, 400, "stream must be bool"),
+        (
+            "/v1/chat/completions",
+            chat(url(img), max_tokens=None, min_tokens=500),
+            400,
+            "min_tokens=500 cannot fit",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(url(img), stream=True, stream_options={"include_usage": "false"}),
+            400,
+            "include_usage must be bool",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(url(img), stream=True, stream_options="x"),
+            400,
+            "stream_options must be dict",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(url(img), stream=True, stream_options={"continuous_usage_stats": True}),
+            400,
+            "unknown field(s) ['continuous_usage_stats']",
+        ),
         ("/v1/chat/completions", chat(url(img), stream="false"), 400, "stream must be bool"),
         ("/v1/chat/completions", chat(url(img), logprobs="no"), 400, "logprobs must be bool"),
         (
@@ -524,3 +557,23 @@ def test_a_weight_update_flag_sent_as_a_string_is_a_400(protocol, tmp_path):
         assert r.status_code == 400, r.text
         assert "abort_all_requests must be bool" in r.json()["error"]["message"]
         assert engine.get_version() == 0
+
+
+def test_a_null_flag_means_its_default_on_both_protocols(sglang_server, vllm_server, prompts):
+    server, _ = sglang_server
+    sp = {"max_new_tokens": 2, "skip_special_tokens": None, "ignore_eos": None}
+    r = _post(server, "/generate", {"input_ids": prompts["text"], "sampling_params": sp})
+    assert r.status_code == 200, r.text
+    server, _ = vllm_server
+    body = {"prompt": [1, 2], "max_tokens": 2, "skip_special_tokens": None}
+    r = _post(server, "/v1/completions", body)
+    assert r.status_code == 200, r.text
+
+
+def test_sglang_pause_takes_only_its_modes(sglang_server):
+    server, _ = sglang_server
+    for mode in ("xyz", 1):
+        r = _post(server, "/pause_generation", {"mode": mode})
+        assert r.status_code == 400, r.text
+        assert "mode must be one of" in r.json()["error"]["message"]
+    assert requests.get(f"{server.url}/health", timeout=10).json()["paused"] is False

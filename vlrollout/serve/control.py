@@ -44,13 +44,24 @@ def check_under_root(path: str, root: Path, where: str) -> None:
 
 
 def control_routes(
-    pause: str, resume: str, weights: str, pause_fields: Sequence[str] = ()
+    pause: str,
+    resume: str,
+    weights: str,
+    pause_fields: Sequence[str] = (),
+    pause_modes: Sequence[str] = (),
 ) -> dict[str, Handler]:
     """Handlers for the three control paths of one protocol (``pause_fields``: the optional body
-    fields its pause request may carry, e.g. SGLang's ``mode``)."""
+    fields its pause request may carry, e.g. SGLang's ``mode``; ``pause_modes``: the values of
+    ``mode`` this server does, pausing by aborting the requests in flight)."""
 
     async def pause_generation(request: web.Request, body: Any) -> dict[str, Any]:
         check_fields(body or {}, tuple(pause_fields), pause)
+        mode = (body or {}).get("mode")
+        if pause_modes and mode is not None and mode not in pause_modes:
+            raise BadRequest(
+                f"{pause}: mode must be one of {list(pause_modes)} (this server pauses by "
+                f"aborting the requests in flight), got {mode!r}"
+            )
         aborted = await request.app[STATE].pause()
         return {"success": True, "message": f"generation paused; aborted {aborted} request(s)"}
 

@@ -26,7 +26,7 @@ from areal.api.io_struct import ModelRequest
 
 from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, check_flags, token_ids, typed
-from vlrollout.serve.state import STATE, ServerState, cut_at_stop
+from vlrollout.serve.state import STATE, ServerState, check_min_room, cut_at_stop
 
 GENERATE_FIELDS = (
     "input_ids",
@@ -87,6 +87,7 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     gconfig = state.gconfig(
         where, sp, sp.get("max_new_tokens"), fields_where=f"{where}: sampling_params"
     )
+    check_min_room(state, len(ids), gconfig.min_new_tokens, "min_new_tokens", where)
     images = _sources(body, "image_data", where)
     videos = _sources(body, "video_data", where)
     metadata: dict[str, Any] = {}
@@ -114,7 +115,8 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
             [lp, tok, None]
             for lp, tok in zip(resp.output_logprobs, resp.output_tokens, strict=True)
         ]
-    skip = sp.get("skip_special_tokens", True)
+    skip = sp.get("skip_special_tokens")
+    skip = True if skip is None else skip  # a null is the default
     text = tokenizer.decode(resp.output_tokens, skip_special_tokens=skip) if tokenizer else ""
     text, matched = cut_at_stop(text, sp.get("stop"))
     if matched is not None:  # SGLang names the stop string it matched
@@ -130,5 +132,6 @@ CONTROL_ROUTES = control_routes(
     "/continue_generation",
     "/update_weights_from_disk",
     pause_fields=("mode",),
+    pause_modes=("abort",),
 )
 """Pause, continue and weight updates (absent with ``--no-control``)."""

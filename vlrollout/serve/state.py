@@ -279,6 +279,18 @@ class ServerState:
         return version
 
 
+def check_min_room(state: ServerState, prompt_len: int, minimum: Any, key: str, where: str) -> None:
+    """Refuse a minimum completion length the context cannot hold after the prompt: it would
+    end short of the minimum it asked for. (A prompt that leaves no room at all is the engine's
+    "No room to generate".)"""
+    room = state.context_len - prompt_len
+    if isinstance(minimum, int) and minimum > room > 0:
+        raise BadRequest(
+            f"{where}: {key}={minimum} cannot fit: the prompt's {prompt_len} tokens leave "
+            f"{room} of the model's {state.context_len}-token context"
+        )
+
+
 def encoded_image(
     source: Any, label: str, max_bytes: int = DEFAULT_MAX_BYTES, what: str = "image"
 ) -> bytes:

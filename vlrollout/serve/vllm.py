@@ -43,8 +43,8 @@ from areal.api.io_struct import ModelRequest
 
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES
 from vlrollout.serve.control import control_routes
-from vlrollout.serve.errors import BadRequest, check_fields, check_flags, token_ids
-from vlrollout.serve.state import STATE, ServerState, cut_at_stop, encoded_image
+from vlrollout.serve.errors import BadRequest, check_fields, check_flags, token_ids, typed
+from vlrollout.serve.state import STATE, ServerState, check_min_room, cut_at_stop, encoded_image
 
 SAMPLING_FIELDS = (
     "model",
@@ -107,9 +107,9 @@ def _asked_max_tokens(body: dict[str, Any]) -> Any:
 
 
 def _check_room(state: ServerState, prompt_len: int, body: dict[str, Any], where: str) -> None:
-    """Refuse a ``max_tokens`` the context cannot hold after the prompt, as vLLM does (a 400,
-    never a shorter completion than asked for); without one, the completion stops at the
-    context's end."""
+    """Refuse a ``max_tokens`` or ``min_tokens`` the context cannot hold after the prompt, as
+    vLLM does (a 400, never a shorter completion than asked for); without a maximum, the
+    completion stops at the context's end."""
     asked = _asked_max_tokens(body)
     if isinstance(asked, int) and prompt_len + asked > state.context_len:
         raise BadRequest(
@@ -117,6 +117,15 @@ def _check_room(state: ServerState, prompt_len: int, body: dict[str, Any], where
             f"requested {prompt_len + asked} tokens ({prompt_len} in the prompt, {asked} in the "
             "completion): lower max_tokens or the prompt"
         )
+    check_min_room(state, prompt_len, body.get("min_tokens"), "min_tokens", where)
+
+
+def _stream_options(body: dict[str, Any], where: str) -> dict[str, Any]:
+    """``stream_options``: an object whose one field, ``include_usage``, is a boolean."""
+    options = typed(body, "stream_options", dict, where) or {}
+    check_fields(options, ("include_usage",), f"{where}: stream_options")
+    check_flags(options, ("include_usage",), f"{where}: stream_options")
+    return options
 
 
 def _served_name(state: ServerState) -> str:
@@ -247,7 +256,8 @@ def _finish(resp: Any) -> str:
 def _text(state: ServerState, resp: Any, body: dict[str, Any]) -> str:
     """The completion's text, ending before the request's stop string when it holds one."""
     tok = state.engine.tokenizer
-    skip = body.get("skip_special_tokens", True)
+    skip = body.get("skip_special_tokens")
+    skip = True if skip is None else skip  # a null is the default
     text = tok.decode(resp.output_tokens, skip_special_tokens=skip) if tok else ""
     return cut_at_stop(text, body.get("stop"))[0]
 
@@ -381,8 +391,8 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
         "usage": _usage(len(prepared.input_ids), *resps),
     }
     if body.get("stream"):
-        options = body.get("stream_options") or {}
-        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        options = _stream_options(body, where)
+        include_usage = bool(options.get("include_usage"))
         return await _sse(request, _stream_chunks(response, include_usage))
     return response
 
