@@ -37,7 +37,9 @@ time.sleep(60)
 """
 
 LAUNCHER = """
-import sys
+import signal, sys
+# A terminal's foreground job: SIGHUP as its default, whatever the test runner inherited (nohup).
+signal.signal(signal.SIGHUP, signal.SIG_IGN if "--nohup" in sys.argv else signal.SIG_DFL)
 from vlrollout.cli import run_command
 from vlrollout.train.main import supervise
 cmd = [sys.executable, sys.argv[1], sys.argv[2]]
@@ -45,11 +47,11 @@ sys.exit(run_command("train", lambda: supervise(cmd)))
 """
 
 
-def _launch(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+def _launch(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
     (tmp_path / "torchrun.py").write_text(TORCHRUN_STAND_IN)
     marker = tmp_path / "signals.txt"
     launcher = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, str(tmp_path / "torchrun.py"), str(marker)],
+        [sys.executable, "-c", LAUNCHER, str(tmp_path / "torchrun.py"), str(marker), *extra],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -77,3 +79,17 @@ def test_ctrl_c_on_the_terminal_reaches_torchrun_once(tmp_path):
     launcher.communicate(timeout=30)
     assert marker.read_text().split() == ["SIGTERM", "stopped"]
     assert launcher.returncode == 128 + signal.SIGINT
+
+
+def test_a_launcher_started_under_nohup_keeps_training_through_a_hangup(tmp_path):
+    # nohup ignores SIGHUP so that closing the terminal does not stop the run; the launcher must
+    # not take that signal back and stop torchrun on it.
+    launcher, marker = _launch(tmp_path, "--nohup")
+    launcher.send_signal(signal.SIGHUP)
+    with pytest.raises(subprocess.TimeoutExpired):
+        launcher.wait(timeout=2)
+    assert not marker.exists()
+    launcher.send_signal(signal.SIGTERM)
+    launcher.communicate(timeout=30)
+    assert marker.read_text().split() == ["SIGTERM", "stopped"]
+    assert launcher.returncode in (128 + signal.SIGTERM, -signal.SIGTERM)

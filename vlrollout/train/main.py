@@ -106,6 +106,7 @@ def supervise(cmd: list[str], env: dict[str, str] | None = None) -> int:
     stopped; later signals are not passed on, as a second one would cut torchrun's shutdown
     short and leave workers training. Once torchrun has exited, the signal is raised here
     again, so the command stops as any command stopped by it (130, 143; SIGHUP's default).
+    SIGHUP ignored at start (``nohup``) is left ignored.
     """
     child = subprocess.Popen(cmd, env=env, start_new_session=True)
     received: list[int] = []
@@ -120,7 +121,10 @@ def supervise(cmd: list[str], env: dict[str, str] | None = None) -> int:
             )
         received.append(signum)
 
-    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    # nohup ignores SIGHUP so that a closed terminal does not stop the run: leave it ignored.
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        stops.append(signal.SIGHUP)
     previous = {signum: signal.signal(signum, pass_on) for signum in stops}
     try:
         status = child.wait()
