@@ -315,7 +315,7 @@ class Worker:
         self.inputs: tuple[int, Any] | None = None
         self.warm_up()
 
-    def preprocessor(self, tokens: int) -> AutoProcessorPreprocessor:
+    def preprocessor_for(self, tokens: int) -> AutoProcessorPreprocessor:
         if tokens not in self.pres:
             self.pres[tokens] = preprocessor(self.processor, self.job["shape"], tokens)
         return self.pres[tokens]
@@ -328,7 +328,7 @@ class Worker:
         if not self.job["points"]:
             return
         tokens = min(spec["tokens"] for spec in self.job["points"])
-        pre, data = self.preprocessor(tokens), item(self.job["shape"], tokens, 1)
+        pre, data = self.preprocessor_for(tokens), item(self.job["shape"], tokens, 1)
         _, _, prepared = asyncio.run(prepare_group(pre, data, 1))
         engine = self.job["side"] == "engine"
         self.side.run(prepared if engine else generate_batch(pre, prepared, data), 1, 2)
@@ -337,7 +337,7 @@ class Worker:
         """Prepare the point's inputs, reset the peak, run once (untimed: it faults in the
         memory the timed runs reuse) and return the prompt and memory points."""
         job, spec = self.job, self.job["points"][index]
-        pre = self.preprocessor(spec["tokens"])
+        pre = self.preprocessor_for(spec["tokens"])
         data = item(job["shape"], spec["tokens"], spec["images"])
         seconds, prepares, prepared = asyncio.run(prepare_group(pre, data, spec["group"]))
         name, out = job["side"], []

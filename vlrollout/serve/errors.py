@@ -98,6 +98,12 @@ def check_flags(body: Mapping[str, Any], keys: tuple[str, ...], where: str) -> N
         typed(body, key, bool, where)
 
 
+def flag(body: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A boolean field that :func:`check_flags` passed; absent or null is ``default``."""
+    value = body.get(key)
+    return default if value is None else value
+
+
 def body_too_large(path: str, limit: int | None) -> BadRequest:
     """The 413 of a body over the server's limit (``--max-body-mb``): never retried, unlike a
     full queue's 503."""

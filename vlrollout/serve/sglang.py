@@ -25,7 +25,7 @@ from aiohttp import web
 from areal.api.io_struct import ModelRequest
 
 from vlrollout.serve.control import control_routes
-from vlrollout.serve.errors import BadRequest, check_fields, check_flags, token_ids, typed
+from vlrollout.serve.errors import BadRequest, check_fields, check_flags, flag, token_ids, typed
 from vlrollout.serve.state import STATE, ServerState, check_min_room, cut_at_stop
 
 GENERATE_FIELDS = (
@@ -115,8 +115,7 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
             [lp, tok, None]
             for lp, tok in zip(resp.output_logprobs, resp.output_tokens, strict=True)
         ]
-    skip = sp.get("skip_special_tokens")
-    skip = True if skip is None else skip  # a null is the default
+    skip = flag(sp, "skip_special_tokens", True)
     text = tokenizer.decode(resp.output_tokens, skip_special_tokens=skip) if tokenizer else ""
     text, matched = cut_at_stop(text, sp.get("stop"))
     if matched is not None:  # SGLang names the stop string it matched

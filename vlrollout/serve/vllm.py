@@ -43,7 +43,7 @@ from areal.api.io_struct import ModelRequest
 
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES
 from vlrollout.serve.control import control_routes
-from vlrollout.serve.errors import BadRequest, check_fields, check_flags, token_ids, typed
+from vlrollout.serve.errors import BadRequest, check_fields, check_flags, flag, token_ids, typed
 from vlrollout.serve.state import STATE, ServerState, check_min_room, cut_at_stop, encoded_image
 
 SAMPLING_FIELDS = (
@@ -256,8 +256,7 @@ def _finish(resp: Any) -> str:
 def _text(state: ServerState, resp: Any, body: dict[str, Any]) -> str:
     """The completion's text, ending before the request's stop string when it holds one."""
     tok = state.engine.tokenizer
-    skip = body.get("skip_special_tokens")
-    skip = True if skip is None else skip  # a null is the default
+    skip = flag(body, "skip_special_tokens", True)
     text = tok.decode(resp.output_tokens, skip_special_tokens=skip) if tok else ""
     return cut_at_stop(text, body.get("stop"))[0]
 
