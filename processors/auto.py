@@ -20,6 +20,7 @@ from transformers.image_processing_utils_fast import BaseImageProcessorFast
 from .base import (
     ENCODE_ENGINE_IMAGES_AHEAD,
     LAZY,
+    PROMPT_TOKEN_LIMIT,
     EngineImages,
     PreparedPrompt,
     images_in_prompt,
@@ -302,6 +303,37 @@ class AutoProcessorPreprocessor:
                 "template does not render {'type': 'image'} parts",
             )
 
+    def image_tokens(self, images: Sequence[LoadedImage]) -> int | None:
+        """The tokens ``images`` take in the prompt, from their sizes alone (no pixels built);
+        ``None`` when the family's adapter cannot count them (see ``FamilyAdapter.image_tokens``)."""
+        count = self.adapter.image_tokens
+        if count is None or not self.has_vision:
+            return None
+        kwargs = self.processor_kwargs.get("images_kwargs", {})
+        try:
+            per_image = [count(self.processor, kwargs, *im.image.size) for im in images]
+        except ValueError:  # a size the resize refuses: the processor call names the image
+            return None
+        return None if None in per_image else sum(per_image)  # type: ignore[arg-type]
+
+    def check_image_tokens(self, images: Sequence[LoadedImage], item: str) -> None:
+        """Refuse ``prompt_too_long`` before the processor call when the images alone take more
+        tokens than the caller's :data:`~vlrollout.processors.base.PROMPT_TOKEN_LIMIT`: building
+        a large image's pixels costs far more memory and time than counting its tokens."""
+        limit = PROMPT_TOKEN_LIMIT.get()
+        tokens = self.image_tokens(images) if limit is not None and images else None
+        if tokens is None or tokens <= limit:
+            return
+        sizes = ", ".join("x".join(map(str, im.image.size)) for im in images[:4])
+        sizes += f", and {len(images) - 4} more" if len(images) > 4 else ""
+        raise PreprocessError(
+            item,
+            "prompt_too_long",
+            f"the prompt's {len(images)} image(s) ({sizes}) alone take {tokens} tokens, more "
+            f"than the {limit} a prompt may hold here; refused before building their pixels "
+            "(a lower max_pixels fits them in fewer tokens)",
+        )
+
     def call_processor(
         self,
         prompt_text: str,
@@ -416,6 +448,7 @@ class AutoProcessorPreprocessor:
         if messages is not None:
             prompt_text = self.render(messages)
         self.check_placeholders(prompt_text, len(images), item, len(videos))
+        self.check_image_tokens(images, item)
         outputs = self.call_processor(prompt_text, images, item, videos)
         merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", None)
         if merge:

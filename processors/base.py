@@ -213,6 +213,18 @@ instead of following it. Engines that read the prepared tensors (``reads_multi_m
 vlrollout's local engine) never need the encode, and the flag stays off.
 """
 
+
+PROMPT_TOKEN_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "vlrollout_prompt_token_limit", default=None
+)
+"""The most prompt tokens the caller preparing a prompt now accepts (``None``: no limit).
+
+A workflow sets it to its ``max_prompt_tokens`` and the server to the model's context. A
+preprocessor that can count an item's image tokens from the image sizes alone refuses the item
+(``prompt_too_long``) before its processor call builds the pixels, the costly part of preparing a
+large image; the caller's check of the prepared prompt's length stays the exact one.
+"""
+
 _ENCODER = ThreadPoolExecutor(
     max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="vlrollout-engine-images"
 )

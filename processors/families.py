@@ -329,6 +329,25 @@ def qwen_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | None
     return {"size": {"shortest_edge": int(lo), "longest_edge": int(hi)}}
 
 
+def budget_image_tokens(processor, images_kwargs: dict, width: int, height: int) -> int | None:
+    """Image tokens one ``width``×``height`` image takes after a pixel-budget family's resize,
+    counted before any pixel is built: the image processor's ``get_number_of_image_patches`` (the
+    public method vLLM counts placeholders with) over the merge.
+
+    ``None`` when the processor would not resize or ``images_kwargs`` holds a setting other than
+    the ``size`` bounds the count reads.
+    """
+    ip = processor.image_processor
+    if set(images_kwargs) - {"size"} or not getattr(ip, "do_resize", True):
+        return None
+    size = images_kwargs.get("size") or ip.size
+    get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+    lo, hi = get("shortest_edge"), get("longest_edge")
+    # Qwen's count reads min_pixels/max_pixels, GLM-4V's the size bounds: both are given.
+    bounds = {"size": {"shortest_edge": lo, "longest_edge": hi}, "min_pixels": lo, "max_pixels": hi}
+    return int(ip.get_number_of_image_patches(height, width, bounds)) // int(ip.merge_size) ** 2
+
+
 def check_pixel_bounds(
     lo: int | None, hi: int | None, min_pixels: int | None, max_pixels: int | None
 ) -> None:
@@ -370,6 +389,9 @@ class FamilyAdapter:
             for families that expand one image into several placeholder runs (Idefics3/SmolVLM:
             one run per tile plus one for the global view, which ``<global-img>`` opens); empty
             when each image is one run of placeholders.
+        image_tokens: ``(processor, images_kwargs, width, height) -> tokens or None``, one
+            image's tokens from its size alone; ``None`` for families whose resize bounds an
+            image's tokens whatever its size (fixed sizes, tiles, token budgets).
     """
 
     name: str
@@ -378,13 +400,19 @@ class FamilyAdapter:
     placeholder_attr: str = "image_token"
     mm_type_key: str = "mm_token_type_ids"
     image_marker_attrs: tuple[str, ...] = ()
+    image_tokens: Callable[[Any, dict, int, int], int | None] | None = None
 
     def placeholder(self, processor) -> str | None:
         value = getattr(processor, self.placeholder_attr, None)
         return value if isinstance(value, str) and value else None
 
 
-_QWEN = dict(geometry=qwen_geometry, resize_kwargs=qwen_resize_kwargs)
+_QWEN = dict(
+    geometry=qwen_geometry, resize_kwargs=qwen_resize_kwargs, image_tokens=budget_image_tokens
+)
+_GLM = dict(
+    geometry=qwen_geometry, resize_kwargs=glm4v_resize_kwargs, image_tokens=budget_image_tokens
+)
 ADAPTERS: dict[str, FamilyAdapter] = {
     "Qwen2VLProcessor": FamilyAdapter("qwen2_vl", **_QWEN),
     "Qwen2_5_VLProcessor": FamilyAdapter("qwen2_5_vl", **_QWEN),
@@ -404,12 +432,8 @@ ADAPTERS: dict[str, FamilyAdapter] = {
         "smolvlm", geometry=idefics3_geometry, image_marker_attrs=("global_image_token",)
     ),
     "InternVLProcessor": FamilyAdapter("internvl", geometry=internvl_geometry),
-    "Glm4vProcessor": FamilyAdapter(
-        "glm4v", geometry=qwen_geometry, resize_kwargs=glm4v_resize_kwargs
-    ),
-    "Glm46VProcessor": FamilyAdapter(
-        "glm46v", geometry=qwen_geometry, resize_kwargs=glm4v_resize_kwargs
-    ),
+    "Glm4vProcessor": FamilyAdapter("glm4v", **_GLM),
+    "Glm46VProcessor": FamilyAdapter("glm46v", **_GLM),
     "PixtralProcessor": FamilyAdapter(
         "mistral3", geometry=pixtral_geometry, image_marker_attrs=("image_end_token",)
     ),

@@ -577,3 +577,52 @@ def test_sglang_pause_takes_only_its_modes(sglang_server):
         assert r.status_code == 400, r.text
         assert "mode must be one of" in r.json()["error"]["message"]
     assert requests.get(f"{server.url}/health", timeout=10).json()["paused"] is False
+
+
+def test_a_chat_whose_images_alone_pass_the_context_is_refused_before_their_pixels(
+    vllm_server, monkeypatch
+):
+    """33 images of 16 tokens each pass the tiny model's 512-token context: a 400 naming
+    ``prompt_too_long``, counted from the sizes before the processor builds any pixels."""
+    from vlrollout.processors import AutoProcessorPreprocessor
+
+    server, _ = vllm_server
+    calls = []
+    real = AutoProcessorPreprocessor.call_processor
+    monkeypatch.setattr(
+        AutoProcessorPreprocessor,
+        "call_processor",
+        lambda self, *a, **k: calls.append(1) or real(self, *a, **k),
+    )
+    img = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + png_base64(image(0, 120, 120))},
+    }
+    body = {"messages": [{"role": "user", "content": [img] * 33}], "max_tokens": 2}
+    r = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert "prompt_too_long" in r.json()["error"]["message"]
+    assert "alone take 528 tokens, more than the 512" in r.json()["error"]["message"]
+    assert calls == []
+    body["messages"][0]["content"] = [img] * 2  # within the context: prepared and run
+    assert requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=60).ok
+    assert calls == [1]
+
+
+def test_a_generate_longer_than_the_context_is_refused_before_its_images_are_built(
+    sglang_server, prompts, monkeypatch
+):
+    from vlrollout.serve.state import ServerState
+
+    server, _ = sglang_server
+    built = []
+    real = ServerState.vision_tensors
+    monkeypatch.setattr(
+        ServerState, "vision_tensors", lambda self, *a: built.append(1) or real(self, *a)
+    )
+    ids = prompts["text"] * 200 + prompts["one"]
+    body = {"input_ids": ids, "image_data": [prompts["img"]], "sampling_params": {}}
+    r = requests.post(f"{server.url}/generate", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert f"No room to generate: the prompt's {len(ids)} tokens" in r.text
+    assert built == []

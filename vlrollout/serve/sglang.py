@@ -26,7 +26,13 @@ from areal.api.io_struct import ModelRequest
 
 from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, check_flags, flag, token_ids, typed
-from vlrollout.serve.state import STATE, ServerState, check_min_room, cut_at_stop
+from vlrollout.serve.state import (
+    STATE,
+    ServerState,
+    check_min_room,
+    check_prompt_room,
+    cut_at_stop,
+)
 
 GENERATE_FIELDS = (
     "input_ids",
@@ -87,6 +93,7 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     gconfig = state.gconfig(
         where, sp, sp.get("max_new_tokens"), fields_where=f"{where}: sampling_params"
     )
+    check_prompt_room(state, len(ids), where)
     check_min_room(state, len(ids), gconfig.min_new_tokens, "min_new_tokens", where)
     images = _sources(body, "image_data", where)
     videos = _sources(body, "video_data", where)

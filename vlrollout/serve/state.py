@@ -28,6 +28,7 @@ from areal.api.io_struct import ModelRequest, ModelResponse
 from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS, context_length
 from vlrollout.processors.auto import channels_last_kwargs
+from vlrollout.processors.base import PROMPT_TOKEN_LIMIT
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline, has_scheme
 from vlrollout.serve.admission import Admission, TokenRate
@@ -191,10 +192,13 @@ class ServerState:
     def prepare(self, item: dict[str, Any], where: str) -> Any:
         """The served preprocessor's :class:`PreparedPrompt` for ``item``; a bad item is a
         :class:`BadRequest` with the preprocessor's reason (run it off the event loop)."""
+        limit = PROMPT_TOKEN_LIMIT.set(self.context_len)  # images counted before pixels
         try:
             return self.preprocessor.prepare(item)
         except PreprocessError as e:
             raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
+        finally:
+            PROMPT_TOKEN_LIMIT.reset(limit)
 
     def video_tensors(self, videos: list[Any], where: str) -> dict[str, torch.Tensor]:
         """The model's video tensors for ``videos`` (base64 / data URLs, never paths), sampled
@@ -277,6 +281,16 @@ class ServerState:
         version = self.engine.get_version() + 1
         self.engine.set_version(version)
         return version
+
+
+def check_prompt_room(state: ServerState, prompt_len: int, where: str) -> None:
+    """Refuse a prompt that fills the model's context before its images' tensors are built
+    (the engine would refuse it after)."""
+    if prompt_len >= state.context_len:
+        raise BadRequest(
+            f"{where}: No room to generate: the prompt's {prompt_len} tokens fill the model's "
+            f"{state.context_len}-token context"
+        )
 
 
 def check_min_room(state: ServerState, prompt_len: int, minimum: Any, key: str, where: str) -> None:

@@ -23,7 +23,12 @@ from vlrollout.families import family_name_at
 from vlrollout.ledger import EpisodeLedger, EpisodeRejected
 from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
-from vlrollout.processors.base import ENCODE_ENGINE_IMAGES_AHEAD, PreparedPrompt, Preprocessor
+from vlrollout.processors.base import (
+    ENCODE_ENGINE_IMAGES_AHEAD,
+    PROMPT_TOKEN_LIMIT,
+    PreparedPrompt,
+    Preprocessor,
+)
 from vlrollout.processors.cache import PreparedPromptCache, item_fields_key, item_key
 from vlrollout.processors.contract import check_prepared, merge_sizes, plugin_name
 from vlrollout.processors.errors import PreprocessError
@@ -113,11 +118,15 @@ class EpisodeContext:
         """
         held = _HELD.get()
         data = item_copy(data)  # a plug-in may change it; the item is also the reward's data
-        if held is None:
-            prepared = await self.prompts.aprepare(data)
-        else:
-            key, prepared = await self.prompts.acquire(data)
-            held.append((self.prompts, key))
+        limit = PROMPT_TOKEN_LIMIT.set(self.max_prompt_tokens)  # images counted before pixels
+        try:
+            if held is None:
+                prepared = await self.prompts.aprepare(data)
+            else:
+                key, prepared = await self.prompts.acquire(data)
+                held.append((self.prompts, key))
+        finally:
+            PROMPT_TOKEN_LIMIT.reset(limit)
         check_prepared(prepared, plugin_name(self.preprocessor), merge_sizes(self.processor))
         if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
             raise EpisodeRejected(
