@@ -61,6 +61,9 @@ cautious guess that keeps the pool small on a machine whose devices are not visi
 KILL_WAIT_S = 10.0
 """Seconds to wait for killed workers to end (``SIGKILL`` cannot be caught, so they do)."""
 
+OWNER_CHECK_S = 0.5
+"""How often a worker checks that the process owning its pool still runs (:func:`end_with_owner`)."""
+
 
 _POOLS: dict[int, RewardPool] = {}  # worker count -> the pool calls go to now
 _LOCK = threading.Lock()
@@ -112,10 +115,29 @@ class _RecordingContext:
 
 
 def init_worker(starts: multiprocessing.connection.Connection) -> None:
-    """A worker's start: its signals (:func:`set_worker_signals`) and where it reports the
-    tasks it starts (:mod:`vlrollout.rewards.task_starts`)."""
+    """A worker's start: its signals (:func:`set_worker_signals`), where it reports the
+    tasks it starts (:mod:`vlrollout.rewards.task_starts`), and a watch on its owner
+    (:func:`end_with_owner`)."""
     set_worker_signals()
     task_starts.init_worker(starts)
+    threading.Thread(
+        target=end_with_owner, args=(os.getppid(),), name="owner-watch", daemon=True
+    ).start()
+
+
+def end_with_owner(owner: int, every_s: float = OWNER_CHECK_S) -> None:
+    """End this worker once its parent ``owner`` is gone.
+
+    An owner killed outright (SIGKILL, the OOM killer) cannot stop its pool, and a worker waits
+    for calls on a queue whose other end its siblings keep open: it would outlive the run, and
+    every killed run of a long job would leave its workers behind. An orphan is adopted by
+    another process, which changes its parent; that is checked every ``every_s`` seconds (a
+    parent-death signal would not do: Linux sends it when the thread that started the worker
+    ends, and AReaL starts reward calls from threads of its own).
+    """
+    while os.getppid() == owner:
+        time.sleep(every_s)
+    os._exit(1)
 
 
 def set_worker_signals() -> None:

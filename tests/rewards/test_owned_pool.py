@@ -203,3 +203,48 @@ def test_a_worker_ends_quietly_on_sigterm():
     finally:
         signal.signal(signal.SIGTERM, previous)
         shutdown_reward_pools()
+
+
+OWNER = """
+import os, sys, time
+from vlrollout.rewards.executor import current_pool
+pool = current_pool(2)
+pool.start()
+print(" ".join(str(p.pid) for p in pool.workers), flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, counts as
+    ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_workers_end_when_their_owner_is_killed():
+    """SIGKILL (the OOM killer, ``kill -9``) gives the owner no chance to stop its pool: each
+    worker notices it lost its owner and ends, rather than waiting for calls that never come
+    (holding its copy of the owner's memory) for the rest of the machine's uptime."""
+    import signal
+    import subprocess
+    import sys
+
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        owner.kill()
+        for pid in pids if "pids" in locals() else []:
+            if _alive(pid):
+                os.kill(pid, 9)
