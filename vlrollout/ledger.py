@@ -63,7 +63,7 @@ class EpisodeLedger:
     """
 
     def __init__(self, keep: int = 10_000) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # cut() holds it across since() and mark()
         self.accepted = 0
         self.by_reason: Counter[str] = Counter()
         self.records: deque[Rejection] = deque(maxlen=keep)
@@ -118,6 +118,12 @@ class EpisodeLedger:
         """The counts now (accepted, rejected by reason), to pass to :meth:`since` later."""
         with self._lock:
             return self.accepted, dict(self.by_reason)
+
+    def cut(self, mark: tuple[int, dict[str, int]]) -> tuple[dict, tuple[int, dict[str, int]]]:
+        """:meth:`since` ``mark`` and a new mark, taken together: windows cut one after another
+        count every episode in exactly one of them."""
+        with self._lock:
+            return self.since(mark), self.mark()
 
     def since(self, mark: tuple[int, dict[str, int]]) -> dict:
         """What was counted after :meth:`mark` returned ``mark``, in :meth:`summary`'s shape.

@@ -149,6 +149,29 @@ def test_an_async_step_with_some_rejections_waits_for_a_full_batch(tokenizer):
     assert rollouts.state()["loader"]["_num_yielded"] >= 2
 
 
+def test_groups_accepted_during_the_update_count_for_the_next_step(tokenizer):
+    """With k >= 1 a step's groups often finish during the previous update, before the step
+    starts waiting: they count for it, so rejections after them do not stop a run whose data
+    is only partly bad, and each finished episode is counted in one step's outcome."""
+    items = [_item(i) for i in range(8)]
+    batch_items(items, 1, 2, seed=0)[0]["messages"] = "this is broken"  # step 2: bad, then good
+    for item in batch_items(items, 2, 2, seed=0):  # step 3's items, pulled as replacements
+        item["messages"] = "this is broken"
+    rollouts, engine = _rollouts(tokenizer, items)
+    try:
+        _, first = rollouts.next_batch(1)
+        time.sleep(0.5)  # the update: step 2's groups finish meanwhile
+        batch, second = rollouts.next_batch(2)
+    finally:
+        engine.workflow_executor.destroy()
+    assert len(batch) == 2
+    # Step 2: its own bad and good item, step 3's two bad items, then one good one.
+    assert second["accepted"] == 4 and second["rejected_by_reason"] == {"engine_error": 6}
+    later = rollouts.guard.outcome()  # finished after step 2 got its batch
+    total = rollouts.workflow.ledger.submitted
+    assert first["submitted"] + second["submitted"] + later["submitted"] == total
+
+
 # ----------------------------------------------------------------------------- submitted ahead
 @pytest.mark.parametrize("k", [1, 2])
 def test_the_next_k_batches_are_submitted_before_the_trainer_gets_its_batch(tokenizer, k):

@@ -192,12 +192,21 @@ class GuardedLoader:
         self._pulled: list[dict] = []  # the rest of the last batch pulled from the loader
 
     def begin(self, step: int) -> None:
-        """A new training step (numbered as ``metrics.jsonl`` numbers it) starts waiting."""
-        self._step, self._mark = step, self.ledger.mark()
+        """A new training step (numbered as ``metrics.jsonl`` numbers it) starts waiting.
+
+        Its episodes are those finished since the previous step got its batch (:meth:`end`),
+        not since now: with k >= 1 many of a step's groups finish during the update before it,
+        and a step judged without them could be stopped for rejections that follow them."""
+        self._step = step
 
     def outcome(self) -> dict[str, Any]:
-        """The ledger's record of the episodes finished since :meth:`begin`."""
+        """The ledger's record of the step's episodes so far."""
         return self.ledger.since(self._mark)
+
+    def end(self) -> dict[str, Any]:
+        """The step has its batch: its episodes' record; later ones count for the next step."""
+        outcome, self._mark = self.ledger.cut(self._mark)
+        return outcome
 
     def check(self) -> None:
         """Raise :class:`~vlrollout.ledger.NothingAccepted` if the step has a step's worth of
@@ -309,8 +318,8 @@ class AsyncRollouts:
 
     def next_batch(self, step: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The batch of training step ``step`` (the first is 1) and the ledger's record of the
-        episodes that finished while the trainer waited for it; on return the items of steps
-        up to ``step + k`` are submitted.
+        episodes that finished since the previous step got its batch; on return the items of
+        steps up to ``step + k`` are submitted.
 
         Raises:
             NothingAccepted: See :class:`GuardedLoader`.
@@ -318,8 +327,9 @@ class AsyncRollouts:
         self.guard.begin(step)
         self.submit_through(step)
         groups = self.collect()
+        outcome = self.guard.end()
         self.submit_through(step + self.ahead)
-        return self.share(groups), self.guard.outcome()
+        return self.share(groups), outcome
 
     def submit_through(self, step: int) -> None:
         """Submit items until the steps up to ``step`` have theirs (a rejected group's
