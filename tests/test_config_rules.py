@@ -3,6 +3,7 @@ and refuse bad settings with one error type."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -167,3 +168,31 @@ def test_the_ground_metric_key_offers_iou_and_giou():
             TrainSection(ground_metric=metric)
         with pytest.raises(ValueError, match="must be one of iou, giou"):
             shapes_task_reward([], ground_metric=metric)
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_the_unsent_keys_are_the_ones_areals_client_leaves_out(kind):
+    """``UNSENT_BY_CLIENT`` against the request AReaL's backend builds: a key with a value no
+    request shows (as any field name or value) is one the server never sees."""
+    import json
+
+    from areal.api.cli_args import GenerationHyperparameters
+    from areal.api.io_struct import ModelRequest
+    from areal.engine.sglang_remote import SGLangBackend
+    from areal.engine.vllm_remote import VLLMBackend
+
+    from vlrollout.config import UNSENT_BY_CLIENT, check_remote_gconfig
+
+    settings = {"min_new_tokens": 3, "frequency_penalty": 0.375, "stop": ["ZQX"]}
+    backend = {"sglang": SGLangBackend, "vllm": VLLMBackend}[kind]()
+    unsent = []
+    for key, value in settings.items():
+        g = GenerationHyperparameters(max_new_tokens=8, **{key: value})
+        req = ModelRequest(input_ids=[1, 2], gconfig=g)
+        body = json.dumps(backend.build_generation_request(req, with_lora=False, version=0).payload)
+        names = {"min_new_tokens": ("min_new_tokens", "min_tokens")}.get(key, (key,))
+        if not any(f'"{n}":' in body for n in names) and json.dumps(value).strip("[]") not in body:
+            unsent.append(key)
+        with pytest.raises(ConfigError, match=key) if key in unsent else contextlib.nullcontext():
+            check_remote_gconfig(g, kind)
+    assert tuple(unsent) == UNSENT_BY_CLIENT[kind]

@@ -17,8 +17,10 @@ from typing import Any
 import yaml
 from areal.api.cli_args import GenerationHyperparameters
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from transformers import AutoConfig
 
 from vlrollout.errors import ConfigError
+from vlrollout.families import context_length
 
 #: The ``vlrollout run`` flags that set gconfig fields.
 GCONFIG_FLAGS = {
@@ -61,6 +63,52 @@ def check_gconfig(g: GenerationHyperparameters, flags: bool = False) -> None:
         check_sampling_values(g.temperature, g.top_p, g.frequency_penalty, key=key)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+UNSENT_BY_CLIENT: dict[str, tuple[str, ...]] = {
+    "sglang": ("min_new_tokens",),
+    "vllm": ("min_new_tokens", "frequency_penalty", "stop"),
+}
+"""The ``gconfig`` keys each of AReaL's remote clients leaves out of its requests (its backends'
+``build_generation_request``): set, the server would sample without them."""
+
+
+def check_remote_gconfig(g: GenerationHyperparameters, kind: str) -> None:
+    """Refuse sampling settings the engine ``kind``'s AReaL client would not send.
+
+    Raises:
+        ConfigError: naming the keys and the client.
+    """
+    unsent = [
+        f"gconfig.{k}={getattr(g, k)!r}" for k in UNSENT_BY_CLIENT.get(kind, ()) if getattr(g, k)
+    ]
+    if unsent:
+        raise ConfigError(
+            f"{', '.join(unsent)}: AReaL's {kind} client does not send "
+            f"{'it' if len(unsent) == 1 else 'them'}, so the server would sample without; "
+            "leave it unset, or roll out on the embedded engine (engine.kind=local)"
+        )
+
+
+def check_room_in_context(max_new_tokens: int, model: str, flag: str | None = None) -> None:
+    """Refuse a ``max_new_tokens`` that leaves no room for a prompt in the context of the model
+    in folder ``model`` (read from its config), before the model loads: every item would fail
+    on its prompt length. ``flag`` names a command-line flag beside the key.
+
+    Raises:
+        ConfigError: naming both numbers.
+    """
+    try:
+        config = AutoConfig.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError):
+        return  # the engine's own checks say what is wrong with the folder
+    context = context_length(config)
+    if context is not None and max_new_tokens >= context:
+        key = "gconfig.max_new_tokens" + (f" ({flag})" if flag else "")
+        raise ConfigError(
+            f"{key} {max_new_tokens} leaves no room for a prompt in the model's context of "
+            f"{context} tokens; lower it below {context}"
+        )
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

@@ -123,6 +123,32 @@ def test_group_size_one_is_refused(tmp_path):
             ["--config", "examples/train_grounding.yaml", "gconfig.temperature=0"],
             "gconfig.temperature must be a finite number > 0 (GRPO samples its groups), got 0",
         ),
+        (  # on-policy, AReaL admitted 3 of a step's 4 items and the step waited for good
+            ["--config", "examples/train_grounding.yaml", "rollout.consumer_batch_size=15"],
+            "rollout.consumer_batch_size=15 is below train_dataset.batch_size (16)",
+        ),
+        (  # ran as 1
+            ["--config", "examples/train_grounding.yaml", "actor.ppo_n_minibatches=0"],
+            "actor.ppo_n_minibatches must be >= 1, got 0",
+        ),
+        (  # failed after the model loaded, with AReaL's "larger than capacity 2048"
+            ["--config", "examples/train_grounding.yaml", "gconfig.max_new_tokens=100000"],
+            "gconfig.max_new_tokens 100000 leaves no room for a prompt in the model's context of 512",
+        ),
+        (  # AReaL's SGLang client does not send it: the server sampled without a minimum
+            [
+                "--config",
+                "examples/train_grounding.yaml",
+                "+gconfig.min_new_tokens=5",
+                "vlrollout.engine.kind=sglang",
+                "vlrollout.engine.addresses=[h:1]",
+            ],
+            "gconfig.min_new_tokens=5: AReaL's sglang client does not send it",
+        ),
+        (  # the type error named the file, not the key
+            ["--config", "examples/train_grounding.yaml", "rollout.max_head_offpolicyness=abc"],
+            "rollout.max_head_offpolicyness",
+        ),
     ],
 )
 def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):

@@ -33,7 +33,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from vlrollout.config import check_gconfig, explain, read_yaml
+from vlrollout.config import check_gconfig, check_remote_gconfig, explain, read_yaml
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
 from vlrollout.readers import FORMATS
@@ -181,6 +181,7 @@ class RunConfig:
                 )
             self.preprocessor = dict(spec)
         check_gconfig(self.gconfig, flags=True)
+        check_remote_gconfig(self.gconfig, self.engine.kind)
 
     @property
     def deterministic(self) -> bool:

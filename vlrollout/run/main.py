@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from areal.api import RolloutWorkflow
-from transformers import AutoConfig
 
+from vlrollout.config import check_room_in_context
 from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
 from vlrollout.errors import ConfigError, Interrupted
@@ -401,23 +401,8 @@ MEDIA_PART_TYPES = ("image", "image_url", "video", "video_url")
 
 
 def check_room(cfg: RunConfig) -> None:
-    """Refuse a ``max_new_tokens`` that leaves no room for a prompt in the model's context (read
-    from its config), before the model loads: every item would fail on its prompt length.
-
-    Raises:
-        ConfigError: naming both numbers.
-    """
-    try:
-        config = AutoConfig.from_pretrained(cfg.engine.model, local_files_only=True)
-    except (OSError, ValueError):
-        return  # the engine's own checks say what is wrong with the folder
-    context = context_length(config)
-    wanted = cfg.gconfig.max_new_tokens
-    if context is not None and wanted >= context:
-        raise ConfigError(
-            f"gconfig.max_new_tokens (--max-new-tokens) {wanted} leaves no room for a prompt in "
-            f"the model's context of {context} tokens; lower it below {context}"
-        )
+    """:func:`~vlrollout.config.check_room_in_context` for the run's model."""
+    check_room_in_context(cfg.gconfig.max_new_tokens, cfg.engine.model, "--max-new-tokens")
 
 
 def apply_process_settings(cfg: RunConfig) -> None:

@@ -18,7 +18,7 @@ from areal.api.cli_args import GRPOConfig, load_expr_config
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from vlrollout.config import check_gconfig, known_keys
+from vlrollout.config import check_gconfig, check_remote_gconfig, check_room_in_context, known_keys
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
 from vlrollout.eval.metrics.boxes import check_box_format
@@ -348,6 +348,18 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
             f"(--nproc {world_size}): add vlrollout.dynamic_sampling=false to train with "
             "several processes"
         )
+    if cfg.rollout.consumer_batch_size < batch_size:
+        # AReaL's staleness manager admits consumer_batch_size items per weight
+        # version: a step of more items could never fill.
+        raise ConfigError(
+            f"rollout.consumer_batch_size={cfg.rollout.consumer_batch_size} is below "
+            f"train_dataset.batch_size ({batch_size}): AReaL would admit too few of a step's "
+            f"items for the step to fill; set rollout.consumer_batch_size={batch_size}"
+        )
+    if cfg.actor.ppo_n_minibatches < 1:
+        raise ConfigError(
+            f"actor.ppo_n_minibatches must be >= 1, got {cfg.actor.ppo_n_minibatches}"
+        )
     if offpolicy > 0 and cfg.rollout.consumer_batch_size != batch_size:
         # AReaL's staleness manager counts weight versions in batches of consumer_batch_size.
         raise ConfigError(
@@ -452,6 +464,7 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
             "vlrollout.output and cluster.fileroot, which must be folders you can write to)"
         ) from None
     check_gconfig(cfg.gconfig)
+    check_remote_gconfig(cfg.gconfig, cfg.vlrollout.engine.kind)
     if stats_logger_problem(cfg.stats_logger):
         raise ConfigError(stats_logger_problem(cfg.stats_logger))
     if cfg.gconfig.n_samples < 2:
@@ -462,6 +475,7 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     problem = _model_path_problem(cfg.actor.path, Path(path))
     if problem:
         raise ConfigError(problem)
+    check_room_in_context(cfg.gconfig.max_new_tokens, cfg.actor.path)
     return cfg
 
 
@@ -518,6 +532,9 @@ def _explain_override(e: Exception, path: str) -> Exception:
             f"{path}: vlrollout.engine is a section (the same as vlrollout run's engine:): "
             "set vlrollout.engine.kind=local|sglang|vllm and vlrollout.engine.addresses=[...]"
         )
+    full_key = getattr(e, "full_key", None)
+    if isinstance(e, OmegaConfBaseException) and full_key:  # a value of the wrong type
+        return ConfigError(f"{path}: {full_key}: {first}")
     match = re.match(r"Could not override '([\w.]+)'", first)
     if not match:
         return ConfigError(f"{path}: {first}")
