@@ -331,7 +331,8 @@ class AutoProcessorPreprocessor:
             "prompt_too_long",
             f"the prompt's {len(images)} image(s) ({sizes}) alone take {tokens} tokens, more "
             f"than the {limit} a prompt may hold here; refused before building their pixels "
-            "(a lower max_pixels fits them in fewer tokens)",
+            "(smaller images, or a lower max_pixels in the processor's settings, take fewer "
+            "tokens)",
         )
 
     def call_processor(

@@ -103,6 +103,9 @@ def test_vlrollout_run_on_the_tiny_model_stops_cleanly(tmp_path, sig, to_group):
     ]  # fmt: skip
     proc = _start(cmd, out, ready=1)
     _check_stop(proc, sig, to_group, out, total=12)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] and summary["items"]["done"] >= 1
+    assert summary["wall_s"] > 0  # the time it ran before the stop, not a placeholder
 
 
 @pytest.mark.parametrize(

@@ -504,7 +504,7 @@ def run_from_config(
             write_report(
                 Path(cfg.output),
                 items,
-                _partial_summary(cfg, items),
+                _partial_summary(cfg, items, runner.elapsed_s()),
                 reward=prepared.reward,
                 prepare=_prepare(workflow),
                 processor=processor,
@@ -543,11 +543,11 @@ def _video_sampling(workflow: Any) -> Any:
     return getattr(pre, "video_sampling", None)
 
 
-def _partial_summary(cfg: RunConfig, items: list[dict[str, Any]]) -> dict[str, Any]:
+def _partial_summary(cfg: RunConfig, items: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     from vlrollout.files import atomic_write_json
     from vlrollout.run.runner import summarize
 
-    summary = summarize(Path(cfg.output), items, wall_s=0.0)
+    summary = summarize(Path(cfg.output), items, wall_s=wall_s)
     summary["interrupted"] = True
     summary["config"] = cfg.to_dict()
     atomic_write_json(Path(cfg.output) / "summary.json", summary)

@@ -114,6 +114,11 @@ class Runner:
         self.group_size = group_size
         self.concurrency = concurrency
         self.fail_fast = fail_fast
+        self.started: float | None = None  # perf_counter() when run() started
+
+    def elapsed_s(self) -> float:
+        """Seconds since :meth:`run` started (0 before): an interrupted run's ``wall_s``."""
+        return 0.0 if self.started is None else time.perf_counter() - self.started
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Completion text as the reward saw it (the workflow's decoding: trailing stop dropped)."""
@@ -218,7 +223,7 @@ class Runner:
             logger.info(
                 "%d item(s) changed since their outcome was saved: run again", len(pending.redone)
             )
-        start = time.perf_counter()
+        start = self.started = time.perf_counter()
         bar = None
         if progress:
             from tqdm import tqdm
