@@ -86,7 +86,8 @@ def check_remote_gconfig(g: GenerationHyperparameters, kind: str) -> None:
         raise ConfigError(
             f"{', '.join(unsent)}: AReaL's {kind} client does not send "
             f"{'it' if len(unsent) == 1 else 'them'}, so the server would sample without; "
-            "leave it unset, or roll out on the embedded engine (engine.kind=local)"
+            f"leave {'it' if len(unsent) == 1 else 'them'} unset, or roll out on the embedded engine "
+            "(engine.kind=local)"
         )
 
 
