@@ -160,3 +160,22 @@ def test_a_rejected_item_on_one_rank_does_not_end_a_two_process_run(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     assert [r["rejected"] for r in rows] == [2, 2]  # the bad item's two episodes, counted
     assert [r["n_trajectories"] for r in rows] == [3 * 2, 3 * 2]
+
+
+def test_resuming_with_more_processes_is_refused_before_any_starts(tmp_path, capsys, monkeypatch):
+    """The launcher reads the checkpoint's optimizer shards first: one line and exit 2, not the
+    refusal printed once per process under torchrun's traceback."""
+    import vlrollout.train.main as train_main
+    from vlrollout.cli import main
+
+    step = tmp_path / "checkpoints" / "step_3"
+    step.mkdir(parents=True)
+    (step / "state.json").write_text(json.dumps({"step": 3}))
+    (step / "optim_world_size_1_rank_0.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "latest").write_text("step_3")
+    monkeypatch.setattr(train_main, "launch", lambda *a: pytest.fail("torchrun was started"))
+    args = ["--config", "examples/train_grounding.yaml", f"vlrollout.output={tmp_path}"]
+    assert main(["train", "--nproc", "2", *args]) == 2
+    err = capsys.readouterr().err
+    assert "saved by 1 training process(es) and this run has 2" in err and "--nproc 1" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

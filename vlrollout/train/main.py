@@ -51,10 +51,13 @@ def main(argv: Sequence[str]) -> int:
     from vlrollout.train.config import check_rules, load_config
     from vlrollout.train.loop import train
     from vlrollout.train.report import control_summary, held_out_metric, rejected_line
+    from vlrollout.train.session import check_resumable
 
     cfg = load_config(args.config, overrides)
     # Settings errors once, here, rather than once per process under torchrun.
-    check_rules(cfg, launched if "WORLD_SIZE" in os.environ else args.nproc)
+    world = launched if "WORLD_SIZE" in os.environ else args.nproc
+    check_rules(cfg, world)
+    check_resumable(cfg, Path(cfg.vlrollout.output), world)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch(
             args.nproc, [*(["--debug"] if debug else []), "--config", args.config, *overrides]

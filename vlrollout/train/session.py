@@ -277,6 +277,21 @@ def run_rewards(cfg: TrainConfig, train: list[dict], held_out: list[dict]) -> tu
         raise ConfigError(f"vlrollout.reward {vl.reward!r}: {str(e).splitlines()[0]}") from None
 
 
+def check_resumable(cfg: TrainConfig, out: Path, world: int) -> Checkpoint | None:
+    """The latest checkpoint in ``out`` if this run (``world`` processes) can resume from it,
+    ``None`` for a new run; the launcher calls it before any process starts.
+
+    Raises:
+        ConfigError: The checkpoint was saved by another number of processes, or with another
+            ``actor.use_lora``.
+    """
+    ckpt = checkpoint.latest(out)
+    if ckpt is not None:
+        check_resume(ckpt.path, cfg.actor.use_lora)
+        checkpoint.check_world_size(ckpt, world)
+    return ckpt
+
+
 def resume_point(cfg: TrainConfig, out: Path, ranks: Ranks) -> Checkpoint | None:
     """The latest checkpoint in ``out``, checked against this run, or ``None`` for a new run.
     Without LoRA the actor is then built from it (``cfg.actor.path`` is pointed at it); with
@@ -286,11 +301,9 @@ def resume_point(cfg: TrainConfig, out: Path, ranks: Ranks) -> Checkpoint | None
         ConfigError: The checkpoint was saved by another number of processes, or with another
             ``actor.use_lora``.
     """
-    ckpt = checkpoint.latest(out)
+    ckpt = check_resumable(cfg, out, ranks.world)
     if ckpt is None:
         return None
-    check_resume(ckpt.path, cfg.actor.use_lora)
-    checkpoint.check_world_size(ckpt, ranks.world)
     if not cfg.actor.use_lora:
         cfg.actor.path = str(ckpt.path)
     logger.info("resuming from %s (step %d)", ckpt.path, ckpt.step)
