@@ -10,10 +10,11 @@ to convert coordinates and each video's timing (:class:`VideoClip`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import contextvars
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -224,6 +225,18 @@ preprocessor that can count an item's image tokens from the image sizes alone re
 (``prompt_too_long``) before its processor call builds the pixels, the costly part of preparing a
 large image; the caller's check of the prepared prompt's length stays the exact one.
 """
+
+
+@contextlib.contextmanager
+def prompt_token_limit(limit: int | None) -> Iterator[None]:
+    """:data:`PROMPT_TOKEN_LIMIT` is ``limit`` inside the block (and in tasks and threads it
+    starts, which copy the context)."""
+    token = PROMPT_TOKEN_LIMIT.set(limit)
+    try:
+        yield
+    finally:
+        PROMPT_TOKEN_LIMIT.reset(token)
+
 
 _ENCODER = ThreadPoolExecutor(
     max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="vlrollout-engine-images"

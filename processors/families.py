@@ -59,11 +59,19 @@ _VIDEO_FRAME = re.compile(r"Frame\d+: $")
 GeometryFn = Callable[[Any, Sequence[tuple[int, int]], dict[str, Any]], list[ImageGeometry]]
 
 
+def size_getter(size: Any) -> Callable[..., Any]:
+    """``get(key, default=None)`` over an image processor's ``size``: a dict, or transformers'
+    ``SizeDict`` (attributes)."""
+    if isinstance(size, dict):
+        return size.get
+    return lambda key, default=None: getattr(size, key, default)
+
+
 def _size_hw(size: Any) -> tuple[int, int] | None:
     """(height, width) from an image processor ``size``/``crop_size`` (dict or SizeDict)."""
     if size is None:
         return None
-    get = size.get if isinstance(size, dict) else lambda k, d=None: getattr(size, k, d)
+    get = size_getter(size)
     h, w = get("height"), get("width")
     if h and w:
         return int(h), int(w)
@@ -109,7 +117,7 @@ def fixed_size_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
         _size_hw(getattr(ip, "crop_size", None)) if getattr(ip, "do_center_crop", False) else None
     )
     size = getattr(ip, "size", None)
-    get = size.get if isinstance(size, dict) else lambda k, d=None: getattr(size, k, d)
+    get = size_getter(size)
     edge = get("shortest_edge") if size is not None else None
     if crop_hw is not None and edge and getattr(ip, "do_resize", True):
         out = []
@@ -287,7 +295,7 @@ def glm4v_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | Non
     ``temporal_patch_size`` copies of an image against them."""
     t = int(processor.image_processor.temporal_patch_size)
     size = processor.image_processor.size
-    get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+    get = size_getter(size)
     lo = min_pixels * t if min_pixels is not None else get("shortest_edge")
     hi = max_pixels * t if max_pixels is not None else get("longest_edge")
     if lo is not None and hi is not None:
@@ -322,7 +330,7 @@ def qwen_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | None
     if min_pixels is None and max_pixels is None:
         return {}
     size = processor.image_processor.size
-    get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+    get = size_getter(size)
     lo = min_pixels if min_pixels is not None else get("shortest_edge")
     hi = max_pixels if max_pixels is not None else get("longest_edge")
     check_pixel_bounds(lo, hi, min_pixels, max_pixels)
@@ -341,7 +349,7 @@ def budget_image_tokens(processor, images_kwargs: dict, width: int, height: int)
     if set(images_kwargs) - {"size"} or not getattr(ip, "do_resize", True):
         return None
     size = images_kwargs.get("size") or ip.size
-    get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+    get = size_getter(size)
     lo, hi = get("shortest_edge"), get("longest_edge")
     # Qwen's count reads min_pixels/max_pixels, GLM-4V's the size bounds: both are given.
     bounds = {"size": {"shortest_edge": lo, "longest_edge": hi}, "min_pixels": lo, "max_pixels": hi}

@@ -28,7 +28,7 @@ from areal.api.io_struct import ModelRequest, ModelResponse
 from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS, context_length
 from vlrollout.processors.auto import channels_last_kwargs
-from vlrollout.processors.base import PROMPT_TOKEN_LIMIT
+from vlrollout.processors.base import prompt_token_limit
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline, has_scheme
 from vlrollout.serve.admission import Admission, TokenRate
@@ -192,13 +192,11 @@ class ServerState:
     def prepare(self, item: dict[str, Any], where: str) -> Any:
         """The served preprocessor's :class:`PreparedPrompt` for ``item``; a bad item is a
         :class:`BadRequest` with the preprocessor's reason (run it off the event loop)."""
-        limit = PROMPT_TOKEN_LIMIT.set(self.context_len)  # images counted before pixels
         try:
-            return self.preprocessor.prepare(item)
+            with prompt_token_limit(self.context_len):  # images counted before pixels
+                return self.preprocessor.prepare(item)
         except PreprocessError as e:
             raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
-        finally:
-            PROMPT_TOKEN_LIMIT.reset(limit)
 
     def video_tensors(self, videos: list[Any], where: str) -> dict[str, torch.Tensor]:
         """The model's video tensors for ``videos`` (base64 / data URLs, never paths), sampled

@@ -25,9 +25,9 @@ from vlrollout.packaging import PackingError
 from vlrollout.processors.auto import item_label
 from vlrollout.processors.base import (
     ENCODE_ENGINE_IMAGES_AHEAD,
-    PROMPT_TOKEN_LIMIT,
     PreparedPrompt,
     Preprocessor,
+    prompt_token_limit,
 )
 from vlrollout.processors.cache import PreparedPromptCache, item_fields_key, item_key
 from vlrollout.processors.contract import check_prepared, merge_sizes, plugin_name
@@ -118,15 +118,12 @@ class EpisodeContext:
         """
         held = _HELD.get()
         data = item_copy(data)  # a plug-in may change it; the item is also the reward's data
-        limit = PROMPT_TOKEN_LIMIT.set(self.max_prompt_tokens)  # images counted before pixels
-        try:
+        with prompt_token_limit(self.max_prompt_tokens):  # images counted before pixels
             if held is None:
                 prepared = await self.prompts.aprepare(data)
             else:
                 key, prepared = await self.prompts.acquire(data)
                 held.append((self.prompts, key))
-        finally:
-            PROMPT_TOKEN_LIMIT.reset(limit)
         check_prepared(prepared, plugin_name(self.preprocessor), merge_sizes(self.processor))
         if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
             raise EpisodeRejected(
