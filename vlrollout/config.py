@@ -87,7 +87,7 @@ def check_remote_gconfig(g: GenerationHyperparameters, kind: str) -> None:
             f"{', '.join(unsent)}: AReaL's {kind} client does not send "
             f"{'it' if len(unsent) == 1 else 'them'}, so the server would sample without; "
             f"leave {'it' if len(unsent) == 1 else 'them'} unset, or roll out on the embedded engine "
-            "(engine.kind=local)"
+            "(engine kind local)"
         )
 
 
