@@ -309,7 +309,9 @@ def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, ...]:
         times = []
         for p in payloads:
             t = time.perf_counter()
-            state.vision_tensors(p["image_data"], "bench")
+            raws = state.encoded_images(p["image_data"], "bench")
+            state.check_image_placeholders(p["input_ids"], state.image_sizes(raws, "bench"), "")
+            state.vision_tensors(raws, "bench")
             times.append(time.perf_counter() - t)
         return statistics.median(times)
 

@@ -28,7 +28,13 @@ from .base import (
 from .errors import PreprocessError
 from .expansion import check_expansion
 from .families import FamilyAdapter, adapter_for
-from .image_loading import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, LoadedImage, load_image
+from .image_loading import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_PIXELS,
+    LoadedImage,
+    load_image,
+    shown_sizes,
+)
 from .merge_kwargs_cache import with_merged_kwargs_cache
 from .messages import check_media_fields, normalize_media
 from .video_loading import (
@@ -303,36 +309,36 @@ class AutoProcessorPreprocessor:
                 "template does not render {'type': 'image'} parts",
             )
 
-    def image_tokens(self, images: Sequence[LoadedImage]) -> int | None:
-        """The tokens ``images`` take in the prompt, from their sizes alone (no pixels built);
-        ``None`` when the family's adapter cannot count them (see ``FamilyAdapter.image_tokens``)."""
+    def image_tokens(self, sizes: Sequence[tuple[int, int]]) -> int | None:
+        """The tokens images of ``sizes`` (width, height) take in the prompt, from their sizes
+        alone (no pixels built, nor decoded: an image's header gives its size); ``None`` when the
+        family's adapter cannot count them (see ``FamilyAdapter.image_tokens``)."""
         count = self.adapter.image_tokens
         if count is None or not self.has_vision:
             return None
         kwargs = self.processor_kwargs.get("images_kwargs", {})
         try:
-            per_image = [count(self.processor, kwargs, *im.image.size) for im in images]
+            per_image = [count(self.processor, kwargs, *size) for size in sizes]
         except ValueError:  # a size the resize refuses: the processor call names the image
             return None
         return None if None in per_image else sum(per_image)  # type: ignore[arg-type]
 
-    def check_image_tokens(self, images: Sequence[LoadedImage], item: str) -> None:
-        """Refuse ``prompt_too_long`` before the processor call when the images alone take more
-        tokens than the caller's :data:`~vlrollout.processors.base.PROMPT_TOKEN_LIMIT`: building
-        a large image's pixels costs far more memory and time than counting its tokens."""
+    def check_image_tokens(self, sizes: Sequence[tuple[int, int]], item: str) -> None:
+        """Refuse ``prompt_too_long`` before the processor call when images of ``sizes`` alone
+        take more tokens than the caller's :data:`~vlrollout.processors.base.PROMPT_TOKEN_LIMIT`:
+        building a large image's pixels costs far more memory and time than counting its
+        tokens."""
         limit = PROMPT_TOKEN_LIMIT.get()
-        tokens = self.image_tokens(images) if limit is not None and images else None
+        tokens = self.image_tokens(sizes) if limit is not None and sizes else None
         if tokens is None or tokens <= limit:
             return
-        sizes = ", ".join("x".join(map(str, im.image.size)) for im in images[:4])
-        sizes += f", and {len(images) - 4} more" if len(images) > 4 else ""
         raise PreprocessError(
             item,
             "prompt_too_long",
-            f"the prompt's {len(images)} image(s) ({sizes}) alone take {tokens} tokens, more "
-            f"than the {limit} a prompt may hold here; refused before building their pixels "
-            "(smaller images, or a lower max_pixels in the processor's settings, take fewer "
-            "tokens)",
+            f"the prompt's {len(sizes)} image(s) ({shown_sizes(sizes)}) alone take {tokens} "
+            f"tokens, more than the {limit} a prompt may hold here; refused before building "
+            "their pixels (smaller images, or a lower max_pixels in the processor's settings, "
+            "take fewer tokens)",
         )
 
     def call_processor(
@@ -449,7 +455,7 @@ class AutoProcessorPreprocessor:
         if messages is not None:
             prompt_text = self.render(messages)
         self.check_placeholders(prompt_text, len(images), item, len(videos))
-        self.check_image_tokens(images, item)
+        self.check_image_tokens([im.image.size for im in images], item)
         outputs = self.call_processor(prompt_text, images, item, videos)
         merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", None)
         if merge:

@@ -349,12 +349,13 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
     return "base64", raw
 
 
-def open_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
-    """Open encoded bytes, enforce the size limits, and decode the first frame fully.
+def peek_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """Open encoded bytes lazily (headers only, no pixel decoded) and enforce the size limits:
+    what an image will cost once decoded is known here.
 
     Raises:
         PreprocessError: ``image_too_large`` (over ``max_pixels`` or a PIL decompression bomb),
-            ``image_empty`` (zero width or height) or ``image_decode`` (corrupt or truncated data).
+            ``image_empty`` (zero width or height) or ``image_decode`` (not image data).
     """
     try:
         image = Image.open(io.BytesIO(raw))
@@ -367,6 +368,13 @@ def open_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> I
     except Exception as e:  # PIL's plug-ins raise many kinds on corrupt data (TIFF: TypeError)
         raise PreprocessError(item, "image_decode", f"cannot open image: {e}") from None
     check_size(image.size, item, max_pixels)
+    return image
+
+
+def open_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """:func:`peek_image`, then decode the first frame fully (a corrupt or truncated image is
+    ``image_decode``)."""
+    image = peek_image(raw, item, max_pixels)
     try:
         image.seek(0)
         image.load()
@@ -420,6 +428,16 @@ def check_size(size: tuple[int, int], item: str, max_pixels: int = DEFAULT_MAX_P
             "budget --max-pixels); downscale the images or raise max_image_pixels (a run's "
             "config: preprocessor: {name: auto, max_image_pixels: N})",
         )
+
+
+def shown_sizes(sizes: list[tuple[int, int]] | tuple[tuple[int, int], ...], most: int = 4) -> str:
+    """Image sizes as a message names them: the first ``most`` as ``WxH``, then how many more.
+
+    >>> shown_sizes([(640, 480)] * 6)
+    '640x480, 640x480, 640x480, 640x480, and 2 more'
+    """
+    shown = ", ".join(f"{w}x{h}" for w, h in sizes[:most])
+    return shown + (f", and {len(sizes) - most} more" if len(sizes) > most else "")
 
 
 def exif_orientation(image: Image.Image) -> int:

@@ -147,7 +147,7 @@ def check_token_ids(input_ids: list[int], vocab_size: int) -> None:
         )
 
 
-def _count(input_ids: list[int], token_id: int | None) -> tuple[int, int]:
+def count_placeholders(input_ids: list[int], token_id: int | None) -> tuple[int, int]:
     """``(tokens, runs)`` of ``token_id`` in ``input_ids``; a prompt without it (most have no
     video) costs one ``list.count``."""
     n_tokens = input_ids.count(token_id) if token_id is not None else 0
@@ -196,7 +196,7 @@ def check_placeholders(
             hit = mm_token_type_ids.reshape(-1) == value
             n_tokens, n_runs = int(hit.sum()), _runs(hit)
         else:
-            n_tokens, n_runs = _count(input_ids, token_id)
+            n_tokens, n_runs = count_placeholders(input_ids, token_id)
         if grid is None:
             if data_key in vision and not n_tokens:
                 raise PlaceholderMismatchError(

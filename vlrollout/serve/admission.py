@@ -8,7 +8,9 @@ body is read. Control routes (pause, continue, weight updates) and ``/health`` a
 a trainer must be able to update weights while the queue is full.
 
 A request is charged its ``Content-Length`` when it arrives; a body sent without one (chunked)
-is charged when it has been read (:meth:`Admission.grow`).
+is charged when it has been read (:meth:`Admission.grow`). Once its images' headers are read, and
+before any of them is decoded, a request whose decoded images cost more than its body is charged
+that instead (:func:`charge_decoded_images`): a flat PNG of a few KB decodes to hundreds of MB.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from vlrollout.serve.errors import BadRequest, body_too_large
+from vlrollout.serve.limits import RESIDENT_PER_PIXEL, RESIDENT_PER_QUEUED_BYTE
 
 RETRY_AFTER_S = 1
 """Seconds a refused client is asked to wait (``Retry-After``): the tiny model answers a request
@@ -165,6 +168,44 @@ def charge_read_body(request: web.Request, gate: Admission | None, nbytes: int) 
     if not gate.grow(nbytes):
         raise gate.full(request.path)
     request[TICKET] += nbytes
+
+
+def decoded_charge(pixels: int) -> int:
+    """What a request's images of ``pixels`` (width × height, all images) are charged in the
+    queue's unit, body bytes: their resident cost once decoded over the resident cost of a body
+    byte.
+
+    >>> decoded_charge(1000)
+    1000
+    """
+    return -(-pixels * RESIDENT_PER_PIXEL // RESIDENT_PER_QUEUED_BYTE)
+
+
+def charge_decoded_images(
+    request: web.Request, gate: Admission | None, pixels: int, n_images: int
+) -> None:
+    """Charge an admitted request its ``n_images`` images' decoded size (``pixels`` together,
+    read from their headers) where that outweighs what it was charged for its body; called
+    before any of them is decoded. A request that could never fit gets 413 (a 503 would only
+    make its client retry it); one that does not fit now gets 503, both counted refused."""
+    if gate is None or TICKET not in request:
+        return
+    extra = decoded_charge(pixels) - request[TICKET]
+    if extra <= 0:
+        return
+    if gate.grow(extra):
+        request[TICKET] += extra
+        return
+    most = gate.limits.max_bytes
+    if most is not None and decoded_charge(pixels) > most:
+        raise BadRequest(
+            f"{request.path}: the request's {n_images} image(s) of {pixels} pixels decode to "
+            f"more than this server's queue holds at once ({most} body bytes, each image pixel "
+            f"counted as {RESIDENT_PER_PIXEL / RESIDENT_PER_QUEUED_BYTE:g}; --max-queued-mb); "
+            "send smaller images",
+            status=413,
+        )
+    raise gate.full(request.path)
 
 
 class TokenRate:

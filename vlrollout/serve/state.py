@@ -25,13 +25,22 @@ from aiohttp import web
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest, ModelResponse
 
+from vlrollout.engine.inputs import count_placeholders
 from vlrollout.engine.sampling import check_sampling_values
-from vlrollout.families import VIDEO_INPUT_KEYS, context_length
+from vlrollout.families import VIDEO_INPUT_KEYS, context_length, image_token_id
 from vlrollout.processors.auto import channels_last_kwargs
 from vlrollout.processors.base import prompt_token_limit
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES, decode_inline, has_scheme
-from vlrollout.serve.admission import Admission, TokenRate
+from vlrollout.processors.families import size_getter
+from vlrollout.processors.image_loading import (
+    DEFAULT_MAX_BYTES,
+    decode_inline,
+    has_scheme,
+    load_image,
+    peek_image,
+    shown_sizes,
+)
+from vlrollout.serve.admission import Admission, TokenRate, charge_decoded_images
 from vlrollout.serve.errors import BadRequest, typed
 
 if TYPE_CHECKING:
@@ -157,20 +166,65 @@ class ServerState:
             max_tokens=self.context_len,
         )
 
-    def vision_tensors(self, images: list[Any], where: str) -> dict[str, torch.Tensor]:
-        """Decode ``images`` (base64 / data URLs, never paths) with our image loading and the
-        model's image processor; run it off the event loop."""
-        from vlrollout.processors.image_loading import load_image
-
+    def encoded_images(self, images: list[Any], where: str) -> list[bytes]:
+        """The encoded bytes of ``images`` (base64 / data URLs, never paths), under the served
+        preprocessor's byte limit; run it off the event loop."""
         processor = self.engine.processor
         if processor is None or getattr(processor, "image_processor", None) is None:
             raise BadRequest(f"{where}: images were sent but the served model has no processor")
-        loaded = []
-        for k, src in enumerate(images, start=1):
+        limit = self.preprocessor.max_image_bytes
+        return [encoded_image(src, f"{where} image {k}", limit) for k, src in enumerate(images, 1)]
+
+    def image_sizes(self, raws: list[bytes], where: str) -> list[tuple[int, int]]:
+        """Each encoded image's (width, height), read from its header without decoding it, under
+        the decode limits (a decompression bomb is refused here)."""
+        sizes = []
+        for k, raw in enumerate(raws, start=1):
             label = f"{where} image {k}"
             try:
-                pre = self.preprocessor  # its limits, with load_image's defaults filled in
-                raw = encoded_image(src, label, pre.max_image_bytes)
+                sizes.append(peek_image(raw, label, self.preprocessor.max_image_pixels).size)
+            except PreprocessError as e:
+                raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
+        return sizes
+
+    def check_image_placeholders(
+        self, ids: list[int], sizes: list[tuple[int, int]], where: str
+    ) -> None:
+        """Refuse ``input_ids`` whose image placeholders disagree with what images of ``sizes``
+        take under the served processor's settings, before they are decoded. Families whose
+        tokens cannot be counted from sizes are checked by the engine, after."""
+        tokens = self.preprocessor.image_tokens(sizes)
+        if tokens is None:
+            return
+        n_tokens, n_runs = count_placeholders(ids, image_token_id(self.engine.model.config))
+        if (n_tokens, n_runs) == (tokens, len(sizes)):
+            return
+        get = size_getter(self.engine.processor.image_processor.size)
+        raise BadRequest(
+            f"{where}: image placeholders and images disagree: input_ids hold {n_tokens} image "
+            f"placeholder tokens in {n_runs} run(s), but {len(sizes)} image(s) of "
+            f"{shown_sizes(sizes)} take {tokens} tokens under this server's image processor "
+            f"(min_pixels={get('shortest_edge')}, max_pixels={get('longest_edge')}). Build "
+            "input_ids and the images with the same processor settings."
+        )
+
+    def check_image_tokens(self, sizes: list[tuple[int, int]], where: str) -> None:
+        """Refuse images of ``sizes`` that alone fill the model's context, before they are
+        decoded (the served preprocessor's ``prompt_too_long``)."""
+        try:
+            with prompt_token_limit(self.context_len):
+                self.preprocessor.check_image_tokens(sizes, where)
+        except PreprocessError as e:
+            raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
+
+    def vision_tensors(self, raws: list[bytes], where: str) -> dict[str, torch.Tensor]:
+        """Decode encoded images with our image loading and the model's image processor; run it
+        off the event loop."""
+        pre = self.preprocessor  # its limits, with load_image's defaults filled in
+        loaded = []
+        for k, raw in enumerate(raws, start=1):
+            label = f"{where} image {k}"
+            try:
                 loaded.append(
                     load_image(
                         raw, label, max_pixels=pre.max_image_pixels, max_bytes=pre.max_image_bytes
@@ -182,7 +236,7 @@ class ServerState:
         # that treat several images of one prompt differently (LLaVA-OneVision pads each to a
         # square; Idefics3 tiles one sequence's images into one pixel_values row) need the nesting.
         try:
-            ip = processor.image_processor
+            ip = self.engine.processor.image_processor
             images = [[im.image for im in loaded]]
             out = ip(images=images, return_tensors="pt", **channels_last_kwargs(ip, images[0]))
         except (ValueError, RuntimeError) as e:  # refused (an extreme aspect ratio), or
@@ -279,6 +333,19 @@ class ServerState:
         version = self.engine.get_version() + 1
         self.engine.set_version(version)
         return version
+
+
+async def read_image_headers(
+    request: web.Request, raws: list[bytes], where: str
+) -> list[tuple[int, int]]:
+    """The sizes of a request's encoded images, read from their headers off the event loop; the
+    request is charged their decoded size in the queue (413 or 503 when that cannot be held)
+    before any of them is decoded."""
+    state = request.app[STATE]
+    sizes = await asyncio.to_thread(state.image_sizes, raws, where)
+    pixels = sum(w * h for w, h in sizes)
+    charge_decoded_images(request, state.admission, pixels, len(sizes))
+    return sizes
 
 
 def check_prompt_room(state: ServerState, prompt_len: int, where: str) -> None:

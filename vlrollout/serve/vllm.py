@@ -44,7 +44,14 @@ from areal.api.io_struct import ModelRequest
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES
 from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, check_flags, flag, token_ids, typed
-from vlrollout.serve.state import STATE, ServerState, check_min_room, cut_at_stop, encoded_image
+from vlrollout.serve.state import (
+    STATE,
+    ServerState,
+    check_min_room,
+    cut_at_stop,
+    encoded_image,
+    read_image_headers,
+)
 
 SAMPLING_FIELDS = (
     "model",
@@ -354,6 +361,9 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     messages, media = await asyncio.to_thread(_split_media, body["messages"], where, max_bytes)
     if state.preprocessor is None:
         raise BadRequest(f"{where}: the served model has no processor to render messages")
+    if media["images"]:
+        sizes = await read_image_headers(request, media["images"], where)
+        state.check_image_tokens(sizes, where)
     item = {"messages": messages, **{k: v for k, v in media.items() if v}}
     prepared = await asyncio.to_thread(state.prepare, item, where)
     _check_room(state, len(prepared.input_ids), body, where)

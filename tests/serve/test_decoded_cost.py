@@ -1,0 +1,149 @@
+"""What a request's images cost once decoded is known from their headers, before any pixel is
+decoded: the queue charges a request its images' decoded size when that outweighs its body (a
+small PNG of one colour decodes to hundreds of MB), and ``/generate`` compares placeholders with
+the images' sizes before it decodes them."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import math
+import time
+
+import aiohttp
+import pytest
+import requests
+from PIL import Image
+
+from tests.serve.conftest import load_engine, serving, vision_prompt
+from vlrollout.serve.admission import QueueLimits
+from vlrollout.serve.limits import RESIDENT_PER_PIXEL, RESIDENT_PER_QUEUED_BYTE
+
+SIDE = 3000
+"""A flat SIDE x SIDE PNG: a few KB of body, 9 M pixels decoded."""
+
+
+def flat_png(side: int = SIDE) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (side, side), (40, 160, 90)).save(buf, "PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def pixel_charge(pixels: int) -> int:
+    return math.ceil(pixels * RESIDENT_PER_PIXEL / RESIDENT_PER_QUEUED_BYTE)
+
+
+@pytest.fixture(scope="module")
+def slow_engine():
+    """The tiny model, each forward slowed so that a request stays queued a while."""
+    engine = load_engine()
+    hook = engine.model.register_forward_pre_hook(lambda *a: time.sleep(0.05))
+    yield engine
+    hook.remove()
+    engine.destroy()
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """Every image the server decodes, by size (headers read without decoding are not counted)."""
+    from vlrollout.processors import image_loading
+
+    seen: list[tuple[int, int]] = []
+    real = image_loading.open_image
+
+    def spy(raw, item, max_pixels=image_loading.DEFAULT_MAX_PIXELS):
+        image = real(raw, item, max_pixels)
+        seen.append(image.size)
+        return image
+
+    monkeypatch.setattr(image_loading, "open_image", spy)
+    return seen
+
+
+def bodies(protocol: str, processor, image: str, n: int) -> list[tuple[str, dict]]:
+    """``n`` generation requests with ``image``, as ``(path, body)`` for ``protocol``."""
+    if protocol == "sglang":
+        ids, _, _ = vision_prompt(processor, [Image.open(io.BytesIO(base64.b64decode(image)))])
+        body = {"input_ids": ids, "image_data": [image], "sampling_params": {"max_new_tokens": 8}}
+        return [("/generate", {**body, "rid": f"r{k}"}) for k in range(n)]
+    content = [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + image}},
+        {"type": "text", "text": "How many shapes?"},
+    ]
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 8}
+    return [("/v1/chat/completions", body)] * n
+
+
+async def send_all(url: str, requests_: list[tuple[str, dict]]) -> list[tuple[int, str]]:
+    async with aiohttp.ClientSession() as session:
+
+        async def one(path, body):
+            async with session.post(url + path, json=body) as r:
+                return r.status, await r.text()
+
+        return await asyncio.gather(*(one(p, b) for p, b in requests_))
+
+
+@pytest.mark.parametrize("protocol", ["sglang", "vllm"])
+def test_images_that_can_never_fit_the_queue_are_refused_undecoded(protocol, decodes):
+    image = flat_png()
+    charge = pixel_charge(SIDE * SIDE)
+    assert len(image) < charge // 100  # the body alone fits the bound many times over
+    limits = QueueLimits(max_requests=4, max_bytes=charge - 1)
+    with serving(protocol, limits=limits) as (server, engine):
+        ((path, body),) = bodies(protocol, engine.processor, image, 1)
+        r = requests.post(server.url + path, json=body, timeout=60)
+        queue = requests.get(server.url + "/health", timeout=10).json()["queue"]
+    assert r.status_code == 413, r.text
+    message = r.json()["error"]["message"]
+    assert f"1 image(s) of {SIDE * SIDE} pixels" in message, message
+    assert "--max-queued-mb" in message
+    assert decodes == []
+    assert (queue["admitted"], queue["refused"], queue["bytes"], queue["requests"]) == (0, 1, 0, 0)
+
+
+@pytest.mark.parametrize("protocol", ["sglang", "vllm"])
+def test_a_request_is_charged_its_images_decoded_size(protocol, slow_engine, decodes):
+    """Two requests whose bodies fit the bound many times over, but whose decoded images fit it
+    once: one is answered, the other gets 503 before its image is decoded."""
+    image = flat_png()
+    charge = pixel_charge(SIDE * SIDE)
+    limits = QueueLimits(max_requests=4, max_bytes=charge + charge // 2)
+    with serving(protocol, slow_engine, limits=limits) as (server, engine):
+        answers = asyncio.run(send_all(server.url, bodies(protocol, engine.processor, image, 2)))
+        queue = requests.get(server.url + "/health", timeout=10).json()["queue"]
+    assert sorted(status for status, _ in answers) == [200, 503], answers
+    assert "queue is full" in next(text for status, text in answers if status == 503)
+    assert decodes == [(SIDE, SIDE)]
+    assert (queue["admitted"], queue["refused"], queue["requests"]) == (1, 1, 0)
+    # the other request's body may have been queued beside the charge before its images were
+    assert charge <= queue["peak_bytes"] <= charge + 2 * len(image) + 10_000
+
+
+def test_generate_checks_placeholders_against_image_sizes_before_decoding(decodes):
+    """``input_ids`` built for a small image, sent with a large one: the placeholder count the
+    large image's size implies disagrees, and the answer names both without decoding it."""
+    small = Image.new("RGB", (56, 56), (10, 20, 30))
+    with serving("sglang") as (server, engine):
+        ids, _, _ = vision_prompt(engine.processor, [small])
+        body = {"input_ids": ids, "image_data": [flat_png()], "sampling_params": {}}
+        r = requests.post(server.url + "/generate", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "image placeholders and images disagree" in message
+    assert f"{SIDE}x{SIDE}" in message and "max_pixels" in message, message
+    assert decodes == []
+
+
+def test_chat_images_that_fill_the_context_are_refused_before_decoding(decodes, monkeypatch):
+    monkeypatch.setattr("vlrollout.serve.state.context_length", lambda config: 20)
+    with serving("vllm") as (server, engine):
+        ((path, body),) = bodies("vllm", engine.processor, flat_png(), 1)
+        image = body["messages"][0]["content"][0]
+        body["messages"][0]["content"].insert(0, image)  # two images: 32 tokens
+        r = requests.post(server.url + path, json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "prompt_too_long" in message and f"({SIDE}x{SIDE}, {SIDE}x{SIDE})" in message, message
+    assert decodes == []
