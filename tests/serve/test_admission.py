@@ -38,6 +38,9 @@ def test_requests_and_bytes_are_bounded_and_counted():
         "refused": 2,
         "peak_requests": 2,
         "peak_bytes": 100,
+        "decoding_pixels": 0,
+        "max_decoding_pixels": 100,
+        "peak_decoding_pixels": 0,
     }
     assert not gate.grow(1)  # a body without Content-Length, read: over the bound
     assert (gate.admitted, gate.refused) == (2, 3)

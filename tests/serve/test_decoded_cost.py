@@ -1,14 +1,14 @@
 """What a request's images cost once decoded is known from their headers, before any pixel is
-decoded: the queue charges a request its images' decoded size when that outweighs its body (a
-small PNG of one colour decodes to hundreds of MB), and ``/generate`` compares placeholders with
-the images' sizes before it decodes them."""
+decoded: images are decoded at once only up to a bound in pixels (a small PNG of one colour
+decodes to hundreds of MB, whatever its body), and ``/generate`` compares placeholders, and chat
+counts image tokens, against the images' sizes before decoding them."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import io
-import math
+import threading
 import time
 
 import aiohttp
@@ -17,8 +17,7 @@ import requests
 from PIL import Image
 
 from tests.serve.conftest import load_engine, serving, vision_prompt
-from vlrollout.serve.admission import QueueLimits
-from vlrollout.serve.limits import RESIDENT_PER_PIXEL, RESIDENT_PER_QUEUED_BYTE
+from vlrollout.serve.admission import Admission, QueueLimits
 
 SIDE = 3000
 """A flat SIDE x SIDE PNG: a few KB of body, 9 M pixels decoded."""
@@ -30,8 +29,14 @@ def flat_png(side: int = SIDE) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def pixel_charge(pixels: int) -> int:
-    return math.ceil(pixels * RESIDENT_PER_PIXEL / RESIDENT_PER_QUEUED_BYTE)
+def decoding(pixels: int) -> QueueLimits:
+    """Bounds whose share of memory decodes ``pixels`` image pixels at once, and no more."""
+    limits = QueueLimits(max_requests=4, max_bytes=pixels)
+    while Admission(limits).max_decoding > pixels:
+        limits = QueueLimits(max_requests=4, max_bytes=limits.max_bytes - 1)
+    while Admission(limits).max_decoding < pixels:
+        limits = QueueLimits(max_requests=4, max_bytes=limits.max_bytes + 1)
+    return limits
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +49,30 @@ def slow_engine():
     engine.destroy()
 
 
+class Decodes(list):
+    """The sizes of the images the server decoded, and the most it decoded at once."""
+
+    most_at_once = 0
+
+
 @pytest.fixture
 def decodes(monkeypatch):
-    """Every image the server decodes, by size (headers read without decoding are not counted)."""
+    """Every image the server decodes, each taking a while (headers read without decoding are
+    not counted)."""
     from vlrollout.processors import image_loading
 
-    seen: list[tuple[int, int]] = []
+    seen, lock, now = Decodes(), threading.Lock(), [0]
     real = image_loading.open_image
 
     def spy(raw, item, max_pixels=image_loading.DEFAULT_MAX_PIXELS):
+        with lock:
+            now[0] += 1
+            seen.most_at_once = max(seen.most_at_once, now[0])
+        time.sleep(0.3)
         image = real(raw, item, max_pixels)
-        seen.append(image.size)
+        with lock:
+            now[0] -= 1
+            seen.append(image.size)
         return image
 
     monkeypatch.setattr(image_loading, "open_image", spy)
@@ -86,11 +104,10 @@ async def send_all(url: str, requests_: list[tuple[str, dict]]) -> list[tuple[in
 
 
 @pytest.mark.parametrize("protocol", ["sglang", "vllm"])
-def test_images_that_can_never_fit_the_queue_are_refused_undecoded(protocol, decodes):
+def test_images_that_could_never_be_decoded_at_once_are_refused_undecoded(protocol, decodes):
     image = flat_png()
-    charge = pixel_charge(SIDE * SIDE)
-    assert len(image) < charge // 100  # the body alone fits the bound many times over
-    limits = QueueLimits(max_requests=4, max_bytes=charge - 1)
+    limits = decoding(SIDE * SIDE - 1)
+    assert len(image) * 100 < limits.max_bytes  # the body alone fits the bound many times over
     with serving(protocol, limits=limits) as (server, engine):
         ((path, body),) = bodies(protocol, engine.processor, image, 1)
         r = requests.post(server.url + path, json=body, timeout=60)
@@ -104,21 +121,18 @@ def test_images_that_can_never_fit_the_queue_are_refused_undecoded(protocol, dec
 
 
 @pytest.mark.parametrize("protocol", ["sglang", "vllm"])
-def test_a_request_is_charged_its_images_decoded_size(protocol, slow_engine, decodes):
-    """Two requests whose bodies fit the bound many times over, but whose decoded images fit it
-    once: one is answered, the other gets 503 before its image is decoded."""
+def test_images_wait_for_room_to_decode(protocol, slow_engine, decodes):
+    """Two requests whose bodies fit the bound many times over, but whose images can be decoded
+    one request at a time: the second waits for the first's decode, and both are answered."""
     image = flat_png()
-    charge = pixel_charge(SIDE * SIDE)
-    limits = QueueLimits(max_requests=4, max_bytes=charge + charge // 2)
+    limits = decoding(SIDE * SIDE * 3 // 2)
     with serving(protocol, slow_engine, limits=limits) as (server, engine):
         answers = asyncio.run(send_all(server.url, bodies(protocol, engine.processor, image, 2)))
         queue = requests.get(server.url + "/health", timeout=10).json()["queue"]
-    assert sorted(status for status, _ in answers) == [200, 503], answers
-    assert "queue is full" in next(text for status, text in answers if status == 503)
-    assert decodes == [(SIDE, SIDE)]
-    assert (queue["admitted"], queue["refused"], queue["requests"]) == (1, 1, 0)
-    # the other request's body may have been queued beside the charge before its images were
-    assert charge <= queue["peak_bytes"] <= charge + 2 * len(image) + 10_000
+    assert [status for status, _ in answers] == [200, 200], answers
+    assert decodes == [(SIDE, SIDE)] * 2 and decodes.most_at_once == 1
+    assert (queue["admitted"], queue["refused"], queue["requests"]) == (2, 0, 0)
+    assert (queue["peak_decoding_pixels"], queue["decoding_pixels"]) == (SIDE * SIDE, 0)
 
 
 def test_generate_checks_placeholders_against_image_sizes_before_decoding(decodes):

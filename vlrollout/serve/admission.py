@@ -8,16 +8,21 @@ body is read. Control routes (pause, continue, weight updates) and ``/health`` a
 a trainer must be able to update weights while the queue is full.
 
 A request is charged its ``Content-Length`` when it arrives; a body sent without one (chunked)
-is charged when it has been read (:meth:`Admission.grow`). Once its images' headers are read, and
-before any of them is decoded, a request whose decoded images cost more than its body is charged
-that instead (:func:`charge_decoded_images`): a flat PNG of a few KB decodes to hundreds of MB.
+is charged when it has been read (:meth:`Admission.grow`).
+
+A body says little about what its images decode to (a flat PNG of a few hundred KB decodes to
+hundreds of MB), so decoding has a bound of its own, in pixels (:meth:`Admission.decoding_room`):
+once a request's images' headers are read, it waits until its pixels fit beside those being
+decoded, and a request whose pixels could never fit gets 413.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import time
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +76,8 @@ class Admission:
         self.requests = self.bytes = 0
         self.admitted = self.refused = 0
         self.peak_requests = self.peak_bytes = 0
+        self.decoding = self.peak_decoding = 0  # image pixels being decoded
+        self._decoded = asyncio.Condition()
 
     def admit(self, nbytes: int) -> bool:
         """Queue one request of ``nbytes``; ``False`` (counted as refused) when it would exceed
@@ -111,6 +118,39 @@ class Admission:
         self.peak_requests = max(self.peak_requests, self.requests)
         self.peak_bytes = max(self.peak_bytes, self.bytes)
 
+    @property
+    def max_decoding(self) -> int | None:
+        """Image pixels decoded at once: the byte bound's share of memory at
+        :data:`RESIDENT_PER_PIXEL` (``None``: no byte bound)."""
+        most = self.limits.max_bytes
+        return None if most is None else most * RESIDENT_PER_QUEUED_BYTE // RESIDENT_PER_PIXEL
+
+    @contextlib.asynccontextmanager
+    async def decoding_room(self, pixels: int, n_images: int, where: str) -> AsyncIterator[None]:
+        """Hold room to decode an admitted request's ``n_images`` images of ``pixels`` (read
+        from their headers) for the ``with`` block, waiting until they fit beside the images
+        being decoded. Images that could never fit are a 413, counted as refused."""
+        most = self.max_decoding
+        if most is not None and pixels > most:
+            self.admitted -= 1
+            self.refused += 1
+            raise BadRequest(
+                f"{where}: the request's {n_images} image(s) of {pixels} pixels are more than this "
+                f"server decodes at once ({most} pixels: the --max-queued-mb share of memory at "
+                f"{RESIDENT_PER_PIXEL} bytes per pixel); send smaller images",
+                status=413,
+            )
+        async with self._decoded:
+            await self._decoded.wait_for(lambda: most is None or self.decoding + pixels <= most)
+            self.decoding += pixels
+            self.peak_decoding = max(self.peak_decoding, self.decoding)
+        try:
+            yield
+        finally:
+            async with self._decoded:
+                self.decoding -= pixels
+                self._decoded.notify_all()
+
     def snapshot(self) -> dict[str, int | None]:
         """The counters, as ``/health`` reports them under ``queue``."""
         return {
@@ -122,6 +162,9 @@ class Admission:
             "refused": self.refused,
             "peak_requests": self.peak_requests,
             "peak_bytes": self.peak_bytes,
+            "decoding_pixels": self.decoding,
+            "max_decoding_pixels": self.max_decoding,
+            "peak_decoding_pixels": self.peak_decoding,
         }
 
     def full(self, where: str) -> BadRequest:
@@ -168,44 +211,6 @@ def charge_read_body(request: web.Request, gate: Admission | None, nbytes: int) 
     if not gate.grow(nbytes):
         raise gate.full(request.path)
     request[TICKET] += nbytes
-
-
-def decoded_charge(pixels: int) -> int:
-    """What a request's images of ``pixels`` (width × height, all images) are charged in the
-    queue's unit, body bytes: their resident cost once decoded over the resident cost of a body
-    byte.
-
-    >>> decoded_charge(1000)
-    1000
-    """
-    return -(-pixels * RESIDENT_PER_PIXEL // RESIDENT_PER_QUEUED_BYTE)
-
-
-def charge_decoded_images(
-    request: web.Request, gate: Admission | None, pixels: int, n_images: int
-) -> None:
-    """Charge an admitted request its ``n_images`` images' decoded size (``pixels`` together,
-    read from their headers) where that outweighs what it was charged for its body; called
-    before any of them is decoded. A request that could never fit gets 413 (a 503 would only
-    make its client retry it); one that does not fit now gets 503, both counted refused."""
-    if gate is None or TICKET not in request:
-        return
-    extra = decoded_charge(pixels) - request[TICKET]
-    if extra <= 0:
-        return
-    if gate.grow(extra):
-        request[TICKET] += extra
-        return
-    most = gate.limits.max_bytes
-    if most is not None and decoded_charge(pixels) > most:
-        raise BadRequest(
-            f"{request.path}: the request's {n_images} image(s) of {pixels} pixels decode to "
-            f"more than this server's queue holds at once ({most} body bytes, each image pixel "
-            f"counted as {RESIDENT_PER_PIXEL / RESIDENT_PER_QUEUED_BYTE:g}; --max-queued-mb); "
-            "send smaller images",
-            status=413,
-        )
-    raise gate.full(request.path)
 
 
 class TokenRate:

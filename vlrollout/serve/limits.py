@@ -23,9 +23,8 @@ processor's copies, the buffers of refused requests' bodies and the allocator's 
 the base64 bodies)."""
 
 RESIDENT_PER_PIXEL = 16
-"""Resident bytes the server may grow by per decoded image pixel of a queued request, at its
-peak, with a margin (``bench/bench_serve_decoded.py`` measures one request at a time): the decoded
-RGB image, the image processor's copies of it before its resize, and the allocator's slack. A request is charged its
-images' pixels at this rate over :data:`RESIDENT_PER_QUEUED_BYTE`, in body bytes, when that is
-more than its body: an image that compresses well (a flat PNG) decodes to thousands of bytes per
-body byte."""
+"""Resident bytes the server may grow by per image pixel it decodes, at its peak, with a margin
+(``bench/bench_serve_decoded.py`` measures one request at a time): the decoded RGB image, the
+image processor's copies of it before its resize, and the allocator's slack. Images are decoded
+at once up to the ``--max-queued-mb`` share of memory at this rate; a body says little about it,
+since an image that compresses well (a flat PNG) decodes to thousands of bytes per body byte."""

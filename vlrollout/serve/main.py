@@ -113,12 +113,11 @@ def add_access_arguments(p: argparse.ArgumentParser) -> None:
         "--max-queued-mb",
         type=float,
         default=mb,
-        help=f"request-body MiB held at once, each decoded image pixel counted as "
-        f"{RESIDENT_PER_PIXEL / RESIDENT_PER_QUEUED_BYTE:g} byte where images outweigh the body; "
-        f"more get 503 (0: no bound). Default {mb}: "
+        help=f"request-body MiB held at once; more get 503 (0: no bound). Default {mb}: "
         f"1/{round(1 / QUEUE_MEMORY_SHARE)} of this machine's memory over "
         f"{RESIDENT_PER_QUEUED_BYTE}, the resident bytes a queued image request may cost per "
-        "body byte",
+        "body byte. The image pixels decoded at once are held to the same share of memory, at "
+        f"{RESIDENT_PER_PIXEL} bytes per pixel",
     )
 
 

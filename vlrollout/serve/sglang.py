@@ -32,7 +32,6 @@ from vlrollout.serve.state import (
     check_min_room,
     check_prompt_room,
     cut_at_stop,
-    read_image_headers,
 )
 
 GENERATE_FIELDS = (
@@ -102,10 +101,11 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     mm: dict[str, Any] = {}
     if images:
         raws = await asyncio.to_thread(state.encoded_images, images, where)
-        sizes = await read_image_headers(request, raws, where)
+        sizes = await asyncio.to_thread(state.image_sizes, raws, where)  # headers only
         if not videos:  # videos' frames may share the image placeholder (GLM-4.1V)
             state.check_image_placeholders(ids, sizes, where)
-        mm.update(await asyncio.to_thread(state.vision_tensors, raws, where))
+        async with state.decoding_room(sizes, where):
+            mm.update(await asyncio.to_thread(state.vision_tensors, raws, where))
     if videos:
         mm.update(await asyncio.to_thread(state.video_tensors, videos, where))
     if mm:

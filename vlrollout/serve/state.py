@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from vlrollout.processors.image_loading import (
     peek_image,
     shown_sizes,
 )
-from vlrollout.serve.admission import Admission, TokenRate, charge_decoded_images
+from vlrollout.serve.admission import Admission, TokenRate
 from vlrollout.serve.errors import BadRequest, typed
 
 if TYPE_CHECKING:
@@ -208,6 +209,16 @@ class ServerState:
             "input_ids and the images with the same processor settings."
         )
 
+    def decoding_room(
+        self, sizes: list[tuple[int, int]], where: str
+    ) -> contextlib.AbstractAsyncContextManager:
+        """Room to decode images of ``sizes`` (:meth:`Admission.decoding_room`; no bound without
+        admission control)."""
+        if self.admission is None:
+            return contextlib.nullcontext()
+        pixels = sum(w * h for w, h in sizes)
+        return self.admission.decoding_room(pixels, len(sizes), where)
+
     def check_image_tokens(self, sizes: list[tuple[int, int]], where: str) -> None:
         """Refuse images of ``sizes`` that alone fill the model's context, before they are
         decoded (the served preprocessor's ``prompt_too_long``)."""
@@ -333,19 +344,6 @@ class ServerState:
         version = self.engine.get_version() + 1
         self.engine.set_version(version)
         return version
-
-
-async def read_image_headers(
-    request: web.Request, raws: list[bytes], where: str
-) -> list[tuple[int, int]]:
-    """The sizes of a request's encoded images, read from their headers off the event loop; the
-    request is charged their decoded size in the queue (413 or 503 when that cannot be held)
-    before any of them is decoded."""
-    state = request.app[STATE]
-    sizes = await asyncio.to_thread(state.image_sizes, raws, where)
-    pixels = sum(w * h for w, h in sizes)
-    charge_decoded_images(request, state.admission, pixels, len(sizes))
-    return sizes
 
 
 def check_prompt_room(state: ServerState, prompt_len: int, where: str) -> None:

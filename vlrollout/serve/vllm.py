@@ -50,7 +50,6 @@ from vlrollout.serve.state import (
     check_min_room,
     cut_at_stop,
     encoded_image,
-    read_image_headers,
 )
 
 SAMPLING_FIELDS = (
@@ -361,11 +360,13 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     messages, media = await asyncio.to_thread(_split_media, body["messages"], where, max_bytes)
     if state.preprocessor is None:
         raise BadRequest(f"{where}: the served model has no processor to render messages")
+    sizes = []
     if media["images"]:
-        sizes = await read_image_headers(request, media["images"], where)
+        sizes = await asyncio.to_thread(state.image_sizes, media["images"], where)  # headers
         state.check_image_tokens(sizes, where)
     item = {"messages": messages, **{k: v for k, v in media.items() if v}}
-    prepared = await asyncio.to_thread(state.prepare, item, where)
+    async with state.decoding_room(sizes, where):
+        prepared = await asyncio.to_thread(state.prepare, item, where)
     _check_room(state, len(prepared.input_ids), body, where)
     mm = prepared.multi_modal_input
     metadata: dict[str, Any] = {"multi_modal_input": mm} if mm else {}
