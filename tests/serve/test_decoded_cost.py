@@ -121,9 +121,13 @@ def test_images_that_could_never_be_decoded_at_once_are_refused_undecoded(protoc
 
 
 @pytest.mark.parametrize("protocol", ["sglang", "vllm"])
-def test_images_wait_for_room_to_decode(protocol, slow_engine, decodes):
+def test_images_wait_for_room_to_decode(protocol, slow_engine, decodes, monkeypatch):
     """Two requests whose bodies fit the bound many times over, but whose images can be decoded
-    one request at a time: the second waits for the first's decode, and both are answered."""
+    one request at a time: the second waits for the first's decode, and both are answered.
+    Each such large decode is followed by handing freed memory back."""
+    trims = []
+    monkeypatch.setattr("vlrollout.serve.memory.TRIM_DELAY_S", 60.0)  # no trim after the drain
+    monkeypatch.setattr("vlrollout.serve.memory.release_free_memory", lambda: trims.append(1))
     image = flat_png()
     limits = decoding(SIDE * SIDE * 3 // 2)
     with serving(protocol, slow_engine, limits=limits) as (server, engine):
@@ -133,6 +137,7 @@ def test_images_wait_for_room_to_decode(protocol, slow_engine, decodes):
     assert decodes == [(SIDE, SIDE)] * 2 and decodes.most_at_once == 1
     assert (queue["admitted"], queue["refused"], queue["requests"]) == (2, 0, 0)
     assert (queue["peak_decoding_pixels"], queue["decoding_pixels"]) == (SIDE * SIDE, 0)
+    assert len(trims) == 2
 
 
 def test_generate_checks_placeholders_against_image_sizes_before_decoding(decodes):

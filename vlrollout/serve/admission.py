@@ -34,6 +34,11 @@ from vlrollout.serve.limits import RESIDENT_PER_PIXEL, RESIDENT_PER_QUEUED_BYTE
 RETRY_AFTER_S = 1
 """Seconds a refused client is asked to wait (``Retry-After``): the tiny model answers a request
 in well under a second, a full queue drains within seconds."""
+LARGE_DECODE_SHARE = 1 / 8
+"""A decode that took at least this share of the pixels decoded at once is followed by
+``on_large_decode`` (the server hands freed memory back): glibc keeps a decode's freed memory in
+the arena of the thread that decoded, so without it each decoding thread would add a large
+decode's worth to the server's resident memory (``bench/bench_serve_decoded.py``'s burst)."""
 TICKET: web.RequestKey[int] = web.RequestKey("admitted_bytes", int)
 """The bytes an admitted request is charged, kept on the request."""
 
@@ -64,15 +69,23 @@ class Admission:
         limits: The bounds.
         on_drain: Called each time the last queued request leaves (e.g. to hand freed memory
             back to the system).
+        on_large_decode: Called after each decode of at least :data:`LARGE_DECODE_SHARE` of
+            the pixels decoded at once (likewise).
 
     >>> gate = Admission(QueueLimits(max_requests=1, max_bytes=10))
     >>> gate.admit(4), gate.admit(4)
     (True, False)
     """
 
-    def __init__(self, limits: QueueLimits, on_drain: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        limits: QueueLimits,
+        on_drain: Callable[[], Any] | None = None,
+        on_large_decode: Callable[[], Any] | None = None,
+    ) -> None:
         self.limits = limits
         self.on_drain = on_drain
+        self.on_large_decode = on_large_decode
         self.requests = self.bytes = 0
         self.admitted = self.refused = 0
         self.peak_requests = self.peak_bytes = 0
@@ -150,6 +163,9 @@ class Admission:
             async with self._decoded:
                 self.decoding -= pixels
                 self._decoded.notify_all()
+            large = most is not None and pixels >= LARGE_DECODE_SHARE * most
+            if large and self.on_large_decode is not None:
+                self.on_large_decode()
 
     def snapshot(self) -> dict[str, int | None]:
         """The counters, as ``/health`` reports them under ``queue``."""

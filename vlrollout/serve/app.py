@@ -20,7 +20,7 @@ from vlrollout.serve.admission import (
 from vlrollout.serve.auth import key_middleware
 from vlrollout.serve.errors import BadRequest, body_too_large
 from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
-from vlrollout.serve.memory import resident_bytes, trim_after_drain
+from vlrollout.serve.memory import resident_bytes, trim_after_drain, trim_soon
 from vlrollout.serve.state import STATE, ServerState
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def build_app(
         from vlrollout.serve.vllm import GET_ROUTES as get_routes
 
     root = _weights_root(engine, weights_root) if control else None
-    admission = Admission(limits, on_drain=trim_after_drain())
+    admission = Admission(limits, on_drain=trim_after_drain(), on_large_decode=trim_soon)
     middlewares = [_errors, *([key_middleware(api_key)] if api_key else [])]
     middlewares.append(admission_middleware(admission, set(ROUTES), max_body_bytes))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)

@@ -6,7 +6,8 @@ server's resident memory stays near its peak although the requests are gone. ``m
 (glibc's public API, ``man 3 malloc_trim``) returns the free pages of every arena;
 ``bench/bench_serve_load.py`` records the server's resident memory idle, at its peak and after a
 burst. Other C libraries (musl, macOS) have no ``malloc_trim``; there this is a no-op. The server
-does it a second after its queue drains (:func:`trim_after_drain`), off the event loop.
+does it a second after its queue drains (:func:`trim_after_drain`) and after each large image
+decode (:func:`trim_soon`), off the event loop.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ TRIM_DELAY_S = 1.0
 one hand-back per second at most is enough."""
 
 
+def trim_soon() -> None:
+    """Hand freed memory back now, off the event loop, without waiting for it."""
+    asyncio.get_running_loop().run_in_executor(None, release_free_memory)
+
+
 def trim_after_drain() -> Callable[[], None]:
     """An ``on_drain`` callback that hands freed memory back, off the event loop,
     :data:`TRIM_DELAY_S` after the queue drains; drains while one is pending share it, so the
@@ -61,7 +67,7 @@ def trim_after_drain() -> Callable[[], None]:
 
     def trim() -> None:
         pending.clear()
-        asyncio.get_running_loop().run_in_executor(None, release_free_memory)
+        trim_soon()
 
     def on_drain() -> None:
         if not pending:
