@@ -16,7 +16,7 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.serve.conftest import load_engine, serving, vision_prompt
+from tests.serve.conftest import serving, vision_prompt
 from vlrollout.serve.admission import Admission, QueueLimits
 
 SIDE = 3000
@@ -37,16 +37,6 @@ def decoding(pixels: int) -> QueueLimits:
     while Admission(limits).max_decoding < pixels:
         limits = QueueLimits(max_requests=4, max_bytes=limits.max_bytes + 1)
     return limits
-
-
-@pytest.fixture(scope="module")
-def slow_engine():
-    """The tiny model, each forward slowed so that a request stays queued a while."""
-    engine = load_engine()
-    hook = engine.model.register_forward_pre_hook(lambda *a: time.sleep(0.05))
-    yield engine
-    hook.remove()
-    engine.destroy()
 
 
 class Decodes(list):
@@ -121,7 +111,7 @@ def test_images_that_could_never_be_decoded_at_once_are_refused_undecoded(protoc
 
 
 @pytest.mark.parametrize("protocol", ["sglang", "vllm"])
-def test_images_wait_for_room_to_decode(protocol, slow_engine, decodes, monkeypatch):
+def test_images_wait_for_room_to_decode(protocol, decodes, monkeypatch):
     """Two requests whose bodies fit the bound many times over, but whose images can be decoded
     one request at a time: the second waits for the first's decode, and both are answered.
     Each such large decode is followed by handing freed memory back."""
@@ -130,7 +120,7 @@ def test_images_wait_for_room_to_decode(protocol, slow_engine, decodes, monkeypa
     monkeypatch.setattr("vlrollout.serve.memory.release_free_memory", lambda: trims.append(1))
     image = flat_png()
     limits = decoding(SIDE * SIDE * 3 // 2)
-    with serving(protocol, slow_engine, limits=limits) as (server, engine):
+    with serving(protocol, limits=limits) as (server, engine):
         answers = asyncio.run(send_all(server.url, bodies(protocol, engine.processor, image, 2)))
         queue = requests.get(server.url + "/health", timeout=10).json()["queue"]
     assert [status for status, _ in answers] == [200, 200], answers
