@@ -28,7 +28,8 @@ from PIL import Image
 from scaling_trainer import high_water_mark
 from served import Served
 
-from vlrollout.serve.limits import QUEUE_MEMORY_SHARE, RESIDENT_PER_PIXEL
+from vlrollout.processors.decode_room import RESIDENT_PER_PIXEL
+from vlrollout.serve.limits import QUEUE_MEMORY_SHARE
 from vlrollout.serve.main import machine_memory_bytes
 
 MODEL = record.REPO / "assets" / "tiny-qwen2vl"

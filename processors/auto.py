@@ -25,6 +25,7 @@ from .base import (
     PreparedPrompt,
     images_in_prompt,
 )
+from .decode_room import DECODE_ROOM
 from .errors import PreprocessError
 from .expansion import check_expansion
 from .families import FamilyAdapter, adapter_for
@@ -32,7 +33,10 @@ from .image_loading import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_PIXELS,
     LoadedImage,
+    check_size,
     load_image,
+    peek_image,
+    read_source,
     shown_sizes,
 )
 from .merge_kwargs_cache import with_merged_kwargs_cache
@@ -129,6 +133,10 @@ class AutoProcessorPreprocessor:
     reads_only_prompt_and_media = True
     """Its output depends on an item's messages and media alone: items that differ only in
     other fields (labels) share one preparation."""
+    decode_room = DECODE_ROOM
+    """Where a preparation waits until its images' pixels fit beside those being decoded (the
+    process's :data:`~vlrollout.processors.decode_room.DECODE_ROOM`); ``vlrollout serve``, which
+    bounds decoding itself, gives its preprocessor an unbounded one."""
 
     def __init__(
         self,
@@ -246,6 +254,21 @@ class AutoProcessorPreprocessor:
             )
             for k, src in enumerate(sources, start=1)
         ]
+
+    def image_sizes(self, sources: Sequence[Any], item: str) -> list[tuple[int, int]]:
+        """Each source's (width, height) as stored (before any EXIF rotation), from its header
+        without decoding it, under the same limits and with the same errors as
+        :meth:`load_images`."""
+        sizes = []
+        for k, src in enumerate(sources, start=1):
+            label = f"{item}, image {k}"
+            kind, raw = read_source(src, label, self.max_image_bytes)
+            if kind == "pil":
+                check_size(raw.size, label, self.max_image_pixels)
+                sizes.append(raw.size)
+            else:
+                sizes.append(peek_image(raw, label, self.max_image_pixels).size)
+        return sizes
 
     def load_videos(self, sources: Sequence[Any], item: str) -> list[LoadedVideo]:
         """Load and sample every video, naming failures ``"<item>, video <k>"`` (1-based)."""
@@ -447,16 +470,18 @@ class AutoProcessorPreprocessor:
         mixed = MIXED_MEDIA_UNSUPPORTED.get(type(self.processor).__name__)
         if mixed and image_sources and video_sources:
             raise PreprocessError(item, "mixed_media_unsupported", mixed)
-        videos = self.load_videos(video_sources, item)
-        images = self.load_images(image_sources, item)
-        for_engine = engine_images(images, messages) if images else None
-        if for_engine is not None and ENCODE_ENGINE_IMAGES_AHEAD.get():
-            for_engine.encode_in_background()  # overlaps the template and the processor call
-        if messages is not None:
-            prompt_text = self.render(messages)
-        self.check_placeholders(prompt_text, len(images), item, len(videos))
-        self.check_image_tokens([im.image.size for im in images], item)
-        outputs = self.call_processor(prompt_text, images, item, videos)
+        sizes = self.image_sizes(image_sources, item)
+        self.check_image_tokens(sizes, item)  # before any pixel is decoded
+        with self.decode_room.hold(sum(w * h for w, h in sizes)):
+            videos = self.load_videos(video_sources, item)
+            images = self.load_images(image_sources, item)
+            for_engine = engine_images(images, messages) if images else None
+            if for_engine is not None and ENCODE_ENGINE_IMAGES_AHEAD.get():
+                for_engine.encode_in_background()  # overlaps the template and processor call
+            if messages is not None:
+                prompt_text = self.render(messages)
+            self.check_placeholders(prompt_text, len(images), item, len(videos))
+            outputs = self.call_processor(prompt_text, images, item, videos)
         merge = getattr(getattr(self.processor, "image_processor", None), "merge_size", None)
         if merge:
             check_expansion(outputs, self.adapter.mm_type_key, merge, item)

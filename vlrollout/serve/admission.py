@@ -28,8 +28,9 @@ from typing import Any
 
 from aiohttp import web
 
+from vlrollout.processors.decode_room import RESIDENT_PER_PIXEL
 from vlrollout.serve.errors import BadRequest, body_too_large
-from vlrollout.serve.limits import RESIDENT_PER_PIXEL, RESIDENT_PER_QUEUED_BYTE
+from vlrollout.serve.limits import RESIDENT_PER_QUEUED_BYTE
 
 RETRY_AFTER_S = 1
 """Seconds a refused client is asked to wait (``Retry-After``): the tiny model answers a request

@@ -21,10 +21,3 @@ margin: ``bench/bench_serve_load.py`` measured 9.5 to 11.8 during bursts of 1,00
 2048x1536 JPEG chat requests against the default request bound (the decoded images, the
 processor's copies, the buffers of refused requests' bodies and the allocator's slack outweigh
 the base64 bodies)."""
-
-RESIDENT_PER_PIXEL = 16
-"""Resident bytes the server may grow by per image pixel it decodes, at its peak, with a margin
-(``bench/bench_serve_decoded.py`` measures one request at a time): the decoded RGB image, the
-image processor's copies of it before its resize, and the allocator's slack. Images are decoded
-at once up to the ``--max-queued-mb`` share of memory at this rate; a body says little about it,
-since an image that compresses well (a flat PNG) decodes to thousands of bytes per body byte."""

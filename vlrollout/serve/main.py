@@ -6,11 +6,11 @@ import argparse
 import errno
 import logging
 import math
-import os
 from pathlib import Path
 
 from vlrollout.engine.checks import check_device
 from vlrollout.errors import UsageError
+from vlrollout.processors.decode_room import RESIDENT_PER_PIXEL, machine_memory_bytes
 from vlrollout.serve.admission import QueueLimits
 from vlrollout.serve.auth import API_KEY_ENV, api_key, exposure_warning
 from vlrollout.serve.limits import (
@@ -18,17 +18,11 @@ from vlrollout.serve.limits import (
     DEFAULT_MAX_QUEUED_REQUESTS,
     PROTOCOLS,
     QUEUE_MEMORY_SHARE,
-    RESIDENT_PER_PIXEL,
     RESIDENT_PER_QUEUED_BYTE,
 )
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 """What ``--dtype`` takes: ``auto`` loads the checkpoint's own dtype."""
-
-
-def machine_memory_bytes() -> int:
-    """The machine's physical memory (``sysconf``)."""
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def default_max_queued_mb() -> int:

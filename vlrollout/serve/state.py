@@ -31,6 +31,7 @@ from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS, context_length, image_token_id
 from vlrollout.processors.auto import channels_last_kwargs
 from vlrollout.processors.base import prompt_token_limit
+from vlrollout.processors.decode_room import DecodeRoom
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.families import size_getter
 from vlrollout.processors.image_loading import (
@@ -95,6 +96,7 @@ class ServerState:
             }
             video = self.frames.options() if self.frames is not None else {}
             self.preprocessor = AutoProcessorPreprocessor(self.engine.processor, **limits, **video)
+            self.preprocessor.decode_room = DecodeRoom(max_pixels=None)  # admission's instead
 
     # ---------------------------------------------------------------- requests
     def gconfig(

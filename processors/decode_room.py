@@ -1,0 +1,78 @@
+"""A bound on the image pixels this process decodes at once.
+
+A prompt's images are decoded at full size and copied by the image processor before its resize,
+so preparing one costs memory in proportion to its images' pixels, not to the tokens they become:
+one 64-megapixel PNG of one colour is a few hundred KB on disk and close to a GB while it is
+prepared. Prompts are prepared concurrently (a run's ``--concurrency``, a group's episodes of
+different items, a server's requests), so without a bound a few such prompts together can take
+all of the machine's memory. :data:`DECODE_ROOM` holds the pixels being decoded to a share of the
+machine's memory; a preparation waits its turn (first come, first served) until its images fit
+beside those being decoded, and one larger than the whole room is prepared alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+RESIDENT_PER_PIXEL = 16
+"""Resident bytes a process may grow by per image pixel it decodes, at its peak, with a margin
+(``bench/bench_serve_decoded.py`` measures one request at a time): the decoded RGB image, the
+image processor's copies of it before its resize, and the allocator's slack."""
+DECODE_MEMORY_SHARE = 1 / 8
+"""The share of the machine's memory the images decoded at once may take by default."""
+
+
+def machine_memory_bytes() -> int:
+    """The machine's physical memory (``sysconf``)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+class DecodeRoom:
+    """Image pixels decoded at once, at most ``max_pixels`` (``None``: no bound).
+
+    Holders enter in the order they asked; one asking for more than ``max_pixels`` enters once
+    the room is empty, alone.
+
+    >>> room = DecodeRoom(max_pixels=100)
+    >>> with room.hold(60):
+    ...     room.decoding
+    60
+    >>> room.decoding, room.peak
+    (0, 60)
+    """
+
+    def __init__(self, max_pixels: int | None) -> None:
+        self.max_pixels = max_pixels
+        self.decoding = self.peak = 0
+        self._turns = threading.Condition()
+        self._next_ticket = self._serving = 0
+
+    def _fits(self, pixels: int) -> bool:
+        most = self.max_pixels
+        return most is None or self.decoding == 0 or self.decoding + pixels <= most
+
+    @contextmanager
+    def hold(self, pixels: int) -> Iterator[None]:
+        """Room for ``pixels`` for the ``with`` block, waiting for its turn and for them to fit."""
+        with self._turns:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._turns.wait_for(lambda: self._serving == ticket and self._fits(pixels))
+            self._serving += 1
+            self.decoding += pixels
+            self.peak = max(self.peak, self.decoding)
+            self._turns.notify_all()  # the next in line may fit beside this one
+        try:
+            yield
+        finally:
+            with self._turns:
+                self.decoding -= pixels
+                self._turns.notify_all()
+
+
+DECODE_ROOM = DecodeRoom(int(machine_memory_bytes() * DECODE_MEMORY_SHARE) // RESIDENT_PER_PIXEL)
+"""The process's room, used by :class:`~vlrollout.processors.auto.AutoProcessorPreprocessor`
+(``vlrollout serve`` sets its bound to the one its queue allows)."""
