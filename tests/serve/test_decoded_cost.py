@@ -141,7 +141,7 @@ def test_generate_checks_placeholders_against_image_sizes_before_decoding(decode
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
     assert "image placeholders and images disagree" in message
-    assert f"{SIDE}x{SIDE}" in message and "max_pixels" in message, message
+    assert f"{SIDE}x{SIDE}" in message and "--max-pixels" in message, message
     assert decodes == []
 
 
@@ -156,3 +156,33 @@ def test_chat_images_that_fill_the_context_are_refused_before_decoding(decodes, 
     message = r.json()["error"]["message"]
     assert "prompt_too_long" in message and f"({SIDE}x{SIDE}, {SIDE}x{SIDE})" in message, message
     assert decodes == []
+
+
+def test_a_served_image_budget_matches_clients_built_with_it():
+    """``vlrollout serve --max-pixels`` resizes as a client's preprocessor with the same budget
+    does: its ``input_ids`` are accepted on ``/generate`` and chat prompts have their length;
+    a server at the processor's own budget refuses them, naming its bounds."""
+    from tests.serve.conftest import ASSET
+    from vlrollout.processors import AutoProcessorPreprocessor
+
+    budget = 28 * 28 * 32
+    buf = io.BytesIO()
+    Image.effect_noise((400, 300), 60).convert("RGB").save(buf, "PNG")
+    image = base64.b64encode(buf.getvalue()).decode()
+    content = [{"type": "image"}, {"type": "text", "text": "How many shapes?"}]
+    client = AutoProcessorPreprocessor(str(ASSET), max_pixels=budget)
+    item = {"messages": [{"role": "user", "content": content}], "images": [buf.getvalue()]}
+    ids = client.prepare(item).input_ids
+    body = {"input_ids": ids, "image_data": [image], "sampling_params": {"max_new_tokens": 2}}
+    with serving("sglang") as (server, _):
+        refused = requests.post(server.url + "/generate", json=body, timeout=60)
+    with serving("sglang", max_pixels=budget) as (server, _):
+        answered = requests.post(server.url + "/generate", json=body, timeout=60)
+    assert refused.status_code == 400 and "longest_edge=12544" in refused.text, refused.text
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["meta_info"]["prompt_tokens"] == len(ids)
+    ((path, chat),) = bodies("vllm", None, image, 1)
+    with serving("vllm", max_pixels=budget) as (server, _):
+        r = requests.post(server.url + path, json=chat, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == len(ids)

@@ -75,6 +75,25 @@ def test_queue_flags_reach_the_app(monkeypatch, flags, expected):
         serve_main.serve(build_parser().parse_args(args))
     assert seen["limits"] == expected
     assert (seen["api_key"], seen["control"], str(seen["weights_root"])) == ("k", False, "/srv/w")
+    assert (seen["min_pixels"], seen["max_pixels"]) == (None, None)
+
+
+def test_the_image_budget_reaches_the_app(monkeypatch):
+    from vlrollout.engine import LocalInferenceEngine
+    from vlrollout.serve import main as serve_main
+
+    seen = {}
+
+    def build(engine, protocol, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt  # stop here: no server
+
+    monkeypatch.setattr(LocalInferenceEngine, "from_pretrained", staticmethod(lambda p, **k: _E()))
+    monkeypatch.setattr("vlrollout.serve.app.build_app", build)
+    args = ["serve", "--model", str(ASSET), "--min-pixels", "4000", "--max-pixels", "50000"]
+    with pytest.raises(KeyboardInterrupt):
+        serve_main.serve(build_parser().parse_args(args))
+    assert (seen["min_pixels"], seen["max_pixels"]) == (4000, 50000)
 
 
 class _E:
@@ -119,6 +138,12 @@ def no_model_load(monkeypatch):
         (["--max-memory", "cpu=1GB"], "--max-memory and --offload-folder need --device-map"),
         (["--offload-folder", "/tmp/x"], "--max-memory and --offload-folder need --device-map"),
         (["--device", "cuda:x"], "--device must be cpu, cuda or cuda:N, got 'cuda:x'"),
+        (["--max-pixels", "0"], "--max-pixels must be >= 1, got 0"),
+        (
+            ["--min-pixels", "9000", "--max-pixels", "5000"],
+            "--min-pixels/--max-pixels: min_pixels=9000 exceeds max_pixels=5000",
+        ),
+        (["--video-max-frames", "0"], "--video-max-frames must be a positive number, got 0"),
     ],
 )
 def test_bad_flags_are_refused_before_the_model_loads(no_model_load, capsys, flags, message):

@@ -129,6 +129,8 @@ def build_app(
     max_image_pixels: int | None = None,
     max_image_bytes: int | None = None,
     frames: FrameSampling | None = None,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
     destroy_engine: bool = False,
     api_key: str | None = None,
     control: bool = True,
@@ -145,6 +147,8 @@ def build_app(
         max_image_pixels: Largest decoded image (default: the processors' limit).
         max_image_bytes: Largest encoded image (default: the processors' limit).
         frames: How requests' videos are sampled (default: the model family's settings).
+        min_pixels, max_pixels: Each image's pixel budget (default: the processor's settings);
+            clients must build ``input_ids`` with the same.
         destroy_engine: Call ``engine.destroy()`` when the application shuts down.
         api_key: Every route answers 401 unless the request carries
             ``Authorization: Bearer <api_key>`` (``None``: no key).
@@ -177,6 +181,8 @@ def build_app(
             max_image_bytes=max_image_bytes,
             max_body_bytes=max_body_bytes,
             frames=frames,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
             weights_root=root,
             admission=admission,
         )

@@ -72,6 +72,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_access_arguments(p)
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument(
+        "--min-pixels",
+        type=int,
+        help="each image's smallest pixel budget, as vlrollout run's --min-pixels (clients must "
+        "build input_ids with the same; default: the model's processor settings)",
+    )
+    p.add_argument(
+        "--max-pixels", type=int, help="each image's largest pixel budget (as --min-pixels)"
+    )
     p.add_argument("--video-fps", type=float, help="frames sampled per second of a video")
     p.add_argument("--video-max-frames", type=int, help="most frames sampled from one video")
     p.add_argument("--video-min-pixels", type=int, help="smallest pixel budget of a video frame")
@@ -163,7 +172,7 @@ def check_flags(args: argparse.Namespace) -> dict[int | str, str] | None:
     if not args.max_body_mb > 0:
         raise UsageError(f"--max-body-mb must be > 0, got {args.max_body_mb:g}")
     check_queue_flags(args)
-    frame_settings(args)
+    check_processor_settings(args)
     max_memory = parse_max_memory(args.max_memory)
     if (max_memory or args.offload_folder) and not args.device_map:
         raise UsageError(
@@ -198,6 +207,28 @@ def frame_settings(args: argparse.Namespace) -> dict[str, float | int | None]:
             flag = "--video-" + name.replace("_", "-")
             raise UsageError(f"{flag} must be a positive number, got {value}")
     return values
+
+
+def check_processor_settings(args: argparse.Namespace) -> None:
+    """The image budget and video flags, checked against the model's processor before the model
+    loads (a fixed-size family takes no pixel budget). Raises ``UsageError`` naming the flags."""
+    from vlrollout.workflows import FrameSampling
+    from vlrollout.workflows.preparation import build_vision_preprocessor
+
+    for flag, value in (("--min-pixels", args.min_pixels), ("--max-pixels", args.max_pixels)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    frames = FrameSampling(**frame_settings(args))
+    if args.min_pixels is None and args.max_pixels is None and not frames.options():
+        return
+    try:
+        build_vision_preprocessor(
+            args.model, None, min_pixels=args.min_pixels, max_pixels=args.max_pixels, frames=frames
+        )
+    except ValueError as e:
+        message = str(e).splitlines()[0]
+        where = "video settings" if message.startswith("video") else "--min-pixels/--max-pixels"
+        raise UsageError(f"{where}: {message}") from None
 
 
 def check_can_listen(host: str, port: int) -> None:
@@ -253,6 +284,8 @@ def serve(args: argparse.Namespace) -> int:
         args.protocol,
         max_body_bytes=int(args.max_body_mb * 2**20),
         frames=FrameSampling(**frame_settings(args)),
+        min_pixels=args.min_pixels,
+        max_pixels=args.max_pixels,
         destroy_engine=True,
         api_key=key,
         control=args.control,

@@ -62,6 +62,7 @@ class ServerState:
         max_image_bytes: Largest encoded image accepted.
         max_body_bytes: The application's body limit (named in 413 answers).
         frames: How the served preprocessor samples videos (``None``: the family's defaults).
+        min_pixels, max_pixels: Each image's pixel budget (``None``: the processor's settings).
         weights_root: The folder weight updates may load from (anything under it).
         admission: The queue's bounds and counters (``None``: no bound).
     """
@@ -71,6 +72,8 @@ class ServerState:
     max_image_bytes: int | None = None
     max_body_bytes: int | None = None
     frames: FrameSampling | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
     weights_root: Path | None = None
     admission: Admission | None = None
     running: asyncio.Event = field(default_factory=asyncio.Event)
@@ -95,7 +98,9 @@ class ServerState:
                 if v is not None
             }
             video = self.frames.options() if self.frames is not None else {}
-            self.preprocessor = AutoProcessorPreprocessor(self.engine.processor, **limits, **video)
+            self.preprocessor = AutoProcessorPreprocessor(
+                self.engine.processor, self.min_pixels, self.max_pixels, **limits, **video
+            )
             self.preprocessor.decode_room = DecodeRoom(max_pixels=None)  # admission's instead
 
     # ---------------------------------------------------------------- requests
@@ -202,12 +207,14 @@ class ServerState:
         n_tokens, n_runs = count_placeholders(ids, image_token_id(self.engine.model.config))
         if (n_tokens, n_runs) == (tokens, len(sizes)):
             return
-        get = size_getter(self.engine.processor.image_processor.size)
+        budget = self.preprocessor.processor_kwargs.get("images_kwargs", {})
+        get = size_getter(budget.get("size") or self.engine.processor.image_processor.size)
         raise BadRequest(
             f"{where}: image placeholders and images disagree: input_ids hold {n_tokens} image "
             f"placeholder tokens in {n_runs} run(s), but {len(sizes)} image(s) of "
             f"{shown_sizes(sizes)} take {tokens} tokens under this server's image processor "
-            f"(min_pixels={get('shortest_edge')}, max_pixels={get('longest_edge')}). Build "
+            f"(size bounds shortest_edge={get('shortest_edge')}, longest_edge="
+            f"{get('longest_edge')}; vlrollout serve --min-pixels/--max-pixels). Build "
             "input_ids and the images with the same processor settings."
         )
 
@@ -251,7 +258,9 @@ class ServerState:
         try:
             ip = self.engine.processor.image_processor
             images = [[im.image for im in loaded]]
-            out = ip(images=images, return_tensors="pt", **channels_last_kwargs(ip, images[0]))
+            budget = self.preprocessor.processor_kwargs.get("images_kwargs", {})
+            layout = channels_last_kwargs(ip, images[0])
+            out = ip(images=images, return_tensors="pt", **budget, **layout)
         except (ValueError, RuntimeError) as e:  # refused (an extreme aspect ratio), or
             raise BadRequest(f"{where}: processor_error: {e}") from None  # resized to nothing
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
