@@ -186,3 +186,17 @@ def test_a_served_image_budget_matches_clients_built_with_it():
         r = requests.post(server.url + path, json=chat, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] == len(ids)
+
+
+def test_chat_images_that_leave_no_room_for_max_tokens_are_refused_before_decoding(
+    decodes, monkeypatch
+):
+    monkeypatch.setattr("vlrollout.serve.state.context_length", lambda config: 40)
+    with serving("vllm") as (server, engine):
+        ((path, body),) = bodies("vllm", engine.processor, flat_png(), 1)
+        image = body["messages"][0]["content"][0]
+        body["messages"][0]["content"].insert(0, image)  # two images: 32 tokens
+        r = requests.post(server.url + path, json={**body, "max_tokens": 20}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert "prompt_too_long" in r.text and "more than the 20 a prompt may hold" in r.text, r.text
+    assert decodes == []

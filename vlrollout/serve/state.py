@@ -228,11 +228,14 @@ class ServerState:
         pixels = sum(w * h for w, h in sizes)
         return self.admission.decoding_room(pixels, len(sizes), where)
 
-    def check_image_tokens(self, sizes: list[tuple[int, int]], where: str) -> None:
-        """Refuse images of ``sizes`` that alone fill the model's context, before they are
-        decoded (the served preprocessor's ``prompt_too_long``)."""
+    def check_image_tokens(
+        self, sizes: list[tuple[int, int]], where: str, room: int | None = None
+    ) -> None:
+        """Refuse images of ``sizes`` that alone take more than ``room`` tokens (default: the
+        model's context), before they are decoded (the served preprocessor's
+        ``prompt_too_long``)."""
         try:
-            with prompt_token_limit(self.context_len):
+            with prompt_token_limit(self.context_len if room is None else room):
                 self.preprocessor.check_image_tokens(sizes, where)
         except PreprocessError as e:
             raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None

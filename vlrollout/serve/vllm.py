@@ -363,7 +363,8 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     sizes = []
     if media["images"]:
         sizes = await asyncio.to_thread(state.image_sizes, media["images"], where)  # headers
-        state.check_image_tokens(sizes, where)
+        asked = _asked_max_tokens(body)  # its type was checked with the sampling settings
+        state.check_image_tokens(sizes, where, max(state.context_len - asked, 1) if asked else None)
     item = {"messages": messages, **{k: v for k, v in media.items() if v}}
     async with state.decoding_room(sizes, where):
         prepared = await asyncio.to_thread(state.prepare, item, where)
