@@ -582,8 +582,9 @@ def test_sglang_pause_takes_only_its_modes(sglang_server):
 def test_a_chat_whose_images_alone_pass_the_context_is_refused_before_their_pixels(
     vllm_server, monkeypatch
 ):
-    """33 images of 16 tokens each pass the tiny model's 512-token context: a 400 naming
-    ``prompt_too_long``, counted from the sizes before the processor builds any pixels."""
+    """33 images of 16 tokens each pass the tiny model's 512-token context less the 2 new tokens
+    asked: a 400 naming ``prompt_too_long``, counted from the sizes before the processor builds
+    any pixels."""
     from vlrollout.processors import AutoProcessorPreprocessor
 
     server, _ = vllm_server
@@ -602,7 +603,7 @@ def test_a_chat_whose_images_alone_pass_the_context_is_refused_before_their_pixe
     r = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 400, r.text
     assert "prompt_too_long" in r.json()["error"]["message"]
-    assert "alone take 528 tokens, more than the 512" in r.json()["error"]["message"]
+    assert "alone take 528 tokens, more than the 510" in r.json()["error"]["message"]
     assert calls == []
     body["messages"][0]["content"] = [img] * 2  # within the context: prepared and run
     assert requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=60).ok

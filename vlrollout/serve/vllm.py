@@ -364,7 +364,8 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     if media["images"]:
         sizes = await asyncio.to_thread(state.image_sizes, media["images"], where)  # headers
         asked = _asked_max_tokens(body)  # its type was checked with the sampling settings
-        state.check_image_tokens(sizes, where, max(state.context_len - asked, 1) if asked else None)
+        room = state.context_len - asked if asked and asked < state.context_len else None
+        state.check_image_tokens(sizes, where, room)  # (no room at all: _check_room says so)
     item = {"messages": messages, **{k: v for k, v in media.items() if v}}
     async with state.decoding_room(sizes, where):
         prepared = await asyncio.to_thread(state.prepare, item, where)
