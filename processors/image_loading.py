@@ -425,8 +425,9 @@ def check_size(size: tuple[int, int], item: str, max_pixels: int = DEFAULT_MAX_P
             "image_too_large",
             f"{width}x{height} = {width * height} pixels exceed the decode limit "
             f"max_image_pixels={max_pixels} (a guard against decompression bombs, not the resize "
-            "budget --max-pixels); downscale the images or raise max_image_pixels (a run's "
-            "config: preprocessor: {name: auto, max_image_pixels: N})",
+            "budget --max-pixels); downscale the images or raise the limit (a run's config: "
+            "preprocessor: {name: auto, max_image_pixels: N}; vlrollout serve "
+            "--max-image-pixels N)",
         )
 
 

@@ -84,6 +84,12 @@ def _sglang_cases(p):
             f"max_image_pixels={DEFAULT_MAX_PIXELS}",
         ),
         (
+            "decompression bomb: the flag that raises the limit",
+            {"input_ids": p["one"], "image_data": [BOMB_PNG], "sampling_params": sp},
+            400,
+            "vlrollout serve --max-image-pixels N",
+        ),
+        (
             "invalid base64",
             {"input_ids": p["one"], "image_data": ["@@@not base64@@@"], "sampling_params": sp},
             400,

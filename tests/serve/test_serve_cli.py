@@ -75,7 +75,7 @@ def test_queue_flags_reach_the_app(monkeypatch, flags, expected):
         serve_main.serve(build_parser().parse_args(args))
     assert seen["limits"] == expected
     assert (seen["api_key"], seen["control"], str(seen["weights_root"])) == ("k", False, "/srv/w")
-    assert (seen["min_pixels"], seen["max_pixels"]) == (None, None)
+    assert (seen["min_pixels"], seen["max_pixels"], seen["max_image_pixels"]) == (None,) * 3
 
 
 def test_the_image_budget_reaches_the_app(monkeypatch):
@@ -91,9 +91,11 @@ def test_the_image_budget_reaches_the_app(monkeypatch):
     monkeypatch.setattr(LocalInferenceEngine, "from_pretrained", staticmethod(lambda p, **k: _E()))
     monkeypatch.setattr("vlrollout.serve.app.build_app", build)
     args = ["serve", "--model", str(ASSET), "--min-pixels", "4000", "--max-pixels", "50000"]
+    args += ["--max-image-pixels", "90000000"]
     with pytest.raises(KeyboardInterrupt):
         serve_main.serve(build_parser().parse_args(args))
     assert (seen["min_pixels"], seen["max_pixels"]) == (4000, 50000)
+    assert seen["max_image_pixels"] == 90000000
 
 
 class _E:
@@ -139,6 +141,7 @@ def no_model_load(monkeypatch):
         (["--offload-folder", "/tmp/x"], "--max-memory and --offload-folder need --device-map"),
         (["--device", "cuda:x"], "--device must be cpu, cuda or cuda:N, got 'cuda:x'"),
         (["--max-pixels", "0"], "--max-pixels must be >= 1, got 0"),
+        (["--max-image-pixels", "-3"], "--max-image-pixels must be >= 1, got -3"),
         (
             ["--min-pixels", "9000", "--max-pixels", "5000"],
             "--min-pixels/--max-pixels: min_pixels=9000 exceeds max_pixels=5000",

@@ -11,6 +11,7 @@ from pathlib import Path
 from vlrollout.engine.checks import check_device
 from vlrollout.errors import UsageError
 from vlrollout.processors.decode_room import RESIDENT_PER_PIXEL, machine_memory_bytes
+from vlrollout.processors.image_loading import DEFAULT_MAX_PIXELS
 from vlrollout.serve.admission import QueueLimits
 from vlrollout.serve.auth import API_KEY_ENV, api_key, exposure_warning
 from vlrollout.serve.limits import (
@@ -80,6 +81,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-pixels", type=int, help="each image's largest pixel budget (as --min-pixels)"
+    )
+    p.add_argument(
+        "--max-image-pixels",
+        type=int,
+        help=f"largest image decoded, width x height (default {DEFAULT_MAX_PIXELS}): a guard "
+        "against decompression bombs, apart from the pixel budget",
     )
     p.add_argument("--video-fps", type=float, help="frames sampled per second of a video")
     p.add_argument("--video-max-frames", type=int, help="most frames sampled from one video")
@@ -215,7 +222,8 @@ def check_processor_settings(args: argparse.Namespace) -> None:
     from vlrollout.workflows import FrameSampling
     from vlrollout.workflows.preparation import build_vision_preprocessor
 
-    for flag, value in (("--min-pixels", args.min_pixels), ("--max-pixels", args.max_pixels)):
+    budget = (("--min-pixels", args.min_pixels), ("--max-pixels", args.max_pixels))
+    for flag, value in (*budget, ("--max-image-pixels", args.max_image_pixels)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     frames = FrameSampling(**frame_settings(args))
@@ -286,6 +294,7 @@ def serve(args: argparse.Namespace) -> int:
         frames=FrameSampling(**frame_settings(args)),
         min_pixels=args.min_pixels,
         max_pixels=args.max_pixels,
+        max_image_pixels=args.max_image_pixels,
         destroy_engine=True,
         api_key=key,
         control=args.control,
