@@ -337,6 +337,24 @@ def qwen_resize_kwargs(processor, min_pixels: int | None, max_pixels: int | None
     return {"size": {"shortest_edge": int(lo), "longest_edge": int(hi)}}
 
 
+def image_size_setting(processor, images_kwargs: dict) -> dict[str, int] | None:
+    """The ``size`` an image processor resizes to with ``images_kwargs`` (a pixel budget's
+    bounds, or a fixed height and width), as a plain dict; ``None`` without an image processor
+    or a ``size``. Two processors with equal settings give placeholders for equal grids.
+
+    >>> from types import SimpleNamespace as N
+    >>> image_size_setting(N(image_processor=N(size={"shortest_edge": 4, "longest_edge": 9})), {})
+    {'shortest_edge': 4, 'longest_edge': 9}
+    """
+    ip = getattr(processor, "image_processor", None)
+    size = images_kwargs.get("size") or getattr(ip, "size", None)
+    if size is None:
+        return None
+    get = size_getter(size)
+    keys = ("shortest_edge", "longest_edge", "height", "width", "max_height", "max_width")
+    return {k: int(get(k)) for k in keys if get(k) is not None}
+
+
 def budget_image_tokens(processor, images_kwargs: dict, width: int, height: int) -> int | None:
     """Image tokens one ``width``×``height`` image takes after a pixel-budget family's resize,
     counted before any pixel is built: the image processor's ``get_number_of_image_patches`` (the

@@ -54,3 +54,24 @@ def test_run_against_the_served_engine(protocol, sglang_server, vllm_server, tmp
             assert report.ok(atol=1e-4), (f.name, row, report)
             episodes += 1
     assert episodes == 2 * n_items
+
+
+def test_a_run_at_another_image_budget_than_the_server_is_refused_at_the_start(tmp_path, capsys):
+    """The served budget differs from the run's: exit 2 with both sizes and the flags, before
+    any episode; the same budget on both sides runs."""
+    from tests.serve.conftest import serving
+
+    data, _ = _sample_items(tmp_path)
+    budget = 28 * 28 * 32
+    with serving("sglang", max_pixels=budget) as (server, _):
+        argv = ["run", "--engine", "sglang", "--address", server.address, "--model", str(ASSET)]
+        argv += ["--data", str(data), "--limit", "2", "--group-size", "1", "--no-progress"]
+        assert main([*argv, "--output", str(tmp_path / "a")]) == 2
+        err = capsys.readouterr().err
+        assert "resizes images to size {'shortest_edge': 3136, 'longest_edge': 25088}" in err
+        assert "this run to {'shortest_edge': 3136, 'longest_edge': 12544}" in err, err
+        assert not (tmp_path / "a" / "trajectories").exists()
+        out = tmp_path / "b"
+        assert main([*argv, "--max-pixels", str(budget), "--output", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"]["accepted"] == 2, summary["rejections"]

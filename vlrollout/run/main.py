@@ -29,6 +29,7 @@ from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
 from vlrollout.run.output import prepare_output
+from vlrollout.run.served_settings import check_served_image_size
 from vlrollout.workflows.steps import resolve_callable
 
 
@@ -489,6 +490,9 @@ def run_from_config(
             room = context - cfg.gconfig.max_new_tokens
             cfg = dataclasses.replace(cfg, max_prompt_tokens=max(1, room))
         workflow = build_workflow(cfg, tokenizer, processor, prepared.reward)
+        if cfg.engine.kind != "local":
+            pre = getattr(getattr(workflow, "ctx", None), "preprocessor", None)
+            check_served_image_size(cfg.engine.addresses, pre)
         runner = Runner(
             workflow,
             engine,

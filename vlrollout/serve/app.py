@@ -89,7 +89,8 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
 
 async def _health(request: web.Request) -> web.Response:
     """``status``, pause state, weight version, requests per path, the queue's counters,
-    generated tokens (total and per second over the last ten seconds) and resident memory."""
+    generated tokens (total and per second over the last ten seconds), resident memory and the
+    image ``size`` the served processor resizes to (which clients must match)."""
     state: ServerState = request.app[STATE]
     return web.json_response(
         {
@@ -101,6 +102,7 @@ async def _health(request: web.Request) -> web.Response:
             "generated_tokens": state.tokens.total,
             "tokens_per_s": round(state.tokens.per_second(), 3),
             "rss_bytes": resident_bytes(),
+            "image_size": state.image_size(),
         }
     )
 

@@ -33,7 +33,7 @@ from vlrollout.processors.auto import channels_last_kwargs
 from vlrollout.processors.base import prompt_token_limit
 from vlrollout.processors.decode_room import DecodeRoom
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.families import size_getter
+from vlrollout.processors.families import image_size_setting, size_getter
 from vlrollout.processors.image_loading import (
     DEFAULT_MAX_BYTES,
     decode_inline,
@@ -217,6 +217,14 @@ class ServerState:
             f"{get('longest_edge')}; vlrollout serve --min-pixels/--max-pixels). Build "
             "input_ids and the images with the same processor settings."
         )
+
+    def image_size(self) -> dict[str, int] | None:
+        """The ``size`` the served image processor resizes to (its pixel budget's bounds, or a
+        fixed size), which clients building ``input_ids`` must match; ``/health`` shows it."""
+        if self.preprocessor is None:
+            return None
+        budget = self.preprocessor.processor_kwargs.get("images_kwargs", {})
+        return image_size_setting(self.engine.processor, budget)
 
     def decoding_room(
         self, sizes: list[tuple[int, int]], where: str
