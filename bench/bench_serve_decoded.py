@@ -4,9 +4,10 @@ decode to GBs).
 
 First, one request at a time against a fresh server with no queue bound: its growth in resident
 memory at its peak (``VmHWM`` over idle) per pixel of its images, which must stay under the rate
-the bound counts (``RESIDENT_PER_PIXEL``). Then a burst of such requests against the defaults:
-the peak must stay under idle plus the default share of the machine, with every request answered
-(each waits for room to decode its images).
+the bound counts (``RESIDENT_PER_PIXEL``). Then a burst of such requests with no bound (every
+request decoded at once), and the same burst against the defaults, where the peak must stay under
+idle plus the default share of the machine with every request answered (each waits for room to
+decode its images).
 
     .venv/bin/python bench/bench_serve_decoded.py
 """
@@ -122,6 +123,8 @@ def main() -> int:
         singles.append(point(1, images, side, NO_BOUND))
         print("  ".join(row(singles[-1], "off")), flush=True)
     n, images, side = BURST
+    unbounded = point(n, images, side, NO_BOUND)
+    print("  ".join(row(unbounded, "off")), flush=True)
     burst = point(n, images, side, ())
     print("  ".join(row(burst, "on")), flush=True)
     share = QUEUE_MEMORY_SHARE * machine_memory_bytes()
@@ -135,18 +138,19 @@ def main() -> int:
         f"headline: at most {worst:.1f} resident bytes per decoded pixel of one request "
         f"(charged {RESIDENT_PER_PIXEL}); {n} requests of {images} {side}x{side} flat PNGs "
         f"against the defaults: peak {burst['peak_rss'] / 2**20:.0f} MB (bound idle + "
-        f"{share / 2**30:.1f} GiB), {burst['statuses'].count(200)} answered"
+        f"{share / 2**30:.1f} GiB), {burst['statuses'].count(200)} answered; without a bound "
+        f"{unbounded['peak_rss'] / 2**20:.0f} MB"
         + (f"; FAILED: {'; '.join(failures)}" if failures else "")
     )
     print(headline)
     table = record.Table(
         COLUMNS,
-        [row(p, "off") for p in singles] + [row(burst, "on")],
+        [row(p, "off") for p in singles] + [row(unbounded, "off"), row(burst, "on")],
         title="Chat requests of flat (one-colour) PNGs, 2 new tokens, tiny model, one torch "
         "thread; a fresh server per row; B/px = peak over idle per pixel of the request's images",
     )
     notes = ["bound on = the defaults; off = --max-queued-requests 0 --max-queued-mb 0"]
-    numbers = {"singles": singles, "burst": burst, "share_bytes": share}
+    numbers = {"singles": singles, "unbounded": unbounded, "burst": burst, "share_bytes": share}
     record.write(
         started.record([table], headline, numbers, mode="default", notes=notes), args.record_dir
     )
