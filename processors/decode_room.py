@@ -49,10 +49,19 @@ class DecodeRoom:
         self.decoding = self.peak = 0
         self._turns = threading.Condition()
         self._next_ticket = self._serving = 0
+        self._abandoned: set[int] = set()  # tickets whose holder stopped waiting (interrupted)
 
     def _fits(self, pixels: int) -> bool:
         most = self.max_pixels
         return most is None or self.decoding == 0 or self.decoding + pixels <= most
+
+    def _advance(self) -> None:
+        """Serve the next ticket, past those abandoned, and wake the waiters."""
+        self._serving += 1
+        while self._serving in self._abandoned:
+            self._abandoned.discard(self._serving)
+            self._serving += 1
+        self._turns.notify_all()
 
     @contextmanager
     def hold(self, pixels: int) -> Iterator[None]:
@@ -60,11 +69,17 @@ class DecodeRoom:
         with self._turns:
             ticket = self._next_ticket
             self._next_ticket += 1
-            self._turns.wait_for(lambda: self._serving == ticket and self._fits(pixels))
-            self._serving += 1
+            try:
+                self._turns.wait_for(lambda: self._serving == ticket and self._fits(pixels))
+            except BaseException:  # interrupted while waiting: the next in line goes on
+                if self._serving == ticket:
+                    self._advance()
+                else:
+                    self._abandoned.add(ticket)
+                raise
+            self._advance()  # the next in line may fit beside this one
             self.decoding += pixels
             self.peak = max(self.peak, self.decoding)
-            self._turns.notify_all()  # the next in line may fit beside this one
         try:
             yield
         finally:
@@ -75,4 +90,4 @@ class DecodeRoom:
 
 DECODE_ROOM = DecodeRoom(int(machine_memory_bytes() * DECODE_MEMORY_SHARE) // RESIDENT_PER_PIXEL)
 """The process's room, used by :class:`~vlrollout.processors.auto.AutoProcessorPreprocessor`
-(``vlrollout serve`` sets its bound to the one its queue allows)."""
+(``vlrollout serve``, whose queue bounds decoding, gives its preprocessor an unbounded one)."""

@@ -5,6 +5,7 @@ before any pixel is decoded."""
 from __future__ import annotations
 
 import io
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,46 @@ def test_holders_enter_in_turn_when_they_fit_and_a_large_one_alone():
             event.set()
         pool.shutdown()
     assert (room.decoding, room.peak) == (0, 150)
+
+
+def _hold_in_thread(room: DecodeRoom, pixels: int, release: threading.Event) -> threading.Event:
+    entered = threading.Event()
+
+    def hold() -> None:
+        with room.hold(pixels):
+            entered.set()
+            release.wait()
+
+    threading.Thread(target=hold, daemon=True).start()
+    return entered
+
+
+@pytest.mark.parametrize("behind", [False, True], ids=["its-turn", "behind-another"])
+def test_a_holder_interrupted_while_waiting_does_not_hold_up_the_line(behind):
+    """The main thread waits for room (its turn but no fit, or behind another waiter) and is
+    interrupted by a signal; those after it still enter."""
+    room, go = DecodeRoom(max_pixels=100), threading.Event()
+    assert _hold_in_thread(room, 60, go).wait(5)
+    if behind:
+        waiting = _hold_in_thread(room, 50, go)  # does not fit beside the first: waits
+        time.sleep(0.1)
+
+    def interrupt(*_):
+        raise TimeoutError("interrupted")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(TimeoutError), room.hold(50 if not behind else 10):
+            pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    go.set()
+    if behind:
+        assert waiting.wait(5)
+    assert _hold_in_thread(room, 10, go).wait(5), "the line waited for the interrupted holder"
+    _wait_until(lambda: room.decoding == 0)
 
 
 def _png(side: int, colour: tuple[int, int, int]) -> bytes:
