@@ -149,6 +149,19 @@ def test_group_size_one_is_refused(tmp_path):
             ["--config", "examples/train_grounding.yaml", "rollout.max_head_offpolicyness=abc"],
             "rollout.max_head_offpolicyness",
         ),
+        (
+            ["--config", "examples/train_grounding.yaml", "+vlrollout.max_pixels=0"],
+            "vlrollout.max_pixels must be a positive number, got 0",
+        ),
+        (  # checked against the model's processor before any process starts
+            [
+                "--config",
+                "examples/train_grounding.yaml",
+                "+vlrollout.min_pixels=9000",
+                "+vlrollout.max_pixels=5000",
+            ],
+            "vlrollout.min_pixels/max_pixels: min_pixels=9000 exceeds max_pixels=5000",
+        ),
     ],
 )
 def test_train_misuse_is_one_line_and_exit_2(args, expected, capsys):

@@ -22,6 +22,7 @@ from areal.api import RolloutWorkflow
 from vlrollout.config import check_room_in_context
 from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
+from vlrollout.engine.served_settings import check_served_image_size
 from vlrollout.errors import ConfigError, Interrupted
 from vlrollout.families import context_length
 from vlrollout.rewards.caller import RewardCaller
@@ -29,7 +30,6 @@ from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
 from vlrollout.run.output import prepare_output
-from vlrollout.run.served_settings import check_served_image_size
 from vlrollout.workflows.steps import resolve_callable
 
 

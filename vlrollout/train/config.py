@@ -231,6 +231,21 @@ class TrainSection:
         default=None,
         metadata={"help": "Most frames sampled from one video; `null`: the family's default."},
     )
+    min_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Smallest pixel budget of each image (Qwen-VL, GLM-4V, LFM2-VL: the "
+            "processor resizes to it); `null`: the model's processor settings. Rollout servers "
+            "must resize with the same (vlrollout serve --min-pixels)."
+        },
+    )
+    max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Largest pixel budget of each image (as min_pixels): fewer image tokens per "
+            "prompt; `null`: the model's processor settings."
+        },
+    )
     video_min_pixels: int | None = field(
         default=None,
         metadata={
@@ -271,7 +286,14 @@ class TrainSection:
                 f"vlrollout.dynamic_sampling_rounds must be >= 1 (the step's own rollout "
                 f"included), got {self.dynamic_sampling_rounds}"
             )
-        for name in ("video_fps", "video_max_frames", "video_min_pixels", "video_max_pixels"):
+        pixels = ("min_pixels", "max_pixels")
+        for name in (
+            *pixels,
+            "video_fps",
+            "video_max_frames",
+            "video_min_pixels",
+            "video_max_pixels",
+        ):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):  # NaN too
                 raise ConfigError(f"vlrollout.{name} must be a positive number, got {value}")
@@ -476,7 +498,53 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     if problem:
         raise ConfigError(problem)
     check_room_in_context(cfg.gconfig.max_new_tokens, cfg.actor.path)
+    check_vision_settings(cfg.vlrollout, cfg.actor.path)
     return cfg
+
+
+def check_served_budget(cfg: TrainConfig) -> None:
+    """Refuse to start rollouts on servers that resize images to another size than the run
+    (``vlrollout serve`` says its size in ``/health``; other servers are not compared)."""
+    from vlrollout.engine.served_settings import check_served_image_size
+    from vlrollout.workflows import FrameSampling
+    from vlrollout.workflows.preparation import build_vision_preprocessor
+
+    vl = cfg.vlrollout
+    if vl.engine.kind == "local" or not Path(cfg.actor.path, "config.json").is_file():
+        return
+    frames = FrameSampling(
+        vl.video_fps, vl.video_max_frames, vl.video_min_pixels, vl.video_max_pixels
+    )
+    _, pre = build_vision_preprocessor(
+        cfg.actor.path, None, min_pixels=vl.min_pixels, max_pixels=vl.max_pixels, frames=frames
+    )
+    check_served_image_size(vl.engine.addresses, pre)
+
+
+def check_vision_settings(vl: TrainSection, model: str) -> None:
+    """The image budget and the video settings, checked against the model's processor before
+    any process starts (a fixed-size family takes no pixel budget; a family without video takes
+    no video settings)."""
+    from vlrollout.workflows import FrameSampling
+    from vlrollout.workflows.preparation import build_vision_preprocessor
+
+    frames = FrameSampling(
+        vl.video_fps, vl.video_max_frames, vl.video_min_pixels, vl.video_max_pixels
+    )
+    if vl.min_pixels is None and vl.max_pixels is None and not frames.options():
+        return
+    if not Path(model, "config.json").is_file():
+        return  # not a local folder: transformers says so when the run loads it
+    try:
+        build_vision_preprocessor(
+            model, None, min_pixels=vl.min_pixels, max_pixels=vl.max_pixels, frames=frames
+        )
+    except ValueError as e:
+        message = str(e).splitlines()[0]
+        keys = (
+            "video settings" if message.startswith("video") else "vlrollout.min_pixels/max_pixels"
+        )
+        raise ConfigError(f"{keys}: {message}") from None
 
 
 def _model_path_problem(model: str, config: Path) -> str | None:

@@ -48,7 +48,7 @@ def main(argv: Sequence[str]) -> int:
     from pathlib import Path
 
     from vlrollout.jsonl import read_jsonl
-    from vlrollout.train.config import check_rules, load_config
+    from vlrollout.train.config import check_rules, check_served_budget, load_config
     from vlrollout.train.loop import train
     from vlrollout.train.report import control_summary, held_out_metric, rejected_line
     from vlrollout.train.session import check_resumable
@@ -58,6 +58,7 @@ def main(argv: Sequence[str]) -> int:
     world = launched if "WORLD_SIZE" in os.environ else args.nproc
     check_rules(cfg, world)
     check_resumable(cfg, Path(cfg.vlrollout.output), world)
+    check_served_budget(cfg)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch(
             args.nproc, [*(["--debug"] if debug else []), "--config", args.config, *overrides]

@@ -346,11 +346,10 @@ def build_workflows(
     frames = FrameSampling(
         vl.video_fps, vl.video_max_frames, vl.video_min_pixels, vl.video_max_pixels
     )
+    budget = {"min_pixels": vl.min_pixels, "max_pixels": vl.max_pixels, "frames": frames}
     task = None
     if vl.eval_task is not None:
-        predictor = EnginePredictor(
-            engine, tokenizer, processor, gconfig=cfg.gconfig, frames=frames
-        )
+        predictor = EnginePredictor(engine, tokenizer, processor, gconfig=cfg.gconfig, **budget)
         concurrency = held_out_concurrency(
             vl.engine.kind, bool(vl.engine.deterministic), len(eval_items)
         )
@@ -358,8 +357,8 @@ def build_workflows(
         task = TaskEvaluation(get_task(vl.eval_task), predictor, family, concurrency)
     held_out = HeldOut(
         engine=engine,
-        greedy=VisionRLVRWorkflow(eval_reward, greedy, tokenizer, processor, frames=frames),
-        sampled=VisionRLVRWorkflow(eval_reward, one, tokenizer, processor, frames=frames),
+        greedy=VisionRLVRWorkflow(eval_reward, greedy, tokenizer, processor, **budget),
+        sampled=VisionRLVRWorkflow(eval_reward, one, tokenizer, processor, **budget),
         items=eval_items,
         reward=eval_reward,
         sampled_repeats=vl.eval_samples,
@@ -367,7 +366,7 @@ def build_workflows(
         out=Path(vl.output),
         task=task,
     )
-    return VisionRLVRWorkflow(reward, one, tokenizer, processor, frames=frames), held_out
+    return VisionRLVRWorkflow(reward, one, tokenizer, processor, **budget), held_out
 
 
 def start_rollouts(

@@ -53,6 +53,8 @@ RESULT_SETTINGS = (
     "vlrollout.freeze_projector",
     "vlrollout.dynamic_sampling",
     "vlrollout.dynamic_sampling_rounds",
+    "vlrollout.min_pixels",
+    "vlrollout.max_pixels",
     "vlrollout.video_fps",
     "vlrollout.video_max_frames",
     "vlrollout.video_min_pixels",

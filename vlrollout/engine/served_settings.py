@@ -47,5 +47,7 @@ def check_served_image_size(addresses: Iterable[str], preprocessor: Any) -> None
             raise ConfigError(
                 f"the server at {address} resizes images to size {served}, this run to {mine}: "
                 "every prompt's image placeholders would disagree with the server's images; "
-                "give vlrollout serve and vlrollout run the same --min-pixels/--max-pixels"
+                "give the server and the run the same pixel budget (vlrollout serve "
+                "--min-pixels/--max-pixels; vlrollout run --min-pixels/--max-pixels, vlrollout "
+                "train vlrollout.min_pixels/max_pixels)"
             )
