@@ -12,6 +12,7 @@ import base64
 import io
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image, ImageDraw
@@ -46,14 +47,34 @@ def hex_colour(colour: tuple[int, int, int]) -> str:
     return "#{:02x}{:02x}{:02x}".format(*colour)
 
 
-def load_report_image(image: Any) -> tuple[Image.Image | None, str]:
-    """The image, or ``None`` and why not (the report says so instead of failing)."""
+@dataclass(frozen=True)
+class ReportImage:
+    """An image as a report shows it: a thumbnail at most :data:`THUMB` a side, and the size of
+    the image it was made from (the coordinates boxes are in)."""
+
+    thumb: Image.Image
+    size: tuple[int, int]
+
+
+def report_image(image: Image.Image) -> ReportImage:
+    """``image``'s thumbnail and size."""
+    image = image.convert("RGB")
+    scale = THUMB / max(image.size)
+    thumb = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
+    return ReportImage(thumb, image.size)
+
+
+def load_report_image(image: Any) -> tuple[ReportImage | None, str]:
+    """The image as the report shows it, or ``None`` and why not (the report says so instead of
+    failing). The full-size image is dropped once its thumbnail is made, so a report holds one
+    at a time, however many images an item has."""
     from vlrollout.processors.image_loading import load_image
 
     try:
-        return load_image(image).image, ""
+        loaded = load_image(image).image
     except Exception as e:  # noqa: BLE001 - shown in the report instead of the image
         return None, str(e)
+    return report_image(loaded), ""
 
 
 def label_boxes(value: Any) -> tuple[list[Box], list[str]]:
@@ -124,12 +145,11 @@ def png_data_url(image: Image.Image) -> str:
 
 
 def draw_boxes(
-    image: Image.Image, gt: Sequence[Box], preds: Sequence[tuple[int, Sequence[Box]]]
+    image: ReportImage, gt: Sequence[Box], preds: Sequence[tuple[int, Sequence[Box]]]
 ) -> str:
-    """A thumbnail with ground-truth boxes and each episode's numbered boxes, as a data URL."""
-    image = image.convert("RGB")
+    """The thumbnail with ground-truth boxes and each episode's numbered boxes, as a data URL."""
+    shown = image.thumb.copy()
     scale = THUMB / max(image.size)
-    shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
     draw = ImageDraw.Draw(shown)
     for b in gt:
         draw.rectangle([v * scale for v in b], outline=GT_COLOUR, width=2)

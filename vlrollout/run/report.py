@@ -43,6 +43,7 @@ from vlrollout.report_drawing import (
     png_data_url,
     predicted_boxes,
     prompt_sources,
+    report_image,
 )
 from vlrollout.run.report_summary import overview_html
 
@@ -135,7 +136,7 @@ def render_item(
         turns = [str(t) for t in episode.get("turns", [])]
         problems: list[str] = []
         if read_boxes is not None and turns and boxed < len(images) and images[boxed][0]:
-            boxes, problems = read_boxes.read(turns[-1], images[boxed][0])
+            boxes, problems = read_boxes.read(turns[-1], images[boxed][0].size)
             preds.append((i, boxes))
         swatch = f"<span class=sw style='background:{hex_colour(episode_colour(i))}'></span>"
         unread = (
@@ -180,7 +181,8 @@ def render_item(
     if not images and not videos:
         pictures.append("<i>no image</i>")
     for k, extra in enumerate(extra_images, 1):
-        pictures.append(_figure(draw_boxes(extra, [], []), f"tool image {k} (as the model saw it)"))
+        shown = draw_boxes(report_image(extra), [], [])
+        pictures.append(_figure(shown, f"tool image {k} (as the model saw it)"))
     answer = item.get("answer", item.get("captions", item.get("boxes", "")))
     note = "".join(f"<p class=rej>{html.escape(n)}</p>" for n in notes)
     return (
@@ -209,12 +211,15 @@ class BoxReader:
     def image_index(self) -> int:
         return self.grounding.image_index
 
-    def read(self, completion: str, image: Image.Image) -> tuple[list[Box], list[str]]:
+    def read(self, completion: str, size: tuple[int, int]) -> tuple[list[Box], list[str]]:
+        """The boxes of ``completion`` on the image of ``size`` (as loaded), and why any was
+        not read."""
         if self._geometry is None:
+            width, height = size
             self._geometry = (
                 self.prepare(self.item).geometry[self.image_index]
                 if self.prepare is not None
-                else ImageGeometry(image.width, image.height, image.width, image.height)
+                else ImageGeometry(width, height, width, height)
             )
         return predicted_boxes(self.grounding, completion, self._geometry)
 
