@@ -91,6 +91,16 @@ def check_remote_gconfig(g: GenerationHyperparameters, kind: str) -> None:
         )
 
 
+def model_context(model: str) -> int | None:
+    """The context length of the model in folder ``model``, read from its config (``None``
+    when it cannot be read or says none: the engine's own checks say what is wrong)."""
+    try:
+        config = AutoConfig.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+    return context_length(config)
+
+
 def check_room_in_context(max_new_tokens: int, model: str, flag: str | None = None) -> None:
     """Refuse a ``max_new_tokens`` that leaves no room for a prompt in the context of the model
     in folder ``model`` (read from its config), before the model loads: every item would fail
@@ -99,11 +109,7 @@ def check_room_in_context(max_new_tokens: int, model: str, flag: str | None = No
     Raises:
         ConfigError: naming both numbers.
     """
-    try:
-        config = AutoConfig.from_pretrained(model, local_files_only=True)
-    except (OSError, ValueError):
-        return  # the engine's own checks say what is wrong with the folder
-    context = context_length(config)
+    context = model_context(model)
     if context is not None and max_new_tokens >= context:
         key = "gconfig.max_new_tokens" + (f" ({flag})" if flag else "")
         raise ConfigError(

@@ -75,3 +75,24 @@ def test_a_run_at_another_image_budget_than_the_server_is_refused_at_the_start(t
         assert main([*argv, "--max-pixels", str(budget), "--output", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"]["accepted"] == 2, summary["rejections"]
+
+
+def test_a_served_run_refuses_prompts_too_long_for_the_models_context(sglang_server, tmp_path):
+    """Without --max-prompt-tokens a run on servers holds prompts to the served model's context
+    less the completion, as a local run does: a prompt of 40 images is ``prompt_too_long``, not
+    an engine error after the server refused it three times."""
+    from PIL import Image
+
+    server, _ = sglang_server
+    Image.new("RGB", (120, 120), (200, 30, 30)).save(tmp_path / "red.png")
+    item = {"id": "long", "messages": "<image>" * 40 + "How many?", "answer": "1"}
+    item["images"] = [str(tmp_path / "red.png")] * 40
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps(item) + "\n")
+    out = tmp_path / "run"
+    argv = ["run", "--engine", "sglang", "--address", server.address, "--model", str(ASSET)]
+    argv += ["--data", str(data), "--output", str(out), "--group-size", "2", "--no-progress"]
+    argv += ["--reward", "count"]
+    main(argv)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"]["rejected_by_reason"] == {"prompt_too_long": 2}, summary

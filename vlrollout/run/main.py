@@ -19,7 +19,7 @@ from typing import Any
 
 from areal.api import RolloutWorkflow
 
-from vlrollout.config import check_room_in_context
+from vlrollout.config import check_room_in_context, model_context
 from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
 from vlrollout.engine.served_settings import check_served_image_size
@@ -486,6 +486,8 @@ def run_from_config(
             tokenizer = AutoTokenizer.from_pretrained(cfg.engine.model, local_files_only=True)
             processor = AutoProcessor.from_pretrained(cfg.engine.model, local_files_only=True)
         context = context_length(getattr(getattr(engine, "model", None), "config", None))
+        if context is None and cfg.engine.kind != "local":  # the served model's own folder
+            context = model_context(cfg.engine.model)
         if cfg.max_prompt_tokens is None and context is not None:
             room = context - cfg.gconfig.max_new_tokens
             cfg = dataclasses.replace(cfg, max_prompt_tokens=max(1, room))
