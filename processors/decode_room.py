@@ -30,6 +30,43 @@ def machine_memory_bytes() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+class Turns:
+    """First come, first served: tickets in the order asked, whose turn it is, and the tickets
+    given up (a waiter interrupted) that the line skips. Not thread-safe: its owner's lock or
+    event loop guards it.
+
+    >>> turns = Turns()
+    >>> a, b, c = turns.take(), turns.take(), turns.take()
+    >>> turns.give_up(b); turns.serving == a
+    True
+    >>> turns.advance(); turns.serving == c
+    True
+    """
+
+    def __init__(self) -> None:
+        self.next_ticket = self.serving = 0
+        self.abandoned: set[int] = set()
+
+    def take(self) -> int:
+        """A ticket, after every one taken before it."""
+        self.next_ticket += 1
+        return self.next_ticket - 1
+
+    def advance(self) -> None:
+        """The ticket being served entered: the next one's turn, past those given up."""
+        self.serving += 1
+        while self.serving in self.abandoned:
+            self.abandoned.discard(self.serving)
+            self.serving += 1
+
+    def give_up(self, ticket: int) -> None:
+        """``ticket``'s holder stopped waiting: the line goes on without it."""
+        if self.serving == ticket:
+            self.advance()
+        else:
+            self.abandoned.add(ticket)
+
+
 class DecodeRoom:
     """Image pixels decoded at once, at most ``max_pixels`` (``None``: no bound).
 
@@ -47,45 +84,34 @@ class DecodeRoom:
     def __init__(self, max_pixels: int | None) -> None:
         self.max_pixels = max_pixels
         self.decoding = self.peak = 0
-        self._turns = threading.Condition()
-        self._next_ticket = self._serving = 0
-        self._abandoned: set[int] = set()  # tickets whose holder stopped waiting (interrupted)
+        self._lock = threading.Condition()
+        self._turns = Turns()
 
     def _fits(self, pixels: int) -> bool:
         most = self.max_pixels
         return most is None or self.decoding == 0 or self.decoding + pixels <= most
 
-    def _advance(self) -> None:
-        """Serve the next ticket, past those abandoned, and wake the waiters."""
-        self._serving += 1
-        while self._serving in self._abandoned:
-            self._abandoned.discard(self._serving)
-            self._serving += 1
-        self._turns.notify_all()
-
     @contextmanager
     def hold(self, pixels: int) -> Iterator[None]:
         """Room for ``pixels`` for the ``with`` block, waiting for its turn and for them to fit."""
-        with self._turns:
-            ticket = self._next_ticket
-            self._next_ticket += 1
+        with self._lock:
+            ticket = self._turns.take()
             try:
-                self._turns.wait_for(lambda: self._serving == ticket and self._fits(pixels))
+                self._lock.wait_for(lambda: self._turns.serving == ticket and self._fits(pixels))
             except BaseException:  # interrupted while waiting: the next in line goes on
-                if self._serving == ticket:
-                    self._advance()
-                else:
-                    self._abandoned.add(ticket)
+                self._turns.give_up(ticket)
+                self._lock.notify_all()
                 raise
-            self._advance()  # the next in line may fit beside this one
+            self._turns.advance()  # the next in line may fit beside this one
+            self._lock.notify_all()
             self.decoding += pixels
             self.peak = max(self.peak, self.decoding)
         try:
             yield
         finally:
-            with self._turns:
+            with self._lock:
                 self.decoding -= pixels
-                self._turns.notify_all()
+                self._lock.notify_all()
 
 
 DECODE_ROOM = DecodeRoom(int(machine_memory_bytes() * DECODE_MEMORY_SHARE) // RESIDENT_PER_PIXEL)

@@ -200,3 +200,35 @@ def test_chat_images_that_leave_no_room_for_max_tokens_are_refused_before_decodi
     assert r.status_code == 400, r.text
     assert "prompt_too_long" in r.text and "more than the 20 a prompt may hold" in r.text, r.text
     assert decodes == []
+
+
+def test_requests_wait_for_room_to_decode_in_the_order_they_came():
+    """A request that does not fit waits, and those after it wait behind it even when they would
+    fit (a stream of small requests must not overtake a large one for ever); one whose client
+    goes away while it waits gives up its turn."""
+
+    async def scenario() -> list[str]:
+        gate, entered, go = Admission(QueueLimits(max_bytes=100)), [], asyncio.Event()
+        assert gate.max_decoding == 100
+
+        async def hold(name: str, pixels: int) -> None:
+            async with gate.decoding_room(pixels, 1, "/generate"):
+                entered.append(name)
+                await go.wait()
+
+        first = asyncio.create_task(hold("a", 60))
+        await asyncio.sleep(0.01)
+        gone = asyncio.create_task(hold("gone", 50))
+        await asyncio.sleep(0.01)
+        tasks = [asyncio.create_task(hold(n, p)) for n, p in (("b", 50), ("c", 10))]
+        await asyncio.sleep(0.01)
+        assert entered == ["a"]  # c would fit beside a, but comes after b
+        gone.cancel()
+        await asyncio.sleep(0.01)
+        assert entered == ["a"]
+        go.set()
+        await asyncio.wait_for(asyncio.gather(first, *tasks), 10)  # the line moved on
+        assert gate.decoding == 0
+        return entered
+
+    assert asyncio.run(scenario()) == ["a", "b", "c"]

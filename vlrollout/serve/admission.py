@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from vlrollout.processors.decode_room import RESIDENT_PER_PIXEL
+from vlrollout.processors.decode_room import RESIDENT_PER_PIXEL, Turns
 from vlrollout.serve.errors import BadRequest, body_too_large
 from vlrollout.serve.limits import RESIDENT_PER_QUEUED_BYTE
 
@@ -92,6 +92,7 @@ class Admission:
         self.peak_requests = self.peak_bytes = 0
         self.decoding = self.peak_decoding = 0  # image pixels being decoded
         self._decoded = asyncio.Condition()
+        self._turns = Turns()
 
     def admit(self, nbytes: int) -> bool:
         """Queue one request of ``nbytes``; ``False`` (counted as refused) when it would exceed
@@ -142,8 +143,9 @@ class Admission:
     @contextlib.asynccontextmanager
     async def decoding_room(self, pixels: int, n_images: int, where: str) -> AsyncIterator[None]:
         """Hold room to decode an admitted request's ``n_images`` images of ``pixels`` (read
-        from their headers) for the ``with`` block, waiting until they fit beside the images
-        being decoded. Images that could never fit are a 413, counted as refused."""
+        from their headers) for the ``with`` block, waiting for its turn (first come, first
+        served) and until they fit beside the images being decoded. Images that could never fit
+        are a 413, counted as refused."""
         most = self.max_decoding
         if most is not None and pixels > most:
             self.admitted -= 1
@@ -155,7 +157,20 @@ class Admission:
                 status=413,
             )
         async with self._decoded:
-            await self._decoded.wait_for(lambda: most is None or self.decoding + pixels <= most)
+            ticket = self._turns.take()
+            try:  # first come, first served: a large request is not overtaken for ever
+                await self._decoded.wait_for(
+                    lambda: (
+                        self._turns.serving == ticket
+                        and (most is None or self.decoding + pixels <= most)
+                    )
+                )
+            except BaseException:  # the client went away while it waited
+                self._turns.give_up(ticket)
+                self._decoded.notify_all()
+                raise
+            self._turns.advance()
+            self._decoded.notify_all()
             self.decoding += pixels
             self.peak_decoding = max(self.peak_decoding, self.decoding)
         try:
