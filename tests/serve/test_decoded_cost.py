@@ -232,3 +232,25 @@ def test_requests_wait_for_room_to_decode_in_the_order_they_came():
         return entered
 
     assert asyncio.run(scenario()) == ["a", "b", "c"]
+
+
+def test_placeholders_in_fewer_runs_than_images_are_named_as_such():
+    """The right number of placeholder tokens in one run for two images: the answer says one
+    run per image was expected, not only the token counts (which agree)."""
+    image = Image.new("RGB", (1200, 900), (5, 6, 7))
+    with serving("sglang") as (server, engine):
+        ids, _, _ = vision_prompt(engine.processor, [image, image])
+        token = engine.model.config.image_token_id
+        first = ids.index(token)
+        merged = [t for k, t in enumerate(ids) if t != token or k < first + ids.count(token) // 2]
+        run = ids.count(token)
+        merged[first : first + run // 2] = [token] * run  # both images' tokens in the first run
+        buf = io.BytesIO()
+        image.save(buf, "PNG")
+        png = base64.b64encode(buf.getvalue()).decode()
+        body = {"input_ids": merged, "image_data": [png, png], "sampling_params": {}}
+        r = requests.post(server.url + "/generate", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert f"hold {run} image placeholder tokens in 1 run(s)" in message, message
+    assert f"take {run} tokens in 2 run(s), one per image" in message, message

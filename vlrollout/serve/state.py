@@ -212,7 +212,8 @@ class ServerState:
         raise BadRequest(
             f"{where}: image placeholders and images disagree: input_ids hold {n_tokens} image "
             f"placeholder tokens in {n_runs} run(s), but {len(sizes)} image(s) of "
-            f"{shown_sizes(sizes)} take {tokens} tokens under this server's image processor "
+            f"{shown_sizes(sizes)} take {tokens} tokens in {len(sizes)} run(s), one per image, "
+            "under this server's image processor "
             f"(size bounds shortest_edge={get('shortest_edge')}, longest_edge="
             f"{get('longest_edge')}; vlrollout serve --min-pixels/--max-pixels). Build "
             "input_ids and the images with the same processor settings."
