@@ -310,7 +310,8 @@ def http_overhead(engine, cases, reqs, new_tokens: int) -> tuple[float, ...]:
         for p in payloads:
             t = time.perf_counter()
             raws = state.encoded_images(p["image_data"], "bench")
-            state.check_image_placeholders(p["input_ids"], state.image_sizes(raws, "bench"), "")
+            sizes = state.image_headers(raws, "bench").sizes
+            state.check_image_placeholders(p["input_ids"], sizes, "")
             state.vision_tensors(raws, "bench")
             times.append(time.perf_counter() - t)
         return statistics.median(times)

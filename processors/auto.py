@@ -25,7 +25,7 @@ from .base import (
     PreparedPrompt,
     images_in_prompt,
 )
-from .decode_room import DECODE_ROOM
+from .decode_room import DECODE_ROOM, ImageHeaders
 from .errors import PreprocessError
 from .expansion import check_expansion
 from .families import FamilyAdapter, adapter_for
@@ -255,20 +255,20 @@ class AutoProcessorPreprocessor:
             for k, src in enumerate(sources, start=1)
         ]
 
-    def image_sizes(self, sources: Sequence[Any], item: str) -> list[tuple[int, int]]:
-        """Each source's (width, height) as stored (before any EXIF rotation), from its header
-        without decoding it, under the same limits and with the same errors as
-        :meth:`load_images`."""
-        sizes = []
+    def image_headers(self, sources: Sequence[Any], item: str) -> ImageHeaders:
+        """Each source's size as stored (before any EXIF rotation) and what decoding them costs,
+        from their headers without decoding them, under the same limits and with the same errors
+        as :meth:`load_images`."""
+        images = []
         for k, src in enumerate(sources, start=1):
             label = f"{item}, image {k}"
             kind, raw = read_source(src, label, self.max_image_bytes)
             if kind == "pil":
                 check_size(raw.size, label, self.max_image_pixels)
-                sizes.append(raw.size)
+                images.append(raw)
             else:
-                sizes.append(peek_image(raw, label, self.max_image_pixels).size)
-        return sizes
+                images.append(peek_image(raw, label, self.max_image_pixels))
+        return ImageHeaders.of(images)
 
     def load_videos(self, sources: Sequence[Any], item: str) -> list[LoadedVideo]:
         """Load and sample every video, naming failures ``"<item>, video <k>"`` (1-based)."""
@@ -470,9 +470,9 @@ class AutoProcessorPreprocessor:
         mixed = MIXED_MEDIA_UNSUPPORTED.get(type(self.processor).__name__)
         if mixed and image_sources and video_sources:
             raise PreprocessError(item, "mixed_media_unsupported", mixed)
-        sizes = self.image_sizes(image_sources, item)
-        self.check_image_tokens(sizes, item)  # before any pixel is decoded
-        with self.decode_room.hold(sum(w * h for w, h in sizes)):
+        headers = self.image_headers(image_sources, item)
+        self.check_image_tokens(headers.sizes, item)  # before any pixel is decoded
+        with self.decode_room.hold(headers.cost):
             videos = self.load_videos(video_sources, item)
             images = self.load_images(image_sources, item)
             for_engine = engine_images(images, messages) if images else None

@@ -12,15 +12,38 @@ beside those being decoded, and one larger than the whole room is prepared alone
 
 from __future__ import annotations
 
+import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 RESIDENT_PER_PIXEL = 16
 """Resident bytes a process may grow by per image pixel it decodes, at its peak, with a margin
 (``bench/bench_serve_decoded.py`` measures one request at a time): the decoded RGB image, the
 image processor's copies of it before its resize, and the allocator's slack."""
+MODE_WEIGHTS = {
+    "CMYK": 1.25,
+    "YCbCr": 1.25,
+    "LAB": 1.25,
+    "HSV": 1.25,
+    "I;16": 2.0,
+    "I;16B": 2.0,
+    "I;16L": 2.0,
+    "I;16N": 2.0,
+    "RGBA": 2.25,
+    "RGBa": 2.25,
+    "LA": 2.25,
+    "La": 2.25,
+    "PA": 2.25,
+    "I": 2.75,
+    "F": 2.75,
+}
+"""How many pixels one pixel of a mode counts for (8-bit RGB, grey, palette and 1-bit: one): its
+decoded size and the conversions to 8-bit RGB (alpha composited on white, 16-bit and 32-bit grey
+scaled) cost more than an 8-bit RGB image's (``bench/bench_serve_decoded.py`` measures each)."""
 DECODE_MEMORY_SHARE = 1 / 8
 """The share of the machine's memory the images decoded at once may take by default."""
 
@@ -28,6 +51,31 @@ DECODE_MEMORY_SHARE = 1 / 8
 def machine_memory_bytes() -> int:
     """The machine's physical memory (``sysconf``)."""
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class ImageHeaders:
+    """What a prompt's images' headers say before any pixel is decoded.
+
+    Attributes:
+        sizes: Each image's (width, height) as stored.
+        cost: Their pixels as a decode room counts them (weighted by mode, :data:`MODE_WEIGHTS`).
+    """
+
+    sizes: list[tuple[int, int]]
+    cost: int
+
+    @classmethod
+    def of(cls, images: Sequence[Any]) -> ImageHeaders:
+        """From PIL images opened lazily (headers read, pixels not decoded).
+
+        >>> from PIL import Image
+        >>> ImageHeaders.of([Image.new("RGB", (4, 2)), Image.new("RGBA", (2, 2))])
+        ImageHeaders(sizes=[(4, 2), (2, 2)], cost=17)
+        """
+        sizes = [(int(im.width), int(im.height)) for im in images]
+        weighted = sum(im.width * im.height * MODE_WEIGHTS.get(im.mode, 1.0) for im in images)
+        return cls(sizes, math.ceil(weighted))
 
 
 class Turns:

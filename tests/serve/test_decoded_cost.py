@@ -23,9 +23,9 @@ SIDE = 3000
 """A flat SIDE x SIDE PNG: a few KB of body, 9 M pixels decoded."""
 
 
-def flat_png(side: int = SIDE) -> str:
+def flat_png(side: int = SIDE, mode: str = "RGB") -> str:
     buf = io.BytesIO()
-    Image.new("RGB", (side, side), (40, 160, 90)).save(buf, "PNG")
+    Image.new(mode, (side, side), (40, 160, 90, 255)[: len(mode)]).save(buf, "PNG")
     return base64.b64encode(buf.getvalue()).decode()
 
 
@@ -104,7 +104,7 @@ def test_images_that_could_never_be_decoded_at_once_are_refused_undecoded(protoc
         queue = requests.get(server.url + "/health", timeout=10).json()["queue"]
     assert r.status_code == 413, r.text
     message = r.json()["error"]["message"]
-    assert f"1 image(s) of {SIDE * SIDE} pixels" in message, message
+    assert f"1 image(s) count for {SIDE * SIDE} pixels" in message, message
     assert "--max-queued-mb" in message
     assert decodes == []
     assert (queue["admitted"], queue["refused"], queue["bytes"], queue["requests"]) == (0, 1, 0, 0)
@@ -254,3 +254,14 @@ def test_placeholders_in_fewer_runs_than_images_are_named_as_such():
     message = r.json()["error"]["message"]
     assert f"hold {run} image placeholder tokens in 1 run(s)" in message, message
     assert f"take {run} tokens in 2 run(s), one per image" in message, message
+
+
+@pytest.mark.parametrize("mode, status", [("RGB", 200), ("RGBA", 413)])
+def test_a_pixel_with_alpha_counts_for_more(mode, status):
+    """Decoding an image with alpha and compositing it on white costs about twice an RGB
+    image's memory: an RGBA image counts for more pixels than it has."""
+    limits = decoding(SIDE * SIDE * 2)
+    with serving("sglang", limits=limits) as (server, engine):
+        ((path, body),) = bodies("sglang", engine.processor, flat_png(mode=mode), 1)
+        r = requests.post(server.url + path, json=body, timeout=60)
+    assert r.status_code == status, r.text

@@ -151,9 +151,10 @@ class Admission:
             self.admitted -= 1
             self.refused += 1
             raise BadRequest(
-                f"{where}: the request's {n_images} image(s) of {pixels} pixels are more than this "
-                f"server decodes at once ({most} pixels: the --max-queued-mb share of memory at "
-                f"{RESIDENT_PER_PIXEL} bytes per pixel); send smaller images",
+                f"{where}: the request's {n_images} image(s) count for {pixels} pixels, more "
+                f"than this server decodes at once ({most} pixels: the --max-queued-mb share of "
+                f"memory at {RESIDENT_PER_PIXEL} bytes per pixel; a pixel with alpha or of more "
+                "than 8 bits counts for more); send smaller images",
                 status=413,
             )
         async with self._decoded:

@@ -101,10 +101,10 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     mm: dict[str, Any] = {}
     if images:
         raws = await asyncio.to_thread(state.encoded_images, images, where)
-        sizes = await asyncio.to_thread(state.image_sizes, raws, where)  # headers only
+        headers = await asyncio.to_thread(state.image_headers, raws, where)
         if not videos:  # videos' frames may share the image placeholder (GLM-4.1V)
-            state.check_image_placeholders(ids, sizes, where)
-        async with state.decoding_room(sizes, where):
+            state.check_image_placeholders(ids, headers.sizes, where)
+        async with state.decoding_room(headers, where):
             mm.update(await asyncio.to_thread(state.vision_tensors, raws, where))
     if videos:
         mm.update(await asyncio.to_thread(state.video_tensors, videos, where))

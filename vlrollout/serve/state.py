@@ -31,7 +31,7 @@ from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS, context_length, image_token_id
 from vlrollout.processors.auto import channels_last_kwargs
 from vlrollout.processors.base import prompt_token_limit
-from vlrollout.processors.decode_room import DecodeRoom
+from vlrollout.processors.decode_room import DecodeRoom, ImageHeaders
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.families import image_size_setting, size_getter
 from vlrollout.processors.image_loading import (
@@ -183,17 +183,18 @@ class ServerState:
         limit = self.preprocessor.max_image_bytes
         return [encoded_image(src, f"{where} image {k}", limit) for k, src in enumerate(images, 1)]
 
-    def image_sizes(self, raws: list[bytes], where: str) -> list[tuple[int, int]]:
-        """Each encoded image's (width, height), read from its header without decoding it, under
-        the decode limits (a decompression bomb is refused here)."""
-        sizes = []
+    def image_headers(self, raws: list[bytes], where: str) -> ImageHeaders:
+        """Each encoded image's (width, height) and what decoding them costs, read from their
+        headers without decoding them, under the decode limits (a decompression bomb is refused
+        here); run it off the event loop."""
+        images = []
         for k, raw in enumerate(raws, start=1):
             label = f"{where} image {k}"
             try:
-                sizes.append(peek_image(raw, label, self.preprocessor.max_image_pixels).size)
+                images.append(peek_image(raw, label, self.preprocessor.max_image_pixels))
             except PreprocessError as e:
                 raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
-        return sizes
+        return ImageHeaders.of(images)
 
     def check_image_placeholders(
         self, ids: list[int], sizes: list[tuple[int, int]], where: str
@@ -228,14 +229,13 @@ class ServerState:
         return image_size_setting(self.engine.processor, budget)
 
     def decoding_room(
-        self, sizes: list[tuple[int, int]], where: str
+        self, headers: ImageHeaders, where: str
     ) -> contextlib.AbstractAsyncContextManager:
-        """Room to decode images of ``sizes`` (:meth:`Admission.decoding_room`; no bound without
-        admission control)."""
+        """Room to decode images of ``headers`` (:meth:`Admission.decoding_room`; no bound
+        without admission control)."""
         if self.admission is None:
             return contextlib.nullcontext()
-        pixels = sum(w * h for w, h in sizes)
-        return self.admission.decoding_room(pixels, len(sizes), where)
+        return self.admission.decoding_room(headers.cost, len(headers.sizes), where)
 
     def check_image_tokens(
         self, sizes: list[tuple[int, int]], where: str, room: int | None = None

@@ -41,6 +41,7 @@ from typing import Any
 from aiohttp import web
 from areal.api.io_struct import ModelRequest
 
+from vlrollout.processors.decode_room import ImageHeaders
 from vlrollout.processors.image_loading import DEFAULT_MAX_BYTES
 from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, check_flags, flag, token_ids, typed
@@ -360,14 +361,14 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     messages, media = await asyncio.to_thread(_split_media, body["messages"], where, max_bytes)
     if state.preprocessor is None:
         raise BadRequest(f"{where}: the served model has no processor to render messages")
-    sizes = []
+    headers = ImageHeaders([], 0)
     if media["images"]:
-        sizes = await asyncio.to_thread(state.image_sizes, media["images"], where)  # headers
+        headers = await asyncio.to_thread(state.image_headers, media["images"], where)
         asked = _asked_max_tokens(body)  # its type was checked with the sampling settings
         room = state.context_len - asked if asked and asked < state.context_len else None
-        state.check_image_tokens(sizes, where, room)  # (no room at all: _check_room says so)
+        state.check_image_tokens(headers.sizes, where, room)  # (no room: _check_room says so)
     item = {"messages": messages, **{k: v for k, v in media.items() if v}}
-    async with state.decoding_room(sizes, where):
+    async with state.decoding_room(headers, where):
         prepared = await asyncio.to_thread(state.prepare, item, where)
     _check_room(state, len(prepared.input_ids), body, where)
     mm = prepared.multi_modal_input
