@@ -58,27 +58,26 @@ def test_compile_reaches_the_engine(monkeypatch, flags, compiled):
 def test_queue_flags_reach_the_app(monkeypatch, flags, expected):
     """The queue flags, the key, ``--no-control`` and ``--weights-root`` become
     ``build_app``'s arguments (0: no bound)."""
-    from vlrollout.engine import LocalInferenceEngine
-    from vlrollout.serve import main as serve_main
-
-    seen = {}
-
-    def build(engine, protocol, **kwargs):
-        seen.update(kwargs)
-        raise KeyboardInterrupt  # stop here: no server
-
-    monkeypatch.setattr(LocalInferenceEngine, "from_pretrained", staticmethod(lambda p, **k: _E()))
-    monkeypatch.setattr("vlrollout.serve.app.build_app", build)
     monkeypatch.setenv("VLROLLOUT_API_KEY", "k")
-    args = ["serve", "--model", str(ASSET), "--no-control", "--weights-root", "/srv/w", *flags]
-    with pytest.raises(KeyboardInterrupt):
-        serve_main.serve(build_parser().parse_args(args))
+    seen = _app_arguments(monkeypatch, "--no-control", "--weights-root", "/srv/w", *flags)
     assert seen["limits"] == expected
     assert (seen["api_key"], seen["control"], str(seen["weights_root"])) == ("k", False, "/srv/w")
     assert (seen["min_pixels"], seen["max_pixels"], seen["max_image_pixels"]) == (None,) * 3
 
 
 def test_the_image_budget_reaches_the_app(monkeypatch):
+    flags = ["--min-pixels", "4000", "--max-pixels", "50000", "--max-image-pixels", "90000000"]
+    seen = _app_arguments(monkeypatch, *flags)
+    assert (seen["min_pixels"], seen["max_pixels"], seen["max_image_pixels"]) == (
+        4000,
+        50000,
+        90000000,
+    )
+
+
+def _app_arguments(monkeypatch, *flags: str) -> dict:
+    """``build_app``'s keyword arguments for ``vlrollout serve --model ASSET *flags``, stopped
+    before any model loads or server starts."""
     from vlrollout.engine import LocalInferenceEngine
     from vlrollout.serve import main as serve_main
 
@@ -90,12 +89,9 @@ def test_the_image_budget_reaches_the_app(monkeypatch):
 
     monkeypatch.setattr(LocalInferenceEngine, "from_pretrained", staticmethod(lambda p, **k: _E()))
     monkeypatch.setattr("vlrollout.serve.app.build_app", build)
-    args = ["serve", "--model", str(ASSET), "--min-pixels", "4000", "--max-pixels", "50000"]
-    args += ["--max-image-pixels", "90000000"]
     with pytest.raises(KeyboardInterrupt):
-        serve_main.serve(build_parser().parse_args(args))
-    assert (seen["min_pixels"], seen["max_pixels"]) == (4000, 50000)
-    assert seen["max_image_pixels"] == 90000000
+        serve_main.serve(build_parser().parse_args(["serve", "--model", str(ASSET), *flags]))
+    return seen
 
 
 class _E:
