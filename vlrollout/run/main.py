@@ -257,29 +257,28 @@ def check_preprocessor_settings(cfg: RunConfig) -> None:
     minimum) is a usage error before the model loads."""
     from vlrollout.processors.errors import PreprocessorContractError
     from vlrollout.workflows import FrameSampling
-    from vlrollout.workflows.preparation import build_vision_preprocessor
+    from vlrollout.workflows.preparation import vision_settings_problem
 
     video = (cfg.video_fps, cfg.video_max_frames, cfg.video_min_pixels, cfg.video_max_pixels)
     settings = (cfg.preprocessor, cfg.min_pixels, cfg.max_pixels, *video)
     if cfg.workflow not in VISION_WORKFLOWS or all(s is None for s in settings):
         return
     try:
-        build_vision_preprocessor(
+        problem = vision_settings_problem(
             cfg.engine.model,
             cfg.preprocessor,
-            min_pixels=cfg.min_pixels,
-            max_pixels=cfg.max_pixels,
-            frames=FrameSampling(*video),
+            cfg.min_pixels,
+            cfg.max_pixels,
+            FrameSampling(*video),
+            "--min-pixels/--max-pixels",
         )
     except (LookupError, ImportError, AttributeError, PreprocessorContractError) as e:
         name = (
             cfg.preprocessor.get("name") if isinstance(cfg.preprocessor, dict) else cfg.preprocessor
         )
         raise ConfigError(f"--preprocessor {name!r}: {str(e).splitlines()[0]}") from None
-    except ValueError as e:
-        message = str(e).splitlines()[0]
-        where = "video settings" if message.startswith("video") else "--min-pixels/--max-pixels"
-        raise ConfigError(f"{where}: {message}") from None
+    if problem:
+        raise ConfigError(problem)
 
 
 @dataclass

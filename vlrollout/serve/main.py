@@ -220,7 +220,7 @@ def check_processor_settings(args: argparse.Namespace) -> None:
     """The image budget and video flags, checked against the model's processor before the model
     loads (a fixed-size family takes no pixel budget). Raises ``UsageError`` naming the flags."""
     from vlrollout.workflows import FrameSampling
-    from vlrollout.workflows.preparation import build_vision_preprocessor
+    from vlrollout.workflows.preparation import vision_settings_problem
 
     budget = (("--min-pixels", args.min_pixels), ("--max-pixels", args.max_pixels))
     for flag, value in (*budget, ("--max-image-pixels", args.max_image_pixels)):
@@ -229,14 +229,11 @@ def check_processor_settings(args: argparse.Namespace) -> None:
     frames = FrameSampling(**frame_settings(args))
     if args.min_pixels is None and args.max_pixels is None and not frames.options():
         return
-    try:
-        build_vision_preprocessor(
-            args.model, None, min_pixels=args.min_pixels, max_pixels=args.max_pixels, frames=frames
-        )
-    except ValueError as e:
-        message = str(e).splitlines()[0]
-        where = "video settings" if message.startswith("video") else "--min-pixels/--max-pixels"
-        raise UsageError(f"{where}: {message}") from None
+    problem = vision_settings_problem(
+        args.model, None, args.min_pixels, args.max_pixels, frames, "--min-pixels/--max-pixels"
+    )
+    if problem:
+        raise UsageError(problem)
 
 
 def check_can_listen(host: str, port: int) -> None:

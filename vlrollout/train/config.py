@@ -13,6 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from areal.api.cli_args import GRPOConfig, load_expr_config
 from hydra.errors import HydraException
@@ -26,6 +27,9 @@ from vlrollout.eval.tasks import TASKS as EVAL_TASKS
 from vlrollout.readers import FORMATS
 from vlrollout.tiny.rewards import GROUND_METRICS
 from vlrollout.train.loggers import problem as stats_logger_problem
+
+if TYPE_CHECKING:
+    from vlrollout.workflows import FrameSampling
 
 TASKS = ("ground", "count", "caption", "mix")
 """The values of ``vlrollout.task``."""
@@ -260,6 +264,14 @@ class TrainSection:
             "the family's default."
         },
     )
+
+    def frame_sampling(self) -> FrameSampling:
+        """The ``video_*`` settings as the workflows take them."""
+        from vlrollout.workflows import FrameSampling
+
+        return FrameSampling(
+            self.video_fps, self.video_max_frames, self.video_min_pixels, self.video_max_pixels
+        )
 
     def __post_init__(self) -> None:
         if isinstance(self.engine, dict):
@@ -506,17 +518,17 @@ def check_served_budget(cfg: TrainConfig) -> None:
     """Refuse to start rollouts on servers that resize images to another size than the run
     (``vlrollout serve`` says its size in ``/health``; other servers are not compared)."""
     from vlrollout.engine.served_settings import check_served_image_size
-    from vlrollout.workflows import FrameSampling
     from vlrollout.workflows.preparation import build_vision_preprocessor
 
     vl = cfg.vlrollout
     if vl.engine.kind == "local" or not Path(cfg.actor.path, "config.json").is_file():
         return
-    frames = FrameSampling(
-        vl.video_fps, vl.video_max_frames, vl.video_min_pixels, vl.video_max_pixels
-    )
     _, pre = build_vision_preprocessor(
-        cfg.actor.path, None, min_pixels=vl.min_pixels, max_pixels=vl.max_pixels, frames=frames
+        cfg.actor.path,
+        None,
+        min_pixels=vl.min_pixels,
+        max_pixels=vl.max_pixels,
+        frames=vl.frame_sampling(),
     )
     check_served_image_size(vl.engine.addresses, pre)
 
@@ -525,26 +537,17 @@ def check_vision_settings(vl: TrainSection, model: str) -> None:
     """The image budget and the video settings, checked against the model's processor before
     any process starts (a fixed-size family takes no pixel budget; a family without video takes
     no video settings)."""
-    from vlrollout.workflows import FrameSampling
-    from vlrollout.workflows.preparation import build_vision_preprocessor
+    from vlrollout.workflows.preparation import vision_settings_problem
 
-    frames = FrameSampling(
-        vl.video_fps, vl.video_max_frames, vl.video_min_pixels, vl.video_max_pixels
-    )
+    frames = vl.frame_sampling()
     if vl.min_pixels is None and vl.max_pixels is None and not frames.options():
         return
     if not Path(model, "config.json").is_file():
         return  # not a local folder: transformers says so when the run loads it
-    try:
-        build_vision_preprocessor(
-            model, None, min_pixels=vl.min_pixels, max_pixels=vl.max_pixels, frames=frames
-        )
-    except ValueError as e:
-        message = str(e).splitlines()[0]
-        keys = (
-            "video settings" if message.startswith("video") else "vlrollout.min_pixels/max_pixels"
-        )
-        raise ConfigError(f"{keys}: {message}") from None
+    keys = "vlrollout.min_pixels/max_pixels"
+    problem = vision_settings_problem(model, None, vl.min_pixels, vl.max_pixels, frames, keys)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _model_path_problem(model: str, config: Path) -> str | None:

@@ -54,7 +54,7 @@ from vlrollout.train.rollout_engine import build_rollout_engine, connect, send_s
 from vlrollout.train.settings import check_settings
 from vlrollout.train.support import check_trainable
 from vlrollout.train.warmup import warm_up, warm_up_batch
-from vlrollout.workflows import FrameSampling, VisionRLVRWorkflow
+from vlrollout.workflows import VisionRLVRWorkflow
 
 logger = get_logger(__name__)
 
@@ -343,10 +343,11 @@ def build_workflows(
         n_samples=1, greedy=True, max_new_tokens=cfg.gconfig.max_new_tokens
     )
     vl = cfg.vlrollout
-    frames = FrameSampling(
-        vl.video_fps, vl.video_max_frames, vl.video_min_pixels, vl.video_max_pixels
-    )
-    budget = {"min_pixels": vl.min_pixels, "max_pixels": vl.max_pixels, "frames": frames}
+    budget = {
+        "min_pixels": vl.min_pixels,
+        "max_pixels": vl.max_pixels,
+        "frames": vl.frame_sampling(),
+    }
     task = None
     if vl.eval_task is not None:
         predictor = EnginePredictor(engine, tokenizer, processor, gconfig=cfg.gconfig, **budget)

@@ -148,3 +148,25 @@ def build_vision_preprocessor(
         max_pixels=max_pixels,
     )
     return processor, preprocessor
+
+
+def vision_settings_problem(
+    model: str,
+    preprocessor: Preprocessor | str | dict[str, Any] | None,
+    min_pixels: int | None,
+    max_pixels: int | None,
+    frames: FrameSampling,
+    budget: str,
+) -> str | None:
+    """Why an image budget or frame settings do not suit the model's processor (a fixed-size
+    family takes no pixel budget, a family without video no frame settings), naming them as
+    ``budget`` (the caller's name for the pixel budget) or "video settings"; ``None`` when they
+    suit it. Other errors of the preprocessor's plug-in propagate."""
+    try:
+        build_vision_preprocessor(
+            model, preprocessor, min_pixels=min_pixels, max_pixels=max_pixels, frames=frames
+        )
+    except ValueError as e:
+        message = str(e).splitlines()[0]
+        return f"{'video settings' if message.startswith('video') else budget}: {message}"
+    return None
