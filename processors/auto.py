@@ -9,11 +9,11 @@ passes the resize budget through the processor's own kwargs, and packs the resul
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from transformers.image_processing_utils_fast import BaseImageProcessorFast
 
@@ -25,7 +25,7 @@ from .base import (
     PreparedPrompt,
     images_in_prompt,
 )
-from .decode_room import DECODE_ROOM, ImageHeaders
+from .decode_room import DECODE_ROOM, ImageHeaders, video_cost
 from .errors import PreprocessError
 from .expansion import check_expansion
 from .families import FamilyAdapter, adapter_for
@@ -33,10 +33,8 @@ from .image_loading import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_PIXELS,
     LoadedImage,
-    check_size,
     load_image,
-    peek_image,
-    read_source,
+    peek_source,
     shown_sizes,
 )
 from .merge_kwargs_cache import with_merged_kwargs_cache
@@ -46,7 +44,9 @@ from .video_loading import (
     DEFAULT_MAX_SOURCE_FRAMES,
     DEFAULT_MAX_VIDEO_BYTES,
     LoadedVideo,
-    load_video,
+    PeekedVideo,
+    VideoLimits,
+    peek_video,
 )
 from .video_sampling import (
     MIXED_MEDIA_UNSUPPORTED,
@@ -78,16 +78,6 @@ def channels_last_kwargs(image_processor: Any, images: Sequence[Any]) -> dict[st
     if not any(getattr(im, "height", 0) in (1, 3) for im in images):
         return {}
     return {"input_data_format": "channels_last"}
-
-
-def video_channels_last_kwargs(clips: Sequence[np.ndarray]) -> dict[str, str]:
-    """``{"input_data_format": "channels_last"}`` when a clip's frames are 1 or 3 pixels tall,
-    else ``{}``. transformers' video processors guess the channel axis of ``[T, H, W, 3]`` frames
-    from their shape, and ``(T, 3, W, 3)`` looked channels-first: the frames were read across
-    the colour axis. Our frames are always channels-last, which every other shape is taken as."""
-    if any(clip.shape[1] in (1, 3) for clip in clips):
-        return {"input_data_format": "channels_last"}
-    return {}
 
 
 class AutoProcessorPreprocessor:
@@ -202,8 +192,7 @@ class AutoProcessorPreprocessor:
             raise ValueError(
                 f"video frame settings given but {type(processor).__name__} has no video processor"
             )
-        self.max_video_bytes, self.max_video_frames = max_video_bytes, max_video_frames
-        self.max_video_frame_pixels = max_video_frame_pixels
+        self.video_limits = VideoLimits(max_video_bytes, max_video_frames, max_video_frame_pixels)
         self.video_token_id = self._video_token_id() if self.has_video else None
 
     @property
@@ -259,19 +248,14 @@ class AutoProcessorPreprocessor:
         """Each source's size as stored (before any EXIF rotation) and what decoding them costs,
         from their headers without decoding them, under the same limits and with the same errors
         as :meth:`load_images`."""
-        images = []
-        for k, src in enumerate(sources, start=1):
-            label = f"{item}, image {k}"
-            kind, raw = read_source(src, label, self.max_image_bytes)
-            if kind == "pil":
-                check_size(raw.size, label, self.max_image_pixels)
-                images.append(raw)
-            else:
-                images.append(peek_image(raw, label, self.max_image_pixels))
-        return ImageHeaders.of(images)
+        limits = {"max_pixels": self.max_image_pixels, "max_bytes": self.max_image_bytes}
+        return ImageHeaders.of(
+            [peek_source(src, f"{item}, image {k}", **limits) for k, src in enumerate(sources, 1)]
+        )
 
-    def load_videos(self, sources: Sequence[Any], item: str) -> list[LoadedVideo]:
-        """Load and sample every video, naming failures ``"<item>, video <k>"`` (1-based)."""
+    def peek_videos(self, sources: Sequence[Any], item: str) -> list[PeekedVideo]:
+        """Read and measure every video without decoding a frame (:func:`peek_video`), naming
+        failures ``"<item>, video <k>"`` (1-based)."""
         if sources and not self.has_video:
             why = VIDEO_UNSUPPORTED.get(type(self.processor).__name__, "no video processor")
             raise PreprocessError(
@@ -282,14 +266,7 @@ class AutoProcessorPreprocessor:
                 "LLaVA-OneVision, InternVL, GLM-4.1V: docs/families.md)",
             )
         return [
-            load_video(
-                src,
-                f"{item}, video {k}",
-                self.video_sampling,  # type: ignore[arg-type]
-                max_bytes=self.max_video_bytes,
-                max_source_frames=self.max_video_frames,
-                max_frame_pixels=self.max_video_frame_pixels,
-            )
+            peek_video(src, f"{item}, video {k}", self.video_sampling, self.video_limits)  # type: ignore[arg-type]
             for k, src in enumerate(sources, start=1)
         ]
 
@@ -346,22 +323,61 @@ class AutoProcessorPreprocessor:
             return None
         return None if None in per_image else sum(per_image)  # type: ignore[arg-type]
 
-    def check_image_tokens(self, sizes: Sequence[tuple[int, int]], item: str) -> None:
-        """Refuse ``prompt_too_long`` before the processor call when images of ``sizes`` alone
-        take more tokens than the caller's :data:`~vlrollout.processors.base.PROMPT_TOKEN_LIMIT`:
-        building a large image's pixels costs far more memory and time than counting its
-        tokens."""
+    def video_tokens(self, videos: Sequence[PeekedVideo]) -> int | None:
+        """The tokens ``videos`` take in the prompt, from their headers alone (no frame decoded),
+        where the family's video processor counts them (``get_num_of_video_patches``: Qwen2-VL,
+        Qwen2.5-VL); ``None`` elsewhere."""
+        vp = getattr(self.processor, "video_processor", None)
+        count = getattr(vp, "get_num_of_video_patches", None)
+        if count is None or not videos:
+            return None
+        s = self.video_sampling
+        budget = {"min_pixels": s.min_pixels, "max_pixels": s.max_pixels}  # type: ignore[union-attr]
+        budget = {k: v for k, v in budget.items() if v is not None}
+        step = vp.temporal_patch_size  # the processor pads a clip to whole temporal patches
+        tokens = 0
+        for v in videos:
+            frames = math.ceil(len(v.wanted) / step) * step
+            tokens += count(frames, v.size[1], v.size[0], budget) // vp.merge_size**2
+        return tokens
+
+    def media_tokens(
+        self, sizes: Sequence[tuple[int, int]], videos: Sequence[PeekedVideo] = ()
+    ) -> int | None:
+        """At least the tokens images of ``sizes`` and ``videos`` take in the prompt, from their
+        headers (:meth:`image_tokens`, :meth:`video_tokens`): the sum of those the family can
+        count; ``None`` when it can count neither."""
+        counted = [
+            n
+            for n in (self.image_tokens(sizes) if sizes else None, self.video_tokens(videos))
+            if n is not None
+        ]
+        return sum(counted) if counted else None
+
+    def check_media_tokens(
+        self, sizes: Sequence[tuple[int, int]], item: str, videos: Sequence[PeekedVideo] = ()
+    ) -> None:
+        """Refuse ``prompt_too_long`` before the processor call when images of ``sizes`` and
+        ``videos`` alone take more tokens (:meth:`media_tokens`) than the caller's
+        :data:`~vlrollout.processors.base.PROMPT_TOKEN_LIMIT`: decoding and resizing them costs
+        far more memory and time than counting their tokens."""
         limit = PROMPT_TOKEN_LIMIT.get()
-        tokens = self.image_tokens(sizes) if limit is not None and sizes else None
+        tokens = self.media_tokens(sizes, videos) if limit is not None else None
         if tokens is None or tokens <= limit:
             return
+        media = []
+        if sizes:
+            media.append(f"{len(sizes)} image(s) ({shown_sizes(sizes)})")
+        if videos:
+            clips = ", ".join(f"{len(v.wanted)} frames of {v.size[0]}x{v.size[1]}" for v in videos)
+            media.append(f"{len(videos)} video(s) ({clips})")
         raise PreprocessError(
             item,
             "prompt_too_long",
-            f"the prompt's {len(sizes)} image(s) ({shown_sizes(sizes)}) alone take {tokens} "
-            f"tokens, more than the {limit} a prompt may hold here; refused before building "
-            "their pixels (smaller images, or a lower max_pixels in the processor's settings, "
-            "take fewer tokens)",
+            f"the prompt's {' and '.join(media)} alone take {tokens} tokens, more than the "
+            f"{limit} a prompt may hold here; refused before decoding them (smaller images, "
+            "fewer video frames, or a lower max_pixels in the processor's settings take fewer "
+            "tokens)",
         )
 
     def call_processor(
@@ -390,11 +406,11 @@ class AutoProcessorPreprocessor:
             kwargs.update({"add_special_tokens": False, **self.processor_kwargs})
         call = self._call_processor
         if videos:
-            kwargs["videos"] = [v.frames for v in videos]
+            kwargs["videos"] = [torch.from_numpy(v.frames).permute(0, 3, 1, 2) for v in videos]
             kwargs["videos_kwargs"] = {
                 **kwargs.get("videos_kwargs", {}),
                 **videos_kwargs(self.video_sampling, self.processor),  # type: ignore[arg-type]
-                **video_channels_last_kwargs([v.frames for v in videos]),
+                "input_data_format": "channels_first",
                 "video_metadata": [v.metadata() for v in videos],
             }
             call = self.processor  # per-video metadata: nothing to reuse between calls
@@ -471,9 +487,10 @@ class AutoProcessorPreprocessor:
         if mixed and image_sources and video_sources:
             raise PreprocessError(item, "mixed_media_unsupported", mixed)
         headers = self.image_headers(image_sources, item)
-        self.check_image_tokens(headers.sizes, item)  # before any pixel is decoded
-        with self.decode_room.hold(headers.cost):
-            videos = self.load_videos(video_sources, item)
+        peeked = self.peek_videos(video_sources, item)
+        self.check_media_tokens(headers.sizes, item, peeked)  # before any pixel is decoded
+        with self.decode_room.hold(headers.cost + video_cost(sum(v.pixels for v in peeked))):
+            videos = [v.decode() for v in peeked]
             images = self.load_images(image_sources, item)
             for_engine = engine_images(images, messages) if images else None
             if for_engine is not None and ENCODE_ENGINE_IMAGES_AHEAD.get():

@@ -1,13 +1,13 @@
-"""A bound on the image pixels this process decodes at once.
+"""A bound on the image and video pixels this process decodes at once.
 
-A prompt's images are decoded at full size and copied by the image processor before its resize,
-so preparing one costs memory in proportion to its images' pixels, not to the tokens they become:
-one 64-megapixel PNG of one colour is a few hundred KB on disk and close to a GB while it is
-prepared. Prompts are prepared concurrently (a run's ``--concurrency``, a group's episodes of
+A prompt's images, and its videos' sampled frames, are decoded at full size before the processor
+resizes them, so preparing one costs memory in proportion to their pixels, not to the tokens they
+become: one 64-megapixel PNG of one colour is a few hundred KB on disk and close to a GB while it
+is prepared. Prompts are prepared concurrently (a run's ``--concurrency``, a group's episodes of
 different items, a server's requests), so without a bound a few such prompts together can take
 all of the machine's memory. :data:`DECODE_ROOM` holds the pixels being decoded to a share of the
-machine's memory; a preparation waits its turn (first come, first served) until its images fit
-beside those being decoded, and one larger than the whole room is prepared alone.
+machine's memory; a preparation waits its turn (first come, first served) until its images and
+frames fit beside those being decoded, and one larger than the whole room is prepared alone.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ MODE_WEIGHTS = {
 """How many pixels one pixel of a mode counts for (8-bit RGB, grey, palette and 1-bit: one): its
 decoded size and the conversions to 8-bit RGB (alpha composited on white, 16-bit and 32-bit grey
 scaled) cost more than an 8-bit RGB image's (``bench/bench_serve_decoded.py`` measures each)."""
+VIDEO_PIXEL_WEIGHT = 0.5
+"""How many pixels one pixel of a video's sampled frames counts for: frames are decoded straight to
+8-bit RGB and handed to the video processor without a copy, so they cost about half what an
+image's pixel does (``bench/bench_serve_decoded.py`` measures a clip)."""
 DECODE_MEMORY_SHARE = 1 / 8
 """The share of the machine's memory the images decoded at once may take by default."""
 
@@ -76,6 +80,15 @@ class ImageHeaders:
         sizes = [(int(im.width), int(im.height)) for im in images]
         weighted = sum(im.width * im.height * MODE_WEIGHTS.get(im.mode, 1.0) for im in images)
         return cls(sizes, math.ceil(weighted))
+
+
+def video_cost(pixels: int) -> int:
+    """What ``pixels`` pixels of sampled video frames count for in a decode room.
+
+    >>> video_cost(1001)
+    501
+    """
+    return math.ceil(pixels * VIDEO_PIXEL_WEIGHT)
 
 
 class Turns:

@@ -371,6 +371,18 @@ def peek_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> I
     return image
 
 
+def peek_source(
+    source: Any, item: str, max_pixels: int = DEFAULT_MAX_PIXELS, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Image.Image:
+    """Any image source opened lazily (:func:`peek_image`; a PIL image is itself), with the size
+    limits enforced: its size and mode are known, no pixel is decoded."""
+    kind, raw = read_source(source, item, max_bytes)
+    if kind == "pil":
+        check_size(raw.size, item, max_pixels)
+        return raw
+    return peek_image(raw, item, max_pixels)
+
+
 def open_image(raw: bytes, item: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
     """:func:`peek_image`, then decode the first frame fully (a corrupt or truncated image is
     ``image_decode``)."""

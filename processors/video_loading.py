@@ -31,7 +31,7 @@ from PIL import Image
 
 from .base import VideoClip
 from .errors import PreprocessError
-from .image_loading import DEFAULT_MAX_PIXELS, check_size, load_image, read_source
+from .image_loading import check_size, load_image, peek_source, read_source
 from .video_sampling import VideoSampling
 
 DEFAULT_MAX_VIDEO_BYTES = 256 * 1024 * 1024
@@ -69,6 +69,21 @@ class LoadedVideo:
             "duration": c.duration_s,
             "frames_indices": list(c.frame_indices),
         }
+
+
+@dataclass(frozen=True)
+class VideoLimits:
+    """The decompression-bomb guards of the module docstring, checked before any pixel is decoded.
+
+    Attributes:
+        max_bytes: Largest encoded video (or frame of a frame list) accepted.
+        max_source_frames: Most frames the source may have.
+        max_frame_pixels: Largest frame (width × height) accepted.
+    """
+
+    max_bytes: int = DEFAULT_MAX_VIDEO_BYTES
+    max_source_frames: int = DEFAULT_MAX_SOURCE_FRAMES
+    max_frame_pixels: int = DEFAULT_MAX_FRAME_PIXELS
 
 
 _IMAGE_WORD = re.compile(r"(?<![\w/\\.-])image(?![\w/\\.-])")
@@ -202,36 +217,77 @@ def _upright(pixels: np.ndarray, rotation: float) -> np.ndarray:
     return np.ascontiguousarray(np.rot90(pixels, k=turns)) if turns else pixels
 
 
-def decode_video(
-    raw: bytes,
-    item: str,
-    sampling: VideoSampling,
-    *,
-    source_kind: str = "bytes",
-    max_source_frames: int = DEFAULT_MAX_SOURCE_FRAMES,
-    max_frame_pixels: int = DEFAULT_MAX_FRAME_PIXELS,
-) -> LoadedVideo:
-    """Decode the sampled frames of an encoded video (see the module docstring for the guards)."""
+@dataclass(frozen=True)
+class PeekedVideo:
+    """One video source read and measured before any frame is decoded: its frame size and the
+    frames that will be sampled, so what decoding them costs (:attr:`pixels`) is known first and
+    a decode room (:mod:`.decode_room`) can be held for it. :meth:`decode` decodes them.
+
+    Attributes:
+        item: How errors name the video.
+        source: The encoded bytes, or the list of frames (each any image source).
+        kind: How the source was given (``"path"``, ``"bytes"``, ... or ``"frames"``).
+        size: A source frame's (width, height) as stored.
+        total: Frames in the source.
+        source_fps: Its frame rate (a frame list's: the sampling ``fps``).
+        wanted: The source frame indices to sample.
+        sampling: The sampling settings (a clip with fewer decodable frames than packets is
+            sampled again from those that decode).
+        limits: The limits decoding checks each frame against.
+    """
+
+    item: str
+    source: bytes | list[Any]
+    kind: str
+    size: tuple[int, int]
+    total: int
+    source_fps: float
+    wanted: list[int]
+    sampling: VideoSampling
+    limits: VideoLimits
+
+    @property
+    def pixels(self) -> int:
+        """The sampled frames' pixels together."""
+        return len(self.wanted) * self.size[0] * self.size[1]
+
+    def decode(self) -> LoadedVideo:
+        """The sampled frames, decoded (a frame list's loaded as images)."""
+        if isinstance(self.source, list):
+            return _load_frames(self)
+        return _decode_sampled(self, self.source)
+
+
+def _peek_encoded(
+    raw: bytes, kind: str, item: str, sampling: VideoSampling, limits: VideoLimits
+) -> PeekedVideo:
+    """An encoded video's header read and its packets counted, without decoding a frame."""
     container, stream = _open(raw, item)
     with container:
-        width, height = _frame_limits(stream, item, max_frame_pixels)
-    total, rate = _count_frames(raw, item, max_source_frames)
+        size = _frame_limits(stream, item, limits.max_frame_pixels)
+    total, rate = _count_frames(raw, item, limits.max_source_frames)
     if total == 0:
         raise PreprocessError(item, "video_empty", "the video stream has no frames")
     source_fps = rate or sampling.fps
     wanted = sampling.indices(total, source_fps)
-    check_sampled_pixels(len(wanted), (width, height), item)
-    frames = _decode_frames(raw, item, wanted, source_fps, max_frame_pixels)
+    check_sampled_pixels(len(wanted), size, item)
+    return PeekedVideo(item, raw, kind, size, total, source_fps, wanted, sampling, limits)
+
+
+def _decode_sampled(video: PeekedVideo, raw: bytes) -> LoadedVideo:
+    item, wanted, limit = video.item, video.wanted, video.limits.max_frame_pixels
+    total, rate = video.total, video.source_fps
+    frames = _decode_frames(raw, item, wanted, rate, limit)
     if len(frames) < len(wanted):  # fewer decodable frames than packets: sample what there is
-        total = _decoded_count(raw, item, max_frame_pixels)
+        total = _decoded_count(raw, item)
         if total == 0:
             raise PreprocessError(item, "video_empty", "no frame of the video decodes")
-        wanted = sampling.indices(total, source_fps)
-        frames = _decode_frames(raw, item, wanted, source_fps, max_frame_pixels)
-    return _loaded(np.stack(frames), wanted, total, source_fps, source_kind)
+        wanted = video.sampling.indices(total, rate)
+        frames = _decode_frames(raw, item, wanted, rate, limit)
+    return _loaded(np.stack(frames), wanted, total, rate, video.kind)
 
 
-def _decoded_count(raw: bytes, item: str, max_frame_pixels: int) -> int:
+def _decoded_count(raw: bytes, item: str) -> int:
     container, stream = _open(raw, item)
     with container:
         try:
@@ -240,34 +296,49 @@ def _decoded_count(raw: bytes, item: str, max_frame_pixels: int) -> int:
             raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
 
 
-def frames_video(
-    frames: list[Any],
-    item: str,
-    sampling: VideoSampling,
-    *,
-    max_frame_pixels: int = DEFAULT_MAX_PIXELS,
-    max_bytes: int = DEFAULT_MAX_VIDEO_BYTES,
-) -> LoadedVideo:
-    """A video given as a list of frames (each any image source), taken at ``sampling.fps``."""
+def _peek_frames(
+    frames: list[Any], item: str, sampling: VideoSampling, limits: VideoLimits
+) -> PeekedVideo:
+    """A frame list, taken at ``sampling.fps``: its sampled frames, and the first one's size from
+    its header."""
     if not frames:
         raise PreprocessError(item, "video_empty", "the frame list is empty")
     n = len(frames)
+    if n > limits.max_source_frames:
+        raise PreprocessError(
+            item,
+            "video_too_large",
+            f"{n} frames exceed max_source_frames={limits.max_source_frames}",
+        )
     wanted = list(range(n)) if n <= sampling.max_frames else sampling.indices(n, sampling.fps)
-    check_sampled_pixels(len(wanted), _frame_size(frames[wanted[0]]), item)
-    loaded: list[np.ndarray] = []
+    first = peek_source(
+        frames[wanted[0]],
+        f"{item}, frame {wanted[0] + 1}",
+        max_pixels=limits.max_frame_pixels,
+        max_bytes=limits.max_bytes,
+    )
+    check_sampled_pixels(len(wanted), first.size, item)
+    return PeekedVideo(
+        item, frames, "frames", first.size, n, sampling.fps, wanted, sampling, limits
+    )
+
+
+def _load_frames(video: PeekedVideo) -> LoadedVideo:
+    """A frame list's sampled frames, each loaded as an image, all of the first one's size."""
+    frames, wanted = video.source, video.wanted
+    out: list[np.ndarray] = []
     for k in wanted:
         image = load_image(
-            frames[k], f"{item}, frame {k + 1}", max_pixels=max_frame_pixels, max_bytes=max_bytes
+            frames[k],
+            f"{video.item}, frame {k + 1}",
+            max_pixels=video.limits.max_frame_pixels,
+            max_bytes=video.limits.max_bytes,
         ).image
-        if not loaded:  # a clip's frames are one size: the first one's, times their number
-            check_sampled_pixels(len(wanted), image.size, item)
-        else:
-            _check_same_size(
-                image.size, loaded[0], f"frame {k + 1}", f"frame {wanted[0] + 1}", item
-            )
-        loaded.append(np.asarray(image))
-    stacked = np.stack(loaded)
-    return _loaded(stacked, wanted, len(frames), sampling.fps, "frames")
+        if out:
+            this, that = f"frame {k + 1}", f"frame {wanted[0] + 1}"
+            _check_same_size(image.size, out[0], this, that, video.item)
+        out.append(np.asarray(image))
+    return _loaded(np.stack(out), wanted, video.total, video.source_fps, "frames")
 
 
 def _check_same_size(
@@ -301,11 +372,6 @@ def check_sampled_pixels(
         )
 
 
-def _frame_size(frame: Any) -> tuple[int, int] | None:
-    """A PIL frame's size without decoding it (other sources are checked after loading)."""
-    return frame.size if isinstance(frame, Image.Image) else None
-
-
 def _loaded(
     frames: np.ndarray, wanted: list[int], total: int, source_fps: float, kind: str
 ) -> LoadedVideo:
@@ -337,45 +403,37 @@ def thumbnails(frames: np.ndarray, count: int = THUMBNAILS) -> list[Image.Image]
     return out
 
 
-def load_video(
-    source: Any,
-    item: str,
-    sampling: VideoSampling,
-    *,
-    max_bytes: int = DEFAULT_MAX_VIDEO_BYTES,
-    max_source_frames: int = DEFAULT_MAX_SOURCE_FRAMES,
-    max_frame_pixels: int = DEFAULT_MAX_FRAME_PIXELS,
-) -> LoadedVideo:
-    """Load one video source and sample its frames.
+def peek_video(
+    source: Any, item: str, sampling: VideoSampling, limits: VideoLimits = VideoLimits()
+) -> PeekedVideo:
+    """Read one video source and measure it without decoding a frame: its frame size from the
+    stream's header (or a frame list's first sampled frame's) and the frames to sample, from the
+    demuxed packets.
 
     Args:
         source: Path, bytes, base64 string, ``data:`` URL, or a list/tuple of frames.
         item: How errors name the video, e.g. ``"item 17, video 1"``.
         sampling: Which frames to keep (:class:`~.video_sampling.VideoSampling`).
-        max_bytes: Largest encoded video (or frame) accepted.
-        max_source_frames: Most frames the source may have.
-        max_frame_pixels: Largest frame (width × height) accepted.
+        limits: The decompression-bomb guards.
 
     Raises:
         PreprocessError: ``video_source``, ``video_not_found``, ``video_too_large``,
-            ``video_empty``, ``video_decode`` or ``video_frames``.
+            ``video_empty`` or ``video_decode``.
     """
     if isinstance(source, list | tuple):
-        if len(source) > max_source_frames:
-            raise PreprocessError(
-                item,
-                "video_too_large",
-                f"{len(source)} frames exceed max_source_frames={max_source_frames}",
-            )
-        return frames_video(
-            list(source), item, sampling, max_frame_pixels=max_frame_pixels, max_bytes=max_bytes
-        )
-    kind, raw = read_video_bytes(source, item, max_bytes)
-    return decode_video(
-        raw,
-        item,
-        sampling,
-        source_kind=kind,
-        max_source_frames=max_source_frames,
-        max_frame_pixels=max_frame_pixels,
-    )
+        return _peek_frames(list(source), item, sampling, limits)
+    kind, raw = read_video_bytes(source, item, limits.max_bytes)
+    return _peek_encoded(raw, kind, item, sampling, limits)
+
+
+def load_video(
+    source: Any, item: str, sampling: VideoSampling, limits: VideoLimits = VideoLimits()
+) -> LoadedVideo:
+    """Load one video source and decode its sampled frames (:func:`peek_video`, then
+    :meth:`PeekedVideo.decode`).
+
+    Raises:
+        PreprocessError: those of :func:`peek_video`, and ``video_decode`` or ``video_frames``
+            (frames of different sizes) while decoding.
+    """
+    return peek_video(source, item, sampling, limits).decode()

@@ -1,6 +1,6 @@
-"""Preparations wait until their images' pixels fit beside those being decoded, in the order they
-asked; a preparation larger than the room runs alone; images over the token limit are refused
-before any pixel is decoded."""
+"""Preparations wait until their images' and videos' pixels fit beside those being decoded, in the
+order they asked; a preparation larger than the room runs alone; images over the token limit are
+refused before any pixel is decoded."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import av
+import numpy as np
 import pytest
 from PIL import Image
 
 from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError
 from vlrollout.processors.base import prompt_token_limit
-from vlrollout.processors.decode_room import DecodeRoom
+from vlrollout.processors.decode_room import DecodeRoom, video_cost
 
 
 def _wait_until(condition, timeout_s: float = 10.0) -> None:
@@ -154,3 +156,107 @@ def test_images_over_the_token_limit_are_refused_before_decoding(offline, decode
         pre.prepare(_item("big", _png(2000, (1, 2, 3))))
     assert refused.value.reason == "prompt_too_long" and "(2000x2000)" in refused.value.detail
     assert seen == []
+
+
+def _mp4(frames: int, side: int, shade: int) -> bytes:
+    """A one-colour MPEG-4 clip of ``frames`` frames of ``side`` pixels square at 2 fps."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=2)
+        stream.width = stream.height = side
+        stream.pix_fmt = "yuv420p"
+        for _ in range(frames):
+            pixels = np.full((side, side, 3), shade, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def _video_item(name: str, video, image: bytes | None = None) -> dict:
+    text = "<video>" + ("<image>" if image else "") + "What happens?"
+    return {
+        "id": name,
+        "messages": [{"role": "user", "content": text}],
+        "videos": [video],
+        **({"images": [image]} if image else {}),
+    }
+
+
+@pytest.fixture
+def video_decodes(monkeypatch):
+    """The most videos decoded at once."""
+    from vlrollout.processors import video_loading
+
+    at_once = {"now": 0, "most": 0}
+    lock = threading.Lock()
+    real = video_loading._decode_frames
+
+    def spy(*args, **kwargs):
+        with lock:
+            at_once["now"] += 1
+            at_once["most"] = max(at_once["most"], at_once["now"])
+        time.sleep(0.2)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                at_once["now"] -= 1
+
+    monkeypatch.setattr(video_loading, "_decode_frames", spy)
+    return at_once
+
+
+def test_videos_count_their_sampled_frames_in_the_room(offline, video_decodes):
+    pre = AutoProcessorPreprocessor(offline("qwen2_vl"), max_pixels=56 * 56)
+    clip_pixels = 8 * 320 * 320  # 8 frames at 2 fps, all sampled at Qwen2-VL's 2 fps
+    items = [_video_item(f"v{k}", _mp4(8, 320, 40 * k), _png(100, (k, 0, 0))) for k in range(3)]
+    one_item = video_cost(clip_pixels) + 100 * 100
+    pre.decode_room = DecodeRoom(max_pixels=one_item + one_item // 2)
+    with ThreadPoolExecutor(3) as pool:
+        prepared = list(pool.map(pre.prepare, items))
+    assert [p.videos[0].num_frames for p in prepared] == [8, 8, 8]
+    assert video_decodes["most"] == 1
+    assert (pre.decode_room.decoding, pre.decode_room.peak) == (0, one_item)
+
+
+def test_a_frame_list_counts_its_sampled_frames_from_their_headers(offline):
+    pre = AutoProcessorPreprocessor(offline("qwen2_vl"))
+    pre.decode_room = DecodeRoom(max_pixels=None)
+    frames = [_png(200, (k, 0, 0)) for k in range(4)] + [Image.new("RGB", (200, 200))] * 2
+    pre.prepare(_video_item("frames", frames))
+    assert pre.decode_room.peak == video_cost(6 * 200 * 200)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+@pytest.mark.parametrize(
+    ("frames", "side", "budget"),
+    [
+        (8, 320, {}),
+        (1, 200, {}),
+        (3, 130, {"video_min_pixels": 32 * 32, "video_max_pixels": 64 * 64}),
+        (6, 450, {}),
+    ],
+)
+def test_video_tokens_counted_from_headers_are_the_processors(
+    offline, family, frames, side, budget
+):
+    pre = AutoProcessorPreprocessor(offline(family), **budget)
+    clip = _mp4(frames, side, 70)
+    prepared = pre.prepare(_video_item("v", clip))
+    expected = prepared.input_ids.count(prepared.video_token_id)
+    assert pre.media_tokens([], pre.peek_videos([clip], "v")) == expected > 0
+
+
+def test_videos_over_the_token_limit_are_refused_before_decoding(offline, video_decodes):
+    pre = AutoProcessorPreprocessor(offline("qwen2_vl"))
+    clip = _mp4(4, 640, 30)
+    tokens = pre.media_tokens([(100, 100)], pre.peek_videos([clip], "v"))
+    with prompt_token_limit(tokens - 1), pytest.raises(PreprocessError) as refused:
+        pre.prepare(_video_item("long", clip, _png(100, (1, 2, 3))))
+    assert refused.value.reason == "prompt_too_long", refused.value.detail
+    assert "1 image(s) (100x100) and 1 video(s) (4 frames of 640x640)" in refused.value.detail
+    assert video_decodes["most"] == 0
+    with prompt_token_limit(tokens):
+        pre.prepare(_video_item("fits", clip, _png(100, (1, 2, 3))))

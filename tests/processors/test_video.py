@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError
-from vlrollout.processors.video_loading import load_video
+from vlrollout.processors.video_loading import LoadedVideo, load_video
 from vlrollout.processors.video_sampling import VideoSampling
 from vlrollout.testing.offline_processors import build_offline_processor
 
@@ -411,10 +411,9 @@ def _vfr_mp4() -> bytes:
 def test_a_variable_rate_clip_shows_at_each_time_the_frame_a_player_shows():
     """Frames are sampled on the clip's time line: at each sampled time the model gets the frame
     on screen then (the last one shown at or before it), and that time is the one rewards get."""
-    from vlrollout.processors.video_loading import decode_video
     from vlrollout.processors.video_sampling import VideoSampling
 
-    video = decode_video(_vfr_mp4(), "v", VideoSampling(fps=2.0, max_frames=8, frame_factor=2))
+    video = load_video(_vfr_mp4(), "v", VideoSampling(fps=2.0, max_frames=8, frame_factor=2))
     times = video.clip.timestamps_s
     assert times == sorted(times) and times[-1] <= VFR_MS[-1] / 1000
     assert times[-1] - times[0] > 2.0  # spread over the clip, not over its first frames
@@ -455,3 +454,20 @@ def test_a_phone_clip_is_sampled_upright_as_a_player_shows_it(degrees, top):
     frames = clip.frames
     assert frames.shape[1:3] == (64, 32)  # height, width
     assert tuple(int(v) for v in frames[0, 4, 16]) == pytest.approx(top, abs=40)
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "glm4v", "internvl"])
+def test_large_noisy_frames_equal_the_processor_on_the_same_frames(family):
+    """Frames go to the video processor as a channels-first view of the decoded array (no copy);
+    on frames large enough for the resize to average many pixels, the tensors are the processor's
+    own, bit for bit, on the same frames given as channels-last arrays."""
+    proc, pre = preprocessor(family)
+    rng = np.random.default_rng(7)
+    frames = [rng.integers(0, 256, (210, 340, 3), np.uint8) for _ in range(4)]
+    prepared = pre.prepare(item([Image.fromarray(f) for f in frames]))
+    metadata = LoadedVideo(np.stack(frames), prepared.videos[0]).metadata()
+    ref = reference(proc, family, prepared.prompt_text, [np.stack(frames)], [metadata])
+    keys = [k for k, v in ref.items() if isinstance(v, torch.Tensor) and "ids" not in k]
+    assert "pixel_values_videos" in keys or "pixel_values" in keys  # InternVL: frames as images
+    for key in (k for k in keys if k != "attention_mask"):
+        assert torch.equal(prepared.multi_modal_input[key], ref[key]), key

@@ -17,7 +17,10 @@ import requests
 from PIL import Image
 
 from tests.serve.conftest import serving, vision_prompt
+from vlrollout.processors import AutoProcessorPreprocessor
+from vlrollout.processors.decode_room import video_cost
 from vlrollout.serve.admission import Admission, QueueLimits
+from vlrollout.workflows import FrameSampling
 
 SIDE = 3000
 """A flat SIDE x SIDE PNG: a few KB of body, 9 M pixels decoded."""
@@ -163,7 +166,6 @@ def test_a_served_image_budget_matches_clients_built_with_it():
     does: its ``input_ids`` are accepted on ``/generate`` and chat prompts have their length;
     a server at the processor's own budget refuses them, naming its bounds."""
     from tests.serve.conftest import ASSET
-    from vlrollout.processors import AutoProcessorPreprocessor
 
     budget = 28 * 28 * 32
     buf = io.BytesIO()
@@ -212,7 +214,7 @@ def test_requests_wait_for_room_to_decode_in_the_order_they_came():
         assert gate.max_decoding == 100
 
         async def hold(name: str, pixels: int) -> None:
-            async with gate.decoding_room(pixels, 1, "/generate"):
+            async with gate.decoding_room(pixels, "1 image(s)", "/generate"):
                 entered.append(name)
                 await go.wait()
 
@@ -265,3 +267,101 @@ def test_a_pixel_with_alpha_counts_for_more(mode, status):
         ((path, body),) = bodies("sglang", engine.processor, flat_png(mode=mode), 1)
         r = requests.post(server.url + path, json=body, timeout=60)
     assert r.status_code == status, r.text
+
+
+VIDEO_SIDE = 1200
+"""A clip of VIDEO_FRAMES flat VIDEO_SIDE-square frames: a few KB, millions of pixels sampled."""
+VIDEO_FRAMES = 4
+SMALL_FRAMES = FrameSampling(min_pixels=56 * 56, max_pixels=56 * 56)
+"""Each sampled frame resized to 56x56: a few tokens, whatever the source frame's size."""
+
+
+@pytest.fixture(scope="module")
+def flat_clip(tmp_path_factory) -> str:
+    from tests.processors.test_decode_room import _mp4
+
+    return base64.b64encode(_mp4(VIDEO_FRAMES, VIDEO_SIDE, 90)).decode()
+
+
+@pytest.fixture
+def video_decodes(monkeypatch):
+    """How many videos the server decoded, and the most it decoded at once."""
+    from vlrollout.processors import video_loading
+
+    seen, lock, now = Decodes(), threading.Lock(), [0]
+    real = video_loading._decode_frames
+
+    def spy(*args, **kwargs):
+        with lock:
+            now[0] += 1
+            seen.most_at_once = max(seen.most_at_once, now[0])
+        time.sleep(0.3)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                now[0] -= 1
+                seen.append(1)
+
+    monkeypatch.setattr(video_loading, "_decode_frames", spy)
+    return seen
+
+
+def video_bodies(protocol: str, processor, clip: str, n: int) -> list[tuple[str, dict]]:
+    """``n`` generation requests with the video ``clip``, as ``(path, body)`` for ``protocol``."""
+    url = "data:video/mp4;base64," + clip
+    if protocol == "sglang":
+        item = {"messages": [{"role": "user", "content": "<video>Shapes?"}], "videos": [clip]}
+        ids = AutoProcessorPreprocessor(processor, **SMALL_FRAMES.options()).prepare(item).input_ids
+        body = {"input_ids": ids, "video_data": [url], "sampling_params": {"max_new_tokens": 4}}
+        return [("/generate", {**body, "rid": f"r{k}"}) for k in range(n)]
+    content = [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "?"}]
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4}
+    return [("/v1/chat/completions", body)] * n
+
+
+@pytest.mark.parametrize("protocol", ["sglang", "vllm"])
+def test_videos_wait_for_room_to_decode_their_sampled_frames(protocol, flat_clip, video_decodes):
+    """A video's sampled frames count in the pixels decoded at once, as images do: two requests
+    whose clips can be decoded one at a time are decoded one after the other."""
+    pixels = video_cost(VIDEO_FRAMES * VIDEO_SIDE * VIDEO_SIDE)  # all 4 frames sampled at 2 fps
+    limits = decoding(pixels * 3 // 2)
+    with serving(protocol, limits=limits, frames=SMALL_FRAMES) as (server, engine):
+        requests_ = video_bodies(protocol, engine.processor, flat_clip, 2)
+        video_decodes.clear()  # the client's own preparation of input_ids
+        answers = asyncio.run(send_all(server.url, requests_))
+        queue = requests.get(server.url + "/health", timeout=10).json()["queue"]
+    assert [status for status, _ in answers] == [200, 200], answers
+    assert len(video_decodes) == 2 and video_decodes.most_at_once == 1
+    assert (queue["peak_decoding_pixels"], queue["decoding_pixels"]) == (pixels, 0)
+
+
+@pytest.mark.parametrize("protocol", ["sglang", "vllm"])
+def test_a_video_that_could_never_be_decoded_at_once_is_refused_undecoded(
+    protocol, flat_clip, video_decodes
+):
+    pixels = video_cost(VIDEO_FRAMES * VIDEO_SIDE * VIDEO_SIDE)
+    with serving(protocol, limits=decoding(pixels - 1), frames=SMALL_FRAMES) as (server, engine):
+        ((path, body),) = video_bodies(protocol, engine.processor, flat_clip, 1)
+        video_decodes.clear()  # the client's own preparation of input_ids
+        r = requests.post(server.url + path, json=body, timeout=60)
+    assert r.status_code == 413, r.text
+    message = r.json()["error"]["message"]
+    assert f"count for {pixels} pixels" in message and "1 video(s)" in message, message
+    assert video_decodes == []
+
+
+def test_a_chat_video_too_long_for_the_context_is_refused_undecoded(flat_clip, video_decodes):
+    """The tiny model's 512-token context less the 4 new tokens asked: a clip whose sampled
+    frames take more is refused from its header, naming ``prompt_too_long``, before a frame is
+    decoded; with a smaller budget per frame it is prepared and run."""
+    big = FrameSampling(min_pixels=256 * 256, max_pixels=256 * 256)  # 4 frames: 2 x 81 tokens
+    with serving("vllm", frames=big) as (server, engine):
+        ((path, body),) = video_bodies("vllm", engine.processor, flat_clip, 1)
+        body = {**body, "messages": body["messages"] * 4}  # four of them: 648 tokens
+        r = requests.post(server.url + path, json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "prompt_too_long" in message and "4 video(s) (4 frames of 1200x1200" in message
+    assert "alone take 648 tokens, more than the 508" in message
+    assert video_decodes == []

@@ -141,20 +141,21 @@ class Admission:
         return None if most is None else most * RESIDENT_PER_QUEUED_BYTE // RESIDENT_PER_PIXEL
 
     @contextlib.asynccontextmanager
-    async def decoding_room(self, pixels: int, n_images: int, where: str) -> AsyncIterator[None]:
-        """Hold room to decode an admitted request's ``n_images`` images of ``pixels`` (read
-        from their headers) for the ``with`` block, waiting for its turn (first come, first
-        served) and until they fit beside the images being decoded. Images that could never fit
-        are a 413, counted as refused."""
+    async def decoding_room(self, pixels: int, media: str, where: str) -> AsyncIterator[None]:
+        """Hold room to decode an admitted request's ``media`` (``"2 image(s)"``, what the
+        413 names) of ``pixels`` (read from their headers) for the ``with`` block, waiting for
+        its turn (first come, first served) and until they fit beside the pixels being decoded.
+        Media that could never fit are a 413, counted as refused."""
         most = self.max_decoding
         if most is not None and pixels > most:
             self.admitted -= 1
             self.refused += 1
             raise BadRequest(
-                f"{where}: the request's {n_images} image(s) count for {pixels} pixels, more "
+                f"{where}: the request's {media} count for {pixels} pixels, more "
                 f"than this server decodes at once ({most} pixels: the --max-queued-mb share of "
                 f"memory at {RESIDENT_PER_PIXEL} bytes per pixel; a pixel with alpha or of more "
-                "than 8 bits counts for more); send smaller images",
+                "than 8 bits counts for more, a video frame's for half); send smaller images, or "
+                "videos of fewer or smaller frames",
                 status=413,
             )
         async with self._decoded:

@@ -24,6 +24,7 @@ from typing import Any
 from aiohttp import web
 from areal.api.io_struct import ModelRequest
 
+from vlrollout.processors.decode_room import ImageHeaders
 from vlrollout.serve.control import control_routes
 from vlrollout.serve.errors import BadRequest, check_fields, check_flags, flag, token_ids, typed
 from vlrollout.serve.state import (
@@ -99,15 +100,20 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     videos = _sources(body, "video_data", where)
     metadata: dict[str, Any] = {}
     mm: dict[str, Any] = {}
+    raws, headers = [], ImageHeaders([], 0)
     if images:
         raws = await asyncio.to_thread(state.encoded_images, images, where)
         headers = await asyncio.to_thread(state.image_headers, raws, where)
         if not videos:  # videos' frames may share the image placeholder (GLM-4.1V)
             state.check_image_placeholders(ids, headers.sizes, where)
-        async with state.decoding_room(headers, where):
-            mm.update(await asyncio.to_thread(state.vision_tensors, raws, where))
-    if videos:
-        mm.update(await asyncio.to_thread(state.video_tensors, videos, where))
+    clips = await asyncio.to_thread(state.encoded_videos, videos, where) if videos else []
+    peeked = await asyncio.to_thread(state.video_headers, clips, where) if videos else []
+    if images or videos:
+        async with state.decoding_room(headers, where, peeked):
+            if images:
+                mm.update(await asyncio.to_thread(state.vision_tensors, raws, where))
+            if videos:
+                mm.update(await asyncio.to_thread(state.video_tensors, clips, where))
     if mm:
         metadata["multi_modal_input"] = mm
     req = ModelRequest(

@@ -16,7 +16,7 @@ import collections
 import concurrent.futures
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS, context_length, image_token_id
 from vlrollout.processors.auto import channels_last_kwargs
 from vlrollout.processors.base import prompt_token_limit
-from vlrollout.processors.decode_room import DecodeRoom, ImageHeaders
+from vlrollout.processors.decode_room import DecodeRoom, ImageHeaders, video_cost
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.families import image_size_setting, size_getter
 from vlrollout.processors.image_loading import (
@@ -42,6 +42,7 @@ from vlrollout.processors.image_loading import (
     peek_image,
     shown_sizes,
 )
+from vlrollout.processors.video_loading import PeekedVideo
 from vlrollout.serve.admission import Admission, TokenRate
 from vlrollout.serve.errors import BadRequest, typed
 
@@ -196,6 +197,14 @@ class ServerState:
                 raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
         return ImageHeaders.of(images)
 
+    def video_headers(self, raws: list[bytes], where: str) -> list[PeekedVideo]:
+        """Each encoded video read and measured without decoding a frame (its sampled frames and
+        their size), under the served preprocessor's video limits; run it off the event loop."""
+        try:
+            return self.preprocessor.peek_videos(raws, where)
+        except PreprocessError as e:
+            raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
+
     def check_image_placeholders(
         self, ids: list[int], sizes: list[tuple[int, int]], where: str
     ) -> None:
@@ -229,23 +238,33 @@ class ServerState:
         return image_size_setting(self.engine.processor, budget)
 
     def decoding_room(
-        self, headers: ImageHeaders, where: str
+        self, headers: ImageHeaders, where: str, videos: Sequence[PeekedVideo] = ()
     ) -> contextlib.AbstractAsyncContextManager:
-        """Room to decode images of ``headers`` (:meth:`Admission.decoding_room`; no bound
-        without admission control)."""
+        """Room to decode images of ``headers`` and the sampled frames of ``videos``
+        (:meth:`Admission.decoding_room`; no bound without admission control)."""
         if self.admission is None:
             return contextlib.nullcontext()
-        return self.admission.decoding_room(headers.cost, len(headers.sizes), where)
+        pixels = headers.cost + video_cost(sum(v.pixels for v in videos))
+        media = [
+            f"{n} {kind}(s)"
+            for n, kind in ((len(headers.sizes), "image"), (len(videos), "video"))
+            if n
+        ]
+        return self.admission.decoding_room(pixels, " and ".join(media), where)
 
-    def check_image_tokens(
-        self, sizes: list[tuple[int, int]], where: str, room: int | None = None
+    def check_media_tokens(
+        self,
+        sizes: list[tuple[int, int]],
+        where: str,
+        room: int | None = None,
+        videos: Sequence[PeekedVideo] = (),
     ) -> None:
-        """Refuse images of ``sizes`` that alone take more than ``room`` tokens (default: the
-        model's context), before they are decoded (the served preprocessor's
+        """Refuse images of ``sizes`` and ``videos`` that alone take more than ``room`` tokens
+        (default: the model's context), before they are decoded (the served preprocessor's
         ``prompt_too_long``)."""
         try:
             with prompt_token_limit(self.context_len if room is None else room):
-                self.preprocessor.check_image_tokens(sizes, where)
+                self.preprocessor.check_media_tokens(sizes, where, videos)
         except PreprocessError as e:
             raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
 
@@ -286,19 +305,23 @@ class ServerState:
         except PreprocessError as e:
             raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
 
-    def video_tensors(self, videos: list[Any], where: str) -> dict[str, torch.Tensor]:
-        """The model's video tensors for ``videos`` (base64 / data URLs, never paths), sampled
-        and resized as the served preprocessor does for a chat request (the client's
-        ``input_ids`` must expand each video's placeholders for that sampling)."""
+    def encoded_videos(self, videos: list[Any], where: str) -> list[bytes]:
+        """The encoded bytes of ``videos`` (base64 / data URLs, never paths); run it off the
+        event loop."""
         if self.preprocessor is None or not getattr(self.preprocessor, "has_vision", False):
             raise BadRequest(f"{where}: videos were sent but the served model has no processor")
-        raw = [
-            encoded_image(v, f"{where} video {k}", self.preprocessor.max_image_bytes, "video")
-            for k, v in enumerate(videos, start=1)
+        limit = self.preprocessor.max_image_bytes
+        return [
+            encoded_image(v, f"{where} video {k}", limit, "video") for k, v in enumerate(videos, 1)
         ]
+
+    def video_tensors(self, raws: list[bytes], where: str) -> dict[str, torch.Tensor]:
+        """The model's video tensors for encoded videos, sampled and resized as the served
+        preprocessor does for a chat request (the client's ``input_ids`` must expand each
+        video's placeholders for that sampling); run it off the event loop."""
         item = {
-            "messages": [{"role": "user", "content": [{"type": "video"} for _ in raw]}],
-            "videos": raw,
+            "messages": [{"role": "user", "content": [{"type": "video"} for _ in raws]}],
+            "videos": raws,
         }
         prepared = self.prepare(item, where)
         return {k: v for k, v in prepared.multi_modal_input.items() if k in VIDEO_INPUT_KEYS}

@@ -364,11 +364,12 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     headers = ImageHeaders([], 0)
     if media["images"]:
         headers = await asyncio.to_thread(state.image_headers, media["images"], where)
-        asked = _asked_max_tokens(body)  # its type was checked with the sampling settings
-        room = state.context_len - asked if asked and asked < state.context_len else None
-        state.check_image_tokens(headers.sizes, where, room)  # (no room: _check_room says so)
+    videos = await asyncio.to_thread(state.video_headers, media["videos"], where)
+    asked = _asked_max_tokens(body)  # its type was checked with the sampling settings
+    room = state.context_len - asked if asked and asked < state.context_len else None
+    state.check_media_tokens(headers.sizes, where, room, videos)  # (no room: _check_room says)
     item = {"messages": messages, **{k: v for k, v in media.items() if v}}
-    async with state.decoding_room(headers, where):
+    async with state.decoding_room(headers, where, videos):
         prepared = await asyncio.to_thread(state.prepare, item, where)
     _check_room(state, len(prepared.input_ids), body, where)
     mm = prepared.multi_modal_input
