@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import av
@@ -257,6 +257,12 @@ class PeekedVideo:
             return _load_frames(self)
         return _decode_sampled(self, self.source)
 
+    def thumbnails(self) -> list[Image.Image]:
+        """The thumbnails of the sampled frames (:func:`thumbnails`), decoding only the frames
+        they show, not the whole clip."""
+        shown = [self.wanted[k] for k in thumbnail_picks(len(self.wanted))]
+        return replace(self, wanted=shown).decode().clip.thumbnails
+
 
 def _peek_encoded(
     raw: bytes, kind: str, item: str, sampling: VideoSampling, limits: VideoLimits
@@ -390,13 +396,20 @@ def _loaded(
     return LoadedVideo(frames=frames, clip=clip)
 
 
+def thumbnail_picks(n: int, count: int = THUMBNAILS) -> list[int]:
+    """Which of ``n`` frames the thumbnails show: up to ``count``, evenly spaced.
+
+    >>> thumbnail_picks(20)
+    [0, 2, 5, 7, 10, 12, 15, 17]
+    """
+    return list(range(n)) if n <= count else [k * n // count for k in range(count)]
+
+
 def thumbnails(frames: np.ndarray, count: int = THUMBNAILS) -> list[Image.Image]:
     """Up to ``count`` evenly spaced frames, ``THUMBNAIL_HEIGHT`` pixels high, for the report."""
-    n = len(frames)
-    picks = list(range(n)) if n <= count else [k * n // count for k in range(count)]
     height = THUMBNAIL_HEIGHT
     out = []
-    for k in picks:
+    for k in thumbnail_picks(len(frames), count):
         image = Image.fromarray(frames[k])
         width = max(1, round(image.width * height / image.height))
         out.append(image.resize((width, height), Image.Resampling.BILINEAR))

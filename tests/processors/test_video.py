@@ -471,3 +471,27 @@ def test_large_noisy_frames_equal_the_processor_on_the_same_frames(family):
     assert "pixel_values_videos" in keys or "pixel_values" in keys  # InternVL: frames as images
     for key in (k for k in keys if k != "attention_mask"):
         assert torch.equal(prepared.multi_modal_input[key], ref[key]), key
+
+
+@pytest.mark.parametrize("as_frames", [False, True])
+def test_thumbnails_decode_only_the_frames_they_show(as_frames, monkeypatch):
+    """The report's thumbnails of a clip of 24 sampled frames are those of the fully decoded clip,
+    made from the 8 frames they show: the others are never converted to pixels."""
+    from vlrollout.processors import video_loading
+    from vlrollout.processors.video_loading import peek_video
+
+    raw = mp4_bytes(frames=24, fps=2)
+    source = [Image.fromarray(f) for f in decoded(raw)] if as_frames else raw
+    sampling = VideoSampling(fps=2.0, max_frames=24)
+    full = load_video(source, "v", sampling).clip.thumbnails
+    made = []
+    frame_pixels, load_image = video_loading._frame_pixels, video_loading.load_image
+    monkeypatch.setattr(
+        video_loading, "_frame_pixels", lambda *a: made.append(1) or frame_pixels(*a)
+    )
+    monkeypatch.setattr(
+        video_loading, "load_image", lambda *a, **k: made.append(1) or load_image(*a, **k)
+    )
+    shown = peek_video(source, "v", sampling).thumbnails()
+    assert len(made) == video_loading.THUMBNAILS == len(shown) == len(full)
+    assert [np.asarray(t).tolist() for t in shown] == [np.asarray(t).tolist() for t in full]

@@ -30,7 +30,7 @@ from vlrollout.frame_strip import strip_image
 from vlrollout.geometry import ImageGeometry
 from vlrollout.logs import get_logger
 from vlrollout.processors.errors import PreprocessError
-from vlrollout.processors.video_loading import load_video
+from vlrollout.processors.video_loading import peek_video
 from vlrollout.report_drawing import (
     STYLE,
     Box,
@@ -99,7 +99,7 @@ def sampled_thumbnails(item: dict[str, Any], sampling: Any) -> list[list[Image.I
     videos = item.get("videos") if isinstance(item.get("videos"), list) else []
     for k, source in enumerate(videos, 1):
         try:
-            shown.append(load_video(source, f"video {k}", sampling).clip.thumbnails)
+            shown.append(peek_video(source, f"video {k}", sampling).thumbnails())
         except PreprocessError as e:
             shown.append(f"{e.reason}: {e.detail}")
     return shown
