@@ -338,7 +338,10 @@ class AutoProcessorPreprocessor:
         tokens = 0
         for v in videos:
             frames = math.ceil(len(v.wanted) / step) * step
-            tokens += count(frames, v.size[1], v.size[0], budget) // vp.merge_size**2
+            try:
+                tokens += count(frames, v.size[1], v.size[0], budget) // vp.merge_size**2
+            except ValueError:  # a frame the resize refuses: the processor call names the video
+                return None
         return tokens
 
     def media_tokens(

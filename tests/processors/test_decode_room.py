@@ -260,3 +260,14 @@ def test_videos_over_the_token_limit_are_refused_before_decoding(offline, video_
     assert video_decodes["most"] == 0
     with prompt_token_limit(tokens):
         pre.prepare(_video_item("fits", clip, _png(100, (1, 2, 3))))
+
+
+def test_a_clip_whose_frames_the_resize_refuses_is_named_by_the_processor_call(offline):
+    """Frames of an aspect ratio over 200 cannot be counted: no count, and the processor call
+    refuses the item, naming the ratio."""
+    pre = AutoProcessorPreprocessor(offline("qwen2_vl"))
+    clip = pre.peek_videos([[Image.new("RGB", (2010, 10))] * 2], "wide")
+    assert pre.media_tokens([], clip) is None
+    with prompt_token_limit(100), pytest.raises(PreprocessError) as refused:
+        pre.prepare(_video_item("wide", [Image.new("RGB", (2010, 10))] * 2))
+    assert refused.value.reason == "processor_error" and "200" in refused.value.detail
