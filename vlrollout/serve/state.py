@@ -16,7 +16,7 @@ import collections
 import concurrent.futures
 import contextlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -237,20 +237,30 @@ class ServerState:
         budget = self.preprocessor.processor_kwargs.get("images_kwargs", {})
         return image_size_setting(self.engine.processor, budget)
 
-    def decoding_room(
+    @contextlib.asynccontextmanager
+    async def decoding_room(
         self, headers: ImageHeaders, where: str, videos: Sequence[PeekedVideo] = ()
-    ) -> contextlib.AbstractAsyncContextManager:
+    ) -> AsyncIterator[None]:
         """Room to decode images of ``headers`` and the sampled frames of ``videos``
-        (:meth:`Admission.decoding_room`; no bound without admission control)."""
+        (:meth:`Admission.decoding_room`; no bound without admission control). A request whose
+        turn comes once the server is stopping is answered 503 undecoded."""
         if self.admission is None:
-            return contextlib.nullcontext()
+            self.check_not_stopping(where)
+            yield
+            return
         pixels = headers.cost + video_cost(sum(v.pixels for v in videos))
-        media = [
-            f"{n} {kind}(s)"
-            for n, kind in ((len(headers.sizes), "image"), (len(videos), "video"))
-            if n
-        ]
-        return self.admission.decoding_room(pixels, " and ".join(media), where)
+        counts = ((len(headers.sizes), "image"), (len(videos), "video"))
+        media = " and ".join(f"{n} {kind}(s)" for n, kind in counts if n)
+        async with self.admission.decoding_room(pixels, media, where):
+            self.check_not_stopping(where)
+            yield
+
+    def check_not_stopping(self, where: str) -> None:
+        """Answer 503 once the server is shutting down (a client retries elsewhere)."""
+        if self.stopping:
+            raise BadRequest(
+                f"{where}: the server is shutting down; retry on another server", status=503
+            )
 
     def check_media_tokens(
         self,
@@ -331,8 +341,7 @@ class ServerState:
         from vlrollout.engine.inputs import PlaceholderMismatchError
 
         await self.running.wait()
-        if self.stopping:
-            raise BadRequest(f"{where}: the server is shutting down; retry on another", status=503)
+        self.check_not_stopping(where)
         rid = req.rid = req.rid or uuid.uuid4().hex
         self.inflight[rid] = abort_on_pause
         try:
