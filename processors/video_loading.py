@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,7 +32,7 @@ from PIL import Image
 
 from .base import VideoClip
 from .errors import PreprocessError
-from .image_loading import check_size, load_image, peek_source, read_source
+from .image_loading import load_image, peek_source, read_source
 from .video_sampling import VideoSampling
 
 DEFAULT_MAX_VIDEO_BYTES = 256 * 1024 * 1024
@@ -109,13 +110,29 @@ def read_video_bytes(source: Any, item: str, max_bytes: int) -> tuple[str, bytes
         raise _as_video_error(e, item) from None
 
 
+def check_frame_size(size: tuple[int, int], item: str, max_frame_pixels: int) -> None:
+    """Refuse frames of zero size (``video_empty``) and frames over ``max_frame_pixels``
+    (``video_too_large``, naming the setting that raises the limit)."""
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise PreprocessError(item, "video_empty", f"frames have zero size {width}x{height}")
+    if width * height > max_frame_pixels:
+        raise PreprocessError(
+            item,
+            "video_too_large",
+            f"a frame of {width}x{height} = {width * height} pixels exceeds the decode limit "
+            f"max_video_frame_pixels={max_frame_pixels} (a guard against decompression bombs, "
+            "not the resize budget video_max_pixels); downscale the video or raise the limit (a "
+            "run's config: preprocessor: {name: auto, max_video_frame_pixels: N}; vlrollout "
+            "serve --max-video-frame-pixels N)",
+        )
+
+
 def _frame_limits(stream: Any, item: str, max_frame_pixels: int) -> tuple[int, int]:
     ctx = stream.codec_context
-    try:
-        check_size((int(ctx.width), int(ctx.height)), item, max_frame_pixels)
-    except PreprocessError as e:
-        raise _as_video_error(e, item) from None
-    return int(ctx.width), int(ctx.height)
+    size = (int(ctx.width), int(ctx.height))
+    check_frame_size(size, item, max_frame_pixels)
+    return size
 
 
 def _open(raw: bytes, item: str) -> tuple[Any, Any]:
@@ -195,8 +212,7 @@ def _frame_pixels(
 ) -> np.ndarray:
     """``frame`` as upright RGB (:func:`_upright`), checked against the frame limit and the
     clip's first kept frame."""
-    size = (frame.width, frame.height)
-    check_size(size, item, max_frame_pixels)
+    check_frame_size((frame.width, frame.height), item, max_frame_pixels)
     pixels = _upright(frame.to_ndarray(format="rgb24"), getattr(frame, "rotation", 0) or 0)
     if out:
         _check_same_size(
@@ -317,12 +333,11 @@ def _peek_frames(
             f"{n} frames exceed max_source_frames={limits.max_source_frames}",
         )
     wanted = list(range(n)) if n <= sampling.max_frames else sampling.indices(n, sampling.fps)
+    label = f"{item}, frame {wanted[0] + 1}"
     first = peek_source(
-        frames[wanted[0]],
-        f"{item}, frame {wanted[0] + 1}",
-        max_pixels=limits.max_frame_pixels,
-        max_bytes=limits.max_bytes,
+        frames[wanted[0]], label, max_pixels=sys.maxsize, max_bytes=limits.max_bytes
     )
+    check_frame_size(first.size, item, limits.max_frame_pixels)  # headers only: nothing decoded
     check_sampled_pixels(len(wanted), first.size, item)
     return PeekedVideo(
         item, frames, "frames", first.size, n, sampling.fps, wanted, sampling, limits

@@ -495,3 +495,23 @@ def test_thumbnails_decode_only_the_frames_they_show(as_frames, monkeypatch):
     shown = peek_video(source, "v", sampling).thumbnails()
     assert len(made) == video_loading.THUMBNAILS == len(shown) == len(full)
     assert [np.asarray(t).tolist() for t in shown] == [np.asarray(t).tolist() for t in full]
+
+
+@pytest.mark.parametrize("as_frames", [False, True])
+def test_a_frame_over_the_frame_limit_names_the_video_setting_that_raises_it(as_frames):
+    """The frame limit is ``max_video_frame_pixels`` (run's preprocessor setting, serve's
+    ``--max-video-frame-pixels``), not the image limit the message used to point at."""
+    _, pre = preprocessor("qwen2_vl", max_video_frame_pixels=16 * 16)
+    raw = mp4_bytes()
+    source = [Image.fromarray(f) for f in decoded(raw)] if as_frames else raw
+    with pytest.raises(PreprocessError) as e:
+        pre.prepare(item(source))
+    assert e.value.reason == "video_too_large", e.value.detail
+    assert (
+        "32x32 = 1024 pixels" in e.value.detail and "max_video_frame_pixels=256" in e.value.detail
+    )
+    assert (
+        "--max-video-frame-pixels N" in e.value.detail and "max_image_pixels" not in e.value.detail
+    )
+    _, roomy = preprocessor("qwen2_vl", max_video_frame_pixels=32 * 32)
+    assert roomy.prepare(item(source)).videos[0].num_frames == (8 if as_frames else 4)

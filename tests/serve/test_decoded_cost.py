@@ -365,3 +365,17 @@ def test_a_chat_video_too_long_for_the_context_is_refused_undecoded(flat_clip, v
     assert "prompt_too_long" in message and "4 video(s) (4 frames of 1200x1200" in message
     assert "alone take 648 tokens, more than the 508" in message
     assert video_decodes == []
+
+
+def test_the_served_frame_limit_is_the_one_the_refusal_names(flat_clip):
+    """``build_app(max_video_frame_pixels=...)`` (``--max-video-frame-pixels``) sets the largest
+    frame a request's video may have, and its refusal names that setting."""
+    limit = VIDEO_SIDE * VIDEO_SIDE - 1
+    with serving("vllm", frames=SMALL_FRAMES, max_video_frame_pixels=limit) as (server, engine):
+        ((path, body),) = video_bodies("vllm", engine.processor, flat_clip, 1)
+        refused = requests.post(server.url + path, json=body, timeout=60)
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert f"max_video_frame_pixels={limit}" in message and "video 1" in message, message
+    with serving("vllm", frames=SMALL_FRAMES, max_video_frame_pixels=limit + 1) as (server, _):
+        assert requests.post(server.url + path, json=body, timeout=60).status_code == 200

@@ -67,12 +67,13 @@ def test_queue_flags_reach_the_app(monkeypatch, flags, expected):
 
 def test_the_image_budget_reaches_the_app(monkeypatch):
     flags = ["--min-pixels", "4000", "--max-pixels", "50000", "--max-image-pixels", "90000000"]
-    seen = _app_arguments(monkeypatch, *flags)
+    seen = _app_arguments(monkeypatch, *flags, "--max-video-frame-pixels", "20000000")
     assert (seen["min_pixels"], seen["max_pixels"], seen["max_image_pixels"]) == (
         4000,
         50000,
         90000000,
     )
+    assert seen["max_video_frame_pixels"] == 20000000
 
 
 def _app_arguments(monkeypatch, *flags: str) -> dict:
@@ -138,6 +139,7 @@ def no_model_load(monkeypatch):
         (["--device", "cuda:x"], "--device must be cpu, cuda or cuda:N, got 'cuda:x'"),
         (["--max-pixels", "0"], "--max-pixels must be >= 1, got 0"),
         (["--max-image-pixels", "-3"], "--max-image-pixels must be >= 1, got -3"),
+        (["--max-video-frame-pixels", "0"], "--max-video-frame-pixels must be >= 1, got 0"),
         (
             ["--min-pixels", "9000", "--max-pixels", "5000"],
             "--min-pixels/--max-pixels: min_pixels=9000 exceeds max_pixels=5000",

@@ -130,6 +130,7 @@ def build_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_image_pixels: int | None = None,
     max_image_bytes: int | None = None,
+    max_video_frame_pixels: int | None = None,
     frames: FrameSampling | None = None,
     min_pixels: int | None = None,
     max_pixels: int | None = None,
@@ -148,6 +149,7 @@ def build_app(
         max_body_bytes: Larger bodies get 413.
         max_image_pixels: Largest decoded image (default: the processors' limit).
         max_image_bytes: Largest encoded image (default: the processors' limit).
+        max_video_frame_pixels: Largest decoded video frame (default: the processors' limit).
         frames: How requests' videos are sampled (default: the model family's settings).
         min_pixels, max_pixels: Each image's pixel budget (default: the processor's settings);
             clients must build ``input_ids`` with the same.
@@ -181,6 +183,7 @@ def build_app(
             engine,
             max_image_pixels=max_image_pixels,
             max_image_bytes=max_image_bytes,
+            max_video_frame_pixels=max_video_frame_pixels,
             max_body_bytes=max_body_bytes,
             frames=frames,
             min_pixels=min_pixels,

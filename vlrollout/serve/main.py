@@ -12,6 +12,7 @@ from vlrollout.engine.checks import check_device
 from vlrollout.errors import UsageError
 from vlrollout.processors.decode_room import RESIDENT_PER_PIXEL, machine_memory_bytes
 from vlrollout.processors.image_loading import DEFAULT_MAX_PIXELS
+from vlrollout.processors.video_loading import DEFAULT_MAX_FRAME_PIXELS
 from vlrollout.serve.admission import QueueLimits
 from vlrollout.serve.auth import API_KEY_ENV, api_key, exposure_warning
 from vlrollout.serve.limits import (
@@ -87,6 +88,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         help=f"largest image decoded, width x height (default {DEFAULT_MAX_PIXELS}): a guard "
         "against decompression bombs, apart from the pixel budget",
+    )
+    p.add_argument(
+        "--max-video-frame-pixels",
+        type=int,
+        help=f"largest video frame decoded, width x height (default {DEFAULT_MAX_FRAME_PIXELS}): "
+        "a guard against decompression bombs, apart from --video-max-pixels",
     )
     p.add_argument("--video-fps", type=float, help="frames sampled per second of a video")
     p.add_argument("--video-max-frames", type=int, help="most frames sampled from one video")
@@ -223,7 +230,11 @@ def check_processor_settings(args: argparse.Namespace) -> None:
     from vlrollout.workflows.preparation import vision_settings_problem
 
     budget = (("--min-pixels", args.min_pixels), ("--max-pixels", args.max_pixels))
-    for flag, value in (*budget, ("--max-image-pixels", args.max_image_pixels)):
+    limits = (
+        ("--max-image-pixels", args.max_image_pixels),
+        ("--max-video-frame-pixels", args.max_video_frame_pixels),
+    )
+    for flag, value in (*budget, *limits):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     frames = FrameSampling(**frame_settings(args))
@@ -292,6 +303,7 @@ def serve(args: argparse.Namespace) -> int:
         min_pixels=args.min_pixels,
         max_pixels=args.max_pixels,
         max_image_pixels=args.max_image_pixels,
+        max_video_frame_pixels=args.max_video_frame_pixels,
         destroy_engine=True,
         api_key=key,
         control=args.control,

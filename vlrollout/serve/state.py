@@ -61,6 +61,7 @@ class ServerState:
         engine: An initialised :class:`~vlrollout.engine.LocalInferenceEngine`.
         max_image_pixels: Largest decoded image accepted (decompression-bomb guard).
         max_image_bytes: Largest encoded image accepted.
+        max_video_frame_pixels: Largest decoded video frame accepted (decompression-bomb guard).
         max_body_bytes: The application's body limit (named in 413 answers).
         frames: How the served preprocessor samples videos (``None``: the family's defaults).
         min_pixels, max_pixels: Each image's pixel budget (``None``: the processor's settings).
@@ -71,6 +72,7 @@ class ServerState:
     engine: Any
     max_image_pixels: int | None = None
     max_image_bytes: int | None = None
+    max_video_frame_pixels: int | None = None
     max_body_bytes: int | None = None
     frames: FrameSampling | None = None
     min_pixels: int | None = None
@@ -95,6 +97,7 @@ class ServerState:
                 for k, v in (
                     ("max_image_pixels", self.max_image_pixels),
                     ("max_image_bytes", self.max_image_bytes),
+                    ("max_video_frame_pixels", self.max_video_frame_pixels),
                 )
                 if v is not None
             }
@@ -202,8 +205,8 @@ class ServerState:
         their size), under the served preprocessor's video limits; run it off the event loop."""
         try:
             return self.preprocessor.peek_videos(raws, where)
-        except PreprocessError as e:
-            raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
+        except PreprocessError as e:  # its item names the video: "<where>, video 2"
+            raise BadRequest(f"{e.item}: {e.reason}: {e.detail}") from None
 
     def check_image_placeholders(
         self, ids: list[int], sizes: list[tuple[int, int]], where: str
