@@ -633,3 +633,13 @@ def test_a_generate_longer_than_the_context_is_refused_before_its_images_are_bui
     assert r.status_code == 400, r.text
     assert f"No room to generate: the prompt's {len(ids)} tokens" in r.text
     assert built == []
+
+
+def test_a_bad_inline_video_is_named_as_a_video(vllm_server):
+    server, _ = vllm_server
+    part = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,@@not-base64@@"}}
+    body = {"messages": [{"role": "user", "content": [part]}], "max_tokens": 2}
+    r = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "messages[0].content[0]: video_source:" in message and "image" not in message, message

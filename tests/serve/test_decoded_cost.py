@@ -379,3 +379,25 @@ def test_the_served_frame_limit_is_the_one_the_refusal_names(flat_clip):
     assert f"max_video_frame_pixels={limit}" in message and "video 1" in message, message
     with serving("vllm", frames=SMALL_FRAMES, max_video_frame_pixels=limit + 1) as (server, _):
         assert requests.post(server.url + path, json=body, timeout=60).status_code == 200
+
+
+def test_generate_checks_video_placeholders_against_the_clip_before_decoding(
+    flat_clip, video_decodes
+):
+    """``input_ids`` built for a clip of 4 frames, sent with one of 8: the placeholders its
+    sampled frames imply disagree, and the answer names both without decoding a frame."""
+    from tests.processors.test_decode_room import _mp4
+
+    longer = base64.b64encode(_mp4(2 * VIDEO_FRAMES, VIDEO_SIDE, 90)).decode()
+    with serving("sglang", frames=SMALL_FRAMES) as (server, engine):
+        ((path, body),) = video_bodies("sglang", engine.processor, flat_clip, 1)
+        video_decodes.clear()  # the client's own preparation of input_ids
+        body = {**body, "video_data": ["data:video/mp4;base64," + longer]}
+        r = requests.post(server.url + path, json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "video placeholders and videos disagree" in message, message
+    held = body["input_ids"].count(engine.model.config.video_token_id)
+    assert f"input_ids hold {held} video placeholder tokens in 1 run(s)" in message
+    assert f"1 video(s) (8 frames of 1200x1200) take {2 * held} tokens" in message
+    assert video_decodes == []

@@ -108,6 +108,8 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
             state.check_image_placeholders(ids, headers.sizes, where)
     clips = await asyncio.to_thread(state.encoded_videos, videos, where) if videos else []
     peeked = await asyncio.to_thread(state.video_headers, clips, where) if videos else []
+    if peeked:
+        state.check_video_placeholders(ids, peeked, where)
     if images or videos:
         async with state.decoding_room(headers, where, peeked):
             if images:

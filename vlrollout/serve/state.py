@@ -232,6 +232,27 @@ class ServerState:
             "input_ids and the images with the same processor settings."
         )
 
+    def check_video_placeholders(
+        self, ids: list[int], videos: Sequence[PeekedVideo], where: str
+    ) -> None:
+        """Refuse ``input_ids`` whose video placeholders disagree with what ``videos`` take under
+        the served frame sampling, before a frame is decoded. Families whose video tokens cannot
+        be counted from the clip's header are checked by the engine, after."""
+        tokens = self.preprocessor.video_tokens(videos)
+        if tokens is None:
+            return
+        n_tokens, n_runs = count_placeholders(ids, self.preprocessor.video_token_id)
+        if (n_tokens, n_runs) == (tokens, len(videos)):
+            return
+        clips = ", ".join(f"{len(v.wanted)} frames of {v.size[0]}x{v.size[1]}" for v in videos)
+        raise BadRequest(
+            f"{where}: video placeholders and videos disagree: input_ids hold {n_tokens} video "
+            f"placeholder tokens in {n_runs} run(s), but {len(videos)} video(s) ({clips}) take "
+            f"{tokens} tokens in {len(videos)} run(s), one per video, under this server's frame "
+            "sampling (vlrollout serve --video-fps/--video-max-frames/--video-min-pixels/"
+            "--video-max-pixels). Build input_ids and the videos with the same settings."
+        )
+
     def image_size(self) -> dict[str, int] | None:
         """The ``size`` the served image processor resizes to (its pixel budget's bounds, or a
         fixed size), which clients building ``input_ids`` must match; ``/health`` shows it."""
@@ -454,7 +475,8 @@ def encoded_image(
         # means a path only when the text is not base64; it is never read either way.
         if e.reason == "image_source" and source.startswith("/"):
             raise not_inline from None
-        raise BadRequest(f"{label}: {e.reason}: {e.detail}") from None
+        reason = e.reason.replace("image_", f"{kind}_")  # the decoder speaks of images
+        raise BadRequest(f"{label}: {reason}: {e.detail}") from None
 
 
 def cut_at_stop(text: str, stop: str | list[str] | None) -> tuple[str, str | None]:
