@@ -23,7 +23,8 @@ from __future__ import annotations
 import io
 import re
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import av
@@ -168,18 +169,18 @@ def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, f
     return count, float(rate) if rate else None
 
 
-def _decode_frames(
+def _frames_on_screen(
     raw: bytes, item: str, wanted: list[int], rate: float, max_frame_pixels: int
-) -> list[np.ndarray]:
-    """The frames on screen at the wanted indices' times (``k / rate`` from the first frame):
-    each the last frame shown at or before its time, as a player shows it. For a constant-rate
-    clip that is frame ``k`` itself; a variable-rate one (a phone clip, a GIF of uneven delays)
-    gets the frames of its real time line, not of its frame count. Fewer frames if the stream
-    ends first."""
+) -> Iterator[Any]:
+    """The decoded frames on screen at the wanted indices' times (``k / rate`` from the first
+    frame), one at a time: each the last frame shown at or before its time, as a player shows
+    it. For a constant-rate clip that is frame ``k`` itself; a variable-rate one (a phone clip, a
+    GIF of uneven delays) gets the frames of its real time line, not of its frame count. Fewer
+    frames if the stream ends first."""
     container, stream = _open(raw, item)
     targets = [k / rate for k in wanted]
     slack = min(0.25 / rate, 0.005)  # timestamp rounding, well under a frame
-    out: list[np.ndarray] = []
+    taken = 0
     with container:
         _frame_limits(stream, item, max_frame_pixels)
         try:
@@ -190,20 +191,30 @@ def _decode_frames(
                 else:
                     start = frame.time if start is None else start
                     shown = frame.time - start
-                while previous is not None and len(out) < len(targets):
-                    if targets[len(out)] >= shown - slack:
+                while previous is not None and taken < len(targets):
+                    if targets[taken] >= shown - slack:
                         break
-                    out.append(_frame_pixels(previous, out, wanted, item, max_frame_pixels))
-                if len(out) == len(targets):
+                    yield previous
+                    taken += 1
+                if taken == len(targets):
                     break
                 previous = frame
             else:  # the stream ended: its last frame stays on screen
-                while previous is not None and len(out) < min(len(targets), index + 1):
-                    out.append(_frame_pixels(previous, out, wanted, item, max_frame_pixels))
+                while previous is not None and taken < min(len(targets), index + 1):
+                    yield previous
+                    taken += 1
         except av.FFmpegError as e:
             raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
-        except PreprocessError as e:
-            raise _as_video_error(e, item) from None
+
+
+def _decode_frames(
+    raw: bytes, item: str, wanted: list[int], rate: float, max_frame_pixels: int
+) -> list[np.ndarray]:
+    """The frames on screen at the wanted indices' times (:func:`_frames_on_screen`), as upright
+    RGB, all of the first one's size."""
+    out: list[np.ndarray] = []
+    for frame in _frames_on_screen(raw, item, wanted, rate, max_frame_pixels):
+        out.append(_frame_pixels(frame, out, wanted, item, max_frame_pixels))
     return out
 
 
@@ -274,10 +285,18 @@ class PeekedVideo:
         return _decode_sampled(self, self.source)
 
     def thumbnails(self) -> list[Image.Image]:
-        """The thumbnails of the sampled frames (:func:`thumbnails`), decoding only the frames
-        they show, not the whole clip."""
+        """The thumbnails of the sampled frames (:func:`thumbnails`), each made as its frame is
+        decoded: only the frames they show are decoded, one at a time."""
         shown = [self.wanted[k] for k in thumbnail_picks(len(self.wanted))]
-        return replace(self, wanted=shown).decode().clip.thumbnails
+        if isinstance(self.source, list):
+            images = (_list_frame(self, k) for k in shown)
+        else:
+            limit = self.limits.max_frame_pixels
+            frames = _frames_on_screen(self.source, self.item, shown, self.source_fps, limit)
+            images = (
+                Image.fromarray(_frame_pixels(f, [], shown, self.item, limit)) for f in frames
+            )
+        return [thumbnail(image) for image in images]
 
 
 def _peek_encoded(
@@ -344,17 +363,22 @@ def _peek_frames(
     )
 
 
+def _list_frame(video: PeekedVideo, k: int) -> Image.Image:
+    """Frame ``k`` of a frame list, loaded as an image under the video's limits."""
+    return load_image(
+        video.source[k],
+        f"{video.item}, frame {k + 1}",
+        max_pixels=video.limits.max_frame_pixels,
+        max_bytes=video.limits.max_bytes,
+    ).image
+
+
 def _load_frames(video: PeekedVideo) -> LoadedVideo:
     """A frame list's sampled frames, each loaded as an image, all of the first one's size."""
-    frames, wanted = video.source, video.wanted
+    wanted = video.wanted
     out: list[np.ndarray] = []
     for k in wanted:
-        image = load_image(
-            frames[k],
-            f"{video.item}, frame {k + 1}",
-            max_pixels=video.limits.max_frame_pixels,
-            max_bytes=video.limits.max_bytes,
-        ).image
+        image = _list_frame(video, k)
         if out:
             this, that = f"frame {k + 1}", f"frame {wanted[0] + 1}"
             _check_same_size(image.size, out[0], this, that, video.item)
@@ -420,15 +444,15 @@ def thumbnail_picks(n: int, count: int = THUMBNAILS) -> list[int]:
     return list(range(n)) if n <= count else [k * n // count for k in range(count)]
 
 
+def thumbnail(image: Image.Image) -> Image.Image:
+    """``image`` scaled to ``THUMBNAIL_HEIGHT`` pixels high, for the report."""
+    width = max(1, round(image.width * THUMBNAIL_HEIGHT / image.height))
+    return image.resize((width, THUMBNAIL_HEIGHT), Image.Resampling.BILINEAR)
+
+
 def thumbnails(frames: np.ndarray, count: int = THUMBNAILS) -> list[Image.Image]:
-    """Up to ``count`` evenly spaced frames, ``THUMBNAIL_HEIGHT`` pixels high, for the report."""
-    height = THUMBNAIL_HEIGHT
-    out = []
-    for k in thumbnail_picks(len(frames), count):
-        image = Image.fromarray(frames[k])
-        width = max(1, round(image.width * height / image.height))
-        out.append(image.resize((width, height), Image.Resampling.BILINEAR))
-    return out
+    """Up to ``count`` evenly spaced frames as thumbnails (:func:`thumbnail`)."""
+    return [thumbnail(Image.fromarray(frames[k])) for k in thumbnail_picks(len(frames), count)]
 
 
 def peek_video(

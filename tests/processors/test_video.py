@@ -515,3 +515,30 @@ def test_a_frame_over_the_frame_limit_names_the_video_setting_that_raises_it(as_
     )
     _, roomy = preprocessor("qwen2_vl", max_video_frame_pixels=32 * 32)
     assert roomy.prepare(item(source)).videos[0].num_frames == (8 if as_frames else 4)
+
+
+@pytest.mark.parametrize("as_frames", [False, True])
+def test_thumbnails_hold_one_full_size_frame_at_a_time(as_frames):
+    """Each thumbnail is made as its frame is decoded: the traced peak stays near one 512x512
+    frame (768 KiB), far from the eight frames the thumbnails show."""
+    import tracemalloc
+
+    from vlrollout.processors.video_loading import peek_video
+
+    raw = mp4_bytes(frames=8, fps=2, size=512)
+    source = [_png_bytes(f) for f in decoded(raw)] if as_frames else raw
+    video = peek_video(source, "v", VideoSampling(fps=2.0, max_frames=8))
+    tracemalloc.start()
+    try:
+        shown = video.thumbnails()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(shown) == 8
+    assert peak < 3 * 512 * 512 * 3, peak
+
+
+def _png_bytes(pixels: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "PNG")
+    return buf.getvalue()
