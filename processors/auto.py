@@ -368,19 +368,22 @@ class AutoProcessorPreprocessor:
         tokens = self.media_tokens(sizes, videos) if limit is not None else None
         if tokens is None or tokens <= limit:
             return
-        media = []
+        media, fewer = [], []
         if sizes:
             media.append(f"{len(sizes)} image(s) ({shown_sizes(sizes)})")
+            fewer.append("smaller images or a lower max_pixels")
         if videos:
             clips = ", ".join(f"{len(v.wanted)} frames of {v.size[0]}x{v.size[1]}" for v in videos)
             media.append(f"{len(videos)} video(s) ({clips})")
+            fewer.append(
+                "fewer or smaller video frames: a lower video_max_frames or video_max_pixels"
+            )
         raise PreprocessError(
             item,
             "prompt_too_long",
             f"the prompt's {' and '.join(media)} alone take {tokens} tokens, more than the "
-            f"{limit} a prompt may hold here; refused before decoding them (smaller images, "
-            "fewer video frames, or a lower max_pixels in the processor's settings take fewer "
-            "tokens)",
+            f"{limit} a prompt may hold here; refused before decoding them ({'; '.join(fewer)} "
+            "take fewer tokens)",
         )
 
     def call_processor(

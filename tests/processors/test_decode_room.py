@@ -257,6 +257,7 @@ def test_videos_over_the_token_limit_are_refused_before_decoding(offline, video_
         pre.prepare(_video_item("long", clip, _png(100, (1, 2, 3))))
     assert refused.value.reason == "prompt_too_long", refused.value.detail
     assert "1 image(s) (100x100) and 1 video(s) (4 frames of 640x640)" in refused.value.detail
+    assert "a lower video_max_frames or video_max_pixels" in refused.value.detail
     assert video_decodes["most"] == 0
     with prompt_token_limit(tokens):
         pre.prepare(_video_item("fits", clip, _png(100, (1, 2, 3))))
