@@ -98,3 +98,12 @@ def test_version_names_the_installed_versions_users_put_in_bug_reports():
     for name in ("vlrollout", "areal", "torch", "transformers"):
         assert f"{name} {metadata.version(name)}" in line
     assert f"python {platform.python_version()}" in line
+
+
+def test_run_takes_the_video_frame_settings_as_flags_as_serve_does():
+    flags = ["--video-fps", "1.5", "--video-max-frames", "6"]
+    cfg = run_config_from_flags(
+        [*flags, "--video-min-pixels", "3136", "--video-max-pixels", "6272"]
+    )
+    assert (cfg.video_fps, cfg.video_max_frames) == (1.5, 6)
+    assert (cfg.video_min_pixels, cfg.video_max_pixels) == (3136, 6272)
