@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import av
-import numpy as np
 import record
 from PIL import Image
+
+from vlrollout.tiny.synthetic_video import encode_mp4
 
 MODEL = record.REPO / "assets" / "tiny-qwen2vl"
 ITEMS, IMAGES, SIDE = 3, 4, 8000
@@ -72,16 +72,8 @@ def flat_png(path: Path, colour: tuple[int, int, int]) -> str:
 
 def flat_clip(path: Path, shade: int) -> str:
     """``FRAMES`` one-colour frames at 2 fps (all sampled at Qwen2-VL's 2 fps)."""
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("mpeg4", rate=2)
-        stream.width = stream.height = FRAME_SIDE
-        stream.pix_fmt = "yuv420p"
-        for _ in range(FRAMES):
-            pixels = np.full((FRAME_SIDE, FRAME_SIDE, 3), shade, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+    frame = Image.new("RGB", (FRAME_SIDE, FRAME_SIDE), (shade,) * 3)
+    path.write_bytes(encode_mp4([frame] * FRAMES, fps=2))
     return path.name
 
 

@@ -25,8 +25,6 @@ import urllib.request
 from dataclasses import dataclass
 
 import aiohttp
-import av
-import numpy as np
 import record
 from PIL import Image
 from scaling_trainer import high_water_mark
@@ -35,6 +33,7 @@ from served import Served
 from vlrollout.processors.decode_room import MODE_WEIGHTS, RESIDENT_PER_PIXEL, VIDEO_PIXEL_WEIGHT
 from vlrollout.serve.limits import QUEUE_MEMORY_SHARE
 from vlrollout.serve.main import machine_memory_bytes
+from vlrollout.tiny.synthetic_video import encode_mp4
 
 MODEL = record.REPO / "assets" / "tiny-qwen2vl"
 SINGLE = (
@@ -76,18 +75,8 @@ def flat_image_url(side: int, mode: str) -> str:
 
 def flat_clip_url(frames: int, side: int) -> str:
     """A clip of ``frames`` one-colour ``side``-square frames at 2 fps, as a data URL."""
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        stream = out.add_stream("mpeg4", rate=2)
-        stream.width = stream.height = side
-        stream.pix_fmt = "yuv420p"
-        for k in range(frames):
-            pixels = np.full((side, side, 3), 15 * k, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return "data:video/mp4;base64," + base64.b64encode(buf.getvalue()).decode()
+    clip = encode_mp4([Image.new("RGB", (side, side), (120, 30, 200))] * frames, fps=2)
+    return "data:video/mp4;base64," + base64.b64encode(clip).decode()
 
 
 def chat_body(parts: list[dict]) -> dict:

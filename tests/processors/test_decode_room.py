@@ -10,14 +10,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import av
-import numpy as np
 import pytest
 from PIL import Image
 
 from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError
 from vlrollout.processors.base import prompt_token_limit
 from vlrollout.processors.decode_room import DecodeRoom, video_cost
+from vlrollout.tiny.synthetic_video import encode_mp4
 
 
 def _wait_until(condition, timeout_s: float = 10.0) -> None:
@@ -160,18 +159,7 @@ def test_images_over_the_token_limit_are_refused_before_decoding(offline, decode
 
 def _mp4(frames: int, side: int, shade: int) -> bytes:
     """A one-colour MPEG-4 clip of ``frames`` frames of ``side`` pixels square at 2 fps."""
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        stream = out.add_stream("mpeg4", rate=2)
-        stream.width = stream.height = side
-        stream.pix_fmt = "yuv420p"
-        for _ in range(frames):
-            pixels = np.full((side, side, 3), shade, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buf.getvalue()
+    return encode_mp4([Image.new("RGB", (side, side), (shade,) * 3)] * frames, fps=2)
 
 
 def _video_item(name: str, video, image: bytes | None = None) -> dict:
