@@ -9,7 +9,6 @@ passes the resize budget through the processor's own kwargs, and packs the resul
 from __future__ import annotations
 
 import copy
-import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -51,6 +50,7 @@ from .video_loading import (
 from .video_sampling import (
     MIXED_MEDIA_UNSUPPORTED,
     VIDEO_UNSUPPORTED,
+    budget_video_tokens,
     family_sampling,
     videos_kwargs,
 )
@@ -325,23 +325,25 @@ class AutoProcessorPreprocessor:
 
     def video_tokens(self, videos: Sequence[PeekedVideo]) -> int | None:
         """The tokens ``videos`` take in the prompt, from their headers alone (no frame decoded),
-        where the family's video processor counts them (``get_num_of_video_patches``: Qwen2-VL,
-        Qwen2.5-VL); ``None`` elsewhere."""
+        on the families whose video resize follows from a clip's size (Qwen2-VL, Qwen2.5-VL,
+        Qwen3-VL: :func:`~.video_sampling.budget_video_tokens`); ``None`` elsewhere, or for a
+        frame the resize refuses (the processor call names it)."""
         vp = getattr(self.processor, "video_processor", None)
-        count = getattr(vp, "get_num_of_video_patches", None)
-        if count is None or not videos:
+        if vp is None or not videos:
             return None
         s = self.video_sampling
-        budget = {"min_pixels": s.min_pixels, "max_pixels": s.max_pixels}  # type: ignore[union-attr]
-        budget = {k: v for k, v in budget.items() if v is not None}
-        step = vp.temporal_patch_size  # the processor pads a clip to whole temporal patches
         tokens = 0
         for v in videos:
-            frames = math.ceil(len(v.wanted) / step) * step
+            width, height = v.size
             try:
-                tokens += count(frames, v.size[1], v.size[0], budget) // vp.merge_size**2
-            except ValueError:  # a frame the resize refuses: the processor call names the video
+                n = budget_video_tokens(
+                    vp, len(v.wanted), width, height, s.min_pixels, s.max_pixels
+                )  # type: ignore[union-attr]
+            except ValueError:
                 return None
+            if n is None:
+                return None
+            tokens += n
         return tokens
 
     def media_tokens(

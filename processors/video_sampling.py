@@ -26,6 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from transformers.models.qwen3_vl.video_processing_qwen3_vl import (
+    Qwen3VLVideoProcessor,
+    smart_resize,
+)
+
 from .families import check_pixel_bounds
 
 FALLBACK_FPS = 2.0
@@ -175,3 +180,36 @@ def videos_kwargs(sampling: VideoSampling, processor: Any) -> dict[str, Any]:
             else _size_get(size, "longest_edge"),
         }
     return out
+
+
+def budget_video_tokens(
+    vp: Any,
+    frames: int,
+    width: int,
+    height: int,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+) -> int | None:
+    """Video tokens a clip of ``frames`` sampled ``width``×``height`` frames takes after a
+    pixel-budget video processor's resize, counted before any frame is decoded: Qwen2-VL's and
+    Qwen2.5-VL's own count (``get_num_of_video_patches``), or Qwen3-VL's resize (whose budget
+    spans the clip's frames), over the merge; the processor pads a clip to whole temporal
+    patches. ``None`` for other video processors.
+
+    Raises:
+        ValueError: a frame the resize refuses (an aspect ratio over 200).
+    """
+    step = int(vp.temporal_patch_size)
+    grid_t = math.ceil(frames / step)
+    merge = int(vp.merge_size) ** 2
+    if hasattr(vp, "get_num_of_video_patches"):
+        budget = {"min_pixels": min_pixels, "max_pixels": max_pixels}
+        budget = {k: v for k, v in budget.items() if v is not None}
+        return int(vp.get_num_of_video_patches(grid_t * step, height, width, budget)) // merge
+    if isinstance(vp, Qwen3VLVideoProcessor):
+        lo = min_pixels if min_pixels is not None else _size_get(vp.size, "shortest_edge")
+        hi = max_pixels if max_pixels is not None else _size_get(vp.size, "longest_edge")
+        factor = int(vp.patch_size) * int(vp.merge_size)
+        h, w = smart_resize(frames, height, width, step, factor, lo, hi)
+        return grid_t * (h // vp.patch_size) * (w // vp.patch_size) // merge
+    return None

@@ -217,7 +217,7 @@ def test_a_frame_list_counts_its_sampled_frames_from_their_headers(offline):
     assert pre.decode_room.peak == video_cost(6 * 200 * 200)
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 @pytest.mark.parametrize(
     ("frames", "side", "budget"),
     [

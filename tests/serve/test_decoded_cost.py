@@ -16,7 +16,8 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.serve.conftest import serving, vision_prompt
+from tests.serve.conftest import ASSET, serving, vision_prompt
+from vlrollout.engine.inputs import count_placeholders
 from vlrollout.processors import AutoProcessorPreprocessor
 from vlrollout.processors.decode_room import video_cost
 from vlrollout.serve.admission import Admission, QueueLimits
@@ -165,7 +166,6 @@ def test_a_served_image_budget_matches_clients_built_with_it():
     """``vlrollout serve --max-pixels`` resizes as a client's preprocessor with the same budget
     does: its ``input_ids`` are accepted on ``/generate`` and chat prompts have their length;
     a server at the processor's own budget refuses them, naming its bounds."""
-    from tests.serve.conftest import ASSET
 
     budget = 28 * 28 * 32
     buf = io.BytesIO()
@@ -398,6 +398,37 @@ def test_generate_checks_video_placeholders_against_the_clip_before_decoding(
     message = r.json()["error"]["message"]
     assert "video placeholders and videos disagree" in message, message
     held = body["input_ids"].count(engine.model.config.video_token_id)
-    assert f"input_ids hold {held} video placeholder tokens in 1 run(s)" in message
-    assert f"1 video(s) (8 frames of 1200x1200) take {2 * held} tokens" in message
+    assert f"input_ids hold {held} video placeholder tokens" in message
+    assert f"1 video(s) (8 frames of 1200x1200) take {2 * held} under" in message
     assert video_decodes == []
+
+
+def test_generate_takes_a_qwen3_vl_clip_whose_placeholders_are_split_by_timestamps(flat_clip):
+    """Qwen3-VL writes a clip as one placeholder run per group of frames, between their
+    timestamps: ``input_ids`` built by its own processor pass the check and are answered, and
+    the same ids with a longer clip are refused before decoding."""
+    import torch
+
+    from tests.processors.test_decode_room import _mp4
+    from vlrollout.engine import LocalInferenceEngine
+
+    model = str(ASSET.parent / "tiny-qwen3vl-count")
+    engine = LocalInferenceEngine.from_pretrained(model, dtype=torch.float32).initialize()
+    item = {"messages": [{"role": "user", "content": "<video>Shapes?"}], "videos": [flat_clip]}
+    ids = AutoProcessorPreprocessor(engine.processor, **SMALL_FRAMES.options()).prepare(item)
+    ids = ids.input_ids
+    video_id = engine.model.config.video_token_id
+    assert ids.count(video_id) > 0 and count_placeholders(ids, video_id)[1] > 1
+    url = "data:video/mp4;base64,"
+    longer = base64.b64encode(_mp4(2 * VIDEO_FRAMES, VIDEO_SIDE, 90)).decode()
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}
+    with serving("sglang", engine, frames=SMALL_FRAMES) as (server, _):
+        answered = requests.post(
+            server.url + "/generate", json={**body, "video_data": [url + flat_clip]}, timeout=60
+        )
+        refused = requests.post(
+            server.url + "/generate", json={**body, "video_data": [url + longer]}, timeout=60
+        )
+    engine.destroy()
+    assert answered.status_code == 200, answered.text
+    assert refused.status_code == 400 and "video placeholders and videos disagree" in refused.text

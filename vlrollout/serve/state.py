@@ -235,22 +235,22 @@ class ServerState:
     def check_video_placeholders(
         self, ids: list[int], videos: Sequence[PeekedVideo], where: str
     ) -> None:
-        """Refuse ``input_ids`` whose video placeholders disagree with what ``videos`` take under
-        the served frame sampling, before a frame is decoded. Families whose video tokens cannot
-        be counted from the clip's header are checked by the engine, after."""
+        """Refuse ``input_ids`` whose video placeholder tokens disagree in number with what
+        ``videos`` take under the served frame sampling, before a frame is decoded (the runs are
+        not compared: Qwen3-VL writes one per group of frames, between their timestamps).
+        Families whose video tokens cannot be counted from the clip's header are checked by the
+        engine, after."""
         tokens = self.preprocessor.video_tokens(videos)
-        if tokens is None:
-            return
-        n_tokens, n_runs = count_placeholders(ids, self.preprocessor.video_token_id)
-        if (n_tokens, n_runs) == (tokens, len(videos)):
+        held = ids.count(self.preprocessor.video_token_id) if tokens is not None else tokens
+        if held == tokens:
             return
         clips = ", ".join(f"{len(v.wanted)} frames of {v.size[0]}x{v.size[1]}" for v in videos)
         raise BadRequest(
-            f"{where}: video placeholders and videos disagree: input_ids hold {n_tokens} video "
-            f"placeholder tokens in {n_runs} run(s), but {len(videos)} video(s) ({clips}) take "
-            f"{tokens} tokens in {len(videos)} run(s), one per video, under this server's frame "
-            "sampling (vlrollout serve --video-fps/--video-max-frames/--video-min-pixels/"
-            "--video-max-pixels). Build input_ids and the videos with the same settings."
+            f"{where}: video placeholders and videos disagree: input_ids hold {held} video "
+            f"placeholder tokens, but {len(videos)} video(s) ({clips}) take {tokens} under this "
+            "server's frame sampling (vlrollout serve --video-fps/--video-max-frames/"
+            "--video-min-pixels/--video-max-pixels). Build input_ids and the videos with the "
+            "same settings."
         )
 
     def image_size(self) -> dict[str, int] | None:
