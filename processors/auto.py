@@ -375,7 +375,7 @@ class AutoProcessorPreprocessor:
             media.append(f"{len(sizes)} image(s) ({shown_sizes(sizes)})")
             fewer.append("smaller images or a lower max_pixels")
         if videos:
-            clips = ", ".join(f"{len(v.wanted)} frames of {v.size[0]}x{v.size[1]}" for v in videos)
+            clips = ", ".join(v.shown for v in videos)
             media.append(f"{len(videos)} video(s) ({clips})")
             fewer.append(
                 "fewer or smaller video frames: a lower video_max_frames or video_max_pixels"

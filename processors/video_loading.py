@@ -278,6 +278,11 @@ class PeekedVideo:
         """The sampled frames' pixels together."""
         return len(self.wanted) * self.size[0] * self.size[1]
 
+    @property
+    def shown(self) -> str:
+        """The clip as a message names it: ``"8 frames of 1200x1200"``."""
+        return f"{len(self.wanted)} frames of {self.size[0]}x{self.size[1]}"
+
     def decode(self) -> LoadedVideo:
         """The sampled frames, decoded (a frame list's loaded as images)."""
         if isinstance(self.source, list):

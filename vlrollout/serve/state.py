@@ -244,7 +244,7 @@ class ServerState:
         held = ids.count(self.preprocessor.video_token_id) if tokens is not None else tokens
         if held == tokens:
             return
-        clips = ", ".join(f"{len(v.wanted)} frames of {v.size[0]}x{v.size[1]}" for v in videos)
+        clips = ", ".join(v.shown for v in videos)
         raise BadRequest(
             f"{where}: video placeholders and videos disagree: input_ids hold {held} video "
             f"placeholder tokens, but {len(videos)} video(s) ({clips}) take {tokens} under this "
