@@ -6,8 +6,9 @@ become: one 64-megapixel PNG of one colour is a few hundred KB on disk and close
 is prepared. Prompts are prepared concurrently (a run's ``--concurrency``, a group's episodes of
 different items, a server's requests), so without a bound a few such prompts together can take
 all of the machine's memory. :data:`DECODE_ROOM` holds the pixels being decoded to a share of the
-machine's memory; a preparation waits its turn (first come, first served) until its images and
-frames fit beside those being decoded, and one larger than the whole room is prepared alone.
+machine's memory, split among the training processes on the machine; a preparation waits its
+turn (first come, first served) until its images and frames fit beside those being decoded, and
+one larger than the whole room is prepared alone.
 """
 
 from __future__ import annotations
@@ -175,6 +176,20 @@ class DecodeRoom:
                 self._lock.notify_all()
 
 
-DECODE_ROOM = DecodeRoom(int(machine_memory_bytes() * DECODE_MEMORY_SHARE) // RESIDENT_PER_PIXEL)
-"""The process's room, used by :class:`~vlrollout.processors.auto.AutoProcessorPreprocessor`
+def processes_on_this_machine() -> int:
+    """The processes that share this machine's memory: torchrun's ``LOCAL_WORLD_SIZE`` (each rank
+    of ``vlrollout train --nproc N`` prepares its own prompts), else 1."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+DECODE_ROOM = DecodeRoom(
+    int(machine_memory_bytes() * DECODE_MEMORY_SHARE)
+    // RESIDENT_PER_PIXEL
+    // processes_on_this_machine()
+)
+"""The process's room, used by :class:`~vlrollout.processors.auto.AutoProcessorPreprocessor`:
+:data:`DECODE_MEMORY_SHARE` of the machine's memory, split evenly among the processes on it
 (``vlrollout serve``, whose queue bounds decoding, gives its preprocessor an unbounded one)."""

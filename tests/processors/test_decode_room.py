@@ -5,7 +5,10 @@ refused before any pixel is decoded."""
 from __future__ import annotations
 
 import io
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +18,13 @@ from PIL import Image
 
 from vlrollout.processors import AutoProcessorPreprocessor, PreprocessError
 from vlrollout.processors.base import prompt_token_limit
-from vlrollout.processors.decode_room import DecodeRoom, video_cost
+from vlrollout.processors.decode_room import (
+    DECODE_MEMORY_SHARE,
+    RESIDENT_PER_PIXEL,
+    DecodeRoom,
+    machine_memory_bytes,
+    video_cost,
+)
 from vlrollout.tiny.synthetic_video import encode_mp4
 
 
@@ -24,6 +33,25 @@ def _wait_until(condition, timeout_s: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def _room_pixels(env: dict[str, str]) -> int:
+    """The default room of a fresh process started with ``env`` (as torchrun starts ranks)."""
+    code = "from vlrollout.processors.decode_room import DECODE_ROOM; print(DECODE_ROOM.max_pixels)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return int(out.stdout)
+
+
+@pytest.mark.parametrize("local_world_size", ["1", "4"])
+def test_the_processes_of_one_machine_share_its_decode_room(local_world_size):
+    """torchrun's ranks on one machine each prepare prompts: their rooms add up to the share."""
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_WORLD_SIZE"}
+    alone = _room_pixels(env)
+    assert alone == int(machine_memory_bytes() * DECODE_MEMORY_SHARE) // RESIDENT_PER_PIXEL
+    ranks = int(local_world_size)
+    assert _room_pixels({**env, "LOCAL_WORLD_SIZE": local_world_size}) == alone // ranks
 
 
 def test_holders_enter_in_turn_when_they_fit_and_a_large_one_alone():
