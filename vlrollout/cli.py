@@ -274,7 +274,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _run_config(args)
     summary = run_from_config(cfg, progress=not args.no_progress, overwrite=args.overwrite)
-    brief = {k: summary[k] for k in ("items", "episodes", "reward", "tokens_per_s", "wall_s")}
+    brief = {
+        k: summary[k] for k in ("engine", "items", "episodes", "reward", "tokens_per_s", "wall_s")
+    }
     print(json.dumps(brief, indent=1))
     counts = Counter((r["id"], r["reason"], r["detail"]) for r in summary["rejections"])
     for (item_id, reason, detail), n in list(counts.items())[:20]:

@@ -106,6 +106,7 @@ def test_vlrollout_run_on_the_tiny_model_stops_cleanly(tmp_path, sig, to_group):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] and summary["items"]["done"] >= 1
     assert summary["wall_s"] > 0  # the time it ran before the stop, not a placeholder
+    assert summary["engine"]["device"] == "cpu"  # what ran is on record for a stopped run too
 
 
 @pytest.mark.parametrize(

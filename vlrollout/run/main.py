@@ -509,7 +509,7 @@ def run_from_config(
             write_report(
                 Path(cfg.output),
                 items,
-                _partial_summary(cfg, items, runner.elapsed_s()),
+                _partial_summary(cfg, items, runner.elapsed_s(), engine_summary(cfg, engine)),
                 reward=prepared.reward,
                 prepare=_prepare(workflow),
                 processor=processor,
@@ -518,6 +518,7 @@ def run_from_config(
             raise
     finally:
         engine.destroy()
+    summary["engine"] = engine_summary(cfg, engine)
     summary["config"] = cfg.to_dict()
     atomic_write_json(Path(cfg.output) / "summary.json", summary)
     write_report(
@@ -530,6 +531,22 @@ def run_from_config(
         video_sampling=_video_sampling(workflow),
     )
     return summary
+
+
+def engine_summary(cfg: RunConfig, engine: Any) -> dict[str, Any]:
+    """What generated the run: the local engine's model class, dtype and device, or a remote
+    engine's protocol and addresses."""
+    named = {"kind": cfg.engine.kind, "model": cfg.engine.model}
+    model = getattr(engine, "model", None)
+    if model is None:
+        return {**named, "addresses": list(cfg.engine.addresses)}
+    weights = next(model.parameters())
+    return {
+        **named,
+        "class": type(model).__name__,
+        "dtype": str(weights.dtype).removeprefix("torch."),
+        "device": str(weights.device),
+    }
 
 
 def _prepare(workflow: Any) -> Any:
@@ -548,12 +565,15 @@ def _video_sampling(workflow: Any) -> Any:
     return getattr(pre, "video_sampling", None)
 
 
-def _partial_summary(cfg: RunConfig, items: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+def _partial_summary(
+    cfg: RunConfig, items: list[dict[str, Any]], wall_s: float, engine: dict[str, Any]
+) -> dict[str, Any]:
     from vlrollout.files import atomic_write_json
     from vlrollout.run.runner import summarize
 
     summary = summarize(Path(cfg.output), items, wall_s=wall_s)
     summary["interrupted"] = True
+    summary["engine"] = engine
     summary["config"] = cfg.to_dict()
     atomic_write_json(Path(cfg.output) / "summary.json", summary)
     return summary
