@@ -196,3 +196,31 @@ def test_the_unsent_keys_are_the_ones_areals_client_leaves_out(kind):
         with pytest.raises(ConfigError, match=key) if key in unsent else contextlib.nullcontext():
             check_remote_gconfig(g, kind)
     assert tuple(unsent) == UNSENT_BY_CLIENT[kind]
+
+
+@pytest.mark.parametrize(
+    ("setting", "instead"),
+    [
+        ("+saver.freq_steps=5", "vlrollout.save_every"),
+        ("+saver.freq_secs=600", "vlrollout.save_every"),
+        ("+evaluator.freq_epochs=1", "vlrollout.eval_every"),
+        ("+recover.mode=auto", "rerun the same command"),
+        ("+recover.freq_steps=5", "rerun the same command"),
+    ],
+)
+def test_areals_saver_evaluator_and_recover_settings_are_refused_not_ignored(
+    tmp_path, setting, instead
+):
+    """vlrollout train saves, evaluates and resumes on its own: a setting for AReaL's own loops
+    would change nothing, so it is refused, naming the setting that does the job."""
+    check_rules(load_config(GROUNDING, [f"vlrollout.output={tmp_path}"]), 1)
+    cfg = load_config(GROUNDING, [f"vlrollout.output={tmp_path}", setting])
+    with pytest.raises(ConfigError, match=rf"^{setting[1:]} is for AReaL's own .*{instead}"):
+        check_rules(cfg, 1)
+
+
+def test_checkpoints_kept_must_be_a_count():
+    assert TrainSection().keep_checkpoints == 2
+    assert TrainSection(keep_checkpoints=0).keep_checkpoints == 0  # every one
+    with pytest.raises(ConfigError, match="vlrollout.keep_checkpoints must be >= 0"):
+        TrainSection(keep_checkpoints=-1)

@@ -88,7 +88,9 @@ def test_train_writes_checkpoints_metrics_report_and_resumes(tmp_path):
     report = (out / "report.html").read_text()
     assert report.count("<svg") >= 2 and "held-out" in report
 
-    _train(out, "total_train_steps=3")  # resumes after step 2
+    _train(out, "total_train_steps=3", "vlrollout.keep_checkpoints=0")  # resumes after step 2
+    kept = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
+    assert kept == ["step_1", "step_2", "step_3"]  # the first run kept 2, this one every one
     assert [r["step"] for r in _jsonl(out / "metrics.jsonl")] == [1, 2, 3]
     assert [r["step"] for r in _jsonl(out / "eval.jsonl")] == [0, 1, 2, 3]
     assert [r["step"] for r in _jsonl(out / "eval_rollouts.jsonl")] == sorted([0, 1, 2, 3] * 4)

@@ -39,7 +39,8 @@ def save(
     state: dict[str, Any] | None = None,
     main: bool = True,
 ) -> Checkpoint:
-    """Save the actor (weights + optimizer) after ``step`` completed steps; keep the last ``keep``.
+    """Save the actor (weights + optimizer) after ``step`` completed steps; keep the last ``keep``
+    (0: every one).
 
     ``state`` (JSON-serialisable) is written to ``state.json`` beside the step and the version,
     and comes back as :attr:`Checkpoint.state`. Under ``torchrun`` every rank calls this (AReaL's
@@ -77,7 +78,7 @@ def save(
         done = sorted(
             (p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1])
         )
-        for old in done[:-keep]:
+        for old in done[:-keep] if keep else []:
             shutil.rmtree(old, ignore_errors=True)
     if several:
         dist.barrier()

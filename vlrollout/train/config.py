@@ -159,6 +159,13 @@ class TrainSection:
     save_every: int = field(
         default=10, metadata={"help": "Checkpoint every this many steps (and at the end)."}
     )
+    keep_checkpoints: int = field(
+        default=2,
+        metadata={
+            "help": "The newest this many `checkpoints/step_N` folders are kept, older ones "
+            "deleted as each new one is saved; 0 keeps every one."
+        },
+    )
     log_rollouts: int = field(
         default=4,
         metadata={
@@ -326,6 +333,11 @@ class TrainSection:
             )
         if self.log_rollouts < 0:
             raise ConfigError(f"vlrollout.log_rollouts must be >= 0, got {self.log_rollouts}")
+        if self.keep_checkpoints < 0:
+            raise ConfigError(
+                f"vlrollout.keep_checkpoints must be >= 0 (0: every one), got "
+                f"{self.keep_checkpoints}"
+            )
         if self.eval_every < 0 or self.save_every < 1 or self.eval_samples < 0:
             raise ConfigError(
                 f"vlrollout.eval_every and eval_samples must be >= 0 and save_every >= 1, got "
@@ -356,6 +368,7 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
         ConfigError: in one line naming the keys and the override that fixes them.
     """
     check_run_length(cfg)
+    check_areal_loops_unset(cfg)
     batch_size = cfg.train_dataset.batch_size
     if batch_size % world_size:
         raise ConfigError(
@@ -400,6 +413,34 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
             f"rollout.max_head_offpolicyness={offpolicy} needs rollout.consumer_batch_size "
             f"equal to train_dataset.batch_size ({batch_size}), got "
             f"{cfg.rollout.consumer_batch_size}: set rollout.consumer_batch_size={batch_size}"
+        )
+
+
+AREAL_LOOPS = {
+    "saver": "vlrollout.save_every and vlrollout.keep_checkpoints",
+    "evaluator": "vlrollout.eval_every",
+    "recover": "rerun the same command to resume from the last checkpoint",
+}
+"""The sections of AReaL's own saving, evaluation and recovery loops, which ``vlrollout train``
+does not run, and what does their job instead."""
+
+
+def check_areal_loops_unset(cfg: TrainConfig) -> None:
+    """Refuse a cadence or mode set for AReaL's saver, evaluator or recovery: ``vlrollout
+    train`` writes its own checkpoints, evaluates and resumes, so the setting would change
+    nothing."""
+    for section, instead in AREAL_LOOPS.items():
+        values = getattr(cfg, section)
+        for key in ("freq_epochs", "freq_steps", "freq_secs"):
+            if getattr(values, key) is not None:
+                raise ConfigError(
+                    f"{section}.{key}={getattr(values, key)} is for AReaL's own {section}, "
+                    f"which vlrollout train does not run: use {instead}"
+                )
+    if cfg.recover.mode != "disabled":
+        raise ConfigError(
+            f"recover.mode={cfg.recover.mode} is for AReaL's own recovery, which vlrollout "
+            f"train does not run: {AREAL_LOOPS['recover']}"
         )
 
 

@@ -77,7 +77,9 @@ def finish_step(s: Session, record: dict[str, Any]) -> None:
         # Every rank's loader position: each resumes its own share of the items.
         rollouts = s.rollouts
         state = {"rollouts": ranks.gather([rollouts.state()])} if rollouts is not None else None
-        checkpoint.save(s.actor, s.out, done, state=state, main=ranks.main)
+        checkpoint.save(
+            s.actor, s.out, done, keep=vl.keep_checkpoints, state=state, main=ranks.main
+        )
     if ranks.main:
         write_report(s.out, s.cfg)
     ranks.barrier()
