@@ -19,6 +19,8 @@ from vlrollout.serve.errors import BadRequest
 from vlrollout.serve.state import encoded_image
 
 GARBAGE_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"not really a png" * 8).decode()
+TRUNCATED_PNG = base64.b64encode(base64.b64decode(png_base64(image(3)))[:-200]).decode()
+"""A PNG whose header reads and whose pixel data ends early: it fails only when decoded."""
 BOMB_PNG = base64.b64encode(bomb_png(8193, 8192)).decode()
 """A decompression bomb: 8193 x 8192 pixels, more than the processors' ``DEFAULT_MAX_PIXELS``."""
 
@@ -265,6 +267,12 @@ def test_vllm_bad_requests(vllm_server, prompts):
             chat(url("data:image/png;base64," + GARBAGE_PNG)),
             400,
             "image_decode",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(url(img), url("data:image/png;base64," + TRUNCATED_PNG)),
+            400,
+            "/v1/chat/completions image 2: image_decode: corrupt or truncated image",
         ),
         (
             "/v1/chat/completions",

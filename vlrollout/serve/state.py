@@ -332,12 +332,15 @@ class ServerState:
 
     def prepare(self, item: dict[str, Any], where: str) -> Any:
         """The served preprocessor's :class:`PreparedPrompt` for ``item``; a bad item is a
-        :class:`BadRequest` with the preprocessor's reason (run it off the event loop)."""
+        :class:`BadRequest` with the preprocessor's reason, naming the image or video at fault
+        as the header checks do (``<where> image 2``); run it off the event loop."""
         try:
             with prompt_token_limit(self.context_len):  # images counted before pixels
                 return self.preprocessor.prepare(item)
-        except PreprocessError as e:
-            raise BadRequest(f"{where}: {e.reason}: {e.detail}") from None
+        except PreprocessError as e:  # e.item: "item", or "item, image 2" for one image's fault
+            media = e.item.partition(", ")[2]
+            named = f"{where} {media}" if media else where
+            raise BadRequest(f"{named}: {e.reason}: {e.detail}") from None
 
     def encoded_videos(self, videos: list[Any], where: str) -> list[bytes]:
         """The encoded bytes of ``videos`` (base64 / data URLs, never paths); run it off the
