@@ -409,6 +409,12 @@ def test_oversized_body_is_413_and_server_keeps_serving(prompts):
             "/generate",
             {"input_ids": prompts["text"], "sampling_params": {"max_new_tokens": 2}},
         )
+        for _ in range(2):
+            assert _post(server, "/generate", b"{oops").status_code == 400
+        assert requests.post(f"{server.url}/nope", json={}, timeout=10).status_code == 404
+        # A long-running server's error rate, by status, without reading its log.
+        errors = requests.get(f"{server.url}/health", timeout=10).json()["errors"]
+        assert errors == {"400": 2, "404": 1, "413": 1}
 
 
 def test_failed_weight_update_is_400_and_weights_stay(sglang_server, prompts):

@@ -70,7 +70,16 @@ def _json_route(fn: Route) -> Callable[[web.Request], Awaitable[web.Response]]:
 
 @web.middleware
 async def _errors(request: web.Request, handler) -> web.StreamResponse:
-    """Every failure becomes a JSON error body; client mistakes are 4xx, ours 500."""
+    """Every failure becomes a JSON error body; client mistakes are 4xx, ours 500. Each error
+    answer is counted by status for ``/health``."""
+    response = await _answer(request, handler)
+    if response.status >= 400:
+        request.app[STATE].errors[str(response.status)] += 1
+    return response
+
+
+async def _answer(request: web.Request, handler) -> web.StreamResponse:
+    """The handler's response, or the JSON error body of its failure."""
     try:
         return await handler(request)
     except BadRequest as e:
@@ -88,9 +97,10 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
 
 
 async def _health(request: web.Request) -> web.Response:
-    """``status``, pause state, weight version, requests per path, the queue's counters,
-    generated tokens (total and per second over the last ten seconds), resident memory and the
-    image ``size`` the served processor resizes to (which clients must match)."""
+    """``status``, pause state, weight version, requests per path, the queue's counters, error
+    answers by status, generated tokens (total and per second over the last ten seconds),
+    resident memory and the image ``size`` the served processor resizes to (which clients must
+    match)."""
     state: ServerState = request.app[STATE]
     return web.json_response(
         {
@@ -99,6 +109,7 @@ async def _health(request: web.Request) -> web.Response:
             "version": state.engine.get_version(),
             "requests": dict(state.requests),
             "queue": state.admission.snapshot(),
+            "errors": dict(state.errors),
             "generated_tokens": state.tokens.total,
             "tokens_per_s": round(state.tokens.per_second(), 3),
             "rss_bytes": resident_bytes(),

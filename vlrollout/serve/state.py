@@ -84,6 +84,7 @@ class ServerState:
     inflight: dict[str, bool] = field(default_factory=dict)  # rid -> abort on pause
     preprocessor: Any = None
     requests: collections.Counter = field(default_factory=collections.Counter)  # per path
+    errors: collections.Counter = field(default_factory=collections.Counter)  # answers by status
     tokens: TokenRate = field(default_factory=TokenRate)  # generated, all requests
 
     def __post_init__(self) -> None:
