@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
+import time
 
 import pytest
 import requests
@@ -12,9 +14,11 @@ import requests
 from tests.engine.conftest import make_image as image
 from tests.engine.conftest import to_base64 as png_base64
 from tests.processors.images import bomb_png
+from tests.records import Records
 from tests.serve.conftest import ASSET, ROOT, serving, vision_prompt
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import DEFAULT_MAX_PIXELS, load_image
+from vlrollout.serve import app as app_module
 from vlrollout.serve.errors import BadRequest
 from vlrollout.serve.state import encoded_image
 
@@ -657,3 +661,38 @@ def test_a_bad_inline_video_is_named_as_a_video(vllm_server):
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
     assert "messages[0].content[0]: video_source:" in message and "image" not in message, message
+
+
+@pytest.fixture
+def serve_info_records():
+    """The serve app's INFO lines while the test runs."""
+    logger, level = app_module.logger, app_module.logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with Records(logger, logging.INFO) as records:
+            yield records
+    finally:
+        logger.setLevel(level)
+
+
+def test_a_client_that_hangs_up_is_logged_and_counted(prompts, serve_info_records):
+    """A request whose client closed the connection before its answer leaves one log line and
+    counts as 499 (nginx's "client closed request") under ``/health``'s ``errors``: its
+    generation stops and nothing is answered, so the access log alone would not show it."""
+    with serving("sglang") as (server, _):
+        sp = {"max_new_tokens": 4000, "ignore_eos": True}
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            requests.post(
+                f"{server.url}/generate",
+                json={"input_ids": prompts["text"], "sampling_params": sp},
+                timeout=0.5,
+            )
+        deadline = time.monotonic() + 20
+        errors: dict = {}
+        while time.monotonic() < deadline and "499" not in errors:
+            time.sleep(0.1)
+            errors = requests.get(f"{server.url}/health", timeout=10).json()["errors"]
+        assert errors == {"499": 1}
+    text = serve_info_records.text.splitlines()
+    lines = [line for line in text if "closed the connection" in line]
+    assert lines == ["POST /generate -> 499: the client closed the connection before the answer"]

@@ -68,11 +68,29 @@ def _json_route(fn: Route) -> Callable[[web.Request], Awaitable[web.Response]]:
     return handler
 
 
+CLIENT_CLOSED = 499
+"""The status a request is counted under when its client closed the connection before its answer
+(nginx's "client closed request"); nothing is sent."""
+
+
 @web.middleware
 async def _errors(request: web.Request, handler) -> web.StreamResponse:
     """Every failure becomes a JSON error body; client mistakes are 4xx, ours 500. Each error
-    answer is counted by status for ``/health``."""
-    response = await _answer(request, handler)
+    answer is counted by status for ``/health``; a request whose client closed the connection
+    first (its handler is cancelled, nothing is answered) is logged and counted as 499."""
+    try:
+        response = await _answer(request, handler)
+    except asyncio.CancelledError:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            logger.info(
+                "%s %s -> %d: the client closed the connection before the answer",
+                request.method,
+                request.path,
+                CLIENT_CLOSED,
+            )
+            request.app[STATE].errors[str(CLIENT_CLOSED)] += 1
+        raise
     if response.status >= 400:
         request.app[STATE].errors[str(response.status)] += 1
     return response
