@@ -120,6 +120,17 @@ class ByTask(Reward):
         self.rewards = dict(rewards)
         self.key = key
 
+    def scores(self, task: Any) -> bool:
+        """Whether ``task`` (an item's ``key`` field) has a reward here."""
+        return isinstance(task, str) and task in self.rewards
+
+    def no_reward_for(self, task: Any) -> str:
+        """Why an item of ``task`` cannot be scored, and the reward that scores it."""
+        return (
+            f"no reward for {self.key}={task!r}; known tasks: {sorted(self.rewards)}; "
+            f"{task_reward_hint(task)}"
+        )
+
     def compute(
         self,
         prompt: str,
@@ -129,11 +140,8 @@ class ByTask(Reward):
         **task_data: Any,
     ) -> RewardResult:
         task = task_data.get(self.key)
-        if task not in self.rewards:
-            raise ValueError(
-                f"no reward for {self.key}={task!r}; known tasks: {sorted(self.rewards)}; "
-                f"{task_reward_hint(task)}"
-            )
+        if not self.scores(task):
+            raise ValueError(self.no_reward_for(task))
         result = score_any(
             self.rewards[task], prompt, completions, prompt_ids, completion_ids, **task_data
         )

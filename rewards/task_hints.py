@@ -23,7 +23,7 @@ def task_reward_hint(task: Any) -> str:
     >>> task_reward_hint("refcoco")
     "pass a reward that scores task 'refcoco': --reward iou"
     """
-    if task in TASK_REWARDS:
+    if isinstance(task, str) and task in TASK_REWARDS:
         return f"pass a reward that scores task {task!r}: --reward {TASK_REWARDS[task]}"
     examples = ", ".join(f"{name} ({t})" for t, name in TASK_REWARDS.items() if t != "ground")
     what = "items without a task" if task is None else f"task {task!r}"

@@ -4,15 +4,19 @@ tasks stops the run naming the reward to pass."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from vlrollout.cli import main
 from vlrollout.datasets import LOAD_ERROR, LOAD_REASONS
 from vlrollout.errors import ConfigError
 from vlrollout.readers.sources import unreadable
 from vlrollout.rewards.combine import ByTask
 from vlrollout.rewards.registry import get_reward
 from vlrollout.run.items import BLOCKING, item_problems
-from vlrollout.run.main import check_reward_tasks
+from vlrollout.run.main import block_unscored_tasks, check_reward_tasks
 
 
 def test_every_reader_placeholder_blocks_its_item_under_its_own_reason():
@@ -42,6 +46,22 @@ def test_a_reward_that_scores_none_of_the_items_tasks_stops_naming_the_reward_to
     assert LOAD_ERROR in bad
 
 
+def test_items_whose_task_the_reward_does_not_score_are_blocked_before_rolling_out():
+    """Their group would be generated only for the reward to refuse every episode: each is
+    blocked up front under ``unknown_task`` with the reward's own message and fix."""
+    tiny = get_reward("tiny_task", items=[])
+    items = [*_items("count", "juggle", ["a", "list"]), unreadable("z", "bad_box", "why")]
+    blocked = block_unscored_tasks(tiny, items)
+    assert blocked[0] == items[0] and blocked[3] == items[3]  # scored, or already blocked
+    (problem,) = [p for p in item_problems(blocked[1]) if p[0] in BLOCKING]
+    assert problem[0] == "unknown_task"
+    assert "no reward for task='juggle'; known tasks: ['count', 'ground']" in problem[1]
+    assert item_problems(blocked[2])[0][0] == "unknown_task"
+    assert blocked[1]["messages"] == "q"  # the item itself stays, for the report
+    count = get_reward("count")
+    assert block_unscored_tasks(count, _items("juggle")) == _items("juggle")  # not routed
+
+
 def test_an_item_whose_task_has_no_route_is_rejected_with_the_fix():
     reward = ByTask({"count": lambda *a, **k: 1.0})
     with pytest.raises(ValueError, match=r"task='refcoco'.*--reward iou"):
@@ -65,3 +85,19 @@ def test_an_item_without_messages_names_its_fix():
     assert problem[0] == "bad_message" and "--prompt '{problem}'" in problem[1]
     llava = {"id": "1", "image": "a.jpg", "conversations": [{"from": "human", "value": "?"}]}
     assert "--format llava" in item_problems(llava)[0][1]
+
+
+def test_a_run_rejects_an_unscored_task_without_rolling_it_out(tmp_path):
+    repo = Path(__file__).resolve().parents[2]
+    good = json.loads((repo / "assets" / "samples" / "data.jsonl").read_text().splitlines()[0])
+    data = tmp_path / "d.jsonl"
+    data.write_text(f"{json.dumps(good)}\n{json.dumps({**good, 'id': 'j', 'task': 'juggle'})}\n")
+    (tmp_path / "images").symlink_to(repo / "assets" / "samples" / "images")
+    out = tmp_path / "out"
+    args = ["run", "--data", str(data), "--model", str(repo / "assets" / "tiny-qwen2vl")]
+    assert main([*args, "--output", str(out), "--group-size", "2", "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"]["rejected_by_reason"] == {"unknown_task": 2}
+    assert summary["tokens_per_s"] is not None
+    (rejection,) = {r["detail"] for r in summary["rejections"] if r["id"] == "j"}
+    assert "task='juggle'" in rejection

@@ -44,10 +44,14 @@ ROLES = ("user", "assistant", "system", "tool")
 #: Media fields an item may hold; any other :data:`MEDIA_FIELDS` entry is refused.
 READ_MEDIA = ("images", "videos")
 #: Problems that make ``vlrollout run`` reject the item before any episode runs.
+UNKNOWN_TASK = "unknown_task"
+"""An item whose task the run's reward, routed by task, does not score (blocked up front)."""
+
 BLOCKING = tuple(
     dict.fromkeys(
         (
             "bad_message",
+            UNKNOWN_TASK,
             "bad_images",
             "bad_videos",
             "media_field_unsupported",

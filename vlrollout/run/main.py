@@ -29,6 +29,7 @@ from vlrollout.rewards.caller import RewardCaller
 from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
+from vlrollout.run.items import UNKNOWN_TASK
 from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
 
@@ -86,6 +87,26 @@ def check_reward_tasks(reward: Any, items: list[dict[str, Any]], name: str) -> N
         f"--reward {name!r} scores {reward.key} {', '.join(sorted(reward.rewards))} and not one "
         f"item has one of those ({counted}); {task_reward_hint(tasks.most_common(1)[0][0])}"
     )
+
+
+def block_unscored_tasks(reward: Any, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items``, each one whose task ``reward`` routes by (:class:`ByTask`) and does not score
+    blocked under ``unknown_task`` with the reward's message: its group is not rolled out only
+    for the reward to refuse every episode. The item keeps its fields, for the report."""
+    if not isinstance(reward, ByTask):
+        return items
+    return [
+        item
+        if LOAD_ERROR in item or reward.scores(item.get(reward.key))
+        else {
+            **item,
+            LOAD_ERROR: {
+                "reason": UNKNOWN_TASK,
+                "detail": reward.no_reward_for(item.get(reward.key)),
+            },
+        }
+        for item in items
+    ]
 
 
 def _task_name(task: Any) -> str | None:
@@ -311,6 +332,7 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     reward = load_reward(cfg.reward, items, cfg.engine.model)
     check_reward_callable(reward, cfg.reward)
     check_reward_tasks(reward, items, cfg.reward)
+    items = block_unscored_tasks(reward, items)
     extra = {**reward_fingerprint(reward), **weights_fingerprint(cfg.engine.model)}
     prepare_output(Path(cfg.output), cfg, overwrite=overwrite, extra=extra)
     return Prepared(items, reward)
