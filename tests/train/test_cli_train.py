@@ -70,6 +70,7 @@ def test_train_writes_checkpoints_metrics_report_and_resumes(tmp_path):
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         assert r["n_trajectories"] == 4 and r["time/step"] > 0
+        assert 2**28 < r["memory/rss"] < 2**34  # the trainer's resident bytes: a leak shows
         for key in (
             "reward_mean",
             "reward_std",

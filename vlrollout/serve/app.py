@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from vlrollout.logs import get_logger
+from vlrollout.process_memory import resident_bytes
 from vlrollout.serve.admission import (
     Admission,
     QueueLimits,
@@ -20,7 +21,7 @@ from vlrollout.serve.admission import (
 from vlrollout.serve.auth import key_middleware
 from vlrollout.serve.errors import BadRequest, body_too_large
 from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
-from vlrollout.serve.memory import resident_bytes, trim_after_drain, trim_soon
+from vlrollout.serve.memory import trim_after_drain, trim_soon
 from vlrollout.serve.state import STATE, ServerState
 
 if TYPE_CHECKING:

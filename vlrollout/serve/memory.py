@@ -16,7 +16,6 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
-import os
 from collections.abc import Callable
 
 
@@ -37,15 +36,6 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
-
-
-def resident_bytes() -> int:
-    """This process's resident memory now (``/proc/self/statm``; 0 where there is none)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 TRIM_DELAY_S = 1.0

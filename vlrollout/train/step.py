@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from vlrollout.logs import get_logger
+from vlrollout.process_memory import resident_bytes
 from vlrollout.train import device, dynamic_sampling, grouping
 from vlrollout.train.asynchronous import DRIFT_KEYS, policy_drift, staleness, weight_versions
 from vlrollout.train.batch import compute_advantages, rollout_step
@@ -21,6 +22,10 @@ from vlrollout.train.ranks import ADVANTAGE_KEYS, stats_view
 from vlrollout.train.rollout_engine import sync_weights
 from vlrollout.train.session import Session
 from vlrollout.train.stats import diagnostics, rollout_stats, update_stats
+
+RSS = "memory/rss"
+"""The ``metrics.jsonl`` key of the trainer's resident memory in bytes at a step's end (the
+largest over the ranks): flat over a long run once warmed up, rising if something leaks."""
 
 logger = get_logger(__name__)
 
@@ -78,6 +83,7 @@ def train_step(s: Session, step: int) -> dict[str, Any]:
         "time/weight_sync": t_sync,
         "time/step": time.perf_counter() - t0,
         **device.peak(),
+        RSS: max(ranks.gather([resident_bytes()])),
         **diagnostics(whole, ranks.gather(stats_view(adv, ADVANTAGE_KEYS))),
         "areal": areal_stats,
     }
