@@ -154,3 +154,23 @@ def test_boxes_are_read_as_the_reward_reads_them_in_the_frame_the_model_saw(tmp_
     outside = picture.getpixel((round(100 * scale) - 1, round(50 * scale)))
     assert inside == EPISODE_COLOURS[0] and outside == (255, 255, 255)
     assert "boxes not drawn" not in page
+
+
+def test_items_past_the_pictured_ones_are_rows_so_a_large_run_gives_a_page_a_browser_opens(
+    tmp_path,
+):
+    Image.new("RGB", (30, 20), (40, 90, 200)).save(tmp_path / "a.png")
+    out = tmp_path / "out"
+    items = []
+    for k in range(5):
+        items.append(
+            {"id": f"i{k}", "task": "count", "messages": "x", "images": [str(tmp_path / "a.png")]}
+        )
+        rejection = {"item": f"item i{k}", "reason": "reward_error", "detail": "bad"}
+        _outcome(out, f"i{k}", [{"reward": 0.25 * k, "turns": [f"answer {k}"]}], [rejection])
+    page = write_report(out, items, {}, pictured=2).read_text()
+    assert page.count("<img") == 2 and "answer 1" in page and "answer 2" not in page
+    assert "3 more items, without pictures" in page
+    rows = re.findall(r"<tr><td>(i\d)</td><td>count</td><td>1 of 2</td><td>([\d.]+)</td>", page)
+    assert rows == [("i2", "0.500"), ("i3", "0.750"), ("i4", "1.000")]
+    assert page.count("reward_error ×1") == 3  # each unpictured item's rejections, counted

@@ -1,11 +1,12 @@
 """The visual report of a run: one self-contained HTML page.
 
-Each item shows every prompt image (from ``images`` and from inside the messages), the images
+Each of the first :data:`PICTURED` finished items shows every prompt image (from ``images`` and from inside the messages), the images
 tools added during an episode (labelled, as the model saw them), the ground-truth boxes (magenta)
 on the first image, and every episode's predicted boxes in that episode's own colour and number,
 converted from the model's frame to the image's pixels. The completions table repeats the colour
 and number; each rejection reason is listed once per item with its count. A video shows as a strip
-of small thumbnails of the frames the model saw. Images are embedded as data URLs so the page can be mailed or attached to an issue.
+of small thumbnails of the frames the model saw. Images are embedded as data URLs so the page can
+be mailed or attached to an issue. Later items are one table row each.
 
 Nothing an item, a model output or a reward holds can stop the page from being written: boxes the
 grounding reward refuses (reversed corners, non-finite or malformed numbers) are listed with the
@@ -49,6 +50,10 @@ from vlrollout.run.report_summary import overview_html
 
 logger = get_logger("vlrollout.run")
 
+PICTURED = 300
+"""Finished items drawn with their images and completions, in data order; the others are rows of
+a table (as in ``vlrollout eval``'s report), so a run of many thousands of items still gives a
+page a browser opens, written in seconds."""
 STRIP_HEIGHT = 56
 """Height of a video's frame thumbnails in the report."""
 STRIP_FRAMES = 8
@@ -255,6 +260,37 @@ def _section(
         )
 
 
+def _rewards(outcome: dict[str, Any]) -> list[float]:
+    """The rewards of an item's accepted episodes."""
+    found = (e.get("reward") for e in outcome.get("episodes", []))
+    return [float(r) for r in found if isinstance(r, int | float)]
+
+
+def _row(item: dict[str, Any], outcome: dict[str, Any], rewards: list[float]) -> str:
+    """One item beyond the pictured ones: id, task, accepted episodes of the group, their mean
+    reward and each rejection reason with its count."""
+    accepted = len(outcome.get("episodes", []))
+    reasons = Counter(str(r.get("reason", "?")) for r in outcome.get("rejections", []))
+    shown = ", ".join(f"{reason} ×{n}" for reason, n in reasons.items())
+    mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
+    return (
+        f"<tr><td>{html.escape(str(item['id']))}</td>"
+        f"<td>{html.escape(str(item.get('task', '')))}</td>"
+        f"<td>{accepted} of {accepted + sum(reasons.values())}</td><td>{mean}</td>"
+        f"<td class=rej>{html.escape(shown)}</td></tr>"
+    )
+
+
+def _rows_table(rows: list[str]) -> str:
+    if not rows:
+        return ""
+    return (
+        f"<h2>{len(rows)} more items, without pictures</h2><table><tr><th>item</th><th>task</th>"
+        f"<th>episodes accepted</th><th>mean reward</th><th>rejections</th></tr>"
+        f"{''.join(rows)}</table>"
+    )
+
+
 def write_report(
     output: Path,
     items: Sequence[dict[str, Any]],
@@ -263,8 +299,10 @@ def write_report(
     prepare: Callable[[dict[str, Any]], Any] | None = None,
     processor: Any = None,
     video_sampling: Any = None,
+    pictured: int = PICTURED,
 ) -> Path:
-    """Write ``output/report.html`` for every finished item; returns its path.
+    """Write ``output/report.html`` for every finished item, the first ``pictured`` drawn and
+    the others as rows (id, task, episodes accepted, mean reward, rejections); returns its path.
 
     Predicted boxes are drawn where the run's ``reward`` has a grounding reward for the item
     (:func:`~vlrollout.report_drawing.grounding_reward`), read as it reads them, converted with
@@ -276,15 +314,16 @@ def write_report(
     ``video_sampling`` (the preprocessor's), thumbnails of the source frames it samples.
     """
     outcomes = read_outcomes(output)
-    sections, by_task = [], {}
+    sections, rows, by_task = [], [], {}
     for item in items:
         outcome = outcomes.get(item["id"])
         if outcome is None:
             continue
-        rewards = [e.get("reward") for e in outcome.get("episodes", [])]
-        by_task.setdefault(str(item.get("task", "all")), []).extend(
-            float(r) for r in rewards if isinstance(r, int | float)
-        )
+        rewards = _rewards(outcome)
+        by_task.setdefault(str(item.get("task", "all")), []).extend(rewards)
+        if len(sections) == pictured:
+            rows.append(_row(item, outcome, rewards))
+            continue
         boxes = _box_reader(item, reward, prepare)
         sections.append(_section(output, item, outcome, boxes, processor, video_sampling))
     legend = "".join(
@@ -294,7 +333,7 @@ def write_report(
         f"<!doctype html><meta charset=utf-8><title>vlrollout report</title><style>{STYLE}</style>"
         f"<h1>vlrollout run</h1>{overview_html(summary, by_task)}"
         "<p><span style='color:#f0f'>■ ground truth</span> · predicted, by episode: "
-        f"{legend}…</p>{''.join(sections)}"
+        f"{legend}…</p>{''.join(sections)}{_rows_table(rows)}"
     )
     report = output / "report.html"
     atomic_write_bytes(report, page.encode())
