@@ -87,3 +87,19 @@ def test_openai_client_video_url_then_sglang_video_data(engine, clip_url, tmp_pa
         assert torch.equal(sent["pixel_values_videos"], mm["pixel_values_videos"])
         # The same tensors, decoded greedily: the same answer whichever protocol sent them.
         assert answer.json()["text"] == reply.choices[0].message.content
+
+
+def test_videos_are_held_to_the_video_byte_limit_not_the_images(engine, clip_url):
+    """A clip is many frames: the served preprocessor's ``max_video_bytes`` bounds it on both
+    protocols, as in ``vlrollout run``, not the (smaller) limit on one encoded image."""
+    clip_bytes = len(base64.b64decode(clip_url.split(",", 1)[1]))
+    small = {"frames": FRAMES, "max_image_bytes": clip_bytes // 2}
+    with serving("vllm", engine, **small) as (server, _):
+        body = {"messages": _messages(clip_url), "max_tokens": 2}
+        r = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        chat = engine.seen[-1]
+    with serving("sglang", engine, **small) as (server, _):
+        body = {"input_ids": list(chat.input_ids), "video_data": [clip_url]}
+        r = requests.post(f"{server.url}/generate", json=body, timeout=60)
+        assert r.status_code == 200, r.text

@@ -42,7 +42,7 @@ from vlrollout.processors.image_loading import (
     peek_image,
     shown_sizes,
 )
-from vlrollout.processors.video_loading import PeekedVideo
+from vlrollout.processors.video_loading import DEFAULT_MAX_VIDEO_BYTES, PeekedVideo
 from vlrollout.serve.admission import Admission, TokenRate
 from vlrollout.serve.errors import BadRequest, typed
 
@@ -348,7 +348,7 @@ class ServerState:
         event loop."""
         if self.preprocessor is None or not getattr(self.preprocessor, "has_vision", False):
             raise BadRequest(f"{where}: videos were sent but the served model has no processor")
-        limit = self.preprocessor.max_image_bytes
+        limit = video_byte_limit(self.preprocessor)
         return [
             encoded_image(v, f"{where} video {k}", limit, "video") for k, v in enumerate(videos, 1)
         ]
@@ -449,6 +449,14 @@ def check_min_room(state: ServerState, prompt_len: int, minimum: Any, key: str, 
             f"{where}: {key}={minimum} cannot fit: the prompt's {prompt_len} tokens leave "
             f"{room} of the model's {state.context_len}-token context"
         )
+
+
+def video_byte_limit(preprocessor: Any) -> int:
+    """The most encoded bytes of one video ``preprocessor`` takes (its ``video_limits``; a
+    plug-in without them: the processors' default), as a run holds it: a clip is many frames, so
+    its bound is not one image's."""
+    limits = getattr(preprocessor, "video_limits", None)
+    return getattr(limits, "max_bytes", DEFAULT_MAX_VIDEO_BYTES)
 
 
 def encoded_image(

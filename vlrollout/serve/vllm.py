@@ -51,6 +51,7 @@ from vlrollout.serve.state import (
     check_min_room,
     cut_at_stop,
     encoded_image,
+    video_byte_limit,
 )
 
 SAMPLING_FIELDS = (
@@ -282,10 +283,10 @@ MEDIA_PARTS = {"image_url": ("image", "images"), "video_url": ("video", "videos"
 
 
 def _split_media(
-    messages: Any, where: str, max_bytes: int
+    messages: Any, where: str, max_bytes: dict[str, int]
 ) -> tuple[list[dict[str, Any]], dict[str, list[bytes]]]:
     """Messages with ``{"type": "image"}`` / ``{"type": "video"}`` parts, and the decoded bytes
-    of each ``image_url`` / ``video_url`` (each at most ``max_bytes``), by item field
+    of each ``image_url`` / ``video_url`` (each at most ``max_bytes[field]``), by item field
     (``images``, ``videos``). URLs must be inline (base64 or ``data:``), as for images: the
     server reads neither its own files nor the network for a client. A content list holds
     OpenAI's part objects only (:data:`CLIENT_PARTS`): the item forms that name a file
@@ -307,7 +308,8 @@ def _split_media(
                     placeholder, item_field = MEDIA_PARTS[kind]
                     url = part.get(kind)
                     url = url.get("url") if isinstance(url, dict) else url
-                    media[item_field].append(encoded_image(url, label, max_bytes, what=kind))
+                    limit = max_bytes[item_field]
+                    media[item_field].append(encoded_image(url, label, limit, what=kind))
                     parts.append({"type": placeholder})
                 else:
                     parts.append({"type": "text", "text": part["text"]})
@@ -356,7 +358,10 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     top = _count(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, where)
     if "top_logprobs" in body and body["top_logprobs"] is not None and not body.get("logprobs"):
         raise BadRequest(f"{where}: with top_logprobs, logprobs must be true")
-    max_bytes = getattr(state.preprocessor, "max_image_bytes", DEFAULT_MAX_BYTES)
+    max_bytes = {
+        "images": getattr(state.preprocessor, "max_image_bytes", DEFAULT_MAX_BYTES),
+        "videos": video_byte_limit(state.preprocessor),
+    }
     # Off the event loop: decoding a burst's base64 images there held up every other answer.
     messages, media = await asyncio.to_thread(_split_media, body["messages"], where, max_bytes)
     if state.preprocessor is None:
