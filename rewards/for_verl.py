@@ -40,6 +40,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from vlrollout.ledger import EpisodeRejected
+
 from .caller import REWARD_ARGUMENTS, reward_argument_clash
 from .combine import reads_token_ids, reward_name
 from .plain import build_reward, score_one
@@ -127,6 +129,8 @@ class VerlReward:
             value, reason = score_one(
                 self.reward, completion, labels() if callable(labels) else labels
             )
+        except EpisodeRejected as e:  # a value the workflow refuses: NaN, inf, not a number
+            value, reason = self.failure_score, f"{e.reason}: {e.detail}"
         except Exception as e:  # noqa: BLE001 - returned as the reason, never a silent 0
             value, reason = self.failure_score, f"reward_error: {type(e).__name__}: {e}"
         if reason:

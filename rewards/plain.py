@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .caller import reward_value
 from .registry import get_reward
 
 
@@ -58,14 +59,16 @@ def score_one(
     """``(value, reason)`` of one completion: the reward's ``score`` (value and the rule's
     reason) when it has one, else its AReaL-style call (reason ``None``).
 
-    Errors of the reward (a label field missing, a bad label box) propagate.
+    Errors of the reward (a label field missing, a bad label box) propagate, and a value the
+    workflow would refuse (not a number, NaN, not finite in float32) raises its
+    :class:`~vlrollout.ledger.EpisodeRejected` (``reward_error``).
     """
     args = (prompt, completion, list(prompt_ids), list(completion_ids))
     scorer = getattr(reward, "score", None)
     if callable(scorer):
         result = scorer(*args, **labels)
-        return float(result.value), result.reason
-    return float(reward(*args, **labels)), None
+        return reward_value(result.value), result.reason
+    return reward_value(reward(*args, **labels)), None
 
 
 class PlainReward:

@@ -10,6 +10,8 @@ import pytest
 
 from vlrollout.ledger import EpisodeRejected
 from vlrollout.rewards.caller import RewardCaller
+from vlrollout.rewards.for_verl import VerlReward
+from vlrollout.rewards.plain import PlainReward
 
 
 def infinite(prompt, completions, prompt_ids, completion_ids, **data):
@@ -26,6 +28,14 @@ def beyond_float32(prompt, completions, prompt_ids, completion_ids, **data):
 
 def a_string(prompt, completions, prompt_ids, completion_ids, **data):
     return "0.75"
+
+
+def not_a_number(prompt, completions, prompt_ids, completion_ids, **data):
+    return float("nan")
+
+
+def nothing(prompt, completions, prompt_ids, completion_ids, **data):
+    return None
 
 
 def largest_float32(prompt, completions, prompt_ids, completion_ids, **data):
@@ -45,6 +55,30 @@ def test_a_reward_value_that_is_not_a_finite_float32_number_rejects_the_episode(
     with pytest.raises(EpisodeRejected) as e:
         asyncio.run(RewardCaller(reward, max_workers=1)("p", "c", [], [], {}))
     assert e.value.reason == "reward_error" and words in e.value.detail
+
+
+BAD_VALUES = [
+    (infinite, "inf"),
+    (not_a_number, "NaN"),
+    (beyond_float32, "float32"),
+    (a_string, "'0.75', not a number"),
+    (nothing, "None, not a number"),
+]
+
+
+@pytest.mark.parametrize(("reward", "words"), BAD_VALUES)
+def test_the_adapters_refuse_what_the_workflow_refuses(reward, words):
+    """verl, EasyR1 and plain Python get the workflow's rule: such a value is a failure with
+    its reason (verl/EasyR1: ``failure_score``, ``failed`` 1), never a score that would train."""
+    verl = VerlReward(reward, failure_score=-1.0)
+    scored = verl("src", "c", "1")
+    assert scored["score"] == -1.0 and scored["reason"].startswith("reward_error: ")
+    assert words in scored["reason"]
+    easy = verl.easyr1({"response": "c", "response_length": 1, "ground_truth": "1"})
+    assert easy == {"overall": -1.0, "failed": 1.0}
+    with pytest.raises(EpisodeRejected, match="reward_error") as e:
+        PlainReward(reward).score("c", answer="1")
+    assert words in e.value.detail
 
 
 def test_a_large_finite_reward_is_kept():
