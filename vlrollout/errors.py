@@ -32,3 +32,8 @@ class Interrupted(Exception):  # noqa: N818 - not an error: the user asked the r
     def __init__(self, signum: int, done: int, total: int, output: str) -> None:
         self.signum, self.done, self.total, self.output = signum, done, total, output
         super().__init__(f"stopped by signal {signum}: {done}/{total} items done in {output}")
+
+
+class EngineNotInitialized(RuntimeError):
+    """An engine used before ``initialize()``: the caller's bug, so a workflow raises it instead
+    of rejecting the episode as it does a failing server's error."""

@@ -10,6 +10,9 @@ from areal.infra.workflow_executor import check_trajectory_format
 from areal.utils.data import concat_padded_tensors
 from areal.utils.hf_utils import apply_chat_template
 
+from tests.serve.conftest import ASSET as TINY_MODEL
+from vlrollout.engine.local import LocalInferenceEngine
+from vlrollout.errors import EngineNotInitialized
 from vlrollout.testing.scripted_engine import ScriptedEngine
 from vlrollout.workflows import MultiAttemptWorkflow, RLVRWorkflow
 from vlrollout.workflows.multi_attempt import feedback_token_ids
@@ -111,6 +114,16 @@ def test_engine_exception_rejects_with_reason(tokenizer):
     assert run(wf.arun_episode(ScriptedEngine(boom), ITEM)) is None
     assert wf.ledger.by_reason == {"engine_error": 1}
     assert "server gone" in wf.ledger.records[0].detail
+
+
+def test_an_engine_never_initialised_is_an_error_not_a_rejection(tokenizer):
+    """A server that fails is one episode's rejection; an engine the caller never started is
+    the caller's bug, and rejecting every episode would hide it as a run of Nones."""
+    engine = LocalInferenceEngine.from_pretrained(TINY_MODEL)  # no .initialize()
+    wf = RLVRWorkflow("tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer)
+    with pytest.raises(EngineNotInitialized, match=r"initialize\(\)"):
+        run(wf.arun_episode(engine, ITEM))
+    assert wf.ledger.by_reason == {}
 
 
 def test_bad_messages_and_long_prompts_are_rejected_with_reasons(tokenizer):

@@ -44,6 +44,7 @@ from vlrollout.engine.in_flight import InFlightInputs
 from vlrollout.engine.inputs import check_token_ids, placeholder_token_ids, prepare_inputs
 from vlrollout.engine.sampling import SamplingParams
 from vlrollout.engine.worker import DecodeWorker, GenerationTask
+from vlrollout.errors import EngineNotInitialized
 from vlrollout.families import context_length, family_of
 from vlrollout.logs import get_logger
 
@@ -335,13 +336,13 @@ class LocalInferenceEngine(InferenceEngine):
         token, the ``k`` most likely ``(token id, logprob)`` pairs.
 
         Raises:
-            RuntimeError: The engine is not initialized.
+            EngineNotInitialized: The engine is not initialized (a ``RuntimeError``).
             PlaceholderMismatchError: Image placeholders in ``req.input_ids`` disagree with the
                 images (a ``ValueError``).
             ValueError: Bad generation settings (``n_samples != 1``, no room for new tokens).
         """
         if not self.initialized:
-            raise RuntimeError("Call LocalInferenceEngine.initialize() before agenerate().")
+            raise EngineNotInitialized("Call LocalInferenceEngine.initialize() before agenerate().")
         start = time.perf_counter()
         seed = (req.metadata or {}).get("seed")
         if seed is None and self.deterministic:  # before any await: arrival order of twins

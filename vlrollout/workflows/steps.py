@@ -25,6 +25,7 @@ from areal.utils.dynamic_import import import_from_string
 from areal.utils.perf_tracer import atrace_session_phase
 
 from vlrollout.checks import check_request_images
+from vlrollout.errors import EngineNotInitialized
 from vlrollout.ledger import EpisodeRejected
 from vlrollout.packaging import merge_multi_modal_inputs
 from vlrollout.processors.base import PreparedPrompt
@@ -208,7 +209,8 @@ async def generate(
     """Call the engine, turning engine failures into rejections with a reason.
 
     Decided per case (see the table in docs/reliability.md): an engine exception or an
-    ``abort`` rejects the episode (``engine_error`` / ``engine_abort``); an empty completion
+    ``abort`` rejects the episode (``engine_error`` / ``engine_abort``), except an engine never
+    initialised (the caller's bug: :class:`EngineNotInitialized` is raised); an empty completion
     rejects it (``empty_output``) because it carries nothing to train on; a completion holding
     one of ``placeholders`` (:attr:`PreparedPrompt.placeholder_ids`: a sampler can emit them)
     rejects it (``generated_placeholder``), as the trainer's forward would find more
@@ -217,7 +219,7 @@ async def generate(
     async with atrace_session_phase("generate"):
         try:
             resp = await engine.agenerate(req)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, EngineNotInitialized):
             raise
         except Exception as e:  # noqa: BLE001 - recorded as the rejection reason
             raise EpisodeRejected("engine_error", brief(f"{type(e).__name__}: {e}")) from e
