@@ -282,7 +282,12 @@ def normalize_media(
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
     if not isinstance(messages, Sequence) or not messages:
-        raise PreprocessError(item, "bad_message", "data['messages'] must be a non-empty list")
+        raise PreprocessError(
+            item,
+            "bad_message",
+            "data['messages'] must be a prompt string or a non-empty list of {role, content} "
+            f"messages, got {_described(messages)}",
+        )
     media = {"image": _Media("image", images), "video": _Media("video", videos)}
     out: list[dict[str, Any]] = []
     for m, message in enumerate(messages):
@@ -361,3 +366,13 @@ def paired_image_sources(item: Mapping[str, Any]) -> list[Any] | None:
         )
     except (PreprocessError, TypeError, AttributeError):
         return None
+
+
+def _described(value: Any) -> str:
+    """``value``'s kind for an error: ``"an empty list"``, ``"None"``, ``"an int"``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    if isinstance(value, Sequence) and not value:
+        return f"an empty {name}"
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"

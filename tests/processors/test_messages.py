@@ -71,6 +71,19 @@ def test_bad_messages(messages):
     assert info.value.reason == "bad_message"
 
 
+@pytest.mark.parametrize(
+    ("messages", "got"),
+    [(5, "an int"), ([], "an empty list"), (None, "None"), ({"a": 1}, "a dict")],
+)
+def test_messages_that_are_no_chat_name_both_forms_a_chat_may_take(messages, got):
+    with pytest.raises(PreprocessError) as e:
+        normalize_messages(messages, None, "item 0")
+    assert e.value.detail == (
+        "data['messages'] must be a prompt string or a non-empty list of {role, content} "
+        f"messages, got {got}"
+    )
+
+
 def test_openai_messages_get_data_urls():
     msgs, _ = normalize_messages([{"role": "user", "content": "<image>Q"}], ["a"], "item 0")
     out = to_openai_messages(msgs, ["data:image/png;base64,AAA"])

@@ -88,7 +88,9 @@ def message_problems(messages: Any) -> list[str]:
         return [] if messages else ["messages is an empty string"]
     if not isinstance(messages, list) or not messages:
         what = "an empty list" if messages == [] else f"a {type(messages).__name__}"
-        return [f"messages must be a non-empty list of {{role, content}}, got {what}"]
+        return [
+            f"messages must be a prompt string or a non-empty list of {{role, content}}, got {what}"
+        ]
     problems = []
     for m, message in enumerate(messages):
         if not isinstance(message, dict):
