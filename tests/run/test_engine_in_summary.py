@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vlrollout.cli import main
+from vlrollout.cli import main, run_config_from_flags
 from vlrollout.run.main import engine_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,8 +41,6 @@ class _Remote:
 
 
 def test_a_remote_engine_is_named_by_its_protocol_and_addresses():
-    from vlrollout.cli import run_config_from_flags
-
     cfg = run_config_from_flags(
         ["--engine", "sglang", "--address", "10.0.0.5:30000", "--model", str(MODEL)]
     )

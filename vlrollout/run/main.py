@@ -77,7 +77,7 @@ def check_reward_tasks(reward: Any, items: list[dict[str, Any]], name: str) -> N
     if not isinstance(reward, ByTask):
         return
     tasks = Counter(_task_name(item.get(reward.key)) for item in items if LOAD_ERROR not in item)
-    if not tasks or any(task in reward.rewards for task in tasks):
+    if not tasks or any(reward.scores(task) for task in tasks):
         return
     counted = ", ".join(
         f"{'no ' + reward.key if task is None else task}: {n} item(s)"

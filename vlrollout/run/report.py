@@ -1,12 +1,13 @@
 """The visual report of a run: one self-contained HTML page.
 
-Each of the first :data:`PICTURED` finished items shows every prompt image (from ``images`` and from inside the messages), the images
-tools added during an episode (labelled, as the model saw them), the ground-truth boxes (magenta)
-on the first image, and every episode's predicted boxes in that episode's own colour and number,
-converted from the model's frame to the image's pixels. The completions table repeats the colour
-and number; each rejection reason is listed once per item with its count. A video shows as a strip
-of small thumbnails of the frames the model saw. Images are embedded as data URLs so the page can
-be mailed or attached to an issue. Later items are one table row each.
+Each of the first :data:`PICTURED` finished items shows every prompt image (from ``images`` and
+from inside the messages), the images tools added during an episode (labelled, as the model saw
+them), the ground-truth boxes (magenta) on the first image, and every episode's predicted boxes in
+that episode's own colour and number, converted from the model's frame to the image's pixels. The
+completions table repeats the colour and number; each rejection reason is listed once per item
+with its count. A video shows as a strip of small thumbnails of the frames the model saw. Images
+are embedded as data URLs so the page can be mailed or attached to an issue. Later items are one
+table row each.
 
 Nothing an item, a model output or a reward holds can stop the page from being written: boxes the
 grounding reward refuses (reversed corners, non-finite or malformed numbers) are listed with the

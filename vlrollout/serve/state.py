@@ -242,7 +242,9 @@ class ServerState:
         Families whose video tokens cannot be counted from the clip's header are checked by the
         engine, after."""
         tokens = self.preprocessor.video_tokens(videos)
-        held = ids.count(self.preprocessor.video_token_id) if tokens is not None else tokens
+        if tokens is None:
+            return
+        held = ids.count(self.preprocessor.video_token_id)
         if held == tokens:
             return
         clips = ", ".join(v.shown for v in videos)
