@@ -128,7 +128,10 @@ def build_qwen2vl_processor(
     patch_size: int = 14,
     merge_size: int = 2,
 ) -> Qwen2VLProcessor:
-    """A real ``Qwen2VLProcessor`` (fast image processor) around ``tokenizer``.
+    """A real ``Qwen2VLProcessor`` around ``tokenizer``, with the slow image processor class.
+
+    A saved processor loads as the fast class (transformers' default), so the shipped assets
+    name that type, and loading them raises no warning.
 
     Defaults are the tiny model's: at most 112×112 pixels, i.e. at most 16 merged image tokens.
     """
