@@ -286,7 +286,7 @@ def normalize_media(
             item,
             "bad_message",
             "data['messages'] must be a prompt string or a non-empty list of {role, content} "
-            f"messages, got {_described(messages)}",
+            f"messages, got {described(messages)}",
         )
     media = {"image": _Media("image", images), "video": _Media("video", videos)}
     out: list[dict[str, Any]] = []
@@ -368,7 +368,7 @@ def paired_image_sources(item: Mapping[str, Any]) -> list[Any] | None:
         return None
 
 
-def _described(value: Any) -> str:
+def described(value: Any) -> str:
     """``value``'s kind for an error: ``"an empty list"``, ``"None"``, ``"an int"``."""
     if value is None:
         return "None"

@@ -47,8 +47,8 @@ def test_malformed_messages_are_bad_message_rejections(tokenizer, tmp_path):
     assert summary["episodes"]["rejected_by_reason"] == {"bad_message": 6}
     details = {r["id"]: r["detail"] for r in summary["rejections"]}
     assert "content is null" in details["null"]
-    assert "got a int" in details["int"]
-    assert "part 1 is a int" in details["part"]
+    assert "got an int" in details["int"]
+    assert "part 1 is an int" in details["part"]
 
 
 class _Exploding(RLVRWorkflow):

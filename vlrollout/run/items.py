@@ -32,7 +32,12 @@ from vlrollout.datasets import (
 )
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import load_image
-from vlrollout.processors.messages import MARKERS, check_media_fields, normalize_media
+from vlrollout.processors.messages import (
+    MARKERS,
+    check_media_fields,
+    described,
+    normalize_media,
+)
 from vlrollout.processors.video_loading import load_video
 from vlrollout.processors.video_sampling import VideoSampling
 from vlrollout.readers.fields import row_id
@@ -67,7 +72,7 @@ def _part_problem(part: Any, where: str) -> str | None:
     if isinstance(part, str):
         return None
     if not isinstance(part, dict):
-        return f"{where} is a {type(part).__name__}; use {{'type': 'text', 'text': ...}}"
+        return f"{where} is {described(part)}; use {{'type': 'text', 'text': ...}}"
     default = "image" if "image" in part else "video" if "video" in part else None
     kind = part.get("type", default)
     if kind not in PART_TYPES:
@@ -87,14 +92,14 @@ def message_problems(messages: Any) -> list[str]:
     if isinstance(messages, str):
         return [] if messages else ["messages is an empty string"]
     if not isinstance(messages, list) or not messages:
-        what = "an empty list" if messages == [] else f"a {type(messages).__name__}"
         return [
-            f"messages must be a prompt string or a non-empty list of {{role, content}}, got {what}"
+            "messages must be a prompt string or a non-empty list of {role, content}, got "
+            + described(messages)
         ]
     problems = []
     for m, message in enumerate(messages):
         if not isinstance(message, dict):
-            problems.append(f"message {m} is a {type(message).__name__}, not {{role, content}}")
+            problems.append(f"message {m} is {described(message)}, not {{role, content}}")
             continue
         role = message.get("role")
         if not isinstance(role, str):
@@ -108,7 +113,7 @@ def message_problems(messages: Any) -> list[str]:
         if isinstance(content, str):
             continue
         if not isinstance(content, list):
-            what = "null" if content is None else f"a {type(content).__name__}"
+            what = "null" if content is None else described(content)
             problems.append(f"message {m}: content is {what}; use a string or a list of parts")
             continue
         for p, part in enumerate(content):
@@ -182,8 +187,7 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
     for name in READ_MEDIA:
         media = item.get(name)
         if media is not None and not isinstance(media, list):
-            what = type(media).__name__
-            problems.append((f"bad_{name}", f"{name} must be a list, got a {what}"))
+            problems.append((f"bad_{name}", f"{name} must be a list, got {described(media)}"))
         elif media and any(i is None for i in media):
             problems.append((f"bad_{name}", f"{name} has a null entry"))
         elif media and any(isinstance(i, str) and not i.strip() for i in media):
