@@ -49,7 +49,7 @@ from vlrollout.rewards.for_verl import VerlReward  # noqa: E402
 from vlrollout.rewards.format import ThinkAnswerFormat  # noqa: E402
 from vlrollout.rewards.grounding import GroundingReward, PointInBoxReward  # noqa: E402
 from vlrollout.rewards.plain import PlainReward  # noqa: E402
-from vlrollout.rewards.ptb_tokenize import clear_caches, ptb_tokenize  # noqa: E402
+from vlrollout.rewards.ptb_tokenizer import clear_caches, ptb_tokenize  # noqa: E402
 from vlrollout.rewards.text_extract import extract_tag, last_boxed  # noqa: E402
 from vlrollout.rewards.text_tokenize import tokenize  # noqa: E402
 

@@ -23,7 +23,7 @@ _EXPORTS = {
     "RewardResult": "result",
     "Reward": "result",
     "tokenize": "text_tokenize",
-    "ptb_tokenize": "ptb_tokenize",
+    "ptb_tokenize": "ptb_tokenizer",
     "CiderD": "caption",
     "CaptionReward": "caption",
     "bleu": "caption",

@@ -10,7 +10,7 @@ Why our own implementation rather than calling ``pycocoevalcap``:
   :meth:`CiderD.from_references` and reused (self-critical sequence training does the same,
   Rennie et al. 2017, arXiv:1612.00563; the "coco-train-df" mode of vrama91/cider).
 - **No Java, same tokens.** The COCO toolkit's PTB tokenizer, METEOR and SPICE need a JVM. The
-  default tokenizer here is :func:`.ptb_tokenize.ptb_tokenize`, a pure-Python reproduction of the
+  default tokenizer here is :func:`.ptb_tokenizer.ptb_tokenize`, a pure-Python reproduction of the
   toolkit's ``PTBTokenizer`` + punctuation filter validated against Java's output, so scores on
   raw captions equal pycocoevalcap's (``tests/rewards/test_ptb_tokenize.py``).
 - **Speed and size.** :mod:`.cider` packs n-grams into integer ids and scores batches with one
@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .cider import CiderD, cider_d_corpus, reference_captions  # noqa: F401 - re-exported
-from .ptb_tokenize import ptb_tokenize
+from .ptb_tokenizer import ptb_tokenize
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region
 

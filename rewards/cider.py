@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from .ptb_tokenize import ptb_tokenize
+from .ptb_tokenizer import ptb_tokenize
 
 Ngram = tuple[str, ...]
 Tokenizer = Callable[[str], list[str]]

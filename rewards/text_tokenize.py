@@ -1,6 +1,6 @@
 """Deterministic caption tokenizer, a simple pure-Python stand-in for the COCO PTB tokenizer.
 
-Not the default of the caption metrics: :func:`.ptb_tokenize.ptb_tokenize` reproduces
+Not the default of the caption metrics: :func:`.ptb_tokenizer.ptb_tokenize` reproduces
 pycocoevalcap's ``PTBTokenizer`` output, which this one does not on punctuation-heavy text (about
 half of a set of COCO-like images scored differently with it). Kept for callers that choose it.
 

@@ -4,7 +4,7 @@ Run: ``.venv/bin/python scripts/make_ptb_fixture.py`` (needs ``java`` on PATH; a
 works). It tokenizes the caption corpus below with pycocoevalcap's own ``PTBTokenizer`` (Stanford
 CoreNLP 3.4.1, ``-preserveLines -lowerCase``, then its punctuation filter) and writes one
 ``{"text", "tokens"}`` record per caption. ``tests/rewards/test_ptb_tokenize.py`` compares the pure
-Python :func:`vlrollout.rewards.ptb_tokenize.ptb_tokenize` with the file, and re-runs Java on the
+Python :func:`vlrollout.rewards.ptb_tokenizer.ptb_tokenize` with the file, and re-runs Java on the
 same corpus as a slow test when Java is present. Review the diff of the JSON before committing.
 """
 

@@ -17,7 +17,7 @@ from vlrollout.rewards.java_lowercase import java_lower
 from vlrollout.rewards.ptb_lexer import RuleTable, lex
 from vlrollout.rewards.ptb_rules import rules
 
-ptb = importlib.import_module("vlrollout.rewards.ptb_tokenize")  # the package exports the function
+ptb = importlib.import_module("vlrollout.rewards.ptb_tokenizer")
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 SHAPES = (
     "w{}x's dog{}, ({}) (red{}) ${} {},000. a{}-b {}/{} {}/{}/{} {}:{} {}.{} {}-{}-{} ({}){}-{} "

@@ -8,7 +8,7 @@ one JVM call through that script's ``java_tokens`` (pycocoevalcap's own ``PTBTok
 
 In the toolkit's batch a caption is followed by the next caption; Java's scanner looks across
 that line break in two rare cases (a final one-letter acronym before a sentence-start word, a
-final ``No.`` before a digit, see :mod:`vlrollout.rewards.ptb_tokenize`). The generated batch
+final ``No.`` before a digit, see :mod:`vlrollout.rewards.ptb_tokenizer`). The generated batch
 therefore puts a line ``x`` after each caption, the context :func:`ptb_tokenize` assumes.
 """
 
@@ -28,7 +28,7 @@ from vlrollout.rewards.caption import CaptionReward
 from vlrollout.rewards.cider import cider_d_corpus
 from vlrollout.rewards.java_lowercase import java_lower
 from vlrollout.rewards.ptb_lexer import RuleTable, lex
-from vlrollout.rewards.ptb_tokenize import ptb_raw_tokens, ptb_tokenize
+from vlrollout.rewards.ptb_tokenizer import ptb_raw_tokens, ptb_tokenize
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ptb_tokens.json"
 RECORDS = json.loads(FIXTURE.read_text())

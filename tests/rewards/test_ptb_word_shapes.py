@@ -1,4 +1,4 @@
-"""The word-shape fast path of :mod:`vlrollout.rewards.ptb_tokenize` against the lexer and Java.
+"""The word-shape fast path of :mod:`vlrollout.rewards.ptb_tokenizer` against the lexer and Java.
 
 Chunks such as ``(dog)``, ``man's,`` or ``$hat.`` are tokenized without the lexer; the generator
 here mixes those shapes with the neighbours that must fall back (abbreviations, split words,
@@ -21,7 +21,7 @@ from vlrollout.rewards.ptb_rules import ABBREVIATION_WORDS
 from .test_ptb_tokenize import _java_tokens_alone, needs_java
 
 # The module (the package exports its function under the same name).
-ptb = importlib.import_module("vlrollout.rewards.ptb_tokenize")
+ptb = importlib.import_module("vlrollout.rewards.ptb_tokenizer")
 
 _WORDS = [
     "dog", "Dog", "DOG", "is", "it", "xx", "XX", "xy", "www", "WWW", "gonna", "Cannot", "wanna",

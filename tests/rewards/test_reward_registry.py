@@ -67,3 +67,17 @@ def test_package_import_is_cheap():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_exports_stay_what_they_name_after_their_modules_load():
+    """A submodule named like an export replaces it on the package once anything imports the
+    submodule (``from vlrollout.rewards import ptb_tokenize`` would give the module), so every
+    export is the object its module defines, whichever modules loaded first."""
+    code = (
+        "import importlib, pkgutil, types, vlrollout.rewards as r\n"
+        "for m in pkgutil.iter_modules(r.__path__):\n"
+        "    importlib.import_module(f'vlrollout.rewards.{m.name}')\n"
+        "print(sorted(n for n in r.__all__ if isinstance(getattr(r, n), types.ModuleType)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -41,7 +41,7 @@ from vlrollout.readers.fields import text_list_problem
 from vlrollout.readers.prompts import TASK_PROMPTS
 from vlrollout.rewards.answer import ChoiceReward, CountReward, count_gold
 from vlrollout.rewards.grounding import label_boxes
-from vlrollout.rewards.ptb_tokenize import ptb_tokenize
+from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
 
 

@@ -12,7 +12,7 @@ caption with its Java PTB tokenizer, joins the tokens with spaces, and scores th
 - ``CIDEr-D`` (the toolkit's ``Cider``): document frequencies over the split's reference sets, the
   mean over images.
 
-Tokens here come from :func:`vlrollout.rewards.ptb_tokenize.ptb_tokenize`, which equals the Java
+Tokens here come from :func:`vlrollout.rewards.ptb_tokenizer.ptb_tokenize`, which equals the Java
 tokenizer on raw text; ROUGE-L and CIDEr-D reuse :mod:`vlrollout.rewards.caption` and
 :mod:`vlrollout.rewards.cider`. ``tests/eval/test_metrics_captions.py`` compares the result with
 pycocoevalcap's scorers on Java's tokens of a raw-text fixture (1e-9).
@@ -32,7 +32,7 @@ from functools import lru_cache
 
 from vlrollout.rewards.caption import ngram_counts, rouge_l
 from vlrollout.rewards.cider import cider_d_corpus
-from vlrollout.rewards.ptb_tokenize import ptb_tokenize
+from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
 
 CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D")
 
