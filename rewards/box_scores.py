@@ -21,20 +21,35 @@ import numpy as np
 
 from .frames import Box, Point
 
-
-def _as_tensor(boxes: Sequence[Sequence[float]]):
-    import torch
-
-    t = torch.as_tensor([list(map(float, b)) for b in boxes], dtype=torch.float64)
-    return t.reshape(-1, 4)
-
-
 TORCH_MIN_PAIRS = 4096
 
 
-def _np_terms(pred: Sequence[Box], gt: Sequence[Box]):
-    a = np.asarray(pred, dtype=np.float64).reshape(-1, 4)[:, None, :]
-    b = np.asarray(gt, dtype=np.float64).reshape(-1, 4)[None, :, :]
+def checked_boxes(boxes: Sequence[Box], which: str) -> np.ndarray:
+    """``boxes`` as float64 ``[N, 4]``, or a ``ValueError`` naming the first box that is none:
+    not four values, not finite, or inverted (an inverted box and its mirror have an enclosure
+    equal to their union, so GIoU would score the pair 1.0).
+
+    >>> checked_boxes([(0, 0, 2, 1)], "predicted").tolist()
+    [[0.0, 0.0, 2.0, 1.0]]
+    """
+    for i, box in enumerate(boxes):
+        if len(box) != 4:
+            raise ValueError(f"box {i} of {which} has {len(box)} values; a box is (x1, y1, x2, y2)")
+    arr = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    finite = np.isfinite(arr).all(axis=1)
+    inverted = (arr[:, 2] < arr[:, 0]) | (arr[:, 3] < arr[:, 1])
+    if finite.all() and not inverted.any():
+        return arr
+    i = int(np.flatnonzero(~finite | inverted)[0])
+    x1, y1, x2, y2 = arr[i]
+    what = (
+        "not finite" if not finite[i] else "inverted (x2 < x1)" if x2 < x1 else "inverted (y2 < y1)"
+    )
+    raise ValueError(f"box {i} of {which} is {what}: {tuple(boxes[i])}; a box is (x1, y1, x2, y2)")
+
+
+def _np_terms(a: np.ndarray, b: np.ndarray):
+    a, b = a[:, None, :], b[None, :, :]
     area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
     area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
     wi = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
@@ -44,13 +59,13 @@ def _np_terms(pred: Sequence[Box], gt: Sequence[Box]):
     return a, b, inter, union
 
 
-def _np_iou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
+def _np_iou(pred: np.ndarray, gt: np.ndarray) -> np.ndarray:
     _, _, inter, union = _np_terms(pred, gt)
     with np.errstate(divide="ignore", invalid="ignore"):
         return inter / union
 
 
-def _np_giou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
+def _np_giou(pred: np.ndarray, gt: np.ndarray) -> np.ndarray:
     a, b, inter, union = _np_terms(pred, gt)
     we = np.clip(np.maximum(a[..., 2], b[..., 2]) - np.minimum(a[..., 0], b[..., 0]), 0, None)
     he = np.clip(np.maximum(a[..., 3], b[..., 3]) - np.minimum(a[..., 1], b[..., 1]), 0, None)
@@ -60,27 +75,39 @@ def _np_giou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
 
 
 def pairwise_iou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
-    """IoU matrix, float64 ``[len(pred), len(gt)]`` (NumPy when small, else ``box_iou``)."""
+    """IoU matrix, float64 ``[len(pred), len(gt)]`` (NumPy when small, else ``box_iou``).
+
+    Raises:
+        ValueError: A box is not four finite values with ``x1 <= x2`` and ``y1 <= y2``.
+    """
     if len(pred) == 0 or len(gt) == 0:
         return np.zeros((len(pred), len(gt)))
-    if len(pred) * len(gt) <= TORCH_MIN_PAIRS:
-        return np.nan_to_num(_np_iou(pred, gt), nan=0.0)
+    a, b = checked_boxes(pred, "the first boxes"), checked_boxes(gt, "the second boxes")
+    if len(a) * len(b) <= TORCH_MIN_PAIRS:
+        return np.nan_to_num(_np_iou(a, b), nan=0.0)
+    import torch
     from torchvision.ops import box_iou
 
-    out = box_iou(_as_tensor(pred), _as_tensor(gt)).numpy()
+    out = box_iou(torch.from_numpy(a), torch.from_numpy(b)).numpy()
     return np.nan_to_num(out, nan=0.0)
 
 
 def pairwise_giou(pred: Sequence[Box], gt: Sequence[Box]) -> np.ndarray:
     """GIoU matrix, float64 ``[len(pred), len(gt)]`` in [-1, 1] (NumPy when small, else
-    ``torchvision.ops.generalized_box_iou``)."""
+    ``torchvision.ops.generalized_box_iou``).
+
+    Raises:
+        ValueError: As :func:`pairwise_iou`.
+    """
     if len(pred) == 0 or len(gt) == 0:
         return np.zeros((len(pred), len(gt)))
-    if len(pred) * len(gt) <= TORCH_MIN_PAIRS:
-        return np.clip(np.nan_to_num(_np_giou(pred, gt), nan=-1.0), -1.0, 1.0)
+    a, b = checked_boxes(pred, "the first boxes"), checked_boxes(gt, "the second boxes")
+    if len(a) * len(b) <= TORCH_MIN_PAIRS:
+        return np.clip(np.nan_to_num(_np_giou(a, b), nan=-1.0), -1.0, 1.0)
+    import torch
     from torchvision.ops import generalized_box_iou
 
-    out = generalized_box_iou(_as_tensor(pred), _as_tensor(gt)).numpy()
+    out = generalized_box_iou(torch.from_numpy(a), torch.from_numpy(b)).numpy()
     return np.clip(np.nan_to_num(out, nan=-1.0), -1.0, 1.0)
 
 

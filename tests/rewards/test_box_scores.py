@@ -36,6 +36,30 @@ def test_zero_area_pairs_are_defined_not_nan():
     assert giou((1, 1, 1, 1), (1, 1, 1, 1)) == -1.0
 
 
+@pytest.mark.parametrize("score", [iou, giou])
+@pytest.mark.parametrize(
+    ("a", "b", "says"),
+    [
+        ((10, 10, 0, 0), (0, 0, 10, 10), "box 0 of the first boxes is inverted (x2 < x1)"),
+        ((0, 0, 10, 10), (0, 8, 10, 2), "box 0 of the second boxes is inverted (y2 < y1)"),
+        ((0, 0, 1), (0, 0, 1, 1), "box 0 of the first boxes has 3 values"),
+        ((0, 0, float("nan"), 1), (0, 0, 1, 1), "box 0 of the first boxes is not finite"),
+    ],
+)
+def test_a_box_that_is_no_box_is_refused_naming_it(score, a, b, says):
+    """An inverted box scored GIoU 1.0 against its mirror (the enclosure equals the union), and
+    a 3-value box failed in NumPy's reshape: both are the caller's error, named."""
+    with pytest.raises(ValueError) as e:
+        score(a, b)
+    assert says in str(e.value) and "(x1, y1, x2, y2)" in str(e.value)
+
+
+def test_large_matrices_refuse_an_inverted_box_too():
+    good = [(0.0, 0.0, 1.0, 1.0)] * 70
+    with pytest.raises(ValueError, match="box 69 of the second boxes is inverted"):
+        pairwise_giou(good, good[:69] + [(1.0, 1.0, 0.0, 0.0)])
+
+
 def test_acc_and_point_in_box():
     assert acc_at(0.5) == 1.0 and acc_at(0.4999) == 0.0 and acc_at(0.7, tau=0.75) == 0.0
     assert point_in_box((0, 0), (0, 0, 1, 1))  # edges included
@@ -121,8 +145,9 @@ def test_large_inputs_use_torchvision_and_agree():
     assert len(big) ** 2 > 4096  # above TORCH_MIN_PAIRS: the torchvision path
     from vlrollout.rewards.box_scores import _np_giou, _np_iou
 
-    np.testing.assert_allclose(pairwise_iou(big, big), _np_iou(big, big), atol=1e-12)
-    np.testing.assert_allclose(pairwise_giou(big, big), _np_giou(big, big), atol=1e-12)
+    arr = np.asarray(big)
+    np.testing.assert_allclose(pairwise_iou(big, big), _np_iou(arr, arr), atol=1e-12)
+    np.testing.assert_allclose(pairwise_giou(big, big), _np_giou(arr, arr), atol=1e-12)
 
 
 def test_tie_break_uses_only_pairs_that_pass_the_threshold():
