@@ -251,6 +251,32 @@ def test_our_own_items_with_a_list_answer_are_not_read_as_captions(tmp_path):
     assert items[1]["question"] == "Which caption fits?"
 
 
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [([], "is an empty list"), (None, "is not a list but NoneType"), (["a dog", " "], "blank")],
+)
+def test_a_caption_row_without_captions_is_missing_them(tmp_path, answer, says):
+    """A COCO-Caption2017 row whose answer is empty, null or holds a blank caption is a caption
+    row missing its captions, not an item missing its messages."""
+    picture = [{"bytes": png((9, 9)), "path": None}]
+    question = "Provide a one-sentence caption for the provided image."
+    data = _parquet(
+        tmp_path / "captions.parquet",
+        {
+            "question_id": ["good", "bad"],
+            "question": [question, question],
+            "images": [picture, picture],
+            "answer": [["a red square", "a square"], answer],
+        },
+        {"images": pa.list_(IMAGE), "answer": pa.list_(pa.string())},
+    )
+    good, bad = load_items(data)
+    assert good["task"] == "caption" and good["captions"] == ["a red square", "a square"]
+    assert bad[LOAD_ERROR]["reason"] == "missing_field", bad
+    assert "field answer" in bad[LOAD_ERROR]["detail"] and says in bad[LOAD_ERROR]["detail"]
+    assert "caption" in bad[LOAD_ERROR]["detail"]
+
+
 def test_choices_stored_as_the_text_of_a_list_are_read_as_that_list(tmp_path):
     """MMMU keeps its options as the text of a Python list ("['Baroque', 'Rococo']"), which
     lmms-eval reads with ast.literal_eval."""

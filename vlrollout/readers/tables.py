@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vlrollout.processors.image_loading import IMAGE_MAGIC
-from vlrollout.readers.fields import RowError, row_id, strings, xywh_box
+from vlrollout.readers.fields import RowError, row_id, strings, text_list_problem, xywh_box
 from vlrollout.readers.images import image_sources
 from vlrollout.readers.orientation import upright_boxes
 from vlrollout.readers.sources import DataFileError
@@ -216,12 +216,16 @@ def check_unread_images(row: dict[str, Any]) -> None:
 
 def _is_caption_row(row: dict[str, Any]) -> bool:
     """A COCO-Caption2017 row as lmms-lab publishes it: never an item of ours, which has
-    ``messages`` or a ``task``."""
+    ``messages`` or a ``task``. A row asking for a caption is one whatever its ``answer`` holds
+    (its captions are checked after), so a row missing them is told so."""
     if row.get("messages") is not None or row.get("task") is not None:
         return False
     answer, question = row.get("answer"), row.get("question")
+    asks = question is not None and "caption" in str(question).lower()
+    if asks and (answer is None or isinstance(answer, list)):
+        return True
     captions = isinstance(answer, list) and answer and all(isinstance(a, str) for a in answer)
-    return bool(captions) and (question is None or "caption" in str(question).lower())
+    return bool(captions) and question is None
 
 
 def table_items(
@@ -246,6 +250,8 @@ def table_items(
     if "bbox" in row and isinstance(row.get("answer"), list) and "expression" not in row:
         return _refcoco_items(row, default_id)
     if "captions" not in row and _is_caption_row(row):
+        if (problem := text_list_problem(row.get("answer"), "caption")) is not None:
+            raise RowError("missing_field", "answer", f"the caption row's captions: {problem}")
         row["captions"] = row.pop("answer")
         row.pop("question", None)
         row.setdefault("task", "caption")
