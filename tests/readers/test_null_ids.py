@@ -43,3 +43,24 @@ def test_an_id_that_is_a_list_or_an_object_is_a_bad_line(tmp_path):
     assert [i["_load_error"]["reason"] for i in items[:3]] == ["bad_item"] * 3
     assert "an id is a string or a number" in items[0]["_load_error"]["detail"]
     assert items[3]["id"] == "7" and "_load_error" not in items[3]
+
+
+def test_jsonl_and_parquet_take_the_same_ids_and_choices_from_the_same_rows(tmp_path):
+    """lmms-eval exports carry ``question_id`` and MMMU-style options as the text of a list; a
+    row reads the same from JSONL as from parquet, so a repeated question_id is a duplicate in
+    both, and scores join back to the benchmark's ids."""
+    rows = [
+        {"question_id": "q7", "question": "Which?", "choices": "['red', 'green']", "answer": "B"},
+        {"question_id": "q7", "question": "Which?", "choices": '["red", "blue"]', "answer": "A"},
+        {"question_id": "q9", "question": "Which?", "choices": "red or blue", "answer": "A"},
+    ]
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), table)
+    for path in (jsonl, table):
+        first, again, bad = read_items(path, prompt="{question}")
+        assert first["id"] == "q7" and first["choices"] == ["red", "green"], path
+        assert again["_load_error"]["reason"] == "duplicate_id", (path, again)
+        assert bad["_load_error"]["reason"] == "bad_row", (path, bad)
+        assert "'red or blue' is not a list of option texts" in bad["_load_error"]["detail"]

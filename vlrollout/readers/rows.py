@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from vlrollout.jsonl import iter_jsonl
 from vlrollout.readers.fields import RowError, placeholder, row_id
 from vlrollout.readers.sources import DataFileError, resolve_item_sources, unreadable
-from vlrollout.readers.tables import apply_mapping
+from vlrollout.readers.tables import ID_KEYS, apply_mapping, table_fields
 
 SUFFIXES = (".jsonl", ".parquet", ".json", ".p", ".pkl", ".pickle")
 """Suffixes of data files a reader takes (a folder is read as a ``save_to_disk`` dataset)."""
@@ -114,17 +114,16 @@ def jsonl_items(
     seen: dict[str, int] = {}
     for index, (lineno, row) in enumerate(rows[:limit] if limit is not None else rows):
         problem = row_problem(row)
-        if problem is None and mapping:
-            try:
-                row = apply_mapping(row, mapping)
-            except RowError as e:
-                out.append(placeholder(f"line-{lineno}", str(path), lineno, e))
-                continue
         if problem is not None:
             out.append(unreadable(f"line-{lineno}", *problem))
             continue
+        try:
+            row = table_fields(apply_mapping(row, mapping) if mapping else row)
+        except RowError as e:
+            out.append(placeholder(f"line-{lineno}", str(path), lineno, e))
+            continue
         item = {"id": "", **row}  # the id first, as in every item
-        item["id"] = row_id(row, ("id",), str(index))
+        item["id"] = row_id(row, ID_KEYS, str(index))
         if item["id"] in seen:
             detail = f"id {item['id']!r} already used on line {seen[item['id']]}"
             out.append(unreadable(f"{item['id']}@line-{lineno}", "duplicate_id", detail))

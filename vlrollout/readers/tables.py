@@ -245,8 +245,7 @@ def table_items(
     elif "image" in row:
         row["images"] = image_sources(row.pop("image"), base, "image")
     check_unread_images(row)
-    if isinstance(row.get("choices"), str):
-        row["choices"] = listed_choices(row["choices"])
+    row = table_fields(row)
     if "bbox" in row and isinstance(row.get("answer"), list) and "expression" not in row:
         return _refcoco_items(row, default_id)
     if "captions" not in row and _is_caption_row(row):
@@ -255,8 +254,24 @@ def table_items(
         row["captions"] = row.pop("answer")
         row.pop("question", None)
         row.setdefault("task", "caption")
-    row["id"] = row_id(row, ("id", "question_id"), default_id)
+    row["id"] = row_id(row, ID_KEYS, default_id)
     return [row]
+
+
+ID_KEYS = ("id", "question_id")
+"""Where a row's id is, first found first: ours, then lmms-eval's."""
+
+
+def table_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with the fields benchmark exports store as text read as what they are, the same
+    from a table or a JSONL line: ``choices`` given as the text of a list (:func:`listed_choices`).
+
+    Raises:
+        RowError: ``bad_row`` when such a text is not what it should hold.
+    """
+    if isinstance(row.get("choices"), str):
+        return {**row, "choices": listed_choices(row["choices"])}
+    return row
 
 
 def _refcoco_items(row: dict[str, Any], default_id: str) -> list[dict[str, Any]]:
