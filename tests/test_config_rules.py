@@ -73,6 +73,7 @@ def test_relative_paths_are_relative_to_the_working_folder_in_both(tmp_path, mon
         "defaults:\n  - train_grounding\n  - _self_\nvlrollout:\n  output: out\nactor:\n  path: m\n"
     )
     (folder / "train_grounding.yaml").write_text(Path(GROUNDING).read_text())
+    (tmp_path / "m").mkdir()  # the model folder, under the working folder
     train = load_config(str(train_yaml))
     assert (train.vlrollout.output, train.actor.path) == ("out", "m")
 

@@ -204,9 +204,19 @@ def test_an_example_run_from_another_folder_names_the_model_folder(tmp_path, mon
     assert Path(cfg.actor.path).is_dir()
 
 
-def test_a_model_path_that_is_nowhere_near_the_config_is_left_to_the_hub(tmp_path, monkeypatch):
+def test_a_hub_id_in_the_hub_cache_is_left_to_the_hub(tmp_path, monkeypatch):
+    """A model found nowhere near the config but in the hub's cache loads from there, offline."""
     from pathlib import Path
 
+    import huggingface_hub
+
+    cache = tmp_path / "hub" / "models--Qwen--Qwen2-VL-2B-Instruct"
+    (cache / "refs").mkdir(parents=True)
+    (cache / "refs" / "main").write_text("0" * 40)
+    (cache / "snapshots" / ("0" * 40)).mkdir(parents=True)
+    (cache / "snapshots" / ("0" * 40) / "config.json").write_text("{}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(tmp_path)
     cfg = load_config(
@@ -214,6 +224,34 @@ def test_a_model_path_that_is_nowhere_near_the_config_is_left_to_the_hub(tmp_pat
         [f"vlrollout.output={tmp_path}/o", "actor.path=Qwen/Qwen2-VL-2B-Instruct"],
     )
     assert cfg.actor.path == "Qwen/Qwen2-VL-2B-Instruct"
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_model_that_is_no_folder_here_and_cannot_come_from_the_hub_is_one_line(
+    tmp_path, monkeypatch, offline
+):
+    """No folder here, none in the hub's cache, and the hub unreachable (or offline mode): a
+    one-line refusal naming the value before launch, not transformers' retries then exit 1."""
+    from pathlib import Path
+
+    import huggingface_hub
+
+    from vlrollout.errors import ConfigError
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            str(root / "examples" / "train_count.yaml"),
+            [f"vlrollout.output={tmp_path}/o", "actor.path=models/mine"],
+        )
+    message = str(info.value)
+    assert message.startswith(f"actor.path models/mine is no folder under {tmp_path}")
+    assert ("HF_HUB_OFFLINE" if offline else "cannot reach the Hugging Face hub") in message
+    assert "\n" not in message
 
 
 def test_an_unknown_reward_is_one_line_and_exit_2_before_the_model_loads(tmp_path, capsys):

@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 from areal.api.cli_args import GRPOConfig, load_expr_config
+from huggingface_hub import HfApi, constants, try_to_load_from_cache
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -596,7 +599,7 @@ def _model_path_problem(model: str, config: Path) -> str | None:
     directory but is one beside the config (the examples name the repository's assets, relative
     to its root). Without this, transformers takes the path for a hub id and ends, after its
     retries, in a network error that names neither the path nor the folder it was looked for in.
-    A path found nowhere near the config may be a hub id: ``None``, as for any path that exists;
+    A path found nowhere near the config may be a hub id, which :func:`_hub_problem` checks;
     an absolute path or one starting with ``./`` or ``../`` that does not exist is a problem."""
     relative = Path(model)
     if relative.exists():
@@ -610,7 +613,31 @@ def _model_path_problem(model: str, config: Path) -> str | None:
                 f"actor.path {model} is not a folder under the working directory {Path.cwd()}; "
                 f"it is one under {base}: run from there or pass actor.path={base / relative}"
             )
-    return None
+    return _hub_problem(model)
+
+
+def _hub_problem(model: str) -> str | None:
+    """Why ``model``, no folder here, will not load as a hub id: the hub's cache lacks it and
+    the hub is offline, unreachable, or has no model of that name. One question to the hub
+    instead of transformers' retries, which end in an error naming neither the value nor the
+    folder it was looked for in. ``None`` when it may load (cached, found, or the hub answered
+    something else, such as a gated model, which the load reports)."""
+    here = f"actor.path {model} is no folder under {Path.cwd()}"
+    try:
+        if try_to_load_from_cache(model, "config.json") is not None:
+            return None
+    except HFValidationError:
+        return f"{here}, nor a hub id; pass the folder of a saved model"
+    if constants.HF_HUB_OFFLINE:
+        return f"{here} and not in the hub's cache, with HF_HUB_OFFLINE set; pass a saved model"
+    try:
+        if HfApi().file_exists(model, "config.json"):
+            return None
+    except HfHubHTTPError:  # the hub answered (gated, auth): the load reports it
+        return None
+    except (httpx.HTTPError, OSError) as e:
+        return f"{here}, and cannot reach the Hugging Face hub to fetch it ({e}); pass a folder"
+    return f"{here}, and the hub has no model of that name; pass the folder of a saved model"
 
 
 HELD_OUT_KEYS = ("vlrollout.eval_path", "vlrollout.valid_path", "vlrollout.eval_data")
