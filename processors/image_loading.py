@@ -318,6 +318,11 @@ def _padded(text: str) -> str:
     return compact + "=" * (-len(compact) % 4)
 
 
+_NAME_MAX = 255
+"""The longest file name (Linux, macOS, Windows): longer base64 text is no name, so it is read
+as base64 whatever its bytes start with, and a damaged image is image_decode."""
+
+
 def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
     if has_scheme(text.strip(), "data:") or has_scheme(text.strip(), "file:"):
         text = text.strip()  # a URL does not hold the whitespace around it
@@ -344,8 +349,8 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
         if e.reason != "image_source":
             raise
         raise missing from None
-    if looks_like_path and not starts_like_media(raw[:16]):
-        raise missing  # a missing path whose characters happen to be base64
+    if (looks_like_path or len(text) <= _NAME_MAX) and not starts_like_media(raw[:16]):
+        raise missing  # a missing file whose name happens to be base64 ("photo001", an md5)
     return "base64", raw
 
 

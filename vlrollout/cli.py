@@ -326,7 +326,8 @@ def _validate_read_items(args: argparse.Namespace) -> tuple[int, list[Any]]:
         images_root=args.images_root,
         prompt=args.prompt,
     )
-    base = Path(args.file) if Path(args.file).is_dir() else Path(args.file).parent
+    given = Path(args.file).resolve()
+    base = given if given.is_dir() else given.parent
     bad = [
         _BadItem(n, str(item.get("id")), reason, detail)
         for n, item in enumerate(items, 1)

@@ -125,6 +125,21 @@ def test_inline_images_are_told_from_names_by_their_bytes():
     assert source_form("d41d8cd98f00b204e9800998ecf8427e") == "path"
 
 
+@pytest.mark.parametrize("name", ["photo001", "d41d8cd98f00b204e9800998ecf8427e"])
+def test_validate_data_finds_a_bare_name_missing_as_run_does(tmp_path, monkeypatch, name):
+    """From the data file's folder, by a relative path: the name is a path beside the file and
+    missing (image_not_found naming where), not base64 that fails to decode."""
+    from vlrollout.run.items import validate_data
+
+    _write(tmp_path / "d.jsonl", [{"id": "a", "messages": "<image>x", "images": [name]}])
+    monkeypatch.chdir(tmp_path)
+    _, (bad,) = validate_data("d.jsonl")
+    assert bad.reason == "image_not_found" and str(tmp_path / name) in bad.detail
+    with pytest.raises(PreprocessError) as info:
+        load_image(name, "item a")  # a bare name that is no file here, whatever its letters
+    assert info.value.reason == "image_not_found"
+
+
 def test_a_missing_bare_file_name_is_not_found_and_base64url_loads(tmp_path):
     png = _b64_png()
     url_safe = png.replace("+", "-").replace("/", "_").rstrip("=")

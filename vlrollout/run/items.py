@@ -41,6 +41,7 @@ from vlrollout.processors.messages import (
 from vlrollout.processors.video_loading import load_video
 from vlrollout.processors.video_sampling import VideoSampling
 from vlrollout.readers.fields import row_id
+from vlrollout.readers.tables import ID_KEYS
 from vlrollout.rewards.caller import reward_argument_clash
 
 PART_TYPES = ("text", "image", "image_url", "video", "video_url")
@@ -303,12 +304,12 @@ def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
     Raises:
         DataFileError: the file itself is missing, a folder or of an unknown type.
     """
-    path = check_data_path(path)
+    path = check_data_path(path).resolve()  # media paths named as run names them
     rows = read_rows(path)
     bad: list[BadLine] = []
     seen: dict[str, int] = {}
     for index, (lineno, item) in enumerate(rows):
-        item_id = row_id(item, ("id",), str(index)) if isinstance(item, dict) else None
+        item_id = row_id(item, ID_KEYS, str(index)) if isinstance(item, dict) else None
         for reason, detail in media_file_problems(item, path.parent):
             bad.append(BadLine(lineno, item_id, reason, detail))
         if item_id is not None:
