@@ -5,6 +5,8 @@ path, a device or an address costs nothing (``vlrollout run``, ``vlrollout eval`
 from __future__ import annotations
 
 import socket
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from vlrollout.engine.config import EngineConfig, is_device_name
@@ -48,6 +50,32 @@ def check_engine(cfg: EngineConfig) -> None:
                 f"({e.strerror or type(e).__name__}); start it first (docs/scale_out.md) "
                 "or fix --address"
             ) from None
+        check_protocol(cfg.kind, address)
+
+
+GENERATION_ROUTES = {"sglang": "/generate", "vllm": "/v1/completions"}
+"""The POST route AReaL's client of each protocol generates through."""
+
+
+def check_protocol(kind: str, address: str) -> None:
+    """Refuse a server at ``address`` that has no ``kind``'s generation route: asked with a GET,
+    a server that has the route answers 405 (it takes POST), one that lacks it 404. Any other
+    answer, or none (a key required, a slow server), is left to the run.
+
+    Raises:
+        ConfigError: The server answered 404 for the route.
+    """
+    route = GENERATION_ROUTES[kind]
+    try:
+        urllib.request.urlopen(f"http://{address}{route}", timeout=3).close()
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            raise ConfigError(
+                f"the {kind} server at {address} has no {route} (404): it does not speak "
+                f"{kind}'s protocol; start it with that protocol or name the one it speaks"
+            ) from None
+    except (OSError, ValueError):
+        pass
 
 
 def check_device(device: str, flag: str = "--device") -> None:
