@@ -113,6 +113,22 @@ def test_validate_data_reports_every_bad_line(tmp_path):
     ]
 
 
+def test_validate_data_lists_a_lines_field_problems_and_its_missing_image_together(tmp_path):
+    """Every problem of a line at once: the fields it gets wrong and the image it cannot open,
+    not the image only after the fields are fixed."""
+    rows = [
+        {"id": "p", "messages": "<image>x", "images": ["gone.png"], "prompt": "y"},
+        {"id": "b", "messages": "<image>x", "images": ["gone.png"], "boxes": [[1, 2, 3]]},
+    ]
+    _, bad = validate_data(_write(tmp_path / "d.jsonl", rows))
+    assert [(b.line, b.reason) for b in bad] == [
+        (1, "reserved_field"),
+        (1, "image_not_found"),
+        (2, "bad_field"),
+        (2, "image_not_found"),
+    ]
+
+
 def test_inline_images_are_told_from_names_by_their_bytes():
     """A base64 source is one whose bytes start as an image or video does: base64url and
     unpadded text are inline images, a bare file name that happens to be base64 text is a

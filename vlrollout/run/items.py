@@ -290,12 +290,20 @@ class BadLine:
 
 
 def media_file_problems(item: Any, base: Path) -> list[tuple[str, str]]:
-    """:func:`item_problems`, and when there are none, what opening the item's images and
-    videos finds (relative paths against ``base``), as ``vlrollout run`` would."""
+    """:func:`item_problems`, and what opening the item's images and videos finds (relative
+    paths against ``base``), as ``vlrollout run`` would: every problem of the item at once,
+    unless it is no item or its messages and media do not pair up (nothing to open by)."""
     problems = item_problems(item)
-    if problems or not isinstance(item, dict):
+    if not isinstance(item, dict) or LOAD_ERROR in item or "messages" not in item:
         return problems
-    return image_file_problems(item, base) + video_file_problems(item, base)
+    if any(reason in _NOTHING_TO_OPEN_BY for reason, _ in problems):
+        return problems
+    return problems + image_file_problems(item, base) + video_file_problems(item, base)
+
+
+_NOTHING_TO_OPEN_BY = frozenset({"bad_message", "bad_images", "bad_videos"})
+"""Problems that leave no media list to open (media that do not pair with the prompt's
+placeholders leave none either: :func:`image_file_problems` finds nothing then)."""
 
 
 def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
