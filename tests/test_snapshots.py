@@ -253,3 +253,15 @@ def test_a_family_that_shares_another_ones_processor_snapshots_offline(family, t
     )
     assert res.returncode == 0, res.stderr
     assert build_offline_processor(family) is build_offline_processor("qwen3_vl")
+
+
+def test_pixel_limits_the_processor_refuses_are_a_usage_error(capsys):
+    """Limits each valid alone but not together (--max-pixels below the processor's
+    min_pixels) are the caller's error: one line, exit 2, not an internal error's exit 1."""
+    from vlrollout.cli import main
+
+    args = ["check", "--processor", "offline:qwen2_vl", "--data", str(DATA)]
+    code = main([*args, "--snapshot", str(SNAPSHOTS / "qwen2_vl.json"), "--max-pixels", "3000"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("vlrollout check: max_pixels=3000")

@@ -418,7 +418,10 @@ def _snapshot_inputs(args: argparse.Namespace):
         raise SnapshotError(f"--processor {args.processor!r}: {first}") from None
 
     limits = {k: v for k in ("min_pixels", "max_pixels") if (v := getattr(args, k)) is not None}
-    preprocessor = get_preprocessor(args.preprocessor, processor=processor, **limits)
+    try:
+        preprocessor = get_preprocessor(args.preprocessor, processor=processor, **limits)
+    except ValueError as e:  # the name or the limits given: the caller's to fix
+        raise SnapshotError(str(e)) from None
     try:
         items = list(load_items(args.data))
     except (OSError, ValueError) as e:
