@@ -27,6 +27,15 @@ def test_serve_is_a_subcommand_with_the_documented_flags():
     assert (args.model, args.protocol, args.port, args.host) == ("m", "vllm", 1234, "127.0.0.1")
 
 
+def test_help_names_the_defaults_the_docs_rely_on(capsys):
+    """docs/serving.md's clients reach the server on the default port and protocol."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: sglang)", "(default: 127.0.0.1)", "(default: 30000)"):
+        assert default in text
+
+
 @pytest.mark.parametrize("flags, compiled", [([], False), (["--compile"], True)])
 def test_compile_reaches_the_engine(monkeypatch, flags, compiled):
     """``--compile`` builds the engine with ``compile_decode=True`` (the compiled step itself:

@@ -37,14 +37,26 @@ def default_max_queued_mb() -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="local model folder (weights + processor)")
-    p.add_argument("--protocol", choices=PROTOCOLS, default="sglang", help="HTTP protocol to speak")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
     p.add_argument(
-        "--device", default="cpu", help="cpu | cuda | cuda:N (ignored with --device-map)"
+        "--protocol",
+        choices=PROTOCOLS,
+        default="sglang",
+        help="HTTP protocol to speak (default: %(default)s)",
     )
     p.add_argument(
-        "--dtype", default="auto", choices=DTYPES, help="weights' dtype (auto: the checkpoint's)"
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    p.add_argument("--port", type=int, default=30000, help="port (default: %(default)s)")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu | cuda | cuda:N (ignored with --device-map; default: %(default)s)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=DTYPES,
+        help="weights' dtype (default: %(default)s, the checkpoint's)",
     )
     p.add_argument("--max-batch-size", type=int, default=8, help="sequences decoded together")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
