@@ -175,13 +175,19 @@ def parse_count(text: str) -> int | None:
 # A number must contain a digit: the old pattern made every part optional, so it matched the empty
 # string at every position and its ``\s*/`` fraction part rescanned runs of spaces (quadratic).
 _NUMBER = re.compile(
-    r"[-+\u2212]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+    r"[-+\u2212]?(?:\d{1,3}(?:\.\d{3}){2,}(?![.\d])"  # 1.000.000: dots that group thousands
+    r"|(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
     r"(?:\s*/\s*\d+(?:\.\d+)?)?"
 )
+
+_ARABIC_SEPARATORS = str.maketrans({"\u066b": ".", "\u066c": ","})
+"""The Arabic decimal and thousands signs, which Arabic-Indic digits are written with."""
 
 
 def _number_value(token: str) -> float | None:
     token = token.replace(",", "").replace(" ", "").replace("\u2212", "-")
+    if token.count(".") > 1:  # thousands grouped by dots: no decimal has two points
+        token = token.replace(".", "")
     try:
         if "/" in token:
             num, den = token.split("/")
@@ -194,14 +200,16 @@ def _number_value(token: str) -> float | None:
 
 
 def parse_number(text: str) -> float | None:
-    """The last number in ``text``: integers, decimals, ``1,234``, ``1e-3``, fractions ``3/4``.
+    """The last number in ``text``: integers, decimals, ``1,234``, ``1.000.000``, ``1e-3``,
+    fractions ``3/4``, in any script's decimal digits (Arabic-Indic with its own separators).
+    One dot is a decimal point, as in English: ``1.000`` is 1.
 
     Linear time: one regex scan in C, then values are tried from the last match backwards.
 
     >>> parse_number("about 1,234.5 m"), parse_number("x = -3/4"), parse_number("none")
     (1234.5, -0.75, None)
     """
-    for token in reversed(_NUMBER.findall(str(text))):
+    for token in reversed(_NUMBER.findall(str(text).translate(_ARABIC_SEPARATORS))):
         value = _number_value(token)
         if value is not None:
             return value

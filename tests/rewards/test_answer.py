@@ -44,7 +44,20 @@ def test_parse_count(text, expected):
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("x = 1,234.5", 1234.5), ("-3/4", -0.75), ("1e-3 and 2", 2.0), ("3.", 3.0), ("1/0", None)],
+    [
+        ("x = 1,234.5", 1234.5),
+        ("-3/4", -0.75),
+        ("1e-3 and 2", 2.0),
+        ("3.", 3.0),
+        ("1/0", None),
+        # Arabic-Indic digits with the Arabic decimal and thousands signs, not their last digit
+        ("\u0663\u066b\u0665", 3.5),
+        ("\u0661\u066c\u0662\u0663\u0664", 1234),
+        # dots that group thousands (two groups or more: no decimal has two points), not ".000"
+        ("1.000.000", 1_000_000),
+        ("x = 12.500.000 m", 12_500_000),
+        ("1.000", 1.0),  # one group is a decimal point, as in English
+    ],
 )
 def test_parse_number(text, expected):
     assert parse_number(text) == expected
