@@ -37,3 +37,13 @@ def test_a_mapping_or_format_a_reader_cannot_take_is_refused(tmp_path):
         load_items(path, mapping={"captions": "caption"})
     with pytest.raises(DataFileError, match="--format 'csv': expected one of jsonl, parquet"):
         load_items(path, fmt="csv")
+
+
+@pytest.mark.parametrize("name", ["refcoco_val.parquet", "items.jsonl", "captions.json"])
+def test_a_missing_data_file_is_told_what_to_pass_whatever_its_format(tmp_path, name):
+    """The fix names no format the user did not ask for: a missing parquet file is not told to
+    pass a JSONL one."""
+    with pytest.raises(DataFileError) as info:
+        load_items(tmp_path / name)
+    message = str(info.value)
+    assert message == f"data file {tmp_path / name} does not exist; pass --data an existing file"
