@@ -64,3 +64,20 @@ def test_jsonl_and_parquet_take_the_same_ids_and_choices_from_the_same_rows(tmp_
         assert again["_load_error"]["reason"] == "duplicate_id", (path, again)
         assert bad["_load_error"]["reason"] == "bad_row", (path, bad)
         assert "'red or blue' is not a list of option texts" in bad["_load_error"]["detail"]
+
+
+def test_a_jsonl_line_that_cannot_be_an_item_keeps_its_own_id_and_says_line(tmp_path):
+    """As a table's bad row does: the rejection is found by the line's id, and the detail
+    counts lines, as the file's other rejections do."""
+    path = tmp_path / "items.jsonl"
+    rows = [
+        {"id": "g1", "question": "Which?", "options": "['a', 'b']", "answer": "A"},
+        {"id": "g2", "question": "Which?", "answer": "A"},
+        {"question": "Which?", "answer": "A"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    good, own, anonymous = read_items(path, mapping={"choices": "options"}, prompt="{question}")
+    assert good["id"] == "g1" and "_load_error" not in good
+    assert own["id"] == "g2" and own["_load_error"]["reason"] == "missing_field"
+    assert own["_load_error"]["detail"].startswith(f"{path} line 2: field options")
+    assert anonymous["id"] == "line-3"

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from vlrollout.jsonl import iter_jsonl
-from vlrollout.readers.fields import RowError, placeholder, row_id
+from vlrollout.readers.fields import RowError, row_id
 from vlrollout.readers.sources import DataFileError, resolve_item_sources, unreadable
 from vlrollout.readers.tables import ID_KEYS, apply_mapping, table_fields
 
@@ -119,8 +119,11 @@ def jsonl_items(
             continue
         try:
             row = table_fields(apply_mapping(row, mapping) if mapping else row)
-        except RowError as e:
-            out.append(placeholder(f"line-{lineno}", str(path), lineno, e))
+        except RowError as e:  # named by its own id where it has one free, as a table row is
+            own = row_id(row, ID_KEYS, "")
+            item_id = own if own and own not in seen else f"line-{lineno}"
+            seen.setdefault(item_id, lineno)
+            out.append(unreadable(item_id, e.reason, f"{path} line {lineno}: {e}"))
             continue
         item = {"id": "", **row}  # the id first, as in every item
         item["id"] = row_id(row, ID_KEYS, str(index))
