@@ -91,6 +91,39 @@ def test_mapping_renames_columns_and_an_image_list_becomes_images(tmp_path):
     assert load_image(items[1]["images"][0]).original_size == (5, 2)
 
 
+def test_a_mapping_gathers_several_columns_into_a_list(tmp_path):
+    """MMBench keeps its options in columns A to D (null past the last) and MMMU its images in
+    image_1 to image_7: ``choices=A,B,C,D`` and ``images=image_1,image_2`` gather a row's
+    non-null values in order; a null before a value is refused, since it would move letters."""
+    picture = {"bytes": png((4, 4)), "path": None}
+    data = _parquet(
+        tmp_path / "mmbench.parquet",
+        {
+            "index": ["m1", "m2", "m3"],
+            "question": ["Which?"] * 3,
+            "A": ["cat", "red", "x"],
+            "B": ["dog", "blue", None],
+            "C": ["cow", None, "z"],
+            "D": [None, None, None],
+            "answer": ["B", "A", "A"],
+            "image_1": [picture, picture, picture],
+            "image_2": [picture, None, None],
+        },
+        {"image_1": IMAGE, "image_2": IMAGE},
+    )
+    mapping = parse_mapping(["id=index", "choices=A,B,C,D", "images=image_1,image_2"])
+    first, second, gap = load_items(data, mapping=mapping, prompt="{question}")
+    assert first["choices"] == ["cat", "dog", "cow"] and len(first["images"]) == 2
+    assert second["choices"] == ["red", "blue"] and len(second["images"]) == 1
+    assert not {"A", "B", "image_1"} & set(first)
+    assert gap["id"] == "m3" and gap[LOAD_ERROR]["reason"] == "bad_row"
+    assert "field B: null before C, which has a value" in gap[LOAD_ERROR]["detail"]
+    with pytest.raises(DataFileError, match=r"field E: mapped to choices, absent"):
+        load_items(data, mapping=parse_mapping(["choices=A,B,C,D,E"]), prompt="{question}")
+    blind = load_items(data, mapping=parse_mapping(["choices=A,B,C,D"]), prompt="{question}")
+    assert "--map images=image_1,image_2" in blind[0][LOAD_ERROR]["detail"]  # every such column
+
+
 def test_a_mapped_column_that_is_absent_is_named(tmp_path):
     data = _parquet(tmp_path / "d.parquet", {"problem": ["q"], "solution": ["a"]})
     with pytest.raises(DataFileError, match=r"field answer_text: mapped to answer, absent"):

@@ -20,7 +20,7 @@ from typing import Any
 from vlrollout.jsonl import iter_jsonl
 from vlrollout.logs import get_logger
 from vlrollout.readers.coco import caption_items, instance_items, load_json
-from vlrollout.readers.fields import RowError, placeholder, row_id
+from vlrollout.readers.fields import RowError, placeholder
 from vlrollout.readers.images import ImageFolders
 from vlrollout.readers.llava import llava_items
 from vlrollout.readers.prompts import TASK_PROMPTS, PromptFieldError, check_template, with_prompt
@@ -31,6 +31,7 @@ from vlrollout.readers.tables import (
     disk_rows,
     disk_splits,
     other_shards,
+    own_id,
     parquet_rows,
     parquet_shards,
     parquet_split,
@@ -61,7 +62,7 @@ def parse_mapping(pairs: Sequence[str]) -> dict[str, str]:
             )
         if canonical.strip() in mapping:
             raise DataFileError(f"--map names {canonical.strip()!r} twice")
-        mapping[canonical.strip()] = source.strip()
+        mapping[canonical.strip()] = ",".join(c.strip() for c in source.split(","))
     return mapping
 
 
@@ -136,7 +137,7 @@ def _table_items(
             try:
                 items = table_items(row, default_id, root or base, mapping)
             except RowError as e:
-                failed = row_id(row, ("id", "question_id"), default_id)
+                failed = own_id(row, mapping, default_id)
                 yield placeholder(f"{prefix}{failed}", where, index + 1, e)
                 continue
             for item in items:

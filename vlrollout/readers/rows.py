@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from vlrollout.jsonl import iter_jsonl
 from vlrollout.readers.fields import RowError, row_id
 from vlrollout.readers.sources import DataFileError, resolve_item_sources, unreadable
-from vlrollout.readers.tables import ID_KEYS, apply_mapping, table_fields
+from vlrollout.readers.tables import ID_KEYS, apply_mapping, own_id, table_fields
 
 SUFFIXES = (".jsonl", ".parquet", ".json", ".p", ".pkl", ".pickle")
 """Suffixes of data files a reader takes (a folder is read as a ``save_to_disk`` dataset)."""
@@ -120,7 +120,7 @@ def jsonl_items(
         try:
             row = table_fields(apply_mapping(row, mapping) if mapping else row)
         except RowError as e:  # named by its own id where it has one free, as a table row is
-            own = row_id(row, ID_KEYS, "")
+            own = own_id(row, mapping, "")
             item_id = own if own and own not in seen else f"line-{lineno}"
             seen.setdefault(item_id, lineno)
             out.append(unreadable(item_id, e.reason, f"{path} line {lineno}: {e}"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -141,23 +142,44 @@ def disk_rows(folder: Path) -> Iterator[dict[str, Any]]:
 
 
 def apply_mapping(row: dict[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
-    """``row`` with each ``canonical`` field taken from its ``source`` column (sources dropped).
+    """``row`` with each ``canonical`` field taken from its ``source`` column, or gathered into
+    a list from several (``A,B,C,D``: :func:`gathered`); the sources are dropped.
 
     Raises:
-        RowError: ``missing_field`` naming the absent source column and the columns there are.
+        RowError: ``missing_field`` naming an absent source column and the columns there are;
+            ``bad_row`` from :func:`gathered`.
     """
     out = dict(row)
-    for canonical, source in mapping.items():
-        if source not in row:
-            columns = ", ".join(sorted(row))
-            raise RowError(
-                "missing_field", source, f"mapped to {canonical}, absent (columns: {columns})"
-            )
-    for source in set(mapping.values()) - set(mapping):
+    columns = {canonical: source.split(",") for canonical, source in mapping.items()}
+    for canonical, sources in columns.items():
+        for source in sources:
+            if source not in row:
+                there = ", ".join(sorted(row))
+                raise RowError(
+                    "missing_field", source, f"mapped to {canonical}, absent (columns: {there})"
+                )
+    for source in {s for sources in columns.values() for s in sources} - set(mapping):
         out.pop(source, None)
-    for canonical, source in mapping.items():
-        out[canonical] = row[source]
+    for canonical, sources in columns.items():
+        out[canonical] = row[sources[0]] if len(sources) == 1 else gathered(row, sources)
     return out
+
+
+def gathered(row: dict[str, Any], columns: list[str]) -> list[Any]:
+    """The values of ``columns`` in order, up to the first null (MMBench's options ``A`` to
+    ``D``, null past the last; MMMU's ``image_1`` to ``image_7``).
+
+    Raises:
+        RowError: ``bad_row`` when a null comes before a value, which would move the values
+            after it (an option's letter).
+    """
+    values = [row[c] for c in columns]
+    nulls = [v is None or (isinstance(v, float) and math.isnan(v)) for v in values]
+    end = nulls.index(True) if True in nulls else len(values)
+    if not all(nulls[end:]):
+        later = columns[nulls.index(False, end)]
+        raise RowError("bad_row", columns[end], f"null before {later}, which has a value")
+    return values[:end]
 
 
 def listed_choices(text: str) -> list[Any]:
@@ -204,14 +226,14 @@ def check_unread_images(row: dict[str, Any]) -> None:
     Raises:
         RowError: ``media_field_unsupported`` naming the column and the mapping that reads it.
     """
-    for column, value in row.items():
-        if column not in READ_MEDIA_COLUMNS and holds_image(value):
-            raise RowError(
-                "media_field_unsupported",
-                column,
-                f"holds images that are not read (only the images or image column is); "
-                f"read it with --map images={column}, one image column per row",
-            )
+    unread = [c for c, v in row.items() if c not in READ_MEDIA_COLUMNS and holds_image(v)]
+    if unread:
+        raise RowError(
+            "media_field_unsupported",
+            unread[0],
+            "holds images that are not read (only the images or image column is); read the "
+            f"row's image columns with --map images={','.join(unread)}",
+        )
 
 
 def _is_caption_row(row: dict[str, Any]) -> bool:
@@ -260,6 +282,13 @@ def table_items(
 
 ID_KEYS = ("id", "question_id")
 """Where a row's id is, first found first: ours, then lmms-eval's."""
+
+
+def own_id(row: dict[str, Any], mapping: Mapping[str, str] | None, default: str) -> str:
+    """The id ``row`` gives itself, read from the column ``mapping`` takes ``id`` from if it
+    does: what names a row that cannot be an item."""
+    source = (mapping or {}).get("id")
+    return row_id(row, (source,) if source and "," not in source else ID_KEYS, default)
 
 
 def table_fields(row: dict[str, Any]) -> dict[str, Any]:
