@@ -136,7 +136,23 @@ def _frame_limits(stream: Any, item: str, max_frame_pixels: int) -> tuple[int, i
     return size
 
 
+STILL_IMAGE_MAGIC = {
+    b"\x89PNG": "PNG",
+    b"\xff\xd8\xff": "JPEG",
+    b"BM": "BMP",
+    b"II*\x00": "TIFF",
+    b"MM\x00*": "TIFF",
+}
+"""How still images start: FFmpeg opens one as a one-frame clip of made-up timing (25 fps,
+0.04 s), so a picture given as a video is refused. An animated GIF is a video."""
+
+
 def _open(raw: bytes, item: str) -> tuple[Any, Any]:
+    for magic, kind in STILL_IMAGE_MAGIC.items():
+        if raw.startswith(magic):
+            raise PreprocessError(
+                item, "video_decode", f"a {kind} image, not a video; give it in images"
+            )
     try:
         container = av.open(io.BytesIO(raw), mode="r")
     except (av.FFmpegError, ValueError, OSError) as e:

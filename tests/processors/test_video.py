@@ -264,6 +264,19 @@ def test_bad_videos_name_the_item_video_and_reason(source, kwargs, reason):
     assert e.value.item == "item v1, video 1"
 
 
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "BMP", "TIFF"])
+def test_a_still_image_under_a_video_name_is_no_video(tmp_path, fmt):
+    """FFmpeg opens a still image as a one-frame clip of made-up timing (25 fps, 0.04 s), so a
+    picture given as a video would run, every temporal label out of its reach."""
+    path = tmp_path / "clip.mp4"
+    Image.new("RGB", (16, 16), "red").save(path, format=fmt)
+    _, pre = preprocessor("qwen2_vl")
+    with pytest.raises(PreprocessError) as e:
+        pre.prepare(item(str(path)))
+    assert e.value.reason == "video_decode"
+    assert f"a {fmt} image, not a video; give it in images" in e.value.detail
+
+
 def test_frames_of_different_sizes_are_refused():
     _, pre = preprocessor("qwen2_vl")
     frames = [Image.new("RGB", (32, 32)), Image.new("RGB", (40, 32))]
