@@ -278,6 +278,13 @@ class TemporalIoUReward(Reward):
         )
         task_unit = self._answer_unit(task_data)
         timing = video_timing(task_data, self.video_index)
+        duration = _duration(task_data, timing)
+        for label in labels:
+            if duration is not None and label[0] >= duration:
+                raise ValueError(
+                    f"task_data[{self.segments_key!r}]: segment {list(label)} starts past the "
+                    f"{float(duration)} s clip, so no answer in the video can score it"
+                )
         parsed = parse_segments(answer_region(completions, self.use_answer_tag))
         details: dict[str, Any] = {"num_segments": len(parsed.segments)}
         if parsed.issues:
@@ -290,7 +297,7 @@ class TemporalIoUReward(Reward):
             start, end = self._seconds(parsed.segments[0], task_unit, timing)
             if end < start:
                 raise _Unscorable("inverted_segment")
-            segment = _clip((start, end), _duration(task_data, timing), details)
+            segment = _clip((start, end), duration, details)
         except _Unscorable as e:
             return RewardResult(self.failure_value, e.reason, details)
         details["segment_s"] = list(segment)

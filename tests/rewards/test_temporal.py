@@ -174,6 +174,15 @@ def test_dataset_errors_raise_naming_the_field():
         _score("[0, 0]", answer_unit="frames", video_timing=[{"timestamps_s": [0.0]}])
 
 
+def test_a_label_that_starts_past_the_end_of_the_clip_is_a_data_error():
+    """No answer inside the video could score it, so every episode would score 0 unnoticed."""
+    with pytest.raises(ValueError, match=r"segment \[10.0, 12.0\] starts past the 4.0 s clip"):
+        _score("[1, 2]", segments=[[1, 2], [10, 12]], video_timing=TIMING)
+    with pytest.raises(ValueError, match="starts past the 3.0 s clip"):
+        _score("[1, 2]", segments=[3, 4], duration_s=3.0)
+    assert _score("[1, 2]", segments=[[1, 2], [3, 9]], video_timing=TIMING).value == 1.0
+
+
 def test_constructor_rejects_bad_options():
     for kwargs, match in (
         ({"metric": "giou"}, "metric"),
