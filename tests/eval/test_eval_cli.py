@@ -277,3 +277,23 @@ def test_another_box_format_rescores_the_predictions_on_disk(tmp_path):
     assert first["unreadable"] == {"no_box": 3} and "no_box" not in again["unreadable"]
     assert again["settings"]["box_format"] == "qwen2_vl"
     assert {p: p.stat().st_mtime_ns for p in saved} == saved  # the completions were kept
+
+
+def test_videos_are_sampled_as_the_video_flags_say(tmp_path, capsys):
+    """The shipped clips take 576 tokens each at the family's default sampling, more than the
+    tiny model's prompt room (prompt_too_long); four small frames fit, and the settings are
+    those a resume keeps. A frame budget the processor refuses is a usage error."""
+    argv = ["eval", "--data", str(REPO / "assets" / "samples" / "video.jsonl"), "--task"]
+    argv += ["count", "--model", str(TINY), "--no-progress", "--max-new-tokens", "4"]
+    few = ["--video-max-frames", "4", "--video-min-pixels", "3136", "--video-max-pixels", "3136"]
+    assert main([*argv, "--output", str(tmp_path / "few"), *few]) == 0
+    results = json.loads((tmp_path / "few" / "results.json").read_text())
+    assert results["items"] == 3 and results["rejected"] == {"not_scorable": 3}  # temporal ones
+    assert results["settings"]["video"] == {
+        "fps": None, "max_frames": 4, "min_pixels": 3136, "max_pixels": 3136
+    }  # fmt: skip
+    capsys.readouterr()
+    assert main([*argv, "--output", str(tmp_path / "low"), "--video-max-pixels", "3136"]) == 2
+    err = capsys.readouterr().err
+    assert "video max_pixels=3136 is below the processor's own min_pixels" in err
+    assert "Traceback" not in err

@@ -188,6 +188,15 @@ def test_output_with_other_settings_is_refused_unless_overwritten(tmp_path):
     assert json.loads((tmp_path / "eval.json").read_text())["settings"]["k"] == 2
 
 
+def test_settings_that_made_no_prediction_do_not_hold_the_folder(tmp_path):
+    """A run that stopped before its first prediction (a frame budget the processor refused
+    after the checks) guards nothing: the corrected command may use the same folder."""
+    settings = {"task": "exact", "k": 1, "model": "/m"}
+    prepare_output(tmp_path, settings)
+    prepare_output(tmp_path, {**settings, "k": 2})
+    assert json.loads((tmp_path / "eval.json").read_text())["settings"]["k"] == 2
+
+
 def test_predictions_without_settings_are_refused(tmp_path):
     _evaluate(ScriptedPredictor({"q0": ["0"]}), _items(1), tmp_path)
     with pytest.raises(OutputFolderError, match="without eval.json"):

@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,6 +50,7 @@ from vlrollout.eval.tasks import EvalTask, get_task
 from vlrollout.families import family_name_at
 from vlrollout.ledger import NothingAccepted
 from vlrollout.readers import parse_mapping
+from vlrollout.workflows.preparation import FrameSampling
 
 PROTOCOLS = ("openai", "sglang", "vllm")
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -160,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="resamples per 95%% interval (0: none; caption metrics recompute the corpus scores "
         "per resample: lower it for large caption sets)",
     )
+    a("--video-fps", type=float, dest="video_fps", help="frames sampled per second of a video")
+    a("--video-max-frames", type=whole_number(1), dest="video_max_frames", help="most frames")
+    a("--video-min-pixels", type=whole_number(1), dest="video_min_pixels", help="frame budget")
+    a("--video-max-pixels", type=whole_number(1), dest="video_max_pixels", help="frame budget")
     a("--overwrite", action="store_true", help="delete earlier results in --output first")
     a("--no-progress", action="store_true", dest="no_progress", help="no progress bar")
     a("--device", default="cpu", help="cpu, cuda or cuda:N for a local model")
@@ -194,6 +199,9 @@ def _check_flags(args: argparse.Namespace) -> None:
             "pass --model DIR: the local model, or with --address the served model's folder "
             "(its processor builds the prompts and its config names the family)"
         )
+    frames = frame_sampling(args)
+    if frames != FrameSampling() and args.protocol == "openai":
+        raise UsageError("--video-* sample videos, which --protocol openai does not carry")
     if args.k == 1 and args.temperature is not None:
         raise UsageError("--temperature needs --k > 1; --k 1 decodes greedily")
     if args.k > 1 and not 0 < temperature(args) < math.inf:
@@ -202,6 +210,21 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"--threshold must be a number >= 0, got {args.threshold}")
     if args.seed < 0:  # numpy's bootstrap generator takes none
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
+
+
+def frame_sampling(args: argparse.Namespace) -> FrameSampling:
+    """How videos are sampled, from the ``--video-*`` flags (the family's default where unset).
+
+    Raises:
+        UsageError: a setting that is not a positive number (``--video-fps nan``).
+    """
+    names = ("fps", "max_frames", "min_pixels", "max_pixels")
+    values = [getattr(args, f"video_{name}") for name in names]
+    for name, value in zip(names, values, strict=True):
+        if value is not None and not value > 0:  # NaN fails too
+            flag = "--video-" + name.replace("_", "-")
+            raise UsageError(f"{flag} must be a positive number, got {value}")
+    return FrameSampling(*values)
 
 
 def temperature(args: argparse.Namespace) -> float:
@@ -236,7 +259,7 @@ def model_family(model: str) -> str:
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """The settings that shape the results (what a resume must keep); the item count, the
     concurrency, the address, the output folder and the bootstrap count are not among them."""
-    return {
+    settings = {
         "task": args.task,
         "data": str(Path(args.data).resolve()),
         "format": args.fmt,
@@ -254,6 +277,10 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "deterministic": args.deterministic if args.protocol is None else None,
     }
+    frames = frame_sampling(args)
+    if frames != FrameSampling():  # only when set: results written without them still resume
+        settings["video"] = asdict(frames)
+    return settings
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -353,13 +380,18 @@ def build_predictor(args: argparse.Namespace) -> tuple[Predictor, Callable[[], N
     gconfig = GenerationHyperparameters(
         max_new_tokens=args.max_new_tokens, temperature=temperature(args)
     )
-    predictor = EnginePredictor(
-        engine,
-        getattr(engine, "tokenizer", None) or args.model,
-        getattr(engine, "processor", None) or args.model,
-        gconfig=gconfig,
-        max_prompt_tokens=None if context is None else max(1, context - args.max_new_tokens),
-    )
+    try:
+        predictor = EnginePredictor(
+            engine,
+            getattr(engine, "tokenizer", None) or args.model,
+            getattr(engine, "processor", None) or args.model,
+            gconfig=gconfig,
+            frames=frame_sampling(args),
+            max_prompt_tokens=None if context is None else max(1, context - args.max_new_tokens),
+        )
+    except ValueError as e:  # a frame or pixel budget the processor refuses
+        engine.destroy()
+        raise ConfigError(str(e)) from None
     return predictor, engine.destroy
 
 

@@ -137,9 +137,10 @@ def prepare_output(output: Path, settings: Mapping[str, Any], overwrite: bool = 
     check_writable_folder(output)
     path = output / SETTINGS_FILE
     new = json.loads(json.dumps(dict(settings), default=str))
+    predicted = any((output / PREDICTIONS).glob("*.json"))
     if overwrite:
         remove_outputs(output, EVAL_OUTPUTS)
-    elif path.exists():
+    elif path.exists() and predicted:  # settings that made no prediction guard nothing
         try:
             old = json.loads(path.read_text()).get("settings", {})
         except (OSError, ValueError, AttributeError):
@@ -153,7 +154,7 @@ def prepare_output(output: Path, settings: Mapping[str, Any], overwrite: bool = 
                 f"output folder {output} holds predictions made with other settings "
                 f"({'; '.join(diff)}); use another --output folder, or --overwrite to delete them"
             )
-    elif any((output / PREDICTIONS).glob("*.json")):
+    elif predicted and not path.exists():
         raise OutputFolderError(
             f"output folder {output} holds predictions without {SETTINGS_FILE}; use another "
             "--output folder, or --overwrite to delete them"
