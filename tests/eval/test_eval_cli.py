@@ -126,6 +126,12 @@ def test_other_settings_into_the_same_output_are_refused(evaluated, capsys):
         (["--output", ""], "--output must name a folder, got ''"),
         (["--prompt", ""], "--prompt is empty"),
         (["--served-model", "foo"], "--served-model needs --address"),
+        (["--video-fps", "nan"], "--video-fps must be a positive number, got nan"),
+        (["--video-fps", "-1"], "--video-fps must be a positive number, got -1.0"),
+        (
+            ["--video-max-frames", "4", "--address", "127.0.0.1:1", "--protocol", "openai"],
+            "--video-* sample videos, which --protocol openai does not carry",
+        ),
     ],
 )
 def test_usage_errors_exit_2_before_any_model_loads(tmp_path, capsys, extra, message):
