@@ -20,7 +20,7 @@ from vlrollout.serve.admission import (
 )
 from vlrollout.serve.auth import key_middleware
 from vlrollout.serve.errors import BadRequest, body_too_large
-from vlrollout.serve.limits import DEFAULT_MAX_BODY_BYTES, PROTOCOLS
+from vlrollout.serve.limits import BODY_IDLE_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, PROTOCOLS
 from vlrollout.serve.memory import trim_after_drain, trim_soon
 from vlrollout.serve.state import STATE, ServerState
 
@@ -36,9 +36,29 @@ event loop one after another kept ``/health`` and every other answer waiting beh
 Route = Callable[[web.Request, Any], Awaitable[dict[str, Any] | web.StreamResponse]]
 
 
+async def _read_body(request: web.Request, idle_s: float) -> bytes:
+    """The whole body, as ``request.read()`` reads it, or 408 when no byte of it arrives for
+    ``idle_s`` seconds."""
+    chunks, size = [], 0
+    while True:
+        try:
+            chunk = await asyncio.wait_for(request.content.readany(), idle_s)
+        except TimeoutError:
+            raise BadRequest(
+                f"{request.path}: no byte of the body for {idle_s:g} s; the request is dropped",
+                408,
+            ) from None
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > request.client_max_size:
+            raise web.HTTPRequestEntityTooLarge(max_size=request.client_max_size, actual_size=size)
+        chunks.append(chunk)
+
+
 async def _read_json(request: web.Request) -> Any:
     try:
-        raw = await request.read()
+        raw = await _read_body(request, request.app[STATE].body_idle_timeout_s)
     except web.HTTPRequestEntityTooLarge:
         raise body_too_large(request.path, request.app[STATE].max_body_bytes) from None
     except web.RequestPayloadError as e:  # a Content-Encoding the body is not in
@@ -60,9 +80,21 @@ async def _read_json(request: web.Request) -> Any:
         raise BadRequest(f"{request.path}: the JSON body is nested too deeply") from None
 
 
-def _json_route(fn: Route) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _json_route(
+    fn: Route, browsers: bool = True
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """``fn`` as an aiohttp handler of a JSON body; ``browsers=False`` refuses a request with an
+    ``Origin`` header (403): browsers send one with every cross-site POST, and a form POST
+    needs no CORS preflight, so a web page could otherwise drive a keyless server."""
+
     async def handler(request: web.Request) -> web.Response:
         request.app[STATE].requests[request.path] += 1
+        if not browsers and "Origin" in request.headers:
+            raise BadRequest(
+                f"{request.path}: control routes do not answer browsers (the request has an "
+                "Origin header)",
+                403,
+            )
         result = await fn(request, await _read_json(request))
         return result if isinstance(result, web.StreamResponse) else web.json_response(result)
 
@@ -169,6 +201,7 @@ def build_app(
     control: bool = True,
     weights_root: str | Path | None = None,
     limits: QueueLimits = NO_BOUND,
+    body_idle_timeout_s: float = BODY_IDLE_TIMEOUT_S,
 ) -> web.Application:
     """An aiohttp application serving ``engine`` over ``protocol`` (``sglang`` or ``vllm``).
 
@@ -191,6 +224,8 @@ def build_app(
             the engine's model folder).
         limits: Bounds on queued generation requests and their bytes (default: none); beyond
             them a request gets 503 with ``Retry-After``.
+        body_idle_timeout_s: A body none of whose bytes arrive for this long gets 408
+            (:data:`BODY_IDLE_TIMEOUT_S`).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -220,6 +255,7 @@ def build_app(
             max_pixels=max_pixels,
             weights_root=root,
             admission=admission,
+            body_idle_timeout_s=body_idle_timeout_s,
         )
 
     async def on_shutdown(app: web.Application) -> None:
@@ -233,8 +269,10 @@ def build_app(
     app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     app.router.add_get("/health", _health)
-    for path, fn in {**ROUTES, **(CONTROL_ROUTES if control else {})}.items():
+    for path, fn in ROUTES.items():
         app.router.add_post(path, _json_route(fn))
+    for path, fn in (CONTROL_ROUTES if control else {}).items():
+        app.router.add_post(path, _json_route(fn, browsers=False))
     for path, get in get_routes.items():
         app.router.add_get(path, get)
     return app

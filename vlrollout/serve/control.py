@@ -34,7 +34,10 @@ def check_under_root(path: str, root: Path, where: str) -> None:
     ...
     vlrollout.serve.errors.BadRequest: /update: model_path '/srv/models/../../etc' is outside the weights root /srv/models (vlrollout serve --weights-root)
     """
-    resolved, allowed = Path(path).resolve(), root.resolve()
+    try:
+        resolved, allowed = Path(path).resolve(), root.resolve()
+    except (ValueError, OSError) as e:  # a NUL byte, a name too long for the OS
+        raise BadRequest(f"{where}: model_path {path!r} is no path: {e}") from None
     if not resolved.is_relative_to(allowed):
         raise BadRequest(
             f"{where}: model_path {path!r} is outside the weights root {allowed} "

@@ -9,6 +9,11 @@ PROTOCOLS = ("sglang", "vllm")
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body accepted unless ``--max-body-mb`` says otherwise; larger ones get 413."""
 
+BODY_IDLE_TIMEOUT_S = 10.0
+"""Longest wait for the next byte of a request body: a client that stops sending (a stalled
+upload, a connection held open on purpose) is answered 408 and gives its queue slot back, as
+nginx's ``client_body_timeout`` does."""
+
 DEFAULT_MAX_QUEUED_REQUESTS = 256
 """Generation requests queued (admitted, not yet answered) before the next gets 503."""
 

@@ -45,6 +45,7 @@ from vlrollout.processors.image_loading import (
 from vlrollout.processors.video_loading import DEFAULT_MAX_VIDEO_BYTES, PeekedVideo
 from vlrollout.serve.admission import Admission, TokenRate
 from vlrollout.serve.errors import BadRequest, typed
+from vlrollout.serve.limits import BODY_IDLE_TIMEOUT_S
 
 if TYPE_CHECKING:
     from vlrollout.workflows.preparation import FrameSampling
@@ -67,6 +68,7 @@ class ServerState:
         min_pixels, max_pixels: Each image's pixel budget (``None``: the processor's settings).
         weights_root: The folder weight updates may load from (anything under it).
         admission: The queue's bounds and counters (``None``: no bound).
+        body_idle_timeout_s: A request body none of whose bytes arrive for this long gets 408.
     """
 
     engine: Any
@@ -79,6 +81,7 @@ class ServerState:
     max_pixels: int | None = None
     weights_root: Path | None = None
     admission: Admission | None = None
+    body_idle_timeout_s: float = BODY_IDLE_TIMEOUT_S
     running: asyncio.Event = field(default_factory=asyncio.Event)
     stopping: bool = False  # the server is shutting down: held requests get 503
     inflight: dict[str, bool] = field(default_factory=dict)  # rid -> abort on pause
