@@ -4,6 +4,7 @@ path, a device or an address costs nothing (``vlrollout run``, ``vlrollout eval`
 
 from __future__ import annotations
 
+import json
 import socket
 import urllib.error
 import urllib.request
@@ -58,13 +59,22 @@ GENERATION_ROUTES = {"sglang": "/generate", "vllm": "/v1/completions"}
 
 
 def check_protocol(kind: str, address: str) -> None:
-    """Refuse a server at ``address`` that has no ``kind``'s generation route: asked with a GET,
-    a server that has the route answers 405 (it takes POST), one that lacks it 404. Any other
-    answer, or none (a key required, a slow server), is left to the run.
+    """Refuse a server at ``address`` that does not speak ``kind``'s protocol: ``vlrollout
+    serve`` names its protocol in ``/health``; another server is asked for ``kind``'s generation
+    route with a GET, which a server that has the route answers 405 (it takes POST) and one that
+    lacks it 404. Any other answer, or none (a key required, a slow server), is left to the run.
 
     Raises:
-        ConfigError: The server answered 404 for the route.
+        ConfigError: The server speaks another protocol.
     """
+    spoken = _served_protocol(address)
+    if spoken is not None:
+        if spoken != kind:
+            raise ConfigError(
+                f"the {kind} server at {address} speaks {spoken}'s protocol (its /health says "
+                f"so), not {kind}'s; pass the protocol it speaks"
+            )
+        return
     route = GENERATION_ROUTES[kind]
     try:
         urllib.request.urlopen(f"http://{address}{route}", timeout=3).close()
@@ -107,3 +117,15 @@ def check_cuda(device: str, flag: str = "--device") -> None:
             f"{flag} {device}: only {torch.cuda.device_count()} CUDA device(s); "
             f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}"
         )
+
+
+def _served_protocol(address: str) -> str | None:
+    """The protocol a ``vlrollout serve`` at ``address`` names in ``/health``; ``None`` for any
+    other answer (another server, a key required, none)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/health", timeout=3) as r:
+            health = json.loads(r.read() or b"null")
+    except (OSError, ValueError):
+        return None
+    spoken = health.get("protocol") if isinstance(health, dict) else None
+    return spoken if spoken in GENERATION_ROUTES else None

@@ -148,7 +148,7 @@ async def _answer(request: web.Request, handler) -> web.StreamResponse:
 
 
 async def _health(request: web.Request) -> web.Response:
-    """``status``, pause state, weight version, requests per path, the queue's counters, error
+    """``status``, the protocol spoken, pause state, weight version, requests per path, the queue's counters, error
     answers by status, generated tokens (total and per second over the last ten seconds),
     resident memory and the image ``size`` the served processor resizes to (which clients must
     match)."""
@@ -156,6 +156,7 @@ async def _health(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "status": "ok",
+            "protocol": request.app[SERVED_PROTOCOL],
             "paused": not state.running.is_set(),
             "version": state.engine.get_version(),
             "requests": dict(state.requests),
@@ -168,6 +169,9 @@ async def _health(request: web.Request) -> web.Response:
         }
     )
 
+
+SERVED_PROTOCOL: web.AppKey[str] = web.AppKey("protocol", str)
+"""The protocol the application speaks, which ``/health`` names (clients check it before use)."""
 
 NO_BOUND = QueueLimits()
 """Queue limits that bound nothing (``build_app``'s default; the command line sets bounds)."""
@@ -242,6 +246,7 @@ def build_app(
     middlewares = [_errors, *([key_middleware(api_key)] if api_key else [])]
     middlewares.append(admission_middleware(admission, set(ROUTES), max_body_bytes))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
+    app[SERVED_PROTOCOL] = protocol
 
     async def on_startup(app: web.Application) -> None:  # the Event needs the running loop
         app[STATE] = ServerState(
