@@ -696,3 +696,22 @@ def test_a_client_that_hangs_up_is_logged_and_counted(prompts, serve_info_record
     text = serve_info_records.text.splitlines()
     lines = [line for line in text if "closed the connection" in line]
     assert lines == ["POST /generate -> 499: the client closed the connection before the answer"]
+
+
+def test_openai_fields_at_their_neutral_value_are_taken(vllm_server):
+    """Harnesses send presence_penalty 0, an empty logit_bias and a user id by default: they
+    change nothing, so they pass; any other value is refused naming the field, never ignored."""
+    server, _ = vllm_server
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    neutral = {"presence_penalty": 0, "logit_bias": {}, "user": "harness-7"}
+    r = requests.post(server.url + "/v1/chat/completions", json={**chat, **neutral}, timeout=60)
+    assert r.status_code == 200, r.text
+    r = requests.post(
+        server.url + "/v1/completions", json={"prompt": [1, 2], **neutral}, timeout=60
+    )
+    assert r.status_code == 200, r.text
+    for field, value in (("presence_penalty", 0.5), ("logit_bias", {"5": 10}), ("user", 7)):
+        r = requests.post(
+            server.url + "/v1/chat/completions", json={**chat, field: value}, timeout=60
+        )
+        assert r.status_code == 400 and field in r.json()["error"]["message"], r.text

@@ -74,6 +74,7 @@ SAMPLING_FIELDS = (
     "n",
     "frequency_penalty",
     "seed",
+    *("presence_penalty", "logit_bias", "user"),  # taken at their neutral value: _check_neutral
 )
 
 
@@ -96,9 +97,23 @@ FLAGS = ("stream", "ignore_eos", "skip_special_tokens", "return_tokens_as_token_
 """The boolean fields of both routes (chat's ``logprobs`` too; completions' is a count)."""
 
 
+def _check_neutral(body: dict[str, Any], where: str) -> None:
+    """OpenAI fields harnesses send by default, taken at the value that changes nothing
+    (``presence_penalty`` 0, an empty ``logit_bias``, a ``user`` id string) and refused at any
+    other, which this server would otherwise ignore."""
+    penalty, bias, user = (body.get(k) for k in ("presence_penalty", "logit_bias", "user"))
+    if penalty is not None and (isinstance(penalty, bool) or penalty != 0):
+        raise BadRequest(f"{where}: presence_penalty is not supported; only 0, got {penalty!r}")
+    if bias:
+        raise BadRequest(f"{where}: logit_bias is not supported; only an empty one, got {bias!r}")
+    if user is not None and not isinstance(user, str):
+        raise BadRequest(f"{where}: user must be a string, got {user!r}")
+
+
 def _gconfig(state: ServerState, body: dict[str, Any], where: str, default_max_tokens: int):
     """AReaL's settings of a request; without ``max_tokens`` the route's default (vLLM's: 16 on
     completions, the rest of the context on chat, the engine capping it at the context)."""
+    _check_neutral(body, where)
     check_flags(body, (*FLAGS, "use_beam_search"), where)
     if body.get("use_beam_search"):
         raise BadRequest(f"{where}: use_beam_search is not supported")
