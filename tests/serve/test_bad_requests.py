@@ -715,3 +715,10 @@ def test_openai_fields_at_their_neutral_value_are_taken(vllm_server):
             server.url + "/v1/chat/completions", json={**chat, field: value}, timeout=60
         )
         assert r.status_code == 400 and field in r.json()["error"]["message"], r.text
+
+
+def test_a_body_that_is_not_utf8_is_told_so(sglang_server):
+    """JSON travels as UTF-8 (RFC 8259): bytes that are not are named so, not read as UTF-16."""
+    server, _ = sglang_server
+    r = requests.post(server.url + "/generate", data=b'\xff\xfe{"input_ids": [1]}', timeout=30)
+    assert r.status_code == 400 and "the body is not UTF-8" in r.json()["error"]["message"]

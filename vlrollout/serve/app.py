@@ -71,10 +71,14 @@ async def _read_json(request: web.Request) -> Any:
     if not raw.strip():
         return {}
     try:
+        text = raw.decode("utf-8-sig")  # JSON travels as UTF-8 (RFC 8259), a BOM tolerated
+    except UnicodeDecodeError as e:
+        raise BadRequest(f"{request.path}: the body is not UTF-8 ({e})") from None
+    try:
         if len(raw) > PARSE_OFF_LOOP_BYTES:
-            return await asyncio.to_thread(json.loads, raw)
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return await asyncio.to_thread(json.loads, text)
+        return json.loads(text)
+    except json.JSONDecodeError as e:
         raise BadRequest(f"{request.path}: malformed JSON body: {e}") from None
     except RecursionError:
         raise BadRequest(f"{request.path}: the JSON body is nested too deeply") from None
