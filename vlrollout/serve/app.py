@@ -56,6 +56,12 @@ async def _read_body(request: web.Request, idle_s: float) -> bytes:
         chunks.append(chunk)
 
 
+def _parse(raw: bytes) -> Any:
+    """A JSON body: UTF-8 as RFC 8259 has it (a BOM tolerated), never another encoding
+    guessed from its first bytes."""
+    return json.loads(raw.decode("utf-8-sig"))
+
+
 async def _read_json(request: web.Request) -> Any:
     try:
         raw = await _read_body(request, request.app[STATE].body_idle_timeout_s)
@@ -71,13 +77,11 @@ async def _read_json(request: web.Request) -> Any:
     if not raw.strip():
         return {}
     try:
-        text = raw.decode("utf-8-sig")  # JSON travels as UTF-8 (RFC 8259), a BOM tolerated
+        if len(raw) > PARSE_OFF_LOOP_BYTES:
+            return await asyncio.to_thread(_parse, raw)
+        return _parse(raw)
     except UnicodeDecodeError as e:
         raise BadRequest(f"{request.path}: the body is not UTF-8 ({e})") from None
-    try:
-        if len(raw) > PARSE_OFF_LOOP_BYTES:
-            return await asyncio.to_thread(json.loads, text)
-        return json.loads(text)
     except json.JSONDecodeError as e:
         raise BadRequest(f"{request.path}: malformed JSON body: {e}") from None
     except RecursionError:
