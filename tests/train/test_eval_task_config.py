@@ -60,7 +60,7 @@ def test_the_held_out_file_is_read_as_vlrollout_eval_reads_it(tmp_path):
     assert _text(held_out[0]) == TASK_PROMPTS["refcoco"].format(expression="a dot")
     # The unreadable row stays, for the evaluator to count with its reason.
     (unreadable,) = [it for it in held_out if LOAD_ERROR in it]
-    assert "valid.jsonl row 2: field bbox" in unreadable[LOAD_ERROR]["detail"]
+    assert "valid.jsonl line 2: field bbox" in unreadable[LOAD_ERROR]["detail"]
 
 
 def test_a_prompt_applies_to_both_files_and_without_a_task_bad_rows_are_dropped(tmp_path):
