@@ -19,6 +19,7 @@ from PIL import Image
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.determinism import request_digest
 from vlrollout.processors import AutoProcessorPreprocessor
+from vlrollout.testing.tiny_model import tiny_qwen2vl
 from vlrollout.workflows.steps import LazyImagesRequest
 
 
@@ -147,3 +148,64 @@ def test_the_sampling_key_is_what_the_engine_reads_so_tensors_are_never_encoded(
     assert request_digest(alike) == request_digest(red)
     images_only = [ModelRequest(input_ids=[1, 2], image_data=[b]) for b in ("aGk=", "aGV5")]
     assert request_digest(images_only[0]) != request_digest(images_only[1])
+
+
+def _sampled(prompt, mm=None) -> ModelRequest:
+    g = GenerationHyperparameters(max_new_tokens=6, min_new_tokens=6, temperature=1.0)
+    return ModelRequest(
+        input_ids=list(prompt), metadata={"multi_modal_input": mm} if mm else {}, gconfig=g
+    )
+
+
+def _in_order(engine, reqs):
+    """``reqs`` issued together, so they reach the one-row worker (and run) in this order."""
+
+    async def run():
+        return await asyncio.gather(*(engine.agenerate(r.copy()) for r in reqs))
+
+    return asyncio.run(run())
+
+
+def test_a_group_prefills_its_prompt_once_with_the_numbers_of_separate_prefills(
+    tiny, vision_prompt, text_prompt
+):
+    """Deterministic mode runs one request at a time, so a GRPO group's n requests would prefill
+    one prompt n times. Each one after the first reuses the previous prefill instead: the same
+    forward of the same inputs. Two prompts of the same tokens with different pixels are
+    different prompts, and the first one's cache is not changed by its own decode. The
+    reference runs every request between unrelated prompts, so it never reuses a prefill."""
+    model, processor = tiny
+    a, c = vision_prompt(seed=0), vision_prompt(seed=1)
+    assert a["input_ids"] == c["input_ids"]  # only the pixels differ
+    group_a = [_sampled(a["input_ids"], a["mm"]) for _ in range(3)]
+    group_c = [_sampled(c["input_ids"], c["mm"]) for _ in range(2)]
+    with LocalInferenceEngine(model, processor, seed=5, deterministic=True) as engine:
+        grouped = _in_order(engine, group_a + group_c)
+        reused = engine.stats().get("prefills_reused", 0)
+    fillers = [_sampled(text_prompt(f"filler {i}")) for i in range(5)]
+    apart = [r for pair in zip(group_a + group_c, fillers, strict=True) for r in pair]
+    with LocalInferenceEngine(model, processor, seed=5, deterministic=True) as engine:
+        reference = _in_order(engine, apart)[::2]
+        assert engine.stats().get("prefills_reused", 0) == 0
+    assert reused == 3  # the 2nd and 3rd of group a, the 2nd of group c
+    for got, want in zip(grouped, reference, strict=True):
+        assert got.output_tokens == want.output_tokens
+        assert torch.equal(torch.tensor(got.output_logprobs), torch.tensor(want.output_logprobs))
+    assert grouped[0].output_tokens != grouped[1].output_tokens  # still distinct samples
+
+
+def test_a_weight_update_forgets_the_reused_prefill(vision_prompt):
+    model, processor = tiny_qwen2vl(seed=0)
+    new_weights = {k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items()}
+    p = vision_prompt(seed=0)
+    twins = [_sampled(p["input_ids"], p["mm"]) for _ in range(2)]
+    with LocalInferenceEngine(model, processor, seed=5, deterministic=True) as engine:
+        _in_order(engine, twins[:1])
+        engine.update_weights_from_state_dict(new_weights).result()
+        after = _in_order(engine, twins[1:])[0]
+        assert engine.stats().get("prefills_reused", 0) == 0
+    with LocalInferenceEngine(model, processor, seed=5, deterministic=True) as engine:
+        engine.update_weights_from_state_dict(new_weights).result()
+        want = _in_order(engine, twins)[1]
+    assert after.output_tokens == want.output_tokens
+    assert torch.equal(torch.tensor(after.output_logprobs), torch.tensor(want.output_logprobs))

@@ -10,7 +10,9 @@ side would write different files. In deterministic mode the engine removes both 
   id is not used: our workflows and AReaL draw it from ``uuid4``. The n episodes of a GRPO group
   share a prompt, so they get keys ``(digest, 0) .. (digest, n-1)`` and stay distinct samples.
 - **Arithmetic.** Sequences run one at a time, so no left padding or batch shape can change a
-  floating-point result (batched matmuls and attention are not bit-identical to batch 1).
+  floating-point result (batched matmuls and attention are not bit-identical to batch 1). The
+  n requests of a group still prefill their prompt once: each after the first starts from a
+  copy of the previous prefill (:mod:`~vlrollout.engine.prefill_memo`), the same numbers.
 
 The occurrence index is taken synchronously when ``agenerate`` is called, so twins keep their
 order as long as the caller issues them in a fixed order (``asyncio.gather`` does).

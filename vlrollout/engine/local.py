@@ -318,8 +318,10 @@ class LocalInferenceEngine(InferenceEngine):
         return stats_tracker.export_all(reduce_group=None)
 
     def stats(self) -> dict[str, int]:
-        """Counters: ``prefills``, ``decode_steps``, ``decode_rows`` (rows summed over steps),
-        ``tokens``; ``decode_rows / decode_steps`` is the mean decode batch size."""
+        """Counters: ``prefills``, ``prefill_batches`` (prefill forwards), ``prefills_reused``
+        (prefills that started from the previous one's copy, one request at a time),
+        ``decode_steps``, ``decode_rows`` (rows summed over steps), ``tokens``;
+        ``decode_rows / decode_steps`` is the mean decode batch size."""
         return dict(self._worker.stats)
 
     # ------------------------------------------------------------------ generation

@@ -40,6 +40,7 @@ from vlrollout.engine.batch import (
     select_rows,
 )
 from vlrollout.engine.inputs import PreparedInputs, prompt_positions, uses_mrope
+from vlrollout.engine.prefill_memo import PrefillMemo, same_inputs
 from vlrollout.engine.sampling import SamplingParams, sample_batch, top_logprobs
 from vlrollout.engine.step_forward import CompiledStep, DirectStep, FullStep, choose_step
 from vlrollout.families import family_of
@@ -68,29 +69,12 @@ def distinct_rows(tasks: list[Any], rows: list[list[int]]) -> list[int]:
     seen: dict[tuple[int, ...], list[int]] = {}
     for i, (task, row) in enumerate(zip(tasks, rows, strict=True)):
         same = seen.setdefault(tuple(row), [])
-        match = next((j for j in same if _same_inputs(tasks[j].inputs, task.inputs)), None)
+        match = next((j for j in same if same_inputs(tasks[j].inputs, task.inputs)), None)
         if match is None:
             same.append(i)
             match = i
         source.append(match)
     return source
-
-
-def _same_inputs(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if (a.mm_token_type_ids is None) != (b.mm_token_type_ids is None) or a.vision.keys() != (
-        b.vision.keys()
-    ):
-        return False
-    if a.mm_token_type_ids is not None and not torch.equal(
-        a.mm_token_type_ids, b.mm_token_type_ids
-    ):
-        return False
-    return all(
-        a.vision[k].shape == b.vision[k].shape and torch.equal(a.vision[k], b.vision[k])
-        for k in a.vision
-    )
 
 
 def _joined_vision(inputs: list[PreparedInputs]) -> dict[str, torch.Tensor]:
@@ -217,6 +201,8 @@ class DecodeWorker:
         # families make their own cache class): learnt at the first prefill, which then
         # converts its cache; later prefills write into a growing cache directly.
         self._plain_cache: bool | None = None
+        # One request at a time: the last prefill, for the next request of its prompt.
+        self._memo: PrefillMemo | None = None
 
     # ---------------------------------------------------------------- called from other threads
     @property
@@ -379,6 +365,7 @@ class DecodeWorker:
         for fn, invalidates, fut in controls:
             if invalidates:
                 image_sharing.forget(self.model)  # features of the weights before
+                self._memo = None
             if invalidates and self._active:
                 with self._cond:
                     self._pending.extendleft(reversed(self._active))
@@ -483,39 +470,15 @@ class DecodeWorker:
         run = [tasks[i] for i in firsts]
         run_rows = [rows[i] for i in firsts]
         length = max(len(r) for r in run_rows)
-        ids = torch.tensor([[0] * (length - len(r)) + r for r in run_rows], device=self.device)
         mask = torch.tensor(
             [[0] * (length - len(r)) + [1] * len(r) for r in run_rows], device=self.device
         )
-        positions = []
-        for task, row in zip(run, run_rows, strict=True):
-            pos, task.rope_delta = prompt_positions(
-                self.model,
-                torch.tensor([row], device=self.device),
-                task.inputs.mm_token_type_ids,
-                task.inputs.vision,
-            )
-            positions.append(torch.nn.functional.pad(pos, (length - len(row), 0), value=1))
-        position_ids = torch.cat(positions, dim=-2)  # [3, B, L] (M-RoPE) or [B, L]
-        vision = _joined_vision([task.inputs for task in run])
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask if len(run) > 1 else None,
-            position_ids=position_ids,
-            past_key_values=growing_cache(self._grow) if self._grow and self._plain_cache else None,
-            use_cache=True,
-            logits_to_keep=1,
-            **self._token_types(run, length),
-            **vision,
-        )
+        logits, cache = self._prefill_forward(run, run_rows, mask)
         self.stats["prefills"] += len(tasks)
-        self.stats["prefill_batches"] += 1
-        self.stats["prefill_rows_run"] += len(run)
         slot = {task_index: n for n, task_index in enumerate(firsts)}
         row_of = [slot[i] for i in source]  # each task's row of the forward
         for task, i in zip(tasks, source, strict=True):
             task.rope_delta = tasks[i].rope_delta
-        logits = out.logits[:, -1]
         if len(run) < len(tasks):
             logits = logits[torch.tensor(row_of, device=logits.device)]
         tokens, done = self._sample(tasks, logits)
@@ -523,7 +486,7 @@ class DecodeWorker:
         if not keep:
             return
         new = [tasks[i] for i in keep]
-        cache, mask, next_ids = self._growing(out.past_key_values), mask.bool(), tokens.view(-1, 1)
+        mask, next_ids = mask.bool(), tokens.view(-1, 1)
         next_pos = torch.tensor([[t.length - 1 + t.rope_delta] for t in new], device=self.device)
         wanted = [row_of[i] for i in keep]
         if wanted != list(range(len(run))):
@@ -537,6 +500,48 @@ class DecodeWorker:
             new = self._active + new
         self._active, self._cache, self._mask = new, cache, MaskBuffer(mask)
         self._next_ids, self._next_pos = next_ids, next_pos
+
+    def _prefill_forward(
+        self, run: list[GenerationTask], rows: list[list[int]], mask: torch.Tensor
+    ) -> tuple[torch.Tensor, Any]:
+        """The last logits ``[len(run), vocab]`` and the cache (as the decode batch keeps it) of
+        one forward over ``rows`` (distinct, left-padded to ``mask``'s width), setting each
+        task's ``rope_delta``. A
+        one-row worker starts from its last prefill instead where that was the same row
+        (:mod:`~vlrollout.engine.prefill_memo`)."""
+        memo = self._memo
+        if len(run) == 1 and memo is not None and memo.serves(rows[0], run[0].inputs):
+            run[0].rope_delta = memo.rope_delta
+            self.stats["prefills_reused"] += 1
+            return memo.copies()
+        length = mask.shape[1]
+        ids = torch.tensor([[0] * (length - len(r)) + r for r in rows], device=self.device)
+        positions = []
+        for task, row in zip(run, rows, strict=True):
+            pos, task.rope_delta = prompt_positions(
+                self.model,
+                torch.tensor([row], device=self.device),
+                task.inputs.mm_token_type_ids,
+                task.inputs.vision,
+            )
+            positions.append(torch.nn.functional.pad(pos, (length - len(row), 0), value=1))
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask if len(run) > 1 else None,
+            position_ids=torch.cat(positions, dim=-2),  # [3, B, L] (M-RoPE) or [B, L]
+            past_key_values=growing_cache(self._grow) if self._grow and self._plain_cache else None,
+            use_cache=True,
+            logits_to_keep=1,
+            **self._token_types(run, length),
+            **_joined_vision([task.inputs for task in run]),
+        )
+        self.stats["prefill_batches"] += 1
+        self.stats["prefill_rows_run"] += len(run)
+        logits, cache = out.logits[:, -1], self._growing(out.past_key_values)
+        if self.max_batch_size > 1:
+            return logits, cache
+        self._memo = PrefillMemo(tuple(rows[0]), run[0].inputs, run[0].rope_delta, logits, cache)
+        return self._memo.copies()
 
     def _growing(self, cache: Any) -> Any:
         """A prefill's cache as the decode batch keeps it: see ``_plain_cache``."""
