@@ -10,7 +10,9 @@ import torch
 
 from tests.engine.batches import generate_all, shrinking_requests
 from vlrollout.engine import LocalInferenceEngine
+from vlrollout.engine.inputs import uses_mrope
 from vlrollout.engine.step_forward import DirectStep, FullStep, choose_step
+from vlrollout.testing.tiny_families import tiny_vlm
 from vlrollout.testing.tiny_model import tiny_qwen2_text, tiny_qwen2vl
 
 CPU = torch.device("cpu")
@@ -24,6 +26,14 @@ def test_the_direct_step_is_taken_where_it_matches(impl, prepared_mask):
     text = tiny_qwen2_text(num_key_value_heads=1)
     text.set_attn_implementation(impl)
     assert isinstance(choose_step(text, CPU, mrope=False, prepared_mask=prepared_mask), DirectStep)
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "llava", "mistral3"])
+def test_decoders_that_build_their_own_masks_take_the_direct_step_too(family):
+    """Their decoders call transformers' mask builder whatever the mask, so the prepared 4-D
+    mask goes in as a tensor (which the builder returns as given), not as a mapping."""
+    model, _ = tiny_vlm(family)
+    assert isinstance(choose_step(model, CPU, uses_mrope(model), prepared_mask=True), DirectStep)
 
 
 def test_a_model_whose_forward_does_more_keeps_its_forward():

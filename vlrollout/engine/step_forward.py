@@ -5,8 +5,8 @@ vision-language model the outer forward (``Qwen2VLForConditionalGeneration`` ->
 ``Qwen2VLModel``) only hands those to the text decoder, after checks for images that a decode
 step never has, and then applies the LM head; each level also builds an output dataclass.
 :class:`DirectStep` calls the decoder and the head itself, and hands an SDPA model's prepared
-decode mask over as the per-attention-type mapping that transformers' decoders take as-is (the
-form ``generate`` prepares), so the decoder builds no mask either. ``bench/bench_engine.py``
+4-D decode mask over as it is, which transformers' mask builders return unchanged, so the
+decoder builds no mask either. ``bench/bench_engine.py``
 measures the engine's time inside these calls against ``model.generate``.
 
 The direct path is used only where it gives bit-identical logits to the model's own forward on
@@ -74,7 +74,8 @@ class FullStep:
 
 class DirectStep:
     """The same step through ``decoder`` and ``head``; with ``prepared_mask`` the mask is the
-    ``[rows, 1, 1, columns]`` additive SDPA mask, handed over as ``{"full_attention": mask}``."""
+    ``[rows, 1, 1, columns]`` additive SDPA mask, which transformers' mask builders return as
+    given (a decoder that builds its masks itself, as Qwen3-VL's does, takes it too)."""
 
     def __init__(self, decoder: torch.nn.Module, head: torch.nn.Module, prepared_mask: bool):
         self.decoder, self.head, self.prepared_mask = decoder, head, prepared_mask
@@ -82,7 +83,7 @@ class DirectStep:
     def __call__(self, ids, mask, positions, cache) -> tuple[torch.Tensor, Any]:
         out = self.decoder(
             input_ids=ids,
-            attention_mask={"full_attention": mask} if self.prepared_mask else mask,
+            attention_mask=mask,
             position_ids=positions,
             past_key_values=cache,
             use_cache=True,
