@@ -38,10 +38,12 @@ from .image_loading import (
 )
 from .merge_kwargs_cache import with_merged_kwargs_cache
 from .messages import check_media_fields, normalize_media
-from .video_loading import (
+from .video_limits import (
     DEFAULT_MAX_FRAME_PIXELS,
     DEFAULT_MAX_SOURCE_FRAMES,
     DEFAULT_MAX_VIDEO_BYTES,
+)
+from .video_loading import (
     LoadedVideo,
     PeekedVideo,
     VideoLimits,

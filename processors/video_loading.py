@@ -34,16 +34,14 @@ from PIL import Image
 from .base import VideoClip
 from .errors import PreprocessError
 from .image_loading import load_image, peek_source, read_source
+from .video_limits import (
+    DEFAULT_MAX_FRAME_PIXELS,
+    DEFAULT_MAX_SAMPLED_PIXELS,
+    DEFAULT_MAX_SOURCE_FRAMES,
+    DEFAULT_MAX_VIDEO_BYTES,
+)
 from .video_sampling import VideoSampling
 
-DEFAULT_MAX_VIDEO_BYTES = 256 * 1024 * 1024
-"""Largest encoded video accepted, in bytes."""
-DEFAULT_MAX_SOURCE_FRAMES = 100_000
-"""Most frames a source video may have (about an hour at 25 fps)."""
-DEFAULT_MAX_FRAME_PIXELS = 4096 * 4096
-"""Largest source frame accepted (width × height)."""
-DEFAULT_MAX_SAMPLED_PIXELS = 256 * 1024 * 1024
-"""Most pixels the sampled frames of one video may hold together (768 MiB of RGB)."""
 THUMBNAILS = 8
 THUMBNAIL_HEIGHT = 56
 

@@ -57,6 +57,18 @@ def test_help_lists_the_commands():
         assert command in out
 
 
+def test_help_builds_every_command_without_importing_torch_or_transformers():
+    """``vlrollout --help`` (and a usage error) answer in about a second: the parsers, and the
+    defaults they show, import no model stack (torch and transformers take seconds)."""
+    script = (
+        "import sys; from vlrollout.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('torch', 'transformers', 'av') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_yaml_then_flags(tmp_path):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(

@@ -12,7 +12,7 @@ from vlrollout.engine.checks import check_device
 from vlrollout.errors import UsageError
 from vlrollout.processors.decode_room import RESIDENT_PER_PIXEL, machine_memory_bytes
 from vlrollout.processors.image_loading import DEFAULT_MAX_PIXELS
-from vlrollout.processors.video_loading import DEFAULT_MAX_FRAME_PIXELS
+from vlrollout.processors.video_limits import DEFAULT_MAX_FRAME_PIXELS
 from vlrollout.serve.admission import QueueLimits
 from vlrollout.serve.auth import API_KEY_ENV, api_key, exposure_warning
 from vlrollout.serve.limits import (

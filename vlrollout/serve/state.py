@@ -42,7 +42,8 @@ from vlrollout.processors.image_loading import (
     peek_image,
     shown_sizes,
 )
-from vlrollout.processors.video_loading import DEFAULT_MAX_VIDEO_BYTES, PeekedVideo
+from vlrollout.processors.video_limits import DEFAULT_MAX_VIDEO_BYTES
+from vlrollout.processors.video_loading import PeekedVideo
 from vlrollout.serve.admission import Admission, TokenRate
 from vlrollout.serve.errors import BadRequest, typed
 from vlrollout.serve.limits import BODY_IDLE_TIMEOUT_S
