@@ -48,7 +48,7 @@ class EngineConfig:
         metadata={
             "help": "Form the local engine's batches independently of request timing, so a "
             "seeded run gives the same tokens under any load (sequences are decoded one at a "
-            "time: slower). Unset: on when `vlrollout run` is given a seed, off in training."
+            "time, a group's prompt prefilled once: slower). Unset: on when `vlrollout run` is given a seed, off in training."
         },
     )
     compile: bool = field(
