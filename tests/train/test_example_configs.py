@@ -312,3 +312,34 @@ def test_a_batch_larger_than_the_training_items_is_refused(tmp_path, capsys):
     assert main(["train", *args]) == 2
     err = capsys.readouterr().err
     assert "train_dataset.batch_size=8 is more than the 4 training items" in err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (["total_train_epochs=1", "total_train_steps=7"], True),  # 8 items // 2 = 4 per epoch
+        (["total_train_epochs=2", "total_train_steps=8"], False),
+        (["total_train_epochs=1", "total_train_steps=null"], False),  # the epochs decide
+    ],
+)
+def test_steps_past_the_learning_rate_schedule_are_refused(tmp_path, overrides, refused):
+    """AReaL sizes the actor's learning-rate schedule by ``total_train_epochs``: a run longer
+    than that would train its last steps at the schedule's end (lr 0 after a linear decay)."""
+    from vlrollout.errors import ConfigError
+    from vlrollout.train.data import check_batch_fits
+
+    cfg = load_config(
+        "examples/train_grounding.yaml",
+        [f"vlrollout.output={tmp_path}", "train_dataset.batch_size=2", *overrides],
+    )
+    items = [{"id": str(i)} for i in range(8)]
+    if not refused:
+        check_batch_fits(cfg, items)
+        return
+    with pytest.raises(ConfigError) as e:
+        check_batch_fits(cfg, items)
+    assert str(e.value) == (
+        "total_train_steps=7 runs past the learning-rate schedule, which AReaL sizes as "
+        "total_train_epochs=1 x 4 steps per epoch (8 items // batch 2) = 4 steps: raise "
+        "total_train_epochs or lower total_train_steps"
+    )

@@ -54,16 +54,29 @@ def load_data(cfg: TrainConfig) -> tuple[list[dict], list[dict]]:
 
 
 def check_batch_fits(cfg: TrainConfig, train: list[dict]) -> None:
-    """Refuse a batch larger than the training items: each step would train fewer than it says.
+    """Refuse a batch larger than the training items (each step would train fewer than it
+    says), and more steps than the learning-rate schedule: AReaL sizes it by
+    ``total_train_epochs`` (``FinetuneSpec``), so later steps would train at its end (lr 0
+    after a linear decay, rising again on a cosine).
 
     Raises:
-        ConfigError: naming both numbers.
+        ConfigError: naming the numbers.
     """
     batch = cfg.train_dataset.batch_size
     if len(train) < batch:
         raise ConfigError(
             f"train_dataset.batch_size={batch} is more than the {len(train)} training items: a "
             "step would train fewer than it says; lower the batch size or add items"
+        )
+    per_epoch = len(train) // batch
+    scheduled = cfg.total_train_epochs * per_epoch
+    steps = cfg.total_train_steps
+    if steps is not None and steps > scheduled:
+        raise ConfigError(
+            f"total_train_steps={steps} runs past the learning-rate schedule, which AReaL sizes "
+            f"as total_train_epochs={cfg.total_train_epochs} x {per_epoch} steps per epoch "
+            f"({len(train)} items // batch {batch}) = {scheduled} steps: raise "
+            "total_train_epochs or lower total_train_steps"
         )
 
 
