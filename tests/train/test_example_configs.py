@@ -343,3 +343,26 @@ def test_steps_past_the_learning_rate_schedule_are_refused(tmp_path, overrides, 
         "total_train_epochs=1 x 4 steps per epoch (8 items // batch 2) = 4 steps: raise "
         "total_train_epochs or lower total_train_steps"
     )
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (  # a typo on the command line is the command line's, not the YAML's
+            "vlrollout.eval_evry=2",
+            "setting vlrollout.eval_evry=2: unknown key 'vlrollout.eval_evry'; did you mean "
+            "vlrollout.eval_every?",
+        ),
+        (  # a key of AReaL's own saver: the `+` that the loader needs would be refused next
+            "saver.freq_steps=2",
+            "setting saver.freq_steps=2: saver.freq_steps is for AReaL's own saver, which "
+            "vlrollout train does not run: use vlrollout.save_every and vlrollout.keep_checkpoints",
+        ),
+    ],
+)
+def test_an_override_that_cannot_load_is_named_as_the_command_lines(tmp_path, override, expected):
+    from vlrollout.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        load_config("examples/train_grounding.yaml", [f"vlrollout.output={tmp_path}", override])
+    assert str(info.value) == expected

@@ -420,8 +420,8 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
 
 
 AREAL_LOOPS = {
-    "saver": "vlrollout.save_every and vlrollout.keep_checkpoints",
-    "evaluator": "vlrollout.eval_every",
+    "saver": "use vlrollout.save_every and vlrollout.keep_checkpoints",
+    "evaluator": "use vlrollout.eval_every",
     "recover": "rerun the same command to resume from the last checkpoint",
 }
 """The sections of AReaL's own saving, evaluation and recovery loops, which ``vlrollout train``
@@ -438,7 +438,7 @@ def check_areal_loops_unset(cfg: TrainConfig) -> None:
             if getattr(values, key) is not None:
                 raise ConfigError(
                     f"{section}.{key}={getattr(values, key)} is for AReaL's own {section}, "
-                    f"which vlrollout train does not run: use {instead}"
+                    f"which vlrollout train does not run: {instead}"
                 )
     if cfg.recover.mode != "disabled":
         raise ConfigError(
@@ -535,7 +535,7 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     try:
         cfg, _ = load_expr_config(["--config", path, *(overrides or [])], TrainConfig)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        raise _explain_override(e, path) from e
+        raise _explain_override(e, path, overrides or []) from e
     except OSError as e:  # AReaL creates its name_resolve folder under cluster.fileroot
         raise ConfigError(
             f"cannot create {e.filename}: {e.strerror} (the run's files go under "
@@ -661,10 +661,20 @@ def held_out_hint(key: str) -> str:
     )
 
 
-def _explain_override(e: Exception, path: str) -> Exception:
-    """One line for a failed load. AReaL's loader overrides only keys the YAML sets, and hydra
-    says "Could not override 'KEY'" both for a typo and for a real key the file leaves out (with
-    a hint to append that is wrong for a typo): tell the two apart with the config's fields."""
+def _origin(key: str, path: str, overrides: list[str]) -> str:
+    """Where ``key`` was set: ``setting KEY=VALUE`` for a command-line override, else the file."""
+    for entry in overrides:
+        name, _, value = entry.lstrip("+~").partition("=")
+        if name == key:
+            return f"setting {name}={value}"
+    return path
+
+
+def _explain_override(e: Exception, path: str, overrides: list[str]) -> Exception:
+    """One line for a failed load, naming the command-line setting or the file at fault.
+    AReaL's loader overrides only keys the YAML sets, and hydra says "Could not override 'KEY'"
+    both for a typo and for a real key the file leaves out (with a hint to append that is wrong
+    for a typo): tell the two apart with the config's fields."""
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     if "is not a subclass of EngineConfig" in first:
         return ConfigError(
@@ -673,14 +683,20 @@ def _explain_override(e: Exception, path: str) -> Exception:
         )
     full_key = getattr(e, "full_key", None)
     if isinstance(e, OmegaConfBaseException) and full_key:  # a value of the wrong type
-        return ConfigError(f"{path}: {full_key}: {first}")
+        return ConfigError(f"{_origin(full_key, path, overrides)}: {full_key}: {first}")
     match = re.match(r"Could not override '([\w.]+)'", first)
     if not match:
         return ConfigError(f"{path}: {first}")
     key = match.group(1)
+    origin = _origin(key, path, overrides)
     if key in HELD_OUT_KEYS or key == "valid_dataset.path":
-        return ConfigError(f"{path}: {held_out_hint(key)}")
+        return ConfigError(f"{origin}: {held_out_hint(key)}")
     parent, _, leaf = key.rpartition(".")
+    if parent in AREAL_LOOPS:
+        return ConfigError(
+            f"{origin}: {key} is for AReaL's own {parent}, which vlrollout train does not "
+            f"run: {AREAL_LOOPS[parent]}"
+        )
     known = known_keys(TrainConfig, parent)
     if leaf in known:
         return ConfigError(
@@ -689,4 +705,4 @@ def _explain_override(e: Exception, path: str) -> Exception:
         )
     close = difflib.get_close_matches(leaf, known, n=1)
     hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
-    return ConfigError(f"{path}: unknown key {key!r}{hint}")
+    return ConfigError(f"{origin}: unknown key {key!r}{hint}")
