@@ -105,7 +105,10 @@ def readable_items(path: str, items: list[dict]) -> list[dict]:
     a warning."""
     for item in items:
         if LOAD_ERROR in item:
-            logger.warning("%s %s skipped: %s", path, item["id"], item[LOAD_ERROR])
+            error = item[LOAD_ERROR]
+            logger.warning(
+                "%s %s skipped: %s: %s", path, item["id"], error["reason"], error["detail"]
+            )
     return [item for item in items if LOAD_ERROR not in item]
 
 
