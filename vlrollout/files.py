@@ -166,3 +166,21 @@ def remove_outputs(output: Path, names: Sequence[str]) -> None:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+
+
+_CHUNK = 1 << 20
+
+
+def data_sha256(path: str | Path) -> str:
+    """SHA-256 of a data file, or of a folder: every file under it, in sorted relative-path
+    order, each as its path and its bytes (so a renamed or changed file changes the digest)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        if path.is_dir():
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+        with file.open("rb") as f:
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()

@@ -12,12 +12,12 @@ from vlrollout.errors import UsageError
 from vlrollout.eval.results import (
     check_baseline,
     compare,
-    data_sha256,
     format_table,
     read_results,
     write_results,
 )
 from vlrollout.eval.runner import evaluate_items
+from vlrollout.files import data_sha256
 
 from .test_runner import ExactTask, ScriptedPredictor
 

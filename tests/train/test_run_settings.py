@@ -61,3 +61,37 @@ def test_vlrollout_train_refuses_to_resume_with_another_lr_before_the_model_load
     assert main(["train", *args, "actor.optimizer.lr=5e-5"]) == 2
     err = capsys.readouterr().err
     assert "holds a run trained with other settings" in err and "5e-05" in err
+
+
+def test_resuming_on_changed_data_or_reward_normalisation_is_refused(tmp_path):
+    """The data file's contents are kept with its path (a file rewritten in place, or another
+    one under the same relative path from another folder), and so is how rewards become
+    advantages."""
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"id": "a"}\n')
+    out = tmp_path / "run"
+    check_settings(out, _cfg(out, f"train_dataset.path={data}"), resuming=False)
+    data.write_text('{"id": "b"}\n')
+    with pytest.raises(ConfigError, match=r"train_dataset\.sha256: "):
+        check_settings(out, _cfg(out, f"train_dataset.path={data}"), resuming=True)
+    data.write_text('{"id": "a"}\n')
+    changed = _cfg(out, f"train_dataset.path={data}", "actor.reward_norm.std_level=batch")
+    with pytest.raises(ConfigError, match=r"actor\.reward_norm\.std_level: "):
+        check_settings(out, changed, resuming=True)
+    check_settings(out, _cfg(out, f"train_dataset.path={data}"), resuming=True)
+
+
+def test_a_run_recorded_before_a_setting_was_kept_still_resumes(tmp_path):
+    """A settings file written without some of today's keys holds the run to the keys it has."""
+    import json
+
+    check_settings(tmp_path, _cfg(tmp_path), resuming=False)
+    path = tmp_path / SETTINGS_FILE
+    recorded = json.loads(path.read_text())
+    recorded["settings"] = {
+        k: v for k, v in recorded["settings"].items() if not k.startswith("actor.reward_norm")
+    }
+    path.write_text(json.dumps(recorded))
+    check_settings(tmp_path, _cfg(tmp_path), resuming=True)
+    with pytest.raises(ConfigError, match="seed: 1 → 2"):
+        check_settings(tmp_path, _cfg(tmp_path, "seed=2"), resuming=True)

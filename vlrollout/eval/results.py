@@ -23,7 +23,6 @@ Every metric is higher-is-better, so a regression is a drop.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -32,7 +31,7 @@ from typing import Any
 
 from vlrollout.errors import UsageError
 from vlrollout.eval.runner import EvalResult
-from vlrollout.files import atomic_write_json
+from vlrollout.files import atomic_write_json, data_sha256
 from vlrollout.jsonl import write_jsonl
 from vlrollout.versions import installed_version
 
@@ -41,22 +40,6 @@ SCORES_FILE = "scores.jsonl"
 DEFAULT_THRESHOLD = 0.01
 """A metric that drops by more than this (absolute: 0.01 is one point of a 0-1 accuracy) is a
 regression for ``--compare``."""
-_CHUNK = 1 << 20
-
-
-def data_sha256(path: str | Path) -> str:
-    """SHA-256 of a data file, or of a folder: every file under it, in sorted relative-path
-    order, each as its path and its bytes (so a renamed or changed file changes the digest)."""
-    path = Path(path)
-    digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
-        if path.is_dir():
-            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
-        with file.open("rb") as f:
-            while chunk := f.read(_CHUNK):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def results_dict(

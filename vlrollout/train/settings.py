@@ -2,10 +2,10 @@
 resumes it trains on with the same ones.
 
 A rerun of ``vlrollout train`` into a folder with a checkpoint resumes from it; one with another
-learning rate, reward, data, group size or model would carry the run on as something else and
-mix both in ``metrics.jsonl``. :func:`check_settings` refuses it, naming each difference. Settings
-a resume may change (``total_train_steps``, evaluation and logging cadence, progress bars) are not
-kept.
+learning rate, reward, data (its path or its contents), group size or model would carry the run
+on as something else and mix both in ``metrics.jsonl``. :func:`check_settings` refuses it,
+naming each difference. Settings a resume may change (``total_train_steps``, evaluation and
+logging cadence, progress bars) are not kept.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from vlrollout.errors import ConfigError
-from vlrollout.files import atomic_write_json, differences
+from vlrollout.files import atomic_write_json, data_sha256, differences
 
 SETTINGS_FILE = "settings.json"
 
@@ -35,6 +35,9 @@ RESULT_SETTINGS = (
     "actor.use_decoupled_loss",
     "actor.reward_scaling",
     "actor.reward_bias",
+    "actor.reward_norm",
+    "actor.adv_norm",
+    "actor.recompute_logprob",
     "gconfig",
     "rollout.max_head_offpolicyness",
     "train_dataset.path",
@@ -53,6 +56,7 @@ RESULT_SETTINGS = (
     "vlrollout.freeze_projector",
     "vlrollout.dynamic_sampling",
     "vlrollout.dynamic_sampling_rounds",
+    "vlrollout.dynamic_sampling_scale",
     "vlrollout.min_pixels",
     "vlrollout.max_pixels",
     "vlrollout.video_fps",
@@ -61,6 +65,10 @@ RESULT_SETTINGS = (
     "vlrollout.video_max_pixels",
 )
 """Dotted config keys whose values shape what the run trains and reports."""
+
+DATA_FILES = ("train_dataset", "valid_dataset")
+"""Sections whose data file's contents are kept too (``SECTION.sha256``): a file rewritten in
+place, or another one at the same relative path from another folder, is other data."""
 
 
 def _value(cfg: Any, dotted: str) -> Any:
@@ -97,11 +105,18 @@ def run_settings(cfg: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in RESULT_SETTINGS:
         _leaves(key, _value(cfg, key), out)
+    for section in DATA_FILES:
+        path = _value(cfg, f"{section}.path")
+        if path and Path(path).exists():
+            out[f"{section}.sha256"] = data_sha256(path)
     return out
 
 
 def check_settings(out: Path, cfg: Any, resuming: bool) -> None:
     """Refuse to resume the run in ``out`` with other settings; record this run's settings.
+
+    A settings file written before some of today's keys were kept holds the run to the keys it
+    has.
 
     Raises:
         ConfigError: ``resuming`` and the recorded settings differ, naming each difference.
@@ -113,7 +128,7 @@ def check_settings(out: Path, cfg: Any, resuming: bool) -> None:
             old = json.loads(path.read_text()).get("settings", {})
         except (OSError, ValueError, AttributeError):  # unreadable: nothing to hold the run to
             old = new
-        changed = differences(old, new)
+        changed = differences(old, {k: v for k, v in new.items() if k in old})
         if changed:
             raise ConfigError(
                 f"vlrollout.output {out} holds a run trained with other settings "
