@@ -105,3 +105,23 @@ def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, monkeypatch
     events = tensorboard(tmp_path / "tb")
     got = [(e.step, e.value) for e in events.Scalars("reward_mean")]
     assert got == [(1, 1.0), (2, 20.0), (3, 30.0)]
+
+
+def test_wandb_online_without_an_api_key_is_refused_when_the_config_loads(
+    capsys, monkeypatch, tmp_path
+):
+    """W&B's log-in would fail only after the model loaded (exit 1): no key in the
+    environment, the config or ~/.netrc is a usage error naming the ways to give one."""
+    from vlrollout.cli import main
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    status = main(["train", "--config", CONFIG, "stats_logger.wandb.mode=online"])
+    err = capsys.readouterr().err
+    assert status == 2 and "stats_logger.wandb.mode=online needs a W&B API key" in err
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k3y\n")
+    from vlrollout.train.config import load_config as load
+
+    cfg = load(CONFIG, [f"vlrollout.output={tmp_path}/o", "stats_logger.wandb.mode=online"])
+    assert cfg.stats_logger.wandb.mode == "online"

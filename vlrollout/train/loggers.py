@@ -22,10 +22,12 @@ others ``disabled``).
 from __future__ import annotations
 
 import contextlib
+import netrc
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import torch.distributed as dist
@@ -45,14 +47,33 @@ def enabled(stats_logger: Any) -> bool:
 
 def problem(stats_logger: Any) -> str | None:
     """Why the ``stats_logger`` settings would fail only once training has started (SwanLab's
-    ``local`` mode, see the module docstring), or ``None``; ``vlrollout train`` refuses them
-    while loading the config."""
+    ``local`` mode, see the module docstring; W&B online with no API key), or ``None``;
+    ``vlrollout train`` refuses them while loading the config."""
     if stats_logger.swanlab.mode == "local":
         return (
             "stats_logger.swanlab.mode=local fails in SwanLab's local dashboard (swanboard) with "
             "the installed peewee; use offline (a run folder for `swanlab sync`) or cloud"
         )
+    if stats_logger.wandb.mode == "online" and not _has_wandb_key(stats_logger.wandb):
+        return (
+            "stats_logger.wandb.mode=online needs a W&B API key: set WANDB_API_KEY, run "
+            "`wandb login`, or set stats_logger.wandb.wandb_api_key; or use "
+            "stats_logger.wandb.mode=offline (`wandb sync` uploads later)"
+        )
     return None
+
+
+def _has_wandb_key(wandb: Any) -> bool:
+    """Whether W&B's log-in finds a key: the config's, ``WANDB_API_KEY``, or the netrc entry
+    of its host (``NETRC``, else ``~/.netrc``), where ``wandb login`` writes it."""
+    if wandb.wandb_api_key or os.environ.get("WANDB_API_KEY"):
+        return True
+    url = wandb.wandb_base_url or os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+    try:
+        entries = netrc.netrc(os.environ.get("NETRC"))
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return entries.authenticators(urlparse(url).hostname or "") is not None
 
 
 def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
