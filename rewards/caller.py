@@ -12,6 +12,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from multiprocessing import current_process
 from typing import Any
 
 from areal.utils.perf_tracer import trace_session
@@ -69,8 +70,9 @@ def resolve_reward(reward_fn: Callable[..., float] | str) -> Callable[..., float
 def runs_in_thread(reward_fn: Callable[..., float]) -> bool:
     """The reward runs in a thread of the calling process, not in the pool: torch-model rewards
     (``run_in_thread = True``), since a forked pool worker inherits torch's thread pools and can
-    hang."""
-    return bool(getattr(reward_fn, "run_in_thread", False))
+    hang; and any reward called in a daemonic process (a ``multiprocessing.Pool`` worker), which
+    may start no processes of its own."""
+    return bool(getattr(reward_fn, "run_in_thread", False)) or current_process().daemon
 
 
 def start_reward_workers(reward_fn: Callable[..., float] | str, max_workers: int | None = None):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.util
 import os
 import signal
 import threading
@@ -247,7 +248,22 @@ def current_pool(max_workers: int | None = None) -> RewardPool:
         pool = _POOLS.get(size)
         if pool is None:
             pool = _POOLS[size] = RewardPool(size)
+            _stop_pools_at_exit()
         return pool
+
+
+_EXIT_HOOK: list[Any] = []
+
+
+def _stop_pools_at_exit() -> None:
+    """Stop the pools when this process exits, once registered. A process started by
+    ``multiprocessing`` joins its children at exit before anything else could stop them, so its
+    workers, waiting for calls, would keep it from ever exiting; multiprocessing's exit
+    finalizers run before that join."""
+    if not _EXIT_HOOK:
+        _EXIT_HOOK.append(
+            multiprocessing.util.Finalize(None, shutdown_reward_pools, exitpriority=10)
+        )
 
 
 def replace_pool(pool: RewardPool, hung: bool = False) -> bool:

@@ -180,9 +180,13 @@ class TRLReward:
         return completion_text(self.tokenizer, ids, self.stop_ids)
 
     def row_geometry(self, row: dict[str, Any]) -> list[dict[str, float]]:
-        """A row's image geometry: its ``geometry`` column, else its images' (by their sizes)."""
-        if row.get("geometry") is not None:
-            return list(row["geometry"])
+        """A row's image geometry: its ``geometry`` column (a list, or one image's dict), else
+        its images' (by their sizes)."""
+        geometry = row.get("geometry")
+        if isinstance(geometry, Mapping):
+            return [dict(geometry)]
+        if geometry is not None:
+            return list(geometry)
         images = row.get("images")
         if images is None and row.get("image") is not None:
             images = row["image"]

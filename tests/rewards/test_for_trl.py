@@ -282,3 +282,15 @@ def test_the_first_rejection_of_each_reason_is_logged_with_its_detail(monkeypatc
         assert adapter(prompts=["p"], completions=["x"], completion_ids=[[1]]) == [None]
     assert adapter.rejected == {"reward_error": 2}
     assert len(warnings) == 1 and "reward_error" in warnings[0] and "boxes" in warnings[0]
+
+
+def test_a_geometry_column_of_one_dict_per_row_is_each_rows_one_image():
+    """The grounding rewards take one image's geometry as a dict; a TRL dataset's geometry
+    column of one dict per row is that too, not a list to iterate."""
+    geo = {"original_width": 640, "original_height": 480, "model_width": 644, "model_height": 476}
+    reward = TRLReward("iou", family="qwen2_5_vl")
+    kwargs = dict(prompts=["p"], completion_ids=[[1]], boxes=[[100, 100, 300, 300]])
+    box = {"bbox_2d": [100 * 644 / 640, 100 * 476 / 480, 300 * 644 / 640, 300 * 476 / 480]}
+    one = reward(completions=[json.dumps(box)], geometry=[geo], **kwargs)
+    listed = reward(completions=[json.dumps(box)], geometry=[[geo]], **kwargs)
+    assert one == listed and one[0] == pytest.approx(1.0)
