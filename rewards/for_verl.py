@@ -17,12 +17,14 @@ adapters the way these managers do):
   every key is averaged into a metric (so values must be numbers).
 
 Labels reach our reward from ``ground_truth`` (a dict, or a JSON object as a string: ``{"boxes":
-[...], "geometry": [...]}``; any other value is ``{label_key: value}``) and from verl's
-``extra_info`` dict (``ground_truth`` wins on a key both give). Rewards of token counts
-(``length_penalty``) are refused: neither trainer passes token ids to ``compute_score``. Scoring is :func:`~vlrollout.rewards.plain.score_one`, in the calling
-process (both trainers run reward functions in their own reward workers), with the reward's own
-output cap and reasons. A reward that raises (a label missing) scores ``failure_score`` and says
-why, rather than stopping the run; the reasons are counted in :attr:`VerlReward.reasons`.
+[...], "geometry": [...]}``, refused when it starts an object and does not parse; any other
+value is ``{label_key: value}``) and from verl's ``extra_info`` dict (``ground_truth`` wins on a
+key both give). Rewards of token counts (``length_penalty``) are refused: neither trainer passes
+token ids to ``compute_score``. Scoring is :func:`~vlrollout.rewards.plain.score_one`, in the
+calling process (both trainers run reward functions in their own reward workers), with the
+reward's own output cap and reasons. A reward that raises (a label missing) scores
+``failure_score`` and says why, rather than stopping the run; the reasons are counted in
+:attr:`VerlReward.reasons`.
 
 >>> reward = VerlReward("count")
 >>> reward("clevr", "There are 3.", "3")
@@ -76,13 +78,14 @@ def labels_from(ground_truth: Any, extra_info: Any = None, label_key: str = "ans
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
+    """The object of a string that starts one (``None`` for any other string); one that starts
+    an object and does not parse is a data error (``ValueError``), not an answer text."""
     if not text.lstrip().startswith("{"):
         return None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"ground_truth is not valid JSON ({e.msg} at character {e.pos})") from None
 
 
 class VerlReward:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .caller import reward_value
+from .combine import reads_token_ids, reward_name
 from .registry import get_reward
 
 
@@ -72,7 +73,8 @@ def score_one(
 
 
 class PlainReward:
-    """One of our rewards as ``score(completion, **labels) -> (value, reason)``.
+    """One of our rewards as ``score(completion, **labels) -> (value, reason)``. Rewards of
+    token counts (``length_penalty``) are refused: ``score`` takes no token ids.
 
     Args:
         reward: A built-in reward name (``"iou"``, ``"giou"``, ``"cider_d"``, ``"count"``...), an
@@ -89,6 +91,12 @@ class PlainReward:
         **options: Any,
     ) -> None:
         self.reward = build_reward(reward, items, **options)
+        if reads_token_ids(self.reward):
+            raise ValueError(
+                f"{reward_name(self.reward)} scores the completion's token ids, which "
+                "score(completion) does not take: call the reward with AReaL's signature, "
+                "reward(prompt, completion, prompt_ids, completion_ids)"
+            )
 
     def score(self, completion: str, **labels: Any) -> tuple[float, str | None]:
         """The value and, when a rule decided it (``no_box``, ``output_truncated``...), why."""

@@ -178,3 +178,13 @@ def test_boxes_decoded_without_special_tokens_score_for_each_model_family(family
     )
     # 0-1000 of 1000 x 667: [100, 200.1, 500, 600.3]; overlap 400 x 399.9 over a union of 160120
     assert score["score"] == pytest.approx(159960 / 160120) and score["reason"] == ""
+
+
+def test_a_ground_truth_that_starts_a_json_object_but_is_not_one_says_so():
+    """A truncated JSON object was taken as the answer text itself (and could score 1.0), or
+    reported as its fields missing."""
+    reward = VerlReward("count")
+    out = reward("clevr", "There are 3.", '{"answer": 3')
+    assert out["score"] == 0.0 and "ground_truth is not valid JSON" in out["reason"]
+    (row,) = reward.easyr1([{"response": "3", "response_length": 1, "ground_truth": '{"answer": 3'}])
+    assert row["overall"] == 0.0

@@ -102,3 +102,12 @@ def test_an_int_too_large_for_a_float_rejects_the_episode():
     with pytest.raises(EpisodeRejected) as e:
         asyncio.run(RewardCaller(a_huge_int, max_workers=1)("p", "c", [], [], {}))
     assert e.value.reason == "reward_error" and "not a number" in e.value.detail
+
+
+def test_plain_reward_refuses_a_reward_of_token_counts():
+    """``score(completion)`` has no token ids, so a length penalty would score every completion
+    as short (0.0): refused, as the verl adapter refuses it."""
+    from vlrollout.rewards import PlainReward
+
+    with pytest.raises(ValueError, match="length_penalty scores the completion's token ids"):
+        PlainReward("length_penalty", max_length=10, cache_length=4)
