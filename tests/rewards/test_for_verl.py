@@ -186,5 +186,7 @@ def test_a_ground_truth_that_starts_a_json_object_but_is_not_one_says_so():
     reward = VerlReward("count")
     out = reward("clevr", "There are 3.", '{"answer": 3')
     assert out["score"] == 0.0 and "ground_truth is not valid JSON" in out["reason"]
-    (row,) = reward.easyr1([{"response": "3", "response_length": 1, "ground_truth": '{"answer": 3'}])
+    (row,) = reward.easyr1(
+        [{"response": "3", "response_length": 1, "ground_truth": '{"answer": 3'}]
+    )
     assert row["overall"] == 0.0
