@@ -56,6 +56,9 @@ _WORD_CANDIDATE = re.compile(
 _DIGIT_CANDIDATE = re.compile(rf"\d(?<![\w.,].)[\d,]*(?:\.\d+)?[.,]*(?![{_TOKEN_CHARS}])")
 _TOKEN_CHAR = re.compile(rf"[{_TOKEN_CHARS}]")
 _SIGNS = "-+\u2212"
+SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
+"""Words that scale the number words before them: "twelve hundred", "one hundred and five"."""
+_PHRASE_REACH = 160  # characters either side of a candidate searched for the rest of its phrase
 _GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+|\d+")
 _TOO_LONG = "too long"
 
@@ -84,7 +87,8 @@ def read_count(text: str) -> tuple[int | None, str | None]:
     """The count in ``text`` and, when none could be read, why (``no_number``/``number_too_long``).
 
     The last ``[n]`` wins; otherwise the last integer or number word (0-99; "twenty-one" and
-    "twenty one" are 21). Signs are kept (``-3`` is -3, never 3), thousands separators are read
+    "twenty one" are 21), with the scale words of its phrase ("one hundred and five" is 105,
+    "3 thousand" 3000). Signs are kept (``-3`` is -3, never 3), thousands separators are read
     (``1,000`` is 1000), decimals other than ``.0`` and hyphenated ranges (``3-4``) are not counts.
 
     >>> read_count("twenty-one"), read_count("1,000 ants"), read_count("-3"), read_count("9" * 30)
@@ -156,10 +160,52 @@ def _last_count(text: str, start: int) -> tuple[int | None, str | None] | None:
                 if prev and prev.group() in _TENS and gap.isspace():
                     value += WORD_NUMBERS[prev.group()]
         if value is not None:
-            return sign * int(value), None
+            phrase = _phrase_value(text, m)
+            return sign * int(value if phrase is None else phrase), None
     if too_long:
         return None, "number_too_long"
     return None
+
+
+def _phrase_value(text: str, m: re.Match) -> int | None:
+    """The value of the number phrase that candidate ``m`` ends or starts when a scale word is in
+    it ("one hundred and five", "twelve hundred", "3 thousand"), else ``None``: read alone, its
+    last word would be a wrong count."""
+    words = [m.group().rstrip(".,")]
+    if m.group() == words[0]:  # no punctuation after it: the phrase may go on
+        for token in text[m.end() : m.end() + _PHRASE_REACH].split():
+            word = token.rstrip(".,")
+            if not _in_phrase(word):
+                break
+            words.append(word)
+            if word != token:
+                break
+    left = text[max(0, m.start() - _PHRASE_REACH) : m.start()].split()
+    for j in range(len(left) - 1, -1, -1):  # "and" only after a scale: "five and one hundred"
+        if not _in_phrase(left[j]) or (left[j] == "and" and (j == 0 or left[j - 1] not in SCALES)):
+            break
+        words.insert(0, left[j])
+    while words and words[-1] == "and":
+        words.pop()
+    if not any(w in SCALES for w in words):
+        return None
+    total = current = 0
+    for word in words:
+        if word in SCALES:
+            if word == "hundred":
+                current = (current or 1) * 100
+            else:
+                total, current = total + (current or 1) * SCALES[word], 0
+        elif word != "and":
+            value = int(word) if word.isdigit() else _word_value(word)
+            if value is None:
+                return None
+            current += value
+    return total + current
+
+
+def _in_phrase(word: str) -> bool:
+    return word in SCALES or word == "and" or word.isdigit() or _word_value(word) is not None
 
 
 def parse_count(text: str) -> int | None:

@@ -36,6 +36,17 @@ from vlrollout.rewards.answer import (
         ("\u22123", -3),  # Unicode minus
         ("3, 4, and 5.", 5),
         ("someone saw ones", None),
+        # A scale word makes one number of the phrase: never its last word alone.
+        ("one hundred", 100),
+        ("One thousand birds", 1000),
+        ("twelve hundred", 1200),
+        ("one hundred and five", 105),
+        ("two thousand three hundred and forty-five", 2345),
+        ("one hundred and twenty one", 121),
+        ("3 hundred", 300),
+        ("a hundred", None),  # no number word to scale: unread, never 1
+        ("I see five. A hundred more are hidden", 5),
+        ("five and one hundred", 100),
     ],
 )
 def test_parse_count(text, expected):
