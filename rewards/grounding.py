@@ -133,6 +133,11 @@ def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str |
     return clipped_box, None, clipped
 
 
+def _overlaps(box: Box, width: float, height: float) -> bool:
+    """Whether ``box`` covers any of the ``width`` x ``height`` image."""
+    return box[0] < width and box[1] < height and box[2] > 0 and box[3] > 0
+
+
 def _empty_labels_message(field_name: str, metric: str) -> str:
     return (
         f"task_data[{field_name!r}] is empty; metric {metric!r} scores against a label box, so "
@@ -251,6 +256,12 @@ class GroundingReward(Reward):
         if not multi and len(parsed.boxes) > 1 and self.on_multiple == "zero":
             return self._fail("multiple_boxes", **details)
         width, height = frame_size(self.label_frame, geometry)
+        outside = next((b for b in gt if not _overlaps(b, width, height)), None)
+        if outside is not None and self.metric != "centre":
+            raise ValueError(
+                f"task_data[{self.boxes_key!r}] has a box {outside} that lies outside the "
+                f"{width:g}x{height:g} image: its IoU with any box on the image is 0"
+            )
         valid: list[Box] = []
         first_reason = None
         for box in pred:

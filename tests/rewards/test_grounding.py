@@ -262,3 +262,18 @@ def test_a_zero_area_label_box_is_refused_naming_it(metric):
     r = GroundingReward("plain", metric, plain_frame="norm1000", label_frame="norm1000")
     with pytest.raises(ValueError, match=r"zero-area box \(2.0, 5.0, 2.0, 9.0\)"):
         r("p", "[2, 5, 5, 9]", [], [], boxes=[[2, 5, 2, 9]])
+
+
+@pytest.mark.parametrize("metric", ["iou", "giou"])
+def test_a_label_box_wholly_outside_the_image_is_refused_naming_it(metric):
+    """Every box the model can draw on the image has IoU 0 with it: a data error, as a zero-area
+    label is, not a 0 for the completion."""
+    geo = [{"original_width": 640, "original_height": 480, "model_width": 644, "model_height": 476}]
+    r = GroundingReward("qwen2_5_vl", metric)
+    completion = '{"bbox_2d": [100, 100, 300, 300]}'
+    with pytest.raises(
+        ValueError, match=r"box \(700.0, 500.0, 900.0, 700.0\) that lies outside the 640x480 image"
+    ):
+        r("p", completion, [], [], boxes=[700, 500, 900, 700], geometry=geo)
+    partly_inside = r("p", completion, [], [], boxes=[600, 400, 900, 700], geometry=geo)
+    assert -1.0 < partly_inside < 0.0 if metric == "giou" else partly_inside == 0.0
