@@ -403,6 +403,11 @@ class ChoiceReward(Reward):
             letter = key if "A" <= key < chr(ord("A") + n) else None
         if letter is None and raw in choices:
             letter = chr(ord("A") + choices.index(raw))
+        if letter is None and not choices and isinstance(raw, str):
+            raise ValueError(
+                f"task_data[{self.answer_key!r}]={raw!r} is no letter or index, and "
+                "task_data['choices'] is missing, so it names no choice: add the item's choices"
+            )
         if letter is None or ord(letter) - ord("A") >= n:
             last = chr(ord("A") + n - 1)
             raise ValueError(

@@ -255,3 +255,8 @@ def test_the_choice_reward_reads_a_digit_string_gold_as_eval_does():
     with pytest.raises(ValueError, match="both"):
         ChoiceReward().score("p", "A", [], [], **clash)
     assert get_task("mc").check_item({**item, **clash}) is not None
+
+
+def test_a_choice_text_answer_without_choices_names_the_missing_field():
+    with pytest.raises(ValueError, match=r"task_data\['choices'\] is missing"):
+        ChoiceReward()("p", "B", [], [], answer="blue")
