@@ -52,6 +52,11 @@ def test_group_size_one_is_refused(tmp_path):
             "unknown key 'vlrollout.tsk'; did you mean vlrollout.task?",
         ),
         (["--config", "examples/train_grounding.yaml", "gconfig.n_samples=1"], "group size"),
+        (  # was AReaL's "group_size must be a positive integer ...", naming neither key
+            ["--config", "examples/train_grounding.yaml", "gconfig.n_samples=0"],
+            "actor.reward_norm.group_size (gconfig.n_samples in the recipes: the GRPO group "
+            "size) must be >= 2, got 0",
+        ),
         (
             ["--config", "examples/train_grounding.yaml", "gconfig.temperature=nan"],
             "gconfig.temperature must be a finite number >= 0, got nan",

@@ -684,6 +684,12 @@ def _explain_override(e: Exception, path: str, overrides: list[str]) -> Exceptio
     full_key = getattr(e, "full_key", None)
     if isinstance(e, OmegaConfBaseException) and full_key:  # a value of the wrong type
         return ConfigError(f"{_origin(full_key, path, overrides)}: {full_key}: {first}")
+    group = re.match(r"group_size must be a positive integer.*, got (\S+)", first)
+    if group:  # AReaL's NormConfig, whose group_size the recipes take from gconfig.n_samples
+        return ConfigError(
+            "actor.reward_norm.group_size (gconfig.n_samples in the recipes: the GRPO group "
+            f"size) must be >= 2, got {group.group(1)}"
+        )
     match = re.match(r"Could not override '([\w.]+)'", first)
     if not match:
         return ConfigError(f"{path}: {first}")
