@@ -420,6 +420,10 @@ def parse_paligemma(text: str) -> ParsedOutput:
     text = str(text)
     result = ParsedOutput(frame=Frame.NORM1)
     for m in _PALI.finditer(text):
+        past = [g for g in m.groups()[:4] if int(g) > 1023]
+        if past:
+            result.issues.append(f"<loc{past[0]}> is past PaliGemma's 1024 location bins")
+            continue
         y1, x1, y2, x2 = (int(g) / 1023 for g in m.groups()[:4])
         result.boxes.append((x1, y1, x2, y2))
         label = m.group(5).strip()
@@ -444,6 +448,11 @@ def parse_florence2(text: str) -> ParsedOutput:
     result = ParsedOutput(frame=Frame.NORM1)
     prev_end = 0
     for m in _FLORENCE.finditer(text):
+        past = [g for g in m.groups() if int(g) > 999]
+        if past:
+            result.issues.append(f"<loc_{past[0]}> is past Florence-2's 1000 location bins")
+            prev_end = m.end()
+            continue
         x1, y1, x2, y2 = ((int(g) + 0.5) / 1000 for g in m.groups())
         result.boxes.append((x1, y1, x2, y2))
         # The label is the text after the previous box and after the last "<" before this one

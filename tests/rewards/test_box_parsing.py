@@ -200,3 +200,14 @@ def test_parsers_never_raise_and_return_well_formed_output(text, family):
     assert all(len(p) == 2 and all(isinstance(v, float) for v in p) for p in out.points)
     assert len(out.box_labels) == len(out.boxes) and len(out.point_labels) == len(out.points)
     assert isinstance(out.frame, Frame)
+
+
+def test_location_tokens_past_the_models_bins_are_issues_not_boxes():
+    """PaliGemma has <loc0000>..<loc1023> and Florence-2 <loc_0>..<loc_999>: a box written with
+    another is no box of the model's (read, it would lie past the image edge)."""
+    pali = parse_paligemma("<loc1024><loc0000><loc0100><loc0100> cat")
+    assert pali.boxes == [] and pali.issues == ["<loc1024> is past PaliGemma's 1024 location bins"]
+    florence = parse_florence2("car<loc_0><loc_1000><loc_5><loc_5>")
+    assert florence.boxes == [] and florence.issues == [
+        "<loc_1000> is past Florence-2's 1000 location bins"
+    ]
