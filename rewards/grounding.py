@@ -118,6 +118,11 @@ def image_geometry(task_data: dict[str, Any], image_index: int) -> Any:
     return geo
 
 
+def _overlaps(box: Box, width: float, height: float) -> bool:
+    """Whether ``box`` covers any of the ``width`` x ``height`` image."""
+    return box[0] < width and box[1] < height and box[2] > 0 and box[3] > 0
+
+
 def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str | None, bool]:
     """Validate and clip one box already in the label frame: (box, reason, clipped)."""
     problem = box_problem(box)
@@ -128,14 +133,9 @@ def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str |
                    min(max(x2, 0.0), width), min(max(y2, 0.0), height))  # fmt: skip
     clipped = clipped_box != (x1, y1, x2, y2)
     if box_area(clipped_box) == 0.0:
-        outside = x1 >= width or y1 >= height or x2 <= 0 or y2 <= 0
+        outside = not _overlaps(box, width, height)
         return None, "box_outside_image" if outside else "degenerate_box", clipped
     return clipped_box, None, clipped
-
-
-def _overlaps(box: Box, width: float, height: float) -> bool:
-    """Whether ``box`` covers any of the ``width`` x ``height`` image."""
-    return box[0] < width and box[1] < height and box[2] > 0 and box[3] > 0
 
 
 def _empty_labels_message(field_name: str, metric: str) -> str:
