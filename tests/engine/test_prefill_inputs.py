@@ -14,7 +14,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 
 from tests.engine.batches import generate_all
-from vlrollout.engine import LocalInferenceEngine
+from vlrollout.engine import LocalInferenceEngine, patch_embed
 from vlrollout.testing.tiny_families import count_image_encodings
 from vlrollout.testing.tiny_model import tiny_qwen2vl
 
@@ -79,6 +79,7 @@ def test_kept_features_of_pixels_changed_in_place_are_not_reused(vision_prompt):
         pixels.copy_(second["mm"]["pixel_values"])  # the buffer reused for another picture
         got = model(input_ids=ids, pixel_values=second["mm"]["pixel_values"], image_grid_thw=grid)
     fresh, _ = tiny_qwen2vl(seed=0)
+    patch_embed.install(fresh)  # embeds patches as the engine's model does
     with torch.inference_mode():
         want = fresh(input_ids=ids, pixel_values=second["mm"]["pixel_values"], image_grid_thw=grid)
     assert encoded == [1, 1]

@@ -38,6 +38,7 @@ from areal.api.io_struct import ModelRequest, ModelResponse, WeightUpdateMeta
 
 from vlrollout import image_sharing
 from vlrollout.compat.transformers import DynamicCache
+from vlrollout.engine import patch_embed
 from vlrollout.engine.batch import can_merge
 from vlrollout.engine.determinism import RequestKeys, dispatch_input_device
 from vlrollout.engine.in_flight import InFlightInputs
@@ -86,7 +87,9 @@ class LocalInferenceEngine(InferenceEngine):
         model: A causal LM or image-text-to-text model (e.g. ``Qwen2VLForConditionalGeneration``).
             It is moved to ``device`` and put in eval mode; a family
             :mod:`vlrollout.image_sharing` knows gets its image encoding wrapped so that a
-            forward encodes each distinct image once (the same outputs).
+            forward encodes each distinct image once (the same outputs), and its patch
+            convolutions embed pre-cut patches with a matrix product
+            (:mod:`~vlrollout.engine.patch_embed`: the same outputs up to float rounding).
         processor_or_tokenizer: The processor (used for ``req.image_data`` and placeholder ids)
             or a tokenizer (text-only); requests may carry their own.
         device: ``"cpu"`` or one GPU, e.g. ``"cuda:0"``.
@@ -160,6 +163,7 @@ class LocalInferenceEngine(InferenceEngine):
         # A group's requests share their image: its prefill encodes the image once, and a
         # later prefill of the same image (a group larger than the free rows) reuses it.
         image_sharing.install(self.model, memo_bytes=IMAGE_MEMO_BYTES)
+        patch_embed.install(self.model)  # pre-cut image patches: a matmul, not oneDNN's Conv3d
         if max_batch_size > 1 and family.one_row_decode:
             logger.warning(
                 "%s: %s; requests run one at a time (max_batch_size=1).",
