@@ -74,7 +74,7 @@ def test_installing_twice_changes_nothing_more():
 def test_the_vision_tower_gives_the_same_features(family):
     """Each family's patch embedding, on the features its tower returns for real pixels."""
     model, _ = tiny_vlm(family, seed=1)
-    tower = getattr(model.model, "visual")
+    tower = model.model.visual
     grid = torch.tensor([[1, 8, 8]])
     patch_dim = tower.patch_embed.proj.weight[0].numel()
     pixels = torch.randn(64, patch_dim, generator=torch.Generator().manual_seed(2))
