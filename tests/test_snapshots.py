@@ -265,3 +265,49 @@ def test_pixel_limits_the_processor_refuses_are_a_usage_error(capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert err.startswith("vlrollout check: max_pixels=3000")
+
+
+def _noise_item(pixels) -> dict:
+    from PIL import Image
+
+    content = [{"role": "user", "content": "<image>What is this?"}]
+    return {"id": "noise", "messages": content, "images": [Image.fromarray(pixels)]}
+
+
+@pytest.fixture(scope="module")
+def small_patch_change():
+    """A noise picture and the same picture with one 6x6 block set to white: a change between
+    the evenly spaced pixel samples a snapshot keeps."""
+    import numpy as np
+
+    pre = AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"), max_pixels=313600)
+    pixels = np.random.default_rng(8817).integers(0, 256, (392, 532, 3), dtype=np.uint8)
+    changed = pixels.copy()
+    changed[211:217, 37:43] = 255
+    before = take_snapshot(pre, [_noise_item(pixels)])
+    after = take_snapshot(pre, [_noise_item(changed)])
+    return before, after
+
+
+def test_a_change_between_the_pixel_samples_fails_the_check(small_patch_change):
+    import copy
+
+    before, after = copy.deepcopy(small_patch_change)
+    diffs = compare(before, after)
+    assert diffs and all(d.item == "noise" for d in diffs)
+    assert {d.field for d in diffs} & {"pixel_values[image 1]", "pixel_values.hash"}
+    for snapshot in (before, after):  # as written before block means were kept
+        del snapshot["items"]["noise"]["pixel_values"]["blocks"]
+    assert [d.field for d in compare(before, after)] == ["pixel_values.hash"]
+
+
+def test_a_pixel_tolerance_still_sees_a_change_between_the_samples(small_patch_change):
+    """With a tolerance the quantised hash cannot judge (tolerated noise moves it): the block
+    means of the pixel values see a change the samples miss, sized at least as large."""
+    from vlrollout.snapshots import Tolerances
+
+    before, after = small_patch_change
+    diffs = compare(before, after, Tolerances(pixel_max_abs=0.05))
+    assert [d.field for d in diffs] == ["pixel_values[image 1]"]
+    assert diffs[0].max_abs > 0.05
+    assert compare(before, after, Tolerances(pixel_max_abs=diffs[0].max_abs)) == []

@@ -8,9 +8,11 @@ on, so a check fails loudly and names the item, the image and the field:
   whole ``input_ids`` (any change of the prompt text or template fails);
 - ``image_grid_thw`` (when the family has it), ``pixel_values`` shape and dtype;
 - fingerprints of ``pixel_values``: per-channel mean/std, a hash of the values quantised to
-  ``1/64``, and :data:`PIXEL_SAMPLES` evenly spaced values per image, so a check states how large a
-  pixel difference is (max and mean absolute difference per image, in ``pixel_values`` units) and
-  whether it is within :attr:`Tolerances.pixel_max_abs`;
+  ``1/64``, and per image :data:`PIXEL_SAMPLES` evenly spaced values and the means of as many
+  consecutive blocks of them, so a check states how large a pixel difference is (max and mean
+  absolute difference per image, in ``pixel_values`` units) and whether it is within
+  :attr:`Tolerances.pixel_max_abs`. A change between the sampled positions moves a block mean
+  (by at most its largest value's change, so the size stays a lower bound) and the hash;
 - the geometry (original w×h → model w×h, with the crop/pad transform);
 - for an item with videos: the frames each clip sampled (indices and timestamps), the video token
   count, ``video_grid_thw`` and the same fingerprints of ``pixel_values_videos`` per video;
@@ -43,6 +45,7 @@ from vlrollout.versions import library_versions
 CONTEXT_TOKENS = 3
 QUANTUM = 64  # pixel_values are hashed after rounding to 1/64
 PIXEL_SAMPLES = 1024  # evenly spaced pixel_values kept per image (float16) to size differences
+# and as many block means per image (summed in float64, so no kernel's summation order shows)
 
 
 class SnapshotError(Exception):
@@ -107,6 +110,7 @@ def _fingerprint(pv: torch.Tensor, grid: torch.Tensor | None, count: int) -> dic
         "channel_std": std,
         "hash": _quantised_hash(pv),
         "samples": [_samples(t) for t in _per_unit(pv, grid, count)],
+        "blocks": [_block_means(t) for t in _per_unit(pv, grid, count)],
     }
 
 
@@ -114,6 +118,15 @@ def _samples(t: torch.Tensor) -> str:
     flat = t.detach().float().reshape(-1)
     idx = torch.linspace(0, flat.numel() - 1, min(PIXEL_SAMPLES, flat.numel())).round().long()
     return base64.b64encode(flat[idx].to(torch.float16).numpy().tobytes()).decode("ascii")
+
+
+def _block_means(t: torch.Tensor) -> str:
+    """Means of :data:`PIXEL_SAMPLES` consecutive blocks of ``t``'s values, stored as the
+    samples are (float16)."""
+    flat = t.detach().double().reshape(-1)
+    blocks = torch.tensor_split(flat, min(PIXEL_SAMPLES, flat.numel()))
+    means = torch.stack([b.mean() for b in blocks]) if blocks else flat
+    return base64.b64encode(means.to(torch.float16).numpy().tobytes()).decode("ascii")
 
 
 def _unsample(text: str) -> torch.Tensor:
@@ -228,8 +241,10 @@ class Tolerances:
     """How far fingerprints may move before a check fails.
 
     ``channel_mean``/``channel_std`` absorb float noise between fast and slow image processors
-    (about 1e-6 here) and tiny resampling differences; anything that changes sizes, counts, tokens
-    or the quantised pixel hash is never tolerated unless ``check_hash`` is off.
+    (about 1e-6 here) and tiny resampling differences; anything that changes sizes, counts or
+    tokens is never tolerated. Pixel values are judged by their samples and block means against
+    ``pixel_max_abs``; with ``pixel_max_abs`` at 0 (any change fails) the quantised pixel hash
+    is compared too, unless ``check_hash`` is off, as it is for a snapshot without samples.
     """
 
     channel_mean: float = 1e-3
@@ -324,11 +339,12 @@ def _fingerprint_differences(
             diffs.append(Difference(item, f"{key}.{field}", ep[field], ap[field]))
     if ep["shape"] != ap["shape"]:
         return diffs
-    if "samples" in ep and "samples" in ap:
-        diffs.extend(_pixel_differences(item, key, unit, ep["samples"], ap["samples"], tolerances))
-    elif tolerances.check_hash and ep["hash"] != ap["hash"]:
-        diffs.append(Difference(item, f"{key}.hash", ep["hash"], ap["hash"]))
-    return diffs
+    sampled = "samples" in ep and "samples" in ap
+    moved = _pixel_differences(item, key, unit, ep, ap, tolerances) if sampled else []
+    strict = not sampled or tolerances.pixel_max_abs == 0
+    if not moved and strict and tolerances.check_hash and ep["hash"] != ap["hash"]:
+        moved = [Difference(item, f"{key}.hash", ep["hash"], ap["hash"])]
+    return diffs + moved
 
 
 @dataclass(frozen=True)
@@ -343,29 +359,45 @@ class PixelDifference(Difference):
         verdict = "within" if self.max_abs <= self.tolerance else "exceeds"
         return (
             f"item {self.item}: {self.field}: max |difference| {self.max_abs:.4g}, mean "
-            f"{self.mean_abs:.4g} (pixel_values units, {PIXEL_SAMPLES} samples); {verdict} the "
-            f"tolerance {self.tolerance:g}"
+            f"{self.mean_abs:.4g} (pixel_values units, {PIXEL_SAMPLES} samples and block "
+            f"means); {verdict} the tolerance {self.tolerance:g}"
         )
+
+
+def _largest_change(expected: Mapping[str, Any], actual: Mapping[str, Any], k: int) -> float:
+    """Largest change of image ``k``'s block means (0 when either snapshot has none)."""
+    if "blocks" not in expected or "blocks" not in actual:
+        return 0.0
+    ev, av = _unsample(expected["blocks"][k]), _unsample(actual["blocks"][k])
+    if ev.shape != av.shape or not ev.numel():
+        return 0.0
+    return float((ev - av).abs().max())
 
 
 def _pixel_differences(
     item: str,
     key: str,
     unit: str,
-    expected: Sequence[str],
-    actual: Sequence[str],
+    expected: Mapping[str, Any],
+    actual: Mapping[str, Any],
     tolerances: Tolerances,
 ) -> list[Difference]:
+    """Per image: the largest change of a sample or a block mean, against the tolerance."""
     out: list[Difference] = []
-    if len(expected) != len(actual):
-        return [Difference(item, f"{key}.{unit}s", len(expected), len(actual))]
-    for k, (e, a) in enumerate(zip(expected, actual, strict=True), start=1):
+    if len(expected["samples"]) != len(actual["samples"]):
+        return [
+            Difference(item, f"{key}.{unit}s", len(expected["samples"]), len(actual["samples"]))
+        ]
+    pairs = zip(expected["samples"], actual["samples"], strict=True)
+    for k, (e, a) in enumerate(pairs, start=1):
         ev, av = _unsample(e), _unsample(a)
         if ev.shape != av.shape:
             out.append(Difference(item, f"{key}[{unit} {k}]", ev.shape, av.shape))
             continue
         delta = (ev - av).abs()
-        max_abs, mean_abs = float(delta.max()) if delta.numel() else 0.0, float(delta.mean())
+        max_abs = max(float(delta.max()) if delta.numel() else 0.0,
+                      _largest_change(expected, actual, k - 1))  # fmt: skip
+        mean_abs = float(delta.mean())
         if max_abs > tolerances.pixel_max_abs:
             out.append(
                 PixelDifference(
