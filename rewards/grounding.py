@@ -118,7 +118,7 @@ def image_geometry(task_data: dict[str, Any], image_index: int) -> Any:
     return geo
 
 
-def _overlaps(box: Box, width: float, height: float) -> bool:
+def overlaps(box: Box, width: float, height: float) -> bool:
     """Whether ``box`` covers any of the ``width`` x ``height`` image."""
     return box[0] < width and box[1] < height and box[2] > 0 and box[3] > 0
 
@@ -133,7 +133,7 @@ def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str |
                    min(max(x2, 0.0), width), min(max(y2, 0.0), height))  # fmt: skip
     clipped = clipped_box != (x1, y1, x2, y2)
     if box_area(clipped_box) == 0.0:
-        outside = not _overlaps(box, width, height)
+        outside = not overlaps(box, width, height)
         return None, "box_outside_image" if outside else "degenerate_box", clipped
     return clipped_box, None, clipped
 
@@ -256,7 +256,7 @@ class GroundingReward(Reward):
         if not multi and len(parsed.boxes) > 1 and self.on_multiple == "zero":
             return self._fail("multiple_boxes", **details)
         width, height = frame_size(self.label_frame, geometry)
-        outside = next((b for b in gt if not _overlaps(b, width, height)), None)
+        outside = next((b for b in gt if not overlaps(b, width, height)), None)
         if outside is not None and self.metric != "centre":
             raise ValueError(
                 f"task_data[{self.boxes_key!r}] has a box {outside} that lies outside the "

@@ -3,6 +3,8 @@ at the edge of a threshold."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vlrollout.eval.tasks import get_task
@@ -81,3 +83,108 @@ def test_vqav2_answers_as_published_are_read():
     item = {"id": "x", "question": "How many?", "images": ["i.jpg"], "answer": answers}
     assert vqa.check_item(item) is None
     assert vqa.score(item, "two", [], "qwen2_vl").values["exact_match"] == pytest.approx(0.9)
+
+
+def _mc_item(choices, answer="C") -> dict:
+    return {"id": "m", "question": "Which one?", "images": ["i.jpg"], "choices": choices, "answer": answer}
+
+
+def test_choices_past_the_last_option_are_not_options(tmp_path):
+    """A table's fixed option columns exported as one list: nulls (or blanks) after the last
+    option are no options, as lmms-eval skips MMBench's NaN options; the prompt lists three and
+    an answer "D" is no choice. A null or blank before an option with text is refused, naming
+    both letters."""
+    from vlrollout.readers.prompts import TASK_PROMPTS, with_prompt
+    from vlrollout.readers.rows import jsonl_items as read_items
+
+    lines = [
+        _mc_item(["cedar", "elm", "oak", None, None]),
+        {**_mc_item(["cedar", "elm", "oak", ""]), "id": "n"},
+        {**_mc_item(["cedar", None, "oak"]), "id": "gap"},
+        {**_mc_item(["cedar", "  ", "oak"]), "id": "blank"},
+    ]
+    data = tmp_path / "mc.jsonl"
+    data.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    items = {item["id"]: item for item in read_items(data)}
+    mc = get_task("mc")
+    for key in ("m", "n"):
+        assert items[key]["choices"] == ["cedar", "elm", "oak"]
+        assert mc.check_item(items[key]) is None
+        assert "D." not in str(with_prompt(items[key], TASK_PROMPTS["mc"])["messages"])
+        assert mc.score(items[key], "D", [], "qwen2_vl").values["exact_match"] == 0.0
+        assert mc.score(items[key], "C", [], "qwen2_vl").values["exact_match"] == 1.0
+    for key, letter in (("gap", "B"), ("blank", "B")):
+        detail = items[key]["_load_error"]["detail"]
+        assert f"option {letter}" in detail and "option C" in detail, detail
+
+
+def test_a_null_option_given_to_the_task_directly_is_refused_by_letter():
+    mc = get_task("mc")
+    why = mc.check_item(_mc_item(["cedar", "elm", "oak", None]))
+    assert why is not None and "option D" in why
+
+
+def test_choices_keyed_by_letter_are_read_in_letter_order(tmp_path):
+    from vlrollout.readers.rows import jsonl_items as read_items
+
+    lines = [
+        _mc_item({"B": "elm", "A": "cedar", "C": "oak"}),
+        {**_mc_item({"A": "cedar", "C": "oak"}), "id": "skip"},
+    ]
+    data = tmp_path / "mc.jsonl"
+    data.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    items = {item["id"]: item for item in read_items(data)}
+    assert items["m"]["choices"] == ["cedar", "elm", "oak"]
+    assert get_task("mc").score(items["m"], "C", [], "qwen2_vl").values["exact_match"] == 1.0
+    detail = items["skip"]["_load_error"]["detail"]
+    assert "field choices" in detail and "A, C" in detail
+    why = get_task("mc").check_item(_mc_item({"A": "cedar", "B": "oak"}))
+    assert why is not None and "dict" in why and "missing" not in why
+
+
+def test_vqa_answers_with_a_blank_human_answer_are_scored_by_the_vqa_rule():
+    """VQA's ten answers, one of them blank: a human answer that matches no prediction, kept in
+    the ten as the official evaluation keeps it. (Hand-derived: 4 of 10 say "kite"; leaving out
+    a "kite" answer leaves 3 matches (1), any other leaves 4 (1): accuracy 1.)"""
+    vqa = get_task("vqa")
+    answers = ["kite"] * 4 + ["bird"] * 5 + [""]
+    item = {"id": "v", "question": "What flies?", "images": ["i.jpg"], "answer": answers}
+    assert vqa.check_item(item) is None
+    assert vqa.score(item, "kite", [], "qwen2_vl").values["exact_match"] == 1.0
+    # "bird": 5 matches; leaving out a bird leaves 4 (1), anything else 5 (1)
+    assert vqa.score(item, "plane", [], "qwen2_vl").values["exact_match"] == 0.0
+    assert vqa.score(item, "", [], "qwen2_vl").values["exact_match"] == 0.0
+
+
+def test_a_null_vqa_answer_is_refused_naming_its_place():
+    vqa = get_task("vqa")
+    answers = ["kite"] * 6 + [None] + ["bird"] * 3
+    why = vqa.check_item({"id": "v", "question": "?", "images": ["i.jpg"], "answer": answers})
+    assert why is not None and "answer 7 of 10" in why and "None" in why
+
+
+def test_numeric_vqa_answers_are_their_text():
+    """A float answer column (ChartQA-style values): 2.5 is "2.5", 3.0 is "3"."""
+    vqa = get_task("vqa")
+    base = {"id": "v", "question": "Value?", "images": ["i.jpg"]}
+    for answer, right in ((2.5, "2.5"), (3.0, "3"), ([17.25, 4.0], "4")):
+        item = {**base, "answer": answer}
+        assert vqa.check_item(item) is None, answer
+        assert vqa.score(item, right, [], "qwen2_vl").values["exact_match"] == 1.0, answer
+
+
+def test_a_refcoco_true_box_off_the_image_or_in_fractions_is_not_scored():
+    """A true box wholly outside the 120 x 90 image can overlap no prediction, and one whose
+    coordinates are all fractions of 1 is under a pixel: each is a label error, never a 0."""
+    task = get_task("refcoco")
+    geometry = [
+        {"original_width": 120, "original_height": 90, "model_width": 112, "model_height": 84}
+    ]
+    base = {"id": "r", "images": ["x.jpg"], "expression": "the cup"}
+    answer = "<|box_start|>(100,100),(500,500)<|box_end|>"
+    for boxes, words in (([[130, 10, 160, 40]], "outside"), ([[0.2, 0.1, 0.6, 0.5]], "fractions")):
+        with pytest.raises(ValueError, match=words) as info:
+            task.score({**base, "boxes": boxes}, answer, geometry, "qwen2_vl")
+        assert "'boxes'" in str(info.value)
+    scored = task.score({**base, "boxes": [[110, 80, 150, 120]]}, answer, geometry, "qwen2_vl")
+    assert scored.values["IoU"] == 0.0  # partly on the image: scored, as lmms-eval does

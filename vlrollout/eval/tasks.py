@@ -22,6 +22,7 @@ box, no number) scores 0 on every value, keeps its place in the denominator and 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, c
 from vlrollout.readers.fields import text_list_problem
 from vlrollout.readers.prompts import TASK_PROMPTS
 from vlrollout.rewards.answer import ChoiceReward, CountReward, count_gold
-from vlrollout.rewards.grounding import label_boxes
+from vlrollout.rewards.grounding import label_boxes, overlaps
 from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
 
@@ -157,6 +158,27 @@ def _box_text(box: Sequence[float]) -> str:
     return "[" + ", ".join(f"{v:.10g}" for v in box) + "]"
 
 
+def _check_true_box(item: Mapping[str, Any], box: list[float], width: float, height: float):
+    """Refuse a true box no prediction can be scored against: one wholly outside the image (its
+    IoU with any box on the image is 0), or one written in fractions of the image (every
+    coordinate in 0-1 and not all whole: under a pixel, read as original pixels).
+
+    Raises:
+        ValueError: naming the item, the field and the box.
+    """
+    where = f"item {item.get('id')}: field 'boxes' box {_box_text(box)}"
+    if not overlaps(box, width, height):
+        raise ValueError(
+            f"{where} lies outside the {width:g}x{height:g} image, so every prediction would "
+            "score 0; fix the label"
+        )
+    if all(0 <= v <= 1 for v in box) and not all(float(v).is_integer() for v in box):
+        raise ValueError(
+            f"{where} looks like fractions of the {width:g}x{height:g} image (under one pixel "
+            "as original pixels); write it in original pixels"
+        )
+
+
 class RefcocoTask(_TaskBase):
     """Referring-expression grounding scored as lmms-eval's ``refcoco_bbox_rec``
     (:mod:`vlrollout.eval.metrics.boxes`). Items: ``boxes`` (one ``[x1, y1, x2, y2]`` in original
@@ -196,6 +218,7 @@ class RefcocoTask(_TaskBase):
             )
         true = list(label_boxes(item["boxes"], "boxes")[0])
         width, height = original_size(geometry[0])
+        _check_true_box(item, true, width, height)
         reading = read_box(completion, family, geometry[0])
         details: dict[str, Any] = {
             "prediction": _box_text(reading.written) if reading.written else None,
@@ -294,6 +317,23 @@ class CountTask(_TaskBase):
         return _exact(item, result.value, result.details.get("pred"), result.reason)
 
 
+def _answer_text(value: Any) -> str | None:
+    """One human answer as text: a string (blank ones too: the official VQA evaluation keeps a
+    blank answer among the ten, where it matches no prediction), a number as a table column of
+    numeric answers holds it (``2`` and ``2.0`` are ``"2"``, ``2.5`` is ``"2.5"``), or VQAv2's
+    ``{"answer", "answer_confidence", "answer_id"}`` struct (its ``answer``, as lmms-eval reads
+    it); ``None`` for anything else."""
+    if isinstance(value, dict) and "answer" in value:
+        value = value["answer"]
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return value if isinstance(value, str) else None
+
+
 def _is_digits(text: str) -> bool:
     """Whether ``text`` is ASCII digits (``"2"``), as AI2D writes an index; ``"²"`` is not."""
     text = text.strip()
@@ -310,10 +350,18 @@ class ChoiceTask(_TaskBase):
 
     def check_item(self, item: dict[str, Any]) -> str | None:
         choices = item.get("choices")
-        if not isinstance(choices, (list, tuple)) or not 2 <= len(choices) <= 26:
+        if choices is None:
             return "missing field 'choices' (a list of 2 to 26 option texts)"
+        if not isinstance(choices, (list, tuple)):
+            kind = type(choices).__name__
+            return f"field 'choices' is a {kind}; give a list of 2 to 26 option texts"
+        if not 2 <= len(choices) <= 26:
+            return f"field 'choices' has {len(choices)} options; give 2 to 26 option texts"
         first: dict[str, int] = {}
-        for k, choice in enumerate(map(str, choices), 1):
+        for k, raw in enumerate(choices, 1):
+            choice = str(raw)
+            if raw is None or not choice.strip():
+                return f"field 'choices': option {chr(ord('A') + k - 1)} is {raw!r}; fix the item"
             if choice in first:
                 return (
                     f"field 'choices': choices {first[choice]} and {k} are both {choice!r}, so an "
@@ -392,35 +440,37 @@ class VqaTask(_TaskBase):
 
     @staticmethod
     def _gold(raw: Any) -> str | list[str] | None:
-        """The human answer(s) as text: strings, integers as a table column of numeric answers
-        holds them (``2`` is the answer ``"2"``), or VQAv2's ``{"answer", "answer_confidence",
-        "answer_id"}`` structs (their ``answer``, as lmms-eval reads them)."""
-
-        def text(value: Any) -> str | None:
-            if isinstance(value, dict) and "answer" in value:
-                value = value["answer"]
-            if isinstance(value, int) and not isinstance(value, bool):
-                return str(value)
-            return value if isinstance(value, str) and value.strip() else None
-
+        """The human answer(s) as text (:func:`_answer_text`); ``None`` when one is not an
+        answer, or none has text."""
         if not isinstance(raw, (list, tuple)):
-            return text(raw)
-        answers = [text(a) for a in raw]
-        return answers if answers and None not in answers else None
+            answer = _answer_text(raw)
+            return answer if answer and answer.strip() else None
+        answers = [_answer_text(a) for a in raw]
+        if not answers or None in answers or not any(a.strip() for a in answers):
+            return None
+        return answers
 
     def check_item(self, item: dict[str, Any]) -> str | None:
         raw = item.get("answer")
-        if self._gold(raw) is None:
-            return f"field 'answer' = {raw!r} is not an answer string or a list of them"
-        return _prompt_needs(item, "question", "the question")
+        if self._gold(raw) is not None:
+            return _prompt_needs(item, "question", "the question")
+        if not isinstance(raw, (list, tuple)) or not raw:
+            return f"field 'answer' = {raw!r:.120} is not an answer string or a list of them"
+        bad = next((k for k, a in enumerate(raw) if _answer_text(a) is None), None)
+        if bad is None:
+            return f"field 'answer': all {len(raw)} answers are blank"
+        return (
+            f"field 'answer': answer {bad + 1} of {len(raw)} is {raw[bad]!r:.80}, not an answer "
+            "string; fix or drop it"
+        )
 
     def score(
         self, item: dict[str, Any], completion: str, geometry: list[dict], family: str
     ) -> ItemScore:
         answer = answer_region(completion, True).strip()
-        gold = self._gold(item["answer"])
-        value = vqa_accuracy(answer, gold)
-        return _exact(item, value, answer, None if answer else "empty_answer")
+        if not answer:  # a blank human answer is no match for a missing one
+            return _exact(item, 0.0, answer, "empty_answer")
+        return _exact(item, vqa_accuracy(answer, self._gold(item["answer"])), answer, None)
 
 
 TASKS: dict[str, EvalTask] = {

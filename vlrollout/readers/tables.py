@@ -291,16 +291,59 @@ def own_id(row: dict[str, Any], mapping: Mapping[str, str] | None, default: str)
     return row_id(row, (source,) if source and "," not in source else ID_KEYS, default)
 
 
-def table_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with the fields benchmark exports store as text read as what they are, the same
-    from a table or a JSONL line: ``choices`` given as the text of a list (:func:`listed_choices`).
+def _no_option(value: Any) -> bool:
+    """A null, NaN or blank option: a fixed option column past the last option."""
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def option_texts(value: Any) -> Any:
+    """``choices`` as the options they list: a list with the nulls and blanks after its last
+    option dropped (as :func:`gathered` and lmms-eval's MMBench skip options past the last), a
+    dict keyed ``A``, ``B``, ``C`` ... in letter order; anything else as it is (the task names
+    it).
 
     Raises:
-        RowError: ``bad_row`` when such a text is not what it should hold.
+        RowError: ``bad_row`` naming the letters of a null or blank option before one with text,
+            or the keys of a dict that are not the letters from ``A`` on.
+
+    >>> option_texts(["cedar", "oak", None, ""]), option_texts({"B": "oak", "A": "cedar"})
+    (['cedar', 'oak'], ['cedar', 'oak'])
     """
-    if isinstance(row.get("choices"), str):
-        return {**row, "choices": listed_choices(row["choices"])}
-    return row
+    if isinstance(value, dict):
+        letters = [chr(ord("A") + k) for k in range(len(value))]
+        if sorted(map(str, value)) != letters:
+            keys = ", ".join(sorted(map(str, value)))
+            why = f"is a dict keyed {keys}; key options A, B, C, ... without gaps, or give a list"
+            raise RowError("bad_row", "choices", why)
+        value = [value[letter] for letter in letters]
+    if not isinstance(value, (list, tuple)):
+        return value
+    empty = [_no_option(v) for v in value]
+    end = len(value) - empty[::-1].index(False) if False in empty else 0
+    if True in empty[:end]:
+        gap = empty.index(True)
+        later = chr(ord("A") + empty.index(False, gap))
+        why = f"option {chr(ord('A') + gap)} is null or blank before option {later}, which has text"
+        raise RowError("bad_row", "choices", why)
+    return list(value[:end])
+
+
+def table_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with the fields benchmark exports store as text read as what they are, the same
+    from a table or a JSONL line: ``choices`` given as the text of a list (:func:`listed_choices`),
+    and its options as :func:`option_texts` reads them.
+
+    Raises:
+        RowError: ``bad_row`` when such a field is not what it should hold.
+    """
+    if "choices" not in row:
+        return row
+    choices = row["choices"]
+    if isinstance(choices, str):
+        choices = listed_choices(choices)
+    return {**row, "choices": option_texts(choices)}
 
 
 def _refcoco_items(row: dict[str, Any], default_id: str) -> list[dict[str, Any]]:
