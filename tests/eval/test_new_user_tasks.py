@@ -86,7 +86,13 @@ def test_vqav2_answers_as_published_are_read():
 
 
 def _mc_item(choices, answer="C") -> dict:
-    return {"id": "m", "question": "Which one?", "images": ["i.jpg"], "choices": choices, "answer": answer}
+    return {
+        "id": "m",
+        "question": "Which one?",
+        "images": ["i.jpg"],
+        "choices": choices,
+        "answer": answer,
+    }
 
 
 def test_choices_past_the_last_option_are_not_options(tmp_path):
