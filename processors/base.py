@@ -329,6 +329,20 @@ def images_in_prompt(
     return placeholder_runs(input_ids, image_token_id)
 
 
+def item_copy(data: Any) -> Any:
+    """A copy of ``data`` that ``prepare`` may change without changing the caller's item: its
+    dicts, lists and tuples at every depth (messages, parts, labels); images, bytes, tensors
+    and other values are shared, not copied (a preprocessor reads them). Everything in this
+    package that hands a caller's item to a preprocessor hands it this copy."""
+    if isinstance(data, dict):
+        return {k: item_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [item_copy(v) for v in data]
+    if isinstance(data, tuple):
+        return tuple(item_copy(v) for v in data)
+    return data
+
+
 @runtime_checkable
 class Preprocessor(Protocol):
     """Turns a data item into a :class:`PreparedPrompt`.

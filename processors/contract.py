@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from . import registry
-from .base import PreparedPrompt
+from .base import ImageGeometry, PreparedPrompt
 from .errors import PreprocessError, PreprocessorContractError
 from .registry import check_preprocessor
 
@@ -111,6 +111,13 @@ def check_prepared(
             name,
             f"prepare() returned {len(result.geometry)} geometries for {n_images} "
             "images (one ImageGeometry per image, which rewards and tools read)",
+        )
+    bad = next((k for k, g in enumerate(result.geometry) if not isinstance(g, ImageGeometry)), None)
+    if bad is not None:
+        raise PreprocessorContractError(
+            name,
+            f"prepare()'s geometry {bad + 1} is a {type(result.geometry[bad]).__name__}, not an "
+            "ImageGeometry (ImageGeometry.from_any reads a dict back)",
         )
     types = result.mm_token_type_ids
     if types is not None and len(types) != len(ids):

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .auto import AutoProcessorPreprocessor
-from .base import Preprocessor
+from .base import Preprocessor, item_copy
 from .contract import check_prepared, merge_sizes, plugin_name
 
 
@@ -61,7 +61,7 @@ def model_inputs(item: dict[str, Any], processor: Any) -> dict[str, Any]:
     """
     pre = as_preprocessor(processor)
     prepared = check_prepared(
-        pre.prepare(item), plugin_name(pre), merge_sizes(getattr(pre, "processor", None))
+        pre.prepare(item_copy(item)), plugin_name(pre), merge_sizes(getattr(pre, "processor", None))
     )
     ids = torch.tensor([prepared.input_ids], dtype=torch.long)
     inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

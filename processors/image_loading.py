@@ -338,7 +338,7 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
             "and give its path",
         )
     looks_like_path = len(text) < 4096 and ("/" in text[:256] or "\\" in text or "." in text[-6:])
-    if looks_like_path and _exists(text):
+    if (looks_like_path or len(text) <= _NAME_MAX) and _exists(text):  # "DSC04417" too
         return "path", _read_file(Path(text), item, max_bytes)
     missing = PreprocessError(
         item, "image_not_found", f"not a file, data: URL or base64 string: {text[:120]!r}"

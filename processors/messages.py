@@ -64,13 +64,22 @@ _FIELD_HINTS = {
 
 
 def check_media_fields(data: dict[str, Any], read: Sequence[str], item: str) -> None:
-    """Refuse a non-empty :data:`MEDIA_FIELDS` entry of ``data`` that is not in ``read``.
+    """Refuse a non-empty :data:`MEDIA_FIELDS` entry of ``data`` that is not in ``read``, and a
+    read one that is not a list (one path given as ``"images": "a.png"`` would be read letter
+    by letter).
 
     Raises:
-        PreprocessError: ``media_field_unsupported`` naming the field and what to do instead.
+        PreprocessError: ``media_field_unsupported`` naming the field and what to do instead;
+            ``bad_images`` / ``bad_videos`` for a read field that is not a list.
 
     >>> check_media_fields({"images": [], "audio": None, "answer": 3}, ["images"], "item 0")
     """
+    for name in read:
+        value = data.get(name)
+        if value is not None and not isinstance(value, list | tuple):
+            raise PreprocessError(
+                item, f"bad_{name}", f"{name} must be a list, got {described(value)}"
+            )
     for name in sorted(MEDIA_FIELDS & data.keys()):
         value = data[name]
         if name in read or value is None or (isinstance(value, list | tuple) and not value):
@@ -97,6 +106,15 @@ def _split_string(text: str) -> list[dict[str, Any]]:
         elif chunk:
             parts.append({"type": "text", "text": chunk})
     return parts
+
+
+def _split_text_part(part: dict[str, Any]) -> list[dict[str, Any]]:
+    """A text part whose text holds ``<image>``/``<video>`` markers, split as a string part is
+    (LLaVA-style text moved into OpenAI parts); any other part as it is."""
+    text = part.get("text")
+    if _part_kind(part) != "text" or not isinstance(text, str) or not MARKERS.search(text):
+        return [part]
+    return _split_string(text)
 
 
 def _url(part: dict[str, Any], key: str, item: str) -> Any:
@@ -231,7 +249,7 @@ def _parts(content: list[Any], m: int, media: dict[str, _Media], item: str) -> l
         if isinstance(part, str):
             part_list = _split_string(part)
         elif isinstance(part, dict):
-            part_list = [part]
+            part_list = _split_text_part(part)
         else:
             raise PreprocessError(
                 item,

@@ -311,3 +311,22 @@ def test_a_pixel_tolerance_still_sees_a_change_between_the_samples(small_patch_c
     assert [d.field for d in diffs] == ["pixel_values[image 1]"]
     assert diffs[0].max_abs > 0.05
     assert compare(before, after, Tolerances(pixel_max_abs=diffs[0].max_abs)) == []
+
+
+@pytest.mark.parametrize(
+    "lines, reason",
+    [
+        (['{"id": "7", "messages": "hi"}', '{"id": 7, "messages": "hi again"}'], "duplicate_id"),
+        (['{"id": "p", "messages": "hi"}', '{"id": "q", "messages": "hi",}'], "bad_json"),
+    ],
+    ids=["duplicate id", "bad json"],
+)
+def test_a_line_the_reader_refused_is_reported_with_the_readers_reason(tmp_path, lines, reason):
+    """Not as the placeholder item's missing 'messages'."""
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    pre = AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"))
+    with pytest.raises(SnapshotError) as info:
+        take_snapshot(pre, load_items(data))
+    message = str(info.value)
+    assert f": {reason}: " in message and "line-2" in message and "messages" not in message

@@ -38,8 +38,9 @@ from typing import Any
 
 import torch
 
-from vlrollout.processors.base import PreparedPrompt, Preprocessor
+from vlrollout.processors.base import PreparedPrompt, Preprocessor, item_copy
 from vlrollout.processors.errors import PreprocessError
+from vlrollout.readers.sources import LOAD_ERROR
 from vlrollout.versions import library_versions
 
 CONTEXT_TOKENS = 3
@@ -222,7 +223,9 @@ def take_snapshot(preprocessor: Preprocessor, items: Sequence[Mapping[str, Any]]
             )
         positions[name] = k + 1
         try:
-            recorded[name] = record(preprocessor.prepare(dict(item)))
+            if LOAD_ERROR in item:  # a line the reader could not make an item of
+                raise PreprocessError(name, item[LOAD_ERROR]["reason"], item[LOAD_ERROR]["detail"])
+            recorded[name] = record(preprocessor.prepare(item_copy(item)))
         except PreprocessError as e:
             raise SnapshotError(
                 f"item {name}: {e.reason}: {e.detail} — fix the item (or drop it from the data "

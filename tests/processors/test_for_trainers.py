@@ -71,3 +71,54 @@ def test_a_bad_item_raises_naming_the_item_and_the_reason(offline):
     assert e.value.item == "item a, image 1" and e.value.reason == "image_too_large"
     with pytest.raises(PreprocessError, match="placeholder"):
         model_inputs({"id": "b", "messages": "no placeholder", "images": [halves()]}, processor)
+
+
+class _Rewording(AutoProcessorPreprocessor):
+    """A plug-in that changes the item it is given, as the docs allow: it gets a copy."""
+
+    def prepare(self, data):
+        data["messages"][0]["content"] = "<image>Name the colour on the right."
+        data["images"].append(data["images"][0])
+        data["messages"][0]["content"] += "<image>"
+        data["label"] = "rewritten"
+        return super().prepare(data)
+
+
+def test_a_plugin_that_changes_its_data_leaves_the_callers_item_alone(offline, tmp_path):
+    """model_inputs, a snapshot and the trainer's warm-up batch each hand the plug-in a copy."""
+    from vlrollout.snapshots import take_snapshot
+    from vlrollout.train.warmup import warm_up_batch
+
+    pre = _Rewording(offline("qwen2_vl"))
+    item = {**_item(halves((56, 56))), "label": "kept"}
+    before = repr(item)
+    inputs = model_inputs(item, pre)
+    assert len(inputs["geometry"]) == 2  # the plug-in's change reached its own copy
+    take_snapshot(pre, [item])
+    warm_up_batch(pre, [item], groups=1, group_size=1, new_tokens=1)
+    assert repr(item) == before
+
+
+@pytest.mark.parametrize("templated", [False, True], ids=["messages", "templated string"])
+@pytest.mark.parametrize("field", ["images", "videos"])
+def test_media_given_as_one_string_is_refused_not_read_letter_by_letter(
+    offline, tmp_path, field, templated
+):
+    """``"images": "photo.png"`` (one path, not a list of them) was read as a list of its
+    letters: "data['images'] has 9 image(s)", or "/" as a folder to open."""
+    processor = offline("qwen2_vl")
+    path = tmp_path / "kiwi.png"
+    halves((48, 40)).save(path)
+    marker = "<image>" if field == "images" else "<video>"
+    text = f"{marker}What fruit?"
+    if templated:
+        text = processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": field[:-1]}, {"type": "text", "text": "?"}]}],
+            tokenize=False,
+        )
+    item = {"id": "k", "messages": text if templated else [{"role": "user", "content": text}]}
+    with pytest.raises(PreprocessError) as info:
+        model_inputs({**item, field: str(path)}, processor)
+    err = info.value
+    assert (err.item, err.reason) == ("item k", f"bad_{field}"), err
+    assert "must be a list" in err.detail and "str" in err.detail

@@ -83,3 +83,16 @@ def test_short_base64_is_decoded():
     text = base64.b64encode(buf.getvalue()).decode()
     assert len(text) < 4096
     assert load_image(text, "item t, image 1").original_size == (3, 3)
+
+
+@pytest.mark.parametrize("name", ["DSC04417", "scan_page_3"])
+def test_a_file_named_without_folder_or_extension_is_read_from_the_working_folder(
+    tmp_path, monkeypatch, name
+):
+    """Camera and scanner names: no "/" and no extension, and valid base64 letters. The file
+    exists, so it is the file (a relative path, as "photo.png" is)."""
+    Image.new("RGB", (30, 20), (200, 40, 10)).save(tmp_path / name, format="PNG")
+    monkeypatch.chdir(tmp_path)
+    loaded = load_image(name, "item 1")
+    assert loaded.source_kind == "path" and loaded.original_size == (30, 20)
+    assert loaded.image.getpixel((3, 3)) == (200, 40, 10)

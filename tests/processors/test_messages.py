@@ -166,3 +166,21 @@ def test_empty_keys_of_a_datasets_struct_column_are_not_settings():
     part = {"type": "image", "image": "a.png", "text": None, "max_pixels": None, "fps": None}
     out = normalize_media([{"role": "user", "content": [part]}], None, None, "item 3")
     assert out.images == ["a.png"]
+
+
+def test_markers_inside_a_text_part_are_placeholders_as_in_a_string_part():
+    """LLaVA-style text moved into OpenAI parts: ``{"type": "text", "text": "<image>..."}``. The
+    marker pairs with an image, as it does in a string part, and is never sent as literal text."""
+    content = [{"type": "text", "text": "Compare <image> with"}, "<image>, please."]
+    msgs, sources = normalize_messages([{"role": "user", "content": content}], ["p", "q"], "it")
+    assert msgs[0]["content"] == [
+        {"type": "text", "text": "Compare "},
+        {"type": "image"},
+        {"type": "text", "text": " with"},
+        {"type": "image"},
+        {"type": "text", "text": ", please."},
+    ]
+    assert sources == ["p", "q"]
+    alone = [{"role": "user", "content": [{"type": "text", "text": "<image>Which side?"}]}]
+    with pytest.raises(PreprocessError, match="1 image placeholder.*0 image"):
+        normalize_messages(alone, [], "it")

@@ -122,6 +122,12 @@ class DropPad(_Returns):
         )
 
 
+class GeometryDicts(_Returns):
+    change = staticmethod(
+        lambda p: dataclasses.replace(p, geometry=[g.to_dict() for g in p.geometry])
+    )
+
+
 class UnevenTypes(_Returns):
     change = staticmethod(lambda p: dataclasses.replace(p, mm_token_type_ids=[0]))
 
@@ -163,6 +169,7 @@ HERE = "tests.processors.test_preprocessor_contract"
         (f"{HERE}.FloatGrid", "image_grid_thw is torch.float32"),
         (f"{HERE}.DropPad", "image placeholder tokens"),
         (f"{HERE}.NoGeometry", "0 geometries for 1 images"),
+        (f"{HERE}.GeometryDicts", "geometry 1 is a dict, not an ImageGeometry"),
         (f"{HERE}.UnevenTypes", "returned 1 mm_token_type_ids for"),
     ],
     ids=[
@@ -177,6 +184,7 @@ HERE = "tests.processors.test_preprocessor_contract"
         "float-grid",
         "placeholders",
         "no-geometry",
+        "geometry-dicts",
         "type-ids",
     ],
 )

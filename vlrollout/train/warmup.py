@@ -33,6 +33,7 @@ from areal.api import ModelResponse
 from areal.utils.data import concat_padded_tensors
 
 from vlrollout.packaging import TrajectoryBuilder
+from vlrollout.processors.base import item_copy
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.train import grouping
 
@@ -61,7 +62,7 @@ def warm_up_batch(
         if len(batch) == groups:
             break
         try:
-            prepared = preprocessor.prepare(item)
+            prepared = preprocessor.prepare(item_copy(item))
         except PreprocessError:
             continue
         builder = TrajectoryBuilder.from_prepared(prepared)

@@ -27,6 +27,7 @@ from vlrollout.processors.base import (
     ENCODE_ENGINE_IMAGES_AHEAD,
     PreparedPrompt,
     Preprocessor,
+    item_copy,
     prompt_token_limit,
 )
 from vlrollout.processors.cache import PreparedPromptCache, item_fields_key, item_key
@@ -348,19 +349,6 @@ def named_box_reward(reward_fn: Any, processor: Any) -> Any:
     else:
         family = adapter_for(processor).name
     return get_reward(reward_fn, family=family)
-
-
-def item_copy(data: Any) -> Any:
-    """A copy of ``data`` that ``prepare`` may change without changing the caller's item: its
-    dicts, lists and tuples at every depth (messages, parts, labels); images, bytes, tensors
-    and other values are shared, not copied (a preprocessor reads them)."""
-    if isinstance(data, dict):
-        return {k: item_copy(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [item_copy(v) for v in data]
-    if isinstance(data, tuple):
-        return tuple(item_copy(v) for v in data)
-    return data
 
 
 def reads_image_data(engine: Any) -> bool:
