@@ -41,8 +41,8 @@ def test_from_gconfig_caps_and_merges_stop_ids():
         ({"temperature": -1.0}, "temperature"),
         ({"temperature": float("nan")}, "temperature must be a finite number >= 0, got nan"),
         ({"temperature": float("inf")}, "temperature must be a finite number >= 0, got inf"),
-        ({"frequency_penalty": float("nan")}, "frequency_penalty must be a finite number"),
-        ({"frequency_penalty": float("-inf")}, "frequency_penalty must be a finite number"),
+        ({"frequency_penalty": float("nan")}, "frequency_penalty must be in \\[-2, 2\\]"),
+        ({"frequency_penalty": float("-inf")}, "frequency_penalty must be in \\[-2, 2\\]"),
     ],
 )
 def test_from_gconfig_rejects(kw, match):

@@ -158,7 +158,7 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         (
             "NaN frequency penalty",
             [*ok, "gconfig.frequency_penalty=nan"],
-            "gconfig.frequency_penalty must be a finite number, got nan",
+            "gconfig.frequency_penalty must be in [-2, 2], got nan",
         ),
         (
             "NaN reward timeout",

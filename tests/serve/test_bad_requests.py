@@ -151,7 +151,7 @@ def _sglang_cases(p):
                 {"input_ids": p["text"], "sampling_params": {**sp, "frequency_penalty": math.nan}}
             ),
             400,
-            "frequency_penalty must be a finite number, got nan",
+            "frequency_penalty must be in [-2, 2], got nan",
         ),
         (
             "longer than the context",
@@ -722,3 +722,84 @@ def test_a_body_that_is_not_utf8_is_told_so(sglang_server):
     server, _ = sglang_server
     r = requests.post(server.url + "/generate", data=b'\xff\xfe{"input_ids": [1]}', timeout=30)
     assert r.status_code == 400 and "the body is not UTF-8" in r.json()["error"]["message"]
+
+
+def _generate(server, text, **sampling):
+    body = {
+        "input_ids": text,
+        "sampling_params": {"max_new_tokens": 4, "min_new_tokens": 4, **sampling},
+        "return_logprob": True,
+    }
+    return _post(server, "/generate", body)
+
+
+def test_temperatures_float32_cannot_divide_by_sample_as_their_limit(sglang_server, prompts):
+    """A temperature below 1e-5 samples greedily with logprobs at temperature 1, as 0 does (and
+    as SGLang and vLLM treat it); one past float32's range samples uniformly, as any temperature
+    whose division leaves float32 logits at 0 does. Neither is a 500 with a token past the
+    vocabulary."""
+    server, engine = sglang_server
+    vocab = engine.model.config.get_text_config().vocab_size
+
+    def run(t):
+        r = _generate(server, prompts["text"], temperature=t)
+        assert r.status_code == 200, (t, r.text)
+        return r.json()["meta_info"]["output_token_logprobs"]
+
+    greedy = run(0)
+    for tiny in (1e-300, 1e-45, 1e-6):
+        assert run(tiny) == greedy, tiny
+    for huge in (1e300, 1e308):
+        out = run(huge)
+        assert all(0 <= t < vocab and math.isfinite(lp) for lp, t, _ in out), huge
+
+
+@pytest.mark.parametrize("penalty", [-1e300, -2.5, 50, 1e300])
+def test_a_frequency_penalty_outside_minus_2_to_2_is_a_400(
+    sglang_server, vllm_server, prompts, penalty
+):
+    """OpenAI's, vLLM's and SGLang's range; -1e300 overflowed float32 into a 500."""
+    server, _ = sglang_server
+    r = _generate(server, prompts["text"], frequency_penalty=penalty)
+    assert r.status_code == 400 and "frequency_penalty" in r.json()["error"]["message"], r.text
+    server, _ = vllm_server
+    body = {"prompt": prompts["text"], "max_tokens": 2, "frequency_penalty": penalty}
+    r = _post(server, "/v1/completions", body)
+    assert r.status_code == 400 and "[-2, 2]" in r.json()["error"]["message"], r.text
+    _still_serves(server, "/v1/completions", {"prompt": prompts["text"], "max_tokens": 2})
+
+
+def test_text_with_a_lone_surrogate_is_a_400_naming_where(vllm_server, prompts):
+    """JSON can escape half of a UTF-16 pair (\\ud800), which is no Unicode text: the tokenizer
+    raised a TypeError, a 500."""
+    server, _ = vllm_server
+    chat = b'{"messages": [{"role": "user", "content": "a\\ud800"}], "max_tokens": 2}'
+    completion = b'{"prompt": "x\\udfffy", "max_tokens": 2}'
+    paired = '{"messages": [{"role": "user", "content": "ok \\ud83d\\ude00"}], "max_tokens": 2}'
+    for path, body, where in (
+        ("/v1/chat/completions", chat, "messages[0].content"),
+        ("/v1/completions", completion, "prompt"),
+    ):
+        r = _post(server, path, body)
+        assert r.status_code == 400, r.text
+        message = r.json()["error"]["message"]
+        assert "surrogate" in message and where in message, message
+    assert _post(server, "/v1/chat/completions", paired.encode()).status_code == 200
+
+
+def test_fields_the_server_would_ignore_are_refused(vllm_server, sglang_server, prompts, tmp_path):
+    server, _ = vllm_server
+    completion = {"prompt": prompts["text"], "max_tokens": 2, "logprobs": 1, "top_logprobs": 3}
+    r = _post(server, "/v1/completions", completion)
+    assert r.status_code == 400 and "top_logprobs" in r.json()["error"]["message"], r.text
+    chat = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2,
+        "stream_options": {"include_usage": True},
+    }
+    r = _post(server, "/v1/chat/completions", chat)
+    assert r.status_code == 400 and "stream" in r.json()["error"]["message"], r.text
+    server, _ = sglang_server
+    body = {"model_path": str(ASSET), "load_format": "dummy"}
+    r = _post(server, "/update_weights_from_disk", body)
+    assert r.status_code == 400 and "load_format" in r.json()["error"]["message"], r.text

@@ -16,8 +16,8 @@ what the trainer will compute for it.
 
 With ``greedy=True`` the token is the argmax of the (masked) logits and its reported logprob
 still uses ``gconfig.temperature``: AReaL configs set ``actor.temperature`` equal to
-``gconfig.temperature``, and that is the temperature the recompute uses. A temperature of 0 means
-greedy (as in SGLang) and logprobs at temperature 1.
+``gconfig.temperature``, and that is the temperature the recompute uses. A temperature of 0, or
+any below :data:`GREEDY_BELOW`, means greedy (as in SGLang and vLLM) and logprobs at temperature 1.
 """
 
 from __future__ import annotations
@@ -34,6 +34,16 @@ import torch
 _NO_TOP_K = 1 << 30
 
 
+GREEDY_BELOW = 1e-5
+"""Temperatures below this sample greedily, with logprobs at temperature 1, as 0 does (SGLang's
+and vLLM's rule): float32 logits divided by them overflow."""
+FLAT_ABOVE = 1e30
+"""Temperatures above this divide as this does: float32 logits divided by it are already 0 (every
+allowed token equally likely); past float32's range the division gives NaN."""
+FREQUENCY_PENALTY_RANGE = (-2.0, 2.0)
+"""OpenAI's, vLLM's and SGLang's range of ``frequency_penalty``."""
+
+
 def check_sampling_values(
     temperature: float,
     top_p: float,
@@ -44,9 +54,10 @@ def check_sampling_values(
     field in the message (``vlrollout run`` adds its flag). Raises ``ValueError``."""
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"{key('temperature')} must be a finite number >= 0, got {temperature}")
-    if not math.isfinite(frequency_penalty):
+    low, high = FREQUENCY_PENALTY_RANGE
+    if not low <= frequency_penalty <= high:
         raise ValueError(
-            f"{key('frequency_penalty')} must be a finite number, got {frequency_penalty}"
+            f"{key('frequency_penalty')} must be in [{low:g}, {high:g}], got {frequency_penalty}"
         )
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"{key('top_p')} must be in (0, 1], got {top_p}")
@@ -98,12 +109,17 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.greedy or self.temperature == 0.0
+        return self.greedy or self.temperature < GREEDY_BELOW
+
+    @property
+    def sampling_temperature(self) -> float:
+        """The temperature the sampling divides by (:data:`FLAT_ABOVE` at most)."""
+        return min(self.temperature, FLAT_ABOVE)
 
     @property
     def logprob_temperature(self) -> float:
-        """The temperature of the reported logprobs (1.0 when ``temperature`` is 0)."""
-        return self.temperature if self.temperature > 0 else 1.0
+        """The temperature of the reported logprobs (1.0 below :data:`GREEDY_BELOW`, as at 0)."""
+        return self.sampling_temperature if self.temperature >= GREEDY_BELOW else 1.0
 
     @classmethod
     def from_gconfig(
@@ -263,11 +279,11 @@ def sample_batch(
     sampled = [i for i, p in enumerate(params) if not p.is_greedy]
     if sampled:
         index = torch.tensor(sampled, device=device)
-        sampling_temps = {params[i].temperature for i in sampled}
+        sampling_temps = {params[i].sampling_temperature for i in sampled}
         if len(sampling_temps) == 1:  # rows of one workflow share it: a scalar, no tensor
             t = sampling_temps.pop()
         else:
-            t = torch.tensor([[params[i].temperature] for i in sampled], device=device)
+            t = torch.tensor([[params[i].sampling_temperature] for i in sampled], device=device)
         probs = torch.softmax((scores if len(sampled) == rows else scores[index]) / t, dim=-1)
         by_generator: dict[int, tuple[torch.Generator | None, list[int]]] = {}
         for j, i in enumerate(sampled):

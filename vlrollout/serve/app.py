@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,10 +57,41 @@ async def _read_body(request: web.Request, idle_s: float) -> bytes:
         chunks.append(chunk)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""Half of a UTF-16 pair: what a JSON ``\\ud800`` escape without its other half decodes to."""
+
+
+class NotUnicodeText(ValueError):
+    """A JSON string holds a lone surrogate; the message names where."""
+
+
+def _lone_surrogate_at(value: Any, where: str = "") -> str | None:
+    """Where in ``value`` (``messages[0].content``) a string holds a lone surrogate, if any."""
+    if isinstance(value, str):
+        return where if _LONE_SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        found = (
+            _lone_surrogate_at(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()
+        )
+    elif isinstance(value, list):
+        found = (_lone_surrogate_at(v, f"{where}[{i}]") for i, v in enumerate(value))
+    else:
+        return None
+    return next((f for f in found if f is not None), None)
+
+
 def _parse(raw: bytes) -> Any:
     """A JSON body: UTF-8 as RFC 8259 has it (a BOM tolerated), never another encoding
-    guessed from its first bytes."""
-    return json.loads(raw.decode("utf-8-sig"))
+    guessed from its first bytes, whose strings are Unicode text: a ``\\uD800``-``\\uDFFF``
+    escape without its pair is refused (:class:`NotUnicodeText`), as the tokenizer would fail
+    on it."""
+    body = json.loads(raw.decode("utf-8-sig"))
+    if b"\\u" in raw and (where := _lone_surrogate_at(body)) is not None:
+        raise NotUnicodeText(
+            f"{where or 'the body'} holds a lone UTF-16 surrogate (half of a \\uD800-\\uDFFF "
+            "pair), which is not Unicode text"
+        )
+    return body
 
 
 async def _read_json(request: web.Request) -> Any:
@@ -86,6 +118,8 @@ async def _read_json(request: web.Request) -> Any:
         raise BadRequest(f"{request.path}: malformed JSON body: {e}") from None
     except RecursionError:
         raise BadRequest(f"{request.path}: the JSON body is nested too deeply") from None
+    except NotUnicodeText as e:
+        raise BadRequest(f"{request.path}: {e}") from None
 
 
 def _json_route(

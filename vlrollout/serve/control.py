@@ -82,6 +82,11 @@ def control_routes(
         )
         path = typed(body, "model_path", str, weights)
         check_flags(body, ("abort_all_requests",), weights)
+        if body.get("load_format") not in (None, "auto"):
+            raise BadRequest(
+                f"{weights}: load_format {body['load_format']!r} is not supported: this server "
+                "loads a Hugging Face folder as transformers does (load_format 'auto' or none)"
+            )
         check_under_root(path, request.app[STATE].weights_root, weights)
         version = await request.app[STATE].update_weights(
             path, bool(body.get("abort_all_requests", False))

@@ -68,7 +68,6 @@ SAMPLING_FIELDS = (
     "skip_special_tokens",
     "return_tokens_as_token_ids",
     "logprobs",
-    "top_logprobs",
     "use_beam_search",
     "stream",
     "n",
@@ -144,8 +143,11 @@ def _check_room(state: ServerState, prompt_len: int, body: dict[str, Any], where
 
 
 def _stream_options(body: dict[str, Any], where: str) -> dict[str, Any]:
-    """``stream_options``: an object whose one field, ``include_usage``, is a boolean."""
+    """``stream_options``: an object whose one field, ``include_usage``, is a boolean, given
+    only with ``stream: true`` (as vLLM has it: without a stream it would change nothing)."""
     options = typed(body, "stream_options", dict, where) or {}
+    if body.get("stream_options") is not None and not body.get("stream"):
+        raise BadRequest(f"{where}: stream_options can only be given with stream=true")
     check_fields(options, ("include_usage",), f"{where}: stream_options")
     check_flags(options, ("include_usage",), f"{where}: stream_options")
     return options
@@ -364,10 +366,14 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     state: ServerState = request.app[STATE]
     where = "/v1/chat/completions"
     check_fields(
-        body, (*SAMPLING_FIELDS, "messages", "stream_options"), where, required=["messages"]
+        body,
+        (*SAMPLING_FIELDS, "top_logprobs", "messages", "stream_options"),
+        where,
+        required=["messages"],
     )
     model = _check_model(state, body, where)
     check_flags(body, ("logprobs",), where)
+    options = _stream_options(body, where)
     gconfig = _gconfig(state, body, where, state.context_len)
     n = _count(body, "n", 1, 1, MAX_N, where)
     top = _count(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS, where)
@@ -425,7 +431,6 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
         "usage": _usage(len(prepared.input_ids), *resps),
     }
     if body.get("stream"):
-        options = _stream_options(body, where)
         include_usage = bool(options.get("include_usage"))
         return await _sse(request, _stream_chunks(response, include_usage))
     return response
