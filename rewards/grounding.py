@@ -123,19 +123,40 @@ def overlaps(box: Box, width: float, height: float) -> bool:
     return box[0] < width and box[1] < height and box[2] > 0 and box[3] > 0
 
 
+def _clip(box: Box, width: float, height: float) -> Box:
+    """``box`` clipped to the ``width`` x ``height`` image."""
+    x1, y1, x2, y2 = box
+    return (min(max(x1, 0.0), width), min(max(y1, 0.0), height),
+            min(max(x2, 0.0), width), min(max(y2, 0.0), height))  # fmt: skip
+
+
 def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str | None, bool]:
     """Validate and clip one box already in the label frame: (box, reason, clipped)."""
     problem = box_problem(box)
     if problem is not None:
         return None, problem, False
-    x1, y1, x2, y2 = box
-    clipped_box = (min(max(x1, 0.0), width), min(max(y1, 0.0), height),
-                   min(max(x2, 0.0), width), min(max(y2, 0.0), height))  # fmt: skip
-    clipped = clipped_box != (x1, y1, x2, y2)
+    clipped_box = _clip(box, width, height)
+    clipped = clipped_box != tuple(box)
     if box_area(clipped_box) == 0.0:
         outside = not overlaps(box, width, height)
         return None, "box_outside_image" if outside else "degenerate_box", clipped
     return clipped_box, None, clipped
+
+
+def fraction_label_problem(box: Sequence[float], frame: Frame | str) -> str | None:
+    """Why a label ``box`` in a pixel ``frame`` looks written in fractions of the image (every
+    coordinate in 0-1 and not all whole: under one pixel as pixels), else ``None``.
+
+    >>> fraction_label_problem([0.2, 0.1, 0.6, 0.5], "original")
+    'looks like fractions of the image (under one pixel as pixels); write it in pixels'
+    >>> fraction_label_problem([0.2, 0.1, 0.6, 0.5], "norm1"), fraction_label_problem([0, 0, 1, 1], "original")
+    (None, None)
+    """
+    if Frame(frame) not in (Frame.ORIGINAL, Frame.MODEL):
+        return None
+    if all(0 <= v <= 1 for v in box) and not all(float(v).is_integer() for v in box):
+        return "looks like fractions of the image (under one pixel as pixels); write it in pixels"
+    return None
 
 
 def _empty_labels_message(field_name: str, metric: str) -> str:
@@ -220,6 +241,26 @@ class GroundingReward(Reward):
     def _fail(self, reason: str, **details: Any) -> RewardResult:
         return RewardResult(self.failure_value, reason, details)
 
+    def _labels_on_image(self, gt: list[Box], width: float, height: float) -> list[Box]:
+        """The label boxes clipped to the ``width`` x ``height`` image, as predictions are (the
+        part the model can draw); a label no prediction can be scored against raises.
+
+        Raises:
+            ValueError: a label in a pixel frame written as fractions of the image
+                (:func:`fraction_label_problem`), or (except for ``centre``) one wholly
+                outside the image, naming the field and the box.
+        """
+        for box in gt:
+            if (problem := fraction_label_problem(box, self.label_frame)) is not None:
+                raise ValueError(f"task_data[{self.boxes_key!r}] has a box {box} that {problem}")
+        outside = next((b for b in gt if not overlaps(b, width, height)), None)
+        if outside is not None and self.metric != "centre":
+            raise ValueError(
+                f"task_data[{self.boxes_key!r}] has a box {outside} that lies outside the "
+                f"{width:g}x{height:g} image: its IoU with any box on the image is 0"
+            )
+        return [_clip(b, width, height) if overlaps(b, width, height) else b for b in gt]
+
     def compute(
         self,
         prompt: str,
@@ -238,6 +279,9 @@ class GroundingReward(Reward):
                 f"box is 0, so {self.metric!r} cannot score it (vlrollout eval refuses it too)"
             )
         geometry = image_geometry(task_data, self.image_index)
+        if gt:  # before the completion is read: a broken label fails every completion alike
+            width, height = frame_size(self.label_frame, geometry)
+            gt = self._labels_on_image(gt, width, height)
         parsed = self.parse(completions)
         details: dict[str, Any] = {"num_boxes": len(parsed.boxes)}
         if not gt:
@@ -255,13 +299,6 @@ class GroundingReward(Reward):
         pred = parsed.boxes if multi else parsed.boxes[:1]
         if not multi and len(parsed.boxes) > 1 and self.on_multiple == "zero":
             return self._fail("multiple_boxes", **details)
-        width, height = frame_size(self.label_frame, geometry)
-        outside = next((b for b in gt if not overlaps(b, width, height)), None)
-        if outside is not None and self.metric != "centre":
-            raise ValueError(
-                f"task_data[{self.boxes_key!r}] has a box {outside} that lies outside the "
-                f"{width:g}x{height:g} image: its IoU with any box on the image is 0"
-            )
         valid: list[Box] = []
         first_reason = None
         for box in pred:

@@ -277,3 +277,44 @@ def test_a_label_box_wholly_outside_the_image_is_refused_naming_it(metric):
         r("p", completion, [], [], boxes=[700, 500, 900, 700], geometry=geo)
     partly_inside = r("p", completion, [], [], boxes=[600, 400, 900, 700], geometry=geo)
     assert -1.0 < partly_inside < 0.0 if metric == "giou" else partly_inside == 0.0
+
+
+@pytest.mark.parametrize(
+    "completion",
+    ["I cannot see it.", '{"bbox_2d": [100, 100, 300, 300]}', "[]"],
+    ids=["no box", "a box", "empty list"],
+)
+def test_a_label_no_completion_can_be_scored_against_fails_every_completion_alike(completion):
+    """A label off the image, written in fractions, or an item without the image: the item is
+    broken whatever the model writes. A completion without a box scored 0 (accepted) while one
+    with a box raised, so the group kept only its failures."""
+    r = GroundingReward("qwen2_5_vl", "iou")
+    geo = [{"original_width": 300, "original_height": 200, "model_width": 308, "model_height": 196}]
+    for boxes, geometry, words in (
+        ([320, 10, 400, 90], geo, "outside the 300x200 image"),
+        ([0.25, 0.1, 0.75, 0.6], geo, "fractions"),
+        ([30, 10, 90, 60], None, "geometry"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            r("p", completion, [], [], boxes=boxes, **({"geometry": geometry} if geometry else {}))
+
+
+def test_a_label_partly_off_the_image_is_clipped_as_the_prediction_is():
+    """On a 300 x 200 image, the label [250, 50, 350, 150] shows as [250, 50, 300, 150]. The
+    prediction is clipped to the image, so the label is too: drawing the label, or its visible
+    part, is IoU 1 (it was 0.5). Hand-derived: a prediction [275, 50, 300, 150] covers half the
+    visible part, IoU 0.5."""
+    r = GroundingReward("plain", "iou", plain_frame="original")
+    geo = [{"original_width": 300, "original_height": 200, "model_width": 300, "model_height": 200}]
+    label = [250, 50, 350, 150]
+    for pred, want in (("[250, 50, 350, 150]", 1.0), ("[250, 50, 300, 150]", 1.0),
+                       ("[275, 50, 300, 150]", 0.5)):  # fmt: skip
+        assert r("p", pred, [], [], boxes=label, geometry=geo) == pytest.approx(want), pred
+    giou = GroundingReward("plain", "giou", plain_frame="original")
+    assert giou("p", "[250, 50, 300, 150]", [], [], boxes=label, geometry=geo) == pytest.approx(1.0)
+
+
+def test_labels_in_a_fraction_frame_are_not_fractions_by_mistake():
+    """0-1 labels are right when the label frame is norm1: only pixel frames refuse them."""
+    r = GroundingReward("plain", "iou", plain_frame="norm1", label_frame="norm1")
+    assert r("p", "[0.25, 0.1, 0.75, 0.6]", [], [], boxes=[0.25, 0.1, 0.75, 0.6]) == 1.0

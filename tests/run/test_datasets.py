@@ -219,3 +219,20 @@ def test_source_forms_name_what_the_user_wrote(tmp_path):
             enumerate(["", "   "])]  # fmt: skip
     for empty in load_items(_write(tmp_path / "e.jsonl", rows)):  # as run checks them, read
         assert item_problems(empty) == [("bad_images", "images has an empty entry")]
+
+
+def test_validate_data_names_label_boxes_no_reward_can_score(tmp_path):
+    """Reversed corners are refused by every grounding reward, in any frame, after generating;
+    validate-data (and run, before generating) names the box. A zero-area box (a point for the
+    centre reward) and 0-1 numbers (right for a reward whose label frame is norm1) depend on the
+    reward: its refusal fails every completion of the item alike."""
+    rows = [
+        {"id": "rev", "messages": "x", "boxes": [[12, 30, 88, 70], [310, 85, 205, 270]]},
+        {"id": "nan", "messages": "x", "boxes": [40, 60, float("nan"), 90]},
+        {"id": "flat", "messages": "x", "boxes": [40, 60, 40, 90]},
+        {"id": "frac", "messages": "x", "boxes": [[0.15, 0.2, 0.45, 0.6]]},
+    ]
+    _, bad = validate_data(_write(tmp_path / "d.jsonl", rows))
+    assert [(b.line, b.reason) for b in bad] == [(1, "bad_field"), (2, "bad_field")]
+    assert "boxes[1]" in bad[0].detail and "inverted_box" in bad[0].detail
+    assert "boxes[0]" in bad[1].detail and "nan" in bad[1].detail

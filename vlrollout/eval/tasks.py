@@ -41,7 +41,7 @@ from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, c
 from vlrollout.readers.fields import text_list_problem
 from vlrollout.readers.prompts import TASK_PROMPTS
 from vlrollout.rewards.answer import ChoiceReward, CountReward, count_gold
-from vlrollout.rewards.grounding import label_boxes, overlaps
+from vlrollout.rewards.grounding import fraction_label_problem, label_boxes, overlaps
 from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
 
@@ -172,11 +172,8 @@ def _check_true_box(item: Mapping[str, Any], box: list[float], width: float, hei
             f"{where} lies outside the {width:g}x{height:g} image, so every prediction would "
             "score 0; fix the label"
         )
-    if all(0 <= v <= 1 for v in box) and not all(float(v).is_integer() for v in box):
-        raise ValueError(
-            f"{where} looks like fractions of the {width:g}x{height:g} image (under one pixel "
-            "as original pixels); write it in original pixels"
-        )
+    if (problem := fraction_label_problem(box, "original")) is not None:
+        raise ValueError(f"{where} {problem} (the {width:g}x{height:g} image's original pixels)")
 
 
 class RefcocoTask(_TaskBase):

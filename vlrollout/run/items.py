@@ -43,6 +43,7 @@ from vlrollout.processors.video_sampling import VideoSampling
 from vlrollout.readers.fields import row_id
 from vlrollout.readers.tables import ID_KEYS
 from vlrollout.rewards.caller import reward_argument_clash
+from vlrollout.rewards.grounding import box_problem
 
 PART_TYPES = ("text", "image", "image_url", "video", "video_url")
 ROLES = ("user", "assistant", "system", "tool")
@@ -139,6 +140,8 @@ def field_problems(item: dict[str, Any]) -> list[str]:
         for b, box in enumerate(rows):
             if not (isinstance(box, list) and len(box) == 4 and all(map(_is_number, box))):
                 problems.append(f"boxes[{b}] must be [x1, y1, x2, y2] (4 numbers), got {box!r}")
+            elif (problem := box_problem(box)) is not None:  # wrong in any frame, any reward
+                problems.append(f"boxes[{b}] = {box!r} cannot be scored: {problem}")
     captions = item.get("captions")
     if captions is not None and not (
         isinstance(captions, list) and all(isinstance(c, str) for c in captions)
