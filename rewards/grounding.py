@@ -339,6 +339,10 @@ class GroundingReward(Reward):
         return RewardResult(best, None, details)
 
 
+POINT_FAMILIES = frozenset({"molmo", "qwen2_5_vl", "qwen3_vl"})
+"""Box parsers that read points (Molmo's ``<point>``, Qwen's ``point_2d``)."""
+
+
 class PointInBoxReward(Reward):
     """Point reward: F1 of a one-to-one matching of predicted points to label boxes.
 
@@ -346,7 +350,8 @@ class PointInBoxReward(Reward):
     else 0.0. Reasons: ``no_point`` (nothing parsed), ``non_finite_point`` (all points NaN/inf).
 
     Args:
-        family: ``molmo``, ``qwen2_5_vl`` or ``qwen3_vl`` (``point_2d``).
+        family: One of :data:`POINT_FAMILIES`: ``molmo``, ``qwen2_5_vl`` or ``qwen3_vl``
+            (``point_2d``).
         label_frame, boxes_key, image_index, use_answer_tag: as :class:`GroundingReward`.
     """
 

@@ -116,6 +116,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="text | vision | multi_attempt | vision_multi_attempt | vision_tool | import path",
     )
     a("--reward", help="reward name (vlrollout.rewards registry) or import path")
+    a(
+        "--box-format",
+        dest="box_format",
+        help="how the model writes boxes, when not as its family does (e.g. qwen2_vl), for the "
+        "box and point rewards",
+    )
     a("--preprocessor", help="preprocessor name or import path (default: the model's)")
     a("--group-size", type=int, dest="group_size", help="episodes per item (a GRPO group)")
     a("--concurrency", type=int, help="items in flight at once")

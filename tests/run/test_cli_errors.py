@@ -201,6 +201,12 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
             [*ok, "video_min_pixels=100000", "video_max_pixels=1000"],
             "video min_pixels=100000 exceeds max_pixels=1000",
         ),
+        ("unknown box format", [*ok, "--box-format", "qwen9"], "box_format (--box-format)"),
+        (
+            "box format for a reward that reads no boxes",
+            [*ok, "--reward", "count", "--box-format", "qwen2_vl"],
+            "--box-format applies to the box and point rewards",
+        ),
         ("bad setting", [*ok, "seed=abc"], "invalid value for 'seed'"),
         ("setting without =", [*ok, "seed"], "must be KEY=VALUE"),
     ]

@@ -36,7 +36,9 @@ from omegaconf.errors import OmegaConfBaseException
 from vlrollout.config import check_gconfig, check_remote_gconfig, explain, read_yaml
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
+from vlrollout.eval.metrics.boxes import check_box_format
 from vlrollout.readers import FORMATS
+from vlrollout.rewards.registry import BOX_REWARDS
 
 WORKFLOWS = ("text", "vision", "multi_attempt", "vision_multi_attempt", "vision_tool")
 VISION_WORKFLOWS = ("vision", "vision_multi_attempt", "vision_tool")
@@ -63,6 +65,9 @@ class RunConfig:
         output: Output folder (trajectories, summary.json, report.html).
         workflow: A built-in workflow name or an import path of a ``RolloutWorkflow`` class.
         reward: A reward name from :mod:`vlrollout.rewards` or an import path.
+        box_format: How the model writes boxes when not as its family does (a model fine-tuned
+            on another family's boxes, e.g. ``qwen2_vl``; as ``vlrollout eval --box-format``),
+            read by the built-in box and point rewards; ``None``: the family's.
         preprocessor: A preprocessor name or import path, or a mapping ``{name: ..., **options}``
             whose options go to the plug-in's factory (``None``: the default for the model).
         group_size: Episodes per item (a GRPO group), run with AReaL's ``GroupedRolloutWorkflow``.
@@ -96,6 +101,7 @@ class RunConfig:
     output: str = "runs/demo"
     workflow: str = "vision"
     reward: str = "tiny_task"
+    box_format: str | None = None
     preprocessor: Any = None  # str | dict | None (OmegaConf structured configs have no such union)
     group_size: int = 4
     concurrency: int = 4
@@ -158,6 +164,17 @@ class RunConfig:
                 "reward_timeout_s (--reward-timeout) must be a positive finite number, got "
                 f"{self.reward_timeout_s}"
             )
+        if self.box_format is not None:
+            try:
+                check_box_format(self.box_format)
+            except ValueError as e:
+                raise ConfigError(f"box_format (--box-format): {e}") from None
+            if self.reward not in (*BOX_REWARDS, "point_in_box"):
+                raise ConfigError(
+                    f"--box-format applies to the box and point rewards "
+                    f"({', '.join(sorted(BOX_REWARDS))}, point_in_box); --reward {self.reward!r} "
+                    "reads its boxes its own way"
+                )
         if not 0 < self.turn_discount <= 1:
             raise ConfigError(
                 f"{_flag('turn_discount')} must be in (0, 1], got {self.turn_discount}"

@@ -34,10 +34,13 @@ from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
 
 
-def load_reward(name: str, items: list[dict[str, Any]], model: str | None = None) -> Any:
+def load_reward(
+    name: str, items: list[dict[str, Any]], model: str | None = None, box_format: str | None = None
+) -> Any:
     """A reward by registry name or import path, built from ``items`` when it is a dataset reward
     (``tiny_task``, for the synthetic sample tasks); a built-in box reward reads boxes as
-    ``model``'s family writes them (:func:`vlrollout.box_rewards.box_reward_options`).
+    ``model``'s family writes them, or as ``box_format`` names
+    (:func:`vlrollout.box_rewards.box_reward_options`).
 
     Raises:
         ConfigError: the name is unknown, the import path does not resolve, or a box reward's
@@ -47,7 +50,7 @@ def load_reward(name: str, items: list[dict[str, Any]], model: str | None = None
     from vlrollout.rewards.registry import get_reward
 
     try:
-        return get_reward(name, items=items, **box_reward_options(name, model))
+        return get_reward(name, items=items, **box_reward_options(name, model, box_format))
     except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
         raise ConfigError(f"--reward {name!r}: {str(e).splitlines()[0]}") from None
 
@@ -329,7 +332,7 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     check_room(cfg)
     check_workflow(cfg)
     check_text_workflow(cfg, items)
-    reward = load_reward(cfg.reward, items, cfg.engine.model)
+    reward = load_reward(cfg.reward, items, cfg.engine.model, cfg.box_format)
     check_reward_callable(reward, cfg.reward)
     check_reward_tasks(reward, items, cfg.reward)
     items = block_unscored_tasks(reward, items)
