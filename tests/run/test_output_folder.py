@@ -110,3 +110,20 @@ def test_output_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(OutputFolderError, match="is a file, not a folder"):
         prepare_output(tmp_path / "f" / "out", RunConfig())
+
+
+def test_a_summary_of_fewer_items_says_what_else_the_folder_holds(tokenizer, tmp_path):
+    """A rerun with a smaller --limit summarises its own items: the summary and the report say
+    the folder holds more finished items, which it leaves alone."""
+    from vlrollout.run.report_summary import overview_html
+    from vlrollout.run.runner import summarize
+
+    _run(tokenizer, tmp_path, ["p", "q", "r", "s"])
+    one = load_items(tmp_path / "d.jsonl")[:1]
+    summary = summarize(tmp_path / "out", one, 0.0)
+    assert summary["items"] == {
+        "total": 1, "done": 1, "accepted": 1, "rejected": 0, "other_items_in_folder": 3
+    }  # fmt: skip
+    assert "3 more finished items" in overview_html(summary, {})
+    whole = summarize(tmp_path / "out", load_items(tmp_path / "d.jsonl"), 0.0)
+    assert "other_items_in_folder" not in whole["items"]

@@ -28,8 +28,15 @@ def overview_html(summary: dict[str, Any], rewards_by_task: dict[str, list[float
         if fraction is not None
         else ""
     )
+    others = items.get("other_items_in_folder", 0)
+    other_line = (
+        f"<p>The output folder holds {others} more finished items, from runs over more of the "
+        "data (a larger --limit); this summary covers this run's items.</p>"
+        if others
+        else ""
+    )
     return (
-        f"<p>{items.get('done', 0)}/{items.get('total', 0)} items, "
+        f"{other_line}<p>{items.get('done', 0)}/{items.get('total', 0)} items, "
         f"{episodes.get('accepted', 0)} episodes kept, {episodes.get('rejected', 0)} rejected"
         f"{' (' + html.escape(reasons) + ')' if reasons else ''}</p>{group_line}"
         "<table><tr><th>task</th><th>episodes</th><th>mean reward</th><th>rewards</th></tr>"

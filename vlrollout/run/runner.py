@@ -304,9 +304,11 @@ def group_stats(rewards_per_group: Sequence[Sequence[float]]) -> dict[str, Any]:
 
 def summarize(output: Path, items: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """Summary over every finished item on disk in ``output`` (including those of earlier,
-    resumed runs) that is one of ``items``."""
+    resumed runs) that is one of ``items``; ``items.other_items_in_folder`` counts the finished
+    items on disk that are not (a rerun with a smaller ``--limit``), when there are any."""
     on_disk = read_outcomes(output)
     outcomes = [(item, on_disk[item["id"]]) for item in items if item["id"] in on_disk]
+    others = len(on_disk.keys() - {str(item["id"]) for item in items})
     rewards = [e["reward"] for _, o in outcomes for e in o["episodes"]]
     by_task: dict[str, list[float]] = {}
     for item, o in outcomes:
@@ -325,6 +327,7 @@ def summarize(output: Path, items: Sequence[dict[str, Any]], wall_s: float) -> d
             "done": len(outcomes),
             "accepted": sum(o["status"] == "accepted" for _, o in outcomes),
             "rejected": sum(o["status"] == "rejected" for _, o in outcomes),
+            **({"other_items_in_folder": others} if others else {}),
         },
         "episodes": {
             "accepted": episodes_kept,
