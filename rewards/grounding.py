@@ -386,6 +386,13 @@ class PointInBoxReward(Reward):
         if not gt:
             raise ValueError(_empty_labels_message(self.boxes_key, "point_in_box"))
         geometry = image_geometry(task_data, self.image_index)
+        width, height = frame_size(self.label_frame, geometry)  # before the completion is read
+        outside = next((b for b in gt if not overlaps(b, width, height)), None)
+        if outside is not None:
+            raise ValueError(
+                f"task_data[{self.boxes_key!r}] has a box {outside} that lies outside the "
+                f"{width:g}x{height:g} image: no point on the image is inside it"
+            )
         parsed = get_parser(self.family)(answer_region(completions, self.use_answer_tag))
         details: dict[str, Any] = {"num_points": len(parsed.points)}
         if not parsed.points:

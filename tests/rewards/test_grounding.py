@@ -318,3 +318,16 @@ def test_labels_in_a_fraction_frame_are_not_fractions_by_mistake():
     """0-1 labels are right when the label frame is norm1: only pixel frames refuse them."""
     r = GroundingReward("plain", "iou", plain_frame="norm1", label_frame="norm1")
     assert r("p", "[0.25, 0.1, 0.75, 0.6]", [], [], boxes=[0.25, 0.1, 0.75, 0.6]) == 1.0
+
+
+@pytest.mark.parametrize("completion", ["Nothing there.", '{"point_2d": [120, 80]}'])
+def test_point_in_box_refuses_an_item_it_cannot_score_for_every_completion(completion):
+    """As the box rewards: no geometry, or a label off the image, fails with or without a point."""
+    r = PointInBoxReward("qwen2_5_vl")
+    geo = [{"original_width": 300, "original_height": 200, "model_width": 308, "model_height": 196}]
+    for boxes, kwargs, words in (
+        ([30, 10, 90, 60], {}, "geometry"),
+        ([310, 10, 400, 90], {"geometry": geo}, "outside the 300x200 image"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            r("p", completion, [], [], boxes=boxes, **kwargs)
