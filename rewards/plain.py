@@ -10,11 +10,11 @@ vlrollout apply here too: a completion longer than
 ``output_truncated``), and a value a rule decided comes with that rule's reason.
 
 >>> reward = PlainReward("iou", family="qwen2_5_vl")
->>> reward.score('{"bbox_2d": [0, 0, 50, 50]}', boxes=[0, 0, 50, 50],
-...              geometry=[{"original_width": 100, "original_height": 100,
-...                         "model_width": 100, "model_height": 100}])
+>>> geometry = [{"original_width": 100, "original_height": 100,
+...              "model_width": 100, "model_height": 100}]
+>>> reward.score('{"bbox_2d": [0, 0, 50, 50]}', boxes=[0, 0, 50, 50], geometry=geometry)
 (1.0, None)
->>> reward.score("no box here", boxes=[0, 0, 50, 50])
+>>> reward.score("no box here", boxes=[0, 0, 50, 50], geometry=geometry)
 (0.0, 'no_box')
 """
 

@@ -301,6 +301,8 @@ class TemporalIoUReward(Reward):
         except _Unscorable as e:
             return RewardResult(self.failure_value, e.reason, details)
         details["segment_s"] = list(segment)
+        if duration is not None:  # the part of each label the video shows, as the answer is
+            labels = [(start, min(end, duration)) for start, end in labels]
         best = max(temporal_iou(segment, label) for label in labels)
         if self.metric == "acc":
             details["iou"] = best

@@ -219,3 +219,15 @@ def test_numbers_in_exponent_form_are_read_whole():
     reward = TemporalIoUReward()
     result = reward.score("p", "[1e400, 3]", [], [], segments=[[1.0, 3.0]])
     assert (result.value, result.reason) == (0.0, "non_finite_segment")
+
+
+def test_a_label_running_past_the_clip_is_clipped_as_the_answer_is():
+    """A 2.5 s clip labelled [1.25, 4.0]: the answer is clipped to the clip, so the label is too.
+    The answer [1.25, 2.5] (all of the label the video shows) scores 1, and [1.25, 4.0] as well
+    (it was 0.5); [1.875, 2.5] covers half of the shown part (hand-derived IoU 0.5)."""
+    task = {"segments": [1.25, 4.0], "duration_s": 2.5}
+    assert _score("[1.25, 2.5]", **task).value == pytest.approx(1.0)
+    assert _score("[1.25, 4.0]", **task).value == pytest.approx(1.0)
+    assert _score("[1.875, 2.5]", **task).value == pytest.approx(0.5)
+    acc = TemporalIoUReward(metric="acc", iou_threshold=0.7)
+    assert _score("[1.25, 2.5]", acc, **task).value == 1.0

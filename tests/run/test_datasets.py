@@ -236,3 +236,11 @@ def test_validate_data_names_label_boxes_no_reward_can_score(tmp_path):
     assert [(b.line, b.reason) for b in bad] == [(1, "bad_field"), (2, "bad_field")]
     assert "boxes[1]" in bad[0].detail and "inverted_box" in bad[0].detail
     assert "boxes[0]" in bad[1].detail and "nan" in bad[1].detail
+
+
+def test_media_given_as_one_string_is_reported_once(tmp_path):
+    rows = [{"id": "v", "messages": "<video>What happens?", "videos": "clip.mp4"}]
+    _, bad = validate_data(_write(tmp_path / "d.jsonl", rows))
+    assert [(b.reason, b.detail) for b in bad] == [
+        ("bad_videos", "videos must be a list, got a str")
+    ]

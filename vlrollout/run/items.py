@@ -196,7 +196,7 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
             problems.append((f"bad_{name}", f"{name} has a null entry"))
         elif media and any(isinstance(i, str) and not i.strip() for i in media):
             problems.append((f"bad_{name}", f"{name} has an empty entry"))
-    problems += media_problems(item, not problems)
+    problems += [p for p in media_problems(item, not problems) if p not in problems]  # once
     clash = reward_argument_clash(item)
     if clash is not None:
         problems.append(("reserved_field", clash))
