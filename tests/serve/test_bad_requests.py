@@ -803,3 +803,50 @@ def test_fields_the_server_would_ignore_are_refused(vllm_server, sglang_server, 
     body = {"model_path": str(ASSET), "load_format": "dummy"}
     r = _post(server, "/update_weights_from_disk", body)
     assert r.status_code == 400 and "load_format" in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize(
+    "part, key",
+    [
+        (
+            {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}, "nframes": 2},
+            "nframes",
+        ),
+        (
+            {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA", "fps": 0.5}},
+            "fps",
+        ),
+        (
+            {
+                "type": "image_url",
+                "image_url": {"url": "data:image/png;base64,AAAA"},
+                "max_pixels": 9,
+            },
+            "max_pixels",
+        ),
+    ],
+    ids=["video part key", "video url key", "image part key"],
+)
+def test_a_per_part_setting_is_a_400_not_ignored(vllm_server, part, key):
+    """vlrollout run refuses a part's own sampling settings; the server samples as run does, so it
+    refuses them too rather than answer as if they were not there."""
+    server, _ = vllm_server
+    body = {"messages": [{"role": "user", "content": [part, {"type": "text", "text": "?"}]}]}
+    r = requests.post(
+        f"{server.url}/v1/chat/completions", json={**body, "max_tokens": 2}, timeout=60
+    )
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "messages[0].content[0]" in message and repr(key) in message, message
+
+
+def test_video_placeholders_without_video_data_are_named_as_videos(sglang_server):
+    """input_ids with Qwen2-VL's video placeholder (id 13) and no video_data: the message names
+    videos and video_data, not images."""
+    server, _ = sglang_server
+    body = {"input_ids": [5, 13, 13, 13, 13, 6], "sampling_params": {"max_new_tokens": 2}}
+    r = _post(server, "/generate", body)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "video placeholders and videos disagree" in message and "video_data" in message
+    assert "image" not in message, message

@@ -60,7 +60,12 @@ _PLACEHOLDER_ATTRS = (
 
 
 class PlaceholderMismatchError(ValueError):
-    """The image placeholders in ``input_ids`` disagree with the images sent."""
+    """The image (or video) placeholders in ``input_ids`` disagree with the media sent;
+    ``kind`` says which: ``"image"`` or ``"video"``."""
+
+    def __init__(self, message: str, kind: str = "image") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -201,12 +206,14 @@ def check_placeholders(
             if data_key in vision and not n_tokens:
                 raise PlaceholderMismatchError(
                     f"{data_key} was given but input_ids hold no {kind} placeholder token "
-                    f"(id {token_id}): the {kind}s would never reach the model."
+                    f"(id {token_id}): the {kind}s would never reach the model.",
+                    kind,
                 )
             if n_tokens and data_key not in vision:
                 raise PlaceholderMismatchError(
                     f"input_ids hold {n_tokens} {kind} placeholder tokens but the request has no "
-                    f"{kind}s: send them in metadata['multi_modal_input'] or image_data."
+                    f"{kind}s: send them in metadata['multi_modal_input'] or {kind}_data.",
+                    kind,
                 )
             continue
         expected = int(grid.prod(-1).sum()) // merge_size**2
@@ -215,7 +222,8 @@ def check_placeholders(
                 f"input_ids hold {n_tokens} {kind} placeholder tokens in {n_runs} run(s), but "
                 f"{grid_key} implies {expected} tokens for {grid.shape[0]} {kind}(s) "
                 f"(merge size {merge_size}). Build input_ids and the {kind}s with the same "
-                "processor settings (min/max pixels, patch and merge size)."
+                "processor settings (min/max pixels, patch and merge size).",
+                kind,
             )
 
 

@@ -383,7 +383,9 @@ class ServerState:
             self.tokens.add(resp.output_len)
             return resp
         except PlaceholderMismatchError as e:
-            raise BadRequest(f"{where}: image placeholders and images disagree: {e}") from None
+            raise BadRequest(
+                f"{where}: {e.kind} placeholders and {e.kind}s disagree: {e}"
+            ) from None
         except (ValueError, TypeError) as e:
             raise BadRequest(f"{where}: {e}") from None
         finally:

@@ -323,6 +323,7 @@ def _split_media(
                 kind = _client_part_kind(part, label)
                 if kind in MEDIA_PARTS:
                     placeholder, item_field = MEDIA_PARTS[kind]
+                    _check_part_keys(part, kind, label)
                     url = part.get(kind)
                     url = url.get("url") if isinstance(url, dict) else url
                     limit = max_bytes[item_field]
@@ -333,6 +334,22 @@ def _split_media(
             message = {**message, "content": parts}
         out.append(message)
     return out, media
+
+
+def _check_part_keys(part: dict[str, Any], kind: str, label: str) -> None:
+    """Refuse keys an ``image_url``/``video_url`` part does not have in OpenAI's form (``type``,
+    the URL object with ``url`` and ``detail``): a part's own sampling settings (``nframes``,
+    ``fps``, ``max_pixels``) would otherwise be ignored, where ``vlrollout run`` refuses them."""
+    extra = sorted(set(part) - {"type", kind})
+    url = part.get(kind)
+    if isinstance(url, dict):
+        extra += sorted(set(url) - {"url", "detail"})
+    if extra:
+        keys = ", ".join(repr(k) for k in extra)
+        raise BadRequest(
+            f"{label}: {kind} part sets {keys}, which this server does not take per part; it "
+            "samples every medium with its own settings (vlrollout serve --help)"
+        )
 
 
 CLIENT_PARTS = ("text", "image_url", "video_url")
