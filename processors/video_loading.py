@@ -46,6 +46,14 @@ THUMBNAILS = 8
 THUMBNAIL_HEIGHT = 56
 
 
+SHORT_OF_DECLARED = 0.75
+"""A file whose frames cover less than this share of its container's declared length is refused
+as cut short (VFR clips, whose frame count over their average rate is near their length, pass)."""
+LATE_FRAMES, LATE_SECONDS = 2, 0.1
+"""A first decodable frame later than this many frames (and seconds) after the stream's start is
+refused: the frames before it are lost."""
+
+
 @dataclass(frozen=True)
 class LoadedVideo:
     """One video's sampled frames and their timing.
@@ -163,10 +171,26 @@ def _open(raw: bytes, item: str) -> tuple[Any, Any]:
     return container, container.streams.video[0]
 
 
+def _check_length(count: int, rate: Any, declared_us: int | None, item: str) -> None:
+    """Refuse a file whose frames cover well under the length its container declares (a file
+    cut short: sampled from what is left, its timestamps would describe another clip)."""
+    if not (rate and declared_us and declared_us > 0):
+        return
+    declared, held = declared_us / 1e6, count / float(rate)
+    if held < SHORT_OF_DECLARED * declared:
+        raise PreprocessError(
+            item,
+            "video_decode",
+            f"the container declares {declared:.3g} s but the file holds {count} frames "
+            f"({held:.3g} s at {float(rate):.3g} fps): it is cut short; give the whole file",
+        )
+
+
 def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, float | None]:
     """Frames (packets) in the video stream and its average frame rate, without decoding."""
     container, stream = _open(raw, item)
     with container:
+        declared = container.duration
         rate = stream.average_rate or stream.guessed_rate
         count = 0
         try:
@@ -180,6 +204,7 @@ def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, f
                     )
         except av.FFmpegError as e:
             raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
+    _check_length(count, rate, declared, item)
     return count, float(rate) if rate else None
 
 
@@ -195,6 +220,7 @@ def _frames_on_screen(
     targets = [k / rate for k in wanted]
     slack = min(0.25 / rate, 0.005)  # timestamp rounding, well under a frame
     taken = 0
+    origin = None if stream.start_time is None else float(stream.start_time * stream.time_base)
     with container:
         _frame_limits(stream, item, max_frame_pixels)
         try:
@@ -203,6 +229,8 @@ def _frames_on_screen(
                 if frame.time is None:
                     shown = index / rate
                 else:
+                    if start is None:
+                        _check_first_frame(frame.time, origin, rate, item)
                     start = frame.time if start is None else start
                     shown = frame.time - start
                 while previous is not None and taken < len(targets):
@@ -219,6 +247,19 @@ def _frames_on_screen(
                     taken += 1
         except av.FFmpegError as e:
             raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
+
+
+def _check_first_frame(time: float, origin: float | None, rate: float, item: str) -> None:
+    """Refuse a stream whose first decodable frame comes well after the stream starts (a lost
+    keyframe: the frames before the next one do not decode), which would shift every sampled
+    frame's timestamp."""
+    if origin is not None and time - origin > max(LATE_FRAMES / rate, LATE_SECONDS):
+        raise PreprocessError(
+            item,
+            "video_decode",
+            f"the first {time - origin:.3g} s of the clip do not decode (its first decodable "
+            f"frame is at {time:.3g} s; a keyframe is missing or corrupt): re-encode the file",
+        )
 
 
 def _decode_frames(

@@ -555,3 +555,57 @@ def _png_bytes(pixels: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, "PNG")
     return buf.getvalue()
+
+
+def _coded_clip(frames: int, codec: str, keyframe_every: int) -> bytes:
+    """A Matroska clip whose frame k shows k in binary as 8 white or black columns."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="matroska") as out:
+        stream = out.add_stream(codec, rate=25)
+        stream.width = stream.height = 64
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"g": str(keyframe_every), "bf": "0", "sc_threshold": "0"}
+        for k in range(frames):
+            pixels = np.zeros((64, 64, 3), np.uint8)
+            for bit in range(8):
+                if (k >> bit) & 1:
+                    pixels[:, bit * 8 : (bit + 1) * 8] = 255
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def _without_first_packet(raw: bytes) -> bytes:
+    out_buf = io.BytesIO()
+    with av.open(io.BytesIO(raw)) as source, av.open(out_buf, "w", format="matroska") as out:
+        stream = out.add_stream_from_template(source.streams.video[0])
+        for k, packet in enumerate(source.demux(source.streams.video[0])):
+            if packet.dts is None or k == 0:
+                continue
+            packet.stream = stream
+            out.mux(packet)
+    return out_buf.getvalue()
+
+
+SAMPLING = VideoSampling(fps=2.0, max_frames=768, min_frames=4, frame_factor=2)
+
+
+def test_a_clip_whose_first_frames_do_not_decode_is_refused_not_mistimed():
+    """Its first keyframe lost, the frames before the next one do not decode: sampled from the
+    first decodable frame, the clip's timestamps named frames 1.2 s earlier than those shown."""
+    raw = _without_first_packet(_coded_clip(55, "libx264", keyframe_every=30))
+    with pytest.raises(PreprocessError) as info:
+        load_video(raw, "item 4, video 1", SAMPLING)
+    assert info.value.reason == "video_decode" and "do not decode" in info.value.detail
+    load_video(_coded_clip(55, "libx264", keyframe_every=30), "item 4, video 1", SAMPLING)
+
+
+def test_a_clip_cut_short_of_its_declared_length_is_refused():
+    """The container says 2.2 s; the file holds well under half of that."""
+    whole = _coded_clip(55, "mpeg4", keyframe_every=12)
+    with pytest.raises(PreprocessError) as info:
+        load_video(whole[: len(whole) * 2 // 5], "item 2, video 1", SAMPLING)
+    assert info.value.reason == "video_decode" and "declares" in info.value.detail
+    assert load_video(whole, "item 2, video 1", SAMPLING).clip.total_frames == 55
