@@ -78,9 +78,7 @@ class VideoSampling:
 
     def __post_init__(self) -> None:
         for name in ("fps", "max_frames", "min_frames", "frame_factor"):
-            value = getattr(self, name)
-            if not value > 0:  # NaN fails too
-                raise ValueError(f"video sampling {name} must be positive, got {value}")
+            check_video_setting(name, getattr(self, name))
         if self.max_frames < self.frame_factor:
             raise ValueError(
                 f"video max_frames={self.max_frames} is below the family's temporal patch of "
@@ -117,6 +115,29 @@ def _size_get(size: Any, key: str) -> Any:
     return size.get(key) if isinstance(size, Mapping) else getattr(size, key, None)
 
 
+WHOLE_SETTINGS = frozenset({"max_frames", "min_frames", "frame_factor", "min_pixels", "max_pixels"})
+"""Video settings that count frames or pixels."""
+
+
+def check_video_setting(name: str, value: Any) -> None:
+    """Refuse a video setting ``name`` that is not a positive finite number, or (for
+    :data:`WHOLE_SETTINGS`) not a whole one: ``max_frames=2.5`` would sample 2 frames, and
+    ``fps=inf`` every frame, where the command line refuses both.
+
+    >>> check_video_setting("max_frames", 4.0)
+    >>> check_video_setting("fps", "2")
+    Traceback (most recent call last):
+    ...
+    ValueError: video fps must be a positive finite number, got '2'
+    """
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    positive = number and math.isfinite(value) and value > 0
+    if name in WHOLE_SETTINGS and not (positive and float(value).is_integer()):
+        raise ValueError(f"video {name} must be a whole number > 0, got {value!r}")
+    if not positive:
+        raise ValueError(f"video {name} must be a positive finite number, got {value!r}")
+
+
 def family_sampling(
     processor: Any,
     fps: float | None = None,
@@ -134,6 +155,15 @@ def family_sampling(
             size (no ``shortest_edge``/``longest_edge`` pixel budget), a lower bound above the
             upper one (given or the processor's own), or a non-positive setting.
     """
+    given = {
+        "fps": fps,
+        "max_frames": max_frames,
+        "min_pixels": min_pixels,
+        "max_pixels": max_pixels,
+    }
+    for name, value in given.items():
+        if value is not None:
+            check_video_setting(name, value)
     vp = getattr(processor, "video_processor", None)
     if vp is None or type(processor).__name__ in VIDEO_UNSUPPORTED:
         return None

@@ -609,3 +609,25 @@ def test_a_clip_cut_short_of_its_declared_length_is_refused():
         load_video(whole[: len(whole) * 2 // 5], "item 2, video 1", SAMPLING)
     assert info.value.reason == "video_decode" and "declares" in info.value.detail
     assert load_video(whole, "item 2, video 1", SAMPLING).clip.total_frames == 55
+
+
+@pytest.mark.parametrize(
+    "settings, words",
+    [
+        ({"fps": float("inf")}, "fps must be a positive finite number"),
+        ({"fps": "2"}, "fps must be a positive finite number, got '2'"),
+        ({"max_frames": 2.5}, "max_frames must be a whole number"),
+        ({"max_frames": True}, "max_frames must be a whole number"),
+        ({"min_pixels": 1000.5}, "min_pixels must be a whole number"),
+    ],
+)
+def test_python_video_settings_are_held_to_the_cli_rules(settings, words):
+    """What `vlrollout run --video-fps inf` refuses, the Python API refused as a bare TypeError,
+    or took as something else (max_frames 2.5 sampled 2 frames)."""
+    from vlrollout.workflows import FrameSampling
+
+    with pytest.raises(ValueError, match=words):
+        FrameSampling(**settings)
+    video = {f"video_{k}": v for k, v in settings.items()}
+    with pytest.raises(ValueError, match=words):
+        AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"), **video)

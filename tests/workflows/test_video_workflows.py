@@ -143,7 +143,7 @@ def test_a_bad_video_is_rejected_with_its_reason(tokenizer, qwen2vl_processor, t
 def test_frame_settings_without_a_processor_are_refused(tokenizer):
     with pytest.raises(ValueError, match="video frame settings need a multimodal processor"):
         VisionRLVRWorkflow(f"{HERE}.never", GCONFIG, tokenizer, None, frames=FrameSampling(fps=1.0))
-    with pytest.raises(ValueError, match="video fps must be positive"):
+    with pytest.raises(ValueError, match="video fps must be a positive finite number"):
         FrameSampling(fps=float("nan"))
 
 

@@ -13,6 +13,7 @@ from transformers import AutoProcessor
 from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.base import Preprocessor
 from vlrollout.processors.contract import load_preprocessor
+from vlrollout.processors.video_sampling import check_video_setting
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,8 @@ class FrameSampling:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if value is not None and not value > 0:  # NaN fails too
-                raise ValueError(f"video {name} must be positive, got {value}")
+            if value is not None:
+                check_video_setting(name, value)
 
     def options(self) -> dict[str, Any]:
         """The preprocessor factory's keyword arguments for the settings given (``video_fps``,
