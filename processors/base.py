@@ -34,7 +34,10 @@ class VideoClip:
     ``VideoMetadata.timestamps``), so what rewards score is what Qwen3-VL's prompt states.
 
     Attributes:
-        frame_indices: Source frame index of each sampled frame, increasing.
+        frame_indices: The sampled positions on the source's frame grid, increasing: frame
+            ``k`` is the one on screen at ``k / source_fps``, which for a constant-rate clip is
+            source frame ``k`` and for a variable-rate one (uneven GIF delays, phone clips) the
+            frame shown then, not the ``k``-th decoded frame.
         timestamps_s: Time of each sampled frame in seconds from the clip's start.
         fps: Sampled frames per second (``len(frame_indices) / total_frames * source_fps``, what
             Qwen2.5-VL's ``second_per_grid_ts`` is computed from).
