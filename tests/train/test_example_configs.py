@@ -124,6 +124,22 @@ def test_group_size_one_is_refused(tmp_path):
             ["--config", "examples/train_grounding.yaml", "+train_dataset.drop_last=false"],
             "train_dataset.drop_last=false is not read",
         ),
+        (  # was every group all-equal, every advantage 0, exit 0
+            ["--config", "examples/train_grounding.yaml", "gconfig.greedy=true"],
+            "gconfig.greedy=true samples every episode of a group alike",
+        ),
+        (  # below 1e-5 the engine samples greedily, as SGLang and vLLM do
+            ["--config", "examples/train_grounding.yaml", "gconfig.temperature=1e-6"],
+            "gconfig.temperature must be at least 1e-05",
+        ),
+        (  # was importance weights off 1 before any update, and a resume that changed it
+            ["--config", "examples/train_grounding.yaml", "actor.temperature=0.5"],
+            "actor.temperature=0.5 differs from gconfig.temperature=0.7",
+        ),
+        (  # was ignored (group-of-n advantages), or with batch-level std every advantage 0
+            ["--config", "examples/train_grounding.yaml", "actor.reward_norm.group_size=2"],
+            "actor.reward_norm.group_size=2 differs from gconfig.n_samples=8",
+        ),
         (  # was NaN losses and grad norms at every step, exit 0: the actor divides by it
             ["--config", "examples/train_grounding.yaml", "gconfig.temperature=0"],
             "gconfig.temperature must be a finite number > 0 (GRPO samples its groups), got 0",

@@ -95,3 +95,14 @@ def test_a_run_recorded_before_a_setting_was_kept_still_resumes(tmp_path):
     check_settings(tmp_path, _cfg(tmp_path), resuming=True)
     with pytest.raises(ConfigError, match="seed: 1 → 2"):
         check_settings(tmp_path, _cfg(tmp_path, "seed=2"), resuming=True)
+
+
+def test_a_folder_holding_a_vlrollout_run_is_refused(tmp_path):
+    """Training wrote its report over the run's report.html and its files among the run's."""
+    (tmp_path / "items").mkdir()
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / "report.html").write_text("<html>run</html>")
+    with pytest.raises(ConfigError, match="holds the results of a vlrollout run"):
+        check_settings(tmp_path, _cfg(tmp_path), resuming=False)
+    assert (tmp_path / "report.html").read_text() == "<html>run</html>"
+    assert not (tmp_path / SETTINGS_FILE).exists()

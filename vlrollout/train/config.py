@@ -24,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vlrollout.config import check_gconfig, check_remote_gconfig, check_room_in_context, known_keys
 from vlrollout.engine.config import EngineConfig
+from vlrollout.engine.sampling import GREEDY_BELOW
 from vlrollout.errors import ConfigError
 from vlrollout.eval.metrics.boxes import check_box_format
 from vlrollout.eval.tasks import TASKS as EVAL_TASKS
@@ -466,12 +467,47 @@ def check_run_length(cfg: TrainConfig) -> None:
             f"actor.optimizer.lr must be a finite number >= 0 (0: the control run), got {lr}"
         )
     check_unread_dataset_keys(cfg)
-    temperature = cfg.gconfig.temperature
-    if not 0 < temperature < math.inf:  # the actor divides the logits by it (NaN fails too)
+    check_grpo_sampling(cfg)
+
+
+def check_grpo_sampling(cfg: TrainConfig) -> None:
+    """Refuse sampling that leaves GRPO nothing to compare, or logprobs of another distribution
+    than the one sampled: a greedy or zero temperature (every episode of a group alike, every
+    advantage 0), ``actor.temperature`` other than ``gconfig.temperature`` (the trainer's
+    logprobs and the importance weights would be of another policy before any update; AReaL's
+    configs set them equal), and a normaliser whose group is not ``gconfig.n_samples`` (the
+    episodes of one item are its group)."""
+    g = cfg.gconfig
+    if not 0 < g.temperature < math.inf:  # the actor divides the logits by it (NaN fails too)
         raise ConfigError(
             "gconfig.temperature must be a finite number > 0 (GRPO samples its groups), got "
-            f"{temperature:g}"
+            f"{g.temperature:g}"
         )
+    if g.temperature < GREEDY_BELOW:
+        raise ConfigError(
+            f"gconfig.temperature must be at least {GREEDY_BELOW:g}, got {g.temperature:g}: "
+            "below it sampling is greedy (as on SGLang and vLLM) and GRPO samples its groups"
+        )
+    if g.greedy:
+        raise ConfigError(
+            "gconfig.greedy=true samples every episode of a group alike, so every advantage "
+            "is 0 (GRPO samples its groups): set gconfig.greedy=false"
+        )
+    if cfg.actor.temperature != g.temperature:
+        raise ConfigError(
+            f"actor.temperature={cfg.actor.temperature:g} differs from gconfig.temperature="
+            f"{g.temperature:g}: the trainer's logprobs would be of another distribution than "
+            "the one sampled; set actor.temperature=${gconfig.temperature}"
+        )
+    for name in ("reward_norm", "adv_norm"):
+        norm = getattr(cfg.actor, name, None)
+        grouped = norm is not None and "group" in (norm.mean_level, norm.std_level)
+        if grouped and norm.group_size != g.n_samples:
+            raise ConfigError(
+                f"actor.{name}.group_size={norm.group_size} differs from gconfig.n_samples="
+                f"{g.n_samples}: a group is the n_samples episodes of one item; set "
+                f"actor.{name}.group_size=${{gconfig.n_samples}}"
+            )
 
 
 def check_unread_dataset_keys(cfg: TrainConfig) -> None:

@@ -38,6 +38,7 @@ RESULT_SETTINGS = (
     "actor.reward_norm",
     "actor.adv_norm",
     "actor.recompute_logprob",
+    "actor.temperature",
     "gconfig",
     "rollout.max_head_offpolicyness",
     "train_dataset.path",
@@ -119,9 +120,15 @@ def check_settings(out: Path, cfg: Any, resuming: bool) -> None:
     has.
 
     Raises:
-        ConfigError: ``resuming`` and the recorded settings differ, naming each difference.
+        ConfigError: ``resuming`` and the recorded settings differ, naming each difference; or
+            ``out`` holds a ``vlrollout run``'s results.
     """
     path = out / SETTINGS_FILE
+    if not path.exists() and (out / "summary.json").is_file() and (out / "items").is_dir():
+        raise ConfigError(
+            f"vlrollout.output {out} holds the results of a vlrollout run (summary.json, items/): "
+            "training would write its report over the run's; use another vlrollout.output"
+        )
     new = run_settings(cfg)
     if resuming and path.is_file():
         try:
