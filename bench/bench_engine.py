@@ -9,7 +9,9 @@ Tiny-model vision requests, greedy, one run, the same requests for both:
 - **queued**: 64 such mixed requests, more than fit at once (``--batch`` rows): the workload
   continuous batching exists for (an RL rollout batch of prompts x group size).
 
-``model.generate`` is what a user would write instead: the requests in arrival order, ``--batch``
+``model.generate`` is what a user would write instead, on a model of its own that the engine
+never wrapped (the engine encodes a group's images once and embeds pre-cut patches with a matrix
+product: ``generate`` on the engine's model would share both): the requests in arrival order, ``--batch``
 at a time (the same row budget the engine gets), each chunk one left-padded batch run to its
 longest request (``max_new_tokens`` = the longest, each row cut to its own length afterwards; in
 RL the lengths are unknown until EOS, so chunks cannot be sorted by them), EOS suppressed for that
@@ -64,6 +66,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest
 from entry import positive_int
 from PIL import Image
+from transformers import AutoModelForImageTextToText
 
 from vlrollout.engine import LocalInferenceEngine
 from vlrollout.engine.step_forward import CompiledStep
@@ -468,15 +471,20 @@ def main() -> None:
             str(ASSET), device=args.device, dtype=torch.float32
         )
         model, processor = base.model, base.processor
+        plain = AutoModelForImageTextToText.from_pretrained(ASSET, dtype=torch.float32)
         source = str(ASSET.relative_to(ASSET.parents[1]))
     else:
         model, processor = tiny_qwen2vl(seed=0)
+        plain, _ = tiny_qwen2vl(seed=0)
         source = "random tiny Qwen2-VL (vlrollout.testing.tiny_model)"
+    # generate runs on a model the engine never wrapped (image sharing, the patch embedding):
+    # what a user writes instead of the engine.
+    plain = plain.to(args.device).eval()
 
     with LocalInferenceEngine(
         model, processor, device=args.device, max_batch_size=args.batch
     ) as engine:
-        eager = measure(engine, model, processor, args, timed_forwards=True)
+        eager = measure(engine, plain, processor, args, timed_forwards=True)
         cases = build_cases(args.requests, args.new_tokens, True)
         reqs = engine_requests(processor, cases)
         in_proc, over_http, overhead, round_trip, decode = http_overhead(
@@ -490,7 +498,7 @@ def main() -> None:
         ) as engine:
             compile_s = time.perf_counter() - start
             compiled_step = isinstance(engine._worker._step_forward, CompiledStep)
-            compiled = measure(engine, model, processor, args, timed_forwards=False)
+            compiled = measure(engine, plain, processor, args, timed_forwards=False)
 
     if compiled is not None:  # both tables against generate's best time in either phase
         for a, b in zip(eager, compiled, strict=True):
