@@ -223,7 +223,8 @@ def test_source_forms_name_what_the_user_wrote(tmp_path):
 
 def test_validate_data_names_label_boxes_no_reward_can_score(tmp_path):
     """Reversed corners are refused by every grounding reward, in any frame, after generating;
-    validate-data (and run, before generating) names the box. A zero-area box (a point for the
+    validate-data names the box before (run reports it as the reward's refusal, bad_field being
+    validate-data's alone). A zero-area box (a point for the
     centre reward) and 0-1 numbers (right for a reward whose label frame is norm1) depend on the
     reward: its refusal fails every completion of the item alike."""
     rows = [
