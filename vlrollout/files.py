@@ -117,9 +117,10 @@ def read_outcomes(output: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-def check_writable_folder(output: Path) -> None:
+def check_writable_folder(output: Path, option: str = "--output") -> None:
     """Create ``output`` (and its parents) and check a file can be written in it, before any
-    work whose results would go there.
+    work whose results would go there. ``option``: the setting that names the folder, in the fix
+    the error gives.
 
     Raises:
         OutputFolderError: a parent is a file, or the folder is not writable (naming the fix).
@@ -128,7 +129,7 @@ def check_writable_folder(output: Path) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise OutputFolderError(
-                    f"output {output}: {parent} is a file, not a folder; pass --output to a folder"
+                    f"output {output}: {parent} is a file, not a folder; pass {option} to a folder"
                 )
             break
     try:
@@ -138,7 +139,7 @@ def check_writable_folder(output: Path) -> None:
         os.unlink(probe)
     except OSError as e:
         raise OutputFolderError(
-            f"output folder {output} is not writable ({e.strerror or e}); pass --output to a "
+            f"output folder {output} is not writable ({e.strerror or e}); pass {option} to a "
             "folder you can write to"
         ) from None
 

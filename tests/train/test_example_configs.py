@@ -305,7 +305,7 @@ def test_an_output_that_is_a_file_is_one_line_and_exit_2(tmp_path, capsys):
     args = ["--config", "examples/train_grounding.yaml", f"vlrollout.output={a_file}"]
     assert main(["train", *args]) == 2
     err = capsys.readouterr().err
-    assert f"cannot create {a_file}/areal: Not a directory" in err and "vlrollout.output" in err
+    assert f"vlrollout.output {a_file}: {a_file} is a file, not a folder" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2
 
 
@@ -387,3 +387,20 @@ def test_an_override_that_cannot_load_is_named_as_the_command_lines(tmp_path, ov
     with pytest.raises(ConfigError) as info:
         load_config("examples/train_grounding.yaml", [f"vlrollout.output={tmp_path}", override])
     assert str(info.value) == expected
+
+
+@pytest.mark.parametrize(
+    "refused",
+    ["gconfig.n_samples=1", "train_dataset.path=/nonexistent/train.jsonl"],
+    ids=["refused-setting", "refused-data"],
+)
+def test_a_refused_run_writes_no_areal_files(tmp_path, capsys, refused):
+    """A run refused by a setting or its data leaves no AReaL files behind: the resolved
+    config.yaml and the name_resolve folder are written once the run's checks have passed."""
+    from vlrollout.cli import main
+
+    out = tmp_path / "o"
+    args = ["--config", "examples/train_count.yaml", f"vlrollout.output={out}", refused]
+    assert main(["train", *args]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (out / "areal").exists()

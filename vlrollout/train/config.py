@@ -1,7 +1,7 @@
 """``vlrollout train``'s config: AReaL's ``GRPOConfig`` plus a ``vlrollout`` section.
 
-Loaded with AReaL's own ``load_expr_config`` (YAML + Hydra-style ``key=value`` overrides), so an
-AReaL user recognises every key; only data, reward, the engine section (the same
+Parsed as AReaL's own ``load_expr_config`` parses (YAML + Hydra-style ``key=value`` overrides), so
+an AReaL user recognises every key; only data, reward, the engine section (the same
 :class:`~vlrollout.engine.config.EngineConfig` as ``vlrollout run``'s ``engine:``) and reporting
 live under ``vlrollout:``. Paths and errors follow :mod:`vlrollout.config`.
 """
@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
-from areal.api.cli_args import GRPOConfig, load_expr_config
+from areal.api.cli_args import GRPOConfig, parse_cli_args, save_config, to_structured_cfg
+from areal.utils import name_resolve
+from areal.utils.stats_logger import StatsLogger
 from huggingface_hub import HfApi, constants, try_to_load_from_cache
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 from hydra.errors import HydraException
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from vlrollout.config import check_gconfig, check_remote_gconfig, check_room_in_context, known_keys
@@ -549,10 +552,10 @@ def rule_warnings(cfg: TrainConfig) -> list[str]:
 
 
 def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
-    """Load ``path`` the way AReaL does (``areal.api.cli_args.load_expr_config``).
+    """Parse ``path`` the way AReaL's ``load_expr_config`` does, and check its settings.
 
-    This also points AReaL's name_resolve at ``cluster.name_resolve`` (the key the weight
-    update waits on) and writes the resolved config under ``cluster.fileroot``.
+    Nothing is written: :func:`start_areal_files` does the rest of ``load_expr_config`` once
+    the run's checks have passed, so a refused run leaves no files behind.
 
     Raises:
         ConfigError: a missing file, an unknown key or a bad value, in one
@@ -569,14 +572,10 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
         if "=" not in entry and not entry.startswith("~"):  # ~KEY deletes a key in hydra
             raise ConfigError(f"setting {entry!r} must be KEY=VALUE, e.g. seed=1")
     try:
-        cfg, _ = load_expr_config(["--config", path, *(overrides or [])], TrainConfig)
+        parsed, _ = parse_cli_args(["--config", path, *(overrides or [])])
+        cfg = OmegaConf.to_object(to_structured_cfg(parsed, config_cls=TrainConfig))
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise _explain_override(e, path, overrides or []) from e
-    except OSError as e:  # AReaL creates its name_resolve folder under cluster.fileroot
-        raise ConfigError(
-            f"cannot create {e.filename}: {e.strerror} (the run's files go under "
-            "vlrollout.output and cluster.fileroot, which must be folders you can write to)"
-        ) from None
     check_gconfig(cfg.gconfig)
     check_remote_gconfig(cfg.gconfig, cfg.vlrollout.engine.kind)
     if stats_logger_problem(cfg.stats_logger):
@@ -592,6 +591,26 @@ def load_config(path: str, overrides: list[str] | None = None) -> TrainConfig:
     check_room_in_context(cfg.gconfig.max_new_tokens, cfg.actor.path)
     check_vision_settings(cfg.vlrollout, cfg.actor.path)
     return cfg
+
+
+def start_areal_files(cfg: TrainConfig, main: bool) -> None:
+    """The rest of AReaL's ``load_expr_config``, for a run that passed its checks: AReaL's
+    name_resolve pointed at ``cluster.name_resolve`` (the key the weight update waits on) and,
+    on the main process, the resolved config written where AReaL writes it (under
+    ``cluster.fileroot``).
+
+    Raises:
+        ConfigError: a folder that cannot be created, naming it.
+    """
+    try:
+        name_resolve.reconfigure(cfg.cluster.name_resolve)
+        if main:
+            save_config(cfg, StatsLogger.get_log_path(cfg.stats_logger))
+    except OSError as e:
+        raise ConfigError(
+            f"cannot create {e.filename}: {e.strerror} (the run's files go under "
+            "vlrollout.output and cluster.fileroot, which must be folders you can write to)"
+        ) from None
 
 
 def check_served_budget(cfg: TrainConfig) -> None:

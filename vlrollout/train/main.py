@@ -51,7 +51,7 @@ def main(argv: Sequence[str]) -> int:
     from vlrollout.train.config import check_rules, check_served_budget, load_config
     from vlrollout.train.loop import train
     from vlrollout.train.report import control_summary, held_out_metric, rejected_line
-    from vlrollout.train.session import check_resumable
+    from vlrollout.train.session import check_resumable, writable_output
 
     cfg = load_config(args.config, overrides)
     # Settings errors once, here, rather than once per process under torchrun.
@@ -59,6 +59,7 @@ def main(argv: Sequence[str]) -> int:
     check_rules(cfg, world)
     check_resumable(cfg, Path(cfg.vlrollout.output), world)
     check_served_budget(cfg)
+    writable_output(cfg)  # before the log file is opened in it
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch(
             args.nproc, [*(["--debug"] if debug else []), "--config", args.config, *overrides]

@@ -38,7 +38,7 @@ from vlrollout.train import asynchronous, checkpoint, dynamic_sampling, samples
 from vlrollout.train.actor import build_actor
 from vlrollout.train.asynchronous import AsyncRollouts, keep_all
 from vlrollout.train.checkpoint import Checkpoint
-from vlrollout.train.config import TrainConfig, check_rules, rule_warnings
+from vlrollout.train.config import TrainConfig, check_rules, rule_warnings, start_areal_files
 from vlrollout.train.data import check_batch_fits, load_data
 from vlrollout.train.evaluation import (
     EVAL_FILE,
@@ -146,6 +146,7 @@ def start_session(cfg: TrainConfig) -> Session:
     )
     prepare_rollout_config(cfg, ranks)  # before the engine is built from cfg.rollout
     ckpt = resume_point(cfg, out, ranks)
+    start_areal_files(cfg, ranks.main)  # the last refusal is behind: the run starts
     start = ckpt.step if ckpt is not None else 0
     model_path = str(ckpt.path) if ckpt is not None else cfg.actor.path
     actor = build_actor(
@@ -254,12 +255,22 @@ def output_folder(cfg: TrainConfig) -> Path:
     Raises:
         ConfigError: the folder cannot be written, or it holds a run with other settings.
     """
+    out = writable_output(cfg)
+    check_settings(out, cfg, resuming=checkpoint.latest(out) is not None)
+    return out
+
+
+def writable_output(cfg: TrainConfig) -> Path:
+    """``vlrollout.output``, created, once a file can be written in it.
+
+    Raises:
+        ConfigError: a parent is a file, or the folder is not writable.
+    """
     out = Path(cfg.vlrollout.output)
     try:
-        check_writable_folder(out)
+        check_writable_folder(out, option="vlrollout.output")
     except OutputFolderError as e:
         raise ConfigError(f"vlrollout.output {out}: {str(e).split(': ', 1)[-1]}") from None
-    check_settings(out, cfg, resuming=checkpoint.latest(out) is not None)
     return out
 
 
