@@ -118,3 +118,27 @@ def test_destroy_stops_and_joins_a_disk_update_still_waiting_for_the_trainer(tmp
     assert not [t for t in threading.enumerate() if t.name == "disk-weight-update"]
     with pytest.raises(RuntimeError, match="destroyed"):
         fut.result(timeout=0)
+
+
+def test_a_folder_missing_tensors_is_refused_and_the_weights_kept(tmp_path):
+    """transformers fills a tensor the folder lacks with fresh random values; loading such a
+    folder (a partial save) would serve a corrupted policy, so it is an error naming the
+    tensors, and the engine keeps its weights."""
+    from safetensors.torch import load_file, save_file
+
+    model, processor = tiny_qwen2vl(seed=0)
+    prompt = processor.tokenizer("count the shapes")["input_ids"]
+    path = tmp_path / "partial"
+    tiny_qwen2vl(seed=3)[0].save_pretrained(path)
+    weights = load_file(path / "model.safetensors")
+    kept = {k: v for k, v in weights.items() if "lm_head" not in k}
+    assert len(kept) < len(weights)
+    save_file(kept, path / "model.safetensors", metadata={"format": "pt"})
+    with LocalInferenceEngine(model, processor) as engine:
+        before = _greedy(engine, prompt)
+        meta = WeightUpdateMeta(type="disk", path=str(path), clear_checkpoint_after_load=False)
+        with pytest.raises(ValueError, match="lm_head.weight"):
+            engine.load_weights_from_disk(meta).result(timeout=60)
+        after = _greedy(engine, prompt)
+    assert after.output_tokens == before.output_tokens
+    torch.testing.assert_close(after.output_logprobs, before.output_logprobs, atol=0, rtol=0)

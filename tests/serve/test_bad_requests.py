@@ -850,3 +850,33 @@ def test_video_placeholders_without_video_data_are_named_as_videos(sglang_server
     message = r.json()["error"]["message"]
     assert "video placeholders and videos disagree" in message and "video_data" in message
     assert "image" not in message, message
+
+
+def test_numbers_json_reads_but_python_cannot_use_are_400s(vllm_server, sglang_server, prompts):
+    """An integer too large for a float where a float is expected, and an integer literal past
+    Python's 4300-digit limit, are 400s naming the field or the body (they were 500s)."""
+    server, _ = vllm_server
+    huge = "1" + "0" * 400
+    chat = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "%s": %s}'
+    for key in ("temperature", "top_p", "frequency_penalty"):
+        r = _post(server, "/v1/chat/completions", (chat % (key, huge)).encode())
+        assert r.status_code == 400, r.text
+        assert key in r.json()["error"]["message"], r.text
+    r = _post(server, "/v1/chat/completions", (chat % ("max_tokens", "9" * 5000)).encode())
+    assert r.status_code == 400 and "4300" in r.json()["error"]["message"], r.text
+    server, _ = sglang_server
+    body = f'{{"input_ids": {prompts["text"]}, "sampling_params": {{"temperature": {huge}}}}}'
+    r = _post(server, "/generate", body.encode())
+    assert r.status_code == 400 and "temperature" in r.json()["error"]["message"], r.text
+    _still_serves(server, "/generate", {"input_ids": prompts["text"], "sampling_params": {}})
+
+
+def test_a_null_model_path_is_a_400(vllm_server, sglang_server):
+    for (server, _), path in (
+        (vllm_server, "/areal_update_weights"),
+        (vllm_server, "/vlrollout/check_weights_path"),
+        (sglang_server, "/update_weights_from_disk"),
+    ):
+        r = _post(server, path, {"model_path": None})
+        assert r.status_code == 400, (path, r.text)
+        assert "model_path" in r.json()["error"]["message"], r.text

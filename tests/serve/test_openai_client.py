@@ -183,6 +183,9 @@ def test_a_stream_sends_usage_only_when_asked_as_openai_does(client):
     asked = list(_chat(client, stream=True, max_tokens=3, stream_options={"include_usage": True}))
     assert asked[-1].choices == [] and asked[-1].usage.completion_tokens >= 1
     assert all(chunk.choices for chunk in asked[:-1])
+    # OpenAI: "All other chunks will also include a usage field, but with a null value."
+    assert all("usage" in c.model_fields_set and c.usage is None for c in asked[:-1])
+    assert not any("usage" in c.model_fields_set for c in plain)
 
 
 def test_a_stop_string_ends_the_text_before_it_as_openai_does(client):
@@ -224,3 +227,35 @@ def test_completions_without_logprobs_return_none(client):
         model=client.model, prompt="The number of shapes is", max_tokens=2, temperature=0
     )
     assert out.choices[0].logprobs is None
+
+
+def _repeated_char_before_and_after(tokens: list[str]) -> tuple[str, int] | None:
+    """A character whose first occurrence ends inside token ``j`` and occurs again in a later
+    token: ``(char, j)``, or ``None``."""
+    text, ends = "", []
+    for t in tokens:
+        text += t
+        ends.append(len(text))
+    for c in dict.fromkeys(text):
+        first = text.find(c)
+        j = next(i for i, end in enumerate(ends) if end > first)
+        if c.strip() and text.find(c, ends[j]) != -1:
+            return c, j
+    return None
+
+
+def test_a_stop_string_before_min_tokens_is_kept_in_the_text_as_vllm_does(client):
+    """A stop string inside the first ``min_tokens`` tokens does not stop the engine (vLLM checks
+    none before), so it stays in the text: the text ends before the one the engine stopped on."""
+    settings = dict(prompt="hello", max_tokens=24, temperature=0, logprobs=0)
+    settings["extra_body"] = {"ignore_eos": True, "skip_special_tokens": False}
+    plain = client.openai.completions.create(model=client.model, **settings).choices[0]
+    found = _repeated_char_before_and_after(plain.logprobs.tokens)
+    assert found is not None and "".join(plain.logprobs.tokens) == plain.text, plain.text
+    stop, j = found
+    floor = len("".join(plain.logprobs.tokens[: j + 1]))
+    settings["extra_body"] = {**settings["extra_body"], "min_tokens": j + 2}
+    out = client.openai.completions.create(model=client.model, stop=[stop], **settings)
+    choice = out.choices[0]
+    assert choice.text == plain.text[: plain.text.index(stop, floor)], (plain.text, stop, j)
+    assert choice.finish_reason == "stop"

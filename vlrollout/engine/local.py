@@ -465,13 +465,22 @@ class LocalInferenceEngine(InferenceEngine):
         again with the new weights.
 
         Returns:
-            A future that completes after the load (or raises the loading error).
+            A future that completes after the load (or raises the loading error; a folder
+            lacking any of the model's tensors is an error, as transformers would fill them with
+            random values).
         """
 
         def load():
-            new = type(self.model).from_pretrained(
-                meta.path, dtype=self._dtype, local_files_only=True
+            new, info = type(self.model).from_pretrained(
+                meta.path, dtype=self._dtype, local_files_only=True, output_loading_info=True
             )
+            if info["missing_keys"]:  # transformers filled them with fresh random values
+                missing = sorted(info["missing_keys"])
+                raise ValueError(
+                    f"{meta.path} lacks {len(missing)} of the model's tensors "
+                    f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}): a partial "
+                    "save; the engine keeps its weights"
+                )
             self.model.load_state_dict(new.state_dict(), strict=True)
             if meta.version is not None:
                 self.set_version(meta.version)

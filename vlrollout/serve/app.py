@@ -116,6 +116,8 @@ async def _read_json(request: web.Request) -> Any:
         raise BadRequest(f"{request.path}: the body is not UTF-8 ({e})") from None
     except json.JSONDecodeError as e:
         raise BadRequest(f"{request.path}: malformed JSON body: {e}") from None
+    except ValueError as e:  # an integer literal past Python's int_max_str_digits (4300)
+        raise BadRequest(f"{request.path}: the JSON body cannot be read: {e}") from None
     except RecursionError:
         raise BadRequest(f"{request.path}: the JSON body is nested too deeply") from None
     except NotUnicodeText as e:

@@ -57,9 +57,9 @@ def check_fields(body: Any, allowed: Iterable[str], where: str, required: Iterab
     unknown = sorted(k for k in body if k not in allowed)
     if unknown:
         raise BadRequest(f"{where}: unknown field(s) {unknown}; accepted: {allowed}")
-    missing = [k for k in required if k not in body]
+    missing = [k for k in required if body.get(k) is None]
     if missing:
-        raise BadRequest(f"{where}: missing required field(s) {missing}")
+        raise BadRequest(f"{where}: missing required field(s) {missing} (null counts as missing)")
 
 
 def token_ids(value: Any, where: str) -> list[int]:
@@ -74,7 +74,8 @@ def token_ids(value: Any, where: str) -> list[int]:
 
 
 def typed(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    """``body[key]`` if absent/None or of ``kind`` (an int is accepted where a float is)."""
+    """``body[key]`` if absent/None or of ``kind`` (an int is accepted where a float is, when a
+    float can hold it)."""
     value = body.get(key)
     if value is None:
         return None
@@ -88,6 +89,14 @@ def typed(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     if not ok:
         names = "/".join(k.__name__ for k in kinds)
         raise BadRequest(f"{where}: {key} must be {names}, got {type(value).__name__} {value!r}")
+    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            raise BadRequest(
+                f"{where}: {key} must be a finite number, got an integer of "
+                f"{len(str(abs(value)))} digits"
+            ) from None
     return value
 
 

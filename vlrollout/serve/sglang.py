@@ -32,7 +32,7 @@ from vlrollout.serve.state import (
     ServerState,
     check_min_room,
     check_prompt_room,
-    cut_at_stop,
+    response_text,
 )
 
 GENERATE_FIELDS = (
@@ -136,8 +136,7 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
             for lp, tok in zip(resp.output_logprobs, resp.output_tokens, strict=True)
         ]
     skip = flag(sp, "skip_special_tokens", True)
-    text = tokenizer.decode(resp.output_tokens, skip_special_tokens=skip) if tokenizer else ""
-    text, matched = cut_at_stop(text, sp.get("stop"))
+    text, matched = response_text(tokenizer, resp, req.gconfig, skip)
     if matched is not None:  # SGLang names the stop string it matched
         meta["finish_reason"] = {"type": "stop", "matched": matched}
     return {"text": text, "output_ids": resp.output_tokens, "meta_info": meta}

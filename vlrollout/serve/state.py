@@ -499,19 +499,52 @@ def encoded_image(
         raise BadRequest(f"{label}: {reason}: {e.detail}") from None
 
 
-def cut_at_stop(text: str, stop: str | list[str] | None) -> tuple[str, str | None]:
-    """``text`` up to the earliest of the request's stop strings, and that string (``None``
-    when none occurs): OpenAI, vLLM and SGLang return the text without its stop string.
+def cut_at_stop(
+    text: str, stop: str | list[str] | None, searched_from: int = 0
+) -> tuple[str, str | None]:
+    """``text`` up to the earliest of the request's stop strings that ends after its first
+    ``searched_from`` characters, and that string (``None`` when none does): OpenAI, vLLM and
+    SGLang return the text without its stop string. The engine looks for stop strings from the
+    ``min_new_tokens``-th token on, as vLLM does, so one ending in the text before
+    (:func:`stop_search_start`) did not stop it and stays in the text.
 
     >>> cut_at_stop("red, blue.", [".", ","])
     ('red', ',')
+    >>> cut_at_stop("red, blue.", [".", ","], searched_from=4)
+    ('red, blue', '.')
     """
     stops = [stop] if isinstance(stop, str) else list(stop or [])
-    found = [(text.find(s), s) for s in stops if s and s in text]
+    found = [
+        (at, s)
+        for s in stops
+        if s and (at := text.find(s, max(0, searched_from - len(s) + 1))) != -1
+    ]
     if not found:
         return text, None
     at, matched = min(found)
     return text[:at], matched
+
+
+def stop_search_start(
+    tokenizer: Any, tokens: Sequence[int], min_new_tokens: int, skip: bool
+) -> int:
+    """Characters of the text of the tokens before the ``min_new_tokens``-th: a stop string
+    ending in them did not stop the engine (:func:`cut_at_stop`)."""
+    if min_new_tokens <= 1:
+        return 0
+    return len(tokenizer.decode(tokens[: min_new_tokens - 1], skip_special_tokens=skip))
+
+
+def response_text(
+    tokenizer: Any, resp: ModelResponse, gconfig: GenerationHyperparameters, skip: bool
+) -> tuple[str, str | None]:
+    """A response's text, ending before the stop string that stopped the engine, and that
+    string (:func:`cut_at_stop`); ``("", None)`` without a tokenizer."""
+    if tokenizer is None:
+        return "", None
+    text = tokenizer.decode(resp.output_tokens, skip_special_tokens=skip)
+    start = stop_search_start(tokenizer, resp.output_tokens, gconfig.min_new_tokens, skip)
+    return cut_at_stop(text, gconfig.stop, start)
 
 
 STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)

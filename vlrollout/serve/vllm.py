@@ -49,8 +49,8 @@ from vlrollout.serve.state import (
     STATE,
     ServerState,
     check_min_room,
-    cut_at_stop,
     encoded_image,
+    response_text,
     video_byte_limit,
 )
 
@@ -239,11 +239,15 @@ def _stream_chunks(response: dict[str, Any], include_usage: bool) -> list[dict[s
     """A finished chat completion as ``chat.completion.chunk`` events: per choice its role, its
     text with its logprobs, then its finish reason; with ``include_usage``
     (``stream_options: {"include_usage": true}``, as OpenAI and vLLM) a last chunk with no
-    choices and the usage."""
+    choices and the usage, and ``"usage": null`` in every other chunk, as OpenAI's API has it."""
     head = {k: response[k] for k in ("id", "created", "model")}
     chunks = []
     for choice in response["choices"]:
-        base = {**head, "object": "chat.completion.chunk"}
+        base = {
+            **head,
+            "object": "chat.completion.chunk",
+            **({"usage": None} if include_usage else {}),
+        }
         index = choice["index"]
         delta = {"role": "assistant", "content": choice["message"]["content"]}
         chunks.append(
@@ -278,12 +282,10 @@ def _finish(resp: Any) -> str:
     return resp.stop_reason if resp.stop_reason in ("stop", "length") else "abort"
 
 
-def _text(state: ServerState, resp: Any, body: dict[str, Any]) -> str:
-    """The completion's text, ending before the request's stop string when it holds one."""
-    tok = state.engine.tokenizer
+def _text(state: ServerState, resp: Any, req: ModelRequest, body: dict[str, Any]) -> str:
+    """The completion's text, ending before the stop string that stopped the engine."""
     skip = flag(body, "skip_special_tokens", True)
-    text = tok.decode(resp.output_tokens, skip_special_tokens=skip) if tok else ""
-    return cut_at_stop(text, body.get("stop"))[0]
+    return response_text(state.engine.tokenizer, resp, req.gconfig, skip)[0]
 
 
 def _usage(n_prompt: int, *resps: Any) -> dict[str, int]:
@@ -439,11 +441,11 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
         "choices": [
             {
                 "index": i,
-                "message": {"role": "assistant", "content": _text(state, resp, body)},
+                "message": {"role": "assistant", "content": _text(state, resp, req, body)},
                 "logprobs": _chat_logprobs(state, resp, body) if body.get("logprobs") else None,
                 "finish_reason": _finish(resp),
             }
-            for i, resp in enumerate(resps)
+            for i, (req, resp) in enumerate(zip(reqs, resps, strict=True))
         ],
         "usage": _usage(len(prepared.input_ids), *resps),
     }
@@ -484,7 +486,7 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "text": _text(state, resp, body),
+                "text": _text(state, resp, req, body),
                 "logprobs": logprobs,
                 "finish_reason": _finish(resp),
             }
