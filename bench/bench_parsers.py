@@ -12,8 +12,8 @@ fits ~2 (and passes 1 s long before 1 MB). A case that passes ``CASE_LIMIT_S`` a
 and fails (the quadratic parsers this replaces took hours at 1 MB).
 
 Parsers and extractors are called on the whole text (no cap); rewards, and the adapters other
-trainers call (as each trainer calls them), go through ``Reward.score``, which scores the first
-``MAX_OUTPUT_CHARS`` characters of longer outputs (``output_truncated``), so their time flattens
+trainers call (as each trainer calls them), go through ``Reward.score``, which does not read
+outputs longer than ``MAX_OUTPUT_CHARS`` characters (``output_too_long``), so their time flattens
 past 64 KB by design.
 Headline (printed last): the worst exponent and the worst time at the largest size.
 """

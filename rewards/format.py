@@ -76,6 +76,8 @@ class LengthPenalty(Reward):
 
     reads_token_ids = True
     """It scores ``completion_ids``, which trainers that pass only text cannot give it."""
+    max_output_chars = None
+    """It never reads the text, so no length of text stops it from scoring."""
 
     def __init__(self, max_length: int, cache_length: int) -> None:
         if not 0 < cache_length <= max_length:

@@ -6,8 +6,8 @@ EasyR1: :mod:`vlrollout.rewards.for_verl`). The reward is one of ours (a built-i
 would carry (``boxes``, ``geometry``, ``captions``, ``answer``...). Scoring goes through the
 reward's own :meth:`~vlrollout.rewards.result.Reward.score`, so the rules it applies inside
 vlrollout apply here too: a completion longer than
-:data:`~vlrollout.rewards.result.MAX_OUTPUT_CHARS` is scored on its first characters (reason
-``output_truncated``), and a value a rule decided comes with that rule's reason.
+:data:`~vlrollout.rewards.result.MAX_OUTPUT_CHARS` is not read (reason ``output_too_long``), and a
+value a rule decided comes with that rule's reason.
 
 >>> reward = PlainReward("iou", family="qwen2_5_vl")
 >>> geometry = [{"original_width": 100, "original_height": 100,
@@ -99,7 +99,7 @@ class PlainReward:
             )
 
     def score(self, completion: str, **labels: Any) -> tuple[float, str | None]:
-        """The value and, when a rule decided it (``no_box``, ``output_truncated``...), why."""
+        """The value and, when a rule decided it (``no_box``, ``output_too_long``...), why."""
         return score_one(self.reward, completion, labels)
 
     def __call__(self, completion: str, **labels: Any) -> float:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_OUTPUT_CHARS = 65_536
-"""Completions longer than this many characters are scored on their first ``MAX_OUTPUT_CHARS``
-characters, with reason ``output_truncated`` (or the rule's own reason) and
-``details["truncated_from_chars"]``. 64 Ki characters is ~16k tokens, beyond any generation
-length we train with; past it the text is garbage whose every extra byte costs parser time.
-Per reward: set ``max_output_chars`` on the instance (``None`` disables the cap)."""
+"""Completions longer than this many characters are not read: they score the reward's
+``failure_value`` with reason ``output_too_long`` and ``details["chars"]``. A prefix would not
+do, as the answer readers take the last answer, which a prefix can cut off while it keeps an
+earlier, different one. 64 Ki characters is ~16k tokens, beyond any generation length we train
+with. Per reward: set ``max_output_chars`` on the instance (``None`` disables the cap)."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,14 @@ class Reward(ABC):
     **task_data) -> RewardResult``. Callers use :meth:`score` (the result, with its reason) or the
     instance itself (``__call__``: the float value, AReaL's contract); both apply the rules every
     reward shares, so no subclass repeats them: a completion longer than
-    :attr:`max_output_chars` is scored on its first ``max_output_chars`` characters. Subclasses
+    :attr:`max_output_chars` is not read and scores :attr:`failure_value`. Subclasses
     keep only picklable state so they run in the reward process pool
     (:mod:`vlrollout.rewards.executor`).
     """
 
     name: str = "reward"
     max_output_chars: int | None = MAX_OUTPUT_CHARS
+    failure_value: float = 0.0
 
     @abstractmethod
     def compute(
@@ -78,7 +79,7 @@ class Reward(ABC):
         completion_ids: list[int],
         **task_data: Any,
     ) -> RewardResult:
-        """The metric on ``completions`` (already capped by :meth:`score`)."""
+        """The metric on ``completions`` (at most :attr:`max_output_chars` long)."""
 
     def score(
         self,
@@ -88,17 +89,12 @@ class Reward(ABC):
         completion_ids: list[int],
         **task_data: Any,
     ) -> RewardResult:
-        """:meth:`compute` on at most :attr:`max_output_chars` characters of ``completions``.
-
-        A capped completion's result keeps the rule's reason (``"output_truncated"`` when the
-        metric decided) and records ``details["truncated_from_chars"]``.
-        """
+        """:meth:`compute`, or for a completion longer than :attr:`max_output_chars`
+        :attr:`failure_value` with reason ``"output_too_long"`` and ``details["chars"]``."""
         limit = self.max_output_chars
         if not isinstance(completions, str) or limit is None or len(completions) <= limit:
             return self.compute(prompt, completions, prompt_ids, completion_ids, **task_data)
-        result = self.compute(prompt, completions[:limit], prompt_ids, completion_ids, **task_data)
-        details = {**result.details, "truncated_from_chars": len(completions)}
-        return RewardResult(result.value, result.reason or "output_truncated", details)
+        return RewardResult(self.failure_value, "output_too_long", {"chars": len(completions)})
 
     def __call__(
         self,
