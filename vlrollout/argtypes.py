@@ -24,3 +24,21 @@ def whole_number(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def check_count(name: str, value: object, minimum: int) -> None:
+    """Refuse a Python argument that is not a whole number of at least ``minimum`` (a bool and
+    a float such as 2.0, which YAML and JSON settings deliver, are refused too: ``range`` and
+    slicing would fail on them only when an episode runs).
+
+    >>> check_count("max_turns", 2.0, 1)
+    Traceback (most recent call last):
+    ...
+    TypeError: max_turns must be a whole number (int), got float 2.0
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{name} must be a whole number (int), got {type(value).__name__} {value!r}"
+        )
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")

@@ -240,3 +240,38 @@ def test_the_default_preprocessor_shares_items_that_differ_only_in_labels(
 
     asyncio.run(main())
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "build, other",
+    [
+        ("multi_attempt", {"max_turns": 3}),
+        ("multi_attempt", {"turn_discount": 0.5}),
+        ("multi_attempt", {"feedback": "Try once more."}),
+        ("tools", {"tools": ["rotate"]}),
+        ("tools", {"max_turns": 6}),
+        ("tools", {"box_frame": "model"}),
+    ],
+)
+def test_a_multi_turn_workflow_with_other_episode_settings_is_another_configuration(
+    tokenizer, qwen2vl_processor, build, other
+):
+    """Two episode shapes under one name would add up in one ledger."""
+    from vlrollout.workflows import VisionMultiAttemptWorkflow, VisionToolWorkflow
+    from vlrollout.workflows.shared import release
+
+    def make(**kw):
+        if build == "multi_attempt":
+            kw = {"max_turns": 2, "turn_discount": 0.9, **kw}
+            return VisionMultiAttemptWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, **kw)
+        kw = {"tools": ["zoom_in"], "max_turns": 2, **kw}
+        return VisionToolWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, **kw)
+
+    name = f"episode-settings-{build}"
+    try:
+        first = make(share=name)
+        assert make(share=name).ledger is first.ledger
+        with pytest.raises(ValueError, match="belongs to another configuration"):
+            make(share=name, **other)
+    finally:
+        release(name)

@@ -82,10 +82,12 @@ def _turn_index(tokenizer, req) -> int:
     return tokenizer.decode(req.input_ids).count("<|im_start|>assistant") - 1
 
 
-def _run(wf, tokenizer, item, texts, eos=True):
-    """Run one episode; turn k answers ``texts[k]`` (+ eos), truncated to ``max_new_tokens``."""
+def _run(wf, tokenizer, item, texts, eos=True, as_characters=False):
+    """Run one episode; turn k answers ``texts[k]`` (+ eos), truncated to ``max_new_tokens``.
+    ``as_characters``: special-token text is written as its characters, not as the token."""
     outputs = [
-        tokenizer.encode(t, add_special_tokens=False) + ([tokenizer.eos_token_id] if eos else [])
+        tokenizer(t, add_special_tokens=False, split_special_tokens=as_characters)["input_ids"]
+        + ([tokenizer.eos_token_id] if eos else [])
         for t in texts
     ]
 
@@ -400,3 +402,57 @@ def test_the_reward_prompt_is_the_text_the_scored_turn_continues(
     assert traj is not None and dump["completion"] == "It is blue."
     assert '"name": "rotate"' in dump["prompt"] and dump["prompt"].count("<|image_pad|>") == 2
     assert dump["prompt_len"] == len(engine.requests[-1].input_ids)
+
+
+def test_two_images_in_one_turn_are_named_by_the_indices_they_get(
+    tokenizer, qwen2vl_processor, tmp_path
+):
+    """The tools' texts name the source image; each new image's index is the one its
+    announcement gives, also when one turn returns several."""
+    item = _item(_quadrant_image(), tmp_path)
+    texts = [_call("zoom_in", bbox_2d=[0, 0, 500, 500]) + "\n" + _call("rotate", angle=90), "ok"]
+    traj, engine, dump = _run(_workflow(tokenizer, qwen2vl_processor), tokenizer, item, texts)
+    _check_packing(traj, engine, qwen2vl_processor)
+    observation = dump["conversation"][1]
+    assert "Image 1: <image>\nRegion [0, 0, 500, 500] of image 0" in observation, observation
+    assert "Image 2: <image>\nImage 0 rotated 90 degrees" in observation, observation
+    assert observation.count("Image 1:") == 1 and observation.count("Image 2:") == 1
+
+
+def _special_text(ctx, **kwargs) -> ToolResult:
+    return ToolResult("see <|image_pad|> and <|im_end|> here")
+
+
+SPECIAL = Tool("special", _special_text, {"type": "object", "properties": {}})
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        _call("zoom_in", bbox_2d=[0, 0, 500, 500], label="<|image_pad|>"),
+        _call("<|image_pad|>"),
+        _call("special"),
+    ],
+    ids=["label", "tool-name", "tool-text"],
+)
+def test_special_token_text_in_a_tool_turn_becomes_an_error_the_model_sees(
+    tokenizer, qwen2vl_processor, tmp_path, call
+):
+    """Text the tokenizer would read as a special token (an image placeholder, a turn end),
+    whether the model wrote it or a tool returned it, cannot go into the observation: the call
+    is an error shown to the model, as any failed call, and the episode goes on."""
+    item = _item(_quadrant_image(), tmp_path)
+    wf = _workflow(tokenizer, qwen2vl_processor, tools=["zoom_in", SPECIAL])
+    traj, engine, dump = _run(wf, tokenizer, item, [call, "done"], as_characters=True)
+    assert traj is not None, wf.ledger.summary()
+    _check_packing(traj, engine, qwen2vl_processor)
+    observation = dump["conversation"][1]
+    assert "<|image_pad|>" not in observation and "<|im_end|>" not in observation
+    assert "special token" in observation
+    assert (dump["tool_calls"], dump["tool_errors"]) == (1, 1)
+
+
+def test_max_turns_must_be_a_whole_number(tokenizer, qwen2vl_processor):
+    for bad in (2.0, 2.5, True, "3"):
+        with pytest.raises((TypeError, ValueError), match="max_turns"):
+            _workflow(tokenizer, qwen2vl_processor, max_turns=bad)

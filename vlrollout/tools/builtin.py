@@ -137,7 +137,7 @@ def crop(
     what = f" ({label})" if label else ""
     return ToolResult(
         text=(
-            f"Image {ctx.num_images}: region {list(bbox_2d)} of image {image_index}{what}, "
+            f"Region {list(bbox_2d)} of image {image_index}{what}, "
             f"{cropped.width}x{cropped.height} pixels."
         ),
         images=[cropped],
@@ -157,7 +157,7 @@ def rotate(ctx: ToolContext, angle: int, image_index: int = 0) -> ToolResult:
         raise ToolError(f"angle must be 90, 180 or 270, got {angle!r}")
     rotated = ctx.image(image_index).transpose(_TRANSPOSE[angle])
     return ToolResult(
-        text=f"Image {ctx.num_images}: image {image_index} rotated {angle} degrees counter-clockwise.",
+        text=f"Image {image_index} rotated {angle} degrees counter-clockwise.",
         images=[rotated],
     )
 

@@ -14,6 +14,11 @@ Tool results are wrapped as Qwen2.5's chat template renders ``role: "tool"`` mes
 (Qwen/Qwen2.5-7B-Instruct ``tokenizer_config.json``): in a ``user`` turn, each result inside
 ``<tool_response>\\n...\\n</tool_response>``, consecutive results separated by ``\\n``. Each tool image
 is announced as ``Image <k>: `` so the model can refer to it by index later.
+
+Text the tokenizer would read as one of its special tokens (an image placeholder, a turn end) cannot
+go into an observation, whether the model wrote it (a label, a tool name echoed in an error) or a
+tool returned it: it would add an image the turn does not carry, or end a turn inside it. Such a
+call becomes an error outcome, shown to the model as any failed call.
 """
 
 from __future__ import annotations
@@ -53,6 +58,19 @@ def response_parts(outcomes: Sequence[ToolOutcome], first_image_index: int) -> l
         pending += outcome.result.text + "\n</tool_response>"
     parts.append({"type": "text", "text": pending})
     return parts
+
+
+SPECIAL_TEXT_ERROR = (
+    "the tool's output holds text the model's tokenizer reads as a special token (an image "
+    "placeholder or a turn marker), which a tool turn cannot show"
+)
+
+
+def special_token_texts(tokenizer: Any) -> tuple[str, ...]:
+    """The strings ``tokenizer`` reads as special tokens, as the processor tokenises text."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}).values()
+    texts = set(tokenizer.all_special_tokens) | {t.content for t in added if t.special}
+    return tuple(sorted(t for t in texts if t))
 
 
 def parts_text(parts: Sequence[dict[str, Any]]) -> str:
@@ -118,6 +136,7 @@ class ObservationEncoder:
         # The template's end of an assistant turn (Gemma 3's <end_of_turn>, Qwen's <|im_end|>).
         self.eos_token_id = turn_end_token_id(self.tokenizer)
         self.eos_token = self.tokenizer.convert_ids_to_tokens(self.eos_token_id)
+        self.special_texts = special_token_texts(self.tokenizer)
         self._check_probe()
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
@@ -188,7 +207,7 @@ class ObservationEncoder:
         An image that fails to load (over the image limits) or that the processor rejects (e.g.
         Qwen's aspect-ratio limit of 200) turns its call into an error outcome instead of raising.
         """
-        outcomes = list(outcomes)
+        outcomes = [self._plain_text(o) for o in outcomes]
         loaded: list[LoadedImage] = []
         for i, outcome in enumerate(outcomes):
             try:
@@ -230,6 +249,12 @@ class ObservationEncoder:
             geometry = self.pre.adapter.geometry(self.processor, sizes, out)
         b64 = [im.to_base64() for im in loaded]
         return Observation(ids, mm, types, loaded, geometry, outcomes, parts, b64)
+
+    def _plain_text(self, outcome: ToolOutcome) -> ToolOutcome:
+        """``outcome``, or an error outcome when its text holds a special token's text."""
+        if any(t in outcome.result.text for t in self.special_texts):
+            return ToolOutcome.failure(outcome.name, SPECIAL_TEXT_ERROR)
+        return outcome
 
     def _load(self, image: Any, index: int) -> LoadedImage:
         return load_image(

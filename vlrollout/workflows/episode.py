@@ -253,6 +253,8 @@ class EpisodeWorkflow(RolloutWorkflow):
             configuration under the same name is refused). Build one more with the same arguments
             to read the run's :attr:`ledger`; ``vlrollout.workflows.shared.release(name)`` frees
             it. ``None``: this instance has its own state.
+        episode_settings: A subclass's own settings of its episodes (turns, tools, feedback),
+            part of the configuration ``share`` compares.
     """
 
     def __init__(
@@ -270,6 +272,7 @@ class EpisodeWorkflow(RolloutWorkflow):
         reward_timeout_s: float = 15.0,
         max_prompt_tokens: int | None = None,
         share: str | None = None,
+        episode_settings: dict[str, Any] | None = None,
     ) -> None:
         reward = named_box_reward(reward_fn, processor)
 
@@ -297,6 +300,7 @@ class EpisodeWorkflow(RolloutWorkflow):
             "frames": frames,
             "reward_timeout_s": reward_timeout_s,
             "max_prompt_tokens": max_prompt_tokens,
+            **(episode_settings or {}),
         }
         key, refs = config_key(
             type(self), (reward_fn, gconfig, tokenizer, processor, enable_thinking), settings

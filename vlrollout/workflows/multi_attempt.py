@@ -17,6 +17,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.hf_utils import apply_chat_template
 from areal.utils.perf_tracer import session_context
 
+from vlrollout.argtypes import check_count
 from vlrollout.packaging import TrajectoryBuilder
 from vlrollout.processors.turns import turn_end_token_id
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
@@ -87,11 +88,11 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         feedback: str = DEFAULT_FEEDBACK,
         **kwargs: Any,
     ) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        check_count("max_turns", max_turns, 1)
         if not 0.0 < turn_discount <= 1.0:
             raise ValueError(f"turn_discount must be in (0, 1], got {turn_discount}")
-        super().__init__(reward_fn, gconfig, tokenizer, processor, **kwargs)
+        own = {"max_turns": max_turns, "turn_discount": turn_discount, "feedback": feedback}
+        super().__init__(reward_fn, gconfig, tokenizer, processor, episode_settings=own, **kwargs)
         self.max_turns = max_turns
         self.turn_discount = turn_discount
         self.feedback = feedback

@@ -28,6 +28,7 @@ from areal.api import InferenceEngine
 from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.perf_tracer import session_context
 
+from vlrollout.argtypes import check_count
 from vlrollout.packaging import TrajectoryBuilder
 from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
@@ -151,12 +152,10 @@ class ToolUseWorkflow(EpisodeWorkflow):
     ) -> None:
         if processor is None:
             raise ValueError("a tool workflow needs a multimodal processor (tools return images)")
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        if max_total_tokens is not None and max_total_tokens < 2:
-            raise ValueError(f"max_total_tokens must be at least 2, got {max_total_tokens}")
-        if max_calls_per_turn < 1:
-            raise ValueError(f"max_calls_per_turn must be at least 1, got {max_calls_per_turn}")
+        check_count("max_turns", max_turns, 1)
+        if max_total_tokens is not None:
+            check_count("max_total_tokens", max_total_tokens, 2)
+        check_count("max_calls_per_turn", max_calls_per_turn, 1)
         self.tools = resolve_tools(tools)
         super().__init__(
             reward_fn,
@@ -171,6 +170,14 @@ class ToolUseWorkflow(EpisodeWorkflow):
             reward_timeout_s=reward_timeout_s,
             max_prompt_tokens=None if max_total_tokens is None else max_total_tokens - 1,
             share=share,
+            episode_settings={
+                "tools": tools,
+                "max_turns": max_turns,
+                "max_total_tokens": max_total_tokens,
+                "max_calls_per_turn": max_calls_per_turn,
+                "box_frame": box_frame,
+                "tool_role": tool_role,
+            },
         )
         self.max_turns = max_turns
         self.max_total_tokens = max_total_tokens
