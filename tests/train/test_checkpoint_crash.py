@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from vlrollout.train import checkpoint
 
@@ -33,6 +34,8 @@ class _Actor:
 
     def __init__(self, version: int) -> None:
         self.version = version
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 
     def get_version(self) -> int:
         return self.version

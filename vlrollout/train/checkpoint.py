@@ -9,8 +9,10 @@ written: a ``step_N/`` already there (a resumed run saving a step again) is firs
 ``.step_N.old/``, the new folder renamed in, then the old one deleted. A crash between the two
 renames leaves no ``step_N/`` but a whole ``.step_N.old/``, which :func:`latest` and the next save
 rename back.
-``state.json`` holds the step, the weight version and what else the loop needs to resume (the
-asynchronous rollouts' dataloader position, :mod:`vlrollout.train.asynchronous`).
+``state.json`` holds the step, the weight version, the learning-rate scheduler's state (AReaL
+saves the optimizer's but not its scheduler's, which rebuilt from the config would start its
+schedule over) and what else the loop needs to resume (the asynchronous rollouts' dataloader
+position, :mod:`vlrollout.train.asynchronous`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vlrollout.logs import get_logger
+
+logger = get_logger(__name__)
+
 
 @dataclass
 class Checkpoint:
     path: Path
     step: int  # steps completed; training resumes at this step index
     state: dict[str, Any] = field(default_factory=dict)  # the rest of state.json
+
+
+SCHEDULER = "lr_scheduler"
+"""The ``state.json`` key of the learning-rate scheduler's ``state_dict`` (numbers only: AReaL's
+schedules are functions, which ``LambdaLR`` leaves out)."""
 
 
 def save(
@@ -68,7 +79,12 @@ def save(
             processor=actor.processor,
         )
     )
-    saved = {**(state or {}), "step": step, "version": actor.get_version()}
+    saved = {
+        **(state or {}),
+        "step": step,
+        "version": actor.get_version(),
+        SCHEDULER: actor.lr_scheduler.state_dict(),
+    }
     if main:
         (tmp / "state.json").write_text(json.dumps(saved))
         _swap_in(tmp, final)
@@ -177,9 +193,26 @@ def load_optimizer(actor: Any, ckpt: Checkpoint) -> None:
     Qwen2-VL under its checkpoint names (``visual.*``, ``model.layers.*``) while the live model's
     are ``model.visual.*``, ``model.language_model.layers.*``: every key is missing. Building the
     actor from the folder goes through ``from_pretrained``, which converts them; the optimizer
-    shard is then loaded with AReaL's own loader (:mod:`vlrollout.compat.areal`). The LR scheduler restarts
-    (constant LR in the shipped config).
+    shard is then loaded with AReaL's own loader (:mod:`vlrollout.compat.areal`), and the
+    learning-rate schedule continued (:func:`restore_scheduler`).
     """
     from vlrollout.compat.areal import load_optimizer_state
 
     load_optimizer_state(actor, str(ckpt.path))
+    restore_scheduler(actor, ckpt)
+
+
+def restore_scheduler(actor: Any, ckpt: Checkpoint) -> None:
+    """Continue ``actor``'s learning-rate schedule at the step ``ckpt`` saved (its scheduler is
+    built anew from the config, at step 0). A checkpoint without the scheduler's state (saved by
+    an older vlrollout) restarts the schedule, with a warning: exact for a constant one.
+    """
+    saved = ckpt.state.get(SCHEDULER)
+    if saved is None:
+        logger.warning(
+            "%s holds no learning-rate scheduler state: the schedule restarts at step 0 (the "
+            "same for a constant learning rate; a decay or warm-up repeats)",
+            ckpt.path,
+        )
+        return
+    actor.lr_scheduler.load_state_dict({**actor.lr_scheduler.state_dict(), **saved})
