@@ -404,3 +404,24 @@ def test_a_refused_run_writes_no_areal_files(tmp_path, capsys, refused):
     assert main(["train", *args]) == 2
     assert "Traceback" not in capsys.readouterr().err
     assert not (out / "areal").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("actor.kl_ctl=0.5", "actor.kl_ctl"),  # no reference model: AReaL takes its logp as 0
+        ("actor.lora_rank=0", "actor.lora_rank"),  # peft's "r should be positive", exit 1
+    ],
+)
+def test_settings_the_trainer_cannot_honour_are_refused_before_the_model_loads(
+    tmp_path, override, named
+):
+    from vlrollout.errors import ConfigError
+    from vlrollout.train.config import check_rules
+
+    cfg = load_config(
+        "examples/train_grounding.yaml",
+        [f"vlrollout.output={tmp_path}", "actor.use_lora=true", override],
+    )
+    with pytest.raises(ConfigError, match=named):
+        check_rules(cfg, 1)

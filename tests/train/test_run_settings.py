@@ -106,3 +106,19 @@ def test_a_folder_holding_a_vlrollout_run_is_refused(tmp_path):
         check_settings(tmp_path, _cfg(tmp_path), resuming=False)
     assert (tmp_path / "report.html").read_text() == "<html>run</html>"
     assert not (tmp_path / SETTINGS_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        "vlrollout.eval_seed=999",  # other synthetic held-out items: the control compares others
+        "vlrollout.eval_items=3",
+        "vlrollout.eval_task=refcoco",
+        "vlrollout.eval_samples=2",
+        "total_train_epochs=3",  # sizes AReaL's learning-rate schedule
+    ],
+)
+def test_the_held_out_set_and_the_schedule_length_are_the_runs_own(tmp_path, changed):
+    check_settings(tmp_path, _cfg(tmp_path), resuming=False)
+    with pytest.raises(ConfigError, match=changed.split("=")[0]):
+        check_settings(tmp_path, _cfg(tmp_path, changed), resuming=True)

@@ -376,6 +376,7 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
     """
     check_run_length(cfg)
     check_areal_loops_unset(cfg)
+    check_actor_extras(cfg)
     batch_size = cfg.train_dataset.batch_size
     if batch_size % world_size:
         raise ConfigError(
@@ -448,6 +449,22 @@ def check_areal_loops_unset(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"recover.mode={cfg.recover.mode} is for AReaL's own recovery, which vlrollout "
             f"train does not run: {AREAL_LOOPS['recover']}"
+        )
+
+
+def check_actor_extras(cfg: TrainConfig) -> None:
+    """Refuse a KL penalty, which needs a reference model ``vlrollout train`` does not build
+    (AReaL's actor would take the reference's log-probs as 0 and reward unlikely tokens), and a
+    LoRA rank peft would refuse only after the model has loaded."""
+    if cfg.actor.kl_ctl != 0:
+        raise ConfigError(
+            f"actor.kl_ctl={cfg.actor.kl_ctl} needs a reference model, which vlrollout train "
+            "does not build (AReaL's actor would take its log-probs as 0, a bonus for unlikely "
+            "tokens): set actor.kl_ctl=0"
+        )
+    if cfg.actor.use_lora and cfg.actor.lora_rank < 1:
+        raise ConfigError(
+            f"actor.lora_rank must be >= 1 with actor.use_lora, got {cfg.actor.lora_rank}"
         )
 
 

@@ -23,6 +23,7 @@ SETTINGS_FILE = "settings.json"
 
 RESULT_SETTINGS = (
     "seed",
+    "total_train_epochs",
     "actor.path",
     "actor.optimizer",
     "actor.use_lora",
@@ -47,6 +48,11 @@ RESULT_SETTINGS = (
     "vlrollout.task",
     "vlrollout.train_items",
     "vlrollout.data_seed",
+    "vlrollout.eval_items",
+    "vlrollout.eval_seed",
+    "vlrollout.eval_task",
+    "vlrollout.eval_box_format",
+    "vlrollout.eval_samples",
     "vlrollout.reward",
     "vlrollout.ground_metric",
     "vlrollout.data_format",
