@@ -67,3 +67,27 @@ def test_a_task_whose_every_episode_was_rejected_has_no_mean(monkeypatch):
     assert "eval/ground" not in out and out["eval/count"] == 1.0
     assert out["eval/mean"] == 0.5 and out["eval/rejected"] == 1
     assert len(warnings) == 1 and "'ground'" in warnings[0] and "step 4" in warnings[0]
+
+
+class _LogsItsScope:
+    """Logs its reward as the workflows do (``log_reward``) and scores 1.0."""
+
+    async def arun_episode(self, engine, item):
+        from vlrollout.workflows.episode import log_reward
+
+        log_reward(reward=item["score"])
+        return {"rewards": torch.tensor([item["score"]])}
+
+
+def test_held_out_episodes_report_to_areals_eval_scope_not_the_training_rollouts():
+    """AReaL's trainer keeps evaluation episodes under ``eval-rollout``; under ``rollout`` they
+    were averaged into the next training step's ``rollout/reward``."""
+    from areal.utils import stats_tracker
+
+    from vlrollout.train.evaluation import evaluate
+
+    stats_tracker.export_all(reset=True)
+    evaluate(None, _LogsItsScope(), [{"id": "a", "score": 0.25}, {"id": "b", "score": 0.75}])
+    stats = stats_tracker.export_all(reset=True)
+    assert stats["eval-rollout/reward"] == 0.5
+    assert not any(key.startswith("rollout/") for key in stats), stats

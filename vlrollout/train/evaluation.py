@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from areal.infra import workflow_context
+from areal.infra.workflow_context import WorkflowContext
+
 from vlrollout.eval.predict import EnginePredictor
 from vlrollout.eval.runner import EvalResult, evaluate_items
 from vlrollout.eval.tasks import EvalTask
@@ -65,6 +68,9 @@ def evaluate(
     mark = ledger.mark() if ledger is not None else None
 
     async def run():
+        # The episodes' stats go to AReaL's evaluation scope, as its executor's is_eval does,
+        # not into the training step's rollout stats.
+        workflow_context.set(WorkflowContext(is_eval=True))
         return await asyncio.gather(*(workflow.arun_episode(engine, it) for it in episodes))
 
     trajs = asyncio.run(run())
