@@ -65,7 +65,8 @@ from typing import Any
 from PIL import Image
 
 from .base import PreparedPrompt, Preprocessor
-from .image_loading import exif_orientation
+from .errors import PreprocessError
+from .image_loading import exif_orientation, file_url_path, has_scheme
 from .messages import MEDIA_FIELDS
 
 KeyFn = Callable[[dict[str, Any]], str]
@@ -157,9 +158,9 @@ def _image_identity(source: Any, h: Any) -> None:
     elif isinstance(source, bytes | bytearray | memoryview):
         h.update(b"bytes:" + hashlib.sha256(bytes(source)).digest())
     elif isinstance(source, os.PathLike) or (
-        isinstance(source, str) and len(source) < 4096 and _is_file(source)
+        isinstance(source, str) and len(source) < 4096 and _is_file(_local_path(source))
     ):
-        p = Path(source)
+        p = Path(_local_path(source))
         st = p.stat()
         h.update(f"path:{p.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
     elif isinstance(source, dict):
@@ -175,7 +176,17 @@ def _image_identity(source: Any, h: Any) -> None:
         h.update(b"str:" + hashlib.sha256(str(source).encode()).digest())
 
 
-def _is_file(text: str) -> bool:
+def _local_path(source: str | os.PathLike) -> str | os.PathLike:
+    """The path a ``file:`` URL names (the loader reads that file); anything else as given."""
+    if isinstance(source, str) and has_scheme(source, "file:"):
+        try:
+            return str(file_url_path(source, ""))
+        except PreprocessError:
+            return source  # another host's file: the loader refuses it
+    return source
+
+
+def _is_file(text: str | os.PathLike) -> bool:
     try:
         return Path(text).is_file()
     except (OSError, ValueError):

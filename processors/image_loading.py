@@ -280,7 +280,7 @@ def _read_file(path: Path, item: str, max_bytes: int) -> bytes:
     return data
 
 
-def _file_url_path(url: str, item: str) -> Path:
+def file_url_path(url: str, item: str) -> Path:
     """The local path of a ``file:`` URL (``file:///a/b%20c.png`` and ``file:/a/b%20c.png`` →
     ``/a/b c.png``).
 
@@ -329,7 +329,7 @@ def _read_string(text: str, item: str, max_bytes: int) -> tuple[str, bytes]:
     if has_scheme(text, "data:"):
         return "data_url", decode_inline(text, item, max_bytes)
     if has_scheme(text, "file:"):
-        return "path", _read_file(_file_url_path(text, item), item, max_bytes)
+        return "path", _read_file(file_url_path(text, item), item, max_bytes)
     if _URL.match(text):
         raise PreprocessError(
             item,

@@ -187,15 +187,21 @@ def _check_length(count: int, rate: Any, declared_us: int | None, item: str) -> 
 
 
 def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, float | None]:
-    """Frames (packets) in the video stream and its average frame rate, without decoding."""
+    """Frames (packets) in the video stream and its frame rate, without decoding: the container's
+    average rate, or the one its frames' timestamps give where they disagree (FFmpeg gives a raw
+    stream, such as ``.m4v``, a made-up 25 fps). A stream whose timestamps go back (files joined
+    end to end) is refused: its frames' times would name other frames."""
     container, stream = _open(raw, item)
     with container:
         declared = container.duration
         rate = stream.average_rate or stream.guessed_rate
-        count = 0
+        count, times = 0, _PacketTimes(item)
         try:
             for packet in container.demux(stream):
-                count += bool(packet.size)
+                if not packet.size:
+                    continue
+                count += 1
+                times.add(packet)
                 if count > max_source_frames:
                     raise PreprocessError(
                         item,
@@ -204,8 +210,47 @@ def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, f
                     )
         except av.FFmpegError as e:
             raise PreprocessError(item, "video_decode", f"corrupt video: {e}") from None
+    timed = times.rate(count, stream.time_base)
+    if timed and (not rate or abs(timed / float(rate) - 1) > RATE_DISAGREEMENT):
+        rate = timed
     _check_length(count, rate, declared, item)
     return count, float(rate) if rate else None
+
+
+RATE_DISAGREEMENT = 0.1
+"""How far the container's average frame rate may stray from its frames' timestamps before the
+timestamps' rate is used (a variable-rate clip's two rates differ by about one frame's share)."""
+
+
+class _PacketTimes:
+    """The span of a stream's packet timestamps, and a check that decoding order never goes
+    back in time."""
+
+    def __init__(self, item: str) -> None:
+        self.item = item
+        self.first: int | None = None
+        self.last: int | None = None
+        self.dts: int | None = None
+
+    def add(self, packet: Any) -> None:
+        if packet.dts is not None:
+            if self.dts is not None and packet.dts < self.dts:
+                raise PreprocessError(
+                    self.item,
+                    "video_decode",
+                    "its timestamps go back mid-stream (files joined end to end?), so frame "
+                    "times cannot be told: re-encode it as one clip",
+                )
+            self.dts = packet.dts
+        if packet.pts is not None:
+            self.first = packet.pts if self.first is None else min(self.first, packet.pts)
+            self.last = packet.pts if self.last is None else max(self.last, packet.pts)
+
+    def rate(self, count: int, time_base: Any) -> float | None:
+        """Frames per second the timestamps give (``None``: fewer than two timed frames)."""
+        if count < 2 or self.first is None or self.last is None or self.last <= self.first:
+            return None
+        return (count - 1) / float((self.last - self.first) * time_base)
 
 
 def _frames_on_screen(

@@ -5,7 +5,9 @@ Frames are sampled once, here, and handed to the transformers processor with
 second time and its timing (Qwen2.5-VL's ``second_per_grid_ts``, Qwen3-VL's ``<t seconds>``
 prompt timestamps) describes exactly the frames the model saw.
 
-The rule (the Qwen-VL video processors' ``sample_frames``, which every family here shares):
+The rule (Qwen2-VL's and Qwen2.5-VL's video processors' ``sample_frames``; every family here gets
+it, Qwen3-VL too, whose own processor rounds ``linspace(0, total_frames - 1, n)`` instead: evenly
+spaced as well, the timestamps handed over are those of the frames picked here):
 
 1. ``n = total_frames / source_fps * fps`` frames, clamped to ``[min_frames, min(max_frames,
    total_frames)]``;

@@ -133,8 +133,18 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     a("--max-pixels", type=int, dest="max_pixels", help="resize limit of the preprocessor")
     a("--video-fps", type=float, dest="video_fps", help="frames sampled per second of a video")
     a("--video-max-frames", type=int, dest="video_max_frames", help="most frames per video")
-    a("--video-min-pixels", type=int, dest="video_min_pixels", help="smallest frame budget")
-    a("--video-max-pixels", type=int, dest="video_max_pixels", help="largest frame budget")
+    a(
+        "--video-min-pixels",
+        type=int,
+        dest="video_min_pixels",
+        help="smallest pixel budget of a frame (Qwen3-VL: of the clip)",
+    )
+    a(
+        "--video-max-pixels",
+        type=int,
+        dest="video_max_pixels",
+        help="largest pixel budget of a frame (Qwen3-VL: of the clip)",
+    )
     a(
         "--max-prompt-tokens",
         type=int,

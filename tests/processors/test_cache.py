@@ -364,3 +364,17 @@ def test_pil_images_that_differ_only_in_palette_or_orientation_do_not_share_a_ke
     assert key(red) != key(green)
     assert key(with_orientation(1)) != key(with_orientation(6))
     assert key(with_orientation(6)) == key(with_orientation(6))
+
+
+def test_a_file_url_is_keyed_by_the_file_it_names(tmp_path):
+    """A ``file://`` URL names a file as a path does: a file rewritten in place is new content
+    (a resumed run redoes its item), and the URL and the path are one source."""
+    path = tmp_path / "clip a.png"
+    Image.new("RGB", (4, 4), "red").save(path)
+    url = path.as_uri()
+    item = {"messages": ["<image>Q"], "images": [url]}
+    before = item_key(item)
+    assert before == item_key({"messages": ["<image>Q"], "images": [str(path)]})
+    time.sleep(0.01)
+    Image.new("RGB", (5, 5), "red").save(path)
+    assert item_key(item) != before

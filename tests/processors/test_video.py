@@ -340,15 +340,18 @@ def test_frames_one_or_three_pixels_tall_keep_their_colours(family, height):
     assert values(height) == values(8)
 
 
-def _ts_segment(width: int, height: int, frames: int = 4) -> bytes:
-    """An MPEG-TS segment of ``frames`` grey frames; segments join by concatenation (HLS)."""
+def _ts_segment(width: int, height: int, frames: int = 4, first: int = 0) -> bytes:
+    """An MPEG-TS segment of ``frames`` grey frames from frame ``first`` on; segments join by
+    concatenation (HLS), their timestamps running on."""
     buf = io.BytesIO()
     with av.open(buf, "w", format="mpegts") as out:
         stream = out.add_stream("mpeg2video", rate=4)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for k in range(frames):
             pixels = np.full((height, width, 3), 60 * k, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            frame.pts, frame.time_base = first + k, Fraction(1, 4)
+            for packet in stream.encode(frame):
                 out.mux(packet)
         for packet in stream.encode():
             out.mux(packet)
@@ -358,7 +361,7 @@ def _ts_segment(width: int, height: int, frames: int = 4) -> bytes:
 def test_a_video_that_changes_frame_size_mid_stream_is_refused_naming_it():
     _, pre = preprocessor("qwen2_vl")
     with pytest.raises(PreprocessError) as e:
-        pre.prepare(item(_ts_segment(64, 64) + _ts_segment(96, 64)))
+        pre.prepare(item(_ts_segment(64, 64) + _ts_segment(96, 64, first=4)))
     assert (e.value.item, e.value.reason) == ("item v1, video 1", "video_frames")
     assert "64x64" in e.value.detail and "96x64" in e.value.detail
 
@@ -631,3 +634,44 @@ def test_python_video_settings_are_held_to_the_cli_rules(settings, words):
     video = {f"video_{k}": v for k, v in settings.items()}
     with pytest.raises(ValueError, match=words):
         AutoProcessorPreprocessor(build_offline_processor("qwen2_vl"), **video)
+
+
+def _grey_clip(levels: list[int], fmt: str, codec: str, rate: int, **options: str) -> bytes:
+    """A clip whose frame k is grey level ``levels[k]``, written as ``fmt`` (a raw stream such
+    as ``m4v`` carries frame times but no container frame rate)."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as out:
+        stream = out.add_stream(codec, rate=rate)
+        stream.width = stream.height = 32
+        stream.pix_fmt = "yuv420p"
+        stream.options = options
+        for level in levels:
+            pixels = np.full((32, 32, 3), level, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def test_a_raw_stream_is_timed_by_its_frames_not_ffmpegs_default_rate():
+    """FFmpeg gives a raw MPEG-4 stream an average rate of 25 fps whatever its frames' times
+    say: sampled on that grid, the model saw other frames than the timestamps named, and most of
+    the clip was never sampled."""
+    levels = [8 * k for k in range(30)]  # 30 frames at 10 fps: 3 s
+    raw = _grey_clip(levels, "m4v", "mpeg4", 10, qscale="2")
+    video = load_video(raw, "v", VideoSampling(fps=2.0, max_frames=32, frame_factor=2))
+    assert video.clip.source_fps == pytest.approx(10)
+    assert video.clip.duration_s == pytest.approx(3.0)
+    for k, frame in zip(video.clip.frame_indices, video.frames, strict=True):
+        assert abs(float(frame.mean()) - levels[k]) < 4, (k, float(frame.mean()))
+
+
+def test_a_stream_whose_timestamps_restart_is_refused():
+    """Two MPEG-TS files joined: the second's timestamps start again at 0, and the frames after
+    the join were sampled as frames of the first."""
+    first = _grey_clip([10 * k for k in range(10)], "mpegts", "mpeg2video", 10)
+    second = _grey_clip([100 + 10 * k for k in range(10)], "mpegts", "mpeg2video", 10)
+    with pytest.raises(PreprocessError) as e:
+        load_video(first + second, "v", VideoSampling(fps=2.0, max_frames=32, frame_factor=2))
+    assert e.value.reason == "video_decode" and "timestamps" in e.value.detail

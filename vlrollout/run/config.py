@@ -78,8 +78,8 @@ class RunConfig:
         min_pixels, max_pixels: Resize limits for the default preprocessor.
         video_fps, video_max_frames: Frames sampled per second of each video, and at most per
             video, by the default preprocessor (``None``: the family's defaults).
-        video_min_pixels, video_max_pixels: Pixel budget of each sampled video frame (Qwen-VL
-            families; ``None``: the family's defaults).
+        video_min_pixels, video_max_pixels: Pixel budget of each sampled video frame (Qwen2-VL,
+            Qwen2.5-VL) or of the whole sampled clip (Qwen3-VL); ``None``: the family's defaults.
         max_prompt_tokens: Longer prompts are rejected with ``prompt_too_long`` (``None``: the
             model's context length minus ``gconfig.max_new_tokens`` when the model states one).
         reward_timeout_s: Seconds before an episode is rejected with ``reward_timeout``.

@@ -267,15 +267,15 @@ class TrainSection:
     video_min_pixels: int | None = field(
         default=None,
         metadata={
-            "help": "Smallest pixel budget of a sampled video frame (Qwen-VL families); `null`: "
-            "the family's default."
+            "help": "Smallest pixel budget of a sampled video frame (Qwen2-VL, Qwen2.5-VL), or "
+            "of the whole sampled clip (Qwen3-VL); `null`: the family's default."
         },
     )
     video_max_pixels: int | None = field(
         default=None,
         metadata={
-            "help": "Largest pixel budget of a sampled video frame (Qwen-VL families); `null`: "
-            "the family's default."
+            "help": "Largest pixel budget of a sampled video frame (Qwen2-VL, Qwen2.5-VL), or "
+            "of the whole sampled clip (Qwen3-VL); `null`: the family's default."
         },
     )
 
