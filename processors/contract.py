@@ -33,6 +33,7 @@ Every broken promise raises :class:`PreprocessorContractError` naming the plug-i
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,7 @@ import torch
 from . import registry
 from .base import ImageGeometry, PreparedPrompt
 from .errors import PreprocessError, PreprocessorContractError
+from .messages import paired_image_sources
 from .registry import check_preprocessor
 
 FACTORY_KEYWORDS = ("processor", "chat_template_kwargs", "min_pixels", "max_pixels")
@@ -73,12 +75,17 @@ def check_factory(factory: Any, name: str) -> None:
 
 
 def check_prepared(
-    result: Any, name: str, merge_sizes: Mapping[str, int] | None = None
+    result: Any,
+    name: str,
+    merge_sizes: Mapping[str, int] | None = None,
+    item: Mapping[str, Any] | None = None,
 ) -> PreparedPrompt:
     """``prepare`` returned a :class:`PreparedPrompt` whose parts agree with each other:
     ``input_ids`` a list of ints, one geometry per image, and the vision tensors
     (:func:`check_vision_tensors`) with the placeholders, when ``merge_sizes``
-    (:func:`merge_sizes`) says how many patches one placeholder token stands for."""
+    (:func:`merge_sizes`) says how many patches one placeholder token stands for; and, given the
+    ``item`` it was prepared from, no fewer images than the item holds (a dropped image would
+    run the prompt as text)."""
     if not isinstance(result, PreparedPrompt):
         raise PreprocessorContractError(
             name,
@@ -106,6 +113,13 @@ def check_prepared(
         if result.engine_images_pending
         else len(result.image_data)
     )
+    held = paired_image_sources(item) if item is not None else None
+    if held is not None and n_images < len(held):
+        raise PreprocessorContractError(
+            name,
+            f"prepare() returned {n_images} images for an item of {len(held)}: a plug-in must "
+            "not drop an item's images (the prompt would run without them)",
+        )
     if n_images != len(result.geometry):
         raise PreprocessorContractError(
             name,
@@ -156,9 +170,11 @@ def check_vision_tensors(result: PreparedPrompt, name: str, merge: Mapping[str, 
     mm = result.multi_modal_input
     for kind, grid_key, pixels_key, type_value in _VISION:
         grid, pixels = mm.get(grid_key), mm.get(pixels_key)
-        if isinstance(pixels, torch.Tensor) and pixels.dtype == torch.float64:
+        if isinstance(pixels, torch.Tensor) and (
+            pixels.dtype == torch.float64 or not pixels.dtype.is_floating_point
+        ):
             raise PreprocessorContractError(
-                name, f"{pixels_key} is torch.float64; give the processor's float32 pixels"
+                name, f"{pixels_key} is {pixels.dtype}; give the processor's float32 pixels"
             )
         if not isinstance(grid, torch.Tensor):
             continue
@@ -180,6 +196,42 @@ def check_vision_tensors(result: PreparedPrompt, name: str, merge: Mapping[str, 
                 f"input_ids hold {tokens} {kind} placeholder tokens where {grid_key} implies "
                 f"{patches // merge[kind] ** 2} (merge size {merge[kind]})",
             )
+        if kind == "image" and kind in merge:
+            _check_each_image(result, grid, merge[kind], name)
+
+
+def _check_each_image(result: PreparedPrompt, grid: torch.Tensor, merge: int, name: str) -> None:
+    """Image k's run of placeholder tokens holds ``prod(grid[k]) / merge**2`` of them (when the
+    runs can be told apart, one per grid row)."""
+    runs = _image_runs(result)
+    if runs is None or len(runs) != grid.shape[0]:
+        return
+    for k, (run, row) in enumerate(zip(runs, grid.tolist(), strict=True)):
+        want = math.prod(row) // merge**2
+        if run != want:
+            raise PreprocessorContractError(
+                name,
+                f"image {k + 1}'s run of placeholder tokens has {run} where its image_grid_thw "
+                f"row {row} implies {want} (merge size {merge})",
+            )
+
+
+def _image_runs(result: PreparedPrompt) -> list[int] | None:
+    """Lengths of the prompt's runs of consecutive image placeholder tokens, in order."""
+    if result.mm_token_type_ids is not None:
+        marks = [t == 1 for t in result.mm_token_type_ids]
+    elif result.image_token_id is not None and not result.video_frame_images:
+        marks = [t == result.image_token_id for t in result.input_ids]
+    else:
+        return None
+    runs: list[int] = []
+    for k, mark in enumerate(marks):
+        if mark:
+            if k and marks[k - 1]:
+                runs[-1] += 1
+            else:
+                runs.append(1)
+    return runs
 
 
 def _placeholder_count(result: PreparedPrompt, kind: str, type_value: int) -> int | None:
@@ -216,7 +268,7 @@ def probe(pre: Any, name: str, has_vision: bool, merge: Mapping[str, int] | None
         raise PreprocessorContractError(
             name, f"prepare() on a one-image probe item raised {type(e).__name__}: {e}"
         ) from e
-    check_prepared(result, name, merge)
+    check_prepared(result, name, merge, data)
 
 
 def split_spec(spec: Any) -> tuple[Any, dict[str, Any]]:

@@ -61,7 +61,10 @@ def model_inputs(item: dict[str, Any], processor: Any) -> dict[str, Any]:
     """
     pre = as_preprocessor(processor)
     prepared = check_prepared(
-        pre.prepare(item_copy(item)), plugin_name(pre), merge_sizes(getattr(pre, "processor", None))
+        pre.prepare(item_copy(item)),
+        plugin_name(pre),
+        merge_sizes(getattr(pre, "processor", None)),
+        item,
     )
     ids = torch.tensor([prepared.input_ids], dtype=torch.long)
     inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

@@ -72,6 +72,8 @@ def to_rgb(image: Image.Image, background: tuple[int, int, int] = WHITE) -> Imag
             values = values * 255.0
         return _grey_to_rgb(values)
     if has_alpha(image):
+        if mode == "La":  # premultiplied; PIL converts it to LA only
+            image = image.convert("LA")
         rgba = image.convert("RGBA")
         canvas = Image.new("RGBA", rgba.size, (*background, 255))
         return Image.alpha_composite(canvas, rgba).convert("RGB")

@@ -89,3 +89,13 @@ def test_an_rgb_png_with_a_transparent_colour_is_composited_on_white(tmp_path):
     with Image.open(tmp_path / "t.png") as opened:
         rgb = to_rgb(opened)
     assert rgb.getpixel((0, 0)) == (255, 255, 255) and rgb.getpixel((1, 0)) == (10, 20, 30)
+
+
+@pytest.mark.parametrize(
+    ("mode", "value", "straight"),
+    [("La", (100, 128), "LA"), ("RGBa", (100, 50, 20, 128), "RGBA")],
+)
+def test_premultiplied_alpha_is_composited_as_its_straight_alpha_twin(mode, value, straight):
+    """PIL converts ``La`` to nothing but ``LA``: it raised a bare ValueError naming no image."""
+    image = Image.new(mode, (3, 3), value)
+    assert to_rgb(image).getpixel((0, 0)) == to_rgb(image.convert(straight)).getpixel((0, 0))

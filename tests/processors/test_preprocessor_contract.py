@@ -148,6 +148,27 @@ class Mutates(_Returns):
         return super().prepare(data)
 
 
+class DropsImages(_Returns):
+    """Prepares the item's text without its images: the prompt would run as text."""
+
+    def prepare(self, data):
+        return self._inner.prepare({"messages": [{"role": "user", "content": "Describe."}]})
+
+
+class IntPixels(_Returns):
+    change = staticmethod(
+        lambda p: _tensors(p, pixel_values=p.multi_modal_input["pixel_values"].to(torch.int64))
+    )
+
+
+class SwapsGrids(_Returns):
+    """Gives each image of a two-image item the other's grid (the totals still agree)."""
+
+    change = staticmethod(
+        lambda p: _tensors(p, image_grid_thw=p.multi_modal_input["image_grid_thw"].flip(0))
+    )
+
+
 def returns_none(processor, **kwargs):
     return None
 
@@ -171,6 +192,8 @@ HERE = "tests.processors.test_preprocessor_contract"
         (f"{HERE}.NoGeometry", "0 geometries for 1 images"),
         (f"{HERE}.GeometryDicts", "geometry 1 is a dict, not an ImageGeometry"),
         (f"{HERE}.UnevenTypes", "returned 1 mm_token_type_ids for"),
+        (f"{HERE}.DropsImages", "0 images for an item of 1"),
+        (f"{HERE}.IntPixels", "pixel_values is torch.int64"),
     ],
     ids=[
         "factory-signature",
@@ -186,6 +209,8 @@ HERE = "tests.processors.test_preprocessor_contract"
         "no-geometry",
         "geometry-dicts",
         "type-ids",
+        "drops-images",
+        "int-pixels",
     ],
 )
 def test_broken_promises_fail_at_load_naming_the_plugin(
@@ -344,3 +369,17 @@ def test_a_plugin_that_changes_its_item_changes_neither_the_item_nor_the_reward(
         assert traj is not None and traj["rewards"].item() == 1.0, wf.ledger.summary()
     assert item["answer"] == "x" and json.dumps(item["messages"]) == before
     assert item["boxes"] == [[1.0, 2.0, 3.0, 4.0]] and item["meta"] == {}
+
+
+def test_each_images_placeholders_match_its_own_grid(qwen2vl_processor):
+    """Totals that agree are not enough: image k's run of placeholders is image k's grid."""
+    from vlrollout.processors import model_inputs
+    from vlrollout.processors.registry import get_preprocessor
+
+    swapped = get_preprocessor(f"{HERE}.SwapsGrids", processor=qwen2vl_processor)
+    item = {
+        "messages": [{"role": "user", "content": "<image><image>Which is larger?"}],
+        "images": [Image.new("RGB", (58, 84), "red"), Image.new("RGB", (46, 46), "blue")],
+    }
+    with pytest.raises(PreprocessorContractError, match="image 1"):
+        model_inputs(item, swapped)

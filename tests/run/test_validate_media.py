@@ -141,7 +141,7 @@ def test_every_frame_of_a_frame_list_is_opened(tmp_path):
 def test_validate_data_refuses_what_run_refuses_in_the_prompt():
     """A per-medium setting on a part (``fps``, ``max_pixels``) is ``bad_message`` in a run, and
     a plain question with media but no ``<image>``/``<video>`` marker has no placeholder for
-    them; a string holding angle brackets may be a chat-templated prompt and is left to the
+    them; a string that starts with a bracket may be a chat-templated prompt and is left to the
     preprocessor."""
     fps = [{"role": "user", "content": [{"type": "video", "video": "c.mp4", "fps": 1.0},
                                         {"type": "text", "text": "x"}]}]  # fmt: skip
@@ -153,3 +153,10 @@ def test_validate_data_refuses_what_run_refuses_in_the_prompt():
     assert [r for r, _ in item_problems(plain)] == ["placeholder_mismatch"]
     templated = {"id": "t", "messages": "<|vision_start|><|image_pad|>What?", "images": ["a.png"]}
     assert item_problems(templated) == []
+    # A templated prompt starts with a special token (the preprocessor's rule); brackets inside
+    # a question are text, and the question is checked as any other.
+    for text in ("Is 3 < 4 in the picture?", "Describe [the] picture.", "Is a < b?"):
+        question = {"id": "q", "messages": text, "images": ["a.png"]}
+        assert [r for r, _ in item_problems(question)] == ["placeholder_mismatch"], text
+    system = {"id": "b", "messages": "<|im_start|>system\nHi<|im_end|>", "images": ["a.png"]}
+    assert item_problems(system) == []

@@ -208,8 +208,8 @@ def media_problems(item: dict[str, Any], well_formed: bool = True) -> list[tuple
     """Media that would be dropped: a media field nothing reads (``audio``, singular ``image``,
     ...), a part carrying a per-medium setting, or placeholders and media that do not pair up
     (checked when the messages and media fields are ``well_formed``; a whole-prompt string
-    without ``<image>``/``<video>`` but with brackets may be chat-templated already, with the
-    family's own placeholders, so it is left to the preprocessor)."""
+    without ``<image>``/``<video>`` that starts with a bracket may be chat-templated already,
+    with the family's own placeholders, so it is left to the preprocessor)."""
     problems: list[tuple[str, str]] = []
     try:
         check_media_fields(item, READ_MEDIA, "item")
@@ -228,9 +228,10 @@ def media_problems(item: dict[str, Any], well_formed: bool = True) -> list[tuple
 
 
 def _may_hold_tokens(text: str) -> bool:
-    """Whether a prompt string may hold a family's own media placeholders (``<|image_pad|>``,
-    ``<start_of_image>``, Pixtral's ``[IMG]``): every one has an angle or square bracket."""
-    return "<" in text or "[" in text
+    """Whether a prompt string may be chat-templated already, with a family's own media
+    placeholders: the preprocessor takes a string for one when it starts with a special token
+    (``<|im_start|>``, ``<bos>``, ``[INST]``), and every family's starts with a bracket."""
+    return text.lstrip()[:1] in ("<", "[")
 
 
 def image_file_problems(

@@ -118,14 +118,14 @@ class EpisodeContext:
         (then the last episode of the group drops it); elsewhere it is kept unpinned.
         """
         held = _HELD.get()
-        data = item_copy(data)  # a plug-in may change it; the item is also the reward's data
+        copy = item_copy(data)  # a plug-in may change it; the item is also the reward's data
         with prompt_token_limit(self.max_prompt_tokens):  # images counted before pixels
             if held is None:
-                prepared = await self.prompts.aprepare(data)
+                prepared = await self.prompts.aprepare(copy)
             else:
-                key, prepared = await self.prompts.acquire(data)
+                key, prepared = await self.prompts.acquire(copy)
                 held.append((self.prompts, key))
-        check_prepared(prepared, plugin_name(self.preprocessor), merge_sizes(self.processor))
+        check_prepared(prepared, plugin_name(self.preprocessor), merge_sizes(self.processor), data)
         if self.max_prompt_tokens is not None and prepared.prompt_len > self.max_prompt_tokens:
             raise EpisodeRejected(
                 "prompt_too_long",
