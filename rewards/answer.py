@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import unicodedata
 import threading
 from typing import Any
 
@@ -354,10 +355,15 @@ _LETTER_PATTERNS = [
     r"\\boxed\{\s*\(?([A-Z])\)?\s*\}",  # "\boxed{B}", "\boxed{(B)}"
     # "The correct option is B", "Option B": a capital letter, not followed by a lower-case word
     r"(?i:option)\s*(?i:is)?\s*[:\-]?\s*\(?(?![AI]\s+[a-z])([A-Z])\b\)?",
+    # An answer that starts with its letter goes before an option the explanation names after it
+    r"^\s*\(?([A-Z])[.):]?[ \t]*\n",  # the first line is the letter: "B\n\nExplanation: ..."
+    r"^\s*([A-Z])[.):]\s",  # "B. because ...", "B) Paris. Not (A)."
     r"\(([A-Z])\)",  # "(B)" anywhere
-    r"^\s*([A-Z])[.):]\s",  # "B. because ..."
-    r"^\s*([A-Z])[.):]?[ \t]*\n",  # the first line is the letter: "B\n\nExplanation: ..."
 ]
+"""How a letter is read, first rule first, from the answer's text in NFKC form (full-width
+letters and colons as ASCII) without Markdown emphasis (``**B**``)."""
+
+_EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=\S)|(?<=\S)\*(?![\w*])")
 
 
 class ChoiceReward(Reward):
@@ -382,6 +388,7 @@ class ChoiceReward(Reward):
         valid = {chr(ord("A") + i) for i in range(n)}
         gold = self._gold_letter(raw, choices, n)
         text = answer_region(completions, self.use_answer_tag)
+        text = _EMPHASIS.sub("", unicodedata.normalize("NFKC", text))
         for pattern in _LETTER_PATTERNS:
             letters = [x.upper() for x in re.findall(pattern, text) if x.upper() in valid]
             if not letters:

@@ -231,6 +231,16 @@ def test_the_words_a_and_i_after_answer_are_not_read_as_choices(text, pred):
         ("B\n\nExplanation: the second one is blue.", "B", None),
         ("Option C or option B.", None, "ambiguous_choice"),
         ("A dog is the answer.", None, "no_choice"),  # an article, not choice A
+        ("**B**", "B", None),  # Markdown emphasis, as instruct models write it
+        ("The answer is **B**.", "B", None),
+        ("Answer: **B**", "B", None),
+        ("**B. dog**", "B", None),
+        ("Answer：B", "B", None),  # a full-width colon
+        ("Ｂ", "B", None),  # a full-width letter
+        # An answer on the first line goes before an option named in the explanation after it.
+        ("B\n\n(C) is incorrect because it is red.", "B", None),
+        ("B. b\n(A) a is another colour.", "B", None),
+        ("B) b. Not (A).", "B", None),
     ],
 )
 def test_common_ways_of_giving_a_choice_are_read(text, pred, reason):
