@@ -12,6 +12,7 @@ from tests.readers.conftest import png
 from vlrollout.datasets import LOAD_ERROR, DataFileError, load_items
 from vlrollout.processors.image_loading import load_image
 from vlrollout.readers import detect_format, parse_mapping
+from vlrollout.readers.tables import option_texts
 
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
@@ -402,3 +403,26 @@ def test_a_folder_of_parquet_files_named_by_split_reads_each_as_its_split(tmp_pa
         ("test-dev", "test-dev-1"),
         ("train", "train-1"),
     ]
+
+
+def test_mmbench_nan_strings_are_options_past_the_last(tmp_path):
+    """MMBench's TSV-born tables hold the text "nan" where an option is missing; lmms-eval skips
+    it (``create_options_prompt``), so the model is not shown "C. nan" and "D. nan"."""
+    data = _parquet(
+        tmp_path / "mmbench_nan.parquet",
+        {
+            "index": ["m1", "m2"],
+            "question": ["Which one?"] * 2,
+            "A": ["cat", "cat"],
+            "B": ["dog", "nan"],
+            "C": ["nan", "cow"],
+            "D": ["nan", "nan"],
+            "answer": ["B", "A"],
+        },
+        {},
+    )
+    mapping = parse_mapping(["id=index", "choices=A,B,C,D"])
+    two, gap = load_items(data, mapping=mapping, prompt="{question}")
+    assert two["choices"] == ["cat", "dog"]
+    assert gap[LOAD_ERROR]["reason"] == "bad_row"
+    assert option_texts(["red", "blue", "nan", "nan"]) == ["red", "blue"]

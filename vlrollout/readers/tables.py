@@ -166,15 +166,16 @@ def apply_mapping(row: dict[str, Any], mapping: Mapping[str, str]) -> dict[str, 
 
 
 def gathered(row: dict[str, Any], columns: list[str]) -> list[Any]:
-    """The values of ``columns`` in order, up to the first null (MMBench's options ``A`` to
-    ``D``, null past the last; MMMU's ``image_1`` to ``image_7``).
+    """The values of ``columns`` in order, up to the first missing one (:func:`_missing`:
+    MMBench's options ``A`` to ``D``, null or "nan" past the last; MMMU's ``image_1`` to
+    ``image_7``).
 
     Raises:
         RowError: ``bad_row`` when a null comes before a value, which would move the values
             after it (an option's letter).
     """
     values = [row[c] for c in columns]
-    nulls = [v is None or (isinstance(v, float) and math.isnan(v)) for v in values]
+    nulls = [_missing(v) for v in values]
     end = nulls.index(True) if True in nulls else len(values)
     if not all(nulls[end:]):
         later = columns[nulls.index(False, end)]
@@ -291,11 +292,17 @@ def own_id(row: dict[str, Any], mapping: Mapping[str, str] | None, default: str)
     return row_id(row, (source,) if source and "," not in source else ID_KEYS, default)
 
 
-def _no_option(value: Any) -> bool:
-    """A null, NaN or blank option: a fixed option column past the last option."""
+def _missing(value: Any) -> bool:
+    """A null, a NaN, or the text ``"nan"`` that a NaN becomes in a table written from text
+    (MMBench's TSVs; lmms-eval skips such an option)."""
     if isinstance(value, float) and math.isnan(value):
         return True
-    return value is None or (isinstance(value, str) and not value.strip())
+    return value is None or value == "nan"
+
+
+def _no_option(value: Any) -> bool:
+    """A missing (:func:`_missing`) or blank option: a fixed option column past the last option."""
+    return _missing(value) or (isinstance(value, str) and not value.strip())
 
 
 def option_texts(value: Any) -> Any:
