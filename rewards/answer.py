@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 import numbers
 import re
-import unicodedata
 import threading
+import unicodedata
 from typing import Any
 
 from .result import Reward, RewardResult, require_field

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .cider import CiderD, cider_d_corpus, reference_captions  # noqa: F401 - re-exported
-from .ptb_tokenizer import ptb_tokenize
+from .ptb_tokenizer import ptb_rouge_tokenize, ptb_tokenize
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region
 
@@ -203,6 +203,11 @@ class CaptionReward(Reward):
         )
         if not refs:
             raise ValueError("task_data['captions'] is empty; CaptionReward needs >= 1 reference")
+        if not any(self.tokenizer(r) for r in refs):
+            raise ValueError(
+                f"task_data['captions'] = {refs!r:.120}: no word in any reference (blank or "
+                "punctuation only, which the tokenizer drops); fix the annotation"
+            )
         text = answer_region(completions, self.use_answer_tag)
         tokens = self.tokenizer(text)
         if not tokens:
@@ -210,8 +215,10 @@ class CaptionReward(Reward):
         if self.metric == "cider_d":
             assert self.cider is not None
             return RewardResult(self.cider.score(text, refs))
-        ref_tokens = [self.tokenizer(r) for r in refs]
         if self.metric == "rouge_l":
-            return RewardResult(rouge_l(tokens, ref_tokens))
+            # pycocoevalcap's ROUGE-L splits the tokenizer's line at spaces only.
+            split = ptb_rouge_tokenize if self.tokenizer is ptb_tokenize else self.tokenizer
+            return RewardResult(rouge_l(split(text), [split(r) for r in refs]))
+        ref_tokens = [self.tokenizer(r) for r in refs]
         order = int(self.metric[-1])
         return RewardResult(bleu(tokens, ref_tokens, n=order)[order - 1])

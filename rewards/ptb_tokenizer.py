@@ -373,6 +373,13 @@ def ptb_raw_tokens(text: str) -> list[str]:
     return _tokens(text, filtered=False)
 
 
+def ptb_rouge_tokenize(text: str) -> list[str]:
+    """Tokens of ``text`` as pycocoevalcap's ROUGE-L reads them: :func:`ptb_tokenize`'s, but
+    split at spaces only, as its ``Rouge`` splits the tokenizer's lines, so a token the Java
+    tokenizer joined with a non-breaking space (``1\u00a01/2``, a phone number) stays one."""
+    return [t for t in _tokens(text, filtered=False) if t not in PUNCTUATIONS]
+
+
 def ptb_tokenize(text: str) -> list[str]:
     """Tokens of ``text`` as pycocoevalcap's ``PTBTokenizer`` gives them (Java not needed).
 

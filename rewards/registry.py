@@ -14,7 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vlrollout.logs import get_logger
 from vlrollout.registry import Registry
+
+logger = get_logger(__name__)
 
 
 def _caption(metric: str) -> Callable[..., Any]:
@@ -28,27 +31,38 @@ def _caption(metric: str) -> Callable[..., Any]:
 
 def _cider_d(items: list[dict[str, Any]], corpus: Any = None, **kwargs: Any) -> Any:
     """CIDEr-D with its document frequencies from ``corpus``, else from the items' ``captions``
-    (computed once, so a caption's score does not depend on its batch).
+    (computed once, so a caption's score does not depend on its batch). An item whose captions
+    are no list of texts is left out of the corpus, with a warning naming it: scoring refuses it,
+    as the other caption rewards do, so a run rejects that item and goes on.
 
     Raises:
         ValueError: no ``corpus`` and no item holds reference captions.
     """
     from .caption import CaptionReward
-    from .cider import reference_captions
 
     if corpus is None:
-        found = [
-            reference_captions(item["captions"], f"items[{k}]['captions']")
-            for k, item in enumerate(items)
-            if item.get("captions") is not None
-        ]
-        corpus = [refs for refs in found if refs]
+        corpus = [refs for refs in _item_references(items) if refs]
         if not corpus:
             raise ValueError(
                 "cider_d scores against the items' reference captions ('captions', a list of "
                 "strings) and no item has any; use another reward, or pass corpus="
             )
     return CaptionReward("cider_d", corpus=corpus, **kwargs)
+
+
+def _item_references(items: list[dict[str, Any]]) -> list[list[str]]:
+    """Each item's reference captions, leaving out (with a warning) those that are not texts."""
+    from .cider import reference_captions
+
+    found = []
+    for k, item in enumerate(items):
+        if item.get("captions") is None:
+            continue
+        try:
+            found.append(reference_captions(item["captions"], f"items[{k}]['captions']"))
+        except ValueError as e:
+            logger.warning("%s: left out of CIDEr-D's corpus; scoring refuses the item", e)
+    return found
 
 
 BOX_REWARDS = frozenset({"iou", "giou", "acc@iou", "box_f1", "mean_iou"})

@@ -292,8 +292,13 @@ def test_a_reference_that_is_not_text_is_refused_naming_it(captions):
     for metric in ("rouge_l", "bleu4"):
         with pytest.raises(ValueError, match=r"captions.*not a string"):
             PlainReward(metric).score("a dog runs fast", captions=captions)
-    with pytest.raises(ValueError, match=r"items\[1\]\['captions'\].*not a string"):
-        PlainReward("cider_d", items=[{"captions": ["a cat"]}, {"captions": captions}])
+    # One bad item is left out of CIDEr-D's corpus and refused when scored, as the other
+    # rewards refuse it: a run goes on without it rather than ending before its first item.
+    good = [{"captions": ["a cat sleeps"]}, {"captions": ["a dog runs fast"]}]
+    reward = PlainReward("cider_d", items=[*good, {"captions": captions}])
+    assert reward.score("a dog runs fast", captions=["a dog runs fast"])[0] > 0
+    with pytest.raises(ValueError, match=r"captions.*not a string"):
+        reward.score("a dog runs fast", captions=captions)
 
 
 def test_the_corpus_fingerprint_depends_on_the_counts_not_on_how_they_were_packed():
@@ -304,3 +309,32 @@ def test_the_corpus_fingerprint_depends_on_the_counts_not_on_how_they_were_packe
     assert CiderD(shuffled, built.num_docs).fingerprint == built.fingerprint
     assert CiderD.from_references(refs[::-1]).fingerprint == built.fingerprint
     assert CiderD.from_references(refs[:1] + [["a cat"]]).fingerprint != built.fingerprint
+
+
+def test_rouge_l_keeps_a_token_joined_by_a_non_breaking_space_as_pycocoevalcap_does():
+    """Java's PTB tokenizer keeps ``1 1/2`` and ``555 123 4567`` as one token joined by a
+    non-breaking space; pycocoevalcap's ROUGE-L splits its lines at spaces only, so it stays one
+    token there (BLEU and CIDEr split at any whitespace, and see two)."""
+    from vlrollout.eval.metrics.captions import caption_metrics
+
+    candidates = ["add 1/2 cup of flour", "call 555 123 4567 now"]
+    references = [["add 1 1/2 cup of flour"], ["call 555 123 4567 now please"]]
+    # pycocoevalcap's PTBTokenizer output for these captions (Java, stanford-corenlp 3.4.1):
+    java_refs = {0: ["add 1\u00a01/2 cup of flour"], 1: ["call 555\u00a0123\u00a04567 now please"]}
+    java_cands = {0: ["add 1/2 cup of flour"], 1: ["call 555\u00a0123\u00a04567 now"]}
+    corpus, per_image = Rouge().compute_score(java_refs, java_cands)
+    reward = CaptionReward("rouge_l")
+    got = [reward("p", c, [], [], captions=r) for c, r in zip(candidates, references, strict=True)]
+    assert got == pytest.approx(list(per_image), abs=1e-12)
+    assert caption_metrics(candidates, references)["ROUGE-L"] == pytest.approx(corpus, abs=1e-12)
+
+
+@pytest.mark.parametrize("captions", [[""], ["...", "!"], ["  ", "."]])
+def test_references_without_a_word_are_refused_as_eval_refuses_them(captions):
+    """No reference word to match: every caption would score 0, and the group would count as
+    all-equal; ``vlrollout eval`` refuses such an item, and so does the reward (reward_error)."""
+    for metric in ("rouge_l", "bleu4", "cider_d"):
+        corpus = [["a dog runs"], ["a cat sleeps"]] if metric == "cider_d" else None
+        reward = CaptionReward(metric, corpus=corpus)
+        with pytest.raises(ValueError, match="no word"):
+            reward.score("p", "a dog runs", [], [], captions=captions)

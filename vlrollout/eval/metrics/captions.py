@@ -32,7 +32,7 @@ from functools import lru_cache
 
 from vlrollout.rewards.caption import ngram_counts, rouge_l
 from vlrollout.rewards.cider import cider_d_corpus
-from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
+from vlrollout.rewards.ptb_tokenizer import ptb_rouge_tokenize, ptb_tokenize
 
 CAPTION_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D")
 
@@ -133,7 +133,9 @@ def caption_stats(prediction: str, references: tuple[str, ...]) -> CaptionStats:
     cand = _tokens(prediction)
     refs = [_tokens(r) for r in references]
     joined = tuple(" ".join(r) for r in refs)
-    return CaptionStats(" ".join(cand), joined, bleu_counts(cand, refs), rouge_l(cand, refs))
+    # pycocoevalcap's ROUGE-L splits the tokenizer's line at spaces only (BLEU at any space).
+    rouge = rouge_l(ptb_rouge_tokenize(prediction), [ptb_rouge_tokenize(r) for r in references])
+    return CaptionStats(" ".join(cand), joined, bleu_counts(cand, refs), rouge)
 
 
 def caption_metrics(
