@@ -171,7 +171,7 @@ def test_a_hugging_face_refcoco_parquet_is_evaluated_as_published(tmp_path):
     data = tmp_path / "refcoco_val.parquet"
     pq.write_table(pa.Table.from_pylist(rows), data)
     out = tmp_path / "out"
-    assert _eval(data, out, "--bootstrap", "50") == 0
+    assert _eval(data, out, "--bootstrap", "100") == 0
     results = json.loads((out / "results.json").read_text())
     assert results["items"] == 4 and results["rejected"] == {}
     assert results["data"]["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()

@@ -28,7 +28,7 @@ def server():
 
 def _eval(data, out, *extra) -> dict:
     argv = ["eval", "--data", str(data), "--task", "refcoco", "--model", str(ASSET)]
-    argv += ["--output", str(out), "--max-new-tokens", "12", "--no-progress", "--bootstrap", "50"]
+    argv += ["--output", str(out), "--max-new-tokens", "12", "--no-progress", "--bootstrap", "100"]
     assert main([*argv, *extra]) == 0
     predictions = {
         json.loads(p.read_text())["id"]: json.loads(p.read_text())

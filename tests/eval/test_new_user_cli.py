@@ -120,3 +120,26 @@ def test_the_report_puts_the_worst_of_equally_failed_items_first(tmp_path):
     assert main(argv) == 0
     page = (out / "report.html").read_text()
     assert page.index("<h3>none") < page.index("<h3>near")
+
+
+def test_too_few_bootstrap_resamples_for_a_95_interval_are_refused(tmp_path, capsys):
+    """One or two resamples printed a "95% CI" that did not hold the value."""
+    import pytest
+
+    data = _refs(tmp_path)
+    for n in ("1", "2", "99"):
+        argv = ["eval", "--data", str(data), "--task", "refcoco", "--model", str(TINY)]
+        argv += ["--output", str(tmp_path / "o"), "--bootstrap", n]
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert "--bootstrap" in capsys.readouterr().err
+
+
+def test_a_split_named_0_is_its_own_split():
+    from vlrollout.eval.tasks import get_task
+
+    score = get_task("count").score
+    item = {"id": "x", "question": "q", "answer": 3}
+    assert score({**item, "split": 0}, "3", [], "qwen2_vl").split == "0"
+    assert score(item, "3", [], "qwen2_vl").split == "all"

@@ -85,6 +85,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"vlrollout eval: error: {message}\n  see `vlrollout eval --help`\n")
 
 
+MIN_BOOTSTRAP = 100
+"""Fewest resamples a 95 % percentile interval is read from (its ends are the 2.5th and 97.5th
+percentiles of the resampled metric; with a handful they are whatever those few draws were)."""
+
+
+def bootstrap_count(text: str) -> int:
+    """``--bootstrap``: 0, or at least :data:`MIN_BOOTSTRAP` resamples."""
+    value = whole_number(0)(text)
+    if 0 < value < MIN_BOOTSTRAP:
+        raise argparse.ArgumentTypeError(
+            f"{value} resamples cannot give a 95% interval: use 0 (none) or at least "
+            f"{MIN_BOOTSTRAP}"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="vlrollout eval",
@@ -155,11 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a(
         "--bootstrap",
-        type=whole_number(0),
+        type=bootstrap_count,
         default=1000,
         metavar="N",
-        help="resamples per 95%% interval (0: none; caption metrics recompute the corpus scores "
-        "per resample: lower it for large caption sets)",
+        help=f"resamples per 95%% interval, 0 (none) or at least {MIN_BOOTSTRAP} (caption metrics "
+        "recompute the corpus scores per resample: lower it for large caption sets)",
     )
     a("--video-fps", type=float, dest="video_fps", help="frames sampled per second of a video")
     a("--video-max-frames", type=whole_number(1), dest="video_max_frames", help="most frames")

@@ -91,7 +91,9 @@ class EvalTask(Protocol):
 
 
 def _split(item: Mapping[str, Any]) -> str:
-    return str(item.get("split") or "all")
+    """The item's split as text (``0`` is split ``"0"``); ``"all"`` when it names none."""
+    split = item.get("split")
+    return "all" if split is None or split == "" else str(split)
 
 
 def _prompt_needs(item: Mapping[str, Any], field: str, what: str) -> str | None:
