@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -146,16 +147,33 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 
 def known_keys(cls: type, dotted: str) -> list[str]:
-    """Field names of the (nested) dataclass at ``dotted`` (the parent of a bad key)."""
+    """Field names of the (nested) dataclass at ``dotted`` (the parent of a bad key), found
+    through each field's default or, for one that defaults to ``None``
+    (``Optional[NormConfig]``), its annotation."""
     for part in [p for p in dotted.split(".") if p]:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         f = fields.get(part)
         if f is None:
             return []
-        cls = f.default_factory().__class__ if callable(f.default_factory) else type(f.default)
-        if not dataclasses.is_dataclass(cls):
+        found = f.default_factory().__class__ if callable(f.default_factory) else type(f.default)
+        if not dataclasses.is_dataclass(found):
+            found = _annotated_dataclass(cls, part)
+        if found is None:
             return []
+        cls = found
     return [f.name for f in dataclasses.fields(cls)]
+
+
+def _annotated_dataclass(cls: type, name: str) -> type | None:
+    """The dataclass field ``name`` of ``cls`` is annotated with (``Optional[X]`` gives ``X``)."""
+    try:
+        hint = typing.get_type_hints(cls).get(name)
+    except (NameError, TypeError):
+        return None
+    for candidate in typing.get_args(hint) or (hint,):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return candidate
+    return None
 
 
 def explain(e: OmegaConfBaseException, cls: type, where: str) -> ConfigError:

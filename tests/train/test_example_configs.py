@@ -70,6 +70,14 @@ def test_group_size_one_is_refused(tmp_path):
             ["--config", "examples/train_grounding.yaml", "+gconfig.top_p=0"],
             "gconfig.top_p must be in (0, 1], got 0",
         ),
+        (  # a key of a section typed Optional[NormConfig] was called unknown
+            ["--config", "examples/train_grounding.yaml", "actor.reward_norm.mean_leave1out=true"],
+            "pass +actor.reward_norm.mean_leave1out=VALUE",
+        ),
+        (
+            ["--config", "examples/train_grounding.yaml", "actor.optimizer.min_lr_ratio=0.1"],
+            "pass +actor.optimizer.min_lr_ratio=VALUE",
+        ),
         (  # was hydra's "LexerNoViableAltException: --seeed"
             ["--config", "examples/train_grounding.yaml", "--seeed", "1"],
             "unknown flag '--seeed': vlrollout train takes --config and KEY=VALUE settings",
