@@ -60,7 +60,8 @@ def test_a_model_without_a_separate_decoder_keeps_its_forward():
 
 def test_engine_results_equal_those_of_full_forward_steps(tiny, vision_prompt):
     """A shrinking batch that later admits queued requests: tokens and logprobs of the direct
-    steps are exactly those of steps through the model's forward."""
+    steps are those of steps through the model's forward (to 1e-5: which rows share a step
+    depends on timing, and a batch's shape moves the last float bits)."""
     model, processor = tiny
     reqs = shrinking_requests(vision_prompt, 10)
     results = {}
@@ -74,7 +75,7 @@ def test_engine_results_equal_those_of_full_forward_steps(tiny, vision_prompt):
             assert engine.stats()["prefill_batches"] > 1  # rows joined a running batch
     for a, b in zip(results["direct"], results["full"], strict=True):
         assert a.output_tokens == b.output_tokens
-        assert a.output_logprobs == b.output_logprobs
+        torch.testing.assert_close(a.output_logprobs, b.output_logprobs, atol=1e-5, rtol=0)
 
 
 def test_the_step_is_chosen_when_the_engine_starts_not_in_a_request(tiny, vision_prompt):
