@@ -39,7 +39,7 @@ MAX_COUNT_DIGITS = 18
 """Counts with more significant digits are not read (``number_too_long``): no count is that big,
 and ``int()`` refuses more than 4,300 digits."""
 
-_SIGN = "\\-+\u2212"  # a regex character-class fragment: hyphen, plus, Unicode minus
+_SIGN = "\\-+\u2212\uff0d"  # a regex character-class fragment: hyphen, plus, minus signs
 _WORDS = "|".join(sorted(WORD_NUMBERS, key=len, reverse=True))
 _BRACKET_INT = re.compile(r"\[\s*(\d+)(?:\.0*)?\s*\]")
 # Candidates come from two regexes that each open with a character set, so the regex engine skips
@@ -56,7 +56,7 @@ _WORD_CANDIDATE = re.compile(
 )
 _DIGIT_CANDIDATE = re.compile(rf"\d(?<![\w.,].)[\d,]*(?:\.\d+)?[.,]*(?![{_TOKEN_CHARS}])")
 _TOKEN_CHAR = re.compile(rf"[{_TOKEN_CHARS}]")
-_SIGNS = "-+\u2212"
+_SIGNS = "-+\u2212\uff0d"
 SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
 """Words that scale the number words before them: "twelve hundred", "one hundred and five"."""
 _PHRASE_REACH = 160  # characters either side of a candidate searched for the rest of its phrase
@@ -222,7 +222,7 @@ def parse_count(text: str) -> int | None:
 # A number must contain a digit: the old pattern made every part optional, so it matched the empty
 # string at every position and its ``\s*/`` fraction part rescanned runs of spaces (quadratic).
 _NUMBER = re.compile(
-    r"[-+\u2212]?(?:\d{1,3}(?:\.\d{3}){2,}(?![.\d])"  # 1.000.000: dots that group thousands
+    r"[-+\u2212\uff0d]?(?:\d{1,3}(?:\.\d{3}){2,}(?![.\d])"  # 1.000.000: dots that group thousands
     r"|(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
     r"(?:\s*/\s*\d+(?:\.\d+)?)?"
 )
@@ -232,7 +232,7 @@ _ARABIC_SEPARATORS = str.maketrans({"\u066b": ".", "\u066c": ","})
 
 
 def _number_value(token: str) -> float | None:
-    token = token.replace(",", "").replace(" ", "").replace("\u2212", "-")
+    token = token.replace(",", "").replace(" ", "").replace("\u2212", "-").replace("\uff0d", "-")
     if token.count(".") > 1:  # thousands grouped by dots: no decimal has two points
         token = token.replace(".", "")
     try:
@@ -366,6 +366,23 @@ letters and colons as ASCII) without Markdown emphasis (``**B**``)."""
 _EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=\S)|(?<=\S)\*(?![\w*])")
 
 
+def _check_choices(choices: list[Any]) -> None:
+    """Refuse the options ``vlrollout eval --task mc`` refuses: fewer than 2 or more than 26, or
+    two alike (an answer naming it could not be told apart)."""
+    if not 2 <= len(choices) <= 26:
+        raise ValueError(
+            f"task_data['choices'] has {len(choices)} options; give 2 to 26 option texts"
+        )
+    first: dict[str, int] = {}
+    for k, choice in enumerate(map(str, choices), 1):
+        if choice in first:
+            raise ValueError(
+                f"task_data['choices']: choices {first[choice]} and {k} are both {choice!r}; "
+                "fix the item"
+            )
+        first[choice] = k
+
+
 class ChoiceReward(Reward):
     """Multiple choice by letter. Gold: a letter, a 0-based index, or option text in ``choices``.
 
@@ -384,6 +401,8 @@ class ChoiceReward(Reward):
     def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         raw = _gold(task_data, self.answer_key, type(self).__name__)
         choices = list(task_data.get("choices") if task_data.get("choices") is not None else [])
+        if choices:
+            _check_choices(choices)
         n = min(len(choices), 26) or 26
         valid = {chr(ord("A") + i) for i in range(n)}
         gold = self._gold_letter(raw, choices, n)

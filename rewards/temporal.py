@@ -43,7 +43,10 @@ A segment partly outside the video is clipped and scored (``details["clipped"] =
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
+
+import numpy as np
 
 from .result import Reward, RewardResult, require_field
 from .temporal_parsing import FRAMES, SECONDS, Endpoint, parse_segments
@@ -88,7 +91,7 @@ def label_segments(value: Any, field_name: str = "segments") -> list[Segment]:
         items = list(value)
         if items and not isinstance(items[0], (list, tuple)):
             items = [items]
-        segments = [tuple(float(v) for v in s) for s in items]
+        segments = [tuple(_seconds(v) for v in s) for s in items]
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"task_data[{field_name!r}] must be [start, end] in seconds or a list of them"
@@ -104,6 +107,13 @@ def label_segments(value: Any, field_name: str = "segments") -> list[Segment]:
                 f"seconds with 0 <= start < end"
             )
     return segments  # type: ignore[return-value]
+
+
+def _seconds(value: Any) -> float:
+    """A number of seconds in a label (a bool or a string is refused, not read as one)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
 
 
 def video_timing(task_data: dict[str, Any], video_index: int) -> dict[str, Any] | None:
@@ -152,7 +162,18 @@ def _duration(task_data: dict[str, Any], timing: dict[str, Any] | None) -> float
             stamps, frame = _frame_times(timing)
             return stamps[-1] + frame
     value = task_data.get("duration_s")
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    try:
+        seconds = _seconds(value)
+    except TypeError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"task_data['duration_s'] = {value!r} is no clip length: give the clip's length in "
+            "seconds (> 0), or leave it out"
+        )
+    return seconds
 
 
 def _one_unit(segment: tuple[Endpoint, Endpoint]) -> tuple[Endpoint, Endpoint]:

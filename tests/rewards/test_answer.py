@@ -270,3 +270,23 @@ def test_the_choice_reward_reads_a_digit_string_gold_as_eval_does():
 def test_a_choice_text_answer_without_choices_names_the_missing_field():
     with pytest.raises(ValueError, match=r"task_data\['choices'\] is missing"):
         ChoiceReward()("p", "B", [], [], answer="blue")
+
+
+@pytest.mark.parametrize(
+    ("choices", "says"),
+    [(["only"], "2 to 26"), (["same", "same"], "both 'same'")],
+)
+def test_choices_eval_refuses_are_refused_by_the_reward_too(choices, says):
+    """``vlrollout eval --task mc`` refuses these items; the training reward scored them."""
+    from vlrollout.rewards.answer import ChoiceReward
+
+    with pytest.raises(ValueError, match=says):
+        ChoiceReward().score("p", "A", [], [], answer="A", choices=choices)
+
+
+@pytest.mark.parametrize("minus", ["\u2212", "\uff0d"], ids=["minus-sign", "full-width"])
+def test_a_unicode_minus_makes_a_number_negative(minus):
+    from vlrollout.rewards.answer import CountReward, NumericReward
+
+    assert NumericReward().score("p", f"{minus}3", [], [], answer=-3).value == 1.0
+    assert CountReward().score("p", f"{minus}\uff13", [], [], answer=-3).value == 1.0

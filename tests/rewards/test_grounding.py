@@ -331,3 +331,12 @@ def test_point_in_box_refuses_an_item_it_cannot_score_for_every_completion(compl
     ):
         with pytest.raises(ValueError, match=words):
             r("p", completion, [], [], boxes=boxes, **kwargs)
+
+
+@pytest.mark.parametrize("box", [[True, 43, 83, 81], [1, 2, "3", 4]], ids=["bool", "text"])
+def test_a_label_coordinate_that_is_not_a_number_is_refused(box):
+    """``true`` read as 1.0 scored against a box the annotation never gave; validate-data
+    already refuses it, and the box parser refuses it in a prediction."""
+    r = GroundingReward("plain", "iou", plain_frame="norm1000", label_frame="norm1000")
+    with pytest.raises(ValueError, match=r"task_data\['boxes'\]"):
+        r("p", "[1, 2, 3, 4]", [], [], boxes=box)
