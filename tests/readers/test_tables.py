@@ -426,3 +426,9 @@ def test_mmbench_nan_strings_are_options_past_the_last(tmp_path):
     assert two["choices"] == ["cat", "dog"]
     assert gap[LOAD_ERROR]["reason"] == "bad_row"
     assert option_texts(["red", "blue", "nan", "nan"]) == ["red", "blue"]
+
+
+def test_a_mapping_with_an_empty_column_name_is_refused():
+    for pair in ("choices=A,,B", "choices=A,B,", "images=,image_1"):
+        with pytest.raises(DataFileError, match="empty column name"):
+            parse_mapping([pair])

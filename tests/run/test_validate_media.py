@@ -160,3 +160,13 @@ def test_validate_data_refuses_what_run_refuses_in_the_prompt():
         assert [r for r, _ in item_problems(question)] == ["placeholder_mismatch"], text
     system = {"id": "b", "messages": "<|im_start|>system\nHi<|im_end|>", "images": ["a.png"]}
     assert item_problems(system) == []
+
+
+def test_validate_data_refuses_choices_run_cannot_read():
+    """``choices`` as free text (not the text of a list) is a ``bad_row`` when run loads it."""
+    item = {"id": "c", "messages": "Which?", "choices": "one, two, three", "answer": "A"}
+    problems = item_problems(item)
+    assert [r for r, _ in problems] == ["bad_row"], problems
+    assert "not a list of option texts" in problems[0][1]
+    listed = {"id": "l", "messages": "Which?", "choices": "['one', 'two']", "answer": "A"}
+    assert item_problems(listed) == []

@@ -62,7 +62,13 @@ def parse_mapping(pairs: Sequence[str]) -> dict[str, str]:
             )
         if canonical.strip() in mapping:
             raise DataFileError(f"--map names {canonical.strip()!r} twice")
-        mapping[canonical.strip()] = ",".join(c.strip() for c in source.split(","))
+        columns = [c.strip() for c in source.split(",")]
+        if not all(columns):
+            raise DataFileError(
+                f"--map {pair!r}: an empty column name between commas; list the columns, e.g. "
+                "choices=A,B,C,D"
+            )
+        mapping[canonical.strip()] = ",".join(columns)
     return mapping
 
 

@@ -40,8 +40,8 @@ from vlrollout.processors.messages import (
 )
 from vlrollout.processors.video_loading import load_video
 from vlrollout.processors.video_sampling import VideoSampling
-from vlrollout.readers.fields import row_id
-from vlrollout.readers.tables import ID_KEYS
+from vlrollout.readers.fields import RowError, row_id
+from vlrollout.readers.tables import ID_KEYS, table_fields
 from vlrollout.rewards.caller import reward_argument_clash
 from vlrollout.rewards.grounding import box_problem
 
@@ -196,6 +196,10 @@ def item_problems(item: Any) -> list[tuple[str, str]]:
             problems.append((f"bad_{name}", f"{name} has a null entry"))
         elif media and any(isinstance(i, str) and not i.strip() for i in media):
             problems.append((f"bad_{name}", f"{name} has an empty entry"))
+    try:
+        table_fields(item)  # what run's reader makes of ``choices``
+    except RowError as e:
+        problems.append((e.reason, str(e)))
     problems += [p for p in media_problems(item, not problems) if p not in problems]  # once
     clash = reward_argument_clash(item)
     if clash is not None:
