@@ -114,11 +114,18 @@ class ByTask(Reward):
 
     name = "by_task"
 
-    def __init__(self, rewards: dict[str, Callable[..., Any]], key: str = "task") -> None:
+    def __init__(
+        self,
+        rewards: dict[str, Callable[..., Any]],
+        key: str = "task",
+        unscored: dict[str, str] | None = None,
+    ) -> None:
         if not rewards:
             raise ValueError("ByTask needs at least one task -> reward entry")
         self.rewards = dict(rewards)
         self.key = key
+        self.unscored = dict(unscored or {})
+        """Tasks left without a reward on purpose, and why (said instead of the hint)."""
 
     def scores(self, task: Any) -> bool:
         """Whether ``task`` (an item's ``key`` field) has a reward here."""
@@ -126,6 +133,8 @@ class ByTask(Reward):
 
     def no_reward_for(self, task: Any) -> str:
         """Why an item of ``task`` cannot be scored, and the reward that scores it."""
+        if isinstance(task, str) and task in self.unscored:
+            return f"no reward for {self.key}={task!r}: {self.unscored[task]}"
         return (
             f"no reward for {self.key}={task!r}; known tasks: {sorted(self.rewards)}; "
             f"{task_reward_hint(task)}"

@@ -67,3 +67,16 @@ def test_run_names_an_unknown_reward():
 
     with pytest.raises(ConfigError, match="--reward 'tiny_taks'"):
         load_reward("tiny_taks", ITEMS)
+
+
+def test_caption_items_of_one_image_say_why_they_have_no_reward():
+    """A run of one caption item (``--limit``) has no CIDEr-D corpus: the rejection says so, not
+    "pass --reward cider_d", which refuses the same single image."""
+    one_caption = [it for it in ITEMS if it.get("task") != "caption"] + [
+        next(it for it in ITEMS if it.get("task") == "caption")
+    ]
+    reward = get_reward("tiny_task", items=one_caption)
+    caption = one_caption[-1]
+    with pytest.raises(ValueError) as e:
+        reward("p", "a red square", [], [], **caption)
+    assert "at least 2 images" in str(e.value) and "--reward cider_d" not in str(e.value)

@@ -61,11 +61,13 @@ def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") 
         "ground": GroundingReward("qwen2_vl", ground_metric),
     }
     corpus = CiderD.from_references(references) if references else None
+    unscored = {}
     if corpus is not None and corpus.weighs_anything:
         routes["caption"] = CaptionReward("cider_d", corpus=corpus)
     elif corpus is not None:
-        logger.warning(
-            "tiny_task: the items' captions are one image's references (or copies of one), "
-            "which weigh no n-gram in CIDEr-D; caption items have no reward and are rejected"
+        unscored["caption"] = (
+            "CIDEr-D weighs n-grams by the references of at least 2 images, and this run's "
+            "items hold one image's (a smaller --limit?); run more caption items"
         )
-    return ByTask(routes)
+        logger.warning("tiny_task: caption items have no reward: %s", unscored["caption"])
+    return ByTask(routes, unscored=unscored)
