@@ -299,6 +299,7 @@ def test_run_tool_call_turns_every_failure_into_an_error_outcome():
         **BUILTIN_TOOLS,
         "boom": Tool("boom", _raises, {"type": "object"}),
         "bad": Tool("bad", lambda ctx: ToolResult("x", ["not an image"]), {"type": "object"}),
+        "number": Tool("number", lambda ctx: ToolResult(123, []), {"type": "object"}),
     }
     ctx = _ctx()
     cases = [
@@ -307,7 +308,8 @@ def test_run_tool_call_turns_every_failure_into_an_error_outcome():
         (ToolCall("rotate", {"angle": 45}), "is not one of"),
         (ToolCall("zoom_in", {"bbox_2d": [2000, 0, 3000, 10]}), "outside the image"),
         (ToolCall("boom"), "boom failed: KeyError"),
-        (ToolCall("bad"), "invalid output"),
+        (ToolCall("bad"), "images must be PIL images, got ['str']"),
+        (ToolCall("number"), "its text must be a string, got int"),
     ]
     for call, message in cases:
         outcome = run_tool_call(call, tools, ctx)

@@ -66,11 +66,13 @@ def run_tool_call(call: ToolCall, tools: Mapping[str, Tool], ctx: ToolContext) -
     except Exception as e:  # noqa: BLE001 - a tool bug must not end the episode
         logger.warning("tool %r raised on arguments %r", call.name, call.arguments, exc_info=True)
         return ToolOutcome.failure(call.name, f"{call.name} failed: {type(e).__name__}: {e}")
+    if not isinstance(result.text, str):
+        why = f"its text must be a string, got {type(result.text).__name__}"
+        return ToolOutcome.failure(call.name, f"{call.name} returned invalid output ({why})")
     bad = [type(im).__name__ for im in result.images if not isinstance(im, Image.Image)]
-    if bad or not isinstance(result.text, str):
-        return ToolOutcome.failure(
-            call.name, f"{call.name} returned invalid output (images must be PIL images, got {bad})"
-        )
+    if bad:
+        why = f"images must be PIL images, got {bad}"
+        return ToolOutcome.failure(call.name, f"{call.name} returned invalid output ({why})")
     return ToolOutcome(call.name, result)
 
 
