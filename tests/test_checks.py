@@ -159,3 +159,14 @@ def test_image_placeholders_of_video_frames_are_not_missing_images():
     check_request_images(req, 9, require_vllm_messages=False, video_frame_images=2)
     with pytest.raises(ImagesMissingError, match="hold 1 image"):
         check_request_images(req, 9, require_vllm_messages=False, video_frame_images=1)
+
+
+def test_an_engine_processor_that_resamples_otherwise_fails_parity(qwen2vl_processor):
+    """Another resampling filter gives other pixels from the same image and the same sizes: the
+    probe's token counts agree, so only the setting tells."""
+    import copy
+
+    engine_side = copy.deepcopy(qwen2vl_processor)
+    engine_side.image_processor.resample = 0 if qwen2vl_processor.image_processor.resample else 3
+    with pytest.raises(ParityError, match="resample"):
+        check_processor_parity(engine_side, AutoProcessorPreprocessor(qwen2vl_processor))

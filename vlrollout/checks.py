@@ -32,6 +32,7 @@ RESIZE_ATTRIBUTES = (
     "temporal_patch_size",
     "size",
     "do_resize",
+    "resample",
     "do_rescale",
     "rescale_factor",
     "do_normalize",
