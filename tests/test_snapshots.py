@@ -330,3 +330,17 @@ def test_a_line_the_reader_refused_is_reported_with_the_readers_reason(tmp_path,
         take_snapshot(pre, load_items(data))
     message = str(info.value)
     assert f": {reason}: " in message and "line-2" in message and "messages" not in message
+
+
+def test_the_settings_a_snapshot_records_name_video_sampling_and_the_resample_filter():
+    """A check that fails shows these beside the current ones: a changed ``video_fps`` or
+    resampling filter is then named, not only its effect on the pixels."""
+    from vlrollout.processors import AutoProcessorPreprocessor
+    from vlrollout.snapshots import preprocessor_settings
+    from vlrollout.testing.offline_processors import build_offline_processor
+
+    processor = build_offline_processor("qwen3_vl")
+    plain = preprocessor_settings(AutoProcessorPreprocessor(processor))
+    sampled = preprocessor_settings(AutoProcessorPreprocessor(processor, video_fps=3.0))
+    assert "image_processor.resample" in plain
+    assert plain["video_sampling.fps"] != sampled["video_sampling.fps"] == 3.0

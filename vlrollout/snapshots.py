@@ -29,6 +29,7 @@ Regenerate golden files only with ``vlrollout snapshot`` and review the diff.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -187,7 +188,8 @@ def _video_record(prepared: PreparedPrompt) -> dict[str, Any]:
 
 
 def preprocessor_settings(preprocessor: Preprocessor) -> dict[str, Any]:
-    """What decides the tensors: classes, pixel budget, the image processor's resize settings."""
+    """What decides the tensors: classes, pixel budget, the image processor's resize settings
+    (its resampling filter too) and, for a family with videos, the frame sampling."""
     from vlrollout.checks import RESIZE_ATTRIBUTES
 
     processor = getattr(preprocessor, "processor", None)
@@ -203,6 +205,10 @@ def preprocessor_settings(preprocessor: Preprocessor) -> dict[str, Any]:
         value = getattr(ip, name, None)
         if value is not None:
             out[f"image_processor.{name}"] = dict(value) if isinstance(value, Mapping) else value
+    sampling = getattr(preprocessor, "video_sampling", None)
+    if dataclasses.is_dataclass(sampling):
+        for name, value in dataclasses.asdict(sampling).items():
+            out[f"video_sampling.{name}"] = value
     return json.loads(json.dumps(out, default=str))
 
 
