@@ -560,8 +560,27 @@ KEPT_WHEN_STOPPED = {
 NOTHING_ACCEPTED = 3
 
 
+_RECEIVED: list[int] = []
+"""SIGTERMs received during the current command: a library that caught the :class:`SignalExit`
+(pydantic-core turns one raised inside it into a ``SchemaError``) cannot hide the stop."""
+
+
 def _raise_signal_exit(signum: int, frame: Any) -> None:
+    _RECEIVED.append(signum)
     raise SignalExit(signum)
+
+
+def _stopped(command: str, signum: int, debug: bool) -> int:
+    """The one line of a command stopped by ``signum`` (what it kept), and its exit status."""
+    if debug:
+        traceback.print_exc()
+    kept = KEPT_WHEN_STOPPED.get(command)
+    print(
+        f"vlrollout {command}: stopped by {signal.Signals(signum).name}"
+        + (f"; {kept}" if kept else ""),
+        file=sys.stderr,
+    )
+    return 128 + signum
 
 
 def _error(command: str, message: str) -> None:
@@ -595,10 +614,12 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
     from vlrollout.logs import log_to_stderr
 
     log_to_stderr(logging.DEBUG if debug else logging.WARNING)
+    _RECEIVED.clear()
     previous = signal.signal(signal.SIGTERM, _raise_signal_exit)
     workers = _worker_state()
     try:
-        return func()
+        status = func()
+        return _stopped(command, _RECEIVED[0], debug) if _RECEIVED else status
     except UsageError as e:
         if debug:
             traceback.print_exc()
@@ -618,17 +639,10 @@ def run_command(command: str, func: Callable[[], int], debug: bool = False) -> i
         )
         return 128 + e.signum
     except (KeyboardInterrupt, SignalExit) as e:
-        signum = e.signum if isinstance(e, SignalExit) else signal.SIGINT
-        if debug:
-            traceback.print_exc()
-        kept = KEPT_WHEN_STOPPED.get(command)
-        print(
-            f"vlrollout {command}: stopped by {signal.Signals(signum).name}"
-            + (f"; {kept}" if kept else ""),
-            file=sys.stderr,
-        )
-        return 128 + signum
+        return _stopped(command, e.signum if isinstance(e, SignalExit) else signal.SIGINT, debug)
     except Exception as e:
+        if _RECEIVED:  # the SignalExit came back as another error
+            return _stopped(command, _RECEIVED[0], debug)
         if debug:
             traceback.print_exc()
         first = str(e).splitlines()[0] if str(e) else ""

@@ -152,3 +152,35 @@ def test_a_second_ctrl_c_while_stopping_cuts_the_wait_short_without_a_traceback(
     assert cli.run_command("run", interrupted) == 130
     assert graces == [5.0, 0.0]
     assert "Traceback" not in capsys.readouterr().err
+
+
+def _sigterm_then(after) -> int:
+    """Send this process SIGTERM (run_command's handler raises SignalExit here), then let
+    ``after`` decide what a library that caught it does."""
+    import os
+    import signal
+
+    from vlrollout.cli import SignalExit
+
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+    except SignalExit:
+        return after()
+    raise AssertionError("the handler did not run")
+
+
+def _wrapped() -> int:
+    raise RuntimeError("SchemaError: Error building `definitions` serializer")
+
+
+@pytest.mark.parametrize(
+    "after", [_wrapped, lambda: 0], ids=["turned-into-another-error", "swallowed"]
+)
+def test_a_sigterm_a_library_caught_still_stops_the_command_with_143(capsys, after):
+    """pydantic-core turns an exception raised inside it into a SchemaError, and other code may
+    swallow it: the command still ends as stopped by SIGTERM, with its one line."""
+    from vlrollout.cli import run_command
+
+    assert run_command("run", lambda: _sigterm_then(after)) == 143
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("vlrollout run: stopped by SIGTERM"), line
