@@ -432,3 +432,25 @@ def test_a_mapping_with_an_empty_column_name_is_refused():
     for pair in ("choices=A,,B", "choices=A,B,", "images=,image_1"):
         with pytest.raises(DataFileError, match="empty column name"):
             parse_mapping([pair])
+
+
+def test_a_rejected_lines_name_never_takes_another_items_id(tmp_path):
+    """A duplicate id is named ``ID@line-N``: when another line has that very id, the two wrote
+    one outcome file, one item was lost and every rerun flipped which."""
+    import json
+
+    rows = [
+        {"id": "a", "messages": "first a"},
+        {"id": "a", "messages": "second a"},  # a duplicate on line 2: a@line-2
+        {"id": "a@line-2", "messages": "its own id"},
+        {"id": "line-5", "messages": "an id like a bad line's name"},
+        "not an object",  # line 5
+    ]
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = load_items(data)
+    ids = [item["id"] for item in items]
+    assert len(set(ids)) == len(ids), ids
+    assert ids[2] == "a@line-2" and LOAD_ERROR not in items[2]
+    assert ids[3] == "line-5" and LOAD_ERROR not in items[3]
+    assert [items[k][LOAD_ERROR]["reason"] for k in (1, 4)] == ["duplicate_id", "bad_item"]

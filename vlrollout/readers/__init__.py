@@ -247,9 +247,28 @@ def read_all_items(
     base = root or (path if path.is_dir() else path.parent)
     if fmt == "jsonl":
         items = jsonl_items(path, limit, mapping, base)
-        return _finish(items, path, fmt, prompt, base) if prompt is not None else items
-    rows = list(islice(_items(path, fmt, data, mapping, root), limit))
-    return _finish(rows, path, fmt, prompt, base)
+        items = _finish(items, path, fmt, prompt, base) if prompt is not None else items
+    else:
+        rows = list(islice(_items(path, fmt, data, mapping, root), limit))
+        items = _finish(rows, path, fmt, prompt, base)
+    return unique_placeholder_ids(items)
+
+
+def unique_placeholder_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` with each unreadable line's made-up name (``line-N``, ``ID@line-N``) changed,
+    where an item has that name as its own id or another line the same name, to one no item has
+    (``~2``, ``~3`` ... appended): each outcome file is one line's."""
+    taken = {item["id"] for item in items if LOAD_ERROR not in item}
+    out = []
+    for item in items:
+        if LOAD_ERROR in item:
+            name, k = item["id"], 2
+            while name in taken:
+                name, k = f"{item['id']}~{k}", k + 1
+            item = {**item, "id": name}
+            taken.add(name)
+        out.append(item)
+    return out
 
 
 def _images_root(images_root: str | Path | None) -> Path | None:
