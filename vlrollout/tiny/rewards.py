@@ -66,8 +66,9 @@ def shapes_task_reward(items: list[dict[str, Any]], ground_metric: str = "iou") 
         routes["caption"] = CaptionReward("cider_d", corpus=corpus)
     elif corpus is not None:
         unscored["caption"] = (
-            "CIDEr-D weighs n-grams by the references of at least 2 images, and this run's "
-            "items hold one image's (a smaller --limit?); run more caption items"
+            "CIDEr-D needs the references of at least 2 images, and this run's items hold one "
+            "image's (or copies of one: a smaller --limit?), which weigh no n-gram; run more "
+            "caption items"
         )
         logger.warning("tiny_task: caption items have no reward: %s", unscored["caption"])
     return ByTask(routes, unscored=unscored)
