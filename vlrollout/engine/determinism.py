@@ -6,12 +6,9 @@ side would write different files. In deterministic mode the engine removes both 
 
 - **Sampling.** Each request draws from its own ``torch.Generator`` seeded from the engine seed
   and a stable key of the request: a digest of its content (prompt ids, images as the engine
-  reads them, sampling settings), the engine's weight version, and how many earlier requests had
-  the same digest at that version. The request id is not used: our workflows and AReaL draw it
-  from ``uuid4``. The n episodes of a GRPO group share a prompt, so they get keys
-  ``(digest, version, 0) .. (digest, version, n-1)`` and stay distinct samples. Counting within a
-  version makes a run resumed from a checkpoint (a new engine at the saved version) draw what the
-  uninterrupted run drew, also for an item that comes round again in a later epoch.
+  reads them, sampling settings) and how many earlier requests had the same digest. The request
+  id is not used: our workflows and AReaL draw it from ``uuid4``. The n episodes of a GRPO group
+  share a prompt, so they get keys ``(digest, 0) .. (digest, n-1)`` and stay distinct samples.
 - **Arithmetic.** Sequences run one at a time, so no left padding or batch shape can change a
   floating-point result (batched matmuls and attention are not bit-identical to batch 1). The
   n requests of a group still prefill their prompt once: each after the first starts from a
@@ -74,16 +71,14 @@ def request_digest(req: Any) -> str:
 
 
 class RequestKeys:
-    """Counts requests per digest at the current weight version and turns
-    ``(seed, digest, version, occurrence)`` into a sampling seed."""
+    """Counts requests per digest and turns ``(seed, digest, occurrence)`` into a sampling seed."""
 
     def __init__(self) -> None:
         self._seen: collections.Counter[str] = collections.Counter()
-        self._version: int | None = None
         self._lock = threading.Lock()
 
-    def seed_for(self, seed: int, req: Any, version: int = 0) -> int:
-        """The seed of ``req``'s own generator (63 bits), drawn at weight ``version``.
+    def seed_for(self, seed: int, req: Any) -> int:
+        """The seed of ``req``'s own generator (63 bits).
 
         >>> from areal.api.io_struct import ModelRequest
         >>> keys = RequestKeys()
@@ -93,12 +88,9 @@ class RequestKeys:
         """
         digest = request_digest(req)
         with self._lock:
-            if version != self._version:  # versions only grow: earlier counts are not needed
-                self._seen.clear()
-                self._version = version
             k = self._seen[digest]
             self._seen[digest] += 1
-        raw = hashlib.blake2b(f"{seed}:{digest}:{version}:{k}".encode(), digest_size=8).digest()
+        raw = hashlib.blake2b(f"{seed}:{digest}:{k}".encode(), digest_size=8).digest()
         return int.from_bytes(raw, "little") & (2**63 - 1)
 
 

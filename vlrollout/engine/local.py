@@ -352,7 +352,7 @@ class LocalInferenceEngine(InferenceEngine):
         start = time.perf_counter()
         seed = (req.metadata or {}).get("seed")
         if seed is None and self.deterministic:  # before any await: arrival order of twins
-            seed = self._request_keys.seed_for(self.seed, req, self.get_version())
+            seed = self._request_keys.seed_for(self.seed, req)
         args = (req, self.processor, self.model.config, self.device, self._dtype)
         if not (req.metadata or {}).get("multi_modal_input") and req.image_data:
             key, inputs = None, await asyncio.to_thread(prepare_inputs, *args)  # decode, resize
