@@ -38,6 +38,7 @@ from .image_loading import (
 )
 from .merge_kwargs_cache import with_merged_kwargs_cache
 from .messages import check_media_fields, normalize_media
+from .turns import special_token_texts
 from .video_limits import (
     DEFAULT_MAX_FRAME_PIXELS,
     DEFAULT_MAX_SOURCE_FRAMES,
@@ -562,12 +563,9 @@ class AutoProcessorPreprocessor:
         placeholders; any other string is one user turn with ``<image>`` markers.
         """
         placeholder = self.adapter.placeholder(self.processor) if self.has_vision else None
-        specials = getattr(self.tokenizer, "all_special_tokens", None) or []
-        extra = getattr(self.tokenizer, "added_tokens_decoder", None) or {}
-        markers = set(specials) | {str(t) for t in extra.values() if getattr(t, "special", False)}
-        markers -= {placeholder, "<image>", None, ""}
+        markers = set(special_token_texts(self.tokenizer)) - {placeholder, "<image>"}
         stripped = text.lstrip()
-        return any(stripped.startswith(m) for m in markers if m)
+        return any(stripped.startswith(m) for m in markers)
 
     def __repr__(self) -> str:
         return (

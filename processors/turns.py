@@ -44,3 +44,12 @@ def turn_end_token_id(tokenizer: Any) -> int:
             "later turns cannot tell where a generated turn ends"
         )
     return int(tokenizer.eos_token_id)
+
+
+def special_token_texts(tokenizer: Any) -> tuple[str, ...]:
+    """The strings ``tokenizer`` reads as special tokens (its special tokens and the added tokens
+    marked special), as the processor tokenises text."""
+    specials = getattr(tokenizer, "all_special_tokens", None) or []
+    added = (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()
+    texts = set(specials) | {str(t) for t in added if getattr(t, "special", False)}
+    return tuple(sorted(t for t in texts if t))

@@ -34,7 +34,6 @@ With several label boxes, single-box metrics score the best-matching label. Mult
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,7 +50,7 @@ from .box_scores import (
     pairwise_iou,
 )
 from .frames import Box, Frame, convert_boxes, convert_points, frame_size
-from .result import Reward, RewardResult, require_field
+from .result import Reward, RewardResult, label_number, require_field
 from .text_extract import answer_region
 
 BOX_METRICS = ("iou", "giou", "acc", "centre", "box_f1", "mean_iou")
@@ -88,7 +87,7 @@ def label_boxes(value: Any, field_name: str = "boxes") -> list[Box]:
         items = list(value)
         if items and not isinstance(items[0], (list, tuple, np.ndarray)):
             items = [items]  # one box
-        boxes = [tuple(_coordinate(v) for v in b) for b in items]
+        boxes = [tuple(label_number(v) for v in b) for b in items]
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"task_data[{field_name!r}] must be [x1, y1, x2, y2] or a list of them"
@@ -101,13 +100,6 @@ def label_boxes(value: Any, field_name: str = "boxes") -> list[Box]:
                 f"numbers with x1 <= x2 and y1 <= y2)"
             )
     return boxes  # type: ignore[return-value]
-
-
-def _coordinate(value: Any) -> float:
-    """A label coordinate: a number (a bool or a string is refused, not read as one)."""
-    if isinstance(value, (bool, np.bool_, str, bytes)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{value!r} is not a number")
-    return float(value)
 
 
 def image_geometry(task_data: dict[str, Any], image_index: int) -> Any:

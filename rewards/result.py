@@ -14,9 +14,12 @@ the field instead of returning a value.
 from __future__ import annotations
 
 import math
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 MAX_OUTPUT_CHARS = 65_536
 """Completions longer than this many characters are not read: they score the reward's
@@ -124,3 +127,11 @@ def require_field(task_data: dict[str, Any], key: str, reward_name: str) -> Any:
             f"{key!r} is null: give it a value or leave the row out."
         )
     return task_data[key]
+
+
+def label_number(value: Any) -> float:
+    """A number in a dataset label (a box coordinate, a segment's seconds) as a float; a bool or
+    a string is refused (``TypeError``), not read as one (``True`` would be 1)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)

@@ -43,12 +43,9 @@ A segment partly outside the video is clipped and scored (``details["clipped"] =
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
-import numpy as np
-
-from .result import Reward, RewardResult, require_field
+from .result import Reward, RewardResult, label_number, require_field
 from .temporal_parsing import FRAMES, SECONDS, Endpoint, parse_segments
 from .text_extract import answer_region
 
@@ -91,7 +88,7 @@ def label_segments(value: Any, field_name: str = "segments") -> list[Segment]:
         items = list(value)
         if items and not isinstance(items[0], (list, tuple)):
             items = [items]
-        segments = [tuple(_seconds(v) for v in s) for s in items]
+        segments = [tuple(label_number(v) for v in s) for s in items]
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"task_data[{field_name!r}] must be [start, end] in seconds or a list of them"
@@ -107,13 +104,6 @@ def label_segments(value: Any, field_name: str = "segments") -> list[Segment]:
                 f"seconds with 0 <= start < end"
             )
     return segments  # type: ignore[return-value]
-
-
-def _seconds(value: Any) -> float:
-    """A number of seconds in a label (a bool or a string is refused, not read as one)."""
-    if isinstance(value, (bool, np.bool_, str, bytes)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{value!r} is not a number")
-    return float(value)
 
 
 def video_timing(task_data: dict[str, Any], video_index: int) -> dict[str, Any] | None:
@@ -165,7 +155,7 @@ def _duration(task_data: dict[str, Any], timing: dict[str, Any] | None) -> float
     if value is None:
         return None
     try:
-        seconds = _seconds(value)
+        seconds = label_number(value)
     except TypeError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):

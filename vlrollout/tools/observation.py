@@ -33,7 +33,7 @@ from vlrollout.processors.auto import TEXT_KEYS, AutoProcessorPreprocessor
 from vlrollout.processors.base import ImageGeometry
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import LoadedImage, load_image
-from vlrollout.processors.turns import turn_end_token_id
+from vlrollout.processors.turns import special_token_texts, turn_end_token_id
 
 from .base import ToolResult
 from .runner import ToolOutcome
@@ -64,13 +64,6 @@ SPECIAL_TEXT_ERROR = (
     "the tool's output holds text the model's tokenizer reads as a special token (an image "
     "placeholder or a turn marker), which a tool turn cannot show"
 )
-
-
-def special_token_texts(tokenizer: Any) -> tuple[str, ...]:
-    """The strings ``tokenizer`` reads as special tokens, as the processor tokenises text."""
-    added = getattr(tokenizer, "added_tokens_decoder", {}).values()
-    texts = set(tokenizer.all_special_tokens) | {t.content for t in added if t.special}
-    return tuple(sorted(t for t in texts if t))
 
 
 def parts_text(parts: Sequence[dict[str, Any]]) -> str:
