@@ -93,6 +93,28 @@ class RequestKeys:
         raw = hashlib.blake2b(f"{seed}:{digest}:{k}".encode(), digest_size=8).digest()
         return int.from_bytes(raw, "little") & (2**63 - 1)
 
+    def state_dict(self) -> dict[str, int]:
+        """How many requests each digest has had (JSON-serialisable), for a checkpoint: a
+        process that loads it draws a prompt's next request as its next occurrence, not its
+        first."""
+        with self._lock:
+            return dict(self._seen)
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue from :meth:`state_dict`'s counts (replacing this process's own).
+
+        >>> keys = RequestKeys()
+        >>> from areal.api.io_struct import ModelRequest
+        >>> first = keys.seed_for(0, ModelRequest(input_ids=[1]))
+        >>> second = keys.seed_for(0, ModelRequest(input_ids=[1]))
+        >>> again = RequestKeys()
+        >>> again.load_state_dict({request_digest(ModelRequest(input_ids=[1])): 1})
+        >>> again.seed_for(0, ModelRequest(input_ids=[1])) == second
+        True
+        """
+        with self._lock:
+            self._seen = collections.Counter({str(k): int(v) for k, v in state.items()})
+
 
 def dispatch_input_device(device_map: dict[str, Any]) -> torch.device:
     """Where inputs go for a model dispatched by accelerate: its first module's device.

@@ -406,6 +406,15 @@ class LocalInferenceEngine(InferenceEngine):
         )
 
     # ------------------------------------------------------------------ weights and control
+    def sampling_state(self) -> dict[str, int]:
+        """In deterministic mode, each prompt's count of requests so far (which of its draws
+        comes next); a checkpoint saves it so a resumed run draws as the uninterrupted one."""
+        return self._request_keys.state_dict()
+
+    def load_sampling_state(self, state: dict[str, int]) -> None:
+        """Continue the deterministic draws from :meth:`sampling_state` of an earlier process."""
+        self._request_keys.load_state_dict(state)
+
     def pause_generation(self):
         """Stop decoding between steps; returns once the worker is idle.
 

@@ -12,7 +12,7 @@ rename back.
 ``state.json`` holds the step, the weight version, the learning-rate scheduler's state (AReaL
 saves the optimizer's but not its scheduler's, which rebuilt from the config would start its
 schedule over) and what else the loop needs to resume (the asynchronous rollouts' dataloader
-position, :mod:`vlrollout.train.asynchronous`).
+position, :mod:`vlrollout.train.asynchronous`; a deterministic engine's draw counts).
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ class Checkpoint:
 SCHEDULER = "lr_scheduler"
 """The ``state.json`` key of the learning-rate scheduler's ``state_dict`` (numbers only: AReaL's
 schedules are functions, which ``LambdaLR`` leaves out)."""
+
+
+SAMPLING = "sampling"
+"""The ``state.json`` key of each rank's deterministic engine draw counts
+(:meth:`~vlrollout.engine.local.LocalInferenceEngine.sampling_state`), in rank order."""
 
 
 def save(

@@ -60,6 +60,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     return record
 
 
+def resume_state(s: Session) -> dict[str, Any]:
+    """What a checkpoint keeps beside the weights so that a resumed run goes on as this one
+    would, one entry per rank: the asynchronous rollouts' loader position (each rank resumes its
+    own share of the items) and a deterministic local engine's draw counts (each rank's engine
+    counts its own requests, rank 0's the held-out ones too)."""
+    state: dict[str, Any] = {}
+    if s.rollouts is not None:
+        state["rollouts"] = s.ranks.gather([s.rollouts.state()])
+    if getattr(s.engine, "deterministic", False):
+        state[checkpoint.SAMPLING] = s.ranks.gather([s.engine.sampling_state()])
+    return state
+
+
 def finish_step(s: Session, record: dict[str, Any]) -> None:
     """After a step: its record written and sent to the trackers, the held-out evaluation when
     due (every ``vlrollout.eval_every`` steps and after the last), a checkpoint when due (every
@@ -74,11 +87,8 @@ def finish_step(s: Session, record: dict[str, Any]) -> None:
             s.held_out.run(done, s.loggers)
         s.loggers.commit()
     if done % vl.save_every == 0 or last:
-        # Every rank's loader position: each resumes its own share of the items.
-        rollouts = s.rollouts
-        state = {"rollouts": ranks.gather([rollouts.state()])} if rollouts is not None else None
         checkpoint.save(
-            s.actor, s.out, done, keep=vl.keep_checkpoints, state=state, main=ranks.main
+            s.actor, s.out, done, keep=vl.keep_checkpoints, state=resume_state(s), main=ranks.main
         )
     if ranks.main:
         write_report(s.out, s.cfg)

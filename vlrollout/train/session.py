@@ -166,6 +166,7 @@ def start_session(cfg: TrainConfig) -> Session:
     setup_s = warm_up_actor(cfg, actor, workflow, train_items, ranks)
     if ckpt is not None:  # after the warm-up, which leaves a new optimizer's state
         restore(actor, ckpt, cfg.actor.use_lora)
+        restore_sampling(engine, ckpt, ranks)
     if vl.engine.kind != "local":
         send_starting_weights(cfg, actor, engine, meta, ranks, start)
     rollouts = start_rollouts(cfg, actor, engine, workflow, train_items, ranks, ckpt)
@@ -326,6 +327,24 @@ def restore(actor: Any, ckpt: Checkpoint, use_lora: bool) -> None:
     if use_lora:
         load_adapter(actor, ckpt.path)
     checkpoint.load_optimizer(actor, ckpt)
+
+
+def restore_sampling(engine: Any, ckpt: Checkpoint, ranks: Ranks) -> None:
+    """This rank's deterministic draw counts from ``ckpt`` into a deterministic local engine, so
+    an item that comes round again after the resume is drawn as in the uninterrupted run. A
+    checkpoint saved without them (an earlier version, or a batching engine) resumes with a
+    warning that such items are drawn afresh."""
+    if not getattr(engine, "deterministic", False):
+        return
+    saved = ckpt.state.get(checkpoint.SAMPLING)
+    if not saved:
+        logger.warning(
+            "%s holds no deterministic draw counts: items that come round again are drawn as "
+            "their first occurrence, so this run departs from an uninterrupted one there",
+            ckpt.path,
+        )
+        return
+    engine.load_sampling_state(saved[ranks.rank])
 
 
 def drop_records_after(out: Path, step: int) -> None:
