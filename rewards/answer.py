@@ -26,6 +26,10 @@ import threading
 import unicodedata
 from typing import Any
 
+import numpy as np
+
+from vlrollout.eval.metrics.answers import match_choice_text, normalize_answer
+
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region, last_boxed, without_reasoning
 
@@ -366,6 +370,32 @@ letters and colons as ASCII) without Markdown emphasis (``**B**``)."""
 _EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=\S)|(?<=\S)\*(?![\w*])")
 
 
+def _choice_list(task_data: dict[str, Any]) -> list[Any]:
+    """``task_data["choices"]`` as a list (empty when absent). A string is refused: read as a
+    sequence it would be one option per character."""
+    raw = task_data.get("choices")
+    if raw is None:
+        return []
+    if not isinstance(raw, (list, tuple, np.ndarray)):
+        raise ValueError(
+            f"task_data['choices'] is a {type(raw).__name__} ({str(raw)[:40]!r}); give a list "
+            "of 2 to 26 option texts"
+        )
+    choices = list(raw)
+    _check_choices(choices)
+    return choices
+
+
+def choice_text_letter(raw: str, choices: list[Any]) -> str | None:
+    """The letter of the one choice whose text ``raw`` is: equal, else equal after the VQA answer
+    normalisation (``" paris "`` names ``"Paris"``); ``None`` when none or several are."""
+    if raw in choices:
+        return chr(ord("A") + choices.index(raw))
+    text = normalize_answer(raw)
+    same = [i for i, c in enumerate(choices) if text and normalize_answer(str(c)) == text]
+    return chr(ord("A") + same[0]) if len(same) == 1 else None
+
+
 def _check_choices(choices: list[Any]) -> None:
     """Refuse the options ``vlrollout eval --task mc`` refuses: fewer than 2 or more than 26, or
     two alike (an answer naming it could not be told apart)."""
@@ -384,10 +414,14 @@ def _check_choices(choices: list[Any]) -> None:
 
 
 class ChoiceReward(Reward):
-    """Multiple choice by letter. Gold: a letter, a 0-based index, or option text in ``choices``.
+    """Multiple choice, read as ``vlrollout eval --task mc`` reads it. Gold: a letter, a 0-based
+    index, or a choice's text in ``choices``.
 
-    Letters are limited to the number of ``task_data["choices"]`` when present (else A-Z).
-    Several different letters in ``(X)`` form give ``ambiguous_choice``.
+    The answer's letter (``B``, ``(B)``, ``**B**``, ``the answer is B``), limited to the number
+    of ``task_data["choices"]`` when present (else A-Z); several different letters in ``(X)``
+    form give ``ambiguous_choice``. With ``choices`` and no letter, the one choice whose text the
+    answer gives (:func:`~vlrollout.eval.metrics.answers.match_choice_text`): a model answering
+    "Paris" is scored as the evaluator scores it.
 
     >>> ChoiceReward()("p", "The answer is (B).", [], [], answer="B")
     1.0
@@ -400,14 +434,12 @@ class ChoiceReward(Reward):
 
     def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         raw = _gold(task_data, self.answer_key, type(self).__name__)
-        choices = list(task_data.get("choices") if task_data.get("choices") is not None else [])
-        if choices:
-            _check_choices(choices)
-        n = min(len(choices), 26) or 26
+        choices = _choice_list(task_data)
+        n = len(choices) or 26
         valid = {chr(ord("A") + i) for i in range(n)}
         gold = self._gold_letter(raw, choices, n)
-        text = answer_region(completions, self.use_answer_tag)
-        text = _EMPHASIS.sub("", unicodedata.normalize("NFKC", text))
+        region = answer_region(completions, self.use_answer_tag)
+        text = _EMPHASIS.sub("", unicodedata.normalize("NFKC", region))
         for pattern in _LETTER_PATTERNS:
             letters = [x.upper() for x in re.findall(pattern, text) if x.upper() in valid]
             if not letters:
@@ -415,7 +447,11 @@ class ChoiceReward(Reward):
             if len(set(letters)) > 1:
                 return RewardResult(0.0, "ambiguous_choice", {"letters": sorted(set(letters))})
             return RewardResult(1.0 if letters[0] == gold else 0.0, None, {"pred": letters[0]})
-        return RewardResult(0.0, "no_choice")
+        index = match_choice_text(region, [str(c) for c in choices]) if choices else None
+        if index is None:
+            return RewardResult(0.0, "no_choice")
+        pred = chr(ord("A") + index)
+        return RewardResult(1.0 if pred == gold else 0.0, None, {"pred": pred})
 
     def _gold_letter(self, raw: Any, choices: list[Any], n: int) -> str:
         """The gold's letter from a letter, a 0-based index or a choice's text; anything that
@@ -427,8 +463,8 @@ class ChoiceReward(Reward):
             letter = chr(ord("A") + int(raw)) if 0 <= raw < n else None
         elif isinstance(raw, str) and len(key := raw.strip().strip("().").upper()) == 1:
             letter = key if "A" <= key < chr(ord("A") + n) else None
-        if letter is None and raw in choices:
-            letter = chr(ord("A") + choices.index(raw))
+        if letter is None and isinstance(raw, str) and choices:
+            letter = choice_text_letter(raw, choices)
         if letter is None and not choices and isinstance(raw, str):
             raise ValueError(
                 f"task_data[{self.answer_key!r}]={raw!r} is no letter or index, and "

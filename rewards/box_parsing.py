@@ -204,8 +204,9 @@ def _bracket_spans(text: str) -> list[tuple[int, int, int]]:
 
 
 def _int_or_float(digits: str) -> int | float:
-    # int() refuses more than 4,300 digits; such a coordinate is simply huge.
-    return int(digits) if len(digits) <= 4000 else float(digits)
+    # Past 308 digits an int no longer converts to float (OverflowError), and int() refuses more
+    # than 4,300: such a coordinate is simply huge, and float() reads it as inf.
+    return int(digits) if len(digits) <= 308 else float(digits)
 
 
 def _decode_spans(chunk: str, values: list[Any]) -> None:

@@ -290,3 +290,34 @@ def test_a_unicode_minus_makes_a_number_negative(minus):
 
     assert NumericReward().score("p", f"{minus}3", [], [], answer=-3).value == 1.0
     assert CountReward().score("p", f"{minus}\uff13", [], [], answer=-3).value == 1.0
+
+
+CAPITALS = ["London", "Paris", "Rome", "Berlin"]
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer", "value"),
+    [
+        ("The answer is Paris.", "B", 1.0),  # the option's text, not its letter
+        ("Paris", "B", 1.0),
+        ("rome", "B", 0.0),
+        ("B", "paris", 1.0),  # a gold given as the option's text, in other case
+        ("B", " Paris ", 1.0),
+    ],
+)
+def test_the_choice_reward_reads_option_text_as_eval_mc_does(completion, answer, value):
+    """A model answering with the option's text is scored as ``vlrollout eval --task mc`` scores
+    it: training must not penalise what the evaluator counts as correct."""
+    from vlrollout.eval.tasks import get_task
+
+    item = {"id": "x", "question": "Capital of France?", "choices": CAPITALS, "answer": answer}
+    evaluated = get_task("mc").score(item, completion, [], "qwen2_vl").values["exact_match"]
+    rewarded = ChoiceReward().score("p", completion, [], [], answer=answer, choices=CAPITALS)
+    assert rewarded.value == evaluated == value
+
+
+@pytest.mark.parametrize("choices", ["Paris, Rome", {"A": "Paris", "B": "Rome"}, 3])
+def test_choices_that_are_not_a_list_are_refused_naming_the_field(choices):
+    """A string would be read one option per character (letter F of "Paris, Rome")."""
+    with pytest.raises(ValueError, match=r"task_data\['choices'\]"):
+        ChoiceReward().score("p", "F", [], [], answer="F", choices=choices)

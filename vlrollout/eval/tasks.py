@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from vlrollout.eval.metrics.answers import match_choice_text, normalize_answer, vqa_accuracy
+from vlrollout.eval.metrics.answers import vqa_accuracy
 from vlrollout.eval.metrics.boxes import (
     MISSED,
     REC_METRICS,
@@ -40,7 +40,7 @@ from vlrollout.eval.metrics.boxes import (
 from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, caption_stats
 from vlrollout.readers.fields import text_list_problem
 from vlrollout.readers.prompts import TASK_PROMPTS
-from vlrollout.rewards.answer import ChoiceReward, CountReward, count_gold
+from vlrollout.rewards.answer import ChoiceReward, CountReward, choice_text_letter, count_gold
 from vlrollout.rewards.grounding import fraction_label_problem, label_boxes, overlaps
 from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
@@ -340,10 +340,10 @@ def _is_digits(text: str) -> bool:
 
 
 class ChoiceTask(_TaskBase):
-    """Multiple choice: the letter the answer gives (``B``, ``(B)``, ``the answer is B``: the
-    parsing of :class:`vlrollout.rewards.answer.ChoiceReward`), else the one choice whose text it
-    gives (:func:`~vlrollout.eval.metrics.answers.match_choice_text`). Items: ``choices``,
-    ``answer`` (a letter, a 0-based index or a choice's text), ``question`` or ``messages``."""
+    """Multiple choice, scored by :class:`vlrollout.rewards.answer.ChoiceReward`: the letter the
+    answer gives (``B``, ``(B)``, ``the answer is B``), else the one choice whose text it gives
+    (:func:`~vlrollout.eval.metrics.answers.match_choice_text`). Items: ``choices``, ``answer``
+    (a letter, a 0-based index or a choice's text), ``question`` or ``messages``."""
 
     name = "mc"
 
@@ -390,15 +390,7 @@ class ChoiceTask(_TaskBase):
         letter = raw.strip().strip("().").upper()
         if len(letter) == 1 and 0 <= ord(letter) - ord("A") < len(choices):
             return letter
-        return ChoiceTask._text_letter(raw, choices)
-
-    @staticmethod
-    def _text_letter(raw: str, choices: list[Any]) -> str | None:
-        if raw in choices:
-            return chr(ord("A") + choices.index(raw))
-        text = normalize_answer(raw)
-        same = [i for i, c in enumerate(choices) if text and normalize_answer(str(c)) == text]
-        return chr(ord("A") + same[0]) if len(same) == 1 else None
+        return choice_text_letter(raw, choices)
 
     @staticmethod
     def _index_text_clash(item: dict[str, Any]) -> str | None:
@@ -408,7 +400,7 @@ class ChoiceTask(_TaskBase):
         if not (isinstance(raw, str) and _is_digits(raw) and int(raw) < len(choices)):
             return None
         by_index = chr(ord("A") + int(raw))
-        by_text = ChoiceTask._text_letter(raw, choices)
+        by_text = choice_text_letter(raw, choices)
         if by_text is None or by_text == by_index:
             return None
         return (
@@ -421,13 +413,7 @@ class ChoiceTask(_TaskBase):
     ) -> ItemScore:
         gold = self._gold(item)
         result = ChoiceReward().score("", completion, [], [], answer=gold, choices=item["choices"])
-        if result.reason != "no_choice":
-            return _exact(item, result.value, result.details.get("pred"), result.reason)
-        index = match_choice_text(answer_region(completion, True), item["choices"])
-        if index is None:
-            return _exact(item, 0.0, None, "no_choice")
-        letter = chr(ord("A") + index)
-        return _exact(item, float(letter == gold), letter, None)
+        return _exact(item, result.value, result.details.get("pred"), result.reason)
 
 
 class VqaTask(_TaskBase):
