@@ -316,6 +316,12 @@ class AutoProcessorPreprocessor:
         """The tokens images of ``sizes`` (width, height) take in the prompt, from their sizes
         alone (no pixels built, nor decoded: an image's header gives its size); ``None`` when the
         family's adapter cannot count them (see ``FamilyAdapter.image_tokens``)."""
+        per_image = self.image_token_counts(sizes)
+        return None if per_image is None else sum(per_image)
+
+    def image_token_counts(self, sizes: Sequence[tuple[int, int]]) -> list[int] | None:
+        """Each image's tokens (:meth:`image_tokens`), in order; ``None`` when they cannot be
+        counted from sizes."""
         count = self.adapter.image_tokens
         if count is None or not self.has_vision:
             return None
@@ -324,7 +330,7 @@ class AutoProcessorPreprocessor:
             per_image = [count(self.processor, kwargs, *size) for size in sizes]
         except ValueError:  # a size the resize refuses: the processor call names the image
             return None
-        return None if None in per_image else sum(per_image)  # type: ignore[arg-type]
+        return None if None in per_image else per_image  # type: ignore[return-value]
 
     def video_tokens(self, videos: Sequence[PeekedVideo]) -> int | None:
         """The tokens ``videos`` take in the prompt, from their headers alone (no frame decoded),

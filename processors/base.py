@@ -318,6 +318,23 @@ def placeholder_runs(input_ids: Sequence[int], image_token_id: int) -> int:
     return runs
 
 
+def run_lengths(marks: Sequence[bool]) -> list[int]:
+    """The lengths of the runs of true ``marks``, in order (each image's placeholder run).
+
+    >>> run_lengths([True, False, True, True, False])
+    [1, 2]
+    """
+    runs: list[int] = []
+    previous = False
+    for mark in marks:
+        if mark and previous:
+            runs[-1] += 1
+        elif mark:
+            runs.append(1)
+        previous = bool(mark)
+    return runs
+
+
 def images_in_prompt(
     input_ids: Sequence[int], image_token_id: int, image_marker_id: int | None = None
 ) -> int:

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from . import registry
-from .base import ImageGeometry, PreparedPrompt
+from .base import ImageGeometry, PreparedPrompt, run_lengths
 from .errors import PreprocessError, PreprocessorContractError
 from .messages import paired_image_sources
 from .registry import check_preprocessor
@@ -224,14 +224,7 @@ def _image_runs(result: PreparedPrompt) -> list[int] | None:
         marks = [t == result.image_token_id for t in result.input_ids]
     else:
         return None
-    runs: list[int] = []
-    for k, mark in enumerate(marks):
-        if mark:
-            if k and marks[k - 1]:
-                runs[-1] += 1
-            else:
-                runs.append(1)
-    return runs
+    return run_lengths(marks)
 
 
 def _placeholder_count(result: PreparedPrompt, kind: str, type_value: int) -> int | None:

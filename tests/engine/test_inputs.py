@@ -65,6 +65,15 @@ def test_check_placeholders_counts_runs_and_videos():
         check_placeholders([1], {"pixel_values": torch.zeros(4, 3)}, 5, 6, 2)
 
 
+def test_each_image_needs_its_own_grid_rows_run_of_placeholders():
+    """Two images whose runs are swapped (4 then 8 tokens for grids of 8 then 4): the totals and
+    the number of runs agree, but the first image's features would fill the second's run."""
+    grid = {"image_grid_thw": torch.tensor([[1, 4, 8], [1, 4, 4]])}
+    check_placeholders([9, *[5] * 8, 8, 9, *[5] * 4, 8], grid, 5, 6, 2)
+    with pytest.raises(PlaceholderMismatchError, match=r"runs of 4, 8 .* 8, 4 tokens"):
+        check_placeholders([9, *[5] * 4, 8, 9, *[5] * 8, 8], grid, 5, 6, 2)
+
+
 def test_families_without_grids_need_placeholders_and_pixels_together():
     """LLaVA, Gemma 3 and Idefics3 send pixel_values without image_grid_thw; their placeholder
     layout (one run, or tiles plus a global view) is the model's to check."""

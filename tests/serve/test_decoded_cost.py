@@ -258,6 +258,25 @@ def test_placeholders_in_fewer_runs_than_images_are_named_as_such():
     assert f"take {run} tokens in 2 run(s), one per image" in message, message
 
 
+def test_images_sent_in_another_order_than_their_placeholders_are_refused(decodes):
+    """``input_ids`` built for a small then a large image, sent with the large one first: the
+    totals agree, but each image's run of placeholders is the other's size."""
+    small, large = Image.new("RGB", (56, 56), (10, 20, 30)), Image.new("RGB", (112, 56), (1, 2, 3))
+    pngs = []
+    for image in (large, small):
+        buf = io.BytesIO()
+        image.save(buf, "PNG")
+        pngs.append(base64.b64encode(buf.getvalue()).decode())
+    with serving("sglang") as (server, engine):
+        ids, _, _ = vision_prompt(engine.processor, [small, large])
+        body = {"input_ids": ids, "image_data": pngs, "sampling_params": {}}
+        r = requests.post(server.url + "/generate", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "runs of 4, 8 tokens" in message and "take 8, 4 tokens" in message, message
+    assert decodes == []
+
+
 @pytest.mark.parametrize("mode, status", [("RGB", 200), ("RGBA", 413)])
 def test_a_pixel_with_alpha_counts_for_more(mode, status):
     """Decoding an image with alpha and compositing it on white costs about twice an RGB

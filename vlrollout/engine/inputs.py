@@ -29,6 +29,7 @@ import torch
 from vlrollout import families
 from vlrollout.compat.transformers import rope_index
 from vlrollout.processors.auto import channels_last_kwargs
+from vlrollout.processors.base import run_lengths
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.image_loading import (
     DEFAULT_MAX_BYTES,
@@ -225,6 +226,43 @@ def check_placeholders(
                 "processor settings (min/max pixels, patch and merge size).",
                 kind,
             )
+        if kind == "image":  # Qwen3-VL writes a video's frames as several runs
+            _check_each_image(input_ids, mm_token_type_ids, token_id, grid, merge_size)
+
+
+def _check_each_image(
+    input_ids: list[int],
+    mm_token_type_ids: torch.Tensor | None,
+    token_id: int | None,
+    grid: torch.Tensor,
+    merge_size: int,
+) -> None:
+    """Image k's run of placeholders has the tokens of grid row k: with the totals and the
+    number of runs right, images sent in another order than their placeholders would still
+    fill each other's runs."""
+    if mm_token_type_ids is not None:
+        runs = run_lengths((mm_token_type_ids.reshape(-1) == 1).tolist())
+    else:
+        runs = run_lengths([t == token_id for t in input_ids])
+    want = (grid.prod(-1) // merge_size**2).tolist()
+    if runs != want:
+        raise PlaceholderMismatchError(
+            f"input_ids hold image placeholder runs of {shown_counts(runs)} tokens, but "
+            f"image_grid_thw implies {shown_counts(want)} tokens, one run per image in order "
+            f"(merge size {merge_size}): the images are in another order than their "
+            "placeholders, or were built with other processor settings.",
+            "image",
+        )
+
+
+def shown_counts(counts: list[int], most: int = 8) -> str:
+    """``counts`` as ``"4, 8"``, the first ``most`` of a long list and how many more.
+
+    >>> shown_counts([4, 8]), shown_counts(list(range(10)), most=3)
+    ('4, 8', '0, 1, 2 and 7 more')
+    """
+    shown = ", ".join(map(str, counts[:most]))
+    return shown if len(counts) <= most else f"{shown} and {len(counts) - most} more"
 
 
 def modality_ids(model_config: Any, input_ids: torch.Tensor) -> torch.Tensor:

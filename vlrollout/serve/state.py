@@ -26,11 +26,11 @@ from aiohttp import web
 from areal.api.cli_args import GenerationHyperparameters
 from areal.api.io_struct import ModelRequest, ModelResponse
 
-from vlrollout.engine.inputs import count_placeholders
+from vlrollout.engine.inputs import count_placeholders, shown_counts
 from vlrollout.engine.sampling import check_sampling_values
 from vlrollout.families import VIDEO_INPUT_KEYS, context_length, image_token_id
 from vlrollout.processors.auto import channels_last_kwargs
-from vlrollout.processors.base import prompt_token_limit
+from vlrollout.processors.base import prompt_token_limit, run_lengths
 from vlrollout.processors.decode_room import DecodeRoom, ImageHeaders, video_cost
 from vlrollout.processors.errors import PreprocessError
 from vlrollout.processors.families import image_size_setting, size_getter
@@ -219,12 +219,21 @@ class ServerState:
         """Refuse ``input_ids`` whose image placeholders disagree with what images of ``sizes``
         take under the served processor's settings, before they are decoded. Families whose
         tokens cannot be counted from sizes are checked by the engine, after."""
-        tokens = self.preprocessor.image_tokens(sizes)
-        if tokens is None:
+        per_image = self.preprocessor.image_token_counts(sizes)
+        if per_image is None:
             return
-        n_tokens, n_runs = count_placeholders(ids, image_token_id(self.engine.model.config))
+        tokens, token_id = sum(per_image), image_token_id(self.engine.model.config)
+        n_tokens, n_runs = count_placeholders(ids, token_id)
         if (n_tokens, n_runs) == (tokens, len(sizes)):
-            return
+            runs = run_lengths([t == token_id for t in ids])
+            if runs == per_image:
+                return
+            raise BadRequest(
+                f"{where}: image placeholders and images disagree: input_ids hold image "
+                f"placeholder runs of {shown_counts(runs)} tokens, but the images of "
+                f"{shown_sizes(sizes)} take {shown_counts(per_image)} tokens, one run per image "
+                "in the order of image_data: send the images in their placeholders' order."
+            )
         budget = self.preprocessor.processor_kwargs.get("images_kwargs", {})
         get = size_getter(budget.get("size") or self.engine.processor.image_processor.size)
         raise BadRequest(
