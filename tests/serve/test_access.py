@@ -4,6 +4,7 @@ updates only from folders under the weights root."""
 from __future__ import annotations
 
 import base64
+import socket
 
 import openai
 import pytest
@@ -94,6 +95,24 @@ def test_every_route_needs_the_key(engine, protocol):
         queue = r.json()["queue"]  # refused before admission: nothing was queued or counted
         assert (queue["admitted"], queue["refused"]) == (0, 0)
         assert engine.get_version() == 0  # no refused control call reached the engine
+
+
+@pytest.mark.parametrize("raw", [b"Bearer k\xe9y", b"Bearer \xff\xfe"])
+def test_a_key_header_that_is_not_utf8_is_a_401(engine, raw):
+    """A header byte aiohttp decodes with surrogateescape: refused as any wrong key, not a 500."""
+    with serving("vllm", engine, api_key=KEY) as (server, _):
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(
+                b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                + raw
+                + b"\r\nConnection: close\r\n\r\n"
+            )
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:300]
+    assert b"AuthenticationError" in answer
 
 
 def test_openai_client_with_the_key(engine):

@@ -188,6 +188,8 @@ def _sglang_cases(p):
         ),
         # A JSON string is not a boolean: "false" must not switch a flag on.
         ("string stream", {"input_ids": p["text"], "stream": "false"}, 400, "stream must be bool"),
+        ("list rid", {"input_ids": p["text"], "rid": ["x"]}, 400, "rid must be str, got list"),
+        ("int rid", {"input_ids": p["text"], "rid": 123}, 400, "rid must be str, got int"),
         (
             "string return_logprob",
             {"input_ids": p["text"], "return_logprob": "no"},
@@ -264,6 +266,18 @@ def test_vllm_bad_requests(vllm_server, prompts):
     cases = [
         ("/v1/chat/completions", b"{oops", 400, "malformed JSON"),
         ("/v1/chat/completions", {"messages": "hi"}, 400, "non-empty list"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": 5, "content": "hi"}], "max_tokens": 2},
+            400,
+            "messages[0].role must be a string",
+        ),
+        (
+            "/v1/chat/completions",
+            chat({"type": "image_url", "image_url": {"url": img, "detail": "bogus"}}),
+            400,
+            "image_url.detail must be one of auto, low, high, got 'bogus'",
+        ),
         ("/v1/chat/completions", chat(url(img), temp=1), 400, "unknown field(s) ['temp']"),
         ("/v1/chat/completions", chat(url("https://x/y.png")), 400, "only inline images"),
         (
@@ -767,6 +781,24 @@ def test_a_frequency_penalty_outside_minus_2_to_2_is_a_400(
     r = _post(server, "/v1/completions", body)
     assert r.status_code == 400 and "[-2, 2]" in r.json()["error"]["message"], r.text
     _still_serves(server, "/v1/completions", {"prompt": prompts["text"], "max_tokens": 2})
+
+
+def test_top_k_is_off_or_at_least_1_as_each_protocol_says(sglang_server, vllm_server, prompts):
+    """SGLang takes -1 (off) or >= 1; vLLM also 0 (off). Anything else was read as off."""
+    server, _ = sglang_server
+    for top_k, status in ((-5, 400), (0, 400), (-1, 200), (3, 200)):
+        r = _generate(server, prompts["text"], top_k=top_k)
+        assert r.status_code == status, (top_k, r.text)
+        if status == 400:
+            assert "top_k must be -1 (off) or at least 1" in r.json()["error"]["message"], r.text
+    server, _ = vllm_server
+    for top_k, status in ((-5, 400), (-2, 400), (0, 200), (-1, 200)):
+        body = {"prompt": prompts["text"], "max_tokens": 2, "top_k": top_k}
+        r = _post(server, "/v1/completions", body)
+        assert r.status_code == status, (top_k, r.text)
+        if status == 400:
+            message = r.json()["error"]["message"]
+            assert "top_k must be -1 or 0 (off) or at least 1" in message, r.text
 
 
 def test_text_with_a_lone_surrogate_is_a_400_naming_where(vllm_server, prompts):

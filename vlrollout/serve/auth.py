@@ -40,7 +40,8 @@ def key_middleware(key: str):
 
     @web.middleware
     async def require_key(request: web.Request, handler) -> web.StreamResponse:
-        sent = request.headers.get("Authorization", "").encode()
+        # aiohttp decodes header bytes that are not UTF-8 with surrogateescape: back to bytes.
+        sent = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
         if not hmac.compare_digest(sent, expected):
             raise BadRequest(
                 f"{request.method} {request.path}: missing or wrong API key "

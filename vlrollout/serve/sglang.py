@@ -86,6 +86,7 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
     if body.get("stream"):
         raise BadRequest(f"{where}: stream=true is not supported; send stream=false")
     ids = token_ids(body["input_ids"], f"{where}: input_ids")
+    rid = typed(body, "rid", str, where) or ""
     sp = typed(body, "sampling_params", dict, where) or {}
     check_fields(sp, SAMPLING_FIELDS, f"{where}: sampling_params")
     check_flags(sp, ("skip_special_tokens", "ignore_eos"), f"{where}: sampling_params")
@@ -118,9 +119,7 @@ async def generate(request: web.Request, body: Any) -> dict[str, Any]:
                 mm.update(await asyncio.to_thread(state.video_tensors, clips, where))
     if mm:
         metadata["multi_modal_input"] = mm
-    req = ModelRequest(
-        rid=str(body.get("rid") or ""), input_ids=ids, gconfig=gconfig, metadata=metadata
-    )
+    req = ModelRequest(rid=rid, input_ids=ids, gconfig=gconfig, metadata=metadata)
     resp = await state.generate(req, abort_on_pause=True, where=where)
     tokenizer = state.engine.tokenizer
     meta = {

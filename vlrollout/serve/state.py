@@ -121,12 +121,14 @@ class ServerState:
         *,
         fields_where: str | None = None,
         min_tokens_key: str = "min_new_tokens",
+        top_k_off: tuple[int, ...] = (-1,),
     ) -> GenerationHyperparameters:
         """AReaL generation settings from a request's sampling ``fields`` (validated here).
 
         The protocols share the field names except the minimum length (SGLang
-        ``min_new_tokens``, vLLM ``min_tokens``) and where the maximum comes from, so those two
-        are arguments; type errors name ``fields_where`` (default ``where``).
+        ``min_new_tokens``, vLLM ``min_tokens``), where the maximum comes from and the values of
+        ``top_k`` that turn it off (SGLang -1, vLLM -1 or 0), so those are arguments; type
+        errors name ``fields_where`` (default ``where``).
         """
         fw = fields_where or where
         temperature = typed(fields, "temperature", float, fw)
@@ -150,7 +152,10 @@ class ServerState:
             check_sampling_values(temperature, top_p, frequency_penalty)
         except ValueError as e:
             raise BadRequest(f"{where}: {e}") from None
-        top_k = _NO_TOP_K if top_k is None or top_k <= 0 else int(top_k)
+        if top_k is not None and top_k < 1 and top_k not in top_k_off:
+            off = " or ".join(map(str, top_k_off))
+            raise BadRequest(f"{where}: top_k must be {off} (off) or at least 1, got {top_k}")
+        top_k = _NO_TOP_K if top_k is None or top_k < 1 else int(top_k)
         stop_ids = list(stop_token_ids or [])
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
             raise BadRequest(f"{where}: stop_token_ids must be a list of ints")

@@ -118,7 +118,7 @@ def _gconfig(state: ServerState, body: dict[str, Any], where: str, default_max_t
         raise BadRequest(f"{where}: use_beam_search is not supported")
     max_tokens = _asked_max_tokens(body)
     max_tokens = default_max_tokens if max_tokens is None else max_tokens
-    return state.gconfig(where, body, max_tokens, min_tokens_key="min_tokens")
+    return state.gconfig(where, body, max_tokens, min_tokens_key="min_tokens", top_k_off=(-1, 0))
 
 
 def _asked_max_tokens(body: dict[str, Any]) -> Any:
@@ -317,6 +317,11 @@ def _split_media(
     for m, message in enumerate(messages):
         if not isinstance(message, dict):
             raise BadRequest(f"{where}: messages[{m}] must be an object")
+        if not isinstance(message.get("role"), str):
+            raise BadRequest(
+                f"{where}: messages[{m}].role must be a string (user, assistant, system, ...), "
+                f"got {_shown(message.get('role'))}"
+            )
         content = message.get("content")
         if isinstance(content, list):
             parts = []
@@ -346,6 +351,11 @@ def _check_part_keys(part: dict[str, Any], kind: str, label: str) -> None:
     url = part.get(kind)
     if isinstance(url, dict):
         extra += sorted(set(url) - {"url", "detail"})
+        if url.get("detail", "auto") not in IMAGE_DETAILS:
+            raise BadRequest(
+                f"{label}: {kind}.detail must be one of {', '.join(IMAGE_DETAILS)}, got "
+                f"{_shown(url['detail'])}"
+            )
     if extra:
         keys = ", ".join(repr(k) for k in extra)
         raise BadRequest(
@@ -353,6 +363,10 @@ def _check_part_keys(part: dict[str, Any], kind: str, label: str) -> None:
             "samples every medium with its own settings (vlrollout serve --help)"
         )
 
+
+IMAGE_DETAILS = ("auto", "low", "high")
+"""OpenAI's values of an image part's ``detail`` (accepted; this server resizes every image by
+its own pixel budget)."""
 
 CLIENT_PARTS = ("text", "image_url", "video_url")
 """The content part types a chat request may hold."""
