@@ -61,3 +61,15 @@ def test_two_seeded_runs_side_by_side_write_the_same_files(tmp_path):
     assert len(files) == 24
     differ = [str(f) for f in files if (outs[0] / f).read_bytes() != (outs[1] / f).read_bytes()]
     assert differ == []
+
+
+def test_a_seed_on_servers_is_said_not_to_reach_them():
+    """AReaL's SGLang/vLLM clients send no seed: a seeded run on servers is told so."""
+    from vlrollout.run.main import unseeded_server_note
+
+    served = _cfg("--seed", "5", "--engine", "vllm", "--address", "127.0.0.1:1")
+    note = unseeded_server_note(served)
+    assert note is not None and "--seed 5 seeds the local engine only" in note
+    assert "vllm client sends no seed" in note
+    assert unseeded_server_note(_cfg("--seed", "5")) is None
+    assert unseeded_server_note(_cfg("--engine", "sglang", "--address", "127.0.0.1:1")) is None

@@ -25,6 +25,7 @@ from vlrollout.engine.checks import check_engine
 from vlrollout.engine.served_settings import check_served_image_size
 from vlrollout.errors import ConfigError, Interrupted
 from vlrollout.families import context_length
+from vlrollout.logs import get_logger
 from vlrollout.rewards.caller import RewardCaller
 from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.task_hints import task_reward_hint
@@ -32,6 +33,8 @@ from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
 from vlrollout.run.items import UNKNOWN_TASK
 from vlrollout.run.output import prepare_output
 from vlrollout.workflows.steps import resolve_callable
+
+logger = get_logger("vlrollout.run")
 
 
 def load_reward(
@@ -329,6 +332,8 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
         prompt=cfg.prompt,
     )
     check_engine(cfg.engine)
+    if note := unseeded_server_note(cfg):
+        logger.warning("%s", note)
     check_room(cfg)
     check_workflow(cfg)
     check_text_workflow(cfg, items)
@@ -339,6 +344,18 @@ def prepare(cfg: RunConfig, overwrite: bool = False) -> Prepared:
     extra = {**reward_fingerprint(reward), **weights_fingerprint(cfg.engine.model)}
     prepare_output(Path(cfg.output), cfg, overwrite=overwrite, extra=extra)
     return Prepared(items, reward)
+
+
+def unseeded_server_note(cfg: RunConfig) -> str | None:
+    """Why ``--seed`` does not make a run on servers reproducible (``None`` on the local engine
+    or without a seed): AReaL's SGLang and vLLM clients send no per-request seed."""
+    if cfg.seed is None or cfg.engine.kind == "local":
+        return None
+    return (
+        f"--seed {cfg.seed} seeds the local engine only: AReaL's {cfg.engine.kind} client sends "
+        "no seed, so this run's samples are the server's (a vlrollout serve --deterministic "
+        "server repeats a run only from a fresh start, as it counts the prompts it has answered)"
+    )
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")

@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--deterministic",
         action="store_true",
-        help="completions depend only on request and seed, not on load (one sequence at a time)",
+        help="completions depend only on the request, the seed and how many times the request "
+        "came before, not on load (one sequence at a time)",
     )
     p.add_argument(
         "--compile",
