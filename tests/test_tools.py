@@ -300,6 +300,8 @@ def test_run_tool_call_turns_every_failure_into_an_error_outcome():
         "boom": Tool("boom", _raises, {"type": "object"}),
         "bad": Tool("bad", lambda ctx: ToolResult("x", ["not an image"]), {"type": "object"}),
         "number": Tool("number", lambda ctx: ToolResult(123, []), {"type": "object"}),
+        "one": Tool("one", lambda ctx: ToolResult("x", _pattern(4, 4)), {"type": "object"}),
+        "none": Tool("none", lambda ctx: ToolResult("x", None), {"type": "object"}),
     }
     ctx = _ctx()
     cases = [
@@ -310,6 +312,8 @@ def test_run_tool_call_turns_every_failure_into_an_error_outcome():
         (ToolCall("boom"), "boom failed: KeyError"),
         (ToolCall("bad"), "images must be PIL images, got ['str']"),
         (ToolCall("number"), "its text must be a string, got int"),
+        (ToolCall("one"), "images must be a list of PIL images, got one Image"),
+        (ToolCall("none"), "images must be a list of PIL images, got NoneType"),
     ]
     for call, message in cases:
         outcome = run_tool_call(call, tools, ctx)
@@ -317,6 +321,14 @@ def test_run_tool_call_turns_every_failure_into_an_error_outcome():
         assert outcome.result.text == f"Error: {outcome.error}" and outcome.result.images == []
     ok = run_tool_call(ToolCall("rotate", {"angle": 90}), tools, ctx)
     assert ok.ok and len(ok.result.images) == 1
+
+
+def test_a_tools_images_given_as_a_generator_are_all_shown():
+    """The type check must not use up a generator that the observation then finds empty."""
+    images = (_pattern(4 + k, 4) for k in range(2))
+    tools = {"gen": Tool("gen", lambda ctx: ToolResult("x", images), {"type": "object"})}
+    outcome = run_tool_call(ToolCall("gen"), tools, _ctx())
+    assert outcome.ok and [im.size for im in outcome.result.images] == [(4, 4), (5, 4)]
 
 
 def test_run_tool_calls_caps_calls_per_turn():

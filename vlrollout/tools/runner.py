@@ -14,7 +14,7 @@ Error policy (what the model sees as the tool's output, and counted as a tool er
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from PIL import Image
@@ -66,14 +66,27 @@ def run_tool_call(call: ToolCall, tools: Mapping[str, Tool], ctx: ToolContext) -
     except Exception as e:  # noqa: BLE001 - a tool bug must not end the episode
         logger.warning("tool %r raised on arguments %r", call.name, call.arguments, exc_info=True)
         return ToolOutcome.failure(call.name, f"{call.name} failed: {type(e).__name__}: {e}")
-    if not isinstance(result.text, str):
-        why = f"its text must be a string, got {type(result.text).__name__}"
-        return ToolOutcome.failure(call.name, f"{call.name} returned invalid output ({why})")
-    bad = [type(im).__name__ for im in result.images if not isinstance(im, Image.Image)]
+    why = invalid_result(result)
+    images = [] if why else list(result.images)  # read once: a generator would reach the
+    bad = [type(im).__name__ for im in images if not isinstance(im, Image.Image)]  # turn used up
     if bad:
         why = f"images must be PIL images, got {bad}"
+    if why is not None:
         return ToolOutcome.failure(call.name, f"{call.name} returned invalid output ({why})")
-    return ToolOutcome(call.name, result)
+    return ToolOutcome(call.name, ToolResult(result.text, images))
+
+
+def invalid_result(result: ToolResult) -> str | None:
+    """Why ``result`` is not a tool's output: string text and its images in a list (or another
+    iterable: a tuple, a generator); ``None`` when it is."""
+    if not isinstance(result.text, str):
+        return f"its text must be a string, got {type(result.text).__name__}"
+    images = result.images
+    if isinstance(images, Image.Image):
+        return "images must be a list of PIL images, got one Image: wrap it in a list"
+    if isinstance(images, (str, bytes, dict)) or not isinstance(images, Iterable):
+        return f"images must be a list of PIL images, got {type(images).__name__}"
+    return None
 
 
 def run_tool_calls(
