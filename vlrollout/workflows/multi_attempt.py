@@ -19,7 +19,7 @@ from areal.utils.perf_tracer import session_context
 
 from vlrollout.argtypes import check_count
 from vlrollout.packaging import TrajectoryBuilder
-from vlrollout.processors.turns import turn_end_token_id
+from vlrollout.processors.turns import special_token_texts, turn_end_token_id
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
 from vlrollout.workflows.steps import (
     build_request,
@@ -95,6 +95,12 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         super().__init__(reward_fn, gconfig, tokenizer, processor, episode_settings=own, **kwargs)
         self.max_turns = max_turns
         self.turn_discount = turn_discount
+        special = [t for t in special_token_texts(self.ctx.tokenizer) if t in feedback]
+        if special:
+            raise ValueError(
+                f"feedback holds the special token text {special[0]!r}, which the tokenizer reads "
+                "as the token itself (an image placeholder, a turn's end); write it without"
+            )
         self.feedback = feedback
         self.feedback_ids = feedback_token_ids(self.ctx.tokenizer, feedback)
         self.turn_end_id = turn_end_token_id(self.ctx.tokenizer)
