@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from vlrollout.argtypes import whole_number
+from vlrollout.errors import SignalExit
 from vlrollout.versions import version_line
 
 if TYPE_CHECKING:
@@ -536,14 +537,6 @@ def build_parser() -> argparse.ArgumentParser:
     for add in SUBCOMMANDS:
         add(sub)
     return parser
-
-
-class SignalExit(BaseException):  # noqa: N818 - a request to stop, like KeyboardInterrupt
-    """SIGTERM outside the rollout loop (e.g. while the model loads)."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(signum)
 
 
 #: What a command stopped by a signal leaves to resume from (said on its last line); commands

@@ -34,6 +34,15 @@ class Interrupted(Exception):  # noqa: N818 - not an error: the user asked the r
         super().__init__(f"stopped by signal {signum}: {done}/{total} items done in {output}")
 
 
+class SignalExit(BaseException):  # noqa: N818 - a request to stop, like KeyboardInterrupt
+    """SIGTERM (or SIGINT) that stops a command: the CLI prints what was kept and exits
+    128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signum)
+
+
 class EngineNotInitialized(RuntimeError):
     """An engine used before ``initialize()``: the caller's bug, so a workflow raises it instead
     of rejecting the episode as it does a failing server's error."""

@@ -50,6 +50,7 @@ from vlrollout.eval.tasks import EvalTask, get_task
 from vlrollout.families import family_name_at
 from vlrollout.ledger import NothingAccepted
 from vlrollout.readers import parse_mapping
+from vlrollout.stopping import until_signalled
 from vlrollout.workflows.preparation import FrameSampling
 
 PROTOCOLS = ("openai", "sglang", "vllm")
@@ -447,7 +448,7 @@ def run_plan(p: Plan) -> EvalResult:
     else:
         predictor, release = _NothingToRun(), lambda: None
     try:
-        return asyncio.run(_evaluate(p, predictor))
+        return asyncio.run(until_signalled(_evaluate(p, predictor)))
     finally:
         release()
 

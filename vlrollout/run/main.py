@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import hashlib
 import inspect
-import signal
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from vlrollout.config import check_room_in_context, model_context
 from vlrollout.datasets import LOAD_ERROR, load_items
 from vlrollout.engine.checks import check_engine
 from vlrollout.engine.served_settings import check_served_image_size
-from vlrollout.errors import ConfigError, Interrupted
+from vlrollout.errors import ConfigError, Interrupted, SignalExit
 from vlrollout.families import context_length
 from vlrollout.logs import get_logger
 from vlrollout.rewards.caller import RewardCaller
@@ -32,6 +31,7 @@ from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
 from vlrollout.run.items import UNKNOWN_TASK
 from vlrollout.run.output import prepare_output
+from vlrollout.stopping import until_signalled
 from vlrollout.workflows.steps import resolve_callable
 
 logger = get_logger("vlrollout.run")
@@ -468,37 +468,14 @@ async def run_items(runner: Any, items: list[dict[str, Any]], progress: bool) ->
     """``runner.run(items)``; SIGINT or SIGTERM cancels it and raises :class:`Interrupted`."""
     from vlrollout.files import read_outcomes
 
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(runner.run(items, progress=progress))
-    received: list[int] = []
-
-    def on_signal(signum: int) -> None:
-        if not received:
-            received.append(signum)
-            task.cancel()
-
-    installed = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous = signal.getsignal(signum)
-        try:
-            loop.add_signal_handler(signum, on_signal, signum)
-            installed.append((signum, previous))
-        except (RuntimeError, ValueError, NotImplementedError):  # not the main thread
-            pass
     try:
-        return await task
-    except asyncio.CancelledError:
-        if not received:
-            raise
+        return await until_signalled(runner.run(items, progress=progress))
+    except SignalExit as e:
         done = read_outcomes(Path(runner.output))
         ids = {item["id"] for item in items}
         raise Interrupted(
-            received[0], len(ids & done.keys()), len(items), str(runner.output)
+            e.signum, len(ids & done.keys()), len(items), str(runner.output)
         ) from None
-    finally:
-        for signum, previous in installed:
-            loop.remove_signal_handler(signum)
-            signal.signal(signum, previous)
 
 
 def run_from_config(
