@@ -419,6 +419,12 @@ def test_a_refused_run_writes_no_areal_files(tmp_path, capsys, refused):
     [
         ("actor.kl_ctl=0.5", "actor.kl_ctl"),  # no reference model: AReaL takes its logp as 0
         ("actor.lora_rank=0", "actor.lora_rank"),  # peft's "r should be positive", exit 1
+        # clip_grad_norm_ scales by a negative number: every update climbs the loss
+        ("actor.optimizer.gradient_clipping=-1.0", "actor.optimizer.gradient_clipping"),
+        ("actor.eps_clip=-0.5", "actor.eps_clip"),  # an inverted clip range clips on-policy tokens
+        ("+actor.eps_clip_higher=-0.1", "actor.eps_clip_higher"),
+        ("+actor.c_clip=0.5", "actor.c_clip"),  # AReaL's bare AssertionError after the model loads
+        ("+gconfig.top_k=1", "gconfig.top_k"),  # greedy by another name: every advantage 0
     ],
 )
 def test_settings_the_trainer_cannot_honour_are_refused_before_the_model_loads(

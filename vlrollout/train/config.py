@@ -454,8 +454,10 @@ def check_areal_loops_unset(cfg: TrainConfig) -> None:
 
 def check_actor_extras(cfg: TrainConfig) -> None:
     """Refuse a KL penalty, which needs a reference model ``vlrollout train`` does not build
-    (AReaL's actor would take the reference's log-probs as 0 and reward unlikely tokens), and a
-    LoRA rank peft would refuse only after the model has loaded."""
+    (AReaL's actor would take the reference's log-probs as 0 and reward unlikely tokens), a
+    LoRA rank peft would refuse only after the model has loaded, and clipping that would train
+    the wrong way (:func:`check_clipping`)."""
+    check_clipping(cfg)
     if cfg.actor.kl_ctl != 0:
         raise ConfigError(
             f"actor.kl_ctl={cfg.actor.kl_ctl} needs a reference model, which vlrollout train "
@@ -465,6 +467,26 @@ def check_actor_extras(cfg: TrainConfig) -> None:
     if cfg.actor.use_lora and cfg.actor.lora_rank < 1:
         raise ConfigError(
             f"actor.lora_rank must be >= 1 with actor.use_lora, got {cfg.actor.lora_rank}"
+        )
+
+
+def check_clipping(cfg: TrainConfig) -> None:
+    """Refuse a negative gradient clip (``clip_grad_norm_`` would scale every gradient by a
+    negative number: each update climbs the loss), PPO clip ranges that are empty or inverted
+    (``eps_clip``, ``eps_clip_higher`` <= 0 clip on-policy tokens) and a dual clip ``c_clip``
+    of at most 1 (AReaL asserts it is above 1, after the model has loaded)."""
+    a = cfg.actor
+    clip = a.optimizer.gradient_clipping if a.optimizer is not None else 1.0
+    if not clip > 0:
+        raise ConfigError(f"actor.optimizer.gradient_clipping must be > 0, got {clip}")
+    for name in ("eps_clip", "eps_clip_higher"):
+        value = getattr(a, name, None)
+        if value is not None and not value > 0:
+            raise ConfigError(f"actor.{name} must be > 0 (the PPO clip range), got {value}")
+    c_clip = getattr(a, "c_clip", None)
+    if c_clip is not None and not c_clip > 1:
+        raise ConfigError(
+            f"actor.c_clip must be > 1 (the dual-clip bound on negative advantages), got {c_clip}"
         )
 
 
@@ -507,6 +529,11 @@ def check_grpo_sampling(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"gconfig.temperature must be at least {GREEDY_BELOW:g}, got {g.temperature:g}: "
             "below it sampling is greedy (as on SGLang and vLLM) and GRPO samples its groups"
+        )
+    if g.top_k == 1:
+        raise ConfigError(
+            "gconfig.top_k=1 samples every episode of a group alike (greedy), so every "
+            "advantage is 0 (GRPO samples its groups): leave gconfig.top_k unset"
         )
     if g.greedy:
         raise ConfigError(
