@@ -63,7 +63,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
         UnicodeDecodeError: the file is not UTF-8 text.
     """
     # utf-8-sig: a byte order mark (Windows editors write one) is not part of the first line.
-    with Path(path).open(encoding="utf-8-sig") as f:
+    # newline="\n": JSON Lines ends records at \n only; a \r inside a record is whitespace.
+    with Path(path).open(encoding="utf-8-sig", newline="\n") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -113,6 +113,33 @@ def test_validate_data_reports_every_bad_line(tmp_path):
     ]
 
 
+def test_lone_surrogates_and_carriage_returns_inside_a_record(tmp_path):
+    """A lone \\ud800 escape is legal JSON but no text: its item is refused naming the field
+    (its id crashed the run when the outcome file was named). A carriage return inside a record
+    is JSON whitespace: the record stays one item, and later lines keep their numbers."""
+    good = json.dumps({"id": "g", "messages": "hi", "task": "x"})
+    rows = [
+        '{"id": "s\\ud800", "messages": "hi"}',
+        '{"id": "t", "messages": [{"role": "user", "content": "a \\udcff b"}]}',
+        good.replace('"task"', '\r"task"'),
+        {"id": "g", "messages": "again"},
+    ]
+    path = _write(tmp_path / "d.jsonl", rows)
+    n, bad = validate_data(path)
+    assert n == 4
+    assert [(b.line, b.reason) for b in bad] == [
+        (1, "bad_item"),
+        (2, "bad_item"),
+        (4, "duplicate_id"),
+    ]
+    assert "field id holds half of a UTF-16 pair" in bad[0].detail
+    assert "field messages[0].content holds" in bad[1].detail
+    items = load_items(path)
+    assert items[2]["task"] == "x" and len(items) == 4
+    for item in items:
+        json.dumps(item["id"]).encode()  # every id can name a file
+
+
 def test_validate_data_lists_a_lines_field_problems_and_its_missing_image_together(tmp_path):
     """Every problem of a line at once: the fields it gets wrong and the image it cannot open,
     not the image only after the fields are fixed."""

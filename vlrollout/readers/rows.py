@@ -92,6 +92,42 @@ def row_problem(row: Any) -> tuple[str, str] | None:
             "bad_item",
             f"id {item_id!r:.60} is a {type(item_id).__name__}: an id is a string or a number",
         )
+    where = lone_surrogate_at(row)
+    if where is not None:
+        return (
+            "bad_item",
+            f"field {where} holds half of a UTF-16 pair (a lone \\ud800-\\udfff escape), "
+            "which is no Unicode text",
+        )
+    return None
+
+
+def lone_surrogate_at(value: Any, path: str = "") -> str | None:
+    """Where in ``value`` (a parsed JSON value) a string holds a lone surrogate, which JSON can
+    escape but UTF-8 cannot encode (an output file named by such an id, a tokenizer given such
+    text, would raise); ``None`` when none does.
+
+    >>> lone_surrogate_at({"id": "a", "messages": [{"content": "x\\ud800"}]})
+    'messages[0].content'
+    """
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "value"
+        return None
+    if isinstance(value, dict):
+        items: Any = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, inner in items:
+        found = lone_surrogate_at(inner, where)
+        if found is not None:
+            return found
     return None
 
 
