@@ -314,11 +314,14 @@ def count_gold(raw: Any, key: str = "answer") -> int:
     if isinstance(raw, numbers.Real):
         if float(raw) != int(raw):
             raise ValueError(f"task_data[{key!r}]={raw!r} is not a whole count")
-        return int(raw)
-    gold = parse_count(raw)
-    value = parse_number(raw)
-    if gold is None or (value is not None and value != gold):
-        raise ValueError(f"task_data[{key!r}]={raw!r} is not a count: give one whole number")
+        gold = int(raw)
+    else:
+        gold = parse_count(raw)
+        value = parse_number(raw)
+        if gold is None or (value is not None and value != gold):
+            raise ValueError(f"task_data[{key!r}]={raw!r} is not a count: give one whole number")
+    if gold < 0:
+        raise ValueError(f"task_data[{key!r}]={raw!r} is not a count: a count is 0 or more")
     return gold
 
 
@@ -413,6 +416,21 @@ def _check_choices(choices: list[Any]) -> None:
         first[choice] = k
 
 
+def letter_text_clash(raw: str, letter: str, choices: list[Any]) -> str | None:
+    """The letter of the other choice whose text a one-letter gold ``raw`` also is (``"a"``
+    among ``the, a, an`` is letter A and the text of choice B), else ``None``."""
+    by_text = choice_text_letter(raw, choices)
+    return by_text if by_text is not None and by_text != letter else None
+
+
+def _check_letter_text_clash(raw: str, letter: str, choices: list[Any], key: str) -> None:
+    if other := letter_text_clash(raw, letter, choices):
+        raise ValueError(
+            f"task_data[{key!r}]={raw!r} is both the letter of choice {letter} and the text of "
+            f"choice {other}; give the gold as a 0-based index"
+        )
+
+
 class ChoiceReward(Reward):
     """Multiple choice, read as ``vlrollout eval --task mc`` reads it. Gold: a letter, a 0-based
     index, or a choice's text in ``choices``.
@@ -463,6 +481,8 @@ class ChoiceReward(Reward):
             letter = chr(ord("A") + int(raw)) if 0 <= raw < n else None
         elif isinstance(raw, str) and len(key := raw.strip().strip("().").upper()) == 1:
             letter = key if "A" <= key < chr(ord("A") + n) else None
+            if letter is not None and choices:
+                _check_letter_text_clash(raw, letter, choices, self.answer_key)
         if letter is None and isinstance(raw, str) and choices:
             letter = choice_text_letter(raw, choices)
         if letter is None and not choices and isinstance(raw, str):

@@ -39,6 +39,18 @@ REFUSALS = [
     ("caption", {"id": "c", "captions": ["a dog", 3], "images": ["a"]}, "caption 2 of 2 is not a"),
     ("count", {"id": "n", "answer": "many", "question": "How many?"}, "field 'answer' = 'many'"),
     ("count", {"id": "n", "answer": 3}, "missing field 'question'"),
+    ("count", {"id": "n", "answer": -1, "question": "How many?"}, "= -1 is not one count"),
+    ("count", {"id": "n", "answer": "-2", "question": "How many?"}, "= '-2' is not one count"),
+    (
+        "mc",
+        {"id": "m", "answer": "a", "choices": ["the", "a", "an"], "question": "?"},
+        "both the letter of choice A and the text of choice B",
+    ),
+    (
+        "mc",
+        {"id": "m", "answer": "A", "choices": ["B", "A", "C"], "question": "?"},
+        "both the letter of choice A and the text of choice B",
+    ),
     ("mc", {"id": "m", "answer": "C", "choices": ["x", "y"], "question": "?"}, "letter A-B"),
     ("mc", {"id": "m", "answer": "A", "choices": ["x"], "question": "?"}, "'choices'"),
     ("mc", {"id": "m", "answer": 2, "choices": ["x", "y"], "question": "?"}, "0-based index"),
@@ -67,6 +79,7 @@ def test_check_item_names_the_field(task, item, reason):
         ("count", {"id": "n", "answer": "3", "question": "How many?"}),
         ("mc", {"id": "m", "answer": 1, "choices": ["x", "y"], "question": "?"}),
         ("mc", {"id": "m", "answer": "y", "choices": ["x", "y"], "question": "?"}),
+        ("mc", {"id": "m", "answer": "B", "choices": ["A", "B", "C"], "question": "?"}),
         ("vqa", {"id": "v", "answer": ["yes"] * 10, "messages": [{"role": "user"}]}),
     ],
 )

@@ -289,7 +289,7 @@ def test_a_unicode_minus_makes_a_number_negative(minus):
     from vlrollout.rewards.answer import CountReward, NumericReward
 
     assert NumericReward().score("p", f"{minus}3", [], [], answer=-3).value == 1.0
-    assert CountReward().score("p", f"{minus}\uff13", [], [], answer=-3).value == 1.0
+    assert CountReward().score("p", f"{minus}\uff13", [], [], answer=3).details["pred"] == -3
 
 
 CAPITALS = ["London", "Paris", "Rome", "Berlin"]
@@ -321,3 +321,19 @@ def test_choices_that_are_not_a_list_are_refused_naming_the_field(choices):
     """A string would be read one option per character (letter F of "Paris, Rome")."""
     with pytest.raises(ValueError, match=r"task_data\['choices'\]"):
         ChoiceReward().score("p", "F", [], [], answer="F", choices=choices)
+
+
+def test_a_one_letter_gold_that_is_another_choices_text_is_refused():
+    """As eval refuses it: "a" among the, a, an is letter A and the text of choice B."""
+    with pytest.raises(ValueError, match="both the letter of choice A and the text of choice B"):
+        ChoiceReward().score("p", "B", [], [], answer="a", choices=["the", "a", "an"])
+    letters = ["A", "B", "C"]  # choices that are their own letters name themselves
+    assert ChoiceReward().score("p", "B", [], [], answer="B", choices=letters).value == 1.0
+
+
+def test_a_negative_gold_count_is_refused():
+    from vlrollout.rewards.answer import CountReward
+
+    for gold in (-1, "-2"):
+        with pytest.raises(ValueError, match="a count is 0 or more"):
+            CountReward().score("p", "-1", [], [], answer=gold)

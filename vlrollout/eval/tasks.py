@@ -40,7 +40,13 @@ from vlrollout.eval.metrics.boxes import (
 from vlrollout.eval.metrics.captions import bleu_from_counts, caption_metrics, caption_stats
 from vlrollout.readers.fields import text_list_problem
 from vlrollout.readers.prompts import TASK_PROMPTS
-from vlrollout.rewards.answer import ChoiceReward, CountReward, choice_text_letter, count_gold
+from vlrollout.rewards.answer import (
+    ChoiceReward,
+    CountReward,
+    choice_text_letter,
+    count_gold,
+    letter_text_clash,
+)
 from vlrollout.rewards.grounding import fraction_label_problem, label_boxes, overlaps
 from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
@@ -304,7 +310,8 @@ class CountTask(_TaskBase):
         raw = item.get("answer")
         if self._gold(raw) is None:
             return (
-                f"field 'answer' = {raw!r} is not one count (a whole number or a string with one)"
+                f"field 'answer' = {raw!r} is not one count (a whole number, 0 or more, or a "
+                "string with one)"
             )
         return _prompt_needs(item, "question", "the question")
 
@@ -394,9 +401,17 @@ class ChoiceTask(_TaskBase):
 
     @staticmethod
     def _index_text_clash(item: dict[str, Any]) -> str | None:
-        """Why a digit-string ``answer`` cannot name the gold: it is the 0-based index of one
-        choice and the text of another."""
+        """Why a digit-string or one-letter ``answer`` cannot name the gold: it is the 0-based
+        index (the letter) of one choice and the text of another."""
         raw, choices = item.get("answer"), list(item["choices"])
+        letter = raw.strip().strip("().").upper() if isinstance(raw, str) else ""
+        if len(letter) == 1 and 0 <= ord(letter) - ord("A") < len(choices):
+            if other := letter_text_clash(raw, letter, choices):
+                return (
+                    f"field 'answer' = {raw!r} is both the letter of choice {letter} and the "
+                    f"text of choice {other}; give the gold as a 0-based index"
+                )
+            return None
         if not (isinstance(raw, str) and _is_digits(raw) and int(raw) < len(choices)):
             return None
         by_index = chr(ord("A") + int(raw))
