@@ -192,6 +192,31 @@ def test_multi_attempt_packs_turns_and_discounts(tokenizer):
     assert traj["input_ids"][0].tolist() == engine.requests[2].input_ids + right
 
 
+def test_multi_attempt_ends_at_the_context_limit_with_its_attempts(tokenizer):
+    """Room for two attempts and one feedback, not a third attempt: the episode ends after the
+    second (wrong) attempt and is kept, where the engine would refuse the third request."""
+    wrong = _enc(tokenizer, "5")
+    engine = ScriptedEngine([wrong] * 5, stop_token_ids=[tokenizer.eos_token_id])
+    probe = MultiAttemptWorkflow(
+        "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, 5, 0.5
+    )
+    prompt = len(run(probe.ctx.prepare(ITEM)).input_ids)
+    two = prompt + 2 * len(wrong) + len(probe.feedback_ids)
+    wf = MultiAttemptWorkflow(
+        "tests.workflows.reward_fns.contains_answer",
+        GCONFIG,
+        tokenizer,
+        max_turns=5,
+        turn_discount=0.5,
+        max_total_tokens=two + len(probe.feedback_ids),
+    )
+    traj = run(wf.arun_episode(engine, ITEM))
+    assert traj is not None and check_trajectory_format(traj)
+    assert len(engine.requests) == 2 and traj["input_ids"].shape[1] == two
+    assert traj["rewards"].item() == 0.0
+    assert wf.ledger.by_reason == {}
+
+
 def test_multi_attempt_closes_a_truncated_attempt_with_eos(tokenizer):
     cut = _enc(tokenizer, "hmm", eos=False)
     engine = ScriptedEngine([cut, _enc(tokenizer, "4")])

@@ -119,8 +119,12 @@ def _task_name(task: Any) -> str | None:
     return task if task is None or isinstance(task, str) else repr(task)
 
 
-def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) -> RolloutWorkflow:
-    """The workflow named by ``cfg.workflow`` (a built-in name or an import path)."""
+def build_workflow(
+    cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any, context: int | None = None
+) -> RolloutWorkflow:
+    """The workflow named by ``cfg.workflow`` (a built-in name or an import path). The
+    multi-turn workflows end an episode at ``context`` tokens (the model's context length, when
+    known), where the engine would refuse the next request."""
     from vlrollout import workflows
 
     gconfig = dataclasses.replace(cfg.gconfig)
@@ -135,7 +139,11 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
         ),
     }
     limit = {"max_prompt_tokens": cfg.max_prompt_tokens}
-    multi = {"max_turns": cfg.max_turns, "turn_discount": cfg.turn_discount}
+    multi = {
+        "max_turns": cfg.max_turns,
+        "turn_discount": cfg.turn_discount,
+        "max_total_tokens": context,
+    }
     if cfg.workflow == "text":
         return workflows.RLVRWorkflow(reward, gconfig, tokenizer, **common, **limit)
     if cfg.workflow == "vision":
@@ -149,8 +157,8 @@ def build_workflow(cfg: RunConfig, tokenizer: Any, processor: Any, reward: Any) 
             reward, gconfig, tokenizer, **vision, **multi, **common, **limit
         )
     if cfg.workflow == "vision_tool":
-        total = None
-        if cfg.max_prompt_tokens is not None:
+        total = context
+        if total is None and cfg.max_prompt_tokens is not None:
             total = cfg.max_prompt_tokens + cfg.gconfig.max_new_tokens * cfg.max_turns
         return workflows.VisionToolWorkflow(
             reward,
@@ -509,7 +517,7 @@ def run_from_config(
         if cfg.max_prompt_tokens is None and context is not None:
             room = context - cfg.gconfig.max_new_tokens
             cfg = dataclasses.replace(cfg, max_prompt_tokens=max(1, room))
-        workflow = build_workflow(cfg, tokenizer, processor, prepared.reward)
+        workflow = build_workflow(cfg, tokenizer, processor, prepared.reward, context)
         if cfg.engine.kind != "local":
             pre = getattr(getattr(workflow, "ctx", None), "preprocessor", None)
             check_served_image_size(cfg.engine.addresses, pre)

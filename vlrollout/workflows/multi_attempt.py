@@ -23,8 +23,10 @@ from vlrollout.processors.turns import special_token_texts, turn_end_token_id
 from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
 from vlrollout.workflows.steps import (
     build_request,
+    capped_gconfig,
     check_engine_takes_videos,
     close_turn_tokens,
+    context_full,
     generate,
     reward_task_data,
 )
@@ -73,6 +75,11 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         max_turns: Maximum number of attempts (>= 1).
         turn_discount: Reward factor per extra attempt, in (0, 1].
         feedback: The message appended after a failed attempt.
+        max_total_tokens: Context limit for the prompt and every attempt; ``None`` for none.
+            An attempt's ``max_new_tokens`` is capped to the room left, and the episode ends
+            (with its last attempt's reward) when the feedback would leave no room for another:
+            an engine asked for more than its context refuses the request, and the whole episode
+            is lost as an engine error.
         **kwargs: The keyword arguments of :class:`~vlrollout.workflows.episode.EpisodeWorkflow`.
     """
 
@@ -86,14 +93,23 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         processor: Any = None,
         *,
         feedback: str = DEFAULT_FEEDBACK,
+        max_total_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
         check_count("max_turns", max_turns, 1)
+        if max_total_tokens is not None:
+            check_count("max_total_tokens", max_total_tokens, 2)
         if not 0.0 < turn_discount <= 1.0:
             raise ValueError(f"turn_discount must be in (0, 1], got {turn_discount}")
-        own = {"max_turns": max_turns, "turn_discount": turn_discount, "feedback": feedback}
+        own = {
+            "max_turns": max_turns,
+            "turn_discount": turn_discount,
+            "feedback": feedback,
+            "max_total_tokens": max_total_tokens,
+        }
         super().__init__(reward_fn, gconfig, tokenizer, processor, episode_settings=own, **kwargs)
         self.max_turns = max_turns
+        self.max_total_tokens = max_total_tokens
         self.turn_discount = turn_discount
         special = [t for t in special_token_texts(self.ctx.tokenizer) if t in feedback]
         if special:
@@ -126,7 +142,7 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
                 discount *= self.turn_discount
             req = build_request(
                 prepared,
-                ctx.gconfig,
+                capped_gconfig(ctx.gconfig, self.max_total_tokens, len(builder.token_ids)),
                 ctx.tokenizer,
                 ctx.processor,
                 builder.token_ids,
@@ -144,7 +160,10 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
             )
             if reward > 0 or turn == self.max_turns - 1:
                 break
-            builder.add_observation(self._between_turns(resp.output_tokens))
+            observation = self._between_turns(resp.output_tokens)
+            if context_full(self.max_total_tokens, len(builder.token_ids) + len(observation)):
+                break  # no room for another attempt: the episode ends at this one
+            builder.add_observation(observation)
             later_messages += [
                 {"role": "assistant", "content": ctx.decode_completion(resp.output_tokens)},
                 {"role": "user", "content": self.feedback},

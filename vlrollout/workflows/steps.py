@@ -269,3 +269,19 @@ def close_turn_tokens(output_tokens: Sequence[int], eos_token_id: int) -> list[i
     template renders the whole conversation.
     """
     return [] if output_tokens and output_tokens[-1] == eos_token_id else [eos_token_id]
+
+
+def capped_gconfig(
+    gconfig: GenerationHyperparameters, max_total_tokens: int | None, used: int
+) -> GenerationHyperparameters:
+    """``gconfig`` with ``max_new_tokens`` capped to the room ``max_total_tokens`` leaves after
+    ``used`` tokens (``gconfig`` itself without a limit)."""
+    if max_total_tokens is None:
+        return gconfig
+    room = max_total_tokens - used
+    return gconfig.new(max_new_tokens=min(gconfig.max_new_tokens, room))
+
+
+def context_full(max_total_tokens: int | None, used: int) -> bool:
+    """No room left under ``max_total_tokens`` to generate even one token."""
+    return max_total_tokens is not None and used >= max_total_tokens

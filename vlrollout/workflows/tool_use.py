@@ -46,8 +46,10 @@ from vlrollout.workflows.episode import EpisodeWorkflow, log_reward
 from vlrollout.workflows.preparation import FrameSampling
 from vlrollout.workflows.steps import (
     build_request,
+    capped_gconfig,
     check_engine_takes_videos,
     close_turn_tokens,
+    context_full,
     generate,
     reward_task_data,
 )
@@ -191,13 +193,6 @@ class ToolUseWorkflow(EpisodeWorkflow):
         self.encoder = ObservationEncoder(observer, role=tool_role)
         self.box_frame = box_frame or BOX_FRAMES.get(observer.family, "norm1000")
 
-    def _gconfig(self, used: int) -> GenerationHyperparameters:
-        """Generation settings with ``max_new_tokens`` capped to the room left in the context."""
-        if self.max_total_tokens is None:
-            return self.ctx.gconfig
-        room = self.max_total_tokens - used
-        return self.ctx.gconfig.new(max_new_tokens=min(self.ctx.gconfig.max_new_tokens, room))
-
     def _observe(self, ep: _Episode, text: str, output_tokens: Sequence[int]) -> Observation:
         """Run the turn's tool calls and encode the observation (CPU work: called in a thread)."""
         outcomes = run_tool_calls(
@@ -221,7 +216,7 @@ class ToolUseWorkflow(EpisodeWorkflow):
         for turn in range(self.max_turns):
             req = build_request(
                 ep.request_prompt(),
-                self._gconfig(len(builder.token_ids)),
+                capped_gconfig(ctx.gconfig, self.max_total_tokens, len(builder.token_ids)),
                 ctx.tokenizer,
                 ctx.processor,
                 input_ids=builder.token_ids,
@@ -238,13 +233,13 @@ class ToolUseWorkflow(EpisodeWorkflow):
             if turn == self.max_turns - 1:
                 ep.stop_reason = "max_turns"
                 break
-            if self._full(len(builder.token_ids)):
+            if context_full(self.max_total_tokens, len(builder.token_ids)):
                 ep.stop_reason = "context_limit"
                 break
             obs = await asyncio.to_thread(self._observe, ep, text, resp.output_tokens)
             ep.tool_calls += len(obs.outcomes)
             ep.tool_errors += obs.num_errors
-            if self._full(len(builder.token_ids) + len(obs.token_ids)):
+            if context_full(self.max_total_tokens, len(builder.token_ids) + len(obs.token_ids)):
                 ep.stop_reason = "context_limit"
                 break
             builder.add_observation(obs.token_ids, obs.multi_modal_input, obs.mm_token_type_ids)
@@ -271,10 +266,6 @@ class ToolUseWorkflow(EpisodeWorkflow):
             tool_errors=ep.tool_errors,
         )
         return builder.build(reward)
-
-    def _full(self, used: int) -> bool:
-        """No room left to generate even one token."""
-        return self.max_total_tokens is not None and used >= self.max_total_tokens
 
 
 def _text_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
