@@ -170,3 +170,29 @@ def test_validate_data_refuses_choices_run_cannot_read():
     assert "not a list of option texts" in problems[0][1]
     listed = {"id": "l", "messages": "Which?", "choices": "['one', 'two']", "answer": "A"}
     assert item_problems(listed) == []
+
+
+def test_videos_given_inside_message_parts_are_opened_too(tmp_path):
+    """``{"type": "video", "video": SOURCE}`` and ``video_url`` parts are videos as run reads
+    them: a missing or broken one is reported, as one in ``videos`` is."""
+    (tmp_path / "clip.mp4").write_bytes(mp4_bytes(frames=4))
+    (tmp_path / "broken.mp4").write_bytes(b"not a video" * 10)
+
+    def part(kind, source):
+        value = {"url": source} if kind == "video_url" else source
+        content = [{"type": kind, kind: value}, {"type": "text", "text": "What?"}]
+        return [{"role": "user", "content": content}]
+
+    items = [
+        {"id": "ok", "messages": part("video", "clip.mp4")},
+        {"id": "missing", "messages": part("video", "nope.mp4")},
+        {"id": "url_missing", "messages": part("video_url", "missing/clip.mp4")},
+        {"id": "broken", "messages": part("video", "broken.mp4")},
+    ]
+    n, bad = validate_data(_write(tmp_path, *items))
+    assert n == 4
+    assert {(b.id, b.reason) for b in bad} == {
+        ("missing", "video_not_found"),
+        ("url_missing", "video_not_found"),
+        ("broken", "video_decode"),
+    }

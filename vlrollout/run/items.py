@@ -261,14 +261,16 @@ def image_file_problems(
 def video_file_problems(
     item: dict[str, Any], base: Path, label: str = "item"
 ) -> list[tuple[str, str]]:
-    """Open every entry of ``videos`` (relative paths against ``base``) as the preprocessor does
-    (same guards), decoding only the first frame of a video file and every frame of a frame list
-    (images, opened as images are): ``[(reason, detail)]`` for those that fail."""
-    videos = item.get("videos")
-    if not isinstance(videos, list):
-        return []
+    """Open every video of the item (``videos`` and inline message parts, in prompt order;
+    relative paths against ``base``) as the preprocessor does (same guards), decoding only the
+    first frame of a video file and every frame of a frame list (images, opened as images are):
+    ``[(reason, detail)]`` for those that fail."""
+    try:
+        sources = normalize_media(item["messages"], item.get("images"), item.get("videos"), label)
+    except PreprocessError:
+        return []  # reported by item_problems
     problems = []
-    for k, source in enumerate(videos, start=1):
+    for k, source in enumerate(sources.videos, start=1):
         if source is None:
             continue
         if isinstance(source, list):
