@@ -287,7 +287,8 @@ def file_url_path(url: str, item: str) -> Path:
     Raises:
         PreprocessError: ``image_source`` for a URL naming a host other than ``localhost``
             (``file://media/a.png`` is the file ``/a.png`` on the host ``media``, not a relative
-            path).
+            path), or a relative one (``file:imgs/a.png``: a file URL's path is absolute, and
+            read against the working folder the same line would name another file in each).
     """
     parsed = urllib.parse.urlsplit(url)
     if parsed.netloc not in ("", "localhost"):
@@ -297,7 +298,16 @@ def file_url_path(url: str, item: str) -> Path:
             f"file URL {url[:80]!r} names the host {parsed.netloc!r}: a local file is "
             "file:///absolute/path, and a relative path is written without file://",
         )
-    return Path(urllib.request.url2pathname(parsed.path))
+    path = Path(urllib.request.url2pathname(parsed.path))
+    if not path.is_absolute():
+        raise PreprocessError(
+            item,
+            "image_source",
+            f"file URL {url[:80]!r} holds a relative path: a file URL names an absolute path "
+            "(file:///absolute/path); write a relative path without file: (then it is read "
+            "against the data file's folder)",
+        )
+    return path
 
 
 def _exists(text: str) -> bool:

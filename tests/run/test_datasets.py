@@ -248,6 +248,32 @@ def test_source_forms_name_what_the_user_wrote(tmp_path):
         assert item_problems(empty) == [("bad_images", "images has an empty entry")]
 
 
+def test_a_relative_file_url_is_refused_wherever_the_command_runs(tmp_path, monkeypatch):
+    """``file:imgs/a.png`` was read against the working folder: from a folder holding its own
+    ``imgs/a.png`` the line named another file than from elsewhere."""
+    (tmp_path / "imgs").mkdir()
+    Image.new("RGB", (3, 2)).save(tmp_path / "imgs" / "a.png")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PreprocessError) as info:
+        load_image("file:imgs/a.png", "item")
+    assert info.value.reason == "image_source" and "relative path" in info.value.detail
+
+
+def test_a_symlinked_data_file_gets_one_verdict_from_validate_data_and_run(tmp_path):
+    """Media paths are read against the folder the file is named in, by both commands (as a
+    Hugging Face cache snapshot names its files): validate-data resolved the link."""
+    real, linked = tmp_path / "real", tmp_path / "linked"
+    real.mkdir()
+    linked.mkdir()
+    Image.new("RGB", (3, 2)).save(linked / "a.png")
+    _write(real / "d.jsonl", [{"id": "a", "messages": "<image>x", "images": ["a.png"]}])
+    (linked / "d.jsonl").symlink_to(real / "d.jsonl")
+    n, bad = validate_data(linked / "d.jsonl")
+    assert (n, bad) == (1, [])
+    (item,) = load_items(linked / "d.jsonl")
+    assert item["images"] == [str(linked / "a.png")]
+
+
 def test_validate_data_names_label_boxes_no_reward_can_score(tmp_path):
     """Reversed corners are refused by every grounding reward, in any frame, after generating;
     validate-data names the box before (run reports it as the reward's refusal, bad_field being

@@ -322,7 +322,9 @@ def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
     Raises:
         DataFileError: the file itself is missing, a folder or of an unknown type.
     """
-    path = check_data_path(path).resolve()  # media paths named as run names them
+    # Media paths named as run names them: against the folder the file is named in (a symlink's
+    # own, as in a Hugging Face cache snapshot), not its target's.
+    path = check_data_path(path).absolute()
     rows = read_rows(path)
     bad: list[BadLine] = []
     seen: dict[str, int] = {}
