@@ -155,7 +155,8 @@ def test_validate_data_refuses_what_run_refuses_in_the_prompt():
     assert item_problems(templated) == []
     # A templated prompt starts with a special token (the preprocessor's rule); brackets inside
     # a question are text, and the question is checked as any other.
-    for text in ("Is 3 < 4 in the picture?", "Describe [the] picture.", "Is a < b?"):
+    questions = ("Is 3 < 4 in the picture?", "Describe [the] picture.", "Is a < b?")
+    for text in (*questions, "[Q] Where is it?", "<b>Where</b> is it?"):  # a start is no token
         question = {"id": "q", "messages": text, "images": ["a.png"]}
         assert [r for r, _ in item_problems(question)] == ["placeholder_mismatch"], text
     system = {"id": "b", "messages": "<|im_start|>system\nHi<|im_end|>", "images": ["a.png"]}

@@ -18,6 +18,7 @@ reasons (``image_not_found``, ``image_decode``, ``video_decode``, ``video_too_la
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,11 +232,24 @@ def media_problems(item: dict[str, Any], well_formed: bool = True) -> list[tuple
     return problems
 
 
+TEMPLATE_START = re.compile(
+    r"\s*(<\|[^|<>\s]+\|>|<(s|bos|start_of_turn)>|\[(INST|gMASK|SYSTEM_PROMPT)\])"
+)
+"""How the families' chat-templated prompts start: a ``<|...|>`` token (``<|im_start|>``,
+``<|begin_of_text|>``, ``<|startoftext|>``), ``<s>``/``<bos>``/``<start_of_turn>``, or
+``[INST]``/``[gMASK]``/``[SYSTEM_PROMPT]``."""
+
+
 def _may_hold_tokens(text: str) -> bool:
     """Whether a prompt string may be chat-templated already, with a family's own media
-    placeholders: the preprocessor takes a string for one when it starts with a special token
-    (``<|im_start|>``, ``<bos>``, ``[INST]``), and every family's starts with a bracket."""
-    return text.lstrip()[:1] in ("<", "[")
+    placeholders: the preprocessor takes a string for one when it starts with one of its
+    tokenizer's special tokens, which without the model are recognised by their forms
+    (:data:`TEMPLATE_START`). ``[Q] Where?`` and ``<b>Where</b>?`` are plain prompts.
+
+    >>> [_may_hold_tokens(t) for t in ("<|im_start|>user", "[INST] a", "[Q] a", "<b>a</b>")]
+    [True, True, False, False]
+    """
+    return TEMPLATE_START.match(text) is not None
 
 
 def image_file_problems(
