@@ -259,6 +259,15 @@ def test_a_relative_file_url_is_refused_wherever_the_command_runs(tmp_path, monk
     assert info.value.reason == "image_source" and "relative path" in info.value.detail
 
 
+def test_a_position_id_never_takes_another_items_own_id(tmp_path):
+    """Line 1 names itself "2" and lines 2-3 give no id: line 3's position id "2" was taken for
+    a duplicate of line 1, an id the file never gave it."""
+    rows = [{"id": "2", "messages": "a"}, {"messages": "b"}, {"messages": "c"}]
+    path = _write(tmp_path / "d.jsonl", rows)
+    assert [item["id"] for item in load_items(path)] == ["2", "1", "2~2"]
+    assert validate_data(path) == (3, [])
+
+
 def test_a_symlinked_data_file_gets_one_verdict_from_validate_data_and_run(tmp_path):
     """Media paths are read against the folder the file is named in, by both commands (as a
     Hugging Face cache snapshot names its files): validate-data resolved the link."""

@@ -34,6 +34,19 @@ def row_id(row: dict[str, Any], keys: tuple[str, ...], default: str) -> str:
     return default
 
 
+def position_name(index: int, taken: set[str]) -> str:
+    """The id of an item that gives none: its 0-based position, unless another item gives that
+    as its own id (then ``~2``, ``~3``... appended): a made-up id never takes a real one.
+
+    >>> position_name(2, {"2"}), position_name(3, {"2"})
+    ('2~2', '3')
+    """
+    name, k = str(index), 2
+    while name in taken:
+        name, k = f"{index}~{k}", k + 1
+    return name
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 

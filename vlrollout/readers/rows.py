@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from vlrollout.jsonl import iter_jsonl
-from vlrollout.readers.fields import RowError, row_id
+from vlrollout.readers.fields import RowError, position_name, row_id
 from vlrollout.readers.sources import DataFileError, resolve_item_sources, unreadable
 from vlrollout.readers.tables import ID_KEYS, apply_mapping, own_id, table_fields
 
@@ -148,7 +148,9 @@ def jsonl_items(
     rows = read_rows(path)
     out: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
-    for index, (lineno, row) in enumerate(rows[:limit] if limit is not None else rows):
+    rows = rows[:limit] if limit is not None else rows
+    own = {own_id(r, mapping, "") for _, r in rows if isinstance(r, dict)} - {""}
+    for index, (lineno, row) in enumerate(rows):
         problem = row_problem(row)
         if problem is not None:
             out.append(unreadable(f"line-{lineno}", *problem))
@@ -156,13 +158,13 @@ def jsonl_items(
         try:
             row = table_fields(apply_mapping(row, mapping) if mapping else row)
         except RowError as e:  # named by its own id where it has one free, as a table row is
-            own = own_id(row, mapping, "")
-            item_id = own if own and own not in seen else f"line-{lineno}"
+            given = own_id(row, mapping, "")
+            item_id = given if given and given not in seen else f"line-{lineno}"
             seen.setdefault(item_id, lineno)
             out.append(unreadable(item_id, e.reason, f"{path} line {lineno}: {e}"))
             continue
         item = {"id": "", **row}  # the id first, as in every item
-        item["id"] = row_id(row, ID_KEYS, str(index))
+        item["id"] = row_id(row, ID_KEYS, position_name(index, own))
         if item["id"] in seen:
             detail = f"id {item['id']!r} already used on line {seen[item['id']]}"
             out.append(unreadable(f"{item['id']}@line-{lineno}", "duplicate_id", detail))

@@ -41,7 +41,7 @@ from vlrollout.processors.messages import (
 )
 from vlrollout.processors.video_loading import load_video
 from vlrollout.processors.video_sampling import VideoSampling
-from vlrollout.readers.fields import RowError, row_id
+from vlrollout.readers.fields import RowError, position_name, row_id
 from vlrollout.readers.tables import ID_KEYS, table_fields
 from vlrollout.rewards.caller import reward_argument_clash
 from vlrollout.rewards.grounding import box_problem
@@ -342,8 +342,11 @@ def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
     rows = read_rows(path)
     bad: list[BadLine] = []
     seen: dict[str, int] = {}
+    own = {row_id(r, ID_KEYS, "") for _, r in rows if isinstance(r, dict)} - {""}
     for index, (lineno, item) in enumerate(rows):
-        item_id = row_id(item, ID_KEYS, str(index)) if isinstance(item, dict) else None
+        item_id = (
+            row_id(item, ID_KEYS, position_name(index, own)) if isinstance(item, dict) else None
+        )
         for reason, detail in media_file_problems(item, path.parent):
             bad.append(BadLine(lineno, item_id, reason, detail))
         if item_id is not None:
