@@ -89,12 +89,14 @@ def _digits_value(digits: str) -> int | str | None:
 
 
 def read_count(text: str) -> tuple[int | None, str | None]:
-    """The count in ``text`` and, when none could be read, why (``no_number``/``number_too_long``).
+    """The count in ``text`` and, when none could be read, why (``no_number``,
+    ``number_too_long``, ``not_a_count``).
 
     The last ``[n]`` wins; otherwise the last integer or number word (0-99; "twenty-one" and
     "twenty one" are 21), with the scale words of its phrase ("one hundred and five" is 105,
     "3 thousand" 3000). Signs are kept (``-3`` is -3, never 3), thousands separators are read
-    (``1,000`` is 1000), decimals other than ``.0`` and hyphenated ranges (``3-4``) are not counts.
+    (``1,000`` is 1000), hyphenated ranges (``3-4``) are not counts, and a decimal other than
+    ``.0`` as the last number is ``not_a_count`` (an earlier integer is not the answer either).
 
     >>> read_count("twenty-one"), read_count("1,000 ants"), read_count("-3"), read_count("9" * 30)
     ((21, None), (1000, None), (-3, None), (None, 'number_too_long'))
@@ -154,6 +156,8 @@ def _last_count(text: str, start: int) -> tuple[int | None, str | None] | None:
             if value == _TOO_LONG:
                 too_long = True
                 continue
+            if value is None:  # the answer is a decimal: not a count, nor an earlier number
+                return None, "not_a_count"
         else:
             value = _word_value(token)
             if value is not None and token in _UNITS[1:] and sign == 1:
@@ -255,16 +259,14 @@ def parse_number(text: str) -> float | None:
     fractions ``3/4``, in any script's decimal digits (Arabic-Indic with its own separators).
     One dot is a decimal point, as in English: ``1.000`` is 1.
 
-    Linear time: one regex scan in C, then values are tried from the last match backwards.
+    Linear time: one regex scan in C. The last number decides: one that is no finite number
+    (``1e400``, ``3/0``) gives ``None``, not an earlier number.
 
     >>> parse_number("about 1,234.5 m"), parse_number("x = -3/4"), parse_number("none")
     (1234.5, -0.75, None)
     """
-    for token in reversed(_NUMBER.findall(str(text).translate(_ARABIC_SEPARATORS))):
-        value = _number_value(token)
-        if value is not None:
-            return value
-    return None
+    tokens = _NUMBER.findall(str(text).translate(_ARABIC_SEPARATORS))
+    return _number_value(tokens[-1]) if tokens else None  # an infinite last is no earlier one
 
 
 def _gold(task_data: dict[str, Any], key: str, who: str) -> Any:

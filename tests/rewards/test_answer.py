@@ -337,3 +337,14 @@ def test_a_negative_gold_count_is_refused():
     for gold in (-1, "-2"):
         with pytest.raises(ValueError, match="a count is 0 or more"):
             CountReward().score("p", "-1", [], [], answer=gold)
+
+
+def test_the_last_number_decides_even_when_it_is_no_count_or_no_finite_number():
+    """An earlier integer is not the answer: "2 cubes; the total is 2.5" scored 1.0 against 2,
+    and "5 or 1e400" 1.0 against 5."""
+    from vlrollout.rewards.answer import CountReward, NumericReward
+
+    counted = CountReward().score("p", "There are 2 red cubes; the total is 2.5", [], [], answer=2)
+    assert (counted.value, counted.reason) == (0.0, "not_a_count")
+    assert NumericReward().score("p", "5 or 1e400", [], [], answer=5).value == 0.0
+    assert CountReward().score("p", "3 cubes, the answer is 3.0", [], [], answer=3).value == 1.0
