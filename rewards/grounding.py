@@ -166,6 +166,13 @@ def _empty_labels_message(field_name: str, metric: str) -> str:
     )
 
 
+POINT_FAMILIES = frozenset({"molmo", "qwen2_5_vl", "qwen3_vl"})
+"""Box parsers that read points (Molmo's ``<point>``, Qwen's ``point_2d``)."""
+
+POINTS_ONLY = frozenset({"molmo"})
+"""Box parsers that read points and never a box."""
+
+
 class GroundingReward(Reward):
     """Box reward for one model family's output format.
 
@@ -218,6 +225,11 @@ class GroundingReward(Reward):
         if not 0.0 < iou_threshold <= 1.0:
             raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
         get_parser(family, plain_frame)  # validates the family now, not at the first call
+        if family in POINTS_ONLY:
+            raise ValueError(
+                f"family {family!r} writes points, not boxes, so every completion would score "
+                "the failure value (no_box:points_only); use the point_in_box reward"
+            )
         self.family = family
         self.metric = metric
         self.label_frame = Frame(label_frame)
@@ -339,10 +351,6 @@ class GroundingReward(Reward):
         return RewardResult(best, None, details)
 
 
-POINT_FAMILIES = frozenset({"molmo", "qwen2_5_vl", "qwen3_vl"})
-"""Box parsers that read points (Molmo's ``<point>``, Qwen's ``point_2d``)."""
-
-
 class PointInBoxReward(Reward):
     """Point reward: F1 of a one-to-one matching of predicted points to label boxes.
 
@@ -365,6 +373,11 @@ class PointInBoxReward(Reward):
         use_answer_tag: bool = True,
     ) -> None:
         get_parser(family)
+        if family not in POINT_FAMILIES:
+            raise ValueError(
+                f"family {family!r} writes no points its parser reads, so every completion would "
+                f"score 0 (no_point); point_in_box reads {', '.join(sorted(POINT_FAMILIES))}"
+            )
         self.family = family
         self.label_frame = Frame(label_frame)
         self.boxes_key = boxes_key

@@ -340,3 +340,15 @@ def test_a_label_coordinate_that_is_not_a_number_is_refused(box):
     r = GroundingReward("plain", "iou", plain_frame="norm1000", label_frame="norm1000")
     with pytest.raises(ValueError, match=r"task_data\['boxes'\]"):
         r("p", "[1, 2, 3, 4]", [], [], boxes=box)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "internvl", "glm4v", "paligemma", "florence2"])
+def test_a_point_reward_for_a_family_that_writes_no_points_is_refused(family):
+    """Its parser never yields a point: every completion scored 0 (no_point), silently."""
+    with pytest.raises(ValueError, match="writes no points"):
+        PointInBoxReward(family)
+
+
+def test_a_box_reward_for_a_family_that_writes_only_points_is_refused():
+    with pytest.raises(ValueError, match="writes points, not boxes"):
+        GroundingReward("molmo", "iou")
