@@ -303,3 +303,13 @@ def test_videos_are_sampled_as_the_video_flags_say(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "video max_pixels=3136 is below the processor's own min_pixels" in err
     assert "Traceback" not in err
+
+
+def test_the_unknown_box_format_message_lists_only_names_that_are_taken():
+    """Bare ``plain`` is refused (it needs its frame): the list of known names leaves it out."""
+    from vlrollout.eval.metrics.boxes import check_box_format
+
+    with pytest.raises(ValueError) as info:
+        check_box_format("nosuch")
+    known = str(info.value).split("expected one of ")[1].split(" or plain:FRAME")[0]
+    assert "'plain'" not in known and "'qwen2_vl'" in known

@@ -145,6 +145,11 @@ def test_sharing_is_by_name_and_only_when_asked(tokenizer, qwen2vl_processor):
     a = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, share="s")
     c = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor, share="s")
     assert a.ledger is c.ledger and a.ctx.prompts is c.ctx.prompts
+    # The default written as a YAML int is the same configuration.
+    d = VisionRLVRWorkflow(
+        REWARD, GCONFIG, tokenizer, qwen2vl_processor, reward_timeout_s=15, share="s"
+    )
+    assert d.ledger is a.ledger
     own = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
     again = VisionRLVRWorkflow(REWARD, GCONFIG, tokenizer, qwen2vl_processor)
     assert own.ledger is not again.ledger and own.ledger is not a.ledger

@@ -52,8 +52,10 @@ def config_key(cls: type, args: tuple, kwargs: dict[str, Any]) -> tuple[str, lis
     refs: list[Any] = []
 
     def fp(v: Any) -> str:
-        if v is None or isinstance(v, str | int | float | bool):
+        if v is None or isinstance(v, str | bool):
             return repr(v)
+        if isinstance(v, int | float):  # 15 and 15.0 (a YAML int, a default float) are alike
+            return repr(float(v))
         if isinstance(v, list | tuple):
             return "[" + ",".join(fp(x) for x in v) + "]"
         if isinstance(v, dict):

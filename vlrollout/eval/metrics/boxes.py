@@ -196,7 +196,7 @@ def check_box_format(name: str) -> BoxFormat:
     try:
         get_parser(key)
     except ValueError:
-        known = sorted({*BOX_FORMATS, *PARSERS})
+        known = sorted({*BOX_FORMATS, *PARSERS} - {"plain"})  # plain takes its frame
         raise ValueError(
             f"unknown box format {name!r}; expected one of {known} or plain:FRAME with FRAME one "
             f"of {[f.value for f in Frame]}"
