@@ -14,6 +14,17 @@ from vlrollout.rewards.grounding import POINT_FAMILIES
 from vlrollout.rewards.registry import BOX_REWARDS
 
 
+def box_format_unread(reward: str) -> str | None:
+    """Why a box format given for ``reward`` would be read by nothing (``None`` when the reward
+    is a built-in box or point reward, which read it)."""
+    if reward in (*BOX_REWARDS, "point_in_box"):
+        return None
+    return (
+        f"applies to the box and point rewards ({', '.join(sorted(BOX_REWARDS))}, "
+        f"point_in_box); the reward {reward!r} reads its boxes its own way"
+    )
+
+
 def box_reward_options(
     reward: str, model: str | None, written_as: str | None = None
 ) -> dict[str, Any]:

@@ -100,3 +100,30 @@ def test_a_config_without_a_valid_dataset_section_is_told_how_to_add_it(tmp_path
         load_config(str(config), [f"vlrollout.output={tmp_path}", "valid_dataset.path=x.jsonl"])
     message = "no valid_dataset section to set valid_dataset.path in: pass +valid_dataset.type=rl"
     assert message in str(caught.value)
+
+
+def test_box_format_reaches_the_training_box_reward():
+    """The tiny grounding model (family qwen3_vl) writes Qwen2-VL boxes: without
+    ``vlrollout.box_format`` the built-in ``iou`` read them as qwen3_vl JSON and scored every
+    completion 0."""
+    from vlrollout.train.rewards import build_rewards
+
+    items = [{"id": "a", "task": "ground", "boxes": [[5, 5, 27, 27]]}]
+    geo = [{"original_width": 112, "original_height": 112, "model_width": 112, "model_height": 112}]
+    box = "<|box_start|>(45,45),(241,241)<|box_end|>"
+    model = "assets/tiny-qwen3vl-ground"
+    family, _ = build_rewards("iou", "giou", items, items, model=model)
+    written, held_out = build_rewards(
+        "iou", "giou", items, items, model=model, written_as="qwen2_vl"
+    )
+    assert family("p", box, [], [], boxes=[[5, 5, 27, 27]], geometry=geo) == 0.0
+    assert written("p", box, [], [], boxes=[[5, 5, 27, 27]], geometry=geo) > 0.99
+    assert held_out("p", box, [], [], boxes=[[5, 5, 27, 27]], geometry=geo) > 0.99
+
+
+def test_a_box_format_no_reward_reads_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="vlrollout.box_format applies to the box and point"):
+        load_config(
+            "examples/train_grounding.yaml",
+            [f"vlrollout.output={tmp_path}", "vlrollout.box_format=qwen2_vl"],
+        )

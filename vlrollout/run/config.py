@@ -33,12 +33,12 @@ from areal.api.cli_args import GenerationHyperparameters
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from vlrollout.box_rewards import box_format_unread
 from vlrollout.config import check_gconfig, check_remote_gconfig, explain, read_yaml
 from vlrollout.engine.config import EngineConfig
 from vlrollout.errors import ConfigError
 from vlrollout.eval.metrics.boxes import check_box_format
 from vlrollout.readers import FORMATS
-from vlrollout.rewards.registry import BOX_REWARDS
 
 WORKFLOWS = ("text", "vision", "multi_attempt", "vision_multi_attempt", "vision_tool")
 VISION_WORKFLOWS = ("vision", "vision_multi_attempt", "vision_tool")
@@ -169,12 +169,8 @@ class RunConfig:
                 check_box_format(self.box_format)
             except ValueError as e:
                 raise ConfigError(f"box_format (--box-format): {e}") from None
-            if self.reward not in (*BOX_REWARDS, "point_in_box"):
-                raise ConfigError(
-                    f"--box-format applies to the box and point rewards "
-                    f"({', '.join(sorted(BOX_REWARDS))}, point_in_box); --reward {self.reward!r} "
-                    "reads its boxes its own way"
-                )
+            if unread := box_format_unread(self.reward):
+                raise ConfigError(f"--box-format {unread}")
         if not 0 < self.turn_discount <= 1:
             raise ConfigError(
                 f"{_flag('turn_discount')} must be in (0, 1], got {self.turn_discount}"

@@ -25,6 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from vlrollout.box_rewards import box_format_unread
 from vlrollout.config import check_gconfig, check_remote_gconfig, check_room_in_context, known_keys
 from vlrollout.engine.config import EngineConfig
 from vlrollout.engine.sampling import GREEDY_BELOW
@@ -107,12 +108,23 @@ class TrainSection:
             "(docs/training.md)."
         },
     )
+    box_format: str | None = field(
+        default=None,
+        metadata={
+            "help": "How the model writes boxes, when not as its family does (a model "
+            "fine-tuned on another format: the tiny grounding model writes Qwen2-VL's `qwen2_vl` "
+            "boxes): the built-in box rewards (`iou`, `giou`, ...) read them so, and "
+            "`eval_task` too unless `eval_box_format` says otherwise; `null`: the family's. As "
+            "`vlrollout run --box-format`."
+        },
+    )
     eval_box_format: str | None = field(
         default=None,
         metadata={
             "help": "With `eval_task`: how the model writes boxes, when not as its family does "
             "(a model fine-tuned on another format: the tiny grounding model writes Qwen2-VL's "
-            "`qwen2_vl` boxes); `null`: the family's. As `vlrollout eval --box-format`."
+            "`qwen2_vl` boxes); `null`: `box_format`, else the family's. As `vlrollout eval "
+            "--box-format`."
         },
     )
     data_format: str | None = field(
@@ -328,11 +340,14 @@ class TrainSection:
                 f"vlrollout.eval_task must be null or one of {', '.join(EVAL_TASKS)} (the tasks "
                 f"of vlrollout eval), got {self.eval_task!r}"
             )
-        if self.eval_box_format is not None:
-            try:
-                check_box_format(self.eval_box_format)
-            except ValueError as e:
-                raise ConfigError(f"vlrollout.eval_box_format: {e}") from None
+        if self.box_format is not None and (unread := box_format_unread(self.reward)):
+            raise ConfigError(f"vlrollout.box_format {unread}")
+        for key in ("box_format", "eval_box_format"):
+            if getattr(self, key) is not None:
+                try:
+                    check_box_format(getattr(self, key))
+                except ValueError as e:
+                    raise ConfigError(f"vlrollout.{key}: {e}") from None
         if self.data_format is not None and self.data_format not in FORMATS:
             raise ConfigError(
                 f"vlrollout.data_format must be null (detected from the path) or one of "

@@ -284,7 +284,9 @@ def run_rewards(cfg: TrainConfig, train: list[dict], held_out: list[dict]) -> tu
     """
     vl = cfg.vlrollout
     try:
-        return build_rewards(vl.reward, vl.ground_metric, train, held_out, cfg.actor.path)
+        return build_rewards(
+            vl.reward, vl.ground_metric, train, held_out, cfg.actor.path, vl.box_format
+        )
     except (ImportError, AttributeError, ValueError, TypeError, LookupError) as e:
         raise ConfigError(f"vlrollout.reward {vl.reward!r}: {str(e).splitlines()[0]}") from None
 
@@ -384,7 +386,7 @@ def build_workflows(
         concurrency = held_out_concurrency(
             vl.engine.kind, bool(vl.engine.deterministic), len(eval_items)
         )
-        family = vl.eval_box_format or family_name_at(cfg.actor.path)
+        family = vl.eval_box_format or vl.box_format or family_name_at(cfg.actor.path)
         task = TaskEvaluation(get_task(vl.eval_task), predictor, family, concurrency)
     held_out = HeldOut(
         engine=engine,

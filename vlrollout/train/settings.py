@@ -51,6 +51,7 @@ RESULT_SETTINGS = (
     "vlrollout.eval_items",
     "vlrollout.eval_seed",
     "vlrollout.eval_task",
+    "vlrollout.box_format",
     "vlrollout.eval_box_format",
     "vlrollout.eval_samples",
     "vlrollout.reward",
