@@ -138,6 +138,13 @@ def check_frame_size(size: tuple[int, int], item: str, max_frame_pixels: int) ->
 def _frame_limits(stream: Any, item: str, max_frame_pixels: int) -> tuple[int, int]:
     ctx = stream.codec_context
     size = (int(ctx.width), int(ctx.height))
+    if size[0] <= 0 or size[1] <= 0:  # the header gave no size: FFmpeg cannot read the stream
+        raise PreprocessError(
+            item,
+            "video_decode",
+            f"FFmpeg reads no frame size from the {ctx.name or 'unknown'} stream (animated WebP "
+            "is one it cannot decode); convert the clip to mp4 or webm",
+        )
     check_frame_size(size, item, max_frame_pixels)
     return size
 
@@ -150,12 +157,20 @@ STILL_IMAGE_MAGIC = {
     b"MM\x00*": "TIFF",
 }
 """How still images start: FFmpeg opens one as a one-frame clip of made-up timing (25 fps,
-0.04 s), so a picture given as a video is refused. An animated GIF is a video."""
+0.04 s), so a picture given as a video is refused. An animated GIF is a video, and so is an
+animated PNG (:func:`is_animated_png`)."""
+
+
+def is_animated_png(raw: bytes) -> bool:
+    """Whether PNG bytes are an animated PNG: its ``acTL`` chunk comes before the first image
+    data (``IDAT``), which FFmpeg decodes frame by frame."""
+    head = raw[: raw.find(b"IDAT")] if b"IDAT" in raw else raw
+    return b"acTL" in head
 
 
 def _open(raw: bytes, item: str) -> tuple[Any, Any]:
     for magic, kind in STILL_IMAGE_MAGIC.items():
-        if raw.startswith(magic):
+        if raw.startswith(magic) and not (kind == "PNG" and is_animated_png(raw)):
             raise PreprocessError(
                 item, "video_decode", f"a {kind} image, not a video; give it in images"
             )

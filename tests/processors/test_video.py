@@ -277,6 +277,29 @@ def test_a_still_image_under_a_video_name_is_no_video(tmp_path, fmt):
     assert f"a {fmt} image, not a video; give it in images" in e.value.detail
 
 
+def _animated(fmt: str, **options) -> bytes:
+    images = [Image.fromarray(f) for f in square_frames(8)]
+    buf = io.BytesIO()
+    images[0].save(
+        buf, format=fmt, save_all=True, append_images=images[1:], duration=250, **options
+    )
+    return buf.getvalue()
+
+
+def test_an_animated_png_is_a_video():
+    """FFmpeg decodes APNG frame by frame; as a still PNG it was refused, and given in images
+    instead it kept only its first frame."""
+    video = load_video(_animated("PNG"), "v", VideoSampling(fps=4.0, max_frames=8))
+    assert video.frames.shape[0] == 8 and video.clip.timestamps_s[-1] == pytest.approx(1.75)
+
+
+def test_an_animated_webp_ffmpeg_cannot_decode_is_a_decode_error():
+    """FFmpeg reads no frame size from it: not a video with no frame (video_empty)."""
+    with pytest.raises(PreprocessError) as e:
+        load_video(_animated("WEBP", lossless=True), "v", VideoSampling(fps=4.0))
+    assert e.value.reason == "video_decode" and "animated WebP" in e.value.detail
+
+
 def test_frames_of_different_sizes_are_refused():
     _, pre = preprocessor("qwen2_vl")
     frames = [Image.new("RGB", (32, 32)), Image.new("RGB", (40, 32))]
