@@ -248,6 +248,16 @@ def test_source_forms_name_what_the_user_wrote(tmp_path):
         assert item_problems(empty) == [("bad_images", "images has an empty entry")]
 
 
+def test_a_file_that_is_not_utf8_is_refused_naming_the_line(tmp_path):
+    """One Latin-1 byte on line 2: the refusal says where it is."""
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"id": "a", "messages": "hi"}\n{"id": "b", "messages": "caf\xe9"}\n')
+    with pytest.raises(DataFileError, match=r"not UTF-8 text .*at line 2, column 29 \(byte 0xe9\)"):
+        load_items(path)
+    with pytest.raises(DataFileError, match="at line 2"):
+        validate_data(path)
+
+
 def test_a_relative_file_url_is_refused_wherever_the_command_runs(tmp_path, monkeypatch):
     """``file:imgs/a.png`` was read against the working folder: from a folder holding its own
     ``imgs/a.png`` the line named another file than from elsewhere."""

@@ -59,7 +59,23 @@ def read_rows(path: Path) -> list[tuple[int, Any]]:
     try:
         return list(iter_jsonl(path))
     except UnicodeDecodeError as e:
-        raise DataFileError(f"data file {path} is not UTF-8 text ({e.reason})") from None
+        where = first_non_utf8(path.read_bytes())
+        raise DataFileError(f"data file {path} is not UTF-8 text ({e.reason}{where})") from None
+
+
+def first_non_utf8(raw: bytes) -> str:
+    r"""Where the first byte that is not UTF-8 text is, as ``" at line N, column C (byte 0xff)"``
+    (``""`` when every line decodes).
+
+    >>> first_non_utf8(b'{"a": 1}\n{"b": "caf\xe9"}\n')
+    ' at line 2, column 11 (byte 0xe9)'
+    """
+    for lineno, line in enumerate(raw.split(b"\n"), 1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return f" at line {lineno}, column {e.start + 1} (byte 0x{line[e.start]:02x})"
+    return ""
 
 
 def read_parquet(path: Path) -> Any:
