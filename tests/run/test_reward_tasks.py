@@ -62,6 +62,21 @@ def test_items_whose_task_the_reward_does_not_score_are_blocked_before_rolling_o
     assert block_unscored_tasks(count, _items("juggle")) == _items("juggle")  # not routed
 
 
+def test_an_item_the_run_rejects_for_its_own_content_keeps_that_reason():
+    """A media field nothing reads, or a reserved field, on an item without a task: fixing the
+    task alone would not make it run, so its own reason is the one reported."""
+    tiny = get_reward("tiny_task", items=[])
+    items = [
+        {"id": "a", "messages": "<image>How many?", "image": "a.png"},
+        {"id": "b", "messages": "q", "prompt": "x"},
+    ]
+    reasons = [
+        [r for r, _ in item_problems(item) if r in BLOCKING][0]
+        for item in block_unscored_tasks(tiny, items)
+    ]
+    assert reasons == ["media_field_unsupported", "reserved_field"]
+
+
 def test_an_item_whose_task_has_no_route_is_rejected_with_the_fix():
     reward = ByTask({"count": lambda *a, **k: 1.0})
     with pytest.raises(ValueError, match=r"task='refcoco'.*--reward iou"):

@@ -29,7 +29,7 @@ from vlrollout.rewards.caller import RewardCaller
 from vlrollout.rewards.combine import ByTask, WeightedSum
 from vlrollout.rewards.task_hints import task_reward_hint
 from vlrollout.run.config import VISION_WORKFLOWS, WORKFLOWS, RunConfig
-from vlrollout.run.items import UNKNOWN_TASK
+from vlrollout.run.items import BLOCKING, UNKNOWN_TASK, item_problems
 from vlrollout.run.output import prepare_output
 from vlrollout.stopping import until_signalled
 from vlrollout.workflows.steps import resolve_callable
@@ -98,12 +98,16 @@ def check_reward_tasks(reward: Any, items: list[dict[str, Any]], name: str) -> N
 def block_unscored_tasks(reward: Any, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``items``, each one whose task ``reward`` routes by (:class:`ByTask`) and does not score
     blocked under ``unknown_task`` with the reward's message: its group is not rolled out only
-    for the reward to refuse every episode. The item keeps its fields, for the report."""
+    for the reward to refuse every episode. The item keeps its fields, for the report. An item
+    the run rejects for its own content first (a media field nothing reads, a reserved field) is
+    left to be rejected for that: fixing the task alone would not make it run."""
     if not isinstance(reward, ByTask):
         return items
     return [
         item
-        if LOAD_ERROR in item or reward.scores(item.get(reward.key))
+        if LOAD_ERROR in item
+        or reward.scores(item.get(reward.key))
+        or any(reason in BLOCKING for reason, _ in item_problems(item))
         else {
             **item,
             LOAD_ERROR: {
