@@ -284,6 +284,14 @@ def _number_gold(task_data: dict[str, Any], key: str, who: str) -> Any:
     return one_number(_gold(task_data, key, who), key)
 
 
+def _finite(value: numbers.Real) -> bool:
+    """Whether ``value`` is a finite number a float can hold (an int past 1.8e308 cannot)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def one_number(raw: Any, key: str = "answer") -> Any:
     """``raw`` when it is one finite number or a string holding one (see :func:`_number_gold`).
 
@@ -292,8 +300,8 @@ def one_number(raw: Any, key: str = "answer") -> Any:
     """
     if isinstance(raw, bool) or not isinstance(raw, (str, numbers.Real)):
         raise ValueError(f"task_data[{key!r}]={raw!r} is not a number")
-    if isinstance(raw, numbers.Real) and not math.isfinite(raw):
-        raise ValueError(f"task_data[{key!r}]={raw!r} is not a finite number")
+    if isinstance(raw, numbers.Real) and not _finite(raw):
+        raise ValueError(f"task_data[{key!r}]={str(raw)[:40]!s} is not a finite number")
     if isinstance(raw, str):
         found = len(_NUMBER.findall(raw)) + len(_WORD_NUMBER.findall(raw))
         if found > 1:

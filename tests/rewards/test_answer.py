@@ -348,3 +348,11 @@ def test_the_last_number_decides_even_when_it_is_no_count_or_no_finite_number():
     assert (counted.value, counted.reason) == (0.0, "not_a_count")
     assert NumericReward().score("p", "5 or 1e400", [], [], answer=5).value == 0.0
     assert CountReward().score("p", "3 cubes, the answer is 3.0", [], [], answer=3).value == 1.0
+
+
+def test_a_gold_past_a_floats_range_is_refused_naming_the_field():
+    """10**400 raised OverflowError out of the reward, not a ValueError naming the field."""
+    from vlrollout.rewards.answer import NumericReward
+
+    with pytest.raises(ValueError, match=r"task_data\['answer'\]=1000.* is not a finite number"):
+        NumericReward().score("p", "5", [], [], answer=10**400)
