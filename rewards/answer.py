@@ -610,7 +610,13 @@ class MathReward(Reward):
     def compute(self, prompt, completions, prompt_ids, completion_ids, **task_data) -> RewardResult:
         from math_verify import verify
 
-        raw = str(_gold(task_data, self.answer_key, type(self).__name__))
+        given = _gold(task_data, self.answer_key, type(self).__name__)
+        if isinstance(given, bool) or not isinstance(given, (str, numbers.Real)):
+            raise ValueError(
+                f"task_data[{self.answer_key!r}]={given!r:.60} is a {type(given).__name__}: "
+                "give the answer as one string or number"
+            )  # a list would be scored as its text, brackets and quotes included
+        raw = str(given)
         timeout = (
             self.timeout_seconds if threading.current_thread() is threading.main_thread() else None
         )

@@ -356,3 +356,12 @@ def test_a_gold_past_a_floats_range_is_refused_naming_the_field():
 
     with pytest.raises(ValueError, match=r"task_data\['answer'\]=1000.* is not a finite number"):
         NumericReward().score("p", "5", [], [], answer=10**400)
+
+
+@pytest.mark.parametrize("answer", [["2"], {"value": 2}, True])
+def test_a_math_gold_that_is_not_one_answer_is_refused(answer):
+    """["2"] was scored as the text "['2']" and matched a completion of 2."""
+    from vlrollout.rewards.answer import MathReward
+
+    with pytest.raises(ValueError, match=r"task_data\['answer'\]=.* give the answer as one"):
+        MathReward().score("p", "\\boxed{2}", [], [], answer=answer)
