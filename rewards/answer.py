@@ -19,6 +19,7 @@ The CLEVR-count and Geometry3K rewards fix weaknesses of AReaL 1.0.4's versions
 
 from __future__ import annotations
 
+import collections
 import math
 import numbers
 import re
@@ -260,13 +261,21 @@ def parse_number(text: str) -> float | None:
     One dot is a decimal point, as in English: ``1.000`` is 1.
 
     Linear time: one regex scan in C. The last number decides: one that is no finite number
-    (``1e400``, ``3/0``) gives ``None``, not an earlier number.
+    (``1e400``, ``3/0``) gives ``None``, not an earlier number. A dash joined to the word or
+    number before it is no minus sign (``3-4`` ends in 4, as ``read_count`` reads it).
 
     >>> parse_number("about 1,234.5 m"), parse_number("x = -3/4"), parse_number("none")
     (1234.5, -0.75, None)
     """
-    tokens = _NUMBER.findall(str(text).translate(_ARABIC_SEPARATORS))
-    return _number_value(tokens[-1]) if tokens else None  # an infinite last is no earlier one
+    text = str(text).translate(_ARABIC_SEPARATORS)
+    last = collections.deque(_NUMBER.finditer(text), maxlen=1)
+    if not last:
+        return None  # and an infinite last number is no number, not the one before it
+    match = last[0]
+    token = match.group()
+    if token[0] in _SIGNS and match.start() > 0 and text[match.start() - 1].isalnum():
+        token = token[1:]  # "3-4", "x-4": a dash joined to a word is no minus sign
+    return _number_value(token)
 
 
 def _gold(task_data: dict[str, Any], key: str, who: str) -> Any:

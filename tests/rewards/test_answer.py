@@ -365,3 +365,12 @@ def test_a_math_gold_that_is_not_one_answer_is_refused(answer):
 
     with pytest.raises(ValueError, match=r"task_data\['answer'\]=.* give the answer as one"):
         MathReward().score("p", "\\boxed{2}", [], [], answer=answer)
+
+
+def test_a_dash_joined_to_a_word_is_no_minus_sign():
+    """ "from 3-4" read -4 and scored 1.0 against a gold of -4."""
+    from vlrollout.rewards.answer import NumericReward, parse_number
+
+    assert parse_number("from 3-4") == 4.0 and parse_number("x-4") == 4.0
+    assert parse_number("it is -4") == -4.0 and parse_number("(-4)") == -4.0
+    assert NumericReward().score("p", "from 3-4", [], [], answer=-4).value == 0.0
