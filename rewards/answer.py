@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from vlrollout.eval.metrics.answers import match_choice_text, normalize_answer
-
 from .result import Reward, RewardResult, require_field
 from .text_extract import answer_region, last_boxed, without_reasoning
+from .vqa_answers import match_choice_text, normalize_answer
 
 _UNITS = "zero one two three four five six seven eight nine".split()
 _TEENS = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
@@ -457,7 +456,7 @@ class ChoiceReward(Reward):
     The answer's letter (``B``, ``(B)``, ``**B**``, ``the answer is B``), limited to the number
     of ``task_data["choices"]`` when present (else A-Z); several different letters in ``(X)``
     form give ``ambiguous_choice``. With ``choices`` and no letter, the one choice whose text the
-    answer gives (:func:`~vlrollout.eval.metrics.answers.match_choice_text`): a model answering
+    answer gives (:func:`~vlrollout.rewards.vqa_answers.match_choice_text`): a model answering
     "Paris" is scored as the evaluator scores it.
 
     >>> ChoiceReward()("p", "The answer is (B).", [], [], answer="B")

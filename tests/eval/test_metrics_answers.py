@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vlrollout.eval.metrics.answers import (
+from vlrollout.rewards.vqa_answers import (
     CONTRACTIONS,
     match_choice_text,
     normalize_answer,

@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from vlrollout.eval.metrics.answers import vqa_accuracy
 from vlrollout.eval.metrics.boxes import (
     MISSED,
     REC_METRICS,
@@ -50,6 +49,7 @@ from vlrollout.rewards.answer import (
 from vlrollout.rewards.grounding import fraction_label_problem, label_boxes, overlaps
 from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
+from vlrollout.rewards.vqa_answers import vqa_accuracy
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ def _is_digits(text: str) -> bool:
 class ChoiceTask(_TaskBase):
     """Multiple choice, scored by :class:`vlrollout.rewards.answer.ChoiceReward`: the letter the
     answer gives (``B``, ``(B)``, ``the answer is B``), else the one choice whose text it gives
-    (:func:`~vlrollout.eval.metrics.answers.match_choice_text`). Items: ``choices``, ``answer``
+    (:func:`~vlrollout.rewards.vqa_answers.match_choice_text`). Items: ``choices``, ``answer``
     (a letter, a 0-based index or a choice's text), ``question`` or ``messages``."""
 
     name = "mc"
@@ -434,7 +434,7 @@ class ChoiceTask(_TaskBase):
 class VqaTask(_TaskBase):
     """Short answers: VQA accuracy against VQA's ten human answers, else exact match against any
     answer given (one, or a list of accepted answers), both after the official normalisation
-    (:mod:`vlrollout.eval.metrics.answers`). Items: ``answer``, ``question`` or ``messages``."""
+    (:mod:`vlrollout.rewards.vqa_answers`). Items: ``answer``, ``question`` or ``messages``."""
 
     name = "vqa"
 
