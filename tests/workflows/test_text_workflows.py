@@ -168,16 +168,22 @@ def test_feedback_with_special_token_text_is_refused(tokenizer, feedback):
         )
 
 
-def test_multi_attempt_packs_turns_and_discounts(tokenizer):
-    wrong, right = _enc(tokenizer, "5"), _enc(tokenizer, "4")
-    engine = ScriptedEngine([wrong, wrong, right], stop_token_ids=[tokenizer.eos_token_id])
-    wf = MultiAttemptWorkflow(
+def _five_attempts(tokenizer, **settings):
+    """A multi-attempt workflow of up to 5 attempts, each extra one discounting by 0.5."""
+    return MultiAttemptWorkflow(
         "tests.workflows.reward_fns.contains_answer",
         GCONFIG,
         tokenizer,
         max_turns=5,
         turn_discount=0.5,
+        **settings,
     )
+
+
+def test_multi_attempt_packs_turns_and_discounts(tokenizer):
+    wrong, right = _enc(tokenizer, "5"), _enc(tokenizer, "4")
+    engine = ScriptedEngine([wrong, wrong, right], stop_token_ids=[tokenizer.eos_token_id])
+    wf = _five_attempts(tokenizer)
     traj = run(wf.arun_episode(engine, ITEM))
     assert check_trajectory_format(traj)
     assert traj["rewards"].item() == pytest.approx(0.25)  # right on the third attempt
@@ -197,19 +203,10 @@ def test_multi_attempt_ends_at_the_context_limit_with_its_attempts(tokenizer):
     second (wrong) attempt and is kept, where the engine would refuse the third request."""
     wrong = _enc(tokenizer, "5")
     engine = ScriptedEngine([wrong] * 5, stop_token_ids=[tokenizer.eos_token_id])
-    probe = MultiAttemptWorkflow(
-        "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, 5, 0.5
-    )
+    probe = _five_attempts(tokenizer)
     prompt = len(run(probe.ctx.prepare(ITEM)).input_ids)
     two = prompt + 2 * len(wrong) + len(probe.feedback_ids)
-    wf = MultiAttemptWorkflow(
-        "tests.workflows.reward_fns.contains_answer",
-        GCONFIG,
-        tokenizer,
-        max_turns=5,
-        turn_discount=0.5,
-        max_total_tokens=two + len(probe.feedback_ids),
-    )
+    wf = _five_attempts(tokenizer, max_total_tokens=two + len(probe.feedback_ids))
     traj = run(wf.arun_episode(engine, ITEM))
     assert traj is not None and check_trajectory_format(traj)
     assert len(engine.requests) == 2 and traj["input_ids"].shape[1] == two
