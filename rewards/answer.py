@@ -96,12 +96,14 @@ def read_count(text: str) -> tuple[int | None, str | None]:
     "twenty one" are 21), with the scale words of its phrase ("one hundred and five" is 105,
     "3 thousand" 3000). Signs are kept (``-3`` is -3, never 3), thousands separators are read
     (``1,000`` is 1000), hyphenated ranges (``3-4``) are not counts, and a decimal other than
-    ``.0`` as the last number is ``not_a_count`` (an earlier integer is not the answer either).
+    ``.0``, a fraction or a power (``3/4``, ``2^{10}``) as the last number is
+    ``not_a_count`` (an earlier integer is not the answer either). Numbers are written one way
+    first (:func:`plain_numbers`).
 
     >>> read_count("twenty-one"), read_count("1,000 ants"), read_count("-3"), read_count("9" * 30)
     ((21, None), (1000, None), (-3, None), (None, 'number_too_long'))
     """
-    text = str(text)
+    text = plain_numbers(text)
     brackets = _BRACKET_INT.findall(text)
     if brackets:
         value = _digits_value(brackets[-1])
@@ -126,6 +128,8 @@ def read_count(text: str) -> tuple[int | None, str | None]:
 
 
 _BOUNDARY = re.compile(rf"[^{_TOKEN_CHARS}]")
+_DENOMINATOR = re.compile(r"\d\s*/\s*\Z")
+"""What comes just before a fraction's denominator."""
 
 
 def _sign(text: str, i: int) -> int | None:
@@ -151,6 +155,11 @@ def _last_count(text: str, start: int) -> tuple[int | None, str | None] | None:
         token = m.group().rstrip(".,")
         if sign is None:
             continue
+        power = raised(text, m.start())
+        if power == "unit":  # "5 m^2": the exponent of a unit is not the count
+            continue
+        if power == "number" or _DENOMINATOR.search(text, max(0, m.start() - 40), m.start()):
+            return None, "not_a_count"  # "2^{10}", "3/4": never their last digits
         if token[0].isdigit():
             value = _digits_value(token)
             if value == _TOO_LONG:
@@ -235,8 +244,37 @@ _NUMBER = re.compile(
     r"(?:\s*/\s*\d+(?:\.\d+)?)?"
 )
 
-_ARABIC_SEPARATORS = str.maketrans({"\u066b": ".", "\u066c": ","})
-"""The Arabic decimal and thousands signs, which Arabic-Indic digits are written with."""
+_SEPARATORS = str.maketrans({"\u066b": ".", "\u066c": ",", "\uff0e": ".", "\uff0c": ","})
+"""The Arabic and full-width decimal and thousands signs, which their digits are written with."""
+_SPACE_GROUP = re.compile(r"(?<=\d)[\u00a0\u202f\u2009](?=\d{3}(?!\d))")
+"""A no-break, narrow no-break or thin space between digit groups of three (SI style)."""
+_LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*(\d[\d.,]*)\s*\}\s*\{\s*(\d[\d.,]*)\s*\}")
+_TIMES_TEN = re.compile(
+    r"(?<=\d)\s*(?:\u00d7|\\times|\\cdot|\*|\u00b7)\s*10\s*\^\s*\{?\s*([-+\u2212]?\d+)\s*\}?"
+)
+
+
+def plain_numbers(text: str) -> str:
+    r"""``text`` with its numbers written one way: Arabic and full-width separators as ASCII,
+    digit groups joined across no-break and thin spaces, LaTeX fractions as ``a/b`` and
+    ``a \times 10^{n}`` as ``aen`` (read as one number, never by its last digits).
+
+    >>> plain_numbers("\\frac{3}{4} or 1.5\u00d710^{3} or 1\u00a0000")
+    '3/4 or 1.5e3 or 1000'
+    """
+    text = _SPACE_GROUP.sub("", str(text).translate(_SEPARATORS))
+    text = _LATEX_FRACTION.sub(r"\1/\2", text)
+    return _TIMES_TEN.sub(lambda m: "e" + m.group(1).replace("\u2212", "-"), text)
+
+
+def raised(text: str, start: int) -> str | None:
+    """What the number starting at ``start`` is raised on: ``"number"`` for an exponent of a
+    number (``2^{10}``), ``"unit"`` for one of a word (``m^2``, ``x^2``), else ``None``."""
+    before = text[max(0, start - 8) : start].rstrip(" {")
+    if not before.endswith("^"):
+        return None
+    base = before[:-1].rstrip(" }")
+    return "number" if base[-1:].isdigit() else "unit"
 
 
 def _number_value(token: str) -> float | None:
@@ -257,7 +295,10 @@ def _number_value(token: str) -> float | None:
 def parse_number(text: str) -> float | None:
     """The last number in ``text``: integers, decimals, ``1,234``, ``1.000.000``, ``1e-3``,
     fractions ``3/4``, in any script's decimal digits (Arabic-Indic with its own separators).
-    One dot is a decimal point, as in English: ``1.000`` is 1.
+    One dot is a decimal point, as in English: ``1.000`` is 1. Written forms are read as one
+    number (:func:`plain_numbers`): LaTeX fractions, ``1.5 \\times 10^{3}``, digit groups split
+    by no-break spaces or full-width commas. A power of numbers (``2^{10}``) is its value, and an
+    exponent on a unit (``5 m^2``) is not the number.
 
     Linear time: one regex scan in C. The last number decides: one that is no finite number
     (``1e400``, ``3/0``) gives ``None``, not an earlier number. A dash joined to the word or
@@ -266,15 +307,36 @@ def parse_number(text: str) -> float | None:
     >>> parse_number("about 1,234.5 m"), parse_number("x = -3/4"), parse_number("none")
     (1234.5, -0.75, None)
     """
-    text = str(text).translate(_ARABIC_SEPARATORS)
-    last = collections.deque(_NUMBER.finditer(text), maxlen=1)
+    text = plain_numbers(text)
+    last = collections.deque(_NUMBER.finditer(text), maxlen=2)
     if not last:
-        return None  # and an infinite last number is no number, not the one before it
-    match = last[0]
+        return None
+    match = last[-1]
+    power = raised(text, match.start())
+    if power == "unit":  # "5 m^2": the exponent of a unit is not the answer
+        return _signed_value(text, last[0]) if len(last) == 2 else None
+    if power == "number":  # "2^{10}": the power's value
+        base = _signed_value(text, last[0]) if len(last) == 2 else None
+        exponent = _signed_value(text, match)
+        return _power(base, exponent)
+    return _signed_value(text, match)  # an infinite last number is None, not the one before
+
+
+def _signed_value(text: str, match: re.Match) -> float | None:
     token = match.group()
     if token[0] in _SIGNS and match.start() > 0 and text[match.start() - 1].isalnum():
         token = token[1:]  # "3-4", "x-4": a dash joined to a word is no minus sign
     return _number_value(token)
+
+
+def _power(base: float | None, exponent: float | None) -> float | None:
+    if base is None or exponent is None:
+        return None
+    try:
+        value = math.pow(base, exponent)
+    except (OverflowError, ValueError):  # past a float, or a negative base's fractional power
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _gold(task_data: dict[str, Any], key: str, who: str) -> Any:
@@ -371,22 +433,26 @@ class CountReward(Reward):
 
 
 _LETTER_PATTERNS = [
-    r"^\s*\(?([A-Z])\)?\s*[.:)]?\s*$",  # the whole answer is a letter: "B", "(B)", "B."
-    # "the answer is (b)", "Answer: B": a bare letter must be a capital, so the article in "the
-    # answer is a blue car" is not read as choice A.
+    r"^\s*\(?([A-Za-z])\)?\s*[.:)]?\s*$",  # the whole answer is a letter: "B", "(b)", "B."
+    # "the answer is (b)", "Answer: B": a bare letter mid-text must be a capital, so the article
+    # in "the answer is a blue car" is not read as choice A.
     r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*\(([A-Za-z])\)",
     # ... and not the word "A" or "I" starting a sentence ("Answer: I think it is C").
     r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*(?![AI]\s+[a-z])([A-Z])\b",
-    r"\\boxed\{\s*\(?([A-Z])\)?\s*\}",  # "\boxed{B}", "\boxed{(B)}"
+    r"(?i:answer\s*(?:is|:)?)\s*[:\-]?\s*([a-z])\s*[.)]?\s*$",  # "the answer is b" at the end
+    # "\boxed{B}", "\boxed{(b)}", "\boxed{\text{B}}"
+    r"\\boxed\{\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)?\(?([A-Za-z])\)?\s*\}?\s*\}",
     # "The correct option is B", "Option B": a capital letter, not followed by a lower-case word
     r"(?i:option)\s*(?i:is)?\s*[:\-]?\s*\(?(?![AI]\s+[a-z])([A-Z])\b\)?",
+    r"(?i:option)\s*(?i:is)?\s*[:\-]?\s*([a-z])\s*[.)]?\s*$",  # "option b" at the end
     # An answer that starts with its letter goes before an option the explanation names after it
     r"^\s*\(?([A-Z])[.):]?[ \t]*\n",  # the first line is the letter: "B\n\nExplanation: ..."
     r"^\s*([A-Z])[.):]\s",  # "B. because ...", "B) Paris. Not (A)."
     r"\(([A-Z])\)",  # "(B)" anywhere
 ]
 """How a letter is read, first rule first, from the answer's text in NFKC form (full-width
-letters and colons as ASCII) without Markdown emphasis (``**B**``)."""
+letters and colons as ASCII) without Markdown emphasis (``**B**``). A lower-case letter that is
+a choice's own text (``a`` among the, a, an) is that choice."""
 
 _EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=\S)|(?<=\S)\*(?![\w*])")
 
@@ -434,6 +500,14 @@ def _check_choices(choices: list[Any]) -> None:
         first[choice] = k
 
 
+def _letter(found: str, choices: list[Any]) -> str:
+    """The choice letter a read letter names: a lower-case one that is a choice's text is that
+    choice ("a" among the, a, an is B)."""
+    if found.islower() and found in choices:
+        return chr(ord("A") + choices.index(found))
+    return found.upper()
+
+
 def letter_text_clash(raw: str, letter: str, choices: list[Any]) -> str | None:
     """The letter of the other choice whose text a one-letter gold ``raw`` also is (``"a"``
     among ``the, a, an`` is letter A and the text of choice B), else ``None``."""
@@ -477,7 +551,8 @@ class ChoiceReward(Reward):
         region = answer_region(completions, self.use_answer_tag)
         text = _EMPHASIS.sub("", unicodedata.normalize("NFKC", region))
         for pattern in _LETTER_PATTERNS:
-            letters = [x.upper() for x in re.findall(pattern, text) if x.upper() in valid]
+            found = [_letter(x, choices) for x in re.findall(pattern, text)]
+            letters = [x for x in found if x in valid]
             if not letters:
                 continue
             if len(set(letters)) > 1:

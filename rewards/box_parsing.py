@@ -123,13 +123,14 @@ def parse_qwen2_vl(text: str) -> ParsedOutput:
     special tokens) and the ``Qwen/Qwen2-VL-7B-Instruct`` tokenizer's added tokens. Qwen-VL's
     ``<ref>..</ref><box>(x1,y1),(x2,y2)</box>`` (arXiv:2308.12966) uses the same range and is
     accepted too. When the special tokens were stripped by ``skip_special_tokens=True`` decoding,
-    bare ``(x1,y1),(x2,y2)`` pairs are read instead.
+    bare ``(x1,y1),(x2,y2)`` pairs are read instead. Full-width digits, brackets and commas are
+    read as ASCII.
 
     >>> parse_qwen2_vl("<|object_ref_start|>dog<|object_ref_end|><|box_start|>(10,20),(30,40)"
     ...                "<|box_end|>").boxes
     [(10.0, 20.0, 30.0, 40.0)]
     """
-    text = str(text)
+    text = _half_width(str(text))
     boxes: list[Box] = []
     labels: list[str | None] = []
     issues: list[str] = []
@@ -577,6 +578,17 @@ another family's boxes: Qwen3-VL-MoE and Qwen3.5 Qwen3-VL's JSON (Qwen3.5 assume
 GLM-4.5V (``glm4v_moe``) and GLM-4.6V GLM-4.1V's box tokens."""
 
 
+def parser_name(family: str) -> str:
+    """The :data:`PARSERS` key ``family`` names in any spelling (``Qwen3-VL``, ``qwen3_vl_moe``
+    and ``qwen3_5`` are ``qwen3_vl``); an unknown name is returned normalised.
+
+    >>> parser_name("Qwen2.5-VL"), parser_name("qwen3_vl_moe")
+    ('qwen2_5_vl', 'qwen3_vl')
+    """
+    key = family.lower().replace("-", "_").replace(".", "_")
+    return FAMILY_PARSERS.get(key, key)
+
+
 def get_parser(
     family: str, plain_frame: Frame | str = Frame.ORIGINAL
 ) -> Callable[[str], ParsedOutput]:
@@ -587,8 +599,7 @@ def get_parser(
         ValueError: an unknown name; a model family with no box convention of its own (LLaVA,
             Gemma 3, Idefics3, ...) is told to name ``plain`` and the frame its boxes are in.
     """
-    key = family.lower().replace("-", "_").replace(".", "_")
-    key = FAMILY_PARSERS.get(key, key)
+    key = parser_name(family)
     if key not in PARSERS:
         raise ValueError(
             f"unknown box family {family!r}; known: {sorted({*PARSERS, *FAMILY_PARSERS})}. A "

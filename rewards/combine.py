@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,6 +59,11 @@ class WeightedSum(Reward):
         for i, term in enumerate(terms):
             if not (isinstance(term, (tuple, list)) and len(term) == 2 and callable(term[0])):
                 raise TypeError(f"terms[{i}] must be a (reward, weight) pair, got {term!r}")
+            weight = term[1]
+            if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+                raise ValueError(f"terms[{i}]'s weight {weight!r} is not a number")
+            if not math.isfinite(weight):  # every total would be non-finite, every call refused
+                raise ValueError(f"terms[{i}]'s weight {weight!r} is not a finite number")
             base = reward_name(term[0])
             candidate, k = base, 1
             while candidate in names:

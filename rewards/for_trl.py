@@ -39,6 +39,7 @@ from vlrollout.logs import get_logger
 from vlrollout.processors.for_trainers import as_preprocessor, image_geometry
 
 from .caller import RewardCaller
+from .combine import reward_name
 from .plain import build_reward
 from .text_extract import completion_text
 
@@ -105,7 +106,7 @@ class TRLReward:
         self.stop_ids = (
             {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None} if tokenizer else set()
         )
-        label = reward if isinstance(reward, str) else type(self.caller.reward_fn).__name__
+        label = reward if isinstance(reward, str) else reward_name(self.caller.reward_fn)
         self.__name__ = name or f"vlrollout_{label}".replace(":", "_").replace(".", "_")
         self.rejected: collections.Counter[str] = collections.Counter()
         self._geometry: dict[tuple, list[dict[str, float]]] = {}

@@ -151,7 +151,16 @@ class VerlReward:
         """verl's ``compute_score``: ``{"score": value, "reason": why or ""}``.
 
         ``manager_kwargs`` (what verl's reward loop adds from its config) are not labels and are
-        not passed to the reward."""
+        not passed to the reward.
+
+        Raises:
+            TypeError: ``solution_str`` is not text (it would be scored as its ``repr``).
+        """
+        if not isinstance(solution_str, str):
+            raise TypeError(
+                f"solution_str is a {type(solution_str).__name__}: verl passes the decoded "
+                "response text"
+            )
         value, reason = self.score(
             solution_str, lambda: labels_from(ground_truth, extra_info, self.label_key)
         )

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .box_parsing import ParsedOutput, get_parser
+from .box_parsing import ParsedOutput, get_parser, parser_name
 from .box_scores import (
     acc_at,
     box_area,
@@ -225,7 +225,7 @@ class GroundingReward(Reward):
         if not 0.0 < iou_threshold <= 1.0:
             raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
         get_parser(family, plain_frame)  # validates the family now, not at the first call
-        if family in POINTS_ONLY:
+        if parser_name(family) in POINTS_ONLY:
             raise ValueError(
                 f"family {family!r} writes points, not boxes, so every completion would score "
                 "the failure value (no_box:points_only); use the point_in_box reward"
@@ -373,7 +373,7 @@ class PointInBoxReward(Reward):
         use_answer_tag: bool = True,
     ) -> None:
         get_parser(family)
-        if family not in POINT_FAMILIES:
+        if parser_name(family) not in POINT_FAMILIES:
             raise ValueError(
                 f"family {family!r} writes no points its parser reads, so every completion would "
                 f"score 0 (no_point); point_in_box reads {', '.join(sorted(POINT_FAMILIES))}"

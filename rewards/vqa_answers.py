@@ -138,13 +138,16 @@ def vqa_accuracy(prediction: str, answers: str | Sequence[str]) -> float:
 def match_choice_text(text: str, choices: Sequence[str]) -> int | None:
     """The index of the one choice whose text the answer gives, else ``None``.
 
-    The answer and the choices are compared after :func:`normalize_answer`: an answer equal to a
-    choice picks it; otherwise the choices contained in the answer as whole words, when exactly one
-    is (``"It is a red car."`` picks ``"red car"`` among ``"red car"``, ``"blue car"``).
+    An answer equal to one choice's text picks it. Otherwise the answer and the choices are
+    compared after :func:`normalize_answer`: an answer equal to a choice picks it; otherwise the
+    choices contained in the answer as whole words, when exactly one is (``"It is a red car."``
+    picks ``"red car"`` among ``"red car"``, ``"blue car"``).
 
     >>> match_choice_text("It is a red car.", ["blue car", "red car"])
     1
     """
+    if text in choices and list(choices).count(text) == 1:  # before two alike once normalised
+        return list(choices).index(text)
     pred = normalize_answer(text)
     norm = [normalize_answer(c) for c in choices]
     equal = [i for i, c in enumerate(norm) if c and c == pred]

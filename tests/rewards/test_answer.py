@@ -217,7 +217,7 @@ def test_the_words_a_and_i_after_answer_are_not_read_as_choices(text, pred):
     from vlrollout.rewards.answer import ChoiceReward
 
     result = ChoiceReward(use_answer_tag=False).score("p", text, [], [], answer="I")
-    assert result.details.get("pred") == pred, result
+    assert (result.details or {}).get("pred") == pred, result
     assert result.reason == (None if pred else "no_choice")
 
 
@@ -374,3 +374,89 @@ def test_a_dash_joined_to_a_word_is_no_minus_sign():
     assert parse_number("from 3-4") == 4.0 and parse_number("x-4") == 4.0
     assert parse_number("it is -4") == -4.0 and parse_number("(-4)") == -4.0
     assert NumericReward().score("p", "from 3-4", [], [], answer=-4).value == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"\frac{3}{4}", 0.75),  # never the denominator
+        (r"-\dfrac{3}{4}", -0.75),
+        ("1.5×10^3", 1500.0),  # never the exponent
+        (r"1.5 \times 10^{3}", 1500.0),
+        ("2.5 * 10^-2", 0.025),
+        ("2^{10}", 1024.0),  # a power of numbers is its value
+        ("5 m^2", 5.0),  # an exponent on a unit is not the answer
+        ("x^{2} = 9, so x = 3", 3.0),
+        ("９^{９９９９}", None),  # past a float: no number, not the exponent
+    ],
+)
+def test_latex_fractions_powers_and_scientific_notation_read_as_one_number(text, expected):
+    """A reward that reads the exponent or the denominator as "the last number" pays a policy
+    for a wrong answer written in LaTeX."""
+    assert parse_number(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("１，２３４", 1234),  # full-width digits grouped by a full-width comma
+        ("1\u00a0000 ants", 1000),  # no-break space
+        ("1\u202f000\u202f000", 1_000_000),  # narrow no-break space (SI grouping)
+        ("1\u2009234", 1234),  # thin space
+        ("1\u00a02345", 2345),  # not a group of three: two numbers
+    ],
+)
+def test_thousands_grouped_by_full_width_commas_and_no_break_spaces(text, expected):
+    assert parse_number(text) == expected
+    assert parse_count(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("completion", "pred"),
+    [
+        (r"\boxed{\text{B}}", "B"),
+        (r"\boxed{\textbf{(C)}}", "C"),
+        ("(b)", "B"),
+        ("b", "B"),
+        ("The answer is b", "B"),
+        ("The answer is c.", "C"),
+        ("Option b", "B"),
+        ("the answer is a blue car", None),  # an article, not choice A
+        ("Option a is wrong", None),
+    ],
+)
+def test_lower_case_and_latex_text_letters_are_read(completion, pred):
+    result = ChoiceReward().score("p", completion, [], [], answer="B", choices=CAPITALS)
+    assert (result.details or {}).get("pred") == pred
+    assert result.value == (1.0 if pred == "B" else 0.0)
+
+
+def test_a_lower_case_letter_that_is_a_choices_text_is_that_text():
+    """Among the, a, an the answer "a" is the option "a" (B), not the letter A."""
+    result = ChoiceReward().score("p", "a", [], [], answer=1, choices=["the", "a", "an"])
+    assert (result.value, (result.details or {}).get("pred")) == (1.0, "B")
+
+
+def test_an_answer_equal_to_a_choice_picks_it_when_normalised_texts_clash():
+    from vlrollout.rewards.vqa_answers import match_choice_text
+
+    assert match_choice_text("Paris", ["Paris", "paris."]) == 0
+    assert match_choice_text("paris.", ["Paris", "paris."]) == 1
+    assert match_choice_text("PARIS", ["Paris", "paris."]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("3/4", (None, "not_a_count")),  # a fraction, never its denominator
+        (r"\frac{6}{2}", (None, "not_a_count")),
+        ("2^{10}", (None, "not_a_count")),  # a power, never its exponent
+        ("1.5×10^3", (None, "no_number")),  # 1.5e3: no whole number in it
+        ("5 m^2", (5, None)),  # an exponent on a unit is not the count
+        ("I count 7 cubes", (7, None)),
+    ],
+)
+def test_the_count_reader_never_reads_a_denominator_or_an_exponent(text, expected):
+    from vlrollout.rewards.answer import read_count
+
+    assert read_count(text) == expected

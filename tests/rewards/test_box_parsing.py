@@ -211,3 +211,11 @@ def test_location_tokens_past_the_models_bins_are_issues_not_boxes():
     assert florence.boxes == [] and florence.issues == [
         "<loc_1000> is past Florence-2's 1000 location bins"
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["（１０，２０），（３０，４０）", "<|box_start|>（１０，２０），（３０，４０）<|box_end|>"],
+)
+def test_qwen2_vl_reads_full_width_pairs_as_the_other_families_do(text):
+    assert parse_qwen2_vl(text).boxes == [(10, 20, 30, 40)]

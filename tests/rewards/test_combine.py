@@ -28,3 +28,9 @@ def test_duplicate_names_and_bad_terms():
         WeightedSum([CountReward()])
     with pytest.raises(ValueError, match="at least one"):
         WeightedSum([])
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), "2", None, True])
+def test_a_weight_that_is_not_a_finite_number_is_refused_naming_the_term(weight):
+    with pytest.raises(ValueError, match=r"terms\[1\]'s weight"):
+        WeightedSum([(CountReward(), 1.0), (CountReward(), weight)])

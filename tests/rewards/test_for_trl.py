@@ -294,3 +294,27 @@ def test_a_geometry_column_of_one_dict_per_row_is_each_rows_one_image():
     one = reward(completions=[json.dumps(box)], geometry=[geo], **kwargs)
     listed = reward(completions=[json.dumps(box)], geometry=[[geo]], **kwargs)
     assert one == listed and one[0] == pytest.approx(1.0)
+
+
+def _a_function_reward(prompt, completions, prompt_ids, completion_ids, **task_data):
+    return 0.0
+
+
+def _another_function_reward(prompt, completions, prompt_ids, completion_ids, **task_data):
+    return 1.0
+
+
+def test_two_rewards_of_one_class_or_two_functions_log_under_their_own_names():
+    """TRL logs ``rewards/<__name__>/mean``: two adapters of one name would share one curve."""
+    names = [
+        TRLReward(GroundingReward("qwen2_vl", "iou")).__name__,
+        TRLReward(GroundingReward("qwen2_vl", "giou")).__name__,
+        TRLReward(_a_function_reward).__name__,
+        TRLReward(_another_function_reward).__name__,
+    ]
+    assert names == [
+        "vlrollout_iou",
+        "vlrollout_giou",
+        "vlrollout__a_function_reward",
+        "vlrollout__another_function_reward",
+    ]

@@ -188,3 +188,10 @@ def test_a_ground_truth_that_starts_a_json_object_but_is_not_one_says_so():
         [{"response": "3", "response_length": 1, "ground_truth": '{"answer": 3'}]
     )
     assert row["overall"] == 0.0
+
+
+@pytest.mark.parametrize("response", [b"3", None, 3])
+def test_a_solution_that_is_not_text_is_refused_naming_its_type(response):
+    """verl passes the decoded text; anything else would be scored as its repr."""
+    with pytest.raises(TypeError, match=f"solution_str is a {type(response).__name__}"):
+        VerlReward("count")("clevr", response, "3")

@@ -352,3 +352,15 @@ def test_a_point_reward_for_a_family_that_writes_no_points_is_refused(family):
 def test_a_box_reward_for_a_family_that_writes_only_points_is_refused():
     with pytest.raises(ValueError, match="writes points, not boxes"):
         GroundingReward("molmo", "iou")
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl_moe", "Qwen3-VL", "qwen2.5-vl", "qwen3_5", "Molmo"])
+def test_a_point_reward_takes_every_name_of_a_family_whose_parser_reads_points(family):
+    """The check reads the family's parser, as ``get_parser`` resolves the name."""
+    PointInBoxReward(family)
+
+
+@pytest.mark.parametrize("family", ["Molmo", "MOLMO"])
+def test_a_box_reward_for_a_points_only_family_is_refused_in_any_spelling(family):
+    with pytest.raises(ValueError, match="writes points, not boxes"):
+        GroundingReward(family, "iou")
