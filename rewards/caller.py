@@ -128,7 +128,7 @@ class RewardCaller:
         timeout_s: float = 15.0,
         max_workers: int | None = None,
     ) -> None:
-        if timeout_s <= 0:
+        if not timeout_s > 0:  # NaN too
             raise ValueError(f"reward timeout must be positive, got {timeout_s}")
         self.reward_fn = reward_fn = resolve_reward(reward_fn)
         call = vars(type(reward_fn)).get("__call__")  # an object with an async __call__
@@ -286,7 +286,8 @@ def reward_value(value: Any) -> float:
             reward's bug, even one holding digits), NaN, or not finite in float32 (infinity,
             1e300): each would train on a meaningless advantage.
     """
-    if isinstance(value, (str, bytes)):
+    text = getattr(getattr(value, "dtype", None), "kind", "") in ("U", "S", "O")
+    if text or isinstance(value, (str, bytes, bytearray, memoryview)):
         raise EpisodeRejected("reward_error", f"reward function returned {value!r}, not a number")
     try:
         number = float(value)

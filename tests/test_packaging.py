@@ -135,3 +135,39 @@ def test_merge_never_pads_video_frames():
     assert merge_multi_modal_inputs([clip(4), clip(4)])["pixel_values_videos"].shape[0] == 2
     with pytest.raises(PackingError, match="padding them would add frames"):
         merge_multi_modal_inputs([clip(4), clip(6)])
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"output_tokens": [8.9, 9.2]}, "output token 0 is 8.9, not a whole number"),
+        ({"output_logprobs": ["-0.1", -0.2]}, "output logprob 0 is '-0.1', not a number"),
+        ({"output_logprobs": [-0.1, float("nan")]}, "logprobs that are not finite"),
+        ({"output_logprobs": [float("-inf"), -0.2]}, "logprobs that are not finite"),
+        ({"output_versions": [-1, 3]}, "a generated token's version is -1"),
+    ],
+)
+def test_a_response_with_values_no_engine_gives_is_refused(change, words):
+    """An engine's bug: AReaL's trainer would train on truncated ids, NaN ratios, or tokens
+    marked as not generated."""
+    fields = {
+        "input_tokens": [5, 6, 7],
+        "output_tokens": [8, 9],
+        "output_logprobs": [-0.1, -0.2],
+        "output_versions": [3, 3],
+    }
+    with pytest.raises(PackingError, match=words):
+        pack_single_turn([5, 6, 7], ModelResponse(**{**fields, **change}), 1.0)
+
+
+@pytest.mark.parametrize("reward", [float("nan"), float("inf")])
+def test_a_reward_that_is_not_finite_is_refused(reward):
+    with pytest.raises(PackingError, match="reward"):
+        pack_single_turn([5, 6, 7], _resp([5, 6, 7], [8, 9]), reward)
+
+
+def test_flat_patch_rows_of_different_widths_are_refused_not_padded():
+    """Qwen-style ``pixel_values`` rows are flattened patches: zero columns would be pixels."""
+    parts = [{"pixel_values": torch.zeros(4, 8)}, {"pixel_values": torch.zeros(4, 6)}]
+    with pytest.raises(PackingError, match="pixel_values"):
+        merge_multi_modal_inputs(parts)

@@ -32,6 +32,8 @@ AReaL's own workflows disagree on the dtype of ``input_ids`` (int32 in ``RLVRWor
 
 from __future__ import annotations
 
+import math
+import numbers
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,19 +61,32 @@ class PackingError(ValueError):
 # anything ``array`` refuses (floats among ids, strings, ints beyond int64).
 
 
-def _int_array(values: Sequence[Any]) -> array:
-    """``values`` as a C int64 array; elements ``array`` refuses go through ``int()``."""
+def _int_array(values: Sequence[Any], what: str) -> array:
+    """``values`` as a C int64 array. An element that is no whole number (``8.9``, ``"8"``) is
+    refused naming ``what`` and its position: ``int()`` would truncate it."""
     try:
         return array("q", values)
     except TypeError:
-        return array("q", [int(v) for v in values])
+        return array("q", [_whole(v, what, k) for k, v in enumerate(values)])
 
 
-def _float_array(values: Sequence[Any]) -> array:
-    """``values`` as a C double array (``float()`` semantics)."""
+def _whole(value: Any, what: str, k: int) -> int:
+    if isinstance(value, numbers.Integral) or (
+        isinstance(value, numbers.Real) and float(value).is_integer()
+    ):
+        return int(value)
+    raise PackingError(f"{what} {k} is {value!r}, not a whole number")
+
+
+def _float_array(values: Sequence[Any], what: str) -> array:
+    """``values`` as a C double array; an element that is no real number (a string holding
+    digits) is refused naming ``what`` and its position."""
     try:
         return array("d", values)
     except TypeError:
+        for k, v in enumerate(values):
+            if isinstance(v, (str, bytes)) or not isinstance(v, (numbers.Real, torch.Tensor)):
+                raise PackingError(f"{what} {k} is {v!r}, not a number") from None
         return array("d", [float(v) for v in values])
 
 
@@ -212,12 +227,17 @@ class TrajectoryBuilder:
                 f"({len(self._tokens)} tokens): the engine saw different tokens than the trainer "
                 "would"
             )
-        self._append(
-            resp.output_tokens,
-            generated=True,
-            logprobs=_float_array(resp.output_logprobs),
-            versions=_int_array(resp.output_versions),
-        )
+        logprobs = _float_array(resp.output_logprobs, "output logprob")
+        versions = _int_array(resp.output_versions, "output version")
+        _int_array(resp.output_tokens, "output token")  # a float id would be truncated
+        if not math.isfinite(math.fsum(logprobs)):  # any NaN or infinity makes the sum one
+            raise PackingError("response has logprobs that are not finite (NaN or infinite)")
+        if n and min(versions) < 0:
+            raise PackingError(
+                f"a generated token's version is {min(versions)}: -1 marks tokens the model did "
+                "not generate, and no weight version is negative"
+            )
+        self._append(resp.output_tokens, generated=True, logprobs=logprobs, versions=versions)
 
     def add_observation(
         self,
@@ -247,6 +267,8 @@ class TrajectoryBuilder:
         """
         if self.num_generated_turns == 0:
             raise PackingError("no generated turn: there is nothing to train on")
+        if not math.isfinite(float(reward)):
+            raise PackingError(f"reward {reward!r} is not finite: no advantage can be computed")
         length = len(self._tokens)
         loss_mask = torch.zeros(length, dtype=MASK_DTYPE)
         logprobs = torch.zeros(length, dtype=torch.float32)
@@ -322,17 +344,23 @@ def merge_multi_modal_inputs(
                 f"video segments' {k} have shapes {sorted(tuple(t.shape) for t in tensors)}: "
                 "padding them would add frames the model encodes"
             )
-        merged[k] = _cat_padded(tensors)
+        merged[k] = _cat_padded(k, tensors)
     return merged
 
 
-def _cat_padded(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``torch.cat`` on dim 0 after zero-padding every later dimension to the largest."""
+def _cat_padded(key: str, tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat`` on dim 0 after zero-padding every later dimension to the largest. Rows of a
+    2-D tensor (Qwen's flattened patches) are never padded: zero columns would be pixels."""
     shapes = {t.shape[1:] for t in tensors}
     if len(shapes) == 1:
         return torch.cat(tensors, dim=0)
     if len({t.dim() for t in tensors}) != 1:
-        raise PackingError(f"image tensors of different ranks: {sorted(map(tuple, shapes))}")
+        raise PackingError(f"{key} tensors of different ranks: {sorted(map(tuple, shapes))}")
+    if tensors[0].dim() <= 2:
+        raise PackingError(
+            f"{key} rows of different widths {sorted(s[0] for s in shapes)}: segments built "
+            "with different patch sizes or channel counts"
+        )
     size = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].dim())]
     padded = []
     for t in tensors:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from vlrollout.ledger import EpisodeRejected
@@ -111,3 +112,13 @@ def test_plain_reward_refuses_a_reward_of_token_counts():
 
     with pytest.raises(ValueError, match="length_penalty scores the completion's token ids"):
         PlainReward("length_penalty", max_length=10, cache_length=4)
+
+
+@pytest.mark.parametrize(
+    "value", [bytearray(b"1"), np.array(["0.9"]), np.array([b"0.8"]), np.str_("0.7")]
+)
+def test_digits_in_any_text_container_are_a_rewards_bug_not_a_score(value):
+    from vlrollout.rewards.caller import reward_value
+
+    with pytest.raises(EpisodeRejected, match="not a number"):
+        reward_value(value)

@@ -269,3 +269,32 @@ def test_workflows_are_importable_by_string():
 def test_unpicklable_reward_is_refused_at_construction(tokenizer):
     with pytest.raises(ValueError, match="cannot be pickled"):
         RLVRWorkflow(lambda *a, **k: 1.0, GCONFIG, tokenizer)
+
+
+@pytest.mark.parametrize("room", [2, 7])
+def test_multi_attempt_rejects_a_prompt_over_the_context_limit_as_too_long(tokenizer, room):
+    """As the tool workflow does: the limit, not the engine, is named."""
+    engine = ScriptedEngine([_enc(tokenizer, "5")], stop_token_ids=[tokenizer.eos_token_id])
+    wf = _five_attempts(tokenizer, max_total_tokens=room)
+    assert run(wf.arun_episode(engine, ITEM)) is None and engine.requests == []
+    assert list(wf.ledger.by_reason) == ["prompt_too_long"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "words"),
+    [
+        ({"turn_discount": "0.5"}, TypeError, "turn_discount must be a number"),
+        ({"turn_discount": True}, TypeError, "turn_discount must be a number"),
+        ({"turn_discount": float("nan")}, ValueError, "turn_discount must be in"),
+        ({"feedback": None}, TypeError, "feedback must be a str"),
+        ({"max_prompt_tokens": True}, TypeError, "max_prompt_tokens must be a whole number"),
+        ({"max_prompt_tokens": 30.7}, TypeError, "max_prompt_tokens must be a whole number"),
+        ({"reward_timeout_s": float("nan")}, ValueError, "reward timeout must be positive"),
+    ],
+)
+def test_settings_of_the_wrong_type_are_refused_naming_them(tokenizer, settings, error, words):
+    kwargs = {"max_turns": 2, "turn_discount": 0.5, **settings}
+    with pytest.raises(error, match=words):
+        MultiAttemptWorkflow(
+            "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, **kwargs
+        )

@@ -456,3 +456,9 @@ def test_max_turns_must_be_a_whole_number(tokenizer, qwen2vl_processor):
     for bad in (2.0, 2.5, True, "3"):
         with pytest.raises((TypeError, ValueError), match="max_turns"):
             _workflow(tokenizer, qwen2vl_processor, max_turns=bad)
+
+
+def test_an_unknown_box_frame_is_refused_at_construction(tokenizer, qwen2vl_processor):
+    """Else every tool call fails, shown to the model as its own mistake."""
+    with pytest.raises(ValueError, match="box_frame 'bogus'.*norm1000"):
+        _workflow(tokenizer, qwen2vl_processor, box_frame="bogus")

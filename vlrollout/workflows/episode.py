@@ -18,6 +18,7 @@ from areal.api import RolloutWorkflow
 from areal.api.cli_args import GenerationHyperparameters
 from areal.utils import stats_tracker
 
+from vlrollout.argtypes import check_count
 from vlrollout.checks import check_processor_parity
 from vlrollout.families import family_name_at
 from vlrollout.ledger import EpisodeLedger, EpisodeRejected
@@ -90,8 +91,8 @@ class EpisodeContext:
             self.preprocessor,
             key_fn=getattr(self.preprocessor, "cache_key", None) or _default_key(self.preprocessor),
         )
-        if self.max_prompt_tokens is not None and self.max_prompt_tokens <= 0:
-            raise ValueError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
+        if self.max_prompt_tokens is not None:
+            check_count("max_prompt_tokens", self.max_prompt_tokens, 1)
 
     def check_parity_once(self, engine: Any) -> None:
         """Compare the engine's processor with ours before the first episode; an engine that

@@ -9,6 +9,7 @@ keep ``turn_discount`` at 1).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -99,6 +100,10 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
         check_count("max_turns", max_turns, 1)
         if max_total_tokens is not None:
             check_count("max_total_tokens", max_total_tokens, 2)
+        if isinstance(turn_discount, bool) or not isinstance(turn_discount, numbers.Real):
+            raise TypeError(f"turn_discount must be a number, got {turn_discount!r}")
+        if not isinstance(feedback, str):
+            raise TypeError(f"feedback must be a str, got {type(feedback).__name__}")
         if not 0.0 < turn_discount <= 1.0:
             raise ValueError(f"turn_discount must be in (0, 1], got {turn_discount}")
         own = {
@@ -107,6 +112,8 @@ class MultiAttemptWorkflow(EpisodeWorkflow):
             "feedback": feedback,
             "max_total_tokens": max_total_tokens,
         }
+        if max_total_tokens is not None:  # a prompt with no room for one token is too long
+            kwargs.setdefault("max_prompt_tokens", max_total_tokens - 1)
         super().__init__(reward_fn, gconfig, tokenizer, processor, episode_settings=own, **kwargs)
         self.max_turns = max_turns
         self.max_total_tokens = max_total_tokens

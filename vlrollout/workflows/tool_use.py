@@ -29,6 +29,7 @@ from areal.api.cli_args import GenerationHyperparameters
 from areal.utils.perf_tracer import session_context
 
 from vlrollout.argtypes import check_count
+from vlrollout.geometry import Frame
 from vlrollout.packaging import TrajectoryBuilder
 from vlrollout.processors.auto import AutoProcessorPreprocessor
 from vlrollout.processors.base import PreparedPrompt, Preprocessor
@@ -158,6 +159,8 @@ class ToolUseWorkflow(EpisodeWorkflow):
         if max_total_tokens is not None:
             check_count("max_total_tokens", max_total_tokens, 2)
         check_count("max_calls_per_turn", max_calls_per_turn, 1)
+        if box_frame is not None and box_frame not in set(Frame):
+            raise ValueError(f"box_frame {box_frame!r} is no frame; one of {', '.join(Frame)}")
         self.tools = resolve_tools(tools)
         super().__init__(
             reward_fn,
