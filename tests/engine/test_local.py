@@ -466,3 +466,38 @@ def test_generation_stops_at_the_end_of_the_models_context(tiny, text_prompt):
         assert len(long) + resp.output_len == context and resp.stop_reason == "length"
         with pytest.raises(ValueError, match="No room"):
             generate(eng, ModelRequest(input_ids=long + [prompt[-2]] * 3, gconfig=gconfig()))
+
+
+def test_a_stop_string_longer_than_the_decode_window_still_stops(logit_bias, text_prompt):
+    """ " fox" repeated 30 times is 120 characters (30 tokens): the engine looks far enough back
+    for the longest stop string, as SGLang and vLLM match one of any length."""
+    model, processor = tiny_qwen2vl(seed=0)
+    (fox,) = processor.tokenizer.encode(" fox")
+    logit_bias(model, {fox: 30.0})
+    stop = " fox" * 30 + " fox" * 20  # 50 tokens, 200 characters
+    with LocalInferenceEngine(model, processor) as eng:
+        (resp,) = generate(
+            eng,
+            ModelRequest(input_ids=text_prompt(), gconfig=gconfig(stop=[stop], max_new_tokens=80)),
+        )
+    assert resp.stop_reason == "stop" and resp.output_tokens == [fox] * 50
+
+
+@pytest.mark.parametrize(("skips", "reason", "length"), [(False, "stop", 1), (True, "length", 4)])
+def test_a_stop_string_is_matched_in_the_text_with_or_without_special_tokens(
+    logit_bias, text_prompt, skips, reason, length
+):
+    """SGLang matches stop strings in text with special tokens kept; vLLM in the text its client
+    gets (``metadata["stop_skips_special"]``), where a special token's text never appears."""
+    model, processor = tiny_qwen2vl(seed=0)
+    tok = processor.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    logit_bias(model, {end: 30.0})
+    req = ModelRequest(
+        input_ids=text_prompt(),
+        gconfig=gconfig(stop=["<|im_end|>"], max_new_tokens=4, ignore_eos=True),
+        metadata={"stop_skips_special": True} if skips else {},
+    )
+    with LocalInferenceEngine(model, processor) as eng:
+        (resp,) = generate(eng, req)
+    assert (resp.stop_reason, resp.output_len) == (reason, length)

@@ -112,7 +112,7 @@ def _sglang_cases(p):
             "zero new tokens",
             {"input_ids": p["text"], "sampling_params": {"max_new_tokens": 0}},
             400,
-            "max new tokens must be >= 1",
+            "sampling_params: max_new_tokens must be >= 1",
         ),
         (
             "negative temperature",
@@ -912,3 +912,28 @@ def test_a_null_model_path_is_a_400(vllm_server, sglang_server):
         r = _post(server, path, {"model_path": None})
         assert r.status_code == 400, (path, r.text)
         assert "model_path" in r.json()["error"]["message"], r.text
+
+
+def test_a_missing_content_is_a_400_except_on_an_assistant_turn(vllm_server):
+    """OpenAI: a user message needs content; an assistant turn that called tools has null."""
+    server, _ = vllm_server
+    for message in ({"role": "user"}, {"role": "user", "content": None}):
+        r = _post(server, "/v1/chat/completions", {"messages": [message], "max_tokens": 2})
+        assert r.status_code == 400, r.text
+        assert "messages[0].content is missing" in r.json()["error"]["message"], r.text
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "again"},
+    ]
+    r = _post(server, "/v1/chat/completions", {"messages": turns, "max_tokens": 2})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("key", ["max_tokens", "max_completion_tokens"])
+def test_a_bad_completion_length_is_named_by_the_field_sent(vllm_server, key):
+    server, _ = vllm_server
+    for value in (0, "5"):
+        body = {"messages": [{"role": "user", "content": "hi"}], key: value}
+        r = _post(server, "/v1/chat/completions", body)
+        assert r.status_code == 400 and key in r.json()["error"]["message"], r.text

@@ -110,7 +110,7 @@ def test_length_finish_usage_and_token_text(client):
     assert out.usage.completion_tokens == len(tokens) == 3
     assert out.usage.total_tokens == out.usage.prompt_tokens + 3
     for entry in tokens:
-        assert not entry.token.startswith("token:")
+        assert not entry.token.startswith("token_id:")
         assert bytes(entry.bytes).decode("utf-8") == entry.token
     special = set(client.engine.tokenizer.all_special_tokens)
     assert "".join(e.token for e in tokens if e.token not in special) == choice.message.content
@@ -163,11 +163,11 @@ def test_stream_carries_the_same_completion(client):
 
 
 def test_areal_token_ids_stay_available(client):
-    """AReaL's vLLM client asks for ids; its ``"token:<id>"`` form is kept for it."""
+    """AReaL's vLLM client asks for ids; vLLM's ``"token_id:<id>"`` form, which it splits at the colon."""
     out = _chat(
         client, max_tokens=2, logprobs=True, extra_body={"return_tokens_as_token_ids": True}
     )
-    assert all(e.token.startswith("token:") for e in out.choices[0].logprobs.content)
+    assert all(e.token.startswith("token_id:") for e in out.choices[0].logprobs.content)
 
 
 def test_a_seed_repeats_the_choices(client):
@@ -200,7 +200,7 @@ def test_a_stop_string_ends_the_text_before_it_as_openai_does(client):
 
 def test_completions_logprobs_have_the_legacy_shape_with_token_text(client):
     """``/v1/completions`` with ``logprobs: k``, as the OpenAI client and lm-eval's
-    ``local-completions`` read it: token text (not AReaL's ``token:<id>``, which it asks for with
+    ``local-completions`` read it: token text (not vLLM's ``token_id:<id>``, which it asks for with
     ``return_tokens_as_token_ids``), per token a dict of the sampled token and the k most likely
     ones, and each token's offset in the text."""
     out = client.openai.completions.create(
@@ -214,7 +214,7 @@ def test_completions_logprobs_have_the_legacy_shape_with_token_text(client):
     (choice,) = out.choices
     lp = choice.logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 3
-    assert not any(t.startswith("token:") for t in lp.tokens)
+    assert not any(t.startswith("token_id:") for t in lp.tokens)
     assert "".join(lp.tokens) == choice.text
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(3)]
     for token, logprob, tops in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):

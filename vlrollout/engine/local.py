@@ -393,6 +393,8 @@ class LocalInferenceEngine(InferenceEngine):
         top = int((req.metadata or {}).get("top_logprobs") or 0)
         if top:
             params = dataclasses.replace(params, top_logprobs=top)
+        if (req.metadata or {}).get("stop_skips_special"):
+            params = dataclasses.replace(params, stop_skips_special=True)
         return GenerationTask(
             inputs=inputs,
             params=params,

@@ -77,6 +77,9 @@ class SamplingParams:
             ``-1`` or ``0`` do too, as on SGLang and vLLM).
         stop_token_ids: Generation stops after sampling one of these (it is kept in the output).
         stop: Stop strings: generation stops once the decoded completion contains one.
+        stop_skips_special: Look for stop strings in the text decoded without special tokens
+            (vLLM's rule: the text its client gets), else with them (SGLang's rule, the default;
+            a request sets it with ``metadata["stop_skips_special"]``).
         frequency_penalty: Subtracted from a token's sampling logit per earlier occurrence in the
             completion (OpenAI semantics); does not change the reported logprob.
         top_logprobs: Also report this many most likely tokens per step, with their logprobs
@@ -93,6 +96,7 @@ class SamplingParams:
     top_k: int = _NO_TOP_K
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     stop: tuple[str, ...] = ()
+    stop_skips_special: bool = False
     frequency_penalty: float = 0.0
     seed: int | None = None
     top_logprobs: int = 0

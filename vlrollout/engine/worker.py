@@ -655,8 +655,13 @@ class DecodeWorker:
     def _hit_stop_string(task: GenerationTask) -> bool:
         if not task.params.stop or task.tokenizer is None:
             return False
-        tail = task.out_tokens[-_STOP_TEXT_WINDOW:]
-        text, before = task.tokenizer.decode(tail), task.tokenizer.decode(tail[:-1])
+        # A token is at least one byte of text: a window of 4 tokens per character (UTF-8's
+        # longest) holds the whole of the longest stop string.
+        window = max(_STOP_TEXT_WINDOW, 4 * max(map(len, task.params.stop)) + 1)
+        tail = task.out_tokens[-window:]
+        skip = task.params.stop_skips_special
+        text = task.tokenizer.decode(tail, skip_special_tokens=skip)
+        before = task.tokenizer.decode(tail[:-1], skip_special_tokens=skip)
         # Only a stop string that ends in the newest token's text counts (an earlier one fell
         # before min_new_tokens).
         return any(

@@ -121,6 +121,7 @@ class ServerState:
         *,
         fields_where: str | None = None,
         min_tokens_key: str = "min_new_tokens",
+        max_tokens_key: str = "max_new_tokens",
         top_k_off: tuple[int, ...] = (-1,),
     ) -> GenerationHyperparameters:
         """AReaL generation settings from a request's sampling ``fields`` (validated here).
@@ -142,9 +143,9 @@ class ServerState:
         if max_new_tokens is None:
             max_new_tokens = 128  # SGLang's default
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise BadRequest(f"{where}: max new tokens must be an int, got {max_new_tokens!r}")
+            raise BadRequest(f"{fw}: {max_tokens_key} must be an int, got {max_new_tokens!r}")
         if max_new_tokens < 1:
-            raise BadRequest(f"{where}: max new tokens must be >= 1, got {max_new_tokens}")
+            raise BadRequest(f"{fw}: {max_tokens_key} must be >= 1, got {max_new_tokens}")
         temperature = 1.0 if temperature is None else float(temperature)
         top_p = 1.0 if top_p is None else float(top_p)
         frequency_penalty = float(frequency_penalty or 0.0)

@@ -7,7 +7,7 @@
   ``temperature`` (0 = greedy), ``top_p``, ``top_k``, ``stop_token_ids``, ``ignore_eos``,
   ``skip_special_tokens``, ``return_tokens_as_token_ids``, ``logprobs: true``,
   ``use_beam_search``, ``stream``); the client reads ``choices[0].finish_reason`` and
-  ``choices[0].logprobs.content[i]`` (``token`` = ``"token:<id>"``, ``logprob``). The server
+  ``choices[0].logprobs.content[i]`` (``token`` = ``"token_id:<id>"``, ``logprob``). The server
   builds the prompt from the messages with our preprocessor (chat template + processor).
 - ``POST /v1/completions`` otherwise: ``prompt`` = token ids, ``logprobs: 0``,
   ``return_tokens_as_token_ids``; the client reads ``choices[0].logprobs.tokens`` /
@@ -118,7 +118,10 @@ def _gconfig(state: ServerState, body: dict[str, Any], where: str, default_max_t
         raise BadRequest(f"{where}: use_beam_search is not supported")
     max_tokens = _asked_max_tokens(body)
     max_tokens = default_max_tokens if max_tokens is None else max_tokens
-    return state.gconfig(where, body, max_tokens, min_tokens_key="min_tokens", top_k_off=(-1, 0))
+    key = "max_tokens" if body.get("max_completion_tokens") is None else "max_completion_tokens"
+    return state.gconfig(
+        where, body, max_tokens, min_tokens_key="min_tokens", max_tokens_key=key, top_k_off=(-1, 0)
+    )
 
 
 def _asked_max_tokens(body: dict[str, Any]) -> Any:
@@ -172,10 +175,10 @@ def _check_model(state: ServerState, body: dict[str, Any], where: str) -> str:
 
 
 def _token_entry(state: ServerState, token: int, logprob: float, as_ids: bool) -> dict[str, Any]:
-    """One OpenAI logprob entry: ``"token:<id>"`` when the client asked for ids (AReaL's vLLM
+    """One OpenAI logprob entry: ``"token_id:<id>"`` when the client asked for ids (AReaL's vLLM
     client does), else the token's text, with its UTF-8 bytes."""
     tok = state.engine.tokenizer
-    text = f"token:{token}" if as_ids or tok is None else tok.decode([token])
+    text = f"token_id:{token}" if as_ids or tok is None else tok.decode([token])
     return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
 
@@ -195,7 +198,7 @@ def _chat_logprobs(state: ServerState, resp: Any, body: dict[str, Any]) -> dict[
 
 def _completion_logprobs(state: ServerState, resp: Any, body: dict[str, Any]) -> dict[str, Any]:
     """The legacy completions shape, as vLLM answers ``logprobs: k``: per generated token its
-    text (``"token:<id>"`` with ``return_tokens_as_token_ids``, which AReaL's client sends), its
+    text (``"token_id:<id>"`` with ``return_tokens_as_token_ids``, which AReaL's client sends), its
     logprob, a dict of it and the k most likely tokens, and its offset in the completion text."""
     as_ids = bool(body.get("return_tokens_as_token_ids"))
     tops = getattr(resp, "top_logprobs", None) or [[] for _ in resp.output_tokens]
@@ -323,6 +326,13 @@ def _split_media(
                 f"got {_shown(message.get('role'))}"
             )
         content = message.get("content")
+        if content is None:  # OpenAI: null only on an assistant turn (one that calls tools)
+            if message["role"] != "assistant":
+                raise BadRequest(
+                    f"{where}: messages[{m}].content is missing; a {message['role']} message "
+                    "needs a string or a list of parts"
+                )
+            message = {**message, "content": ""}
         if isinstance(content, list):
             parts = []
             for p, part in enumerate(content):
@@ -393,7 +403,7 @@ def _shown(part: Any, limit: int = 120) -> str:
 
 async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | web.StreamResponse:
     """OpenAI chat completions: ``n`` choices sampled independently from one prepared prompt,
-    ``logprobs`` with token text (or ``"token:<id>"`` with ``return_tokens_as_token_ids``) and
+    ``logprobs`` with token text (or ``"token_id:<id>"`` with ``return_tokens_as_token_ids``) and
     ``top_logprobs`` alternatives, ``finish_reason`` ``"length"`` when ``max_tokens`` ran out,
     and ``stream: true`` answered as server-sent events once the choices are done."""
     state: ServerState = request.app[STATE]
@@ -433,6 +443,7 @@ async def chat_completions(request: web.Request, body: Any) -> dict[str, Any] | 
     _check_room(state, len(prepared.input_ids), body, where)
     mm = prepared.multi_modal_input
     metadata: dict[str, Any] = {"multi_modal_input": mm} if mm else {}
+    metadata["stop_skips_special"] = flag(body, "skip_special_tokens", True)  # vLLM's rule
     if top and body.get("logprobs"):
         metadata["top_logprobs"] = top
     seed = _count(body, "seed", -1, 0, 2**63 - 1, where)
@@ -487,6 +498,7 @@ async def completions(request: web.Request, body: Any) -> dict[str, Any]:
     seed = _count(body, "seed", -1, 0, 2**63 - 1, where)
     top = _count(body, "logprobs", -1, 0, MAX_TOP_LOGPROBS, where)
     metadata: dict[str, Any] = {"seed": seed} if seed >= 0 else {}
+    metadata["stop_skips_special"] = flag(body, "skip_special_tokens", True)  # vLLM's rule
     if top > 0:
         metadata["top_logprobs"] = top
     req = ModelRequest(input_ids=ids, gconfig=gconfig, metadata=metadata)
