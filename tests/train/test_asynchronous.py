@@ -270,6 +270,10 @@ def test_async_config_warns_when_the_loss_trains_stale_tokens_as_on_policy(tmp_p
         "+actor.rejection_sampling={level:token,action:mask,metric:ratio,upper:5.0}",
     )
     assert config_warnings(screened) == []
+    interpolated = _config(
+        tmp_path, k2, "actor.use_decoupled_loss=true", "+actor.prox_logp_method=loglinear"
+    )
+    assert config_warnings(interpolated) == []  # a proximal policy that is not the current one
     assert config_warnings(_config(tmp_path, k2)) == []  # PPO against the sampling policy
     assert config_warnings(_config(tmp_path)) == []  # on-policy: nothing to say
 

@@ -425,6 +425,17 @@ def test_a_refused_run_writes_no_areal_files(tmp_path, capsys, refused):
         ("+actor.eps_clip_higher=-0.1", "actor.eps_clip_higher"),
         ("+actor.c_clip=0.5", "actor.c_clip"),  # AReaL's bare AssertionError after the model loads
         ("+gconfig.top_k=1", "gconfig.top_k"),  # greedy by another name: every advantage 0
+        # min > max in torch.clamp: every reward becomes -1, every advantage 0
+        ("+actor.reward_clip=-1", "actor.reward_clip"),
+        # AReaL asserts the length and factor at the first step, with no message
+        ("+actor.overlong_reward_penalty=true", "actor.overlong_tokens"),
+        # AReaL declares the choices but its loader does not enforce them
+        ("+actor.importance_sampling_level=seq", "actor.importance_sampling_level"),
+        ("+actor.prox_logp_method=linear", "actor.prox_logp_method"),
+        # more minibatches than sequences, or a micro-batch smaller than a completion: AReaL's
+        # "smaller than min_groups" / "larger than capacity" once the model has loaded
+        ("actor.ppo_n_minibatches=1000", "actor.ppo_n_minibatches"),
+        ("actor.mb_spec.max_tokens_per_mb=10", "actor.mb_spec.max_tokens_per_mb"),
     ],
 )
 def test_settings_the_trainer_cannot_honour_are_refused_before_the_model_loads(

@@ -122,3 +122,24 @@ def test_the_held_out_set_and_the_schedule_length_are_the_runs_own(tmp_path, cha
     check_settings(tmp_path, _cfg(tmp_path), resuming=False)
     with pytest.raises(ConfigError, match=changed.split("=")[0]):
         check_settings(tmp_path, _cfg(tmp_path, changed), resuming=True)
+
+
+@pytest.mark.parametrize(
+    ("override", "changed"),
+    [
+        ("actor.adv_norm={mean_level: batch, std_level: batch}", "actor.adv_norm.mean_level"),
+        ("vlrollout.data_map={question: q}", "vlrollout.data_map"),
+        ("+actor.eps_clip_higher=0.35", "actor.eps_clip_higher"),
+        ("+actor.mask_no_eos_with_zero=true", "actor.mask_no_eos_with_zero"),
+        ("+actor.reward_clip=5", "actor.reward_clip"),
+        ("+actor.importance_sampling_level=sequence", "actor.importance_sampling_level"),
+    ],
+)
+def test_a_setting_recorded_empty_or_not_at_all_cannot_change_on_resume(
+    tmp_path, override, changed
+):
+    """A setting null or empty in the first run and given now (or a loss setting) shapes the
+    rest of the run as much as the ones that were compared."""
+    check_settings(tmp_path, _cfg(tmp_path), resuming=False)
+    with pytest.raises(ConfigError, match=changed.replace(".", r"\.")):
+        check_settings(tmp_path, _cfg(tmp_path, override), resuming=True)

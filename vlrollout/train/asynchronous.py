@@ -73,8 +73,9 @@ def config_warnings(cfg: Any) -> list[str]:
 
     Two settings do: PPO's loss with ``actor.recompute_logprob`` (its ratio is taken against the
     trainer's current policy, not the one that sampled each token), and AReaL's decoupled loss
-    with one minibatch per step and no ``actor.rejection_sampling`` (its ratio to the proximal
-    policy is 1 at every token, and nothing weights a token by proximal over behaviour policy).
+    with one minibatch per step, no ``actor.rejection_sampling`` and a recomputed proximal
+    policy (its ratio to the proximal policy is 1 at every token, and nothing weights a token by
+    proximal over behaviour policy; ``prox_logp_method=loglinear`` interpolates another one).
     PPO's loss against the logprobs of the policy that sampled each token
     (``actor.use_decoupled_loss=false``, ``actor.recompute_logprob=false``) weights and clips
     each stale token, and is not warned about. (What k > 0 cannot run with,
@@ -91,7 +92,9 @@ def config_warnings(cfg: Any) -> list[str]:
             f"up to {weight_versions(k)} old are trained as if on-policy; set "
             "actor.recompute_logprob=false (the ratio against the policy that sampled each token)"
         ]
-    if actor.use_decoupled_loss and actor.ppo_n_minibatches == 1 and not actor.rejection_sampling:
+    one_ratio = actor.ppo_n_minibatches == 1 and not actor.rejection_sampling
+    if actor.use_decoupled_loss and one_ratio and actor.should_compute_prox_logp():
+        # a recomputed proximal policy is the current one; loglinear's is interpolated
         return [
             f"rollout.max_head_offpolicyness={k} with actor.use_decoupled_loss=true, one minibatch "
             "per step and no actor.rejection_sampling: the ratio to the proximal policy is 1 at "

@@ -34,6 +34,7 @@ from vlrollout.eval.metrics.boxes import check_box_format
 from vlrollout.eval.tasks import TASKS as EVAL_TASKS
 from vlrollout.readers import FORMATS
 from vlrollout.tiny.rewards import GROUND_METRICS
+from vlrollout.train.actor_checks import check_choices, check_minibatches, check_reward_shaping
 from vlrollout.train.loggers import problem as stats_logger_problem
 
 if TYPE_CHECKING:
@@ -392,6 +393,9 @@ def check_rules(cfg: TrainConfig, world_size: int) -> None:
     check_run_length(cfg)
     check_areal_loops_unset(cfg)
     check_actor_extras(cfg)
+    check_choices(cfg.actor, "actor")
+    check_reward_shaping(cfg.actor)
+    check_minibatches(cfg, world_size)
     batch_size = cfg.train_dataset.batch_size
     if batch_size % world_size:
         raise ConfigError(

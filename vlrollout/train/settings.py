@@ -31,13 +31,30 @@ RESULT_SETTINGS = (
     "actor.lora_alpha",
     "actor.target_modules",
     "actor.eps_clip",
+    "actor.eps_clip_higher",
+    "actor.c_clip",
+    "actor.m2_threshold",
     "actor.kl_ctl",
+    "actor.kl_estimator",
     "actor.ppo_n_minibatches",
     "actor.use_decoupled_loss",
     "actor.reward_scaling",
     "actor.reward_bias",
+    "actor.reward_clip",
     "actor.reward_norm",
     "actor.adv_norm",
+    "actor.overlong_reward_penalty",
+    "actor.overlong_tokens",
+    "actor.overlong_penalty_factor",
+    "actor.mask_no_eos_with_zero",
+    "actor.discount",
+    "actor.gae_lambda",
+    "actor.use_sapo_loss",
+    "actor.sapo_tau_pos",
+    "actor.sapo_tau_neg",
+    "actor.rejection_sampling",
+    "actor.importance_sampling_level",
+    "actor.prox_logp_method",
     "actor.recompute_logprob",
     "actor.temperature",
     "gconfig",
@@ -93,8 +110,11 @@ def _value(cfg: Any, dotted: str) -> Any:
 
 
 def _leaves(key: str, value: Any, out: dict[str, Any]) -> None:
-    """``value`` under ``key`` as JSON keeps it, a mapping flattened into dotted keys."""
-    if isinstance(value, dict):
+    """``value`` under ``key`` as JSON keeps it, a mapping flattened into dotted keys (an empty
+    one kept as ``{}``, so a later run that fills it differs)."""
+    if isinstance(value, dict) and not value:
+        out[key] = {}
+    elif isinstance(value, dict):
         for k, v in value.items():
             if not str(k).startswith("_"):
                 _leaves(f"{key}.{k}", v, out)
@@ -106,6 +126,11 @@ def _leaves(key: str, value: Any, out: dict[str, Any]) -> None:
         out[key] = value
     else:
         out[key] = str(value)
+
+
+def _root(key: str) -> str | None:
+    """The :data:`RESULT_SETTINGS` key that dotted ``key`` is, or is a leaf of."""
+    return next((r for r in RESULT_SETTINGS if key == r or key.startswith(f"{r}.")), None)
 
 
 def run_settings(cfg: Any) -> dict[str, Any]:
@@ -124,7 +149,8 @@ def check_settings(out: Path, cfg: Any, resuming: bool) -> None:
     """Refuse to resume the run in ``out`` with other settings; record this run's settings.
 
     A settings file written before some of today's keys were kept holds the run to the keys it
-    has.
+    has. A setting recorded empty or null and given leaves now (``actor.adv_norm``) is compared
+    leaf by leaf, as is one recorded with leaves and given as null.
 
     Raises:
         ConfigError: ``resuming`` and the recorded settings differ, naming each difference; or
@@ -142,7 +168,9 @@ def check_settings(out: Path, cfg: Any, resuming: bool) -> None:
             old = json.loads(path.read_text()).get("settings", {})
         except (OSError, ValueError, AttributeError):  # unreadable: nothing to hold the run to
             old = new
-        changed = differences(old, {k: v for k, v in new.items() if k in old})
+        kept = {_root(k) for k in old} - {None}  # the keys that file's version recorded
+        compared = {k: v for k, v in new.items() if k in old or _root(k) in kept}
+        changed = differences(old, compared)
         if changed:
             raise ConfigError(
                 f"vlrollout.output {out} holds a run trained with other settings "
