@@ -201,6 +201,19 @@ def _check_length(count: int, rate: Any, declared_us: int | None, item: str) -> 
         )
 
 
+def _declared_us(container: Any, stream: Any) -> int | None:
+    """The video stream's own declared length in microseconds: its header's duration, else the
+    container's less the time before the stream starts (a longer audio track, or a cut that
+    kept its timestamps, is not video the file lacks)."""
+    if stream.duration and stream.time_base:
+        return int(stream.duration * stream.time_base * 1_000_000)
+    if container.duration is None:
+        return None
+    start = float(stream.start_time * stream.time_base) if stream.start_time else 0.0
+    origin = (container.start_time or 0) / 1e6
+    return int(container.duration - max(0.0, start - origin) * 1_000_000)
+
+
 def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, float | None]:
     """Frames (packets) in the video stream and its frame rate, without decoding: the container's
     average rate, or the one its frames' timestamps give where they disagree (FFmpeg gives a raw
@@ -208,7 +221,7 @@ def _count_frames(raw: bytes, item: str, max_source_frames: int) -> tuple[int, f
     end to end) is refused: its frames' times would name other frames."""
     container, stream = _open(raw, item)
     with container:
-        declared = container.duration
+        declared = _declared_us(container, stream)
         rate = stream.average_rate or stream.guessed_rate
         count, times = 0, _PacketTimes(item)
         try:
@@ -245,6 +258,7 @@ class _PacketTimes:
         self.item = item
         self.first: int | None = None
         self.last: int | None = None
+        self.end: int | None = None  # when the last frame leaves the screen, where packets say
         self.dts: int | None = None
 
     def add(self, packet: Any) -> None:
@@ -260,11 +274,18 @@ class _PacketTimes:
         if packet.pts is not None:
             self.first = packet.pts if self.first is None else min(self.first, packet.pts)
             self.last = packet.pts if self.last is None else max(self.last, packet.pts)
+            if packet.duration:
+                end = packet.pts + packet.duration
+                self.end = end if self.end is None else max(self.end, end)
 
     def rate(self, count: int, time_base: Any) -> float | None:
-        """Frames per second the timestamps give (``None``: fewer than two timed frames)."""
+        """Frames per second the timestamps give (``None``: fewer than two timed frames): the
+        frames over the time they are on screen, the last one's included where packets give
+        their durations (a GIF's last slide held 2 s is 2 s of its clip)."""
         if count < 2 or self.first is None or self.last is None or self.last <= self.first:
             return None
+        if self.end is not None and self.end > self.last:
+            return count / float((self.end - self.first) * time_base)
         return (count - 1) / float((self.last - self.first) * time_base)
 
 

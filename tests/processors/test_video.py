@@ -698,3 +698,54 @@ def test_a_stream_whose_timestamps_restart_is_refused():
     with pytest.raises(PreprocessError) as e:
         load_video(first + second, "v", VideoSampling(fps=2.0, max_frames=32, frame_factor=2))
     assert e.value.reason == "video_decode" and "timestamps" in e.value.detail
+
+
+def _gif_of_delays(delays_ms: list[int]) -> bytes:
+    images = [Image.fromarray(f) for f in square_frames(len(delays_ms))]
+    buf = io.BytesIO()
+    images[0].save(
+        buf, format="GIF", save_all=True, append_images=images[1:], duration=delays_ms, loop=0
+    )
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("delays_ms", "seconds"),
+    [([100] * 5 + [2000], 2.5), ([100] * 5 + [250], 0.75), ([1000] + [100] * 5, 1.5)],
+)
+def test_a_gif_of_uneven_delays_lasts_as_long_as_its_frames_are_shown(delays_ms, seconds):
+    """The last frame's delay is part of the clip: a slideshow whose last slide is held 2 s
+    had been refused as cut short, and other clips got the wrong duration."""
+    clip = load_video(_gif_of_delays(delays_ms), "item 1, video 1", SAMPLING).clip
+    assert clip.duration_s == pytest.approx(seconds, rel=0.05)  # FFmpeg's average rate within 5%
+
+
+def _mp4_with_longer_audio(seconds_of_audio: float) -> bytes:
+    """Ten frames at 10 fps (1 s) and ``seconds_of_audio`` of silent AAC in one MP4."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        video = out.add_stream("mpeg4", rate=10)
+        video.width = video.height = SIZE
+        video.pix_fmt = "yuv420p"
+        audio = out.add_stream("aac", rate=8000)
+        for pixels in square_frames(10):
+            for packet in video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                out.mux(packet)
+        for packet in video.encode():
+            out.mux(packet)
+        for k in range(int(seconds_of_audio * 8000 / 1024)):
+            frame = av.AudioFrame.from_ndarray(
+                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+            )
+            frame.sample_rate, frame.pts = 8000, k * 1024
+            for packet in audio.encode(frame):
+                out.mux(packet)
+        for packet in audio.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def test_a_whole_clip_with_a_longer_audio_track_is_not_cut_short():
+    """The container's duration covers its longest stream; the video's own is 1 s."""
+    clip = load_video(_mp4_with_longer_audio(3.0), "item 1, video 1", SAMPLING).clip
+    assert clip.total_frames == 10 and clip.duration_s == pytest.approx(1.0)
