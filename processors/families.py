@@ -209,7 +209,8 @@ def internvl_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
     How many tiles each image became is read back from its ``<img>...</img>`` span (``image_seq_length``
     placeholders per tile), so the rule is applied only where the processor applied it (its
     ``crop_to_patches`` default, or a caller's override). Video frames are image spans too, each
-    written after ``Frame{i}: `` (``processing_internvl.py``); those are skipped.
+    written after ``Frame{i}: `` (``processing_internvl.py``); those are skipped when the prompt
+    holds more spans than images.
     """
     from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
 
@@ -217,14 +218,16 @@ def internvl_geometry(processor, sizes, outputs) -> list[ImageGeometry]:
     tile_h, tile_w = _size_hw(ip.size)
     start, image = processor.start_image_token_id, processor.image_token_id
     ids = outputs["input_ids"].reshape(-1).tolist()
-    tiles, n, frame = [], 0, False
+    spans, n, frame = [], 0, False
     for i, tid in enumerate(ids):
         if tid == start:
             n, frame = 0, _VIDEO_FRAME.search(processor.tokenizer.decode(ids[max(0, i - 8) : i]))
         elif tid == image:
             n += 1
-        elif tid == processor.end_image_token_id and not frame:
-            tiles.append(n // processor.image_seq_length)
+        elif tid == processor.end_image_token_id:
+            spans.append((n // processor.image_seq_length, bool(frame)))
+    # With as many spans as images there is no video: a user's own "Frame1: <image>" is an image.
+    tiles = [t for t, is_frame in spans if len(spans) == len(sizes) or not is_frame]
     if len(tiles) != len(sizes):
         raise ValueError(f"InternVL prompt holds {len(tiles)} image spans for {len(sizes)} images")
     out = []

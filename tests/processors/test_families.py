@@ -279,6 +279,18 @@ def test_internvl_geometry_skips_video_frames(offline, rgb_png):
         assert [(g.model_width, g.model_height) for g in prepared.geometry] == [(112, 56)]
 
 
+def test_internvl_images_after_the_users_own_frame_labels_are_images(offline, rgb_png, tall_png):
+    """ "Frame1: <image>" written by the user, with no video, labels two images (not frames)."""
+    processor = offline("internvl")
+    prepared = AutoProcessorPreprocessor(processor).prepare(
+        {
+            "messages": [{"role": "user", "content": "Frame1: <image>Frame2: <image>Which?"}],
+            "images": [str(rgb_png), str(tall_png)],
+        }
+    )
+    assert [(g.model_width, g.model_height) for g in prepared.geometry] == [(112, 56), (56, 168)]
+
+
 @pytest.mark.parametrize("family", ["glm4v", "internvl"])
 def test_prepared_video_equals_the_processor_on_the_same_frames(family, offline, tmp_path):
     """GLM-4.1V and InternVL video through the preprocessor equals their processor called on the
