@@ -343,7 +343,10 @@ def _gold(task_data: dict[str, Any], key: str, who: str) -> Any:
     return require_field(task_data, key, who)
 
 
-_WORD_NUMBER = re.compile(rf"(?i)\b(?:{_WORDS})\b")
+_WORD_NUMBER = re.compile(
+    rf"(?i)\b(?:{_WORDS})(?:(?:[\s-]+|\s+and\s+)(?:{_WORDS}|{'|'.join(SCALES)}))*\b"
+)
+"""One number written in words: "three", "twenty-one", "one hundred and five"."""
 
 
 def _number_gold(task_data: dict[str, Any], key: str, who: str) -> Any:
@@ -392,7 +395,7 @@ def count_gold(raw: Any, key: str = "answer") -> int:
     """
     raw = one_number(raw, key)
     if isinstance(raw, numbers.Real):
-        if float(raw) != int(raw):
+        if not isinstance(raw, numbers.Integral) and float(raw) != int(raw):
             raise ValueError(f"task_data[{key!r}]={raw!r} is not a whole count")
         gold = int(raw)
     else:
@@ -558,8 +561,15 @@ class ChoiceReward(Reward):
             if len(set(letters)) > 1:
                 return RewardResult(0.0, "ambiguous_choice", {"letters": sorted(set(letters))})
             return RewardResult(1.0 if letters[0] == gold else 0.0, None, {"pred": letters[0]})
-        index = match_choice_text(region, [str(c) for c in choices]) if choices else None
+        texts = [str(c) for c in choices]
+        index = match_choice_text(region, texts) if choices else None
         if index is None:
+            alike = [
+                i for i, c in enumerate(texts) if normalize_answer(c) == normalize_answer(region)
+            ]
+            if len(alike) > 1:  # "cat" among Cat, cat: the text names two options
+                letters = [chr(ord("A") + i) for i in alike]
+                return RewardResult(0.0, "ambiguous_choice", {"letters": letters})
             return RewardResult(0.0, "no_choice")
         pred = chr(ord("A") + index)
         return RewardResult(1.0 if pred == gold else 0.0, None, {"pred": pred})

@@ -460,3 +460,26 @@ def test_the_count_reader_never_reads_a_denominator_or_an_exponent(text, expecte
     from vlrollout.rewards.answer import read_count
 
     assert read_count(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("choices", "completion", "letters"),
+    [(["Cat", "cat", "bird"], "CAT", ["A", "B"]), (["the cat", "cat", "bird"], "Cat.", ["A", "B"])],
+)
+def test_a_text_naming_two_options_alike_once_normalised_is_ambiguous(choices, completion, letters):
+    result = ChoiceReward().score("p", completion, [], [], answer="B", choices=choices)
+    assert (result.value, result.reason, result.details) == (
+        0.0,
+        "ambiguous_choice",
+        {"letters": letters},
+    )
+
+
+@pytest.mark.parametrize(
+    ("gold", "count"),
+    [("twenty-one", 21), ("one hundred and five", 105), ("Twenty one", 21), (2**53 + 1, 2**53 + 1)],
+)
+def test_a_count_gold_in_compound_words_or_past_float_precision_is_read(gold, count):
+    from vlrollout.rewards.answer import count_gold
+
+    assert count_gold(gold) == count
