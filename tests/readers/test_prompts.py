@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -44,9 +45,28 @@ def test_a_template_str_format_cannot_read_is_refused_naming_prompt_and_doubled_
             load_items(data, prompt=template)
     (item,) = load_items(data, prompt='Locate {expression}. Answer {{"bbox_2d": [x1]}}')
     assert item["messages"][0]["content"][-1]["text"] == 'Locate the dog. Answer {"bbox_2d": [x1]}'
-    (bad,) = read_all_items(data, prompt="{choices[3]}")  # per item: a named row, not a crash
-    assert bad[LOAD_ERROR]["reason"] == "missing_field"
-    assert "IndexError" in bad[LOAD_ERROR]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("template", "words"),
+    [
+        ("{choices[3]}", "reads an attribute or an item of {choices}"),
+        ("{images[0]}", "reads an attribute or an item of {images}"),  # a local file's path
+        ("{expression.__class__}", "reads an attribute or an item of {expression}"),
+        ("Locate {expression}: {boxes}", "{boxes} is the reference"),
+        ("{question} ({answer})", "{answer} is the reference"),
+        ("Describe it like {captions}", "{captions} is the reference"),
+    ],
+)
+def test_a_template_that_reads_into_a_field_or_shows_a_reference_is_refused(
+    tmp_path, template, words
+):
+    """Such a prompt shows the model a path, a Python repr or its own label, and inflates every
+    score made on it, silently."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "expression": "the dog", "answer": "2"}) + "\n")
+    with pytest.raises(DataFileError, match=re.escape(words)):
+        read_all_items(data, prompt=template)
 
 
 def test_image_markers_in_the_prompt_text_place_the_images_there(tmp_path):

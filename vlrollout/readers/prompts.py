@@ -47,14 +47,26 @@ class PromptFieldError(ValueError):
         self.reason = reason
 
 
+REFERENCE_FIELDS = ("answer", "boxes", "captions", "segments")
+"""The fields the built-in rewards and eval tasks score against: a prompt that shows one gives
+the model its own reference."""
+
+
 def check_template(template: str) -> None:
-    """Refuse a template ``str.format_map`` cannot read, or whose field names are not names (a
-    JSON answer format written with single braces), before any item is read.
+    """Refuse a template ``str.format_map`` cannot read, whose field names are not names (a JSON
+    answer format written with single braces), that reads a field's attribute or item
+    (``{images[0]}`` is a local path, ``{x.__class__}`` no text of the item), or that shows a
+    reference field (:data:`REFERENCE_FIELDS`), before any item is read.
 
     Raises:
         DataFileError: naming ``--prompt`` and the fix (literal braces doubled).
 
     >>> check_template('Locate {expression}. Answer as {{"bbox_2d": [...]}}')
+    >>> try:
+    ...     check_template("{question} {answer}")
+    ... except DataFileError as e:
+    ...     print(str(e).split("': ")[1].split(";")[0])
+    {answer} is the reference the rewards and eval tasks score against
     """
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
@@ -66,6 +78,16 @@ def check_template(template: str) -> None:
             raise DataFileError(
                 f"--prompt {template!r}: {{{name}}} is not a field name; fields are written "
                 f"{{question}}, {{expression}}, ...; {BRACES}"
+            )
+        if name != field:
+            raise DataFileError(
+                f"--prompt {template!r}: {{{name}}} reads an attribute or an item of "
+                f"{{{field}}}; a template shows whole fields"
+            )
+        if field in REFERENCE_FIELDS:
+            raise DataFileError(
+                f"--prompt {template!r}: {{{field}}} is the reference the rewards and eval "
+                "tasks score against; the model would be shown its own answer"
             )
 
 
