@@ -344,3 +344,24 @@ def test_the_settings_a_snapshot_records_name_video_sampling_and_the_resample_fi
     sampled = preprocessor_settings(AutoProcessorPreprocessor(processor, video_fps=3.0))
     assert "image_processor.resample" in plain
     assert plain["video_sampling.fps"] != sampled["video_sampling.fps"] == 3.0
+
+
+class _DropsImages:
+    """A plug-in that keeps only an item's first image: its contract forbids it."""
+
+    def __init__(self, processor):
+        self.inner = AutoProcessorPreprocessor(processor)
+        self.processor, self.tokenizer = self.inner.processor, self.inner.tokenizer
+
+    def prepare(self, data):
+        if len(data.get("images") or []) > 1:
+            data = {**data, "images": data["images"][:1], "messages": "<image>Q"}
+        return self.inner.prepare(data)
+
+
+def test_a_snapshot_of_a_plug_in_that_drops_an_image_is_refused_not_recorded():
+    """Recorded, the broken output would become the regression test's truth."""
+    (item,) = _items()[:1]
+    two = {**item, "id": "two", "messages": "<image><image>Q", "images": item["images"] * 2}
+    with pytest.raises(SnapshotError, match="item two.*image"):
+        take_snapshot(_DropsImages(build_offline_processor("qwen2_vl")), [two])

@@ -40,7 +40,8 @@ from typing import Any
 import torch
 
 from vlrollout.processors.base import PreparedPrompt, Preprocessor, item_copy
-from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.contract import check_prepared, merge_sizes, plugin_name
+from vlrollout.processors.errors import PreprocessError, PreprocessorContractError
 from vlrollout.readers.sources import LOAD_ERROR
 from vlrollout.versions import library_versions
 
@@ -216,7 +217,9 @@ def take_snapshot(preprocessor: Preprocessor, items: Sequence[Mapping[str, Any]]
     """Prepare every item and record it; the result is what ``vlrollout snapshot`` writes.
 
     Raises:
-        SnapshotError: an item cannot be prepared (naming it, the reason and the fix).
+        SnapshotError: an item cannot be prepared (naming it, the reason and the fix), or its
+            prepared prompt breaks the preprocessor contract (a dropped image, tensors that
+            disagree with the placeholders).
     """
     recorded: dict[str, Any] = {}
     positions: dict[str, int] = {}
@@ -231,7 +234,12 @@ def take_snapshot(preprocessor: Preprocessor, items: Sequence[Mapping[str, Any]]
         try:
             if LOAD_ERROR in item:  # a line the reader could not make an item of
                 raise PreprocessError(name, item[LOAD_ERROR]["reason"], item[LOAD_ERROR]["detail"])
-            recorded[name] = record(preprocessor.prepare(item_copy(item)))
+            prepared = preprocessor.prepare(item_copy(item))
+            merge = merge_sizes(getattr(preprocessor, "processor", None))
+            check_prepared(prepared, plugin_name(preprocessor), merge, item)
+            recorded[name] = record(prepared)
+        except PreprocessorContractError as e:  # recorded, it would be the regression truth
+            raise SnapshotError(f"item {name}: {e}") from None
         except PreprocessError as e:
             raise SnapshotError(
                 f"item {name}: {e.reason}: {e.detail} — fix the item (or drop it from the data "
