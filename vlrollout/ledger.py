@@ -12,6 +12,7 @@ import threading
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from vlrollout.logs import get_logger
 
@@ -193,6 +194,8 @@ class NothingAccepted(Exception):  # noqa: N818 - a state of the data, like Stop
         rejected: Episodes rejected; by default ``len(rejections)`` (pass it when the records
             are a bounded sample).
         hint: A last line saying where to read every rejection.
+        outcome: The ledger outcome of the batch (:meth:`EpisodeLedger.since`), when known: a
+            caller that can go on without the batch counts its rejections from it.
 
     >>> err = NothingAccepted("the run", 2, [{"item": "item a", "reason": "x", "detail": "d"}] * 2)
     >>> print(err)
@@ -207,8 +210,10 @@ class NothingAccepted(Exception):  # noqa: N818 - a state of the data, like Stop
         rejections: Iterable[Mapping[str, str]],
         rejected: int | None = None,
         hint: str = "",
+        outcome: Mapping[str, Any] | None = None,
     ) -> None:
         records = list(rejections)
+        self.outcome = outcome
         self.what = what
         self.submitted = submitted
         self.rejected = len(records) if rejected is None else rejected

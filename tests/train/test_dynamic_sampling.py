@@ -298,3 +298,25 @@ def test_areals_ppo_loss_scales_with_the_advantages():
         return out
 
     assert torch.allclose(loss(0.25 * adv), 0.25 * loss(adv), rtol=1e-5, atol=1e-7)
+
+
+class RaisingRollout(FakeRollout):
+    """As ``rollout_step`` does: a round with no accepted episode raises ``NothingAccepted``."""
+
+    def __call__(self, items):
+        groups, outcome = super().__call__(items)
+        if not groups:
+            raise NothingAccepted("training step 1", outcome["submitted"], [], outcome=outcome)
+        return groups, outcome
+
+
+def test_a_top_up_round_wholly_rejected_adds_no_group_and_the_step_trains_what_it_kept():
+    """The first round kept a group; a top-up of only rejected items had stopped the run saying
+    no episode of the step was accepted."""
+    more = pool(*[None] * 4)
+    out = rollout_with_spread(RaisingRollout(), [SPREAD, FLAT], more, batch_size=2, max_rounds=3)
+    assert more.asked == [2, 2]  # 1 missing over a share of 1/2 kept
+    assert (out.kept, out.rounds, out.items) == (1, 3, 6)
+    assert out.outcome["accepted"] == 4 and out.outcome["rejected"] == 8
+    with pytest.raises(NothingAccepted):  # a first round with nothing accepted still stops
+        rollout_with_spread(RaisingRollout(), [None, None], more, batch_size=2, max_rounds=3)

@@ -73,6 +73,7 @@ def _nothing_accepted(step: int, submitted: int, outcome: Mapping[str, Any]) -> 
         outcome["rejections"],
         rejected=outcome["rejected"],
         hint="each rejection is logged above as a warning (--debug adds its traceback)",
+        outcome=outcome,
     )
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from vlrollout.ledger import NothingAccepted
 from vlrollout.train.batch import rollout_step
 
 Group = dict[str, Any]
@@ -195,7 +196,8 @@ def rollout_with_spread(
     missing number of groups divided by the share kept so far (all rounds together), at most
     ``batch_size`` items, at least the number missing; the kept groups beyond ``batch_size`` are
     counted as ``surplus`` and left out, so a step never trains on more groups than configured.
-    The batch is short when ``max_rounds`` runs out first.
+    The batch is short when ``max_rounds`` runs out first. A further round whose every episode is
+    rejected adds no group (its rejections are counted); only a first round with none raises.
 
     Args:
         rollout: ``items -> (groups, outcome)``, e.g. ``rollout_step`` bound to the actor and
@@ -229,7 +231,12 @@ def rollout_with_spread(
     reward_sum, episodes = 0.0, 0
     todo = items
     while True:
-        groups, outcome = rollout(todo)
+        try:
+            groups, outcome = rollout(todo)
+        except NothingAccepted as e:  # a top-up round wholly rejected: the step keeps its groups
+            if rounds == 0 or e.outcome is None:
+                raise
+            groups, outcome = [], dict(e.outcome)
         groups = in_content_order(groups)
         rounds += 1
         n_items += len(todo)
