@@ -231,13 +231,7 @@ def rollout_with_spread(
     reward_sum, episodes = 0.0, 0
     todo = items
     while True:
-        try:
-            groups, outcome = rollout(todo)
-        except NothingAccepted as e:  # a top-up round wholly rejected: the step keeps its groups
-            if rounds == 0 or e.outcome is None:
-                raise
-            groups, outcome = [], dict(e.outcome)
-        groups = in_content_order(groups)
+        groups, outcome = _rollout_round(rollout, todo, first_round=rounds == 0)
         rounds += 1
         n_items += len(todo)
         outcomes.append(outcome)
@@ -263,6 +257,20 @@ def rollout_with_spread(
         outcome=merge_outcomes(outcomes),
         reward_mean_all=reward_sum / episodes if episodes else 0.0,
     )
+
+
+def _rollout_round(
+    rollout: Rollout, items: list[dict[str, Any]], first_round: bool
+) -> tuple[list[Group], dict[str, Any]]:
+    """One round's groups, in :func:`in_content_order`, and its outcome. A further round whose
+    every episode is rejected gives no group (the step keeps those it has); a first one raises."""
+    try:
+        groups, outcome = rollout(items)
+    except NothingAccepted as e:
+        if first_round or e.outcome is None:
+            raise
+        return [], dict(e.outcome)
+    return in_content_order(groups), outcome
 
 
 def _check_spread_arguments(batch_size: int, max_rounds: int, min_spread: float) -> None:
