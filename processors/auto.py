@@ -169,6 +169,16 @@ class AutoProcessorPreprocessor:
         for name, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
             if value is not None and value < 1:  # a budget of 0 pixels divides by zero later
                 raise ValueError(f"{name}={value} must be at least 1 (pixels per image)")
+        limits = {
+            "max_image_pixels": max_image_pixels,
+            "max_image_bytes": max_image_bytes,
+            "max_video_bytes": max_video_bytes,
+            "max_video_frames": max_video_frames,
+            "max_video_frame_pixels": max_video_frame_pixels,
+        }
+        for name, value in limits.items():  # a limit below 1 refuses every image or video
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a whole number of at least 1")
         if min_pixels is not None or max_pixels is not None:
             if self.adapter.resize_kwargs is None:
                 raise ValueError(

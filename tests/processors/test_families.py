@@ -437,3 +437,13 @@ def test_the_image_the_processor_refuses_is_named(offline, family):
         AutoProcessorPreprocessor(offline(family)).prepare(item)
     assert e.value.reason == "processor_error"
     assert e.value.detail.startswith("image 3 (4000x4): ") and "aspect ratio" in e.value.detail
+
+
+@pytest.mark.parametrize(
+    "limit", ["max_image_pixels", "max_image_bytes", "max_video_frames", "max_video_bytes"]
+)
+@pytest.mark.parametrize("value", [0, -1, 2.5])
+def test_a_media_limit_below_one_is_refused_at_construction(offline, limit, value):
+    """Else every image or video is refused one by one, and the run ends 'nothing accepted'."""
+    with pytest.raises(ValueError, match=f"{limit}={value} must be a whole number"):
+        AutoProcessorPreprocessor(offline("qwen2_vl"), **{limit: value})

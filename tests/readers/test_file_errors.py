@@ -46,4 +46,4 @@ def test_a_missing_data_file_is_told_what_to_pass_whatever_its_format(tmp_path, 
     with pytest.raises(DataFileError) as info:
         load_items(tmp_path / name)
     message = str(info.value)
-    assert message == f"data file {tmp_path / name} does not exist; pass --data an existing file"
+    assert message == f"data file {tmp_path / name} does not exist; give an existing file"

@@ -119,3 +119,13 @@ def test_a_video_marker_count_that_does_not_pair_is_named():
     item = {"id": "v", "question": "<video><video>?", "videos": ["clip.mp4"]}
     with pytest.raises(PromptFieldError, match=r"2 <video> for the item's 1 video"):
         with_prompt(item, "{question}")
+
+
+@pytest.mark.parametrize("value", [["<image>", "list"], {"text": "q"}])
+def test_a_template_field_that_is_not_text_makes_a_named_row(tmp_path, value):
+    """Its Python repr would be the prompt, with the image inside the brackets."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "e8", "problem": value, "images": ["a.png"]}) + "\n")
+    (bad,) = read_all_items(data, prompt="{problem}")
+    assert bad[LOAD_ERROR]["reason"] == "missing_field"
+    assert "field problem" in bad[LOAD_ERROR]["detail"] and "not text" in bad[LOAD_ERROR]["detail"]

@@ -79,6 +79,7 @@ def _misuses(tmp_path: Path, data: Path) -> list[tuple[str, list[str], str]]:
         ("empty data", [*ok, "--data", str(empty)], "has no items"),
         ("output is a file", [*ok, "--output", str(a_file / "out")], "is a file, not a folder"),
         ("read-only output", [*ok, "--output", "/proc/self"], "is not writable"),
+        ("empty output", [*ok, "--output", ""], "(--output) is empty"),  # the working folder
         ("missing model", [*ok, "--model", str(tmp_path / "m")], "model folder"),
         ("model without config", [*ok, "--model", str(tmp_path)], "has no config.json"),
         (

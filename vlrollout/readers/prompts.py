@@ -121,8 +121,8 @@ def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
     returned unchanged.
 
     Raises:
-        PromptFieldError: the template names a field the item lacks (the message names it), or
-            the text's ``<image>`` (``<video>``) markers are neither 0 nor one per image (video).
+        PromptFieldError: the template names a field the item lacks or holds a list or a mapping
+            (the message names it), or the text's ``<image>`` (``<video>``) markers are neither 0 nor one per image (video).
 
     >>> with_prompt({"id": "1", "images": ["a.png"], "expression": "the dog"},
     ...             "Locate {expression}.")["messages"]
@@ -137,6 +137,11 @@ def with_prompt(item: dict[str, Any], template: str) -> dict[str, Any]:
             raise PromptFieldError(
                 f"field {name}: the prompt template {template!r} reads it and the item has none"
                 f"{source} (map a column to it, or pass another prompt; {BRACES})"
+            )
+        if isinstance(fields[name], (list, tuple, dict)):  # its repr is no prompt text
+            raise PromptFieldError(
+                f"field {name}: the prompt template {template!r} reads it and it is a "
+                f"{type(fields[name]).__name__}, not text (map a text column to it)"
             )
         if isinstance(fields[name], str) and not fields[name].strip():
             raise PromptFieldError(

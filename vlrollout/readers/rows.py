@@ -37,7 +37,7 @@ def check_data_path(path: str | Path, setting: str | None = None) -> Path:
         where = "" if path.is_absolute() else f" (relative to the working folder {Path.cwd()})"
         if setting is not None:
             raise DataFileError(f"{setting} {path} does not exist{where}; set it to a data file")
-        raise DataFileError(f"data file {path} does not exist{where}; pass --data an existing file")
+        raise DataFileError(f"data file {path} does not exist{where}; give an existing file")
     if path.is_dir():
         return path
     if path.suffix not in SUFFIXES:

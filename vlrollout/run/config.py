@@ -139,6 +139,8 @@ class RunConfig:
             )
         if self.seed is not None and not 0 <= self.seed < 2**63:  # torch's generator seed
             raise ConfigError(f"{_flag('seed')} must be in [0, 2**63), got {self.seed}")
+        if not str(self.output).strip():  # "" is the working folder, mixed with the user's files
+            raise ConfigError(f"{_flag('output')} is empty: name a folder for the results")
         if self.limit is not None and self.limit < 1:  # it counts the items to run
             raise ConfigError(f"{_flag('limit')} must be at least 1, got {self.limit}")
         for name in ("max_prompt_tokens", "min_pixels", "max_pixels"):
