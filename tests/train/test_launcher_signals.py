@@ -93,3 +93,26 @@ def test_a_launcher_started_under_nohup_keeps_training_through_a_hangup(tmp_path
     launcher.communicate(timeout=30)
     assert marker.read_text().split() == ["SIGTERM", "stopped"]
     assert launcher.returncode in (128 + signal.SIGTERM, -signal.SIGTERM)
+
+
+def test_the_launcher_handles_stops_before_torchrun_starts(monkeypatch):
+    """A signal while torchrun starts (it may print before this process goes on) must reach it:
+    with the handlers installed after it started, SIGHUP's default killed the launcher alone
+    and left torchrun running."""
+    from vlrollout.train import main as train_main
+
+    seen = {}
+
+    class FakeTorchrun:
+        def __init__(self, cmd, **kwargs):
+            seen["handlers"] = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+        def wait(self):
+            return 0
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setattr(train_main.subprocess, "Popen", FakeTorchrun)
+    assert train_main.supervise(["torchrun"]) == 0
+    stops = [s for s in before if before[s] is not signal.SIG_IGN]  # nohup's SIGHUP stays
+    assert signal.SIGTERM in stops and all(seen["handlers"][s] is not before[s] for s in stops)
+    assert {s: signal.getsignal(s) for s in before} == before  # restored after

@@ -113,25 +113,33 @@ def supervise(cmd: list[str], env: dict[str, str] | None = None) -> int:
     again, so the command stops as any command stopped by it (130, 143; SIGHUP's default).
     SIGHUP ignored at start (``nohup``) is left ignored.
     """
-    child = subprocess.Popen(cmd, env=env, start_new_session=True)
     received: list[int] = []
+    torchrun: dict[str, Any] = {"child": None, "stopped": False}
+
+    def stop_torchrun() -> None:  # once: a second signal would cut its shutdown short
+        if received and torchrun["child"] is not None and not torchrun["stopped"]:
+            torchrun["stopped"] = True
+            torchrun["child"].send_signal(signal.SIGTERM)
 
     def pass_on(signum: int, frame: Any) -> None:
         if not received:
-            child.send_signal(signal.SIGTERM)
             print(
                 f"vlrollout train: {signal.Signals(signum).name}: stopping the training processes",
                 file=sys.stderr,
                 flush=True,
             )
         received.append(signum)
+        stop_torchrun()
 
     # nohup ignores SIGHUP so that a closed terminal does not stop the run: leave it ignored.
     stops = [signal.SIGINT, signal.SIGTERM]
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         stops.append(signal.SIGHUP)
+    # Handlers first: a signal while torchrun starts must stop it, not this process alone.
     previous = {signum: signal.signal(signum, pass_on) for signum in stops}
     try:
+        torchrun["child"] = child = subprocess.Popen(cmd, env=env, start_new_session=True)
+        stop_torchrun()  # a signal that came while it started
         status = child.wait()
     finally:
         for signum, handler in previous.items():
