@@ -206,6 +206,26 @@ def test_a_group_sharing_a_prompt_computes_its_positions_once(tiny, vision_promp
     assert_as_if_alone(model, processor, reqs, together)
 
 
+def test_a_burst_whose_requests_take_longer_than_the_gap_to_prepare_shares_one_prefill(
+    tiny, vision_prompt
+):
+    """Each request of a burst is prepared (its image tensors) before it reaches the queue; on
+    a slow machine that takes longer than the arrival gap. A request being prepared counts as
+    arriving, so the idle worker waits for it instead of prefilling those before it alone."""
+    model, processor = tiny
+    reqs = shrinking_requests(vision_prompt, 4)
+    with LocalInferenceEngine(model, processor, max_batch_size=8) as engine:
+        acquire = engine._in_flight.acquire
+
+        def slow_acquire(args):
+            time.sleep(0.003)  # three arrival gaps; the GIL is free meanwhile
+            return acquire(args)
+
+        engine._in_flight.acquire = slow_acquire
+        batches = bursts_until_one_prefill(engine, reqs, tries=1)
+    assert batches == [1]
+
+
 def test_a_pause_of_the_whole_process_does_not_split_a_burst(tiny, vision_prompt):
     """A garbage collection stops every thread: the worker's wait for the next arrival overruns
     while the submitter is stopped too. That is no quiet gap; the burst still shares one

@@ -354,13 +354,16 @@ class LocalInferenceEngine(InferenceEngine):
         if seed is None and self.deterministic:  # before any await: arrival order of twins
             seed = self._request_keys.seed_for(self.seed, req)
         args = (req, self.processor, self.model.config, self.device, self._dtype)
-        if not (req.metadata or {}).get("multi_modal_input") and req.image_data:
-            key, inputs = None, await asyncio.to_thread(prepare_inputs, *args)  # decode, resize
-        else:
-            key, inputs = self._in_flight.acquire(args)
+        key = None
         try:
-            task = self._task(req, inputs, seed)
-            await asyncio.wrap_future(self._worker.submit(task))
+            with self._worker.arrival() as submit:  # an idle worker waits for it meanwhile
+                if not (req.metadata or {}).get("multi_modal_input") and req.image_data:
+                    inputs = await asyncio.to_thread(prepare_inputs, *args)  # decode, resize
+                else:
+                    key, inputs = self._in_flight.acquire(args)
+                task = self._task(req, inputs, seed)
+                future = submit(task)
+            await asyncio.wrap_future(future)
         finally:
             self._in_flight.release(key)
         end = time.perf_counter()

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,10 +48,11 @@ from vlrollout.families import family_of
 
 _STOP_TEXT_WINDOW = 64  # tokens decoded from the tail of the completion to look for stop strings
 # Requests submitted together (``asyncio.gather``, a GRPO group) reach the queue a fraction of a
-# millisecond apart. An idle worker waits while they keep coming, so they are prefilled in one
-# forward instead of the first alone and the rest one step later.
+# millisecond apart, or each after its own preparation (see DecodeWorker.arrival). An idle worker
+# waits while they keep coming or are being prepared, so they are prefilled in one forward
+# instead of the first alone and the rest one step later; a lone request waits one gap.
 _ARRIVAL_GAP_S = 0.001
-_ARRIVAL_MAX_S = 0.005
+_ARRIVAL_MAX_S = 0.02
 _ARRIVAL_PAUSES = 3  # process-wide pauses (a garbage collection) forgiven while waiting
 # A prefill has a fixed cost of a few decode steps (one more forward, a cache merge), while a free
 # row in a decode step costs almost nothing. So while rows are running, queued requests are
@@ -167,6 +169,7 @@ class DecodeWorker:
         self._cond = threading.Condition()
         self._step_lock = threading.Lock()  # held while computing
         self._pending: collections.deque[GenerationTask] = collections.deque()
+        self._preparing = 0  # requests between arrival() and their submit
         self._controls: collections.deque = collections.deque()
         self._paused = False
         self._halted = False  # offloaded: wait for onload
@@ -242,6 +245,30 @@ class DecodeWorker:
             self._pending.append(task)
             self._cond.notify_all()
         return task.future
+
+    @contextlib.contextmanager
+    def arrival(self) -> Iterator[Callable[[GenerationTask], concurrent.futures.Future]]:
+        """A request on its way to the queue while it is prepared (its tensors made, its images
+        decoded): an idle worker waits for it as for one that arrived, so a burst whose requests
+        each take longer than the arrival gap to prepare still shares one prefill. Yields the
+        ``submit`` to call once prepared; leaving without calling it ends the arrival too."""
+        open_ = True
+
+        def submit(task: GenerationTask) -> concurrent.futures.Future:
+            nonlocal open_
+            with self._cond:  # re-entrant: the arrival ends as its task is queued
+                self._preparing, open_ = self._preparing - 1, False
+                return self.submit(task)
+
+        with self._cond:
+            self._preparing += 1
+        try:
+            yield submit
+        finally:
+            if open_:
+                with self._cond:
+                    self._preparing -= 1
+                    self._cond.notify_all()
 
     def control(
         self, fn: Callable[[], Any], invalidates: bool, halt: bool | None = None
@@ -339,7 +366,8 @@ class DecodeWorker:
 
     def _await_arrivals(self) -> None:
         """With the condition held and no running rows: wait while more requests keep arriving
-        (each within ``_ARRIVAL_GAP_S`` of the last, ``_ARRIVAL_MAX_S`` in all)."""
+        (each within ``_ARRIVAL_GAP_S`` of the last) or are being prepared, ``_ARRIVAL_MAX_S``
+        in all."""
         deadline, pauses = time.perf_counter() + _ARRIVAL_MAX_S, 0
         while (
             self._has_work()
@@ -355,7 +383,7 @@ class DecodeWorker:
                 # was submitting, so this was no quiet gap. Wait again, the pause not counted.
                 deadline, pauses = deadline + waited, pauses + 1
                 continue
-            if len(self._pending) == before:
+            if len(self._pending) == before and not self._preparing:
                 return
 
     def _has_work(self) -> bool:
