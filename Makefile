@@ -68,9 +68,10 @@ train: setup
 	$(BIN)/vlrollout train --config examples/train_grounding.yaml vlrollout.output=runs/train $(ARGS)
 
 # What CI runs: every test (slow ones included: the training, serving and learning tests behind
-# the README's claims; tests that need a GPU skip themselves without one), then the linter.
+# the README's claims; tests that need a GPU skip themselves without one), then the linter. The
+# slowest tests are listed at the end, so a CI log shows where a run's time went.
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 	$(MAKE) --no-print-directory lint
 
 # The quick loop while developing: tests marked slow left out.
