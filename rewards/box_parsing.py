@@ -75,6 +75,35 @@ def _group4(values: list[float], what: str, issues: list[str]) -> list[Box]:
     return [tuple(values[i : i + 4]) for i in range(0, len(values), 4)]  # type: ignore[misc]
 
 
+_INNER_LIST = re.compile(r"\[([^\[\]]*)\]")
+_INNER_PAIR = re.compile(r"\(([^()]*)\)")
+
+
+def _block_boxes(inner: str, issues: list[str]) -> list[Box]:
+    """The boxes written in one box block: each innermost ``[...]`` list is one box, ``(x, y)``
+    points pair up into ``(x1, y1), (x2, y2)`` boxes, and numbers without brackets group by
+    four. Numbers are never pooled across lists: a list that is not a box is named in ``issues``.
+    """
+    lists = _INNER_LIST.findall(inner)
+    if lists:
+        boxes = []
+        for body in lists:
+            values = _numbers(body)
+            if len(values) == 4:
+                boxes.append(tuple(values))
+            else:
+                issues.append(f"a list of {len(values)} numbers is not a box")
+        return boxes  # type: ignore[return-value]
+    points = [_numbers(body) for body in _INNER_PAIR.findall(inner)]
+    if not points:
+        return _group4(_numbers(inner), "box", issues)
+    if len(points) % 2 or any(len(p) != 2 for p in points):
+        numbers = sum(len(p) for p in points)
+        issues.append(f"{numbers} numbers in {len(points)} points are not (x1,y1),(x2,y2)")
+        return []
+    return [tuple(points[i] + points[i + 1]) for i in range(0, len(points), 2)]  # type: ignore[misc]
+
+
 def _ref_box_blocks(
     text: str, ref_open: str, ref_close: str, box_open: str, box_close: str
 ) -> list[tuple[str | None, str]]:
@@ -142,7 +171,7 @@ def parse_qwen2_vl(text: str) -> ParsedOutput:
         if inner.lstrip().startswith("(")
     ]
     for label, inner in found:
-        got = _group4(_numbers(inner), "box", issues)
+        got = _block_boxes(inner, issues)
         boxes += got
         labels += [label or None] * len(got)
     if not found:
@@ -356,7 +385,7 @@ def parse_internvl(text: str) -> ParsedOutput:
     if not found:  # tags stripped with the special tokens: "cat[[x1, y1, x2, y2]]"
         found = [(None, m.group(1)) for m in _DOUBLE_LIST.finditer(_half_width(text))]
     for label, inner in found:
-        got = _group4(_numbers(inner), "box", result.issues)
+        got = _block_boxes(inner, result.issues)
         result.boxes.extend(got)
         result.box_labels.extend([label or None] * len(got))
     return result
@@ -394,7 +423,7 @@ def parse_glm4v(text: str) -> ParsedOutput:
     if not blocks:
         return parse_plain(text, Frame.NORM1000)
     for inner in blocks:
-        got = _group4(_numbers(inner), "box", result.issues)
+        got = _block_boxes(inner, result.issues)
         result.boxes.extend(got)
         result.box_labels.extend([None] * len(got))
     return result

@@ -219,3 +219,36 @@ def test_location_tokens_past_the_models_bins_are_issues_not_boxes():
 )
 def test_qwen2_vl_reads_full_width_pairs_as_the_other_families_do(text):
     assert parse_qwen2_vl(text).boxes == [(10, 20, 30, 40)]
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "boxes", "issues"),
+    [
+        (
+            parse_internvl,
+            "<ref>cat</ref><box>[[100, 200, 300], [400, 500, 600, 700, 800]]</box>",
+            [],
+            ["a list of 3 numbers is not a box", "a list of 5 numbers is not a box"],
+        ),
+        (parse_internvl, "<box>[[1, 2, 3, 4], [5, 6, 7]]</box>", [(1, 2, 3, 4)], 1),
+        (parse_glm4v, "<|begin_of_box|>[1, 2, 3, 4, 5, 6, 7, 8]<|end_of_box|>", [], 1),
+        (
+            parse_glm4v,
+            "<|begin_of_box|>[[1, 2, 3, 4], [5, 6, 7, 8]]<|end_of_box|>",
+            [(1, 2, 3, 4), (5, 6, 7, 8)],
+            0,
+        ),
+        (parse_qwen2_vl, "<|box_start|>(100,200,300),(400)<|box_end|>", [], 1),
+        (parse_qwen2_vl, "<|box_start|>(1,2),(3,4),(5,6)<|box_end|>", [], 1),
+        (parse_qwen2_vl, "<ref>a</ref><box>(1,2),(3,4)</box>", [(1, 2, 3, 4)], 0),
+    ],
+)
+def test_a_box_is_one_written_list_never_numbers_of_several(parse, text, boxes, issues):
+    """Each ``[...]`` list (or ``(x1,y1),(x2,y2)`` pair of points) in a box block is one box:
+    numbers are never pooled across lists into fours, and a list that is not a box is named."""
+    out = parse(text)
+    assert out.boxes == boxes
+    if isinstance(issues, list):
+        assert out.issues == issues
+    else:
+        assert len(out.issues) == issues, out.issues
