@@ -225,6 +225,10 @@ class TemporalIoUReward(Reward):
             raise ValueError(f"on_multiple must be 'first' or 'zero', got {on_multiple!r}")
         if not 0.0 < iou_threshold <= 1.0:
             raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
+        if type(first_frame) is not int or first_frame not in (0, 1):
+            raise ValueError(f"first_frame must be 0 or 1, got {first_frame!r}")
+        if type(video_index) is not int or video_index < 0:
+            raise ValueError(f"video_index must be an int >= 0, got {video_index!r}")
         self.metric = metric
         self.unit = unit
         self.segments_key = segments_key

@@ -13,8 +13,9 @@ written                         read as
 ``frames 3 to 7``, ``frame 3``  frame indices (``frame``/``frames`` before or after a number)
 ==============================  =============================================================
 
-A run of more than two values joined by separators (``[1, 2, 3, 4]``, a box) is not a segment:
-it is skipped and named in ``issues``. Brackets, unknown words and other characters end a run, so
+A run of more than two values is several segments when its separators alternate between one
+join inside each pair and another between pairs (``2-3s, 5-6s``, ``1 to 2 and 3 to 4``); any
+other run (``[1, 2, 3, 4]``, a box) is not a segment: it is skipped and named in ``issues``. Brackets, unknown words and other characters end a run, so
 ``[1.5, 3.0] and [4, 5]`` reads as two segments and ``at 1.5 the square, at 3.0`` as none. A
 dash right before a number that does not follow a value is a minus sign (``[-1, 2]``).
 
@@ -100,6 +101,28 @@ def _clock_seconds(text: str) -> float:
 
 
 _CLOCK, _NUM, _SEP, _WORD, _DASH, _COMMA = 1, 2, 3, 4, 5, 6  # group numbers of _TOKEN
+_TO_WORDS = frozenset({"to", "until", "till", "through", "thru"})
+
+Value = tuple[float, str | None, float]
+"""A value of a run: ``(value, unit, scale)``, as :class:`Endpoint` takes them."""
+
+
+def _separator(text: str) -> str:
+    """The kind of a separator: ``"dash"`` (any dash or ``~``), ``"to"`` (and its synonyms),
+    ``"and"`` or ``","``."""
+    low = text.strip().lower()
+    return "to" if low in _TO_WORDS else ("dash" if low not in ("and", ",") else low)
+
+
+def _run_segments(run: list[Value], separators: list[str]) -> list[tuple[Endpoint, Endpoint]]:
+    """The segments a run of values holds: one pair, or pairs whose separators alternate between
+    one kind inside each pair and another between pairs; none otherwise."""
+    if len(run) % 2:
+        return []
+    inside, between = set(separators[0::2]), set(separators[1::2])
+    if len(run) > 2 and (len(inside) != 1 or len(between) != 1 or inside == between):
+        return []
+    return [(Endpoint(*run[i]), Endpoint(*run[i + 1])) for i in range(0, len(run), 2)]
 
 
 def parse_segments(text: str) -> ParsedSegments:
@@ -116,18 +139,20 @@ def parse_segments(text: str) -> ParsedSegments:
     ['a list of 4 numbers is not a segment']
     """
     out = ParsedSegments()
-    run: list[tuple[float, str | None, float]] = []  # (value, unit, scale) of the run's values
+    run: list[Value] = []
+    separators: list[str] = []  # the kind of each separator after a value of the run
     after_value = False  # the run's last token is a value (or its unit word)
     pending_sep = False  # a separator follows the run's last value
     frame_prefix = False  # "frame(s)" was just read: the next value is a frame index
     sign_end = -1  # text position right after a minus sign
 
     def close() -> None:
-        if len(run) == 2:
-            out.segments.append((Endpoint(*run[0]), Endpoint(*run[1])))
-        elif len(run) > 2 and len(out.issues) < MAX_ISSUES:
+        segments = _run_segments(run, separators[: len(run) - 1]) if len(run) > 1 else []
+        out.segments.extend(segments)
+        if len(run) > 2 and not segments and len(out.issues) < MAX_ISSUES:
             out.issues.append(f"a list of {len(run)} numbers is not a segment")
         run.clear()
+        separators.clear()
 
     for m in _TOKEN.finditer(str(text)):
         kind = m.lastindex
@@ -139,6 +164,8 @@ def parse_segments(text: str) -> ParsedSegments:
             if after_value:
                 close()  # two values with no separator: a new run starts here
             run.append((number, FRAMES if frame_prefix else (SECONDS if clock else None), 1.0))
+            if sep is not None:
+                separators.append(_separator(sep))
             after_value, pending_sep = sep is None, sep is not None
             frame_prefix, sign_end = False, -1
             continue
@@ -161,6 +188,7 @@ def parse_segments(text: str) -> ParsedSegments:
             continue
         if (kind == _COMMA or kind == _DASH) and after_value:
             after_value, pending_sep = False, True
+            separators.append(_separator(m.group()))
             continue
         prefix = frame_prefix and m.group() in "[("  # "frames [3, 7]": applies inside
         if run:

@@ -50,6 +50,28 @@ def test_answer_forms(text, want):
     assert _read(text) == want
 
 
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("2-3s, 5-6s", [(2.0, None, 3.0, "seconds"), (5.0, None, 6.0, "seconds")]),
+        (
+            "1.5s to 3s and 2s to 3s",
+            [(1.5, "seconds", 3.0, "seconds"), (2.0, "seconds", 3.0, "seconds")],
+        ),
+        ("between 1 and 2, 3 and 4", [(1.0, None, 2.0, None), (3.0, None, 4.0, None)]),
+        ("1-2, 3-4, 5-6", [(1.0, None, 2.0, None), (3.0, None, 4.0, None), (5.0, None, 6.0, None)]),
+        ("1, 2, 3, 4", []),  # one separator throughout: a list, not segments
+        ("1-2, 3-4, 5", []),  # an odd value out
+        ("1-2, 3, 4-5", []),  # separators that do not alternate
+    ],
+)
+def test_segments_joined_by_another_separator_are_each_read(text, want):
+    """``2-3s, 5-6s``: a run whose separators alternate between a join inside each pair and
+    another between pairs is a list of segments; any other run of more than two is not."""
+    assert _read(text) == want
+    assert bool(parse_segments(text).issues) == (not want)
+
+
 def test_lists_are_named_in_issues():
     assert parse_segments("[1, 2, 3, 4]").issues == ["a list of 4 numbers is not a segment"]
     assert len(parse_segments("[1, 2, 3] " * 100).issues) == 16  # bounded
@@ -189,6 +211,13 @@ def test_constructor_rejects_bad_options():
         ({"unit": "hours"}, "unit"),
         ({"on_multiple": "last"}, "on_multiple"),
         ({"iou_threshold": 0.0}, "iou_threshold"),
+        ({"unit": "frames", "first_frame": 2}, "first_frame"),
+        ({"unit": "frames", "first_frame": -1}, "first_frame"),
+        ({"unit": "frames", "first_frame": 0.5}, "first_frame"),
+        ({"unit": "frames", "first_frame": "1"}, "first_frame"),
+        ({"unit": "frames", "first_frame": True}, "first_frame"),
+        ({"video_index": -1}, "video_index"),
+        ({"video_index": 1.0}, "video_index"),
     ):
         with pytest.raises(ValueError, match=match):
             TemporalIoUReward(**kwargs)
