@@ -59,6 +59,11 @@ def message_text(message: Any) -> str:
     """
     if isinstance(message, str):
         return message
+    if not isinstance(message, (list, tuple)) or (message and not isinstance(message[-1], Mapping)):
+        raise TypeError(
+            f"a {type(message).__name__} is not text, nor a conversation (a list of message "
+            "dicts): TRL passes one or the other"
+        )
     content = message[-1].get("content") if message else ""
     if content is None:  # a tool-call message: no text
         return ""

@@ -176,7 +176,7 @@ class VerlReward:
             return self._easyr1_one(reward_inputs, 0)
         if isinstance(reward_inputs, (str, bytes)):
             raise TypeError(
-                f"reward_inputs[0] is a {type(reward_inputs).__name__}: EasyR1 passes a "
+                f"reward_inputs is a {type(reward_inputs).__name__}: EasyR1 passes a "
                 "RewardInput dict ({'response', 'response_length', 'ground_truth'}) or a list"
             )
         return [self._easyr1_one(x, k) for k, x in enumerate(reward_inputs)]

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .caller import reward_value
+from .caller import reward_argument_clash, reward_value
 from .combine import reads_token_ids, reward_name
 from .registry import get_reward
+from .result import require_text
 
 
 def build_reward(
@@ -64,6 +65,10 @@ def score_one(
     workflow would refuse (not a number, NaN, not finite in float32) raises its
     :class:`~vlrollout.ledger.EpisodeRejected` (``reward_error``).
     """
+    require_text(completion, reward_name(reward))
+    clash = reward_argument_clash(labels)
+    if clash:
+        raise ValueError(f"{reward_name(reward)}: label {clash}")
     args = (prompt, completion, list(prompt_ids), list(completion_ids))
     scorer = getattr(reward, "score", None)
     if callable(scorer):

@@ -93,9 +93,14 @@ class Reward(ABC):
         **task_data: Any,
     ) -> RewardResult:
         """:meth:`compute`, or for a completion longer than :attr:`max_output_chars`
-        :attr:`failure_value` with reason ``"output_too_long"`` and ``details["chars"]``."""
+        :attr:`failure_value` with reason ``"output_too_long"`` and ``details["chars"]``.
+
+        Raises:
+            TypeError: ``completions`` is not a ``str`` (see :func:`require_text`).
+        """
+        require_text(completions, self.name)
         limit = self.max_output_chars
-        if not isinstance(completions, str) or limit is None or len(completions) <= limit:
+        if limit is None or len(completions) <= limit:
             return self.compute(prompt, completions, prompt_ids, completion_ids, **task_data)
         return RewardResult(self.failure_value, "output_too_long", {"chars": len(completions)})
 
@@ -112,6 +117,16 @@ class Reward(ABC):
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
+
+
+def require_text(completion: Any, reward_name: str) -> None:
+    """Raise a ``TypeError`` unless ``completion`` is text: a reward reads the decoded text, and
+    ``None``, bytes or a message list read as their ``repr`` would score as something else."""
+    if not isinstance(completion, str):
+        raise TypeError(
+            f"{reward_name}: the completion is a {type(completion).__name__}, not text: "
+            "pass the decoded completion as a str"
+        )
 
 
 def require_field(task_data: dict[str, Any], key: str, reward_name: str) -> Any:

@@ -143,7 +143,7 @@ def test_extra_info_named_as_a_reward_argument_is_context_not_a_label(key):
 @pytest.mark.parametrize(
     ("inputs", "words"),
     [
-        ("3", "reward_inputs[0] is a str"),
+        ("3", "reward_inputs is a str"),
         ([None], "reward_inputs[0] is a NoneType"),
         ([{"response": "3"}], "reward_inputs[0] has no 'ground_truth'"),
     ],

@@ -122,3 +122,24 @@ def test_digits_in_any_text_container_are_a_rewards_bug_not_a_score(value):
 
     with pytest.raises(EpisodeRejected, match="not a number"):
         reward_value(value)
+
+
+@pytest.mark.parametrize("completion", [None, b"3", ["3"], {"role": "assistant", "content": "3"}])
+def test_a_completion_that_is_not_text_is_refused_not_scored_as_its_repr(completion):
+    """A reward reads text: ``None`` had scored as the word "None" (choice A of None/Some),
+    ``b"3"`` and ``["3"]`` as 3."""
+    from vlrollout.rewards import TRLReward, get_reward
+
+    with pytest.raises(TypeError, match="not text"):
+        get_reward("count").score("p", completion, [], [], answer=3)
+    with pytest.raises(TypeError, match="not text"):
+        PlainReward("choice").score(completion, answer="B", choices=["None", "Some"])
+    with pytest.raises(TypeError, match="not text"):
+        TRLReward("count")(
+            prompts=["p"], completions=[completion], completion_ids=[[1]], answer=[3]
+        )
+
+
+def test_a_label_named_as_a_reward_argument_is_told_to_be_renamed():
+    with pytest.raises(ValueError, match="field 'prompt' .* rename it"):
+        PlainReward("count").score("3", answer=3, prompt="How many?")
