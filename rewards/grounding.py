@@ -49,7 +49,7 @@ from .box_scores import (
     pairwise_giou,
     pairwise_iou,
 )
-from .frames import Box, Frame, convert_boxes, convert_points, frame_size
+from .frames import Box, Frame, check_conversion, convert_boxes, convert_points, frame_size
 from .result import Reward, RewardResult, label_number, require_field
 from .text_extract import answer_region
 
@@ -143,20 +143,34 @@ def _check_box(box: Box, width: float, height: float) -> tuple[Box | None, str |
     return clipped_box, None, clipped
 
 
-def fraction_label_problem(box: Sequence[float], frame: Frame | str) -> str | None:
-    """Why a label ``box`` in a pixel ``frame`` looks written in fractions of the image (every
-    coordinate in 0-1 and not all whole: under one pixel as pixels), else ``None``.
+def label_frame_problem(box: Sequence[float], frame: Frame | str) -> str | None:
+    """Why a label ``box`` is not written in its declared ``frame``, else ``None``: in a pixel
+    frame, every coordinate in 0-1 and not all whole (fractions of the image, under one pixel as
+    pixels); in the ``norm1`` frame, a coordinate above 1 (pixels, which the 1x1 frame would clip
+    to the whole image).
 
-    >>> fraction_label_problem([0.2, 0.1, 0.6, 0.5], "original")
+    >>> label_frame_problem([0.2, 0.1, 0.6, 0.5], "original")
     'looks like fractions of the image (under one pixel as pixels); write it in pixels'
-    >>> fraction_label_problem([0.2, 0.1, 0.6, 0.5], "norm1"), fraction_label_problem([0, 0, 1, 1], "original")
+    >>> label_frame_problem([0, 0, 200, 150], "norm1")
+    'has coordinates above 1, so it is not in fractions of the image (label_frame norm1)'
+    >>> label_frame_problem([0.2, 0.1, 0.6, 0.5], "norm1"), label_frame_problem([0, 0, 1, 1], "original")
     (None, None)
     """
-    if Frame(frame) not in (Frame.ORIGINAL, Frame.MODEL):
+    frame = Frame(frame)
+    if frame is Frame.NORM1:
+        if any(v > 1 for v in box):
+            return "has coordinates above 1, so it is not in fractions of the image (label_frame norm1)"
+        return None
+    if frame not in (Frame.ORIGINAL, Frame.MODEL):
         return None
     if all(0 <= v <= 1 for v in box) and not all(float(v).is_integer() for v in box):
         return "looks like fractions of the image (under one pixel as pixels); write it in pixels"
     return None
+
+
+def _check_image_index(image_index: Any) -> None:
+    if type(image_index) is not int or image_index < 0:
+        raise ValueError(f"image_index must be an int >= 0, got {image_index!r}")
 
 
 def _empty_labels_message(field_name: str, metric: str) -> str:
@@ -224,7 +238,9 @@ class GroundingReward(Reward):
             raise ValueError(f"on_multiple must be 'first' or 'zero', got {on_multiple!r}")
         if not 0.0 < iou_threshold <= 1.0:
             raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
-        get_parser(family, plain_frame)  # validates the family now, not at the first call
+        _check_image_index(image_index)
+        # Validates the family now, not at the first call; its answers' frame is fixed.
+        self._answer_frame = get_parser(family, plain_frame)("").frame
         if parser_name(family) in POINTS_ONLY:
             raise ValueError(
                 f"family {family!r} writes points, not boxes, so every completion would score "
@@ -259,11 +275,11 @@ class GroundingReward(Reward):
 
         Raises:
             ValueError: a label in a pixel frame written as fractions of the image
-                (:func:`fraction_label_problem`), or (except for ``centre``) one wholly
+                (:func:`label_frame_problem`), or (except for ``centre``) one wholly
                 outside the image, naming the field and the box.
         """
         for box in gt:
-            if (problem := fraction_label_problem(box, self.label_frame)) is not None:
+            if (problem := label_frame_problem(box, self.label_frame)) is not None:
                 raise ValueError(f"task_data[{self.boxes_key!r}] has a box {box} that {problem}")
         outside = next((b for b in gt if not overlaps(b, width, height)), None)
         if outside is not None and self.metric != "centre":
@@ -294,6 +310,7 @@ class GroundingReward(Reward):
         if gt:  # before the completion is read: a broken label fails every completion alike
             width, height = frame_size(self.label_frame, geometry)
             gt = self._labels_on_image(gt, width, height)
+            check_conversion(self._answer_frame, self.label_frame, geometry)
         parsed = self.parse(completions)
         details: dict[str, Any] = {"num_boxes": len(parsed.boxes)}
         if not gt:
@@ -372,7 +389,8 @@ class PointInBoxReward(Reward):
         image_index: int = 0,
         use_answer_tag: bool = True,
     ) -> None:
-        get_parser(family)
+        _check_image_index(image_index)
+        self._answer_frame = get_parser(family)("").frame
         if parser_name(family) not in POINT_FAMILIES:
             raise ValueError(
                 f"family {family!r} writes no points its parser reads, so every completion would "
@@ -400,6 +418,10 @@ class PointInBoxReward(Reward):
             raise ValueError(_empty_labels_message(self.boxes_key, "point_in_box"))
         geometry = image_geometry(task_data, self.image_index)
         width, height = frame_size(self.label_frame, geometry)  # before the completion is read
+        check_conversion(self._answer_frame, self.label_frame, geometry)
+        for box in gt:
+            if (problem := label_frame_problem(box, self.label_frame)) is not None:
+                raise ValueError(f"task_data[{self.boxes_key!r}] has a box {box} that {problem}")
         outside = next((b for b in gt if not overlaps(b, width, height)), None)
         if outside is not None:
             raise ValueError(

@@ -255,6 +255,12 @@ def _require(geometry: Any, frame: Frame) -> ImageGeometry:
     return ImageGeometry.from_any(geometry)
 
 
+def check_conversion(src: Frame | str, dst: Frame | str, geometry: Any = None) -> None:
+    """Raise the ``ValueError`` :func:`convert_boxes` from ``src`` to ``dst`` would raise (the
+    geometry it needs is missing or malformed), before any box is read."""
+    _converter(src, dst, geometry)
+
+
 def _converter(src: Frame | str, dst: Frame | str, geometry: Any):
     """``(x, y) -> (x, y)`` from ``src`` to ``dst``, through the model frame."""
     src, dst = Frame(src), Frame(dst)

@@ -364,3 +364,47 @@ def test_a_point_reward_takes_every_name_of_a_family_whose_parser_reads_points(f
 def test_a_box_reward_for_a_points_only_family_is_refused_in_any_spelling(family):
     with pytest.raises(ValueError, match="writes points, not boxes"):
         GroundingReward(family, "iou")
+
+
+@pytest.mark.parametrize(
+    "completion", ["I cannot see it.", '{"bbox_2d": [1, 2, 300, 400]}', '{"point_2d": [375, 350]}']
+)
+def test_a_conversion_without_its_geometry_fails_every_completion_alike(completion):
+    """A pixel-frame answer against norm1000 labels needs the image geometry: refused before the
+    completion is read, not only for completions that hold a box."""
+    for reward in (
+        GroundingReward("qwen2_5_vl", "iou", label_frame="norm1000"),
+        GroundingReward("plain", "iou", plain_frame="model", label_frame="norm1000"),
+        PointInBoxReward("qwen2_5_vl", label_frame="norm1000"),
+    ):
+        with pytest.raises(ValueError, match="needs the image geometry"):
+            reward("p", completion, [], [], boxes=[250, 200, 500, 500])
+
+
+@pytest.mark.parametrize("completion", ["None here.", '{"point_2d": [375, 350]}'])
+def test_point_in_box_refuses_fraction_labels_in_a_pixel_frame(completion):
+    geo = [{"original_width": 400, "original_height": 300, "model_width": 800, "model_height": 600}]
+    with pytest.raises(ValueError, match="fractions"):
+        PointInBoxReward("qwen3_vl")(
+            "p", completion, [], [], boxes=[0.25, 0.2, 0.5, 0.5], geometry=geo
+        )
+
+
+@pytest.mark.parametrize("completion", ["None here.", '{"bbox_2d": [0, 0, 1000, 1000]}'])
+def test_pixel_labels_declared_in_fractions_are_refused(completion):
+    """A whole-image answer had scored 1.0 against a pixel label clipped to the 1x1 frame."""
+    for reward, box in (
+        (GroundingReward("qwen3_vl", "iou", label_frame="norm1"), [0, 0, 200, 150]),
+        (GroundingReward("qwen3_vl", "iou", label_frame="norm1"), [20, 30, 200, 150]),
+        (PointInBoxReward("qwen3_vl", label_frame="norm1"), [0, 0, 200, 150]),
+    ):
+        with pytest.raises(ValueError, match="above 1"):
+            reward("p", completion, [], [], boxes=box)
+
+
+@pytest.mark.parametrize("image_index", [-1, 1.5, "0", True])
+def test_an_image_index_that_is_not_a_non_negative_int_is_refused(image_index):
+    with pytest.raises(ValueError, match="image_index"):
+        GroundingReward("qwen2_5_vl", "iou", image_index=image_index)
+    with pytest.raises(ValueError, match="image_index"):
+        PointInBoxReward("qwen2_5_vl", image_index=image_index)

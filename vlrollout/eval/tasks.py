@@ -46,7 +46,7 @@ from vlrollout.rewards.answer import (
     count_gold,
     letter_text_clash,
 )
-from vlrollout.rewards.grounding import fraction_label_problem, label_boxes, overlaps
+from vlrollout.rewards.grounding import label_boxes, label_frame_problem, overlaps
 from vlrollout.rewards.ptb_tokenizer import ptb_tokenize
 from vlrollout.rewards.text_extract import answer_region
 from vlrollout.rewards.vqa_answers import vqa_accuracy
@@ -180,7 +180,7 @@ def _check_true_box(item: Mapping[str, Any], box: list[float], width: float, hei
             f"{where} lies outside the {width:g}x{height:g} image, so every prediction would "
             "score 0; fix the label"
         )
-    if (problem := fraction_label_problem(box, "original")) is not None:
+    if (problem := label_frame_problem(box, "original")) is not None:
         raise ValueError(f"{where} {problem} (the {width:g}x{height:g} image's original pixels)")
 
 
