@@ -408,6 +408,16 @@ def count_gold(raw: Any, key: str = "answer") -> int:
     return gold
 
 
+def _tolerance(value: Any, name: str) -> float:
+    """``value`` as a tolerance: a finite real number >= 0 (NaN would fail every answer
+    silently, and a string only at the first score)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return value
+
+
 class CountReward(Reward):
     """1.0 when the predicted count is within ``tolerance`` of the gold count, else 0.0.
 
@@ -418,9 +428,7 @@ class CountReward(Reward):
     def __init__(
         self, tolerance: int = 0, *, answer_key: str = "answer", use_answer_tag: bool = True
     ):
-        if tolerance < 0:
-            raise ValueError(f"tolerance must be >= 0, got {tolerance}")
-        self.tolerance = tolerance
+        self.tolerance = _tolerance(tolerance, "tolerance")
         self.answer_key = answer_key
         self.use_answer_tag = use_answer_tag
         self.name = "count"
@@ -638,9 +646,7 @@ class NumericReward(Reward):
         answer_key: str = "answer",
         use_answer_tag: bool = True,
     ):
-        if rel_tol < 0 or abs_tol < 0:
-            raise ValueError(f"tolerances must be >= 0, got rel_tol={rel_tol}, abs_tol={abs_tol}")
-        self.rel_tol, self.abs_tol = rel_tol, abs_tol
+        self.rel_tol, self.abs_tol = _tolerance(rel_tol, "rel_tol"), _tolerance(abs_tol, "abs_tol")
         self.answer_key = answer_key
         self.use_answer_tag = use_answer_tag
         self.name = "numeric"

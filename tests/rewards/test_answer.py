@@ -483,3 +483,24 @@ def test_a_count_gold_in_compound_words_or_past_float_precision_is_read(gold, co
     from vlrollout.rewards.answer import count_gold
 
     assert count_gold(gold) == count
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("numeric", {"rel_tol": float("nan")}),
+        ("numeric", {"abs_tol": float("inf")}),
+        ("numeric", {"rel_tol": "x"}),
+        ("numeric", {"abs_tol": True}),
+        ("count", {"tolerance": "1"}),
+        ("count", {"tolerance": float("nan")}),
+        ("count", {"tolerance": -1}),
+    ],
+)
+def test_a_tolerance_that_is_not_a_finite_number_at_least_zero_is_refused(name, options):
+    """NaN had been accepted (every answer then scored 0); a string failed at the first score."""
+    from vlrollout.rewards import get_reward
+
+    (option,) = options
+    with pytest.raises(ValueError, match=option):
+        get_reward(name, **options)
