@@ -339,6 +339,8 @@ def test_context_limit_caps_generation_and_drops_an_observation_that_does_not_fi
     )
     assert engine.requests[1].gconfig.max_new_tokens == 3
     assert traj["input_ids"].shape[1] == after_obs + 3
+    # The reward is told the answer was cut at the limit, not that the model chose to stop.
+    assert dump["stop_reason"] == "context_limit"
 
     # The observation itself does not fit: the episode ends on the tool-calling turn.
     wf = _workflow(tokenizer, qwen2vl_processor, max_total_tokens=after_obs)

@@ -12,7 +12,7 @@ generated turns, or at the context limit ``max_total_tokens``: the request's ``m
 is capped to the room left, and a tool observation that would leave no room to generate is not
 appended (the episode ends on the generated turn, whose tools did run). Calls in the last allowed
 turn are not run. The reward always scores the last generated turn; ``stop_reason`` tells it why
-the episode ended, and the built-in rewards read that turn without its tool calls
+the episode ended (a turn without a call that the context limit cut short is ``context_limit``), and the built-in rewards read that turn without its tool calls
 (:func:`vlrollout.rewards.text_extract.without_tool_calls`): an episode that ends on
 ``max_turns`` mid-call has no answer, not the call's ``zoom_in`` box.
 """
@@ -230,8 +230,10 @@ class ToolUseWorkflow(EpisodeWorkflow):
             builder.add_generated(resp)
             text = ctx.decode_completion(resp.output_tokens)
             ep.add_turn(text)
-            if not has_tool_call(text):
-                ep.stop_reason = "answer"
+            if not has_tool_call(text):  # an answer, unless the token cap cut the turn short
+                cut = resp.stop_reason == "length"
+                full = cut and context_full(self.max_total_tokens, len(builder.token_ids))
+                ep.stop_reason = "context_limit" if full else "answer"
                 break
             if turn == self.max_turns - 1:
                 ep.stop_reason = "max_turns"
