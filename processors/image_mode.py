@@ -34,8 +34,9 @@ _SIXTEEN_BIT = {"I;16", "I;16B", "I;16L", "I;16N"}
 
 
 def has_alpha(image: Image.Image) -> bool:
-    """Whether ``image`` carries transparency (an alpha band or a palette/tRNS transparency)."""
-    return image.mode in _ALPHA_MODES or "transparency" in image.info
+    """Whether ``image`` carries transparency: an alpha band, a ``transparency`` entry (tRNS),
+    or a palette of RGBA colours (what PIL's ``RGBA -> P`` conversion makes)."""
+    return image.mode in _ALPHA_MODES or image.has_transparency_data
 
 
 def _grey_to_rgb(values: np.ndarray) -> Image.Image:

@@ -99,3 +99,20 @@ def test_premultiplied_alpha_is_composited_as_its_straight_alpha_twin(mode, valu
     """PIL converts ``La`` to nothing but ``LA``: it raised a bare ValueError naming no image."""
     image = Image.new(mode, (3, 3), value)
     assert to_rgb(image).getpixel((0, 0)) == to_rgb(image.convert(straight)).getpixel((0, 0))
+
+
+def test_a_palette_of_rgba_colours_is_composited_on_white_as_its_png_is(tmp_path):
+    """PIL's ``RGBA -> P`` keeps alpha in the palette (``palette.mode == "RGBA"``), with no
+    ``transparency`` entry: the PIL image and its PNG bytes must give the same pixels."""
+    rgba = np.zeros((4, 6, 4), np.uint8)
+    rgba[..., 0], rgba[:, :3, 3] = 255, 255  # red, the right half fully transparent
+    palette = Image.fromarray(rgba, "RGBA").convert("P")
+    assert palette.palette.mode == "RGBA" and "transparency" not in palette.info
+    assert has_alpha(palette)
+    path = tmp_path / "p.png"
+    palette.save(path)
+    with Image.open(path) as reread:
+        from_png = np.asarray(to_rgb(reread))
+    got = np.asarray(to_rgb(palette))
+    assert got[0, 5].tolist() == [255, 255, 255] and got[0, 0].tolist() == [255, 0, 0]
+    assert np.array_equal(got, from_png)
