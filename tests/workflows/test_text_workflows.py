@@ -126,6 +126,16 @@ def test_an_engine_never_initialised_is_an_error_not_a_rejection(tokenizer):
     assert wf.ledger.by_reason == {}
 
 
+@pytest.mark.parametrize("item", [None, "What is 2+2?", ["messages"]])
+def test_an_item_that_is_not_a_mapping_is_the_callers_error(tokenizer, item):
+    """A dataset that yields something other than dicts is a bug before any episode: named,
+    not an AttributeError from deep inside the preparation, and no episode is counted."""
+    wf = RLVRWorkflow("tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer)
+    with pytest.raises(TypeError, match=f"a data item is a dict .* got {type(item).__name__}"):
+        run(wf.arun_episode(ScriptedEngine([_enc(tokenizer, "4")]), item))
+    assert wf.ledger.submitted == 0
+
+
 def test_bad_messages_and_long_prompts_are_rejected_with_reasons(tokenizer):
     wf = RLVRWorkflow(
         "tests.workflows.reward_fns.contains_answer", GCONFIG, tokenizer, max_prompt_tokens=5

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -313,6 +313,11 @@ class EpisodeWorkflow(RolloutWorkflow):
         return self.ctx.ledger
 
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any] | None:
+        if not isinstance(data, Mapping):
+            raise TypeError(
+                "a data item is a dict (messages or a prompt, images, task fields), "
+                f"got {type(data).__name__}: {str(data)[:80]!r}"
+            )
         self.ctx.check_parity_once(engine)
         held: list[tuple[PreparedPromptCache, str]] = []
         token = _HELD.set(held)
