@@ -250,3 +250,20 @@ def test_a_refused_item_is_named_once_in_its_rejection():
         "detail": refused["detail"],
     }
     assert str(NothingAccepted("the evaluation", 1, [record])).count("it-7") == 1
+
+
+@pytest.mark.parametrize(
+    ("media", "reason", "words"),
+    [
+        ({"images": "img/r0.png"}, "bad_images", "images must be a list, got a str"),
+        ({"image": "img/r0.png"}, "media_field_unsupported", "field 'image'"),
+    ],
+)
+def test_a_malformed_media_field_is_named_as_validate_data_names_it(media, reason, words):
+    """The task's own check ("missing field 'images'") had hidden what is wrong with the field."""
+    from vlrollout.eval.runner import refusal
+    from vlrollout.eval.tasks import get_task
+
+    item = {"id": "h", "boxes": [[1, 1, 20, 20]], "expression": "x", **media}
+    refused = refusal(get_task("refcoco"), item)
+    assert refused["reason"] == reason and words in refused["detail"]

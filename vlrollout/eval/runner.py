@@ -47,6 +47,8 @@ from vlrollout.files import (
 )
 from vlrollout.logs import get_logger
 from vlrollout.processors.cache import item_key
+from vlrollout.processors.errors import PreprocessError
+from vlrollout.processors.messages import check_media_fields
 
 logger = get_logger("vlrollout.eval")
 
@@ -226,6 +228,10 @@ def refusal(task: EvalTask, item: dict[str, Any]) -> dict[str, str] | None:
     if LOAD_ERROR in item:
         error = item[LOAD_ERROR]
         return {"id": item_id, "reason": str(error["reason"]), "detail": str(error["detail"])}
+    try:  # a malformed media field is named as it is, not as the task's missing images
+        check_media_fields(item, ("images", "videos"), f"item {item_id}")
+    except PreprocessError as e:
+        return {"id": item_id, "reason": e.reason, "detail": e.detail}
     why = task.check_item(item)
     if why is not None:
         return {"id": item_id, "reason": NOT_SCORABLE, "detail": why}
