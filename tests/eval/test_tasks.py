@@ -59,8 +59,12 @@ REFUSALS = [
         {"id": "m", "answer": "red", "choices": ["red", "blue", "red"], "question": "?"},
         "choices 1 and 3 are both 'red'",
     ),
-    ("vqa", {"id": "v", "answer": None, "question": "?"}, "field 'answer' = None"),
+    ("vqa", {"id": "v", "answer": None, "question": "?"}, "missing field 'answer'"),
     ("vqa", {"id": "v", "answer": [], "question": "?"}, "field 'answer' = []"),
+    ("vqa", {"id": "v", "answer": "", "question": "?"}, "field 'answer' is blank"),
+    ("count", {"id": "n", "question": "How many?"}, "missing field 'answer' (the true count)"),
+    ("count", {"id": "n", "answer": " ", "question": "?"}, "field 'answer' is blank"),
+    ("mc", {"id": "m", "choices": ["x", "y"], "question": "?"}, "missing field 'answer'"),
 ]
 
 

@@ -112,6 +112,17 @@ def _prompt_needs(item: Mapping[str, Any], field: str, what: str) -> str | None:
     return f"missing field {field!r} ({what}) and no 'messages' to prompt with"
 
 
+def _answer_missing(item: Mapping[str, Any], what: str) -> str | None:
+    """A refusal when the item's ``answer`` is absent, null or a blank string (named as such,
+    not as a value of the wrong kind)."""
+    raw = item.get("answer")
+    if raw is None:
+        return f"missing field 'answer' ({what})"
+    if isinstance(raw, str) and not raw.strip():
+        return "field 'answer' is blank"
+    return None
+
+
 def _needs_images(item: Mapping[str, Any]) -> str | None:
     images = item.get("images")
     if not isinstance(images, (list, tuple)) or not images:
@@ -308,6 +319,8 @@ class CountTask(_TaskBase):
 
     def check_item(self, item: dict[str, Any]) -> str | None:
         raw = item.get("answer")
+        if missing := _answer_missing(item, "the true count"):
+            return missing
         if self._gold(raw) is None:
             return (
                 f"field 'answer' = {raw!r} is not one count (a whole number, 0 or more, or a "
@@ -376,6 +389,8 @@ class ChoiceTask(_TaskBase):
             first[choice] = k
         if clash := self._index_text_clash(item):
             return clash
+        if missing := _answer_missing(item, "the right choice"):
+            return missing
         if self._gold(item) is None:
             return (
                 f"field 'answer' = {item.get('answer')!r} is not a choice: a letter A-"
@@ -454,6 +469,8 @@ class VqaTask(_TaskBase):
         raw = item.get("answer")
         if self._gold(raw) is not None:
             return _prompt_needs(item, "question", "the question")
+        if missing := _answer_missing(item, "the reference answers"):
+            return missing
         if not isinstance(raw, (list, tuple)) or not raw:
             return f"field 'answer' = {raw!r:.120} is not an answer string or a list of them"
         bad = next((k for k, a in enumerate(raw) if _answer_text(a) is None), None)
