@@ -329,7 +329,7 @@ def _add_validate_data(sub: argparse._SubParsersAction) -> None:
 def _validate_read_items(args: argparse.Namespace) -> tuple[int, list[Any]]:
     """``(items, problems)`` of a file in any reader format: every item as ``vlrollout run``
     would get it, checked like a JSONL line (named by its position, from 1)."""
-    from vlrollout.readers import parse_mapping, read_all_items
+    from vlrollout.readers import DataFileError, parse_mapping, read_all_items
     from vlrollout.run.items import BadLine, media_file_problems
 
     class _BadItem(BadLine):
@@ -351,7 +351,7 @@ def _validate_read_items(args: argparse.Namespace) -> tuple[int, list[Any]]:
         for reason, detail in media_file_problems(item, base)
     ]
     if not items:
-        bad.append(_BadItem(0, None, "empty", "the file has no items"))
+        raise DataFileError(f"data file {args.file} has no items")
     return len(items), bad
 
 

@@ -323,6 +323,17 @@ def test_validate_data_lists_every_bad_line(tmp_path, capsys):
     assert "3 items, 2 with problems" in out
 
 
+@pytest.mark.parametrize("flags", [[], ["--format", "jsonl"]])
+def test_validate_data_says_a_file_without_items_cannot_be_read(tmp_path, capsys, flags):
+    """As ``vlrollout run`` and ``eval`` say it (exit 2), not as a problem of a line 0."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    code = cli.main(["validate-data", str(path), *flags])
+    captured = capsys.readouterr()
+    assert code == 2 and f"data file {path} has no items" in captured.err
+    assert "line 0" not in captured.out and "item 0" not in captured.out
+
+
 def test_prompts_are_limited_to_the_models_context_by_default():
     from types import SimpleNamespace
 

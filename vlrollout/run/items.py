@@ -26,6 +26,7 @@ from typing import Any
 from vlrollout.datasets import (
     LOAD_ERROR,
     LOAD_REASONS,
+    DataFileError,
     check_data_path,
     read_rows,
     resolve_source,
@@ -356,5 +357,5 @@ def validate_data(path: str | Path) -> tuple[int, list[BadLine]]:
                 )
             seen.setdefault(item_id, lineno)
     if not rows:
-        bad.append(BadLine(0, None, "empty", "the file has no items"))
+        raise DataFileError(f"data file {path} has no items")
     return len(rows), bad
