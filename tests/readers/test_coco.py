@@ -186,6 +186,19 @@ def test_image_not_found_under_images_root_does_not_ask_for_images_root(tmp_path
     assert "not found under" in detail and "pass images_root" not in detail
 
 
+def test_image_not_found_names_the_annotation_files_folder_after_other_images_were_found(tmp_path):
+    """The search starts at the annotation file's folder; the folder an earlier image was found
+    in (searched first) had been named as that start, so "its parent" pointed elsewhere."""
+    images = _coco(tmp_path)
+    anns = [{"id": 10 + k, "image_id": k, "caption": "a box"} for k in (1, 2, 3)]
+    path = write_json(
+        tmp_path / "annotations" / "captions_val2017.json", {"images": images, "annotations": anns}
+    )
+    (missing,) = [i for i in read_all_items(path) if LOAD_ERROR in i]
+    detail = missing[LOAD_ERROR]["detail"]
+    assert f"not found under {tmp_path / 'annotations'}, its parent" in detail, detail
+
+
 def test_crowd_regions_are_kept_apart_from_the_object_boxes(tmp_path):
     """COCO marks a region of many objects ``iscrowd: 1`` (its evaluation ignores it): it is
     not one object a detector must box, so it goes to ``crowd_boxes``, not ``boxes``."""

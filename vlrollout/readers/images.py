@@ -86,9 +86,8 @@ class ImageFolders:
         """
         if Path(name).is_absolute() and Path(name).is_file():
             return name
-        folders = self.candidates()
-        if self._last is not None:
-            folders = [self._last, *folders]
+        searched = self.candidates()
+        folders = searched if self._last is None else [self._last, *searched]
         for folder in folders:
             if (folder / name).is_file():
                 self._last = folder
@@ -97,7 +96,7 @@ class ImageFolders:
             where = f"images_root (--images-root) {self.images_root}; is it the right folder?"
         else:
             where = (
-                f"{folders[0]}, its parent, or their images/, train2014/, val2017/... "
+                f"{searched[0]}, its parent, or their images/, train2014/, val2017/... "
                 "subfolders; pass images_root (--images-root) naming the folder that holds it"
             )
         raise RowError("image_not_found", field_name, f"image {name!r} not found under {where}")
