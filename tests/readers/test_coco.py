@@ -134,6 +134,18 @@ def test_refcoco_refs_pickle_and_json(tmp_path):
     _check_refs(load_items(as_json), as_json)
 
 
+def test_a_ref_whose_image_is_not_its_annotations_is_refused_naming_both(tmp_path):
+    """The box of one image would be scored on another."""
+    good = _refs_layout(tmp_path)[0]
+    moved = {**good, "ref_id": 7, "image_id": 25}
+    path = write_json(tmp_path / "refcoco" / "refs.json", [good, moved])
+    item = load_items(path)[-1]
+    assert item[LOAD_ERROR]["reason"] == "bad_row"
+    assert (
+        "image_id 25" in item[LOAD_ERROR]["detail"] and "image_id 9" in item[LOAD_ERROR]["detail"]
+    )
+
+
 class Evil:
     def __reduce__(self):
         return (print, ("pwned",))

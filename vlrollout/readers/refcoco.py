@@ -85,6 +85,13 @@ def _ref_fields(ref: Any, anns: dict, images: dict, folders: ImageFolders) -> di
     ann = anns.get(ref.get("ann_id"))
     if ann is None:
         raise RowError("missing_field", "ann_id", f"{ref.get('ann_id')!r} not in instances.json")
+    if "image_id" in ref and ref["image_id"] != ann.get("image_id"):
+        raise RowError(
+            "bad_row",
+            "image_id",
+            f"the ref's image_id {ref['image_id']!r} is not its annotation's (ann_id "
+            f"{ref.get('ann_id')!r} is on image_id {ann.get('image_id')!r})",
+        )
     image = images.get(ref.get("image_id", ann.get("image_id")))
     if image is None or not image.get("file_name"):
         raise RowError("missing_field", "image_id", "its image is not in instances.json")
