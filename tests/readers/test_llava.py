@@ -85,3 +85,15 @@ def test_a_row_whose_turns_do_not_hold_one_image_placeholder_per_image_is_named(
             f"{path} row {row}: field conversations: {found} <image> for the row's {images} image"
         )
         assert error["detail"].startswith(detail), error["detail"]
+
+
+def test_conversations_of_the_wrong_type_are_a_bad_row_not_a_missing_field(tmp_path):
+    rows = [
+        {"id": "ok", "conversations": [{"from": "human", "value": "hi"}]},
+        {"id": "str", "conversations": "not a list"},
+        {"id": "none"},
+    ]
+    items = load_items(write_json(tmp_path / "llava.json", rows))
+    assert items[1][LOAD_ERROR]["reason"] == "bad_row"
+    assert "conversations is a list of turns, got a str" in items[1][LOAD_ERROR]["detail"]
+    assert items[2][LOAD_ERROR]["reason"] == "missing_field"

@@ -32,7 +32,13 @@ ROLES = {
 
 
 def _turns(conversations: Any) -> list[dict[str, str]]:
-    if not isinstance(conversations, list) or not conversations:
+    if conversations is not None and not isinstance(conversations, list):
+        raise RowError(
+            "bad_row",
+            "conversations",
+            f"conversations is a list of turns, got a {type(conversations).__name__}",
+        )
+    if not conversations:
         raise RowError("missing_field", "conversations", "no conversation turns")
     turns = []
     for k, turn in enumerate(conversations):
