@@ -313,7 +313,7 @@ async def run_in_pool(fn: Callable[..., T], *args: Any, max_workers: int | None 
     call is sent to the fresh pool, as often as neighbours break it (the caller that times a hung
     call cancels it before replacing the pool, so a hung call is not sent again). A pool whose
     worker crashed is replaced and the call sent once more, with a warning; a second crash is
-    raised, as the call itself may be what kills its worker. ``fn`` and ``args`` must be
+    raised, as the call itself may be what kills its worker, and leaves a fresh pool behind. ``fn`` and ``args`` must be
     picklable.
     """
     loop = asyncio.get_running_loop()
@@ -326,6 +326,7 @@ async def run_in_pool(fn: Callable[..., T], *args: Any, max_workers: int | None 
             if pool.killed_under_hung_call:  # a neighbour's doing, not this call's
                 continue
             if crashed:  # a second crash: this call may be what kills its worker
+                replace_pool(pool)  # the next call, maybe an innocent one, gets a working pool
                 raise
             crashed = True
             replace_pool(pool)

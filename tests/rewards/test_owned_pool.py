@@ -248,3 +248,24 @@ def test_workers_end_when_their_owner_is_killed():
         for pid in pids if "pids" in locals() else []:
             if _alive(pid):
                 os.kill(pid, 9)
+
+
+def _die() -> None:
+    os._exit(3)
+
+
+def test_a_call_that_kills_its_worker_twice_leaves_a_fresh_pool_for_the_next_call(caplog):
+    """The crash is raised to its own call; the next call, an innocent one, finds a working pool
+    (it had found the broken one, was blamed in the warning and sent twice)."""
+
+    async def both():
+        with pytest.raises(BrokenProcessPool):
+            await run_in_pool(_die, max_workers=1)
+        caplog.clear()
+        return await run_in_pool(abs, -3, max_workers=1)
+
+    try:
+        assert asyncio.run(both()) == 3
+        assert "reward pool broken" not in caplog.text
+    finally:
+        shutdown_reward_pools()
