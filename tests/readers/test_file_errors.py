@@ -47,3 +47,9 @@ def test_a_missing_data_file_is_told_what_to_pass_whatever_its_format(tmp_path, 
         load_items(tmp_path / name)
     message = str(info.value)
     assert message == f"data file {tmp_path / name} does not exist; give an existing file"
+
+
+def test_a_file_given_as_a_save_to_disk_folder_is_called_a_file(tmp_path):
+    path = write_json(tmp_path / "rows.json", [{"id": "a"}])
+    with pytest.raises(DataFileError, match="is a file, not a folder written by save_to_disk"):
+        load_items(path, fmt="hf_disk")

@@ -112,6 +112,11 @@ def disk_splits(folder: Path) -> list[tuple[str | None, Path]]:
         DataFileError: the folder is neither (no ``state.json`` nor ``dataset_dict.json``) nor
             holds parquet shards.
     """
+    if not folder.is_dir():
+        raise DataFileError(
+            f"data path {folder} is a file, not a folder written by save_to_disk: give the "
+            "format of the file (or leave --format out to detect it)"
+        )
     if (folder / "dataset_dict.json").is_file():
         splits = _read_json(folder / "dataset_dict.json").get("splits") or []
         return [(str(split), folder / str(split)) for split in splits]
