@@ -57,3 +57,40 @@ def test_a_resumed_deterministic_run_draws_the_next_epoch_as_the_uninterrupted_r
     wa, wb = _weights(whole, 2), _weights(cut, 2)
     assert wa.keys() == wb.keys()
     assert all(wa[k].equal(wb[k]) for k in wa)
+
+
+def test_a_steps_group_order_does_not_depend_on_earlier_draws_of_the_global_random(monkeypatch):
+    """AReaL's ``rollout_batch`` shuffles with Python's global ``random``, which other code draws
+    from as the moment dictates (free ports): a resumed run had summed another order."""
+    import random
+    from types import SimpleNamespace
+
+    from vlrollout.train import step as step_module
+
+    def shuffled(actor, workflow, data, group_size, step):
+        order = list(range(8))
+        random.shuffle(order)  # what AReaL's wait does
+        return order, {}
+
+    monkeypatch.setattr(step_module, "rollout_step", shuffled)
+    monkeypatch.setattr(step_module, "batch_items", lambda items, step, size, seed: items)
+    cfg = SimpleNamespace(
+        seed=1,
+        train_dataset=SimpleNamespace(batch_size=8),
+        gconfig=SimpleNamespace(n_samples=1),
+        vlrollout=SimpleNamespace(dynamic_sampling=False),
+    )
+    s = SimpleNamespace(
+        cfg=cfg,
+        rollouts=None,
+        train_items=[],
+        ranks=SimpleNamespace(share=lambda x: x),
+        source=None,
+        workflow=None,
+    )
+    orders = []
+    for earlier_draws in (0, 3):
+        for _ in range(earlier_draws):
+            random.random()
+        orders.append(step_module.next_batch(s, 1)[0])
+    assert orders[0] == orders[1]

@@ -9,6 +9,7 @@ Nothing of the algorithm is ours; :func:`train_step` times each part and returns
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -104,6 +105,10 @@ def next_batch(s: Session, step: int) -> tuple[Batch, dict[str, Any], dict[str, 
     :meth:`~vlrollout.train.asynchronous.AsyncRollouts.next_batch`, submitted k steps ahead.
     """
     cfg = s.cfg
+    # AReaL shuffles a step's groups with Python's global random, which other code draws from
+    # too, as often as the moment dictates (AReaL picks free ports with it): seeded per step,
+    # the order, and so a resumed run's float sums, depend on the seed and the step alone.
+    random.seed(f"{cfg.seed}:{step}:batch-order")
     if s.rollouts is not None:
         batch, outcome = s.rollouts.next_batch(step + 1)
         return batch, outcome, {}
