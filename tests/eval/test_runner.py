@@ -267,3 +267,16 @@ def test_a_malformed_media_field_is_named_as_validate_data_names_it(media, reaso
     item = {"id": "h", "boxes": [[1, 1, 20, 20]], "expression": "x", **media}
     refused = refusal(get_task("refcoco"), item)
     assert refused["reason"] == reason and words in refused["detail"]
+
+
+@pytest.mark.parametrize("split", [["a"], {"name": "a"}, True, 1.5])
+def test_a_split_that_is_not_a_name_is_refused(split):
+    """A list split had made its own row "split ['a']" in the per-split table."""
+    from vlrollout.eval.runner import refusal
+    from vlrollout.eval.tasks import get_task
+
+    item = {"id": "s", "answer": 3, "question": "How many?", "split": split}
+    refused = refusal(get_task("count"), item)
+    assert refused["reason"] == "bad_row" and "field 'split'" in refused["detail"]
+    assert refusal(get_task("count"), {**item, "split": "val"}) is None
+    assert refusal(get_task("count"), {**item, "split": 2017}) is None

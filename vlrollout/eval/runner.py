@@ -228,6 +228,10 @@ def refusal(task: EvalTask, item: dict[str, Any]) -> dict[str, str] | None:
     if LOAD_ERROR in item:
         error = item[LOAD_ERROR]
         return {"id": item_id, "reason": str(error["reason"]), "detail": str(error["detail"])}
+    split = item.get("split")
+    if split is not None and (isinstance(split, bool) or not isinstance(split, (str, int))):
+        detail = f"field 'split' is a {type(split).__name__}, not a split name: {split!r:.60}"
+        return {"id": item_id, "reason": "bad_row", "detail": detail}
     try:  # a malformed media field is named as it is, not as the task's missing images
         check_media_fields(item, ("images", "videos"), f"item {item_id}")
     except PreprocessError as e:
