@@ -20,6 +20,16 @@ if os.environ.get("CI", "").lower() not in ("", "0", "false"):
     settings.load_profile("ci")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _learning_recipes_beside_the_suite(request, tmp_path_factory):
+    """Starts the shipped recipes' learning runs (``tests/train/test_learning_recipes.py``,
+    when the session runs it) with the session, niced, so they use the CPU time the other tests
+    leave idle instead of ending the suite with a long single-threaded run."""
+    from tests.train.test_learning_recipes import start_recipe_runs
+
+    start_recipe_runs(request.session, tmp_path_factory)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_bpe_tokenizer()

@@ -28,10 +28,13 @@ def run_train(
     *overrides: str,
     timeout: int = 600,
     config: str = "examples/train_grounding.yaml",
+    nice: int = 0,
 ) -> subprocess.CompletedProcess:
     """``vlrollout train --config CONFIG vlrollout.output=OUT OVERRIDES`` as a user runs it (a
-    subprocess: its own torch.distributed), from the repository root; asserts it succeeded."""
-    cmd = [sys.executable, "-m", "vlrollout.cli", "train"]
+    subprocess: its own torch.distributed), from the repository root; asserts it succeeded.
+    ``nice``: the subprocess's CPU niceness (19: it computes only when the CPU is idle)."""
+    cmd = ["nice", "-n", str(nice)] if nice else []
+    cmd += [sys.executable, "-m", "vlrollout.cli", "train"]
     cmd += ["--config", config, f"vlrollout.output={out}", *overrides]
     env = subprocess_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)

@@ -11,8 +11,8 @@ the step-0 score (``tests/train/test_learning.py`` asserts that on a real contro
 evaluation is exact (deterministic engine, greedy), so any gain is the weights' doing. A
 deterministic step is slow on a CPU (its 128 episodes decode one by one), so each rerun repeats
 the first 3 steps only (the third samples from weights after two Adam updates), and the runs
-and reruns of both recipes run side by side, one per core: the deterministic engine's tokens do
-not depend on the load. Each margin is about half the smallest gain measured (its record's
+and reruns of both recipes run side by side, one per core, niced, from the session's start
+beside the rest of the suite: the deterministic engine's tokens do not depend on the load. Each margin is about half the smallest gain measured (its record's
 seeds, this seed):
 
 - counting (dynamic sampling, two rounds, scaled short steps), the first 72 of its 120 steps:
@@ -97,7 +97,8 @@ RunResult = tuple[list[float], list[dict]]
 
 
 def _run(recipe: Recipe, steps: int, out: Path) -> RunResult:
-    """Per-step sampled rewards and the held-out evaluations of one deterministic run."""
+    """Per-step sampled rewards and the held-out evaluations of one deterministic run, at the
+    lowest CPU priority (it runs beside the rest of the suite: see :func:`start_recipe_runs`)."""
     run_train(
         out,
         f"total_train_steps={steps}",
@@ -110,7 +111,8 @@ def _run(recipe: Recipe, steps: int, out: Path) -> RunResult:
         f"vlrollout.eval_seed={_record(recipe)['eval_seed']}",
         "seed=1",
         config=recipe.config,
-        timeout=1800,
+        timeout=3600,
+        nice=19,
     )
 
     def rows(name: str) -> list[dict]:
@@ -124,25 +126,40 @@ def _scores(evals: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.endswith("/seconds")} for r in evals]
 
 
-@pytest.fixture(scope="module")
-def recipe_runs(
-    request, tmp_path_factory
-) -> dict[str, tuple[Future[RunResult], Future[RunResult]]]:
-    """The run and the rerun of every recipe this session tests, all started at once (the
-    runs first, longest first), so they share the machine's cores (``run_side_by_side``)."""
+RecipeRuns = dict[str, tuple[Future[RunResult], Future[RunResult]]]
+_RUNS: RecipeRuns = {}
+"""The runs :func:`start_recipe_runs` started, by recipe name."""
+
+
+def start_recipe_runs(session: pytest.Session, tmp_path_factory) -> RecipeRuns:
+    """The run and the rerun of every recipe ``session`` tests, started on the first call (the
+    session's start: ``tests/conftest.py``), the runs first, longest first, one per core
+    (``run_side_by_side``). They run niced beside the rest of the suite, on the CPU time its
+    tests leave idle, so the suite does not wait for a single-threaded 72-step run at the end;
+    their tokens do not depend on the load (deterministic engine)."""
     names = sorted(
         {
             item.callspec.params["name"]
-            for item in request.session.items
+            for item in session.items
             if getattr(item, "originalname", None) == "test_recipe_beats_its_control_reproducibly"
         },
         key=lambda name: -RECIPES[name].steps,
     )
-    root = tmp_path_factory.mktemp("recipes")
-    jobs = [partial(_run, RECIPES[n], RECIPES[n].steps, root / n / "trained") for n in names]
-    jobs += [partial(_run, RECIPES[n], RECIPES[n].rerun_steps, root / n / "again") for n in names]
-    futures = run_side_by_side(jobs)
-    return {n: (futures[i], futures[len(names) + i]) for i, n in enumerate(names)}
+    if names and not _RUNS:
+        root = tmp_path_factory.mktemp("recipes")
+        jobs = [partial(_run, RECIPES[n], RECIPES[n].steps, root / n / "trained") for n in names]
+        jobs += [
+            partial(_run, RECIPES[n], RECIPES[n].rerun_steps, root / n / "again") for n in names
+        ]
+        futures = run_side_by_side(jobs)
+        _RUNS.update({n: (futures[i], futures[len(names) + i]) for i, n in enumerate(names)})
+    return _RUNS
+
+
+@pytest.fixture(scope="module")
+def recipe_runs(request, tmp_path_factory) -> RecipeRuns:
+    """The runs of the recipes this session tests (started at the session's start)."""
+    return start_recipe_runs(request.session, tmp_path_factory)
 
 
 @pytest.mark.slow
