@@ -59,7 +59,7 @@ from .video_sampling import (
 )
 
 TEXT_KEYS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids"})
-ID_FIELDS = ("id", "uid", "idx", "index")
+ID_FIELDS = ("id", "question_id", "uid", "idx", "index")
 
 
 def item_label(data: dict[str, Any]) -> str:

@@ -172,3 +172,12 @@ def test_loads_a_local_processor_directory(offline, tmp_path, rgb_png):
         prepared.input_ids.count(prepared.image_token_id)
         == int(prepared.multi_modal_input["image_grid_thw"].prod(-1).sum()) // 4
     )
+
+
+def test_an_item_is_named_by_the_id_fields_the_data_readers_read():
+    """A VQA row's ``question_id`` names it in errors and the ledger, as in ``validate-data``."""
+    from vlrollout.processors.auto import item_label
+
+    assert item_label({"question_id": 262148000, "question": "?"}) == "item 262148000"
+    assert item_label({"id": "a", "question_id": 5}) == "item a"
+    assert item_label({"question": "?"}) == "item"
