@@ -104,7 +104,7 @@ def test_crop_uses_the_geometry_of_the_chosen_image():
 
 
 def test_crop_of_a_missing_image_is_a_tool_error():
-    with pytest.raises(ToolError, match="image_index 2 does not exist"):
+    with pytest.raises(ToolError, match="image_index 2 does not exist.*from the next turn on"):
         BUILTIN_TOOLS["crop"](_ctx(), {"bbox_2d": [0, 0, 10, 10], "image_index": 2})
 
 

@@ -83,7 +83,8 @@ class ToolContext:
         if not 0 <= index < self.num_images:
             raise ToolError(
                 f"image_index {index} does not exist: the conversation has {self.num_images} "
-                f"image(s), indices 0..{self.num_images - 1}"
+                f"image(s), indices 0..{self.num_images - 1} (an image a call of this turn "
+                "returns can be used from the next turn on)"
             )
         return index
 
