@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .result import Reward, RewardResult, require_field
+from .result import Reward, RewardResult, option_number, require_field
 from .text_extract import answer_region, last_boxed, without_reasoning
 from .vqa_answers import match_choice_text, normalize_answer
 
@@ -408,16 +408,6 @@ def count_gold(raw: Any, key: str = "answer") -> int:
     return gold
 
 
-def _tolerance(value: Any, name: str) -> float:
-    """``value`` as a tolerance: a finite real number >= 0 (NaN would fail every answer
-    silently, and a string only at the first score)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return value
-
-
 class CountReward(Reward):
     """1.0 when the predicted count is within ``tolerance`` of the gold count, else 0.0.
 
@@ -428,7 +418,7 @@ class CountReward(Reward):
     def __init__(
         self, tolerance: int = 0, *, answer_key: str = "answer", use_answer_tag: bool = True
     ):
-        self.tolerance = _tolerance(tolerance, "tolerance")
+        self.tolerance = option_number(tolerance, "tolerance", 0)
         self.answer_key = answer_key
         self.use_answer_tag = use_answer_tag
         self.name = "count"
@@ -646,7 +636,10 @@ class NumericReward(Reward):
         answer_key: str = "answer",
         use_answer_tag: bool = True,
     ):
-        self.rel_tol, self.abs_tol = _tolerance(rel_tol, "rel_tol"), _tolerance(abs_tol, "abs_tol")
+        self.rel_tol, self.abs_tol = (
+            option_number(rel_tol, "rel_tol", 0),
+            option_number(abs_tol, "abs_tol", 0),
+        )
         self.answer_key = answer_key
         self.use_answer_tag = use_answer_tag
         self.name = "numeric"

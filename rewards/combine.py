@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .result import Reward, RewardResult
+from .result import Reward, RewardResult, option_number
 from .task_hints import task_reward_hint
 
 
@@ -59,11 +57,7 @@ class WeightedSum(Reward):
         for i, term in enumerate(terms):
             if not (isinstance(term, (tuple, list)) and len(term) == 2 and callable(term[0])):
                 raise TypeError(f"terms[{i}] must be a (reward, weight) pair, got {term!r}")
-            weight = term[1]
-            if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
-                raise ValueError(f"terms[{i}]'s weight {weight!r} is not a number")
-            if not math.isfinite(weight):  # every total would be non-finite, every call refused
-                raise ValueError(f"terms[{i}]'s weight {weight!r} is not a finite number")
+            option_number(term[1], f"terms[{i}]'s weight")  # NaN: every total refused
             base = reward_name(term[0])
             candidate, k = base, 1
             while candidate in names:

@@ -50,7 +50,7 @@ from .box_scores import (
     pairwise_iou,
 )
 from .frames import Box, Frame, check_conversion, convert_boxes, convert_points, frame_size
-from .result import Reward, RewardResult, label_number, require_field
+from .result import Reward, RewardResult, label_number, option_index, require_field
 from .text_extract import answer_region
 
 BOX_METRICS = ("iou", "giou", "acc", "centre", "box_f1", "mean_iou")
@@ -168,9 +168,12 @@ def label_frame_problem(box: Sequence[float], frame: Frame | str) -> str | None:
     return None
 
 
-def _check_image_index(image_index: Any) -> None:
-    if type(image_index) is not int or image_index < 0:
-        raise ValueError(f"image_index must be an int >= 0, got {image_index!r}")
+def check_label_frames(gt: Sequence[Box], frame: Frame, boxes_key: str) -> None:
+    """Raise a ``ValueError`` naming the field and the first label box not written in ``frame``
+    (:func:`label_frame_problem`)."""
+    for box in gt:
+        if (problem := label_frame_problem(box, frame)) is not None:
+            raise ValueError(f"task_data[{boxes_key!r}] has a box {box} that {problem}")
 
 
 def _empty_labels_message(field_name: str, metric: str) -> str:
@@ -238,7 +241,7 @@ class GroundingReward(Reward):
             raise ValueError(f"on_multiple must be 'first' or 'zero', got {on_multiple!r}")
         if not 0.0 < iou_threshold <= 1.0:
             raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
-        _check_image_index(image_index)
+        option_index(image_index, "image_index")
         # Validates the family now, not at the first call; its answers' frame is fixed.
         self._answer_frame = get_parser(family, plain_frame)("").frame
         if parser_name(family) in POINTS_ONLY:
@@ -274,13 +277,10 @@ class GroundingReward(Reward):
         part the model can draw); a label no prediction can be scored against raises.
 
         Raises:
-            ValueError: a label in a pixel frame written as fractions of the image
-                (:func:`label_frame_problem`), or (except for ``centre``) one wholly
+            ValueError: a label not written in its frame (:func:`label_frame_problem`), or (except for ``centre``) one wholly
                 outside the image, naming the field and the box.
         """
-        for box in gt:
-            if (problem := label_frame_problem(box, self.label_frame)) is not None:
-                raise ValueError(f"task_data[{self.boxes_key!r}] has a box {box} that {problem}")
+        check_label_frames(gt, self.label_frame, self.boxes_key)
         outside = next((b for b in gt if not overlaps(b, width, height)), None)
         if outside is not None and self.metric != "centre":
             raise ValueError(
@@ -389,7 +389,7 @@ class PointInBoxReward(Reward):
         image_index: int = 0,
         use_answer_tag: bool = True,
     ) -> None:
-        _check_image_index(image_index)
+        option_index(image_index, "image_index")
         self._answer_frame = get_parser(family)("").frame
         if parser_name(family) not in POINT_FAMILIES:
             raise ValueError(
@@ -419,9 +419,7 @@ class PointInBoxReward(Reward):
         geometry = image_geometry(task_data, self.image_index)
         width, height = frame_size(self.label_frame, geometry)  # before the completion is read
         check_conversion(self._answer_frame, self.label_frame, geometry)
-        for box in gt:
-            if (problem := label_frame_problem(box, self.label_frame)) is not None:
-                raise ValueError(f"task_data[{self.boxes_key!r}] has a box {box} that {problem}")
+        check_label_frames(gt, self.label_frame, self.boxes_key)
         outside = next((b for b in gt if not overlaps(b, width, height)), None)
         if outside is not None:
             raise ValueError(

@@ -119,6 +119,26 @@ class Reward(ABC):
         return f"{type(self).__name__}({fields})"
 
 
+def option_number(value: Any, name: str, minimum: float | None = None) -> float:
+    """A reward's numeric option: a finite real number (not a bool), at least ``minimum`` when
+    one is given; else a ``ValueError`` naming the option (NaN would fail every score silently,
+    and a string only at the first score)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or (minimum is not None and value < minimum):
+        bound = "" if minimum is None else f" >= {minimum:g}"
+        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
+    return value
+
+
+def option_index(value: Any, name: str) -> int:
+    """A reward's index option (which image, which video): an ``int`` >= 0, else a
+    ``ValueError`` naming the option (``-1`` would pick the last one silently)."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
 def require_text(completion: Any, reward_name: str) -> None:
     """Raise a ``TypeError`` unless ``completion`` is text: a reward reads the decoded text, and
     ``None``, bytes or a message list read as their ``repr`` would score as something else."""

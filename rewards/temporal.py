@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .result import Reward, RewardResult, label_number, require_field
+from .result import Reward, RewardResult, label_number, option_index, require_field
 from .temporal_parsing import FRAMES, SECONDS, Endpoint, parse_segments
 from .text_extract import answer_region
 
@@ -227,8 +227,7 @@ class TemporalIoUReward(Reward):
             raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
         if type(first_frame) is not int or first_frame not in (0, 1):
             raise ValueError(f"first_frame must be 0 or 1, got {first_frame!r}")
-        if type(video_index) is not int or video_index < 0:
-            raise ValueError(f"video_index must be an int >= 0, got {video_index!r}")
+        option_index(video_index, "video_index")
         self.metric = metric
         self.unit = unit
         self.segments_key = segments_key
